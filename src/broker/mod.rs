@@ -1,0 +1,1 @@
+//! Dispatcher shards (work in progress).

@@ -1,0 +1,38 @@
+//! # emq: a job broker
+//!
+//! One broker, two front ends, one set of named queues:
+//!
+//! * **eMQP** over ZeroMQ, wire-compatible with EventMQ 0.3.13: the Python
+//!   EventMQ client, jobmanager, scheduler and emq-cli work against
+//!   `emq-router` unchanged.
+//! * **The text protocol** over TCP: `SCHED`, `ASK` → `WANT?`/`NOPE`, `ACK`,
+//!   `DCL`, `DEL`, `END`.
+//!
+//! ```text
+//!  clients, schedulers ─► ┌──────────────┐
+//!  workers ─────────────► │ zmq I/O      │ owns the ROUTER sockets, decodes
+//!  emq-cli ─────────────► │ thread       │ frames, never holds queue state
+//!                         └──────┬───────┘
+//!                                │ crossbeam channels    ▲ inproc PUSH/PULL (egress)
+//!                                ▼                       │
+//!                         ┌──────────────┐ per-queue FIFOs, weighted worker
+//!                         │ dispatcher   │ selection, in-flight table,
+//!                         │ shard 0..N-1 │ heartbeat/expiry timers
+//!                         └──────┬───────┘
+//!                                ▲ crossbeam channels
+//!  text clients ─► acceptor pool ─► connection threads (std::net, blocking)
+//! ```
+//!
+//! Modules:
+//! * [`protocol`]: pure codecs (eMQP frames, headers, queue lists, text lines).
+//! * [`broker`]: dispatcher shards: queues, workers, selection, in-flight, timers.
+//! * [`zmq_io`]: the only code that calls the zmq crate on the router side.
+//! * [`config`] and [`limits`]: settings, validated once; every default with its reason.
+
+#![warn(missing_docs)]
+
+pub mod broker;
+pub mod config;
+pub mod limits;
+pub mod protocol;
+pub mod zmq_io;

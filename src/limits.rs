@@ -1,0 +1,69 @@
+//! Every default and limit in one place, typed, each with its reason
+//! (the habit of NATS `server/const.go`). Durations are [`Duration`]; raw
+//! numbers carry their unit in their name.
+
+use std::time::Duration;
+
+/// eMQP frontend (clients, schedulers): EventMQ's `FRONTEND_ADDR` (spec §1).
+pub const FRONTEND_ADDR: &str = "tcp://127.0.0.1:47291";
+/// eMQP backend (workers): EventMQ's `BACKEND_ADDR` (spec §1).
+pub const BACKEND_ADDR: &str = "tcp://127.0.0.1:47290";
+/// Admin socket (emq-cli): EventMQ's `ADMINISTRATIVE_ADDR` (spec §1).
+pub const ADMIN_ADDR: &str = "tcp://127.0.0.1:47293";
+/// Text protocol listener (spec text-protocol.md).
+pub const TEXT_ADDR: &str = "127.0.0.1:47294";
+/// Pub/sub device, incoming ROUTER: EventMQ's `PUBLISHER_INCOMING_ADDR`.
+pub const PUBSUB_IN_ADDR: &str = "tcp://127.0.0.1:47298";
+/// Pub/sub device, outgoing PUB: EventMQ's `PUBLISHER_OUTGOING_ADDR`.
+pub const PUBSUB_OUT_ADDR: &str = "tcp://127.0.0.1:47299";
+
+/// Heartbeat send period to every worker and scheduler. EventMQ's
+/// `HEARTBEAT_INTERVAL` (3 s); Python peers reconnect after ~15 s of silence.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
+/// A worker or scheduler silent this long is dead. EventMQ's
+/// `HEARTBEAT_TIMEOUT` (5 s); Python peers heartbeat every 3 s.
+pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The queue a REQUEST for an unknown queue falls back to, and the queue of
+/// an empty INFORM: EventMQ's `DEFAULT_QUEUE_NAME`.
+pub const DEFAULT_QUEUE: &str = "default";
+/// Weight of the default queue for an INFORM with an empty queue list:
+/// EventMQ's `QUEUES = [(10, "default")]`.
+pub const DEFAULT_QUEUE_WEIGHT: i64 = 10;
+/// Waiting jobs per queue before REQUEST/SCHED is rejected. EventMQ uses
+/// 10,000 (`HWM`) and a RAM-sized limit for `default` (D9); we use one
+/// explicit bound large enough for bursts (100,000-line pipelines).
+pub const MAX_QUEUE_LEN: usize = 1_000_000;
+/// How long shutdown waits for queued and in-flight jobs to finish before it
+/// logs what remains and exits.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// ZeroMQ high-water mark (messages per peer pipe) on the router's sockets.
+/// libzmq's default of 1,000 drops or blocks bursts; workers and clients
+/// that pipeline need more.
+pub const ZMQ_HWM: i32 = 100_000;
+/// Most messages one loop turn takes from one source before it looks at the
+/// others: bounded batches keep latency predictable (rumqttd's 500).
+pub const BATCH: usize = 512;
+/// Capacity of each dispatcher shard's ingress channel (messages). When it is
+/// full, the I/O thread blocks and ZeroMQ pushes back on the peers.
+pub const SHARD_CHANNEL_CAP: usize = 65_536;
+/// How long the admin thread waits for each shard's snapshot.
+pub const ADMIN_SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Longest text-protocol line, not counting LF or a CR before it
+/// (text-protocol.md: 1 MiB).
+pub const TEXT_MAX_LINE_BYTES: usize = 1 << 20;
+/// An offer not answered within this time goes back to the front of its
+/// queue (text-protocol.md: 300 s).
+pub const TEXT_OFFER_TIMEOUT: Duration = Duration::from_secs(300);
+/// A connection holding a partial line this long is closed
+/// (text-protocol.md: 60 s).
+pub const TEXT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most open text connections; past it `ERR BUSY` (text-protocol.md: 10,000).
+pub const TEXT_MAX_CONNECTIONS: usize = 10_000;
+/// Threads calling `accept` on the text listener.
+pub const TEXT_ACCEPTORS: usize = 2;
+
+/// Period of the latency reporter's log line.
+pub const LATENCY_REPORT_INTERVAL: Duration = Duration::from_secs(60);
+/// Largest latency an HdrHistogram records (1 hour, in microseconds).
+pub const LATENCY_MAX_US: u64 = 3_600_000_000;

@@ -1,0 +1,481 @@
+//! The eMQP codec: EventMQ 0.3.13 multipart messages as values (spec §2, §3).
+//!
+//! Pure code: no sockets, no clocks. A message is a list of frames; each frame
+//! is an opaque byte string (never assumed to be UTF-8, identities included).
+//! Frames here are **D-frames** (spec §0): the DEALER's view, starting with the
+//! empty delimiter. A ROUTER peer strips the identity frame before decoding and
+//! prepends it after encoding.
+//!
+//! * [`decode`] turns D-frames into a [`Message`], checking the command against
+//!   a per-socket whitelist ([`Socket`]) and the frame count the command needs.
+//! * [`Message::encode`] turns a [`Message`] back into D-frames, byte-exact with
+//!   what the Python peers send (spec §13 test vectors).
+//!
+//! Errors ([`DecodeError`]) name the frame index that was wrong.
+
+use std::fmt;
+
+/// The protocol version frame (D1). Receivers never check it (spec §2.1);
+/// senders always write it.
+pub const VERSION: &[u8] = b"eMQP/1.0";
+
+/// A frame: opaque bytes.
+pub type Frame = Vec<u8>;
+
+/// Which socket (and which side of it) a message was read from. Each socket
+/// accepts a fixed set of commands (spec §3.11); everything else is
+/// [`DecodeError::NotAllowed`] (fixes EventMQ defect D2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Socket {
+    /// Router frontend (clients, schedulers → router).
+    Frontend,
+    /// Router backend (workers → router).
+    Backend,
+    /// Router admin socket (emq-cli → router).
+    Admin,
+    /// What a worker DEALER receives from the router backend.
+    WorkerSide,
+    /// What a scheduler DEALER receives from the router frontend.
+    SchedulerSide,
+    /// What a client DEALER receives from the router frontend (acceptance
+    /// REPLY, ERROR) or admin socket (admin REPLY, ACK).
+    ClientSide,
+    /// The pub/sub device's incoming ROUTER (spec §3.9).
+    PubIn,
+}
+
+impl Socket {
+    /// A short lower-case name, used in logs and STATUS counters.
+    pub fn name(self) -> &'static str {
+        match self {
+            Socket::Frontend => "frontend",
+            Socket::Backend => "backend",
+            Socket::Admin => "admin",
+            Socket::WorkerSide => "worker",
+            Socket::SchedulerSide => "scheduler",
+            Socket::ClientSide => "client",
+            Socket::PubIn => "pubsub",
+        }
+    }
+
+    fn allows(self, cmd: &[u8]) -> bool {
+        let allowed: &[&[u8]] = match self {
+            Socket::Frontend => &[b"INFORM", b"REQUEST", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE"],
+            Socket::Backend => &[b"INFORM", b"READY", b"REPLY", b"HEARTBEAT", b"KBYE"],
+            Socket::Admin => {
+                &[b"STATUS", b"ROUTER_SHOW_WORKERS", b"ROUTER_SHOW_SCHEDULERS", b"LATENCY", b"DISCONNECT", b"HELLO"]
+            }
+            Socket::WorkerSide => &[b"ACK", b"REQUEST", b"HEARTBEAT", b"KBYE", b"DISCONNECT"],
+            Socket::SchedulerSide => {
+                &[b"ACK", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"REPLY", b"ERROR"]
+            }
+            Socket::ClientSide => &[b"REPLY", b"ACK", b"ERROR", b"HEARTBEAT", b"KBYE"],
+            Socket::PubIn => &[b"PUBLISH"],
+        };
+        allowed.contains(&cmd)
+    }
+}
+
+/// The peer type named in INFORM's D5 (spec §3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerType {
+    /// `worker`: a jobmanager; ACKed on the backend.
+    Worker,
+    /// `scheduler`: ACKed on the frontend.
+    Scheduler,
+}
+
+/// An admin query (spec §3.10), plus emq's `LATENCY` extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminQuery {
+    /// `STATUS`
+    Status,
+    /// `ROUTER_SHOW_WORKERS`
+    ShowWorkers,
+    /// `ROUTER_SHOW_SCHEDULERS`
+    ShowSchedulers,
+    /// `LATENCY` (emq extension): per-queue latency percentiles as JSON.
+    Latency,
+}
+
+impl AdminQuery {
+    /// The command word on the wire.
+    pub fn word(self) -> &'static [u8] {
+        match self {
+            AdminQuery::Status => b"STATUS",
+            AdminQuery::ShowWorkers => b"ROUTER_SHOW_WORKERS",
+            AdminQuery::ShowSchedulers => b"ROUTER_SHOW_SCHEDULERS",
+            AdminQuery::Latency => b"LATENCY",
+        }
+    }
+}
+
+/// The body of a SCHEDULE or UNSCHEDULE (spec §3.8): D4..D8.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleBody {
+    /// D4: queue name the job runs on.
+    pub queue: Frame,
+    /// D5: headers CSV (`guarantee`, `nohaste`, `run_count:N`).
+    pub headers: Frame,
+    /// D6: interval in seconds as decimal text; `-1` for cron jobs.
+    pub interval: Frame,
+    /// D7: job body JSON.
+    pub body: Frame,
+    /// D8: cron expression, empty for interval jobs. `None` when the frame is
+    /// missing (tolerated for UNSCHEDULE, which needs only D4-D7).
+    pub cron: Option<Frame>,
+}
+
+/// One eMQP command with its body frames (spec §3). Field names follow the
+/// frame tables of the spec.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// INFORM: D4 queue JSON (empty = router defaults), D5 peer type.
+    Inform { queues: Frame, peer: PeerType },
+    /// ACK: D4 the acknowledged msgid.
+    Ack { acked: Frame },
+    /// READY: no body; one more free slot.
+    Ready,
+    /// REQUEST: D4 queue, D5 headers CSV, D6 body, then any extra frames,
+    /// which are kept and forwarded unchanged.
+    Request { queue: Frame, headers: Frame, body: Frame, extra: Vec<Frame> },
+    /// REPLY with one body frame: the acceptance REPLY (D4 = accepted msgid)
+    /// or the admin REPLY (D4 = JSON).
+    Reply { body: Frame },
+    /// Job-result REPLY from a worker: D4 result JSON, D5 the REQUEST msgid.
+    JobReply { result: Frame, request_msgid: Frame },
+    /// HEARTBEAT: D4 the sender's wall clock (never read).
+    Heartbeat { timestamp: Frame },
+    /// KBYE: no body.
+    Kbye,
+    /// DISCONNECT: no body (extra frames ignored).
+    Disconnect,
+    /// SCHEDULE: 9 frames.
+    Schedule(ScheduleBody),
+    /// UNSCHEDULE: at least 8 frames.
+    Unschedule(ScheduleBody),
+    /// PUBLISH: D4 topic, D5 message.
+    Publish { topic: Frame, message: Frame },
+    /// An admin query (no body).
+    Admin(AdminQuery),
+    /// `HELLO`, which the Python emq-cli sends on connect; never answered.
+    Hello,
+    /// ERROR (emq extension): D4 the msgid of the rejected message, D5 an
+    /// error code token (e.g. `QUEUE_FULL`), D6 human-readable text. Old
+    /// Python clients never read it; old schedulers log it as unhandled.
+    Error { refers_to: Frame, code: Frame, text: Frame },
+}
+
+impl Command {
+    /// The command word on the wire (D2).
+    pub fn word(&self) -> &'static [u8] {
+        match self {
+            Command::Inform { .. } => b"INFORM",
+            Command::Ack { .. } => b"ACK",
+            Command::Ready => b"READY",
+            Command::Request { .. } => b"REQUEST",
+            Command::Reply { .. } | Command::JobReply { .. } => b"REPLY",
+            Command::Heartbeat { .. } => b"HEARTBEAT",
+            Command::Kbye => b"KBYE",
+            Command::Disconnect => b"DISCONNECT",
+            Command::Schedule(_) => b"SCHEDULE",
+            Command::Unschedule(_) => b"UNSCHEDULE",
+            Command::Publish { .. } => b"PUBLISH",
+            Command::Admin(q) => q.word(),
+            Command::Hello => b"HELLO",
+            Command::Error { .. } => b"ERROR",
+        }
+    }
+}
+
+/// A decoded message: the msgid (D3) and the command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// D3: this message's id (a uuid4 text for Python peers; opaque here).
+    pub msgid: Frame,
+    /// D2 and the body frames.
+    pub command: Command,
+}
+
+/// Why a message could not be decoded. Every variant names the frame (D-index)
+/// that was wrong, so logs point at the byte that broke it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Fewer than 4 D-frames: no command or msgid.
+    #[error("message has {frames} frame(s); eMQP needs at least 4 (empty, version, command, msgid)")]
+    TooShort {
+        /// Number of D-frames received.
+        frames: usize,
+    },
+    /// The command word (D2) is not an eMQP command at all.
+    #[error("frame 2: unknown command {word:?}")]
+    UnknownCommand {
+        /// The command frame, lossily shown as text.
+        word: String,
+    },
+    /// A known command that this socket does not accept.
+    #[error("frame 2: command {word} is not accepted on the {socket} socket")]
+    NotAllowed {
+        /// The command word.
+        word: String,
+        /// The socket name.
+        socket: &'static str,
+    },
+    /// The command needs a body frame that is missing.
+    #[error("frame {index}: {command} needs {what} (message has {frames} frames)")]
+    MissingFrame {
+        /// The command word.
+        command: &'static str,
+        /// The missing D-index.
+        index: usize,
+        /// What that frame should hold.
+        what: &'static str,
+        /// Number of D-frames received.
+        frames: usize,
+    },
+    /// INFORM's peer type (D5) is neither `worker` nor `scheduler`.
+    #[error("frame 5: INFORM peer type {0:?} is neither \"worker\" nor \"scheduler\"")]
+    BadPeerType(String),
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Decodes D-frames read from `socket`.
+///
+/// Positional, like EventMQ (spec §2.4): D0 and D1 are not checked. The
+/// command word is matched exactly (upper case), then checked against the
+/// socket's whitelist, then its body frames are counted.
+///
+/// # Errors
+/// [`DecodeError`] naming the offending frame; the input is left untouched so
+/// the caller can log it.
+///
+/// # Example
+/// ```
+/// use emq::protocol::emqp::{decode, Command, Socket};
+/// let frames: Vec<Vec<u8>> = vec![b"".to_vec(), b"eMQP/1.0".to_vec(), b"READY".to_vec(), b"id-1".to_vec()];
+/// let msg = decode(&frames, Socket::Backend).unwrap();
+/// assert_eq!(msg.command, Command::Ready);
+/// assert!(decode(&frames, Socket::Frontend).is_err()); // READY is a backend command
+/// ```
+pub fn decode<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Message, DecodeError> {
+    if frames.len() < 4 {
+        return Err(DecodeError::TooShort { frames: frames.len() });
+    }
+    let word = frames[2].as_ref();
+    let name = command_name(word).ok_or_else(|| DecodeError::UnknownCommand { word: lossy(word) })?;
+    if !socket.allows(word) {
+        return Err(DecodeError::NotAllowed { word: name.to_string(), socket: socket.name() });
+    }
+    let body = Body { frames, command: name };
+    let command = match name {
+        "INFORM" => {
+            Command::Inform { queues: body.get(4, "the queue list")?, peer: peer_type(&body.get(5, "the peer type")?)? }
+        }
+        "ACK" => Command::Ack { acked: body.get(4, "the acknowledged msgid")? },
+        "READY" => Command::Ready,
+        "REQUEST" => Command::Request {
+            queue: body.get(4, "the queue name")?,
+            headers: body.get(5, "the headers")?,
+            body: body.get(6, "the job body")?,
+            extra: body.rest(7),
+        },
+        "REPLY" if socket == Socket::Backend => {
+            Command::JobReply { result: body.get(4, "the result")?, request_msgid: body.get(5, "the REQUEST msgid")? }
+        }
+        "REPLY" => Command::Reply { body: body.get(4, "the reply body")? },
+        "HEARTBEAT" => Command::Heartbeat { timestamp: body.opt(4).unwrap_or_default() },
+        "KBYE" => Command::Kbye,
+        "DISCONNECT" => Command::Disconnect,
+        "SCHEDULE" => Command::Schedule(schedule_body(&body, true)?),
+        "UNSCHEDULE" => Command::Unschedule(schedule_body(&body, false)?),
+        "PUBLISH" => Command::Publish { topic: body.get(4, "the topic")?, message: body.get(5, "the message")? },
+        "STATUS" => Command::Admin(AdminQuery::Status),
+        "ROUTER_SHOW_WORKERS" => Command::Admin(AdminQuery::ShowWorkers),
+        "ROUTER_SHOW_SCHEDULERS" => Command::Admin(AdminQuery::ShowSchedulers),
+        "LATENCY" => Command::Admin(AdminQuery::Latency),
+        "HELLO" => Command::Hello,
+        "ERROR" => Command::Error {
+            refers_to: body.get(4, "the rejected msgid")?,
+            code: body.opt(5).unwrap_or_default(),
+            text: body.opt(6).unwrap_or_default(),
+        },
+        _ => return Err(DecodeError::UnknownCommand { word: lossy(word) }),
+    };
+    Ok(Message { msgid: frames[3].as_ref().to_vec(), command })
+}
+
+const COMMANDS: &[&str] = &[
+    "INFORM",
+    "ACK",
+    "READY",
+    "REQUEST",
+    "REPLY",
+    "HEARTBEAT",
+    "KBYE",
+    "DISCONNECT",
+    "SCHEDULE",
+    "UNSCHEDULE",
+    "PUBLISH",
+    "STATUS",
+    "ROUTER_SHOW_WORKERS",
+    "ROUTER_SHOW_SCHEDULERS",
+    "LATENCY",
+    "HELLO",
+    "ERROR",
+];
+
+fn command_name(word: &[u8]) -> Option<&'static str> {
+    COMMANDS.iter().copied().find(|c| c.as_bytes() == word)
+}
+
+fn peer_type(frame: &[u8]) -> Result<PeerType, DecodeError> {
+    match frame {
+        b"worker" => Ok(PeerType::Worker),
+        b"scheduler" => Ok(PeerType::Scheduler),
+        other => Err(DecodeError::BadPeerType(lossy(other))),
+    }
+}
+
+fn schedule_body<F: AsRef<[u8]>>(body: &Body<'_, F>, need_cron: bool) -> Result<ScheduleBody, DecodeError> {
+    Ok(ScheduleBody {
+        queue: body.get(4, "the queue name")?,
+        headers: body.get(5, "the headers")?,
+        interval: body.get(6, "the interval")?,
+        body: body.get(7, "the job body")?,
+        cron: if need_cron { Some(body.get(8, "the cron expression")?) } else { body.opt(8) },
+    })
+}
+
+struct Body<'a, F> {
+    frames: &'a [F],
+    command: &'static str,
+}
+
+impl<F: AsRef<[u8]>> Body<'_, F> {
+    fn get(&self, index: usize, what: &'static str) -> Result<Frame, DecodeError> {
+        self.opt(index).ok_or(DecodeError::MissingFrame {
+            command: self.command,
+            index,
+            what,
+            frames: self.frames.len(),
+        })
+    }
+
+    fn opt(&self, index: usize) -> Option<Frame> {
+        self.frames.get(index).map(|f| f.as_ref().to_vec())
+    }
+
+    fn rest(&self, from: usize) -> Vec<Frame> {
+        self.frames.iter().skip(from).map(|f| f.as_ref().to_vec()).collect()
+    }
+}
+
+impl Message {
+    /// Builds a message with a fresh uuid4 msgid (spec §2.2).
+    pub fn new(command: Command) -> Message {
+        Message { msgid: new_msgid(), command }
+    }
+
+    /// Encodes as D-frames: `["", "eMQP/1.0", WORD, msgid, body…]`.
+    pub fn encode(&self) -> Vec<Frame> {
+        let mut out = vec![Vec::new(), VERSION.to_vec(), self.command.word().to_vec(), self.msgid.clone()];
+        match &self.command {
+            Command::Inform { queues, peer } => {
+                out.push(queues.clone());
+                out.push(match peer {
+                    PeerType::Worker => b"worker".to_vec(),
+                    PeerType::Scheduler => b"scheduler".to_vec(),
+                });
+            }
+            Command::Ack { acked } => out.push(acked.clone()),
+            Command::Ready | Command::Kbye | Command::Disconnect | Command::Admin(_) | Command::Hello => {}
+            Command::Request { queue, headers, body, extra } => {
+                out.extend([queue.clone(), headers.clone(), body.clone()]);
+                out.extend(extra.iter().cloned());
+            }
+            Command::Reply { body } => out.push(body.clone()),
+            Command::JobReply { result, request_msgid } => out.extend([result.clone(), request_msgid.clone()]),
+            Command::Heartbeat { timestamp } => out.push(timestamp.clone()),
+            Command::Schedule(s) | Command::Unschedule(s) => {
+                out.extend([s.queue.clone(), s.headers.clone(), s.interval.clone(), s.body.clone()]);
+                out.push(s.cron.clone().unwrap_or_default());
+            }
+            Command::Publish { topic, message } => out.extend([topic.clone(), message.clone()]),
+            Command::Error { refers_to, code, text } => out.extend([refers_to.clone(), code.clone(), text.clone()]),
+        }
+        out
+    }
+}
+
+/// A fresh msgid: a lowercase hyphenated uuid4, 36 bytes (spec §2.2).
+pub fn new_msgid() -> Frame {
+    uuid::Uuid::new_v4().hyphenated().to_string().into_bytes()
+}
+
+/// The HEARTBEAT timestamp frame: the wall clock in seconds as decimal text,
+/// like Python's `str(time.time())` (spec §3.5). Receivers never read it.
+pub fn heartbeat_timestamp() -> Frame {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    format!("{}.{:06}", now.as_secs(), now.subsec_micros()).into_bytes()
+}
+
+/// Frames shown for logs: UTF-8 text where valid, hex escapes elsewhere,
+/// each frame cut at 64 bytes.
+pub struct ShowFrames<'a, F>(pub &'a [F]);
+
+impl<F: AsRef<[u8]>> fmt::Display for ShowFrames<'_, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, frame) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            let b = frame.as_ref();
+            let cut = &b[..b.len().min(64)];
+            write!(f, "\"{}\"", cut.escape_ascii())?;
+            if b.len() > 64 {
+                write!(f, "…(+{})", b.len() - 64)?;
+            }
+        }
+        f.write_str("]")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(parts: &[&[u8]]) -> Vec<Frame> {
+        parts.iter().map(|p| p.to_vec()).collect()
+    }
+
+    #[test]
+    fn request_keeps_extra_frames() {
+        let f = frames(&[b"", VERSION, b"REQUEST", b"m", b"q", b"h", b"b", b"x1", b"x2"]);
+        let m = decode(&f, Socket::Frontend).unwrap();
+        assert_eq!(m.encode(), f);
+    }
+
+    #[test]
+    fn short_messages_name_the_frame() {
+        let f = frames(&[b"", VERSION, b"INFORM", b"m", b"[]"]);
+        let e = decode(&f, Socket::Backend).unwrap_err();
+        assert_eq!(e, DecodeError::MissingFrame { command: "INFORM", index: 5, what: "the peer type", frames: 5 });
+        assert!(e.to_string().starts_with("frame 5:"));
+        assert_eq!(decode(&frames(&[b"", VERSION]), Socket::Backend), Err(DecodeError::TooShort { frames: 2 }));
+    }
+
+    #[test]
+    fn whitelist_per_socket() {
+        let f = frames(&[b"", VERSION, b"DISCONNECT", b"m"]);
+        assert!(decode(&f, Socket::Admin).is_ok());
+        let f = frames(&[b"", VERSION, b"on_request", b"m"]);
+        assert!(matches!(decode(&f, Socket::Backend), Err(DecodeError::UnknownCommand { .. })));
+        let f = frames(&[b"", VERSION, b"READY", b"m"]);
+        assert!(matches!(decode(&f, Socket::Frontend), Err(DecodeError::NotAllowed { .. })));
+    }
+}

@@ -1,0 +1,55 @@
+//! REQUEST headers (spec §4.3): a comma-separated string such as
+//! `reply-requested,timeout:30`. EventMQ matches them by substring (J17);
+//! emq matches whole tokens.
+
+/// The header that makes a worker answer with a job-result REPLY.
+pub const REPLY_REQUESTED: &[u8] = b"reply-requested";
+
+/// Whether the CSV `headers` hold exactly the token `name`.
+pub fn has(headers: &[u8], name: &[u8]) -> bool {
+    tokens(headers).any(|t| t == name)
+}
+
+/// The value of the first `name:value` token, e.g. `value(b"timeout:30", b"timeout")`
+/// is `Some(b"30")`.
+pub fn value<'a>(headers: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    tokens(headers).find_map(|t| t.strip_prefix(name).and_then(|rest| rest.strip_prefix(b":")))
+}
+
+/// The headers with `reply-requested` first, added if absent. The broker
+/// forwards these so every worker reports completion (DESIGN "Delivery").
+///
+/// ```
+/// use emq::protocol::headers::with_reply_requested;
+/// assert_eq!(with_reply_requested(b""), b"reply-requested");
+/// assert_eq!(with_reply_requested(b"timeout:30"), b"reply-requested,timeout:30");
+/// assert_eq!(with_reply_requested(b"reply-requested,guarantee"), b"reply-requested,guarantee");
+/// ```
+pub fn with_reply_requested(headers: &[u8]) -> Vec<u8> {
+    if has(headers, REPLY_REQUESTED) {
+        return headers.to_vec();
+    }
+    let mut out = REPLY_REQUESTED.to_vec();
+    if !headers.is_empty() {
+        out.push(b',');
+        out.extend_from_slice(headers);
+    }
+    out
+}
+
+fn tokens(headers: &[u8]) -> impl Iterator<Item = &[u8]> {
+    headers.split(|&b| b == b',').map(|t| t.trim_ascii()).filter(|t| !t.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_tokens_only() {
+        assert!(!has(b"no-reply-requested", REPLY_REQUESTED));
+        assert!(has(b"guarantee, reply-requested", REPLY_REQUESTED));
+        assert_eq!(value(b"reply-requested,timeout:30", b"timeout"), Some(&b"30"[..]));
+        assert_eq!(value(b"run_count:3,nohaste", b"run_count"), Some(&b"3"[..]));
+    }
+}

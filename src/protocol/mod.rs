@@ -1,0 +1,6 @@
+//! Pure codecs: eMQP frames, headers, queue lists, text lines. No sockets,
+//! no clocks.
+
+pub mod emqp;
+pub mod headers;
+pub mod queues;

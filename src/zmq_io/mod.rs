@@ -1,0 +1,1 @@
+//! ZeroMQ I/O (work in progress).
