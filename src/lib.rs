@@ -34,5 +34,6 @@
 pub mod broker;
 pub mod config;
 pub mod limits;
+pub mod metrics;
 pub mod protocol;
 pub mod zmq_io;

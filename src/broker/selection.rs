@@ -1,0 +1,113 @@
+//! Weighted worker selection for one queue (EventMQ 0.3.13, spec §5.6).
+//!
+//! The candidate list holds one `(weight, worker)` entry per worker serving
+//! the queue, sorted by weight, highest first, stably. Selection walks from
+//! the front, skipping workers without a free slot, and claims a slot on the
+//! first one that has one. EventMQ then appends every popped entry to the
+//! back and re-sorts stably; since the list is sorted, that equals rotating
+//! the chosen worker's weight tier so the chosen entry (and the skipped ones
+//! before it in its tier) move to the end of that tier. Higher tiers were
+//! popped whole and keep their order. So: the highest tier with capacity
+//! wins, and workers within a tier take turns. The cost is O(entries
+//! skipped + tier size), with no sort per job.
+
+use std::sync::Arc;
+
+use super::types::{WorkerKey, WorkerShared, WorkerState};
+
+/// The candidates of one queue, in selection order.
+#[derive(Debug, Default)]
+pub struct Candidates {
+    list: Vec<(i64, Arc<WorkerShared>)>,
+}
+
+impl Candidates {
+    /// Adds a worker with `weight`, after every entry of the same or higher
+    /// weight (a stable insert, as EventMQ's append-then-sort).
+    pub fn add(&mut self, weight: i64, worker: Arc<WorkerShared>) {
+        self.remove(worker.key);
+        let at = self.list.partition_point(|(w, _)| *w >= weight);
+        self.list.insert(at, (weight, worker));
+    }
+
+    /// Removes the worker registered under `key`, if present.
+    pub fn remove(&mut self, key: WorkerKey) {
+        self.list.retain(|(_, w)| w.key != key);
+    }
+
+    /// Claims a slot on the next worker by EventMQ's rule and returns it.
+    /// Dead workers met on the way are dropped from the list.
+    pub fn select(&mut self) -> Option<Arc<WorkerShared>> {
+        self.list.retain(|(_, w)| w.state() != WorkerState::Dead);
+        let i = self.list.iter().position(|(_, w)| w.try_claim())?;
+        let weight = self.list[i].0;
+        let start = self.list.partition_point(|(w, _)| *w > weight);
+        let end = self.list.partition_point(|(w, _)| *w >= weight);
+        let chosen = self.list[i].1.clone();
+        self.list[start..end].rotate_left(i - start + 1);
+        Some(chosen)
+    }
+
+    /// Whether any worker serves the queue (dead ones excluded).
+    pub fn is_empty(&self) -> bool {
+        self.list.iter().all(|(_, w)| w.state() == WorkerState::Dead)
+    }
+
+    /// The entries in selection order: `(weight, worker)`.
+    pub fn iter(&self) -> impl Iterator<Item = &(i64, Arc<WorkerShared>)> {
+        self.list.iter()
+    }
+
+    /// Number of entries (dead ones not yet dropped included).
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::types::{PeerId, QueueName};
+
+    fn worker(key: u64, name: &str) -> Arc<WorkerShared> {
+        Arc::new(WorkerShared::new(WorkerKey(key), PeerId(name.into()), 0, vec![(10, QueueName::from_str("q"))]))
+    }
+
+    fn order(c: &Candidates) -> Vec<String> {
+        c.iter().map(|(w, x)| format!("{w}{}", x.id)).collect()
+    }
+
+    /// EventMQ's `test_prioritize_queue_list` sequence (spec §5.6).
+    #[test]
+    fn eventmq_example() {
+        let [b, a, d, e, cc] = [worker(1, "b"), worker(2, "a"), worker(3, "d"), worker(4, "e"), worker(5, "c")];
+        let mut c = Candidates::default();
+        for (wt, w) in [(10, &b), (10, &a), (0, &d), (0, &e), (0, &cc)] {
+            c.add(wt, w.clone());
+        }
+        for w in [&b, &d] {
+            w.add_slot();
+        }
+        assert_eq!(c.select().map(|w| w.id.to_string()), Some("b".into()));
+        assert_eq!(order(&c), ["10a", "10b", "0d", "0e", "0c"]);
+        assert_eq!(c.select().map(|w| w.id.to_string()), Some("d".into()));
+        assert_eq!(order(&c), ["10a", "10b", "0e", "0c", "0d"]);
+        assert!(c.select().is_none());
+    }
+
+    #[test]
+    fn rotation_within_tier_and_dead_skipped() {
+        let ws: Vec<_> = (0..3).map(|i| worker(i, &format!("w{i}"))).collect();
+        let mut c = Candidates::default();
+        for w in &ws {
+            c.add(5, w.clone());
+            w.add_slot();
+            w.add_slot();
+        }
+        let picks: Vec<String> = (0..4).filter_map(|_| c.select()).map(|w| w.id.to_string()).collect();
+        assert_eq!(picks, ["w0", "w1", "w2", "w0"]);
+        ws[1].set_state(WorkerState::Dead);
+        assert_eq!(c.select().map(|w| w.id.to_string()), Some("w2".into()));
+        assert_eq!(c.len(), 2);
+    }
+}

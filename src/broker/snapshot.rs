@@ -1,0 +1,143 @@
+//! What a shard reports to the admin thread, and the merge of all shards
+//! into EventMQ's admin JSON shapes (spec §3.10), with emq's extra keys.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use super::types::show;
+
+/// One queue as its owning shard sees it.
+#[derive(Debug, Clone, Default)]
+pub struct QueueSnap {
+    /// Queue name (display form).
+    pub name: String,
+    /// Jobs waiting.
+    pub waiting: usize,
+    /// Jobs held by text connections (offered, unanswered).
+    pub offered: usize,
+    /// Jobs dispatched to eMQP workers since start.
+    pub processed: u64,
+    /// Selection order: `(weight, worker id)`.
+    pub candidates: Vec<(i64, String)>,
+}
+
+/// One worker as its home shard sees it.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerSnap {
+    /// Identity (display form).
+    pub id: String,
+    /// `(weight, queue)` in INFORM order.
+    pub queues: Vec<(i64, String)>,
+    /// Seconds since broker start of the last message (EventMQ's monotonic `hb`).
+    pub hb: f64,
+    /// Free slots.
+    pub slots: i64,
+    /// `live` or `draining`.
+    pub state: &'static str,
+    /// Jobs dispatched to it since registration.
+    pub processed: u64,
+    /// In-flight jobs per queue with their age.
+    pub inflight: Vec<(String, Duration)>,
+}
+
+/// One scheduler (shard 0 only).
+#[derive(Debug, Clone, Default)]
+pub struct SchedulerSnap {
+    /// Identity (display form).
+    pub id: String,
+    /// Seconds since broker start of the last message.
+    pub hb: f64,
+    /// SCHEDULEs routed to it.
+    pub scheduled: u64,
+}
+
+/// A shard's whole state, for the admin queries.
+#[derive(Debug, Clone, Default)]
+pub struct ShardSnapshot {
+    /// Queues owned by the shard.
+    pub queues: Vec<QueueSnap>,
+    /// Workers whose home is the shard.
+    pub workers: Vec<WorkerSnap>,
+    /// Schedulers (shard 0).
+    pub schedulers: Vec<SchedulerSnap>,
+}
+
+impl ShardSnapshot {
+    /// Jobs waiting, offered or in flight: what a drain waits for.
+    pub fn pending(&self) -> usize {
+        self.queues.iter().map(|q| q.waiting + q.offered).sum::<usize>()
+            + self.workers.iter().map(|w| w.inflight.len()).sum::<usize>()
+    }
+}
+
+/// Displays identities the same way everywhere.
+pub fn id_text(bytes: &[u8]) -> String {
+    show(bytes)
+}
+
+/// STATUS JSON (spec §3.10 key order), with `emq` extras appended.
+pub fn status_json(shards: &[ShardSnapshot], extras: Value) -> Value {
+    let mut inflight: BTreeMap<String, (u64, Duration, Duration)> = BTreeMap::new();
+    let mut by_worker = Map::new();
+    for w in shards.iter().flat_map(|s| &s.workers) {
+        by_worker.insert(w.id.clone(), json!(w.processed));
+        for (q, age) in &w.inflight {
+            let e = inflight.entry(q.clone()).or_default();
+            e.0 += 1;
+            e.1 += *age;
+            e.2 = e.2.max(*age);
+        }
+    }
+    let queues: Vec<&QueueSnap> = shards.iter().flat_map(|s| &s.queues).collect();
+    let ms = |d: Duration| d.as_millis() as u64;
+    let obj = |f: &dyn Fn(&QueueSnap) -> Option<Value>| -> Value {
+        Value::Object(queues.iter().filter_map(|q| f(q).map(|v| (q.name.clone(), v))).collect())
+    };
+    json!({
+        "inflight_messages_by_queue": inflight.iter().map(|(q, e)| (q.clone(), json!(e.0))).collect::<Map<_, _>>(),
+        "latency_messages_by_queue": inflight.iter().map(|(q, e)| (q.clone(), json!(ms(e.1) / e.0.max(1)))).collect::<Map<_, _>>(),
+        "max_latency_messages_by_queue": inflight.iter().map(|(q, e)| (q.clone(), json!(ms(e.2)))).collect::<Map<_, _>>(),
+        "waiting_messages_by_queue": obj(&|q| (q.waiting > 0).then(|| json!(q.waiting))),
+        "processed_messages_by_queue": obj(&|q| (q.processed > 0).then(|| json!(q.processed))),
+        "processed_messages_by_worker": by_worker,
+        "offered_messages_by_queue": obj(&|q| (q.offered > 0).then(|| json!(q.offered))),
+        "emq": extras,
+    })
+}
+
+/// ROUTER_SHOW_WORKERS JSON (spec §3.10, V17), with `inflight` and `state`
+/// per worker added.
+pub fn workers_json(shards: &[ShardSnapshot]) -> Value {
+    let mut workers = Map::new();
+    for w in shards.iter().flat_map(|s| &s.workers) {
+        workers.insert(
+            w.id.clone(),
+            json!({
+                "queues": w.queues.iter().map(|(wt, q)| json!([wt, q])).collect::<Vec<_>>(),
+                "hb": w.hb,
+                "available_slots": w.slots,
+                "inflight": w.inflight.len(),
+                "state": w.state,
+            }),
+        );
+    }
+    let mut queues = Map::new();
+    for q in shards.iter().flat_map(|s| &s.queues) {
+        if !q.candidates.is_empty() {
+            queues.insert(q.name.clone(), json!(q.candidates.iter().map(|(w, id)| json!([w, id])).collect::<Vec<_>>()));
+        }
+    }
+    json!({ "connected_workers": workers, "connected_queues": queues })
+}
+
+/// ROUTER_SHOW_SCHEDULERS JSON (spec §3.10, V18), with `scheduled` added.
+pub fn schedulers_json(shards: &[ShardSnapshot]) -> Value {
+    let s: Map<String, Value> = shards
+        .iter()
+        .flat_map(|s| &s.schedulers)
+        .map(|s| (s.id.clone(), json!({ "hb": s.hb, "scheduled": s.scheduled })))
+        .collect();
+    json!({ "connected_schedulers": s })
+}

@@ -1,0 +1,174 @@
+//! Identifiers and the job record shared by the shards.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
+use std::time::Instant;
+
+use crate::protocol::emqp::Frame;
+
+/// A queue name: bytes as they arrive in REQUEST D4 or a text `@queue`.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QueueName(pub Vec<u8>);
+
+/// A ZeroMQ peer identity: opaque bytes (36-byte uuid text for Python
+/// peers, 5 binary bytes for a peer that sets none).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PeerId(pub Vec<u8>);
+
+/// A unique number per worker registration: a re-INFORM from the same
+/// identity gets a new key, so stale messages about the old entry are told
+/// apart from the new one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkerKey(pub u64);
+
+/// A text-protocol connection number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u64);
+
+/// Shows bytes as text when they are UTF-8, escaped otherwise.
+pub fn show(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_string(),
+        Err(_) => bytes.escape_ascii().to_string(),
+    }
+}
+
+impl fmt::Display for QueueName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&show(&self.0))
+    }
+}
+
+impl fmt::Debug for QueueName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", show(&self.0))
+    }
+}
+
+impl fmt::Display for PeerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&show(&self.0))
+    }
+}
+
+impl fmt::Debug for PeerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", show(&self.0))
+    }
+}
+
+impl QueueName {
+    /// The queue named by `s`.
+    pub fn from_str(s: &str) -> QueueName {
+        QueueName(s.as_bytes().to_vec())
+    }
+}
+
+/// The shard that owns `queue`: `hash(queue) % shards` (DESIGN "Queue state
+/// lives on one shard"). Deterministic across runs.
+pub fn shard_of(bytes: &[u8], shards: usize) -> usize {
+    let mut h = std::hash::DefaultHasher::new();
+    bytes.hash(&mut h);
+    (h.finish() % shards.max(1) as u64) as usize
+}
+
+/// Where a job came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// An eMQP REQUEST from this frontend peer.
+    Emqp(PeerId),
+    /// A text-protocol SCHED.
+    Text,
+}
+
+/// One job as the broker holds it. The frames are kept as they arrived so a
+/// worker receives the client's REQUEST unchanged (spec §3.3).
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// The REQUEST msgid (a fresh uuid4 for text SCHEDs); the job id.
+    pub msgid: Frame,
+    /// REQUEST D4 as the client sent it (kept even after the `default`
+    /// fallback, spec §3.3).
+    pub queue_frame: Frame,
+    /// REQUEST D5, the headers CSV as the client sent it.
+    pub headers: Frame,
+    /// REQUEST D6 (the text protocol's data).
+    pub body: Frame,
+    /// Frames after D6, forwarded unchanged.
+    pub extra: Vec<Frame>,
+    /// When the broker took responsibility for the job.
+    pub accepted_at: Instant,
+    /// Who sent it.
+    pub origin: Origin,
+}
+
+/// A worker's life stage, shared between its home shard and the shards of
+/// its queues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum WorkerState {
+    /// Takes jobs.
+    Live = 0,
+    /// Said KBYE: gets no new jobs; its in-flight jobs may still complete.
+    Draining = 1,
+    /// Expired, replaced or unreachable: skipped and removed everywhere.
+    Dead = 2,
+}
+
+/// The part of a worker that every shard of its queues can see: its free
+/// slots (READY credits) and state. One pool of slots per worker, claimed by
+/// compare-and-swap, so credit stays exact across shards (DESIGN "Worker
+/// credit crosses shards").
+#[derive(Debug)]
+pub struct WorkerShared {
+    /// Registration key.
+    pub key: WorkerKey,
+    /// The worker's identity on the backend socket.
+    pub id: PeerId,
+    /// The shard that owns the worker's liveness and in-flight table.
+    pub home: usize,
+    /// `(weight, queue)` in INFORM order.
+    pub queues: Vec<(i64, QueueName)>,
+    slots: AtomicI64,
+    state: AtomicU8,
+}
+
+impl WorkerShared {
+    /// A live worker with no free slots.
+    pub fn new(key: WorkerKey, id: PeerId, home: usize, queues: Vec<(i64, QueueName)>) -> WorkerShared {
+        WorkerShared { key, id, home, queues, slots: AtomicI64::new(0), state: AtomicU8::new(WorkerState::Live as u8) }
+    }
+
+    /// Free slots now.
+    pub fn slots(&self) -> i64 {
+        self.slots.load(Ordering::Acquire)
+    }
+
+    /// Adds one free slot (a READY).
+    pub fn add_slot(&self) {
+        self.slots.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Takes one free slot if the worker is live and has one.
+    pub fn try_claim(&self) -> bool {
+        if self.state() != WorkerState::Live {
+            return false;
+        }
+        self.slots.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| (s > 0).then_some(s - 1)).is_ok()
+    }
+
+    /// The worker's state.
+    pub fn state(&self) -> WorkerState {
+        match self.state.load(Ordering::Acquire) {
+            0 => WorkerState::Live,
+            1 => WorkerState::Draining,
+            _ => WorkerState::Dead,
+        }
+    }
+
+    /// Moves the worker to `state` (never back to Live).
+    pub fn set_state(&self, state: WorkerState) {
+        self.state.fetch_max(state as u8, Ordering::AcqRel);
+    }
+}

@@ -1,0 +1,75 @@
+//! Broker-wide counters: plain atomics, bumped by whichever thread saw the
+//! event, read by STATUS.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::{json, Value};
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// Event counts since the broker started.
+        #[derive(Debug, Default)]
+        pub struct Counters {
+            $($(#[$doc])* pub $name: AtomicU64,)*
+        }
+
+        impl Counters {
+            /// All counters as a JSON object, in declaration order.
+            pub fn to_json(&self) -> Value {
+                let mut m = serde_json::Map::new();
+                $(m.insert(stringify!($name).to_string(), json!(self.$name.load(Ordering::Relaxed)));)*
+                Value::Object(m)
+            }
+        }
+    };
+}
+
+counters! {
+    /// Undecodable or not-allowed messages on the frontend.
+    malformed_frontend,
+    /// Undecodable or not-allowed messages on the backend.
+    malformed_backend,
+    /// Undecodable or not-allowed messages on the admin socket.
+    malformed_admin,
+    /// Messages from workers that are not registered (dropped).
+    unknown_worker_messages,
+    /// REQUESTs and SCHEDs accepted (queued or dispatched).
+    accepted_jobs,
+    /// Jobs sent to eMQP workers.
+    dispatched_jobs,
+    /// Job-result REPLYs matched to an in-flight job.
+    completed_jobs,
+    /// Jobs put back to the front of their queue (dead worker, failed send).
+    requeued_jobs,
+    /// REQUESTs and SCHEDs refused because the queue was full.
+    rejected_queue_full,
+    /// REQUESTs and SCHEDs refused while draining.
+    rejected_shutting_down,
+    /// SCHEDULE/UNSCHEDULE refused because no scheduler is connected.
+    rejected_no_scheduler,
+    /// INFORMs refused (bad queue list, wrong socket for the peer type).
+    rejected_inform,
+    /// Workers removed after missing heartbeats.
+    expired_workers,
+    /// Schedulers removed after missing heartbeats.
+    expired_schedulers,
+    /// Sends that failed (peer gone or pipe full), all kinds.
+    send_failures,
+    /// Text offers ACKed.
+    text_acked,
+    /// Text offers declined (DCL).
+    text_declined,
+    /// Text offers deleted (DEL).
+    text_deleted,
+    /// Text offers returned because the connection ended.
+    text_returned_disconnect,
+    /// Text offers returned by the offer timeout.
+    text_returned_timeout,
+}
+
+impl Counters {
+    /// Adds one to `c`.
+    pub fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}

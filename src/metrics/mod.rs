@@ -1,0 +1,3 @@
+//! Counters and latency recording.
+
+pub mod counters;
