@@ -34,6 +34,12 @@
 pub mod broker;
 pub mod config;
 pub mod limits;
+pub mod logging;
 pub mod metrics;
 pub mod protocol;
 pub mod zmq_io;
+
+/// Router start/stop, re-exported: `emq::router::start(config)`.
+pub mod router {
+    pub use crate::zmq_io::router::*;
+}

@@ -43,9 +43,6 @@ pub const ZMQ_HWM: i32 = 100_000;
 /// Most messages one loop turn takes from one source before it looks at the
 /// others: bounded batches keep latency predictable (rumqttd's 500).
 pub const BATCH: usize = 512;
-/// Capacity of each dispatcher shard's ingress channel (messages). When it is
-/// full, the I/O thread blocks and ZeroMQ pushes back on the peers.
-pub const SHARD_CHANNEL_CAP: usize = 65_536;
 /// How long the admin thread waits for each shard's snapshot.
 pub const ADMIN_SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(2);
 

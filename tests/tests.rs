@@ -1,1 +1,1 @@
-
+mod emqp_router;

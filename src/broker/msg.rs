@@ -46,8 +46,9 @@ pub enum ShardMsg {
     Wake { worker: Arc<WorkerShared> },
     /// A queue shard dispatched `job` to worker `key` (to the home shard).
     Dispatched { key: WorkerKey, queue: QueueName, job: Job },
-    /// A job back to its queue (front or back).
-    Requeue { queue: QueueName, job: Job, front: bool },
+    /// Jobs back to the front of their queue, keeping their order (the
+    /// first of `jobs` ends up first in line).
+    Requeue { queue: QueueName, jobs: Vec<Job> },
     /// Sending a job to worker `key` failed; `unreachable` when the peer is
     /// gone (EHOSTUNREACH), else its pipe was full (EAGAIN).
     SendFailed { key: WorkerKey, msgid: Frame, unreachable: bool },

@@ -146,7 +146,7 @@ impl Shard {
             ShardMsg::RemoveCandidate { queue, key } => self.handle_remove_candidate(queue, key),
             ShardMsg::Wake { worker } => self.wake(&worker),
             ShardMsg::Dispatched { key, queue, job } => self.handle_dispatched(key, queue, job, now),
-            ShardMsg::Requeue { queue, job, front } => self.enqueue(queue, job, front),
+            ShardMsg::Requeue { queue, jobs } => self.enqueue_front(queue, jobs),
             ShardMsg::SendFailed { key, msgid, unreachable } => self.handle_send_failed(key, msgid, unreachable, now),
             ShardMsg::TextSched { queue, data, reply } => self.handle_text_sched(queue, data, reply),
             ShardMsg::TextAsk { conn, queue, reply } => self.handle_text_ask(conn, queue, reply, now),

@@ -77,6 +77,15 @@ impl Shard {
         self.pump(&queue);
     }
 
+    /// Puts `jobs` at the front of `queue` in their order, then dispatches.
+    pub(super) fn enqueue_front(&mut self, queue: QueueName, jobs: Vec<Job>) {
+        let q = self.queues.entry(queue.clone()).or_default();
+        for job in jobs.into_iter().rev() {
+            q.waiting.push_front(job);
+        }
+        self.pump(&queue);
+    }
+
     /// Dispatches waiting jobs of `queue` while a candidate has a free slot.
     pub(super) fn pump(&mut self, queue: &QueueName) {
         loop {

@@ -88,7 +88,8 @@ impl Shard {
                 return self.no_scheduler(&client, msgid);
             }
             for id in ids {
-                let out = Outgoing { dest: Dest::Frontend, peer: id, frames: frames.clone(), on_fail: OnFail::Unschedule };
+                let out =
+                    Outgoing { dest: Dest::Frontend, peer: id, frames: frames.clone(), on_fail: OnFail::Unschedule };
                 self.out.send(out);
             }
             return;

@@ -24,7 +24,12 @@ pub struct Offer {
 }
 
 impl Shard {
-    pub(super) fn handle_text_sched(&mut self, queue: QueueName, data: Vec<u8>, reply: Sender<Result<(), TextRefusal>>) {
+    pub(super) fn handle_text_sched(
+        &mut self,
+        queue: QueueName,
+        data: Vec<u8>,
+        reply: Sender<Result<(), TextRefusal>>,
+    ) {
         let result = self.text_sched(queue, data);
         let _ = reply.send(result);
     }
@@ -52,7 +57,13 @@ impl Shard {
         Ok(())
     }
 
-    pub(super) fn handle_text_ask(&mut self, conn: ConnId, queue: QueueName, reply: Sender<Option<Vec<u8>>>, now: Instant) {
+    pub(super) fn handle_text_ask(
+        &mut self,
+        conn: ConnId,
+        queue: QueueName,
+        reply: Sender<Option<Vec<u8>>>,
+        now: Instant,
+    ) {
         let job = self.queues.get_mut(&queue).and_then(|q| q.waiting.pop_front());
         let Some(job) = job else {
             let _ = reply.send(None);
@@ -72,7 +83,12 @@ impl Shard {
         }
     }
 
-    pub(super) fn handle_text_answer(&mut self, conn: ConnId, answer: TextAnswer, reply: Sender<Result<(), TextRefusal>>) {
+    pub(super) fn handle_text_answer(
+        &mut self,
+        conn: ConnId,
+        answer: TextAnswer,
+        reply: Sender<Result<(), TextRefusal>>,
+    ) {
         let Some(offer) = self.offers.remove(&conn) else {
             let _ = reply.send(Err(TextRefusal::NoTask));
             return;

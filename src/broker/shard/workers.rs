@@ -28,6 +28,8 @@ pub struct InFlight {
     pub job: Job,
     /// When it was dispatched.
     pub since: Instant,
+    /// Dispatch order on this worker (ties of `since` are common).
+    pub seq: u64,
 }
 
 /// A worker as its home shard holds it.
@@ -39,7 +41,7 @@ pub struct HomeWorker {
     pub last_seen: Instant,
     /// Jobs sent to it, by REQUEST msgid.
     pub inflight: HashMap<Frame, InFlight>,
-    /// Jobs sent to it since it registered.
+    /// Jobs sent to it since it registered (also the next [`InFlight::seq`]).
     pub processed: u64,
 }
 
@@ -134,9 +136,10 @@ impl Shard {
         match worker {
             Some(w) if w.shared.state() != WorkerState::Dead => {
                 w.processed += 1;
-                w.inflight.insert(job.msgid.clone(), InFlight { queue, job, since: now });
+                let seq = w.processed;
+                w.inflight.insert(job.msgid.clone(), InFlight { queue, job, since: now, seq });
             }
-            _ => self.requeue(queue, job),
+            _ => self.requeue(queue, vec![job]),
         }
     }
 
@@ -148,15 +151,15 @@ impl Shard {
         let Some(w) = self.keys.get(&key).and_then(|id| self.workers.get_mut(id)) else { return };
         if let Some(f) = w.inflight.remove(&msgid) {
             tracing::warn!(worker = %w.shared.id, queue = %f.queue, "worker pipe full; job requeued");
-            self.requeue(f.queue, f.job);
+            self.requeue(f.queue, vec![f.job]);
         }
     }
 
-    /// Puts a job back at the front of its queue, on whichever shard owns it.
-    fn requeue(&mut self, queue: QueueName, job: Job) {
-        Counters::bump(&self.ctx.counters.requeued_jobs);
+    /// Puts jobs back at the front of their queue, on whichever shard owns it.
+    fn requeue(&mut self, queue: QueueName, jobs: Vec<Job>) {
+        self.ctx.counters.requeued_jobs.fetch_add(jobs.len() as u64, Ordering::Relaxed);
         let index = self.shard_of(&queue);
-        self.to_shard(index, ShardMsg::Requeue { queue, job, front: true });
+        self.to_shard(index, ShardMsg::Requeue { queue, jobs });
     }
 
     fn remove_candidates(&mut self, worker: &WorkerShared) {
@@ -176,9 +179,16 @@ impl Shard {
         self.remove_candidates(&w.shared);
         let mut jobs: Vec<InFlight> = w.inflight.into_values().collect();
         tracing::info!(worker = %id, why, requeued = jobs.len(), "worker removed");
-        jobs.sort_by_key(|f| std::cmp::Reverse(f.since));
+        jobs.sort_by_key(|f| f.seq);
+        let mut by_queue: Vec<(QueueName, Vec<Job>)> = Vec::new();
         for f in jobs {
-            self.requeue(f.queue, f.job);
+            match by_queue.iter_mut().find(|(q, _)| *q == f.queue) {
+                Some((_, list)) => list.push(f.job),
+                None => by_queue.push((f.queue, vec![f.job])),
+            }
+        }
+        for (queue, list) in by_queue {
+            self.requeue(queue, list);
         }
     }
 
@@ -210,7 +220,11 @@ impl Shard {
                 slots: w.shared.slots(),
                 state: if w.shared.state() == WorkerState::Live { "live" } else { "draining" },
                 processed: w.processed,
-                inflight: w.inflight.values().map(|f| (f.queue.to_string(), now.saturating_duration_since(f.since))).collect(),
+                inflight: w
+                    .inflight
+                    .values()
+                    .map(|f| (f.queue.to_string(), now.saturating_duration_since(f.since)))
+                    .collect(),
             })
             .collect();
         out.sort_by(|a, b| a.id.cmp(&b.id));

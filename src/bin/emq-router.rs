@@ -1,0 +1,53 @@
+//! `emq-router`: the broker. Runs on EventMQ's default addresses with no
+//! configuration; see `emq-router --help` and `--print-config`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use emq::config::{RawRouterConfig, DEFAULT_TOML};
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+/// emq-router: eMQP (EventMQ 0.3.13 wire) and text-protocol job broker.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// TOML configuration file (keys as printed by --print-config).
+    #[arg(long, short = 'C', env = "EMQ_CONFIG")]
+    config: Option<PathBuf>,
+    /// Print the commented default configuration and exit.
+    #[arg(long)]
+    print_config: bool,
+    /// Log filter (tracing-subscriber syntax: `info`, `emq=debug`…).
+    #[arg(long, env = "EMQ_LOG", default_value = "info")]
+    log: String,
+    #[command(flatten)]
+    raw: RawRouterConfig,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.print_config {
+        print!("{DEFAULT_TOML}");
+        return Ok(());
+    }
+    emq::logging::init(&args.log);
+    let file = match &args.config {
+        Some(path) => RawRouterConfig::from_file(path)?,
+        None => RawRouterConfig::default(),
+    };
+    let config = args.raw.or(file).validate()?;
+    let handle = emq::router::start(config).context("emq-router could not start")?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).context("installing signal handlers")?;
+    let signal_handle = signals.handle();
+    let stopper = handle.stop_handle();
+    std::thread::Builder::new().name("emq-signals".into()).spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            tracing::info!(signal = sig, "signal received: shutting down");
+            stopper.shutdown();
+        }
+    })?;
+    handle.wait();
+    signal_handle.close();
+    Ok(())
+}

@@ -1,0 +1,11 @@
+//! Log set-up shared by the binaries: tracing to stderr.
+
+/// Installs a stderr subscriber with `filter` (e.g. `info`, `emq=debug`).
+/// A bad filter falls back to `info` with a warning; calling twice is harmless.
+pub fn init(filter: &str) {
+    let env = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
+        eprintln!("bad log filter {filter:?} ({e}); using info");
+        tracing_subscriber::EnvFilter::new("info")
+    });
+    let _ = tracing_subscriber::fmt().with_env_filter(env).with_writer(std::io::stderr).try_init();
+}

@@ -1,0 +1,452 @@
+//! emq-router over eMQP with raw ZeroMQ peers: exact frames (spec §13),
+//! each scenario with one shard and with several.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use emq::config::{RawRouterConfig, RouterConfig};
+use emq::router::RouterHandle;
+use serde_json::Value;
+
+type Frames = Vec<Vec<u8>>;
+
+/// Aborts the whole test process if the test outlives `secs`.
+pub struct Watchdog(Arc<AtomicBool>);
+
+impl Watchdog {
+    pub fn new(name: &'static str, secs: u64) -> Watchdog {
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        std::thread::spawn(move || {
+            let end = Instant::now() + Duration::from_secs(secs);
+            while Instant::now() < end {
+                if flag.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            eprintln!("test {name} exceeded {secs} s: aborting");
+            std::process::abort();
+        });
+        Watchdog(done)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+pub fn config(shards: usize, tweak: impl FnOnce(&mut RawRouterConfig)) -> RouterConfig {
+    let mut raw = RawRouterConfig {
+        frontend_addr: Some("tcp://127.0.0.1:*".into()),
+        backend_addr: Some("tcp://127.0.0.1:*".into()),
+        admin_addr: Some("tcp://127.0.0.1:*".into()),
+        text_addr: Some("off".into()),
+        shards: Some(shards),
+        drain_timeout: Some("200ms".into()),
+        ..Default::default()
+    };
+    tweak(&mut raw);
+    raw.validate().expect("test config is valid")
+}
+
+pub fn router(shards: usize) -> RouterHandle {
+    emq::router::start(config(shards, |_| {})).expect("router starts")
+}
+
+/// A DEALER peer with a fixed identity.
+pub struct Peer {
+    pub sock: zmq::Socket,
+    _ctx: zmq::Context,
+}
+
+impl Peer {
+    pub fn new(endpoint: &str, identity: &[u8]) -> Peer {
+        let ctx = zmq::Context::new();
+        let sock = ctx.socket(zmq::DEALER).unwrap();
+        if !identity.is_empty() {
+            sock.set_identity(identity).unwrap();
+        }
+        sock.set_linger(0).unwrap();
+        sock.connect(endpoint).unwrap();
+        Peer { sock, _ctx: ctx }
+    }
+
+    pub fn send(&self, frames: &[&[u8]]) {
+        self.sock.send_multipart(frames.iter(), 0).unwrap();
+    }
+
+    /// Next message within `ms`, or `None`.
+    pub fn recv_within(&self, ms: i64) -> Option<Frames> {
+        let mut items = [self.sock.as_poll_item(zmq::POLLIN)];
+        zmq::poll(&mut items, ms).unwrap();
+        items[0].is_readable().then(|| self.sock.recv_multipart(0).unwrap())
+    }
+
+    /// Next message whose command (D2) is `cmd`, skipping heartbeats and
+    /// anything else; panics after 5 s.
+    pub fn expect(&self, cmd: &str) -> Frames {
+        let end = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < end {
+            if let Some(f) = self.recv_within(100) {
+                if f.get(2).map(|c| c.as_slice()) == Some(cmd.as_bytes()) {
+                    return f;
+                }
+            }
+        }
+        panic!("no {cmd} within 5 s");
+    }
+
+    /// Asserts no message with command `cmd` arrives within `ms`.
+    pub fn expect_none(&self, cmd: &str, ms: u64) {
+        let end = Instant::now() + Duration::from_millis(ms);
+        while Instant::now() < end {
+            if let Some(f) = self.recv_within(50) {
+                assert_ne!(f.get(2).map(|c| c.as_slice()), Some(cmd.as_bytes()), "unexpected {cmd}: {f:?}");
+            }
+        }
+    }
+
+    /// INFORM as a worker with `queues` JSON, then wait for the ACK.
+    pub fn inform_worker(&self, queues: &str) {
+        self.send(&[b"", b"eMQP/1.0", b"INFORM", b"inform-1", queues.as_bytes(), b"worker"]);
+        let ack = self.expect("ACK");
+        assert_eq!(ack[4], b"inform-1");
+    }
+
+    pub fn ready(&self, n: usize) {
+        for _ in 0..n {
+            self.send(&[b"", b"eMQP/1.0", b"READY", b"r"]);
+        }
+    }
+
+    pub fn request(&self, msgid: &str, queue: &str, headers: &str, body: &str) {
+        self.send(&[
+            b"",
+            b"eMQP/1.0",
+            b"REQUEST",
+            msgid.as_bytes(),
+            queue.as_bytes(),
+            headers.as_bytes(),
+            body.as_bytes(),
+        ]);
+    }
+
+    pub fn job_reply(&self, request_msgid: &[u8]) {
+        self.send(&[b"", b"eMQP/1.0", b"REPLY", b"rep", b"{\"value\": null}", request_msgid]);
+    }
+}
+
+pub fn admin(h: &RouterHandle, cmd: &str) -> Value {
+    let a = Peer::new(&h.endpoints.admin, b"admin-peer");
+    a.send(&[b"", b"eMQP/1.0", cmd.as_bytes(), b"admin:1"]);
+    let reply = a.expect("REPLY");
+    serde_json::from_slice(&reply[4]).expect("admin reply is JSON")
+}
+
+/// Polls `f` until true or `secs` pass.
+pub fn eventually(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("not reached within {secs} s: {what}");
+}
+
+const BODY: &str = r#"["run", {"callable": "add", "path": "jobs_mod", "args": [2, 3], "kwargs": {}, "class_args": [], "class_kwargs": {}}]"#;
+const W: &[u8] = b"7f3c2a9e-1b4d-4c8a-9e2f-5a6b7c8d9e01";
+const C: &[u8] = b"0d9e8f7a-6b5c-4d3e-8f1a-2b3c4d5e6f70";
+
+fn each_shards(f: impl Fn(usize)) {
+    for shards in [1, 3] {
+        f(shards);
+    }
+}
+
+#[test]
+fn inform_gets_ack_then_heartbeat() {
+    let _w = Watchdog::new("inform_gets_ack_then_heartbeat", 30);
+    each_shards(|n| {
+        let h = router(n);
+        let w = Peer::new(&h.endpoints.backend, W);
+        w.send(&[b"", b"eMQP/1.0", b"INFORM", b"1c0e5b3a", br#"[[10, "default"], [5, "email"]]"#, b"worker"]);
+        let ack = w.recv_within(5000).expect("ACK");
+        assert_eq!(&ack[..3], &[&b""[..], b"eMQP/1.0", b"ACK"]);
+        assert_eq!(ack[3].len(), 36, "fresh uuid4 msgid");
+        assert_eq!(ack[4], b"1c0e5b3a");
+        let hb = w.recv_within(5000).expect("HEARTBEAT right after the ACK");
+        assert_eq!(hb[2], b"HEARTBEAT");
+        assert_eq!(hb.len(), 5);
+    });
+}
+
+#[test]
+fn request_dispatch_v5_v6_v7() {
+    let _w = Watchdog::new("request_dispatch_v5_v6_v7", 30);
+    each_shards(|n| {
+        let h = router(n);
+        let w = Peer::new(&h.endpoints.backend, W);
+        w.inform_worker(r#"[[10, "default"], [5, "email"]]"#);
+        w.ready(1);
+        let c = Peer::new(&h.endpoints.frontend, C);
+        std::thread::sleep(Duration::from_millis(100));
+        c.request("f0e1d2c3-b4a5-4968-8776-655443322110", "email", "reply-requested,timeout:30", BODY);
+        let req = w.expect("REQUEST");
+        let want: Frames = [
+            &b""[..],
+            b"eMQP/1.0",
+            b"REQUEST",
+            b"f0e1d2c3-b4a5-4968-8776-655443322110",
+            b"email",
+            b"reply-requested,timeout:30",
+            BODY.as_bytes(),
+        ]
+        .iter()
+        .map(|f| f.to_vec())
+        .collect();
+        assert_eq!(req, want);
+        let rep = c.expect("REPLY");
+        assert_eq!(rep.len(), 5);
+        assert_eq!(rep[4], b"f0e1d2c3-b4a5-4968-8776-655443322110");
+    });
+}
+
+#[test]
+fn queued_request_is_acked_and_dispatched_on_ready_with_reply_requested() {
+    let _w = Watchdog::new("queued_request", 30);
+    each_shards(|n| {
+        let h = router(n);
+        let w = Peer::new(&h.endpoints.backend, W);
+        w.inform_worker(r#"[[10, "default"]]"#);
+        let c = Peer::new(&h.endpoints.frontend, C);
+        c.request("m-1", "default", "guarantee", "{}");
+        assert_eq!(c.expect("REPLY")[4], b"m-1", "acceptance REPLY for a queued REQUEST");
+        w.expect_none("REQUEST", 200);
+        w.ready(1);
+        let req = w.expect("REQUEST");
+        assert_eq!(req[3], b"m-1");
+        assert_eq!(req[5], b"reply-requested,guarantee", "the broker asks for the job-result REPLY");
+    });
+}
+
+#[test]
+fn unknown_queue_falls_back_to_default_keeping_d4() {
+    let _w = Watchdog::new("unknown_queue", 30);
+    each_shards(|n| {
+        let h = router(n);
+        let w = Peer::new(&h.endpoints.backend, W);
+        w.inform_worker(r#"[[10, "default"]]"#);
+        w.ready(2);
+        let c = Peer::new(&h.endpoints.frontend, C);
+        std::thread::sleep(Duration::from_millis(100));
+        c.request("m-unknown", "no-such-queue", "", "{}");
+        let req = w.expect("REQUEST");
+        assert_eq!((req[3].as_slice(), req[4].as_slice()), (&b"m-unknown"[..], &b"no-such-queue"[..]));
+    });
+}
+
+#[test]
+fn dead_worker_jobs_go_to_the_survivor() {
+    let _w = Watchdog::new("dead_worker", 60);
+    each_shards(|n| {
+        let cfg = config(n, |r| {
+            r.heartbeat_interval = Some("200ms".into());
+            r.heartbeat_timeout = Some("800ms".into());
+        });
+        let h = emq::router::start(cfg).unwrap();
+        let w1 = Peer::new(&h.endpoints.backend, b"w1");
+        w1.inform_worker(r#"[[10, "default"]]"#);
+        w1.ready(2);
+        let c = Peer::new(&h.endpoints.frontend, C);
+        std::thread::sleep(Duration::from_millis(100));
+        c.request("job-a", "default", "", "a");
+        c.request("job-b", "default", "", "b");
+        assert_eq!(w1.expect("REQUEST")[3], b"job-a");
+        assert_eq!(w1.expect("REQUEST")[3], b"job-b");
+        // w1 goes silent; w2 arrives and keeps heartbeating.
+        let w2 = Peer::new(&h.endpoints.backend, b"w2");
+        w2.inform_worker(r#"[[10, "default"]]"#);
+        w2.ready(2);
+        let mut got = Vec::new();
+        let end = Instant::now() + Duration::from_secs(10);
+        while got.len() < 2 && Instant::now() < end {
+            w2.send(&[b"", b"eMQP/1.0", b"HEARTBEAT", b"hb", b"0"]);
+            if let Some(f) = w2.recv_within(100) {
+                if f[2] == b"REQUEST" {
+                    got.push(f[3].clone());
+                }
+            }
+        }
+        assert_eq!(got, vec![b"job-a".to_vec(), b"job-b".to_vec()], "requeued at the front, in order ({n} shards)");
+        assert!(h.counters().expired_workers.load(Ordering::Relaxed) >= 1);
+    });
+}
+
+#[test]
+fn job_reply_completes_and_kbye_stops_new_jobs() {
+    let _w = Watchdog::new("kbye", 30);
+    each_shards(|n| {
+        let h = router(n);
+        let w = Peer::new(&h.endpoints.backend, W);
+        w.inform_worker(r#"[[10, "default"]]"#);
+        w.ready(3);
+        let c = Peer::new(&h.endpoints.frontend, C);
+        std::thread::sleep(Duration::from_millis(100));
+        c.request("j1", "default", "", "1");
+        let req = w.expect("REQUEST");
+        let status = admin(&h, "STATUS");
+        assert_eq!(status["inflight_messages_by_queue"]["default"], 1);
+        w.send(&[b"", b"eMQP/1.0", b"KBYE", b"bye"]);
+        std::thread::sleep(Duration::from_millis(100));
+        c.request("j2", "default", "", "2");
+        w.expect_none("REQUEST", 300);
+        w.job_reply(&req[3]);
+        eventually(5, "j1 completed", || h.counters().completed_jobs.load(Ordering::Relaxed) == 1);
+        let workers = admin(&h, "ROUTER_SHOW_WORKERS");
+        assert_eq!(workers["connected_workers"], serde_json::json!({}), "drained worker forgotten");
+        assert_eq!(admin(&h, "STATUS")["waiting_messages_by_queue"]["default"], 1, "j2 waits for a worker");
+    });
+}
+
+#[test]
+fn queue_limit_gives_error_reply() {
+    let _w = Watchdog::new("queue_limit", 30);
+    let h = emq::router::start(config(1, |r| r.max_queue_len = Some(2))).unwrap();
+    let c = Peer::new(&h.endpoints.frontend, C);
+    for id in ["q1", "q2", "q3"] {
+        c.request(id, "default", "", "x");
+    }
+    assert_eq!(c.expect("REPLY")[4], b"q1");
+    assert_eq!(c.expect("REPLY")[4], b"q2");
+    let err = c.expect("ERROR");
+    assert_eq!((err[4].as_slice(), err[5].as_slice()), (&b"q3"[..], &b"QUEUE_FULL"[..]));
+    assert_eq!(h.counters().rejected_queue_full.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn schedule_round_robin_and_no_scheduler_error() {
+    let _w = Watchdog::new("schedule", 30);
+    each_shards(|n| {
+        let h = router(n);
+        let c = Peer::new(&h.endpoints.frontend, C);
+        let sched = |id: &str| {
+            let body = BODY.as_bytes();
+            c.send(&[b"", b"eMQP/1.0", b"SCHEDULE", id.as_bytes(), b"default", b"guarantee", b"60", body, b""]);
+        };
+        sched("s0");
+        let err = c.expect("ERROR");
+        assert_eq!((err[4].as_slice(), err[5].as_slice()), (&b"s0"[..], &b"NO_SCHEDULER"[..]));
+        let s1 = Peer::new(&h.endpoints.frontend, b"sched-1");
+        let s2 = Peer::new(&h.endpoints.frontend, b"sched-2");
+        for s in [&s1, &s2] {
+            s.send(&[b"", b"eMQP/1.0", b"INFORM", b"i", b"", b"scheduler"]);
+            assert_eq!(s.expect("ACK")[4], b"i");
+        }
+        for id in ["a", "b", "c", "d"] {
+            sched(id);
+        }
+        let got1: Vec<Vec<u8>> = (0..2).map(|_| s1.expect("SCHEDULE")[3].clone()).collect();
+        let got2: Vec<Vec<u8>> = (0..2).map(|_| s2.expect("SCHEDULE")[3].clone()).collect();
+        assert_eq!((got1, got2), (vec![b"a".to_vec(), b"c".to_vec()], vec![b"b".to_vec(), b"d".to_vec()]));
+        c.send(&[b"", b"eMQP/1.0", b"UNSCHEDULE", b"u", b"default", b"", b"-1", BODY.as_bytes(), b""]);
+        let u1 = s1.expect("UNSCHEDULE");
+        assert_eq!(u1.len(), 9, "forwarded verbatim");
+        assert_eq!(s2.expect("UNSCHEDULE")[3], b"u");
+        let shown = admin(&h, "ROUTER_SHOW_SCHEDULERS");
+        assert!(shown["connected_schedulers"]["sched-1"]["hb"].is_number());
+        assert!(shown["connected_schedulers"]["sched-2"]["hb"].is_number());
+    });
+}
+
+#[test]
+fn admin_shapes_match_eventmq() {
+    let _w = Watchdog::new("admin_shapes", 30);
+    let h = router(2);
+    let w = Peer::new(&h.endpoints.backend, W);
+    w.inform_worker(r#"[[10, "default"], [5, "email"]]"#);
+    w.ready(3);
+    eventually(5, "slots", || {
+        admin(&h, "ROUTER_SHOW_WORKERS")["connected_workers"][std::str::from_utf8(W).unwrap()]["available_slots"] == 3
+    });
+    let shown = admin(&h, "ROUTER_SHOW_WORKERS");
+    let id = std::str::from_utf8(W).unwrap();
+    assert_eq!(shown["connected_workers"][id]["queues"], serde_json::json!([[10, "default"], [5, "email"]]));
+    assert_eq!(shown["connected_queues"]["email"], serde_json::json!([[5, id]]));
+    let status = admin(&h, "STATUS");
+    let keys: Vec<&str> = status.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+    assert_eq!(
+        &keys[..6],
+        [
+            "inflight_messages_by_queue",
+            "latency_messages_by_queue",
+            "max_latency_messages_by_queue",
+            "waiting_messages_by_queue",
+            "processed_messages_by_queue",
+            "processed_messages_by_worker"
+        ]
+    );
+}
+
+#[test]
+fn bad_input_is_counted_and_the_broker_keeps_serving() {
+    let _w = Watchdog::new("bad_input", 60);
+    each_shards(|n| {
+        let h = router(n);
+        // A peer with no identity (libzmq's binary 5-byte id) and non-UTF-8 frames.
+        let anon = Peer::new(&h.endpoints.frontend, b"");
+        anon.send(&[b"\xff\xfe", b"eMQP/1.0", b"REQUEST"]);
+        anon.send(&[b"", b"eMQP/1.0", b"BOGUS", b"m"]);
+        let bad_id = Peer::new(&h.endpoints.backend, b"\xff\x00\xc3(");
+        bad_id.send(&[b"", b"eMQP/1.0", b"DISCONNECT", b"m"]);
+        bad_id.send(&[b"", b"eMQP/1.0", b"on_request", b"m", b"q", b"h", b"b"]);
+        bad_id.send(&[b"", b"eMQP/1.0", b"INFORM", b"m", b"[[\"default\", 10]]", b"worker"]);
+        assert_eq!(bad_id.expect("ERROR")[5], b"BAD_INFORM");
+        bad_id.send(&[b"", b"eMQP/1.0", b"INFORM", b"m"]);
+        bad_id.send(&[b"", b"eMQP/1.0", b"REPLY", b"m", b"{}"]);
+        let adm = Peer::new(&h.endpoints.admin, b"adm");
+        adm.send(&[b"", b"eMQP/1.0", b"REQUEST", b"m", b"q", b"h", b"b"]);
+        adm.send(&[b"x"]);
+        let mut rng = 0x2545F4914F6CDD1Du64;
+        for _ in 0..300 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let frames: Vec<Vec<u8>> = (0..(rng % 9)).map(|i| rng.to_le_bytes()[..(i as usize % 8)].to_vec()).collect();
+            if !frames.is_empty() {
+                anon.sock.send_multipart(frames.iter(), 0).unwrap();
+            }
+        }
+        // Still serving: a real worker and client work.
+        let w = Peer::new(&h.endpoints.backend, W);
+        w.inform_worker("");
+        w.ready(1);
+        let c = Peer::new(&h.endpoints.frontend, C);
+        std::thread::sleep(Duration::from_millis(100));
+        c.request("ok-1", "default", "", "x");
+        assert_eq!(w.expect("REQUEST")[3], b"ok-1");
+        let counters = &admin(&h, "STATUS")["emq"]["counters"];
+        assert!(counters["malformed_frontend"].as_u64().unwrap() >= 2, "{counters}");
+        assert!(counters["malformed_backend"].as_u64().unwrap() >= 4, "{counters}");
+        assert!(counters["malformed_admin"].as_u64().unwrap() >= 2, "{counters}");
+        assert_eq!(counters["rejected_inform"], 1);
+    });
+}
+
+#[test]
+fn admin_disconnect_acks_and_stops() {
+    let _w = Watchdog::new("admin_disconnect", 30);
+    let h = router(2);
+    let w = Peer::new(&h.endpoints.backend, W);
+    w.inform_worker(r#"[[10, "default"]]"#);
+    let a = Peer::new(&h.endpoints.admin, b"admin");
+    a.send(&[b"", b"eMQP/1.0", b"DISCONNECT", b"admin:9f8e"]);
+    assert_eq!(a.expect("ACK")[4], b"admin:9f8e");
+    w.expect("KBYE");
+    h.wait();
+}
