@@ -7,5 +7,7 @@ pub fn init(filter: &str) {
         eprintln!("bad log filter {filter:?} ({e}); using info");
         tracing_subscriber::EnvFilter::new("info")
     });
-    let _ = tracing_subscriber::fmt().with_env_filter(env).with_writer(std::io::stderr).try_init();
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal();
+    let _ = tracing_subscriber::fmt().with_env_filter(env).with_ansi(ansi).with_writer(std::io::stderr).try_init();
 }
