@@ -308,6 +308,11 @@ fn job_reply_completes_and_kbye_stops_new_jobs() {
         w.expect_none("REQUEST", 300);
         w.job_reply(&req[3]);
         eventually(5, "j1 completed", || h.counters().completed_jobs.load(Ordering::Relaxed) == 1);
+        let latency = admin(&h, "LATENCY");
+        assert_eq!(latency["unit"], "us");
+        for kind in ["queue_wait", "service", "end_to_end"] {
+            assert_eq!(latency["queues"]["default"][kind]["count"], 1, "{latency}");
+        }
         let workers = admin(&h, "ROUTER_SHOW_WORKERS");
         assert_eq!(workers["connected_workers"], serde_json::json!({}), "drained worker forgotten");
         assert_eq!(admin(&h, "STATUS")["waiting_messages_by_queue"]["default"], 1, "j2 waits for a worker");

@@ -60,6 +60,8 @@ pub enum ShardMsg {
     TextAnswer { conn: ConnId, answer: TextAnswer, reply: Sender<Result<(), TextRefusal>> },
     /// Connection `conn` ended: its offer goes back to the front.
     TextRelease { conn: ConnId },
+    /// Hand over the latency histograms recorded since the last take.
+    LatencyTake { reply: Sender<crate::metrics::latency::Taken> },
     /// Send a snapshot of this shard's state.
     Snapshot { reply: Sender<ShardSnapshot> },
     /// Stop: KBYE to peers, log what remains, exit.

@@ -70,7 +70,7 @@ mod tests {
     use crate::broker::types::{PeerId, QueueName};
 
     fn worker(key: u64, name: &str) -> Arc<WorkerShared> {
-        Arc::new(WorkerShared::new(WorkerKey(key), PeerId(name.into()), 0, vec![(10, QueueName::from_str("q"))]))
+        Arc::new(WorkerShared::new(WorkerKey(key), PeerId(name.into()), 0, vec![(10, QueueName::named("q"))]))
     }
 
     fn order(c: &Candidates) -> Vec<String> {

@@ -60,7 +60,7 @@ impl fmt::Debug for PeerId {
 
 impl QueueName {
     /// The queue named by `s`.
-    pub fn from_str(s: &str) -> QueueName {
+    pub fn named(s: &str) -> QueueName {
         QueueName(s.as_bytes().to_vec())
     }
 }

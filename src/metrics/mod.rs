@@ -1,3 +1,5 @@
 //! Counters and latency recording.
 
 pub mod counters;
+pub mod latency;
+pub mod reporter;

@@ -16,7 +16,10 @@ use crate::broker::shard::ShardContext;
 use crate::broker::snapshot::{schedulers_json, status_json, workers_json, ShardSnapshot};
 use crate::broker::types::PeerId;
 use crate::limits;
+use crate::metrics::latency::LatencyStore;
+use crate::metrics::reporter;
 use crate::protocol::emqp::{AdminQuery, Command, Frame, Message};
+use parking_lot::Mutex;
 
 /// A query from the admin socket.
 #[derive(Debug)]
@@ -29,8 +32,8 @@ pub struct AdminRequest {
     pub query: AdminQuery,
 }
 
-/// Extra STATUS figures from outside the shards (the text front end, the
-/// latency reporter), each a JSON object under its own key.
+/// Extra STATUS figures from outside the shards (the text front end),
+/// each a JSON value under its own key in STATUS's `emq` object.
 pub type ExtraStatus = Arc<dyn Fn() -> Vec<(&'static str, Value)> + Send + Sync>;
 
 /// Asks every shard for a snapshot; shards that do not answer in time are
@@ -53,14 +56,23 @@ pub fn collect_snapshots(shards: &[Sender<ShardMsg>]) -> Vec<ShardSnapshot> {
 }
 
 /// Runs the admin thread until `rx` closes.
-pub fn run(rx: Receiver<AdminRequest>, mut out: ZmqOutbox, ctx: ShardContext, extra: ExtraStatus) {
+pub fn run(
+    rx: Receiver<AdminRequest>,
+    mut out: ZmqOutbox,
+    ctx: ShardContext,
+    extra: ExtraStatus,
+    latency: Arc<Mutex<LatencyStore>>,
+) {
     for req in rx {
         let shards = collect_snapshots(&ctx.shards);
         let body = match req.query {
             AdminQuery::Status => status_json(&shards, status_extras(&ctx, &extra)),
             AdminQuery::ShowWorkers => workers_json(&shards),
             AdminQuery::ShowSchedulers => schedulers_json(&shards),
-            AdminQuery::Latency => extra().into_iter().find(|(k, _)| *k == "latency").map_or(json!({}), |(_, v)| v),
+            AdminQuery::Latency => {
+                reporter::collect(&ctx.shards, &latency);
+                latency.lock().to_json()
+            }
         };
         let frames = Message::new(Command::Reply { body: body.to_string().into_bytes() }).encode();
         out.send(Outgoing { dest: Dest::Admin, peer: req.peer, frames, on_fail: OnFail::Count });
@@ -75,9 +87,7 @@ fn status_extras(ctx: &ShardContext, extra: &ExtraStatus) -> Value {
     m.insert("draining".into(), json!(ctx.draining.load(Ordering::Acquire)));
     m.insert("counters".into(), ctx.counters.to_json());
     for (k, v) in extra() {
-        if k != "latency" {
-            m.insert(k.into(), v);
-        }
+        m.insert(k.into(), v);
     }
     Value::Object(m)
 }

@@ -143,10 +143,10 @@ impl IoThread {
             }
             OnFail::Unschedule => (0, ShardMsg::SchedulerSendFailed { id: peer, retry: None }),
         };
-        self.to_shard(msg.0, msg.1);
+        self.send_to_shard(msg.0, msg.1);
     }
 
-    fn to_shard(&self, index: usize, msg: ShardMsg) {
+    fn send_to_shard(&self, index: usize, msg: ShardMsg) {
         if self.shards[index].send(msg).is_err() {
             tracing::error!(shard = index, "shard gone; message dropped");
         }
@@ -194,18 +194,18 @@ impl IoThread {
                     origin: Origin::Emqp(peer),
                 };
                 let index = shard_of(&name.0, self.shards.len());
-                self.to_shard(index, ShardMsg::Request { queue: name, job, fallback_done: false });
+                self.send_to_shard(index, ShardMsg::Request { queue: name, job, fallback_done: false });
             }
             Command::Inform { peer: PeerType::Scheduler, .. } => {
-                self.to_shard(0, ShardMsg::SchedulerInform { id: peer, msgid: msg.msgid })
+                self.send_to_shard(0, ShardMsg::SchedulerInform { id: peer, msgid: msg.msgid })
             }
             Command::Inform { peer: PeerType::Worker, .. } => self.wrong_socket(Socket::Frontend, &peer, msg.msgid),
             Command::Schedule(_) | Command::Unschedule(_) => {
                 let unschedule = matches!(msg.command, Command::Unschedule(_));
-                self.to_shard(0, ShardMsg::Schedule { client: peer, msgid: msg.msgid, frames, unschedule })
+                self.send_to_shard(0, ShardMsg::Schedule { client: peer, msgid: msg.msgid, frames, unschedule })
             }
-            Command::Heartbeat { .. } => self.to_shard(0, ShardMsg::SchedulerHeartbeat { id: peer }),
-            Command::Kbye => self.to_shard(0, ShardMsg::SchedulerKbye { id: peer }),
+            Command::Heartbeat { .. } => self.send_to_shard(0, ShardMsg::SchedulerHeartbeat { id: peer }),
+            Command::Kbye => self.send_to_shard(0, ShardMsg::SchedulerKbye { id: peer }),
             other => tracing::debug!(%peer, command = ?other.word().escape_ascii().to_string(), "ignored on frontend"),
         }
     }
@@ -228,7 +228,7 @@ impl IoThread {
             Command::Kbye => ShardMsg::WorkerKbye { id: peer },
             _ => return,
         };
-        self.to_shard(home, shard_msg);
+        self.send_to_shard(home, shard_msg);
     }
 
     /// The queues of an INFORM: the router defaults for an empty frame.
@@ -265,10 +265,8 @@ impl IoThread {
 
     fn on_admin(&mut self, peer: PeerId, msg: Message) {
         match msg.command {
-            Command::Admin(query) => {
-                if self.admin_tx.send(AdminRequest { peer, msgid: msg.msgid, query }).is_err() {
-                    tracing::error!("admin thread gone");
-                }
+            Command::Admin(query) if self.admin_tx.send(AdminRequest { peer, msgid: msg.msgid, query }).is_err() => {
+                tracing::error!("admin thread gone");
             }
             Command::Disconnect => {
                 tracing::info!(%peer, "DISCONNECT on the admin socket: shutting down");

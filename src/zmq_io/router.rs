@@ -17,6 +17,9 @@ use crate::broker::snapshot::ShardSnapshot;
 use crate::broker::types::QueueName;
 use crate::config::RouterConfig;
 use crate::metrics::counters::Counters;
+use crate::metrics::latency::LatencyStore;
+use crate::metrics::reporter;
+use parking_lot::Mutex;
 
 const EGRESS_ENDPOINT: &str = "inproc://emq-egress";
 
@@ -201,7 +204,13 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let (admin_tx, admin_rx) = crossbeam_channel::unbounded();
     let admin_out = ZmqOutbox::connect(&zctx, EGRESS_ENDPOINT).map_err(zerr("admin egress"))?;
     let admin_ctx = ctx.clone();
-    let admin_thread = spawn("emq-admin".into(), move || admin::run(admin_rx, admin_out, admin_ctx, extra))?;
+    let latency = Arc::new(Mutex::new(LatencyStore::default()));
+    let admin_latency = latency.clone();
+    let admin_thread =
+        spawn("emq-admin".into(), move || admin::run(admin_rx, admin_out, admin_ctx, extra, admin_latency))?;
+    let (reporter_stop, reporter_rx) = crossbeam_channel::bounded::<()>(1);
+    let (rep_shards, rep_cfg) = (ctx.shards.clone(), config.latency.clone());
+    let reporter = spawn("emq-latency".into(), move || reporter::run(rep_shards, latency, rep_cfg, reporter_rx))?;
 
     let (stop_tx, stop_rx) = crossbeam_channel::unbounded();
     let io = IoThread {
@@ -213,7 +222,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         admin_tx,
         stop_tx: stop_tx.clone(),
         counters: ctx.counters.clone(),
-        default_queues: config.default_queues.iter().map(|(w, q)| (*w, QueueName::from_str(q))).collect(),
+        default_queues: config.default_queues.iter().map(|(w, q)| (*w, QueueName::named(q))).collect(),
     };
     let io_plan = plan.clone();
     let io_thread = spawn("emq-io-0".into(), move || {
@@ -222,7 +231,8 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     })?;
     let exit_out = ZmqOutbox::connect(&zctx, EGRESS_ENDPOINT).map_err(zerr("control egress"))?;
     let control_ctx = ctx.clone();
-    let threads = Threads { shards: shard_threads, io: io_thread, admin: admin_thread, exit_out, zctx };
+    let threads =
+        Threads { shards: shard_threads, io: io_thread, admin: admin_thread, reporter, reporter_stop, exit_out, zctx };
     let control = spawn("emq-control".into(), move || control(stop_rx, control_ctx, threads))?;
     tracing::info!(frontend = %fe, backend = %be, admin = %ad, shards = config.shards, "emq-router started");
     Ok(RouterHandle {
@@ -237,6 +247,8 @@ struct Threads {
     shards: Vec<JoinHandle<()>>,
     io: JoinHandle<()>,
     admin: JoinHandle<()>,
+    reporter: JoinHandle<()>,
+    reporter_stop: Sender<()>,
     exit_out: ZmqOutbox,
     zctx: zmq::Context,
 }
@@ -247,6 +259,8 @@ fn control(stop_rx: Receiver<StopReason>, ctx: ShardContext, threads: Threads) {
     tracing::info!(?reason, "draining: new work is refused");
     ctx.draining.store(true, Ordering::Release);
     drain(&ctx);
+    drop(threads.reporter_stop);
+    let _ = threads.reporter.join();
     for tx in ctx.shards.iter() {
         let _ = tx.send(ShardMsg::Shutdown);
     }

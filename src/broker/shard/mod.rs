@@ -26,6 +26,7 @@ use super::types::{ConnId, PeerId, QueueName, WorkerKey};
 use crate::config::RouterConfig;
 use crate::limits;
 use crate::metrics::counters::Counters;
+use crate::metrics::latency::ShardLatency;
 use crate::protocol::emqp::{Command, Frame, Message};
 
 pub use queues::QueueState;
@@ -77,6 +78,7 @@ pub struct Shard {
     schedulers: Schedulers,
     offers: HashMap<ConnId, Offer>,
     offer_seq: u64,
+    latency: ShardLatency,
 }
 
 impl Shard {
@@ -93,6 +95,7 @@ impl Shard {
             schedulers: Schedulers::default(),
             offers: HashMap::new(),
             offer_seq: 0,
+            latency: ShardLatency::default(),
         };
         if index == 0 {
             let now = Instant::now();
@@ -152,6 +155,9 @@ impl Shard {
             ShardMsg::TextAsk { conn, queue, reply } => self.handle_text_ask(conn, queue, reply, now),
             ShardMsg::TextAnswer { conn, answer, reply } => self.handle_text_answer(conn, answer, reply),
             ShardMsg::TextRelease { conn } => self.handle_text_release(conn),
+            ShardMsg::LatencyTake { reply } => {
+                let _ = reply.send(self.latency.take());
+            }
             ShardMsg::Snapshot { reply } => {
                 let _ = reply.send(self.snapshot(now));
             }
@@ -178,7 +184,7 @@ impl Shard {
     }
 
     /// Sends `msg` to shard `index`, or handles it here when that is us.
-    fn to_shard(&mut self, index: usize, msg: ShardMsg) {
+    fn send_to_shard(&mut self, index: usize, msg: ShardMsg) {
         if index == self.index {
             self.handle(msg, Instant::now());
         } else if self.ctx.shards[index].send(msg).is_err() {

@@ -11,6 +11,7 @@ use crate::broker::snapshot::QueueSnap;
 use crate::broker::types::{Job, Origin, QueueName, WorkerKey, WorkerShared};
 use crate::limits;
 use crate::metrics::counters::Counters;
+use crate::metrics::latency::Kind;
 use crate::protocol::emqp::{Command, Message};
 use crate::protocol::headers;
 
@@ -40,9 +41,9 @@ impl Shard {
 
     pub(super) fn handle_request(&mut self, queue: QueueName, job: Job, fallback_done: bool) {
         if !fallback_done && !self.is_known(&queue) {
-            let default = QueueName::from_str(limits::DEFAULT_QUEUE);
+            let default = QueueName::named(limits::DEFAULT_QUEUE);
             let index = self.shard_of(&default);
-            self.to_shard(index, ShardMsg::Request { queue: default, job, fallback_done: true });
+            self.send_to_shard(index, ShardMsg::Request { queue: default, job, fallback_done: true });
             return;
         }
         let Origin::Emqp(client) = job.origin.clone() else {
@@ -96,6 +97,7 @@ impl Shard {
             let Some(worker) = q.candidates.select() else { return };
             let Some(job) = q.waiting.pop_front() else { return };
             q.processed += 1;
+            self.latency.record(queue, Kind::QueueWait, job.accepted_at.elapsed());
             self.dispatch(&worker, queue.clone(), job);
         }
     }
@@ -112,7 +114,7 @@ impl Shard {
         };
         let frames = Message { msgid: job.msgid.clone(), command }.encode();
         Counters::bump(&self.ctx.counters.dispatched_jobs);
-        self.to_shard(worker.home, ShardMsg::Dispatched { key: worker.key, queue, job });
+        self.send_to_shard(worker.home, ShardMsg::Dispatched { key: worker.key, queue, job });
         let on_fail = OnFail::Job { home: worker.home, key: worker.key };
         self.out.send(Outgoing { dest: Dest::Backend, peer: worker.id.clone(), frames, on_fail });
     }

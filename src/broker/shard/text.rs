@@ -10,6 +10,7 @@ use super::{Shard, Timer};
 use crate::broker::msg::{TextAnswer, TextRefusal};
 use crate::broker::types::{ConnId, Job, Origin, QueueName};
 use crate::metrics::counters::Counters;
+use crate::metrics::latency::Kind;
 use crate::protocol::emqp::new_msgid;
 
 /// A job offered to a text connection.
@@ -21,6 +22,8 @@ pub struct Offer {
     pub job: Job,
     /// Distinguishes this offer's timeout from an earlier one's.
     pub seq: u64,
+    /// When it was offered.
+    pub since: Instant,
 }
 
 impl Shard {
@@ -70,9 +73,10 @@ impl Shard {
             return;
         };
         let body = job.body.clone();
+        self.latency.record(&queue, Kind::QueueWait, now.saturating_duration_since(job.accepted_at));
         self.offer_seq += 1;
         let seq = self.offer_seq;
-        if let Some(old) = self.offers.insert(conn, Offer { queue: queue.clone(), job, seq }) {
+        if let Some(old) = self.offers.insert(conn, Offer { queue: queue.clone(), job, seq, since: now }) {
             // The connection enforces one offer at a time; never lose one anyway.
             self.enqueue(old.queue, old.job, true);
         }
@@ -94,7 +98,12 @@ impl Shard {
             return;
         };
         match answer {
-            TextAnswer::Ack => Counters::bump(&self.ctx.counters.text_acked),
+            TextAnswer::Ack => {
+                Counters::bump(&self.ctx.counters.text_acked);
+                let now = Instant::now();
+                self.latency.record(&offer.queue, Kind::Service, now.saturating_duration_since(offer.since));
+                self.latency.record(&offer.queue, Kind::EndToEnd, now.saturating_duration_since(offer.job.accepted_at));
+            }
             TextAnswer::Del => Counters::bump(&self.ctx.counters.text_deleted),
             TextAnswer::Dcl => {
                 Counters::bump(&self.ctx.counters.text_declined);

@@ -17,6 +17,7 @@ use crate::broker::msg::{Dest, OnFail, ShardMsg};
 use crate::broker::snapshot::WorkerSnap;
 use crate::broker::types::{Job, PeerId, QueueName, WorkerKey, WorkerShared, WorkerState};
 use crate::metrics::counters::Counters;
+use crate::metrics::latency::Kind;
 use crate::protocol::emqp::{heartbeat_timestamp, Command, Frame};
 
 /// A job sent to a worker and not yet answered.
@@ -63,7 +64,7 @@ impl Shard {
         self.send(Dest::Backend, &id, Command::Heartbeat { timestamp: heartbeat_timestamp() }, OnFail::Count);
         for (weight, queue) in queues {
             let index = self.shard_of(&queue);
-            self.to_shard(index, ShardMsg::AddCandidate { queue, weight, worker: shared.clone() });
+            self.send_to_shard(index, ShardMsg::AddCandidate { queue, weight, worker: shared.clone() });
         }
         self.timers.arm(now + self.ctx.config.heartbeat_interval, Timer::WorkerHeartbeat(key));
         self.timers.arm(now + self.ctx.config.heartbeat_timeout, Timer::WorkerExpiry(key));
@@ -98,7 +99,7 @@ impl Shard {
             }
         }
         for index in shards {
-            self.to_shard(index, ShardMsg::Wake { worker: worker.clone() });
+            self.send_to_shard(index, ShardMsg::Wake { worker: worker.clone() });
         }
     }
 
@@ -107,9 +108,12 @@ impl Shard {
             return;
         }
         let Some(w) = self.workers.get_mut(&id) else { return };
-        if w.inflight.remove(&request_msgid).is_some() {
+        if let Some(f) = w.inflight.remove(&request_msgid) {
             Counters::bump(&self.ctx.counters.completed_jobs);
+            self.latency.record(&f.queue, Kind::Service, now.saturating_duration_since(f.since));
+            self.latency.record(&f.queue, Kind::EndToEnd, now.saturating_duration_since(f.job.accepted_at));
         }
+        let Some(w) = self.workers.get_mut(&id) else { return };
         if w.shared.state() == WorkerState::Draining && w.inflight.is_empty() {
             let key = w.shared.key;
             self.remove_worker(key, "drained after KBYE");
@@ -159,13 +163,13 @@ impl Shard {
     fn requeue(&mut self, queue: QueueName, jobs: Vec<Job>) {
         self.ctx.counters.requeued_jobs.fetch_add(jobs.len() as u64, Ordering::Relaxed);
         let index = self.shard_of(&queue);
-        self.to_shard(index, ShardMsg::Requeue { queue, jobs });
+        self.send_to_shard(index, ShardMsg::Requeue { queue, jobs });
     }
 
     fn remove_candidates(&mut self, worker: &WorkerShared) {
         for (_, queue) in &worker.queues {
             let index = self.shard_of(queue);
-            self.to_shard(index, ShardMsg::RemoveCandidate { queue: queue.clone(), key: worker.key });
+            self.send_to_shard(index, ShardMsg::RemoveCandidate { queue: queue.clone(), key: worker.key });
         }
     }
 

@@ -1,0 +1,194 @@
+//! Per-queue latency histograms (HdrHistogram).
+//!
+//! Three figures per queue, in microseconds:
+//! * `queue_wait`: accepted by the broker → dispatched to a worker (or
+//!   offered to a text client);
+//! * `service`: dispatched → the worker's job-result REPLY (or the text ACK);
+//! * `end_to_end`: accepted → REPLY (or ACK).
+//!
+//! Each shard records into plain histograms it owns ([`ShardLatency`]), so
+//! recording is one array increment on the hot path and needs no lock. The
+//! reporter and the admin `LATENCY` command ask every shard to hand over
+//! what it recorded since the last time and merge it into a
+//! [`LatencyStore`] (cumulative since start, plus the current interval).
+//! The broker measures from its own vantage point: it cannot see the
+//! client → broker and broker → worker network hops that emq-bench includes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde_json::{json, Map, Value};
+
+use crate::broker::types::QueueName;
+use crate::limits;
+
+/// Which latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// Accepted → dispatched or offered.
+    QueueWait,
+    /// Dispatched → REPLY or ACK.
+    Service,
+    /// Accepted → REPLY or ACK.
+    EndToEnd,
+}
+
+impl Kind {
+    /// The JSON key and file-name part.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::QueueWait => "queue_wait",
+            Kind::Service => "service",
+            Kind::EndToEnd => "end_to_end",
+        }
+    }
+}
+
+/// A histogram of microseconds from 1 µs to [`limits::LATENCY_MAX_US`] with
+/// two significant digits (1% resolution, ~26 KiB).
+pub fn new_histogram() -> Histogram<u64> {
+    match Histogram::new_with_bounds(1, limits::LATENCY_MAX_US, 2) {
+        Ok(h) => h,
+        Err(e) => unreachable!("constant histogram bounds are valid: {e:?}"),
+    }
+}
+
+/// Histograms recorded by one shard since the last [`ShardLatency::take`].
+#[derive(Debug, Default)]
+pub struct ShardLatency {
+    hists: HashMap<(QueueName, Kind), Histogram<u64>>,
+}
+
+/// What a shard hands over: `((queue, kind), histogram)`.
+pub type Taken = Vec<((String, Kind), Histogram<u64>)>;
+
+impl ShardLatency {
+    /// Records `d` for `queue`. Values past the maximum are clamped.
+    pub fn record(&mut self, queue: &QueueName, kind: Kind, d: Duration) {
+        let us = (d.as_micros() as u64).clamp(1, limits::LATENCY_MAX_US);
+        let h = self.hists.entry((queue.clone(), kind)).or_insert_with(new_histogram);
+        let _ = h.record(us);
+    }
+
+    /// Hands over everything recorded so far and starts afresh.
+    pub fn take(&mut self) -> Taken {
+        self.hists.drain().filter(|(_, h)| !h.is_empty()).map(|((q, k), h)| ((q.to_string(), k), h)).collect()
+    }
+}
+
+/// Merged histograms: cumulative since start and the current interval.
+#[derive(Debug, Default)]
+pub struct LatencyStore {
+    cumulative: BTreeMap<(String, Kind), Histogram<u64>>,
+    interval: BTreeMap<(String, Kind), Histogram<u64>>,
+}
+
+impl LatencyStore {
+    /// Adds what shards handed over.
+    pub fn merge(&mut self, taken: Taken) {
+        for (key, h) in taken {
+            for map in [&mut self.cumulative, &mut self.interval] {
+                let _ = map.entry(key.clone()).or_insert_with(new_histogram).add(&h);
+            }
+        }
+    }
+
+    /// Takes the interval histograms (for the periodic report).
+    pub fn take_interval(&mut self) -> BTreeMap<(String, Kind), Histogram<u64>> {
+        std::mem::take(&mut self.interval)
+    }
+
+    /// Cumulative percentiles as JSON: `{"queues": {q: {kind: {count,
+    /// mean_us, p50_us, p90_us, p99_us, p999_us, max_us}}}, "unit": "us"}`.
+    pub fn to_json(&self) -> Value {
+        let mut queues: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
+        for ((q, k), h) in &self.cumulative {
+            queues.entry(q.clone()).or_default().insert(k.name().into(), summary(h));
+        }
+        json!({ "unit": "us", "queues": queues })
+    }
+}
+
+/// Count, mean and percentiles of `h` as JSON (microseconds).
+pub fn summary(h: &Histogram<u64>) -> Value {
+    json!({
+        "count": h.len(),
+        "mean_us": (h.mean() * 10.0).round() / 10.0,
+        "p50_us": h.value_at_quantile(0.5),
+        "p90_us": h.value_at_quantile(0.9),
+        "p99_us": h.value_at_quantile(0.99),
+        "p999_us": h.value_at_quantile(0.999),
+        "max_us": h.max(),
+    })
+}
+
+/// Writes `h` in HdrHistogram's classic percentile-distribution text format
+/// (`Value Percentile TotalCount 1/(1-Percentile)`), values in
+/// milliseconds, as `.hgrm` files that the usual plotters read.
+///
+/// # Errors
+/// The I/O error of writing `out`.
+pub fn write_hgrm(h: &Histogram<u64>, out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(out, "{:>12} {:>14} {:>10} {:>14}\n", "Value", "Percentile", "TotalCount", "1/(1-Percentile)")?;
+    let mut total = 0u64;
+    for v in h.iter_quantiles(5) {
+        total += v.count_since_last_iteration();
+        let p = v.quantile_iterated_to();
+        let value_ms = v.value_iterated_to() as f64 / 1000.0;
+        if p < 1.0 {
+            writeln!(out, "{value_ms:>12.3} {p:>14.12} {total:>10} {:>14.2}", 1.0 / (1.0 - p))?;
+        } else {
+            writeln!(out, "{value_ms:>12.3} {p:>14.12} {total:>10}")?;
+        }
+    }
+    let ms = |us: f64| us / 1000.0;
+    writeln!(out, "#[Mean    = {:>12.3}, StdDeviation   = {:>12.3}]", ms(h.mean()), ms(h.stdev()))?;
+    writeln!(out, "#[Max     = {:>12.3}, Total count    = {:>12}]", ms(h.max() as f64), h.len())?;
+    writeln!(out, "#[Buckets = {:>12}, SubBuckets     = {:>12}]", h.buckets(), h.distinct_values())
+}
+
+/// Writes one `.hgrm` file per histogram into `dir` as
+/// `<unix-seconds>-<queue>-<kind>.hgrm` (queue names sanitised).
+///
+/// # Errors
+/// The first I/O error.
+pub fn write_interval_files(dir: &Path, hists: &BTreeMap<(String, Kind), Histogram<u64>>) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    for ((q, k), h) in hists {
+        let safe: String =
+            q.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+        let mut f = std::fs::File::create(dir.join(format!("{stamp}-{safe}-{}.hgrm", k.name())))?;
+        write_hgrm(h, &mut f)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_take_merge() {
+        let mut s = ShardLatency::default();
+        let q = QueueName::named("default");
+        for ms in 1..=100 {
+            s.record(&q, Kind::EndToEnd, Duration::from_millis(ms));
+        }
+        let mut store = LatencyStore::default();
+        store.merge(s.take());
+        assert!(s.take().is_empty());
+        let j = store.to_json();
+        let e = &j["queues"]["default"]["end_to_end"];
+        assert_eq!(e["count"], 100);
+        let p50 = e["p50_us"].as_u64().unwrap();
+        assert!((49_000..=51_000).contains(&p50), "{p50}");
+        let mut out = Vec::new();
+        write_hgrm(&store.take_interval()[&("default".into(), Kind::EndToEnd)], &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("Total count    =          100"), "{text}");
+    }
+}

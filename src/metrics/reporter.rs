@@ -1,0 +1,55 @@
+//! The latency reporter thread: every interval it collects the shards'
+//! histograms, logs one line per queue and, if configured, writes `.hgrm`
+//! files. The admin `LATENCY` command uses [`collect`] too.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use parking_lot::Mutex;
+
+use super::latency::{write_interval_files, Kind, LatencyStore};
+use crate::broker::msg::ShardMsg;
+use crate::config::LatencyConfig;
+use crate::limits;
+
+/// Asks every shard for its histograms and merges them into `store`.
+/// Shards that do not answer within the admin timeout are skipped.
+pub fn collect(shards: &[Sender<ShardMsg>], store: &Mutex<LatencyStore>) {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let asked = shards.iter().filter(|s| s.send(ShardMsg::LatencyTake { reply: tx.clone() }).is_ok()).count();
+    let deadline = Instant::now() + limits::ADMIN_SNAPSHOT_TIMEOUT;
+    for _ in 0..asked {
+        match rx.recv_deadline(deadline) {
+            Ok(taken) => store.lock().merge(taken),
+            Err(_) => break,
+        }
+    }
+}
+
+/// Runs until `stop` is closed or sends.
+pub fn run(shards: Arc<[Sender<ShardMsg>]>, store: Arc<Mutex<LatencyStore>>, cfg: LatencyConfig, stop: Receiver<()>) {
+    let Some(every) = cfg.report_interval else {
+        let _ = stop.recv();
+        return;
+    };
+    loop {
+        match stop.recv_timeout(every) {
+            Err(RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+        collect(&shards, &store);
+        let interval = store.lock().take_interval();
+        for ((queue, kind), h) in &interval {
+            if *kind == Kind::EndToEnd {
+                let ms = |q: f64| Duration::from_micros(h.value_at_quantile(q)).as_secs_f64() * 1000.0;
+                tracing::info!(%queue, jobs = h.len(), p50_ms = ms(0.5), p99_ms = ms(0.99), max_ms = ms(1.0), "latency (end to end, last interval)");
+            }
+        }
+        if let Some(dir) = &cfg.hgrm_dir {
+            if let Err(e) = write_interval_files(dir, &interval) {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot write .hgrm files");
+            }
+        }
+    }
+}
