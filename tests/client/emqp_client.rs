@@ -10,8 +10,7 @@ use emq::client::emqp::{Client, ClientError, Outcome, Schedule};
 use super::{free_port, watchdog, RawRouter};
 
 const V: &[u8] = b"eMQP/1.0";
-const BODY: &str =
-    r#"["run", {"callable": "add", "path": "jobs_mod", "args": [2, 3], "kwargs": {}, "class_args": [], "class_kwargs": {}}]"#;
+const BODY: &str = r#"["run", {"callable": "add", "path": "jobs_mod", "args": [2, 3], "kwargs": {}, "class_args": [], "class_kwargs": {}}]"#;
 
 #[test]
 fn request_frames_v5_and_acceptance() {
