@@ -21,21 +21,36 @@
 //! * Headers are matched as whole tokens (J17): a job-result REPLY
 //!   `{"value": "<text>"}` is sent when the headers hold `reply-requested`.
 //!
-//! ```no_run
+//! A worker against a raw ROUTER that plays the router backend (runnable):
+//!
+//! ```
 //! use emq::client::worker::{JobError, Worker, WorkerConfig};
-//! let config = WorkerConfig::new("tcp://127.0.0.1:47290")
-//!     .queues(vec![(10, "email".into()), (1, "default".into())])
-//!     .concurrency(4);
-//! let worker = Worker::start(config, |job| {
-//!     if job.body.is_empty() {
-//!         return Err(JobError::Failed("empty body".into()));
-//!     }
-//!     Ok(format!("{} bytes", job.body.len()).into_bytes())
+//! let ctx = zmq::Context::new();
+//! let router = ctx.socket(zmq::ROUTER).unwrap();
+//! router.set_rcvtimeo(5000).unwrap(); // a doc test never hangs
+//! router.bind("tcp://127.0.0.1:*").unwrap();
+//! let endpoint = router.get_last_endpoint().unwrap().unwrap();
+//!
+//! let config = WorkerConfig::new(&endpoint).queues(vec![(10, "email".into())]).concurrency(2);
+//! let worker = Worker::start(config, |job| match job.body.as_slice() {
+//!     b"" => Err(JobError::Failed("empty body".into())),
+//!     body => Ok(body.to_ascii_uppercase()),
 //! })
 //! .unwrap();
-//! // … later, e.g. on SIGTERM:
-//! let stats = worker.shutdown().unwrap();
-//! println!("{} jobs ok, {} failed", stats.succeeded, stats.failed);
+//!
+//! let inform = router.recv_multipart(0).unwrap(); // [identity, "", "eMQP/1.0", "INFORM", msgid, queues, "worker"]
+//! assert_eq!(inform[5], br#"[[10, "email"]]"#);
+//! let id = inform[0].clone();
+//! router.send_multipart([&id[..], b"", b"eMQP/1.0", b"ACK", b"ack-1", &inform[4]], 0).unwrap();
+//! for _ in 0..2 {
+//!     assert_eq!(router.recv_multipart(0).unwrap()[3], b"READY"); // one per free slot
+//! }
+//! router.send_multipart([&id[..], b"", b"eMQP/1.0", b"REQUEST", b"job-1", b"email", b"reply-requested", b"hi"], 0).unwrap();
+//! let reply = router.recv_multipart(0).unwrap(); // [identity, "", "eMQP/1.0", "REPLY", msgid, result, "job-1"]
+//! assert_eq!((&reply[5][..], &reply[6][..]), (&br#"{"value": "HI"}"#[..], &b"job-1"[..]));
+//!
+//! let stats = worker.shutdown().unwrap(); // KBYE, drain, stop
+//! assert_eq!(stats.succeeded, 1);
 //! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
