@@ -32,11 +32,13 @@
 #![warn(missing_docs)]
 
 pub mod broker;
+pub mod client;
 pub mod config;
 pub mod limits;
 pub mod logging;
 pub mod metrics;
 pub mod protocol;
+pub mod pubsub;
 pub mod zmq_io;
 
 /// Router start/stop, re-exported: `emq::router::start(config)`.

@@ -64,3 +64,10 @@ pub const TEXT_ACCEPTORS: usize = 2;
 pub const LATENCY_REPORT_INTERVAL: Duration = Duration::from_secs(60);
 /// Largest latency an HdrHistogram records (1 hour, in microseconds).
 pub const LATENCY_MAX_US: u64 = 3_600_000_000;
+
+/// How long a worker (`emq-worker`, `client::worker`) waits for running jobs
+/// after KBYE before it closes. EventMQ waits up to 300 s
+/// (`KILL_GRACE_PERIOD`); 30 s fits an orchestrator's stop grace period.
+pub const WORKER_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most bytes of a child's stdout `emq-worker` keeps as the job result.
+pub const WORKER_MAX_RESULT_BYTES: usize = 16 << 20;

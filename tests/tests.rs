@@ -1,1 +1,2 @@
+mod client;
 mod emqp_router;

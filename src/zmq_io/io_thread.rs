@@ -265,8 +265,11 @@ impl IoThread {
 
     fn on_admin(&mut self, peer: PeerId, msg: Message) {
         match msg.command {
-            Command::Admin(query) if self.admin_tx.send(AdminRequest { peer, msgid: msg.msgid, query }).is_err() => {
-                tracing::error!("admin thread gone");
+            Command::Admin(query) => {
+                let sent = self.admin_tx.send(AdminRequest { peer, msgid: msg.msgid, query });
+                if sent.is_err() {
+                    tracing::error!("admin thread gone");
+                }
             }
             Command::Disconnect => {
                 tracing::info!(%peer, "DISCONNECT on the admin socket: shutting down");

@@ -1,0 +1,126 @@
+//! Admin client: a DEALER to the router's admin socket (EventMQ 0.3.13,
+//! spec §3.10) or the scheduler's. Every call waits at most the timeout.
+//!
+//! ```no_run
+//! use emq::client::admin::AdminClient;
+//! let mut admin = AdminClient::connect("tcp://127.0.0.1:47293").unwrap();
+//! let status = admin.status().unwrap();
+//! println!("{}", status["waiting_messages_by_queue"]);
+//! ```
+
+use std::time::{Duration, Instant};
+
+use super::socket::{ClientError, Dealer};
+use crate::protocol::emqp::{decode, AdminQuery, Command, Frame, Socket, VERSION};
+
+/// Default admin timeout: 3 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A DEALER connected to an admin socket.
+pub struct AdminClient {
+    dealer: Dealer,
+    timeout: Duration,
+    _ctx: zmq::Context,
+}
+
+impl AdminClient {
+    /// Connects (never blocks) with [`DEFAULT_TIMEOUT`].
+    ///
+    /// # Errors
+    /// [`ClientError::Zmq`] for a malformed address.
+    pub fn connect(addr: &str) -> Result<AdminClient, ClientError> {
+        let ctx = zmq::Context::new();
+        let dealer = Dealer::connect(&ctx, addr, Duration::ZERO)?;
+        Ok(AdminClient { dealer, timeout: DEFAULT_TIMEOUT, _ctx: ctx })
+    }
+
+    /// Sets the per-call timeout (connection plus answer).
+    pub fn with_timeout(mut self, timeout: Duration) -> AdminClient {
+        self.timeout = timeout;
+        self
+    }
+
+    /// `STATUS`: the JSON of spec §3.10 (plus emq's extra keys).
+    ///
+    /// # Errors
+    /// [`ClientError::Unreachable`], [`ClientError::Timeout`], [`ClientError::BadAnswer`].
+    pub fn status(&mut self) -> Result<serde_json::Value, ClientError> {
+        self.query(AdminQuery::Status.word())
+    }
+
+    /// `ROUTER_SHOW_WORKERS`. Errors as [`AdminClient::status`].
+    pub fn workers(&mut self) -> Result<serde_json::Value, ClientError> {
+        self.query(AdminQuery::ShowWorkers.word())
+    }
+
+    /// `ROUTER_SHOW_SCHEDULERS`. Errors as [`AdminClient::status`].
+    pub fn schedulers(&mut self) -> Result<serde_json::Value, ClientError> {
+        self.query(AdminQuery::ShowSchedulers.word())
+    }
+
+    /// `LATENCY` (emq extension): per-queue latency percentiles.
+    /// Errors as [`AdminClient::status`]; an EventMQ router never answers it.
+    pub fn latency(&mut self) -> Result<serde_json::Value, ClientError> {
+        self.query(AdminQuery::Latency.word())
+    }
+
+    /// Any query `word` answered by a REPLY whose D4 is JSON, e.g. the
+    /// scheduler's `SCHEDULES`. Sends `["", "eMQP/1.0", word, "admin:<uuid4>"]`.
+    ///
+    /// # Errors
+    /// As [`AdminClient::status`].
+    pub fn query(&mut self, word: &[u8]) -> Result<serde_json::Value, ClientError> {
+        let frames = self.call(word)?;
+        match decode(&frames, Socket::ClientSide).map(|m| m.command) {
+            Ok(Command::Reply { body }) => {
+                serde_json::from_slice(&body).map_err(|e| self.bad(format!("not JSON: {e}")))
+            }
+            Ok(Command::Error { code, text, .. }) => {
+                Err(self.bad(format!("ERROR {} {}", String::from_utf8_lossy(&code), String::from_utf8_lossy(&text))))
+            }
+            Ok(other) => Err(self.bad(format!("unexpected {}", String::from_utf8_lossy(other.word())))),
+            Err(e) => Err(self.bad(e.to_string())),
+        }
+    }
+
+    /// `DISCONNECT`: asks the router to shut down and waits for its ACK
+    /// (spec §3.7, V11).
+    ///
+    /// # Errors
+    /// As [`AdminClient::status`].
+    pub fn disconnect(&mut self) -> Result<(), ClientError> {
+        let frames = self.call(b"DISCONNECT")?;
+        match decode(&frames, Socket::ClientSide).map(|m| m.command) {
+            Ok(Command::Ack { .. }) => Ok(()),
+            Ok(other) => Err(self.bad(format!("expected ACK, got {}", String::from_utf8_lossy(other.word())))),
+            Err(e) => Err(self.bad(e.to_string())),
+        }
+    }
+
+    /// Sends `word` and returns the first answer whose last frame names our
+    /// msgid (ACK, ERROR) or any REPLY (admin REPLYs carry no msgid, V16).
+    fn call(&mut self, word: &[u8]) -> Result<Vec<Frame>, ClientError> {
+        let msgid = [b"admin:".as_slice(), &crate::protocol::emqp::new_msgid()].concat();
+        let frames = vec![Vec::new(), VERSION.to_vec(), word.to_vec(), msgid.clone()];
+        let deadline = Instant::now() + self.timeout;
+        self.dealer.send_timeout(&frames, self.timeout)?;
+        loop {
+            let Some(answer) = self.dealer.recv_deadline(deadline)? else {
+                return Err(ClientError::Timeout { addr: self.dealer.addr.clone(), timeout: self.timeout });
+            };
+            let ours = match answer.get(2).map(Vec::as_slice) {
+                Some(b"REPLY") => true,
+                Some(b"ACK") => answer.get(4) == Some(&msgid),
+                Some(b"ERROR") => answer.get(4) == Some(&msgid),
+                _ => false,
+            };
+            if ours {
+                return Ok(answer);
+            }
+        }
+    }
+
+    fn bad(&self, why: String) -> ClientError {
+        ClientError::BadAnswer { addr: self.dealer.addr.clone(), why }
+    }
+}

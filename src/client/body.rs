@@ -1,0 +1,182 @@
+//! Python job bodies (spec §4.1): `["run", {"callable": …, "path": …, "args": …,
+//! "kwargs": …, "class_args": …, "class_kwargs": …}]`, the six keys in the
+//! order the Python client writes them, `", "`/`": "` separators as
+//! `json.dumps` writes them. The Python scheduler requires all six keys (S6).
+
+use serde_json::{Map, Value};
+
+/// One Python call as the EventMQ client addresses it (spec §4.2).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PythonCall {
+    /// `callable`: the function or method name, e.g. `add`.
+    pub callable: String,
+    /// `path`: the module (`pkg.mod`) or `pkg.mod:ClassName` for a method.
+    pub path: String,
+    /// `args`: positional arguments.
+    pub args: Vec<Value>,
+    /// `kwargs`: keyword arguments.
+    pub kwargs: Map<String, Value>,
+    /// `class_args`: positional arguments of the class constructor.
+    pub class_args: Vec<Value>,
+    /// `class_kwargs`: keyword arguments of the class constructor.
+    pub class_kwargs: Map<String, Value>,
+}
+
+impl PythonCall {
+    /// A call of `callable` in module `path` with no arguments.
+    pub fn new(path: &str, callable: &str) -> PythonCall {
+        PythonCall {
+            callable: callable.to_string(),
+            path: path.to_string(),
+            args: Vec::new(),
+            kwargs: Map::new(),
+            class_args: Vec::new(),
+            class_kwargs: Map::new(),
+        }
+    }
+
+    /// Splits a dotted name at its last dot like the Python client
+    /// (`"jobs_mod.add"` → path `jobs_mod`, callable `add`). `None` when the
+    /// name has no dot or an empty part (the Python client rejects it too).
+    pub fn from_dotted(name: &str) -> Option<PythonCall> {
+        let (path, callable) = name.rsplit_once('.')?;
+        (!path.is_empty() && !callable.is_empty()).then(|| PythonCall::new(path, callable))
+    }
+
+    /// Sets the positional arguments.
+    pub fn args(mut self, args: Vec<Value>) -> PythonCall {
+        self.args = args;
+        self
+    }
+
+    /// Sets the keyword arguments.
+    pub fn kwargs(mut self, kwargs: Map<String, Value>) -> PythonCall {
+        self.kwargs = kwargs;
+        self
+    }
+
+    /// The REQUEST/SCHEDULE body bytes, byte-exact with the Python client.
+    ///
+    /// ```
+    /// use emq::client::body::PythonCall;
+    /// let body = PythonCall::new("jobs_mod", "add").args(vec![2.into(), 3.into()]).body();
+    /// assert_eq!(
+    ///     String::from_utf8(body).unwrap(),
+    ///     r#"["run", {"callable": "add", "path": "jobs_mod", "args": [2, 3], "kwargs": {}, "class_args": [], "class_kwargs": {}}]"#
+    /// );
+    /// ```
+    pub fn body(&self) -> Vec<u8> {
+        let mut params = Map::new();
+        params.insert("callable".into(), Value::String(self.callable.clone()));
+        params.insert("path".into(), Value::String(self.path.clone()));
+        params.insert("args".into(), Value::Array(self.args.clone()));
+        params.insert("kwargs".into(), Value::Object(self.kwargs.clone()));
+        params.insert("class_args".into(), Value::Array(self.class_args.clone()));
+        params.insert("class_kwargs".into(), Value::Object(self.class_kwargs.clone()));
+        python_dumps(&Value::Array(vec![Value::String("run".into()), Value::Object(params)])).into_bytes()
+    }
+
+    /// Reads the params object (element 1) of a body; missing optional keys
+    /// default to empty like the Python worker. `None` when the body is not
+    /// a JSON array of at least 2 elements or lacks `path`/`callable`.
+    pub fn parse(body: &[u8]) -> Option<PythonCall> {
+        let value: Value = serde_json::from_slice(body).ok()?;
+        let params = value.as_array().filter(|a| a.len() >= 2)?[1].as_object()?;
+        let text = |k: &str| params.get(k).and_then(Value::as_str).map(str::to_string);
+        let list = |k: &str| params.get(k).and_then(Value::as_array).cloned().unwrap_or_default();
+        let map = |k: &str| params.get(k).and_then(Value::as_object).cloned().unwrap_or_default();
+        Some(PythonCall {
+            callable: text("callable")?,
+            path: text("path")?,
+            args: list("args"),
+            kwargs: map("kwargs"),
+            class_args: list("class_args"),
+            class_kwargs: map("class_kwargs"),
+        })
+    }
+}
+
+/// Serializes like Python's `json.dumps` with default separators
+/// (`", "` and `": "`), ASCII-escaping non-ASCII characters as `\uXXXX`
+/// (`ensure_ascii=True`). Object key order is kept.
+pub fn python_dumps(value: &Value) -> String {
+    let mut out = String::new();
+    write_value(value, &mut out);
+    out
+}
+
+fn write_value(value: &Value, out: &mut String) {
+    match value {
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_value(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (i, (k, v)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_string(k, out);
+                out.push_str(": ");
+                write_value(v, out);
+            }
+            out.push('}');
+        }
+        Value::String(s) => write_string(s, out),
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+fn write_string(s: &str, out: &mut String) {
+    let json = Value::String(s.to_string()).to_string();
+    for c in json.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{:04x}", u));
+            }
+        }
+    }
+}
+
+/// The job-result REPLY body (spec §4.4): `{"value": "<text>"}`, with the
+/// text as a JSON string (lossy UTF-8), as `json.dumps({"value": X})` writes it.
+///
+/// ```
+/// assert_eq!(emq::client::body::result_json(b"ok\n"), br#"{"value": "ok\n"}"#.to_vec());
+/// ```
+pub fn result_json(text: &[u8]) -> Vec<u8> {
+    let mut map = Map::new();
+    map.insert("value".into(), Value::String(String::from_utf8_lossy(text).into_owned()));
+    python_dumps(&Value::Object(map)).into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dotted_and_parse_round_trip() {
+        let call = PythonCall::from_dotted("a.b.c").unwrap().args(vec![1.into()]);
+        assert_eq!((call.path.as_str(), call.callable.as_str()), ("a.b", "c"));
+        assert_eq!(PythonCall::parse(&call.body()), Some(call));
+        assert!(PythonCall::from_dotted("nodot").is_none());
+        assert!(PythonCall::parse(b"[\"run\"]").is_none());
+        assert!(PythonCall::parse(b"[\"run\", {\"path\": \"x\"}]").is_none());
+    }
+
+    #[test]
+    fn dumps_escapes_like_python() {
+        let v: Value = serde_json::from_str(r#"{"a": "é\"", "b": [1, 2.5, null, true]}"#).unwrap();
+        assert_eq!(python_dumps(&v), r#"{"a": "\u00e9\"", "b": [1, 2.5, null, true]}"#);
+    }
+}

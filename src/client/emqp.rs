@@ -1,0 +1,250 @@
+//! eMQP client: REQUEST, SCHEDULE, UNSCHEDULE to the router frontend, and
+//! PUBLISH to the pub/sub device (EventMQ 0.3.13, spec §3.3, §3.8, §3.9).
+//!
+//! Unlike the Python client (C4: one fire-and-forget socket per call), a
+//! [`Client`] keeps one DEALER and can wait for the broker's answer:
+//! * emq's router answers every REQUEST: an acceptance REPLY (D4 = the
+//!   REQUEST msgid) whether the job was dispatched or queued, or an `ERROR`
+//!   (`QUEUE_FULL`, `NO_SCHEDULER`, `SHUTTING_DOWN`, …).
+//! * An EventMQ Python router sends the acceptance REPLY **only** when it
+//!   dispatches the job at once; a buffered job gets nothing. So
+//!   [`Outcome::Unknown`] (a timeout) means "unknown", not "lost".
+//!
+//! ```no_run
+//! use emq::client::body::PythonCall;
+//! use emq::client::emqp::{Client, Outcome};
+//! let mut client = Client::connect("tcp://127.0.0.1:47291").unwrap();
+//! let body = PythonCall::new("jobs_mod", "add").args(vec![2.into(), 3.into()]).body();
+//! match client.request("default", "", &body).unwrap() {
+//!     Outcome::Accepted { msgid } => println!("accepted {}", String::from_utf8_lossy(&msgid)),
+//!     Outcome::Rejected { code, text, .. } => eprintln!("rejected: {code} {text}"),
+//!     Outcome::Unknown { .. } => eprintln!("no answer (a Python router answers only immediate dispatches)"),
+//! }
+//! ```
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+pub use super::socket::ClientError;
+use super::socket::Dealer;
+use crate::protocol::emqp::{decode, Command, Frame, Message, ScheduleBody, Socket};
+
+/// Default wait for an answer or a connection: 3 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Most early answers kept for [`Client::wait`] before the oldest are dropped.
+const MAX_STASHED: usize = 65_536;
+
+/// What the broker said about a REQUEST.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// An acceptance REPLY whose D4 is this REQUEST's msgid.
+    Accepted {
+        /// The REQUEST msgid (the job id).
+        msgid: Frame,
+    },
+    /// An `ERROR` (emq extension) for this REQUEST.
+    Rejected {
+        /// The REQUEST msgid.
+        msgid: Frame,
+        /// The error code token, e.g. `QUEUE_FULL`.
+        code: String,
+        /// Human-readable text.
+        text: String,
+    },
+    /// No answer within the timeout: with an EventMQ Python router this is
+    /// normal for a buffered job. The job may or may not be queued.
+    Unknown {
+        /// The REQUEST msgid.
+        msgid: Frame,
+    },
+}
+
+/// When a scheduled job runs (spec §3.8 D6/D8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Schedule {
+    /// Every N seconds (N > 0; EventMQ fires `interval 0` every loop, S7).
+    Interval(u64),
+    /// A 5-field cron expression, evaluated in UTC.
+    Cron(String),
+}
+
+/// A DEALER connected to the router frontend.
+pub struct Client {
+    dealer: Dealer,
+    timeout: Duration,
+    stash: HashMap<Frame, Outcome>,
+    _ctx: zmq::Context,
+}
+
+impl Client {
+    /// Connects to a frontend address such as `tcp://127.0.0.1:47291`, with
+    /// [`DEFAULT_TIMEOUT`]. Connecting never blocks; an unreachable broker
+    /// shows up as [`ClientError::Unreachable`] on the first send.
+    ///
+    /// # Errors
+    /// [`ClientError::Zmq`] for a malformed address.
+    pub fn connect(addr: &str) -> Result<Client, ClientError> {
+        let ctx = zmq::Context::new();
+        let dealer = Dealer::connect(&ctx, addr, Duration::from_millis(500))?;
+        Ok(Client { dealer, timeout: DEFAULT_TIMEOUT, stash: HashMap::new(), _ctx: ctx })
+    }
+
+    /// Sets how long sends wait for a connection and requests wait for an answer.
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sends a REQUEST (7 D-frames, spec §3.3 / V5) and waits up to the
+    /// timeout for the acceptance REPLY or ERROR naming its msgid.
+    ///
+    /// # Errors
+    /// [`ClientError::Unreachable`] when no connection came up in time.
+    pub fn request(&mut self, queue: &str, headers: &str, body: &[u8]) -> Result<Outcome, ClientError> {
+        let msgid = self.send_request(queue, headers, body)?;
+        self.wait(&msgid, Instant::now() + self.timeout)
+    }
+
+    /// Sends a REQUEST without waiting; returns its msgid. Answers that
+    /// arrive later can be collected with [`Client::wait`].
+    ///
+    /// # Errors
+    /// [`ClientError::Unreachable`] when no connection came up in time.
+    pub fn send_request(&mut self, queue: &str, headers: &str, body: &[u8]) -> Result<Frame, ClientError> {
+        let msg = Message::new(Command::Request {
+            queue: queue.as_bytes().to_vec(),
+            headers: headers.as_bytes().to_vec(),
+            body: body.to_vec(),
+            extra: Vec::new(),
+        });
+        self.dealer.send_timeout(&msg.encode(), self.timeout)?;
+        Ok(msg.msgid)
+    }
+
+    /// Waits until `deadline` for the answer to REQUEST `msgid`. Answers for
+    /// other msgids are kept for later calls.
+    ///
+    /// # Errors
+    /// [`ClientError::Zmq`] when the socket fails.
+    pub fn wait(&mut self, msgid: &[u8], deadline: Instant) -> Result<Outcome, ClientError> {
+        loop {
+            if let Some(outcome) = self.stash.remove(msgid) {
+                return Ok(outcome);
+            }
+            let Some(frames) = self.dealer.recv_deadline(deadline)? else {
+                return Ok(Outcome::Unknown { msgid: msgid.to_vec() });
+            };
+            if let Some(outcome) = outcome_of(&frames) {
+                if self.stash.len() >= MAX_STASHED {
+                    self.stash.clear();
+                }
+                let key = outcome_msgid(&outcome).to_vec();
+                self.stash.insert(key, outcome);
+            }
+        }
+    }
+
+    /// Sends SCHEDULE (9 D-frames, spec §3.8 / V12, V13). EventMQ sends no
+    /// acknowledgement; returns the msgid.
+    ///
+    /// # Errors
+    /// [`ClientError::Invalid`] for `Interval(0)` or an empty cron;
+    /// [`ClientError::Unreachable`].
+    pub fn schedule(&mut self, queue: &str, when: &Schedule, body: &[u8], headers: &str) -> Result<Frame, ClientError> {
+        let (interval, cron) = match when {
+            Schedule::Interval(0) => return Err(ClientError::Invalid("schedule interval must be > 0 s".into())),
+            Schedule::Interval(secs) => (secs.to_string(), String::new()),
+            Schedule::Cron(c) if c.trim().is_empty() => {
+                return Err(ClientError::Invalid("cron expression is empty".into()))
+            }
+            Schedule::Cron(c) => ("-1".to_string(), c.clone()),
+        };
+        self.send_schedule(false, queue, headers, &interval, body, &cron)
+    }
+
+    /// Sends UNSCHEDULE for the job with this body (9 D-frames, interval
+    /// `-1`, cron empty: spec V14; the scheduler matches on the body only).
+    ///
+    /// # Errors
+    /// [`ClientError::Unreachable`].
+    pub fn unschedule(&mut self, queue: &str, body: &[u8], headers: &str) -> Result<Frame, ClientError> {
+        self.send_schedule(true, queue, headers, "-1", body, "")
+    }
+
+    fn send_schedule(
+        &mut self,
+        un: bool,
+        queue: &str,
+        headers: &str,
+        interval: &str,
+        body: &[u8],
+        cron: &str,
+    ) -> Result<Frame, ClientError> {
+        let sb = ScheduleBody {
+            queue: queue.as_bytes().to_vec(),
+            headers: headers.as_bytes().to_vec(),
+            interval: interval.as_bytes().to_vec(),
+            body: body.to_vec(),
+            cron: Some(cron.as_bytes().to_vec()),
+        };
+        let msg = Message::new(if un { Command::Unschedule(sb) } else { Command::Schedule(sb) });
+        self.dealer.send_timeout(&msg.encode(), self.timeout)?;
+        Ok(msg.msgid)
+    }
+}
+
+fn outcome_of(frames: &[Frame]) -> Option<Outcome> {
+    match decode(frames, Socket::ClientSide).ok()?.command {
+        Command::Reply { body } => Some(Outcome::Accepted { msgid: body }),
+        Command::Error { refers_to, code, text } => Some(Outcome::Rejected {
+            msgid: refers_to,
+            code: String::from_utf8_lossy(&code).into_owned(),
+            text: String::from_utf8_lossy(&text).into_owned(),
+        }),
+        _ => None,
+    }
+}
+
+fn outcome_msgid(o: &Outcome) -> &[u8] {
+    match o {
+        Outcome::Accepted { msgid } | Outcome::Rejected { msgid, .. } | Outcome::Unknown { msgid } => msgid,
+    }
+}
+
+/// A DEALER connected to the pub/sub device's incoming ROUTER (default
+/// `tcp://127.0.0.1:47298`).
+pub struct Publisher {
+    dealer: Dealer,
+    timeout: Duration,
+    _ctx: zmq::Context,
+}
+
+impl Publisher {
+    /// Connects (never blocks; see [`Client::connect`]).
+    ///
+    /// # Errors
+    /// [`ClientError::Zmq`] for a malformed address.
+    pub fn connect(addr: &str) -> Result<Publisher, ClientError> {
+        let ctx = zmq::Context::new();
+        let dealer = Dealer::connect(&ctx, addr, Duration::from_millis(500))?;
+        Ok(Publisher { dealer, timeout: DEFAULT_TIMEOUT, _ctx: ctx })
+    }
+
+    /// Sets how long a publish waits for a connection.
+    pub fn with_timeout(mut self, timeout: Duration) -> Publisher {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sends PUBLISH (6 D-frames, spec §3.9 / V19). The message goes as
+    /// given; Python's `send_publish_request` JSON-encodes its argument, so
+    /// pass JSON text to talk to Python subscribers. Returns the msgid.
+    ///
+    /// # Errors
+    /// [`ClientError::Unreachable`].
+    pub fn publish(&mut self, topic: &[u8], message: &[u8]) -> Result<Frame, ClientError> {
+        let msg = Message::new(Command::Publish { topic: topic.to_vec(), message: message.to_vec() });
+        self.dealer.send_timeout(&msg.encode(), self.timeout)?;
+        Ok(msg.msgid)
+    }
+}

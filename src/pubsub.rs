@@ -1,0 +1,127 @@
+//! The PUBLISH device (EventMQ 0.3.13 `emq-pubsub`, spec §3.9, §8): a
+//! ROUTER takes `PUBLISH` messages, a PUB emits `[topic, message]`.
+//!
+//! Fixes P1 and D17: malformed input is logged and counted, never a crash;
+//! the loop blocks in `zmq::poll` until input or the stop descriptor is
+//! readable (no 1 ms polling).
+
+use std::os::fd::RawFd;
+
+use crate::protocol::emqp::{decode, Command, ShowFrames, Socket};
+
+/// Errors of the device. Each names the address or operation.
+#[derive(Debug, thiserror::Error)]
+pub enum PubSubError {
+    /// A ZeroMQ call failed.
+    #[error("pubsub zmq {what} failed for {addr}: {source}")]
+    Zmq {
+        /// The operation.
+        what: &'static str,
+        /// The endpoint (or empty).
+        addr: String,
+        /// The zmq error.
+        source: zmq::Error,
+    },
+}
+
+/// Counters since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PubSubStats {
+    /// PUBLISH messages emitted on the PUB socket.
+    pub published: u64,
+    /// Messages dropped as malformed (wrong command, missing frames).
+    pub malformed: u64,
+}
+
+/// A bound device: ROUTER in, PUB out.
+pub struct PubSub {
+    incoming: zmq::Socket,
+    outgoing: zmq::Socket,
+    stats: PubSubStats,
+    _ctx: zmq::Context,
+}
+
+impl PubSub {
+    /// Binds the ROUTER to `in_addr` and the PUB to `out_addr`
+    /// (`tcp://127.0.0.1:*` picks a free port; see [`PubSub::endpoints`]).
+    ///
+    /// # Errors
+    /// [`PubSubError::Zmq`] when a bind fails (address in use, bad endpoint).
+    pub fn bind(in_addr: &str, out_addr: &str) -> Result<PubSub, PubSubError> {
+        let ctx = zmq::Context::new();
+        let zerr = |what, addr: &str| {
+            let addr = addr.to_string();
+            move |source| PubSubError::Zmq { what, addr, source }
+        };
+        let incoming = ctx.socket(zmq::ROUTER).map_err(zerr("socket", in_addr))?;
+        incoming.set_linger(0).map_err(zerr("linger", in_addr))?;
+        incoming.set_rcvhwm(crate::limits::ZMQ_HWM).map_err(zerr("rcvhwm", in_addr))?;
+        incoming.bind(in_addr).map_err(zerr("bind", in_addr))?;
+        let outgoing = ctx.socket(zmq::PUB).map_err(zerr("socket", out_addr))?;
+        outgoing.set_linger(0).map_err(zerr("linger", out_addr))?;
+        outgoing.set_sndhwm(crate::limits::ZMQ_HWM).map_err(zerr("sndhwm", out_addr))?;
+        outgoing.bind(out_addr).map_err(zerr("bind", out_addr))?;
+        Ok(PubSub { incoming, outgoing, stats: PubSubStats::default(), _ctx: ctx })
+    }
+
+    /// The bound endpoints `(incoming, outgoing)`, ports resolved.
+    pub fn endpoints(&self) -> (String, String) {
+        let ep = |s: &zmq::Socket| s.get_last_endpoint().ok().and_then(Result::ok).unwrap_or_default();
+        (ep(&self.incoming), ep(&self.outgoing))
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> PubSubStats {
+        self.stats
+    }
+
+    /// Runs until `stop_fd` (e.g. a signal pipe) becomes readable; `None`
+    /// runs forever. Blocks in `zmq::poll` between messages.
+    ///
+    /// # Errors
+    /// [`PubSubError::Zmq`] when polling or receiving fails.
+    pub fn run(&mut self, stop_fd: Option<RawFd>) -> Result<PubSubStats, PubSubError> {
+        let zerr = |what| move |source| PubSubError::Zmq { what, addr: String::new(), source };
+        loop {
+            let mut items = vec![self.incoming.as_poll_item(zmq::POLLIN)];
+            if let Some(fd) = stop_fd {
+                items.push(zmq::PollItem::from_fd(fd, zmq::POLLIN));
+            }
+            match zmq::poll(&mut items, -1) {
+                Ok(_) | Err(zmq::Error::EINTR) => {}
+                Err(e) => return Err(zerr("poll")(e)),
+            }
+            if items.get(1).is_some_and(|i| i.is_readable()) {
+                tracing::info!(published = self.stats.published, malformed = self.stats.malformed, "stopping");
+                return Ok(self.stats);
+            }
+            for _ in 0..crate::limits::BATCH {
+                match self.incoming.recv_multipart(zmq::DONTWAIT) {
+                    Ok(frames) => self.handle(&frames),
+                    Err(zmq::Error::EAGAIN) | Err(zmq::Error::EINTR) => break,
+                    Err(e) => return Err(zerr("recv")(e)),
+                }
+            }
+        }
+    }
+
+    /// Handles one R-frame message (identity first).
+    fn handle(&mut self, frames: &[Vec<u8>]) {
+        match decode(&frames[1.min(frames.len())..], Socket::PubIn).map(|m| m.command) {
+            Ok(Command::Publish { topic, message }) => {
+                if let Err(e) = self.outgoing.send_multipart([topic, message], zmq::DONTWAIT) {
+                    tracing::warn!(error = %e, "PUB send failed");
+                } else {
+                    self.stats.published += 1;
+                }
+            }
+            Ok(_) => self.malformed(frames, "not PUBLISH"),
+            Err(e) => self.malformed(frames, &e.to_string()),
+        }
+    }
+
+    fn malformed(&mut self, frames: &[Vec<u8>], why: &str) {
+        self.stats.malformed += 1;
+        tracing::warn!(why, frames = %ShowFrames(frames), total = self.stats.malformed, "malformed input dropped");
+    }
+}
