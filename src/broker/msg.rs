@@ -54,12 +54,14 @@ pub enum ShardMsg {
     SendFailed { key: WorkerKey, msgid: Frame, unreachable: bool },
     /// A text SCHED.
     TextSched { queue: QueueName, data: Vec<u8>, reply: Sender<Result<(), TextRefusal>> },
-    /// A text ASK from connection `conn`.
-    TextAsk { conn: ConnId, queue: QueueName, reply: Sender<Option<Vec<u8>>> },
-    /// ACK, DCL or DEL of the offer held by `conn` on this shard.
-    TextAnswer { conn: ConnId, answer: TextAnswer, reply: Sender<Result<(), TextRefusal>> },
-    /// Connection `conn` ended: its offer goes back to the front.
-    TextRelease { conn: ConnId },
+    /// A text ASK from connection `conn`; the reply is the offer's sequence
+    /// number and data, or `None` when the queue has nothing to offer.
+    TextAsk { conn: ConnId, queue: QueueName, reply: Sender<Option<(u64, Vec<u8>)>> },
+    /// ACK, DCL or DEL of offer `seq` held by `conn` on this shard.
+    TextAnswer { conn: ConnId, seq: u64, answer: TextAnswer, reply: Sender<Result<(), TextRefusal>> },
+    /// Connection `conn` ended holding offer `seq`: it goes back to the
+    /// front; the reply says whether it was still held.
+    TextRelease { conn: ConnId, seq: u64, reply: Option<Sender<bool>> },
     /// Hand over the latency histograms recorded since the last take.
     LatencyTake { reply: Sender<crate::metrics::latency::Taken> },
     /// Send a snapshot of this shard's state.

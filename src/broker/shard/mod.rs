@@ -153,8 +153,13 @@ impl Shard {
             ShardMsg::SendFailed { key, msgid, unreachable } => self.handle_send_failed(key, msgid, unreachable, now),
             ShardMsg::TextSched { queue, data, reply } => self.handle_text_sched(queue, data, reply),
             ShardMsg::TextAsk { conn, queue, reply } => self.handle_text_ask(conn, queue, reply, now),
-            ShardMsg::TextAnswer { conn, answer, reply } => self.handle_text_answer(conn, answer, reply),
-            ShardMsg::TextRelease { conn } => self.handle_text_release(conn),
+            ShardMsg::TextAnswer { conn, seq, answer, reply } => self.handle_text_answer(conn, seq, answer, reply),
+            ShardMsg::TextRelease { conn, seq, reply } => {
+                let released = self.handle_text_release(conn, seq);
+                if let Some(reply) = reply {
+                    let _ = reply.send(released);
+                }
+            }
             ShardMsg::LatencyTake { reply } => {
                 let _ = reply.send(self.latency.take());
             }

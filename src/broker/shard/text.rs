@@ -64,7 +64,7 @@ impl Shard {
         &mut self,
         conn: ConnId,
         queue: QueueName,
-        reply: Sender<Option<Vec<u8>>>,
+        reply: Sender<Option<(u64, Vec<u8>)>>,
         now: Instant,
     ) {
         let job = self.queues.get_mut(&queue).and_then(|q| q.waiting.pop_front());
@@ -81,19 +81,20 @@ impl Shard {
             self.enqueue(old.queue, old.job, true);
         }
         self.timers.arm(now + self.ctx.config.text.offer_timeout, Timer::OfferTimeout(conn, seq));
-        if reply.send(Some(body)).is_err() {
+        if reply.send(Some((seq, body))).is_err() {
             // The connection went away between ASK and the answer.
-            self.handle_text_release(conn);
+            self.handle_text_release(conn, seq);
         }
     }
 
     pub(super) fn handle_text_answer(
         &mut self,
         conn: ConnId,
+        seq: u64,
         answer: TextAnswer,
         reply: Sender<Result<(), TextRefusal>>,
     ) {
-        let Some(offer) = self.offers.remove(&conn) else {
+        let Some(offer) = self.take_offer(conn, seq) else {
             let _ = reply.send(Err(TextRefusal::NoTask));
             return;
         };
@@ -113,11 +114,21 @@ impl Shard {
         let _ = reply.send(Ok(()));
     }
 
-    pub(super) fn handle_text_release(&mut self, conn: ConnId) {
-        if let Some(offer) = self.offers.remove(&conn) {
-            Counters::bump(&self.ctx.counters.text_returned_disconnect);
-            self.enqueue(offer.queue, offer.job, true);
+    /// Removes and returns `conn`'s offer if it is offer `seq`.
+    fn take_offer(&mut self, conn: ConnId, seq: u64) -> Option<Offer> {
+        if self.offers.get(&conn).is_some_and(|o| o.seq == seq) {
+            self.offers.remove(&conn)
+        } else {
+            None
         }
+    }
+
+    /// Puts `conn`'s offer `seq` back at the front; whether it was held.
+    pub(super) fn handle_text_release(&mut self, conn: ConnId, seq: u64) -> bool {
+        let Some(offer) = self.take_offer(conn, seq) else { return false };
+        Counters::bump(&self.ctx.counters.text_returned_disconnect);
+        self.enqueue(offer.queue, offer.job, true);
+        true
     }
 
     pub(super) fn offer_timeout_due(&mut self, conn: ConnId, seq: u64) {
