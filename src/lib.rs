@@ -32,7 +32,9 @@
 #![warn(missing_docs)]
 
 pub mod broker;
+pub mod client;
 pub mod config;
 pub mod limits;
 pub mod protocol;
+pub mod text;
 pub mod zmq_io;

@@ -1,0 +1,3 @@
+//! Rust client libraries for the broker's protocols.
+
+pub mod text;
