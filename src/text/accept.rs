@@ -11,10 +11,9 @@ use socket2::{Domain, Protocol, Socket, Type};
 use super::backend::ConnId;
 use super::stats::TextStats;
 use super::{conn, Shared};
+use crate::limits;
 use crate::protocol::text::{encode_err, ErrorCode};
 
-/// Pending-connection queue length of the listener.
-const LISTEN_BACKLOG: i32 = 1024;
 /// How long the acceptor waits to write `ERR BUSY` to a refused client.
 const BUSY_WRITE_TIMEOUT: Duration = Duration::from_millis(200);
 /// Pause after a failed `accept` (for example out of file descriptors), so
@@ -22,7 +21,8 @@ const BUSY_WRITE_TIMEOUT: Duration = Duration::from_millis(200);
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(20);
 
 /// Binds a TCP listener with `SO_REUSEADDR` (a restarted router can bind
-/// while old connections linger in TIME_WAIT) and a 1024-deep backlog.
+/// while old connections linger in TIME_WAIT) and a
+/// [`limits::TEXT_LISTEN_BACKLOG`]-deep backlog.
 ///
 /// # Errors
 /// The socket, bind or listen error.
@@ -30,7 +30,7 @@ pub(super) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     socket.bind(&addr.into())?;
-    socket.listen(LISTEN_BACKLOG)?;
+    socket.listen(limits::TEXT_LISTEN_BACKLOG)?;
     Ok(socket.into())
 }
 
@@ -72,6 +72,7 @@ fn admit(shared: &Arc<Shared>, stream: TcpStream) {
     let thread_shared = Arc::clone(shared);
     let spawned = std::thread::Builder::new()
         .name(format!("emq-text-{}", id.0))
+        .stack_size(limits::TEXT_CONN_STACK_BYTES)
         .spawn(move || conn::serve(&thread_shared, id, stream));
     if let Err(e) = spawned {
         tracing::warn!(conn = %id, error = %e, "cannot start text connection thread");

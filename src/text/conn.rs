@@ -9,10 +9,9 @@ use std::time::{Duration, Instant};
 use super::backend::{ConnId, OfferHandle};
 use super::stats::TextStats;
 use super::Shared;
+use crate::limits;
 use crate::protocol::text::{encode_err, encode_nope, encode_want, ErrorCode, LineDecoder, TextCommand};
 
-/// Bytes read from the socket at a time.
-const READ_BUF_BYTES: usize = 64 * 1024;
 /// Pending answers are written once they reach this size, even in the middle
 /// of a pipelined batch, so a client that pipelines many ASKs does not pin
 /// memory.
@@ -77,7 +76,7 @@ pub(super) fn serve(shared: &Shared, id: ConnId, stream: TcpStream) {
 impl Connection<'_> {
     fn run(&mut self) -> io::Result<()> {
         self.stream.set_write_timeout(Some(self.shared.config.idle_timeout.max(Duration::from_millis(1))))?;
-        let mut buf = vec![0u8; READ_BUF_BYTES];
+        let mut buf = vec![0u8; limits::TEXT_READ_BUF_BYTES];
         loop {
             let flow = self.process()?;
             self.flush()?;

@@ -205,7 +205,7 @@ mod tests {
         let line = format!("SCHED x@{q255}");
         assert_eq!(parse_command(line.as_bytes()), sched(b"x", &q255));
         let line = format!("SCHED x@{q255}q");
-        assert_eq!(parse_command(line.as_bytes()), sched(line[6..].as_bytes(), "default"));
+        assert_eq!(parse_command(line.as_bytes()), sched(&line.as_bytes()[6..], "default"));
         assert!(valid_queue_name(b"A-z_0.9:x"));
         assert!(!valid_queue_name(b"a/b"));
         assert!(!valid_queue_name(b""));

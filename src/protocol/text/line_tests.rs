@@ -200,3 +200,31 @@ proptest! {
         prop_assert_eq!(all(&mut d), model(16, &joined));
     }
 }
+
+/// Throughput figure for the report (`cargo test --release -- --ignored
+/// decoder_throughput --nocapture`); asserts only the decoded count.
+#[test]
+#[ignore]
+fn decoder_throughput() {
+    let mut input = Vec::new();
+    for i in 0..1_000_000 {
+        input
+            .extend_from_slice(format!("SCHED {{\"to\":\"user{i}@example.com\",\"n\":{i}}}@EMAILSERVICE\n").as_bytes());
+        input.extend_from_slice(b"ASK EMAILSERVICE\nACK\n");
+    }
+    let start = std::time::Instant::now();
+    let mut d = LineDecoder::new(1 << 20);
+    let mut count = 0;
+    for chunk in input.chunks(64 * 1024) {
+        d.feed(chunk);
+        count += d.by_ref().filter(Result::is_ok).count();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    assert_eq!(count, 3_000_000);
+    println!(
+        "decoded {count} commands, {} MB in {secs:.3} s: {:.0} MB/s, {:.1} M commands/s",
+        input.len() / 1_000_000,
+        input.len() as f64 / 1e6 / secs,
+        count as f64 / 1e6 / secs
+    );
+}
