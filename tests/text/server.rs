@@ -106,6 +106,7 @@ fn pipelined_100k_sched_then_ask_ack_until_nope() {
     for i in 0..n {
         burst.extend_from_slice(format!("SCHED task-{i}@bulk\n").as_bytes());
     }
+    let start = std::time::Instant::now();
     c.send(&burst);
     let mut writer = c.writer.try_clone().unwrap();
     let asker = std::thread::spawn(move || {
@@ -119,8 +120,33 @@ fn pipelined_100k_sched_then_ask_ack_until_nope() {
     }
     c.expect(b"NOPE\n");
     asker.join().unwrap();
+    // A figure for reports, not an assertion.
+    println!("100k SCHED + 100k ASK/ACK pipelined: {:.3} s", start.elapsed().as_secs_f64());
     assert_eq!(f.backend.counts().acked, n as u64);
     assert!(f.backend.queue("bulk").is_empty());
+}
+
+#[test]
+fn bulk_conversation_one_byte_per_write() {
+    let _w = text_watchdog(120);
+    let f = TextFixture::default();
+    let n = 1_000;
+    let mut c = f.connect();
+    let mut bytes = Vec::new();
+    for i in 0..n {
+        bytes.extend_from_slice(format!("SCHED task-{i}@bulk\n").as_bytes());
+    }
+    bytes.extend_from_slice(&b"ASK bulk\nACK\n".repeat(n));
+    bytes.extend_from_slice(b"ASK bulk\nEND\n");
+    for b in &bytes {
+        c.send(std::slice::from_ref(b));
+    }
+    for i in 0..n {
+        c.expect(format!("WANT? task-{i}\n").as_bytes());
+    }
+    c.expect(b"NOPE\n");
+    c.expect_closed();
+    assert_eq!(f.backend.counts().acked, n as u64);
 }
 
 #[test]
