@@ -99,3 +99,21 @@ impl std::fmt::Display for ErrorCode {
         f.write_str(self.as_str())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorCode;
+
+    #[test]
+    fn error_code_tokens_and_indexes() {
+        for (i, code) in ErrorCode::ALL.into_iter().enumerate() {
+            assert_eq!(code.index(), i);
+            assert_eq!(ErrorCode::from_token(code.as_str().as_bytes()), Some(code));
+        }
+        assert_eq!(ErrorCode::from_token(b"no_task"), None);
+        let tokens: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        let want =
+            ["UNKNOWN_COMMAND", "BAD_FORMAT", "TOO_BIG", "NO_TASK", "PENDING", "QUEUE_FULL", "SHUTTING_DOWN", "BUSY"];
+        assert_eq!(tokens, want);
+    }
+}
