@@ -27,6 +27,9 @@
 //! * [`protocol`]: pure codecs (eMQP frames, headers, queue lists, text lines).
 //! * [`broker`]: dispatcher shards: queues, workers, selection, in-flight, timers.
 //! * [`zmq_io`]: the only code that calls the zmq crate on the router side.
+//! * [`text`]: the text protocol server (acceptors, connection threads) behind
+//!   the [`text::TextBackend`] trait.
+//! * [`client`]: Rust client libraries (the text protocol client).
 //! * [`config`] and [`limits`]: settings, validated once; every default with its reason.
 
 #![warn(missing_docs)]
@@ -39,6 +42,7 @@ pub mod logging;
 pub mod metrics;
 pub mod protocol;
 pub mod pubsub;
+pub mod text;
 pub mod zmq_io;
 
 /// Router start/stop, re-exported: `emq::router::start(config)`.

@@ -59,6 +59,16 @@ pub const TEXT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const TEXT_MAX_CONNECTIONS: usize = 10_000;
 /// Threads calling `accept` on the text listener.
 pub const TEXT_ACCEPTORS: usize = 2;
+/// Pending-connection queue of the text listener: absorbs connection bursts
+/// (load generators open hundreds at once) while the acceptors catch up.
+pub const TEXT_LISTEN_BACKLOG: i32 = 1024;
+/// Bytes a text connection reads at a time: one read takes a whole pipelined
+/// burst of small commands (about 4,000 SCHED lines).
+pub const TEXT_READ_BUF_BYTES: usize = 64 * 1024;
+/// Stack of a text connection thread. Its buffers live on the heap and
+/// nothing recurses, so 256 KiB is plenty; 10,000 connections then reserve
+/// 2.5 GiB of address space instead of 20 GiB with the 2 MiB default.
+pub const TEXT_CONN_STACK_BYTES: usize = 256 * 1024;
 
 /// Period of the latency reporter's log line.
 pub const LATENCY_REPORT_INTERVAL: Duration = Duration::from_secs(60);

@@ -1,2 +1,3 @@
 mod client;
 mod emqp_router;
+mod text;

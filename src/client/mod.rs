@@ -1,9 +1,10 @@
-//! Rust client and worker library for eMQP (and, from another branch, the
-//! text protocol).
+//! Rust client libraries for the broker's protocols: eMQP client, admin
+//! client and worker (EventMQ 0.3.13 wire), and the text-protocol client.
 
 pub mod admin;
 pub mod body;
 pub mod emqp;
 mod socket;
+pub mod text;
 pub mod worker;
 mod worker_loop;

@@ -4,3 +4,4 @@
 pub mod emqp;
 pub mod headers;
 pub mod queues;
+pub mod text;

@@ -1,0 +1,301 @@
+//! A blocking Rust client for the text protocol (text-protocol.md).
+//!
+//! # How errors of write-only commands surface
+//!
+//! SCHED, ACK, DCL and DEL send nothing back when they succeed, so
+//! [`TextClient::sched`], [`TextClient::ack`], [`TextClient::dcl`] and
+//! [`TextClient::del`] only write; they fail only on I/O errors. An `ERR`
+//! line the server writes for one of them (`QUEUE_FULL`, `NO_TASK`, …) is
+//! read later, and kept apart from the answers to ASK with a *barrier*: the
+//! line `ASK !sync`, which every server answers with `ERR BAD_FORMAT` and no
+//! change of state (`!` is not a queue-name byte, and the format error wins
+//! over `PENDING`). Before the next reading call the client writes the
+//! barrier; every `ERR` line before the barrier's answer belongs to an
+//! earlier write-only command and is kept as a *deferred* error:
+//!
+//! * [`TextClient::ask`] returns only the answer to its own ASK; deferred
+//!   errors stay queued.
+//! * [`TextClient::sync`] and [`TextClient::end`] return
+//!   [`TextClientError::Deferred`] with every queued error, in order.
+//! * [`TextClient::take_deferred`] hands them over without failing.
+//!
+//! The barrier costs one line per reading call that follows write-only
+//! commands, and counts as one `BAD_FORMAT` in the server's STATUS.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use crate::limits;
+use crate::protocol::text::{encode_command, parse_server_line, EncodeError, ErrorCode, ServerLine, TextCommand};
+
+/// The barrier line (see the module docs).
+const BARRIER: &[u8] = b"ASK !sync\n";
+/// Longest server line the client reads: the server's default limit, plus
+/// `WANT? ` and the LF.
+const MAX_SERVER_LINE_BYTES: u64 = limits::TEXT_MAX_LINE_BYTES as u64 + 64;
+
+/// An `ERR <CODE> <text>` line from the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerError {
+    /// The code token.
+    pub code: ErrorCode,
+    /// The human text.
+    pub text: String,
+}
+
+/// Errors of [`TextClient`].
+#[derive(Debug, thiserror::Error)]
+pub enum TextClientError {
+    /// The server answered this call with `ERR` (`ERR BUSY` also ends
+    /// the connection).
+    #[error("server error {code}: {text}")]
+    Server {
+        /// The code token.
+        code: ErrorCode,
+        /// The human text.
+        text: String,
+    },
+    /// `ERR` lines for earlier SCHED/ACK/DCL/DEL commands, in order.
+    #[error("{} earlier command(s) failed, first: {}", .0.len(), .0.first().map(|e| e.code.as_str()).unwrap_or(""))]
+    Deferred(Vec<ServerError>),
+    /// The command cannot be written as one line.
+    #[error("cannot encode command: {0}")]
+    Encode(#[from] EncodeError),
+    /// The server sent a line the client does not understand here.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The server closed the connection.
+    #[error("connection closed by the server")]
+    Closed,
+    /// No answer within the client's timeout.
+    #[error("timed out")]
+    Timeout,
+    /// Another I/O error.
+    #[error("i/o error: {0}")]
+    Io(io::Error),
+}
+
+impl From<io::Error> for TextClientError {
+    fn from(e: io::Error) -> TextClientError {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => TextClientError::Timeout,
+            io::ErrorKind::UnexpectedEof => TextClientError::Closed,
+            _ => TextClientError::Io(e),
+        }
+    }
+}
+
+/// A text-protocol connection.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use emq::client::text::TextClient;
+///
+/// let mut c = TextClient::connect("127.0.0.1:47294", Duration::from_secs(5))?;
+/// c.sched(b"{\"to\":\"a@b.c\"}", Some("EMAILSERVICE"))?;
+/// if let Some(task) = c.ask("EMAILSERVICE")? {
+///     println!("{}", String::from_utf8_lossy(&task));
+///     c.ack()?;
+/// }
+/// c.end()?; // fails with Deferred if an earlier SCHED or ACK was refused
+/// # Ok::<(), emq::client::text::TextClientError>(())
+/// ```
+#[derive(Debug)]
+pub struct TextClient {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    out: Vec<u8>,
+    /// Write-only commands were sent since the last barrier.
+    unsynced: bool,
+    deferred: Vec<ServerError>,
+}
+
+impl TextClient {
+    /// Connects to `addr` (each resolved address in turn); `timeout` bounds
+    /// the connect and every later read and write.
+    ///
+    /// # Errors
+    /// [`TextClientError::Io`] or [`TextClientError::Timeout`].
+    pub fn connect(addr: impl ToSocketAddrs, timeout: Duration) -> Result<TextClient, TextClientError> {
+        let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to");
+        let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+        for a in addrs {
+            match TcpStream::connect_timeout(&a, timeout) {
+                Ok(stream) => return TextClient::from_stream(stream, timeout),
+                Err(e) => last = e,
+            }
+        }
+        Err(last.into())
+    }
+
+    fn from_stream(stream: TcpStream, timeout: Duration) -> Result<TextClient, TextClientError> {
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        let reader = BufReader::new(stream.try_clone()?);
+        Ok(TextClient { reader, writer: stream, out: Vec::new(), unsynced: false, deferred: Vec::new() })
+    }
+
+    /// Sends `SCHED <data>[@<queue>]` (`None`: the `default` queue). Writes
+    /// only; see the module docs for how a refusal surfaces.
+    ///
+    /// # Errors
+    /// [`TextClientError::Encode`] for empty data, data with an LF, or an
+    /// invalid queue name (nothing is sent); I/O errors.
+    pub fn sched(&mut self, data: &[u8], queue: Option<&str>) -> Result<(), TextClientError> {
+        self.pipeline_sched([(data, queue)])
+    }
+
+    /// Sends many SCHED lines in one write (for throughput). Either every
+    /// line is encoded and written, or (on an encoding error) none is.
+    ///
+    /// # Errors
+    /// As [`TextClient::sched`].
+    pub fn pipeline_sched<'a>(
+        &mut self,
+        tasks: impl IntoIterator<Item = (&'a [u8], Option<&'a str>)>,
+    ) -> Result<(), TextClientError> {
+        self.out.clear();
+        for (data, queue) in tasks {
+            let queue = queue.unwrap_or(limits::DEFAULT_QUEUE).to_string();
+            encode_command(&mut self.out, &TextCommand::Sched { data: data.to_vec(), queue })?;
+        }
+        self.write_out(true)
+    }
+
+    /// Sends `ASK <queue>` and reads its answer: `Some(data)` for
+    /// `WANT? <data>` (the connection now holds the offer), `None` for `NOPE`.
+    ///
+    /// # Errors
+    /// [`TextClientError::Server`] for `ERR` (`PENDING` when an offer is
+    /// still held); `Encode` for an invalid queue name; `Protocol`, `Closed`,
+    /// `Timeout`, `Io`. Errors of earlier write-only commands are deferred.
+    pub fn ask(&mut self, queue: &str) -> Result<Option<Vec<u8>>, TextClientError> {
+        self.out.clear();
+        let barrier = self.unsynced;
+        if barrier {
+            self.out.extend_from_slice(BARRIER);
+        }
+        encode_command(&mut self.out, &TextCommand::Ask { queue: queue.to_string() })?;
+        self.write_out(false)?;
+        if barrier {
+            self.read_to_barrier()?;
+        }
+        match self.read_server_line()? {
+            ServerLine::Want(data) => Ok(Some(data)),
+            ServerLine::Nope => Ok(None),
+            ServerLine::Err { code, text } => Err(TextClientError::Server { code, text }),
+        }
+    }
+
+    /// Sends `ACK` (write only).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn ack(&mut self) -> Result<(), TextClientError> {
+        self.send(TextCommand::Ack)
+    }
+
+    /// Sends `DCL` (write only).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn dcl(&mut self) -> Result<(), TextClientError> {
+        self.send(TextCommand::Dcl)
+    }
+
+    /// Sends `DEL` (write only).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn del(&mut self) -> Result<(), TextClientError> {
+        self.send(TextCommand::Del)
+    }
+
+    /// Waits until the server has handled every command sent so far.
+    ///
+    /// # Errors
+    /// [`TextClientError::Deferred`] with every `ERR` for earlier write-only
+    /// commands (then cleared); `Server` for `ERR BUSY`; I/O errors.
+    pub fn sync(&mut self) -> Result<(), TextClientError> {
+        if self.unsynced {
+            self.out.clear();
+            self.out.extend_from_slice(BARRIER);
+            self.write_out(false)?;
+            self.read_to_barrier()?;
+        }
+        self.deferred_result()
+    }
+
+    /// Sends `END` and reads until the server closes the connection.
+    ///
+    /// # Errors
+    /// [`TextClientError::Deferred`] as [`TextClient::sync`]; I/O errors.
+    pub fn end(mut self) -> Result<(), TextClientError> {
+        self.out.clear();
+        self.out.extend_from_slice(b"END\n");
+        self.write_out(false)?;
+        loop {
+            match self.read_server_line() {
+                Ok(ServerLine::Err { code, text }) => self.deferred.push(ServerError { code, text }),
+                Ok(other) => return Err(TextClientError::Protocol(format!("unexpected {other:?} after END"))),
+                Err(TextClientError::Closed) => return self.deferred_result(),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Takes the deferred errors read so far (see the module docs).
+    pub fn take_deferred(&mut self) -> Vec<ServerError> {
+        std::mem::take(&mut self.deferred)
+    }
+
+    fn deferred_result(&mut self) -> Result<(), TextClientError> {
+        if self.deferred.is_empty() {
+            Ok(())
+        } else {
+            Err(TextClientError::Deferred(self.take_deferred()))
+        }
+    }
+
+    fn send(&mut self, command: TextCommand) -> Result<(), TextClientError> {
+        self.out.clear();
+        encode_command(&mut self.out, &command)?;
+        self.write_out(true)
+    }
+
+    fn write_out(&mut self, write_only: bool) -> Result<(), TextClientError> {
+        self.writer.write_all(&self.out)?;
+        self.unsynced |= write_only;
+        Ok(())
+    }
+
+    /// Reads lines up to the barrier's `ERR BAD_FORMAT`, deferring the
+    /// `ERR` lines before it.
+    fn read_to_barrier(&mut self) -> Result<(), TextClientError> {
+        loop {
+            match self.read_server_line()? {
+                ServerLine::Err { code: ErrorCode::BadFormat, .. } => {
+                    self.unsynced = false;
+                    return Ok(());
+                }
+                ServerLine::Err { code: ErrorCode::Busy, text } => {
+                    return Err(TextClientError::Server { code: ErrorCode::Busy, text })
+                }
+                ServerLine::Err { code, text } => self.deferred.push(ServerError { code, text }),
+                other => return Err(TextClientError::Protocol(format!("unexpected {other:?} before the barrier"))),
+            }
+        }
+    }
+
+    fn read_server_line(&mut self) -> Result<ServerLine, TextClientError> {
+        let mut line = Vec::new();
+        let n = (&mut self.reader).take(MAX_SERVER_LINE_BYTES).read_until(b'\n', &mut line)?;
+        match line.pop() {
+            Some(b'\n') => parse_server_line(&line).map_err(|e| TextClientError::Protocol(e.to_string())),
+            _ if n as u64 == MAX_SERVER_LINE_BYTES => Err(TextClientError::Protocol("server line too long".into())),
+            _ => Err(TextClientError::Closed),
+        }
+    }
+}

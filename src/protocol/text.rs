@@ -1,0 +1,119 @@
+//! The text protocol's pure parts (text-protocol.md): the incremental line
+//! decoder, command parsing, and the encoders and decoders for both
+//! directions. No sockets, no clocks.
+//!
+//! * [`LineDecoder`]: bytes in any chunking → [`TextCommand`]s or
+//!   [`TextError`]s, in order; over-long lines are cut off as they stream in.
+//! * [`parse_command`]: one line (without its LF and CR) → command.
+//! * [`encode_want`], [`encode_nope`], [`encode_err`]: server lines.
+//! * [`encode_command`], [`parse_server_line`]: the client side.
+
+mod command;
+mod encode;
+mod line;
+
+pub use command::{parse_command, split_queue, valid_queue_name, TextCommand, TextError, MAX_QUEUE_NAME_BYTES};
+pub use encode::{
+    encode_command, encode_err, encode_nope, encode_want, parse_server_line, EncodeError, ServerLine, ServerLineError,
+};
+pub use line::LineDecoder;
+
+/// The stable error tokens of `ERR <CODE> <text>` (text-protocol.md, "Error
+/// codes"). The first three come from the decoder; the others from the
+/// server and its queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// The keyword is not a command.
+    UnknownCommand,
+    /// A known keyword with a malformed argument.
+    BadFormat,
+    /// The line exceeds the maximum line length; it is discarded.
+    TooBig,
+    /// ACK, DCL or DEL while this connection holds no offer.
+    NoTask,
+    /// ASK while this connection still holds an offer.
+    Pending,
+    /// SCHED into a queue at its limit; the task is not stored.
+    QueueFull,
+    /// The broker is draining; the task is not stored.
+    ShuttingDown,
+    /// Too many connections; sent once, then the connection is closed.
+    Busy,
+}
+
+impl ErrorCode {
+    /// Every code, in the spec's table order (for counters indexed by code).
+    pub const ALL: [ErrorCode; 8] = [
+        ErrorCode::UnknownCommand,
+        ErrorCode::BadFormat,
+        ErrorCode::TooBig,
+        ErrorCode::NoTask,
+        ErrorCode::Pending,
+        ErrorCode::QueueFull,
+        ErrorCode::ShuttingDown,
+        ErrorCode::Busy,
+    ];
+
+    /// The token as written on the wire, e.g. `"NO_TASK"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::UnknownCommand => "UNKNOWN_COMMAND",
+            ErrorCode::BadFormat => "BAD_FORMAT",
+            ErrorCode::TooBig => "TOO_BIG",
+            ErrorCode::NoTask => "NO_TASK",
+            ErrorCode::Pending => "PENDING",
+            ErrorCode::QueueFull => "QUEUE_FULL",
+            ErrorCode::ShuttingDown => "SHUTTING_DOWN",
+            ErrorCode::Busy => "BUSY",
+        }
+    }
+
+    /// The code for a wire token (exact, upper case), or `None`.
+    pub fn from_token(token: &[u8]) -> Option<ErrorCode> {
+        ErrorCode::ALL.into_iter().find(|c| c.as_str().as_bytes() == token)
+    }
+
+    /// Position in [`ErrorCode::ALL`] (0..8).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The default human text written after the code, e.g. for `NO_TASK`
+    /// "no task is offered on this connection" (the spec's example session).
+    pub fn default_text(self) -> &'static str {
+        match self {
+            ErrorCode::UnknownCommand => "unknown command",
+            ErrorCode::BadFormat => "malformed argument",
+            ErrorCode::TooBig => "line too long",
+            ErrorCode::NoTask => "no task is offered on this connection",
+            ErrorCode::Pending => "this connection still holds an offer",
+            ErrorCode::QueueFull => "the queue is full",
+            ErrorCode::ShuttingDown => "the broker is shutting down",
+            ErrorCode::Busy => "too many connections",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorCode;
+
+    #[test]
+    fn error_code_tokens_and_indexes() {
+        for (i, code) in ErrorCode::ALL.into_iter().enumerate() {
+            assert_eq!(code.index(), i);
+            assert_eq!(ErrorCode::from_token(code.as_str().as_bytes()), Some(code));
+        }
+        assert_eq!(ErrorCode::from_token(b"no_task"), None);
+        let tokens: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        let want =
+            ["UNKNOWN_COMMAND", "BAD_FORMAT", "TOO_BIG", "NO_TASK", "PENDING", "QUEUE_FULL", "SHUTTING_DOWN", "BUSY"];
+        assert_eq!(tokens, want);
+    }
+}

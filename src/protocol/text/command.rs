@@ -1,0 +1,262 @@
+//! One line → one command (text-protocol.md "Commands", "Queue names and the
+//! `@` rule").
+
+use super::ErrorCode;
+use crate::limits;
+
+/// Longest queue name in bytes (text-protocol.md: 1 to 255 bytes).
+pub const MAX_QUEUE_NAME_BYTES: usize = 255;
+
+/// Most bytes of an unknown keyword quoted back in the error text.
+const QUOTED_KEYWORD_BYTES: usize = 32;
+
+/// A command from a text client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TextCommand {
+    /// `SCHED <data>[@<queue>]`: add a task. `data` is never empty; `queue`
+    /// is a valid queue name (`default` when the line names none).
+    Sched {
+        /// The task's bytes, exactly as sent (any byte but LF).
+        data: Vec<u8>,
+        /// The target queue.
+        queue: String,
+    },
+    /// `ASK [<queue>]`: ask for the oldest task of `queue` (`default` when
+    /// the line names none).
+    Ask {
+        /// The queue asked for, a valid queue name.
+        queue: String,
+    },
+    /// `ACK`: accept the offered task.
+    Ack,
+    /// `DCL`: decline the offered task (it moves to the back of its queue).
+    Dcl,
+    /// `DEL`: delete the offered task.
+    Del,
+    /// `END`: end the session.
+    End,
+}
+
+/// A line the decoder rejects. [`TextError::code`] gives the wire token;
+/// `Display` gives the human text written after it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TextError {
+    /// The keyword is not one of SCHED, ASK, ACK, DCL, DEL, END.
+    #[error("unknown command \"{keyword}\"")]
+    UnknownCommand {
+        /// The keyword, ASCII-escaped and cut to 32 bytes (safe to write back).
+        keyword: String,
+    },
+    /// A known keyword with a malformed argument.
+    #[error("{why}")]
+    BadFormat {
+        /// What is wrong, e.g. "SCHED needs data".
+        why: &'static str,
+    },
+    /// The line is longer than the limit; it is discarded.
+    #[error("line longer than {max_line_bytes} bytes")]
+    TooBig {
+        /// The limit in bytes (not counting LF and a CR before it).
+        max_line_bytes: usize,
+    },
+}
+
+impl TextError {
+    /// The wire token for this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            TextError::UnknownCommand { .. } => ErrorCode::UnknownCommand,
+            TextError::BadFormat { .. } => ErrorCode::BadFormat,
+            TextError::TooBig { .. } => ErrorCode::TooBig,
+        }
+    }
+}
+
+/// Whether `name` is a valid queue name: 1 to 255 bytes from
+/// `A-Z a-z 0-9 _ - . :` (text-protocol.md "Queue names").
+pub fn valid_queue_name(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_QUEUE_NAME_BYTES
+        && name.iter().all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+}
+
+/// Splits a SCHED argument by the `@` rule: the queue is the text after the
+/// last `@` when it is a valid queue name; otherwise the whole argument is
+/// data and the queue is `default`. Returns `(data, queue)`.
+///
+/// ```
+/// use emq::protocol::text::split_queue;
+/// assert_eq!(split_queue(b"x@q"), (&b"x"[..], "q"));
+/// assert_eq!(split_queue(b"{\"to\":\"a@b.c\"}"), (&b"{\"to\":\"a@b.c\"}"[..], "default"));
+/// ```
+pub fn split_queue(arg: &[u8]) -> (&[u8], &str) {
+    if let Some(at) = memchr::memrchr(b'@', arg) {
+        let suffix = &arg[at + 1..];
+        if valid_queue_name(suffix) {
+            // Valid names are ASCII, so this cannot fail.
+            if let Ok(queue) = std::str::from_utf8(suffix) {
+                return (&arg[..at], queue);
+            }
+        }
+    }
+    (arg, limits::DEFAULT_QUEUE)
+}
+
+/// Parses one line: the bytes before the LF, with a CR right before the LF
+/// already removed. Returns `None` for a line that is empty or holds only
+/// spaces and tabs (ignored by the spec).
+///
+/// The keyword is the text before the first space, compared without regard
+/// to case; the argument is everything after that one space, and an empty
+/// argument counts as none.
+///
+/// # Errors
+/// [`TextError::UnknownCommand`] for any other keyword (including the server
+/// words `WANT?` and `NOPE`); [`TextError::BadFormat`] for SCHED without data,
+/// ASK with an invalid queue name, or an argument after ACK, DCL, DEL or END.
+pub fn parse_command(line: &[u8]) -> Option<Result<TextCommand, TextError>> {
+    if line.iter().all(|&b| b == b' ' || b == b'\t') {
+        return None;
+    }
+    let (keyword, arg) = match memchr::memchr(b' ', line) {
+        Some(sp) => (&line[..sp], &line[sp + 1..]),
+        None => (line, &line[line.len()..]),
+    };
+    Some(match_keyword(keyword, arg))
+}
+
+fn match_keyword(keyword: &[u8], arg: &[u8]) -> Result<TextCommand, TextError> {
+    let is = |k: &[u8]| keyword.eq_ignore_ascii_case(k);
+    if is(b"SCHED") {
+        parse_sched(arg)
+    } else if is(b"ASK") {
+        parse_ask(arg)
+    } else if is(b"ACK") {
+        no_argument(arg, TextCommand::Ack)
+    } else if is(b"DCL") {
+        no_argument(arg, TextCommand::Dcl)
+    } else if is(b"DEL") {
+        no_argument(arg, TextCommand::Del)
+    } else if is(b"END") {
+        no_argument(arg, TextCommand::End)
+    } else {
+        let quoted = &keyword[..keyword.len().min(QUOTED_KEYWORD_BYTES)];
+        Err(TextError::UnknownCommand { keyword: quoted.escape_ascii().to_string() })
+    }
+}
+
+fn parse_sched(arg: &[u8]) -> Result<TextCommand, TextError> {
+    let (data, queue) = split_queue(arg);
+    if data.is_empty() {
+        return Err(TextError::BadFormat { why: "SCHED needs data" });
+    }
+    Ok(TextCommand::Sched { data: data.to_vec(), queue: queue.to_string() })
+}
+
+fn parse_ask(arg: &[u8]) -> Result<TextCommand, TextError> {
+    if arg.is_empty() {
+        return Ok(TextCommand::Ask { queue: limits::DEFAULT_QUEUE.to_string() });
+    }
+    match std::str::from_utf8(arg) {
+        Ok(queue) if valid_queue_name(arg) => Ok(TextCommand::Ask { queue: queue.to_string() }),
+        _ => Err(TextError::BadFormat { why: "invalid queue name (1 to 255 bytes of A-Z a-z 0-9 _ - . :)" }),
+    }
+}
+
+fn no_argument(arg: &[u8], command: TextCommand) -> Result<TextCommand, TextError> {
+    if arg.is_empty() {
+        Ok(command)
+    } else {
+        Err(TextError::BadFormat { why: "this command takes no argument" })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sched(data: &[u8], queue: &str) -> Option<Result<TextCommand, TextError>> {
+        Some(Ok(TextCommand::Sched { data: data.to_vec(), queue: queue.to_string() }))
+    }
+
+    fn code(line: &[u8]) -> ErrorCode {
+        match parse_command(line) {
+            Some(Err(e)) => e.code(),
+            other => panic!("{line:?} gave {other:?}"),
+        }
+    }
+
+    #[test]
+    fn at_rule_table() {
+        let email = br#"{ email: "test@test.de", message: "test message" }"#;
+        let mut line = b"SCHED ".to_vec();
+        line.extend_from_slice(email);
+        line.extend_from_slice(b"@EMAILSERVICE");
+        assert_eq!(parse_command(&line), sched(email, "EMAILSERVICE"));
+        assert_eq!(parse_command(b"SCHED test"), sched(b"test", "default"));
+        assert_eq!(parse_command(br#"SCHED {"to":"a@b.c"}"#), sched(br#"{"to":"a@b.c"}"#, "default"));
+        assert_eq!(parse_command(b"SCHED hello@"), sched(b"hello@", "default"));
+        assert_eq!(parse_command(b"SCHED test@test.de"), sched(b"test", "test.de"));
+    }
+
+    #[test]
+    fn queue_name_bounds() {
+        let q255 = "q".repeat(255);
+        let line = format!("SCHED x@{q255}");
+        assert_eq!(parse_command(line.as_bytes()), sched(b"x", &q255));
+        let line = format!("SCHED x@{q255}q");
+        assert_eq!(parse_command(line.as_bytes()), sched(&line.as_bytes()[6..], "default"));
+        assert!(valid_queue_name(b"A-z_0.9:x"));
+        assert!(!valid_queue_name(b"a/b"));
+        assert!(!valid_queue_name(b""));
+    }
+
+    #[test]
+    fn sched_without_data_is_bad_format() {
+        for line in [&b"SCHED"[..], b"SCHED ", b"SCHED @q", b"sched @default"] {
+            assert_eq!(code(line), ErrorCode::BadFormat, "{line:?}");
+        }
+        assert_eq!(parse_command(b"SCHED @"), sched(b"@", "default"));
+    }
+
+    #[test]
+    fn ask_forms() {
+        let ask = |q: &str| Some(Ok(TextCommand::Ask { queue: q.to_string() }));
+        assert_eq!(parse_command(b"ASK"), ask("default"));
+        assert_eq!(parse_command(b"ASK "), ask("default"));
+        assert_eq!(parse_command(b"ask EMAILSERVICE"), ask("EMAILSERVICE"));
+        assert_eq!(code(b"ASK bad/name"), ErrorCode::BadFormat);
+        assert_eq!(code(b"ASK  q"), ErrorCode::BadFormat);
+        assert_eq!(code(b"ASK \xff"), ErrorCode::BadFormat);
+    }
+
+    #[test]
+    fn no_argument_commands() {
+        assert_eq!(parse_command(b"ACK"), Some(Ok(TextCommand::Ack)));
+        assert_eq!(parse_command(b"dcl"), Some(Ok(TextCommand::Dcl)));
+        assert_eq!(parse_command(b"Del "), Some(Ok(TextCommand::Del)));
+        assert_eq!(parse_command(b"eNd"), Some(Ok(TextCommand::End)));
+        for line in [&b"ACK x"[..], b"DCL x", b"DEL  ", b"END now"] {
+            assert_eq!(code(line), ErrorCode::BadFormat, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_and_blank() {
+        assert_eq!(code(b"GET / HTTP/1.1"), ErrorCode::UnknownCommand);
+        assert_eq!(code(b"WANT? x"), ErrorCode::UnknownCommand);
+        assert_eq!(code(b"NOPE"), ErrorCode::UnknownCommand);
+        assert_eq!(code(b" ASK"), ErrorCode::UnknownCommand);
+        assert_eq!(code(b"SCHEDX y"), ErrorCode::UnknownCommand);
+        assert_eq!(parse_command(b""), None);
+        assert_eq!(parse_command(b" \t  "), None);
+        let e = parse_command(b"\xff\x00GET").and_then(Result::err).map(|e| e.to_string());
+        assert_eq!(e.as_deref(), Some("unknown command \"\\xff\\x00GET\""));
+    }
+
+    #[test]
+    fn data_is_bytes() {
+        assert_eq!(parse_command(b"SCHED \xff\xfe\x00\r@q"), sched(b"\xff\xfe\x00\r", "q"));
+        assert_eq!(parse_command(b"SCHED  two  spaces "), sched(b" two  spaces ", "default"));
+    }
+}

@@ -1,0 +1,85 @@
+//! Counters of the text front end for STATUS, readable from any thread.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::protocol::text::ErrorCode;
+
+/// Live counters, updated by the acceptors and connection threads with
+/// relaxed atomics. Read them with [`TextStats::snapshot`].
+#[derive(Debug, Default)]
+pub struct TextStats {
+    /// Connections open now (gauge).
+    pub connections_open: AtomicU64,
+    /// Connections accepted since start (including those refused with BUSY).
+    pub connections_total: AtomicU64,
+    /// Offers held by connections now (gauge; an offer leaves it when it is
+    /// answered, released, or its deadline passes).
+    pub offers_held: AtomicU64,
+    /// Offers returned to the front because their connection ended.
+    pub offers_returned_disconnect: AtomicU64,
+    /// Offers that lapsed by the offer timeout (seen by their connection).
+    pub offers_returned_timeout: AtomicU64,
+    /// Offers whose data had CR or LF bytes written as spaces.
+    pub offers_rewritten: AtomicU64,
+    /// Connections closed because a partial line sat idle too long.
+    pub idle_closed: AtomicU64,
+    /// `ERR` lines written, by code ([`ErrorCode::index`]).
+    pub errors: [AtomicU64; 8],
+}
+
+/// A plain copy of [`TextStats`] at one moment.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TextStatsSnapshot {
+    /// See [`TextStats::connections_open`].
+    pub connections_open: u64,
+    /// See [`TextStats::connections_total`].
+    pub connections_total: u64,
+    /// See [`TextStats::offers_held`].
+    pub offers_held: u64,
+    /// See [`TextStats::offers_returned_disconnect`].
+    pub offers_returned_disconnect: u64,
+    /// See [`TextStats::offers_returned_timeout`].
+    pub offers_returned_timeout: u64,
+    /// See [`TextStats::offers_rewritten`].
+    pub offers_rewritten: u64,
+    /// See [`TextStats::idle_closed`].
+    pub idle_closed: u64,
+    /// `(code token, count)` for every code, in [`ErrorCode::ALL`] order.
+    pub errors: Vec<(&'static str, u64)>,
+}
+
+impl TextStats {
+    /// Counts one `ERR` line with `code`.
+    pub fn count_error(&self, code: ErrorCode) {
+        self.errors[code.index()].fetch_add(1, Relaxed);
+    }
+
+    /// `ERR` lines written with `code` so far.
+    pub fn errors(&self, code: ErrorCode) -> u64 {
+        self.errors[code.index()].load(Relaxed)
+    }
+
+    /// Adds one to a counter (shorthand for the relaxed `fetch_add`).
+    pub(crate) fn inc(counter: &AtomicU64) {
+        counter.fetch_add(1, Relaxed);
+    }
+
+    /// Takes one from a gauge.
+    pub(crate) fn dec(counter: &AtomicU64) {
+        counter.fetch_sub(1, Relaxed);
+    }
+
+    /// Copies every counter.
+    pub fn snapshot(&self) -> TextStatsSnapshot {
+        TextStatsSnapshot {
+            connections_open: self.connections_open.load(Relaxed),
+            connections_total: self.connections_total.load(Relaxed),
+            offers_held: self.offers_held.load(Relaxed),
+            offers_returned_disconnect: self.offers_returned_disconnect.load(Relaxed),
+            offers_returned_timeout: self.offers_returned_timeout.load(Relaxed),
+            offers_rewritten: self.offers_rewritten.load(Relaxed),
+            idle_closed: self.idle_closed.load(Relaxed),
+            errors: ErrorCode::ALL.iter().map(|&c| (c.as_str(), self.errors(c))).collect(),
+        }
+    }
+}

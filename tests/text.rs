@@ -1,0 +1,125 @@
+//! The text protocol over real TCP: the server (with `MemoryBackend`) and
+//! the Rust client (against a scripted fake server and the real one).
+
+mod client;
+mod server;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use emq::config::{RouterConfig, TextConfig};
+use emq::text::{MemoryBackend, TextServer, TextStats};
+
+/// Aborts the test binary if the guard lives longer than `secs` seconds.
+pub struct TextWatchdog(Option<mpsc::Sender<()>>);
+
+/// Starts a per-test time bomb.
+pub fn text_watchdog(secs: u64) -> TextWatchdog {
+    let (tx, rx) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(secs)) {
+            eprintln!("text test watchdog: test still running after {secs} s; aborting");
+            std::process::abort();
+        }
+    });
+    TextWatchdog(Some(tx))
+}
+
+impl Drop for TextWatchdog {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A server on a fresh port with a `MemoryBackend`.
+pub struct TextFixture {
+    pub server: TextServer,
+    pub backend: Arc<MemoryBackend>,
+    pub stats: Arc<TextStats>,
+}
+
+/// Default text limits with the given changes.
+pub fn text_config(edit: impl FnOnce(&mut TextConfig)) -> TextConfig {
+    let mut c = RouterConfig::default().text;
+    edit(&mut c);
+    c
+}
+
+impl TextFixture {
+    pub fn start(config: TextConfig, max_queue_len: usize) -> TextFixture {
+        let backend = Arc::new(MemoryBackend::new(config.offer_timeout, max_queue_len));
+        let stats = Arc::new(TextStats::default());
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let server = TextServer::start(addr, config, backend.clone(), stats.clone()).unwrap();
+        TextFixture { server, backend, stats }
+    }
+
+    pub fn default() -> TextFixture {
+        TextFixture::start(text_config(|_| {}), 1_000_000)
+    }
+
+    pub fn connect(&self) -> TextConn {
+        TextConn::connect(self.server.local_addr())
+    }
+}
+
+/// A raw connection with send/expect helpers (exact bytes).
+pub struct TextConn {
+    pub reader: BufReader<TcpStream>,
+    pub writer: TcpStream,
+}
+
+impl TextConn {
+    pub fn connect(addr: SocketAddr) -> TextConn {
+        let writer = TcpStream::connect(addr).unwrap();
+        writer.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        writer.set_nodelay(true).unwrap();
+        TextConn { reader: BufReader::new(writer.try_clone().unwrap()), writer }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).unwrap();
+    }
+
+    /// Reads one line (with its LF).
+    pub fn line(&mut self) -> Vec<u8> {
+        let mut line = Vec::new();
+        self.reader.read_until(b'\n', &mut line).unwrap();
+        line
+    }
+
+    pub fn expect(&mut self, want: &[u8]) {
+        let got = self.line();
+        assert_eq!(got.escape_ascii().to_string(), want.escape_ascii().to_string());
+    }
+
+    /// Expects an `ERR <code> …` line.
+    pub fn expect_err(&mut self, code: &str) {
+        let got = self.line();
+        let prefix = format!("ERR {code} ");
+        assert!(got.starts_with(prefix.as_bytes()) && got.ends_with(b"\n"), "{:?}", got.escape_ascii().to_string());
+    }
+
+    /// Expects the server to close the connection with nothing more sent.
+    pub fn expect_closed(&mut self) {
+        let mut rest = Vec::new();
+        match self.reader.read_to_end(&mut rest) {
+            Ok(_) => assert!(rest.is_empty(), "unexpected bytes {:?}", rest.escape_ascii().to_string()),
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+        }
+    }
+}
+
+/// Polls `cond` every 5 ms until it holds, or panics after 5 s.
+pub fn text_wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(5);
+    while !cond() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -1,0 +1,301 @@
+//! The text server, every spec example byte for byte over plain TCP.
+
+use std::io::Read;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use emq::protocol::text::ErrorCode;
+
+use super::{text_config, text_wait_until, text_watchdog, TextConn, TextFixture};
+
+const EXAMPLE_IN: &[u8] = b"SCHED { email: \"test@test.de\", message: \"test message\" }@EMAILSERVICE\n\
+ASK EMAILSERVICE\nACK\nASK EMAILSERVICE\nACK\nEND\n";
+const EXAMPLE_OUT: &[u8] = b"WANT? { email: \"test@test.de\", message: \"test message\" }\nNOPE\n\
+ERR NO_TASK no task is offered on this connection\n";
+
+#[test]
+fn example_session_byte_for_byte() {
+    let _w = text_watchdog(20);
+    let f = TextFixture::default();
+    let mut c = f.connect();
+    // Line by line, as in the spec, reading each answer before going on.
+    c.send(b"SCHED { email: \"test@test.de\", message: \"test message\" }@EMAILSERVICE\n");
+    c.send(b"ASK EMAILSERVICE\n");
+    c.expect(b"WANT? { email: \"test@test.de\", message: \"test message\" }\n");
+    c.send(b"ACK\nASK EMAILSERVICE\n");
+    c.expect(b"NOPE\n");
+    c.send(b"ACK\n");
+    c.expect(b"ERR NO_TASK no task is offered on this connection\n");
+    c.send(b"END\n");
+    c.expect_closed();
+    assert_eq!(f.backend.counts().acked, 1);
+}
+
+#[test]
+fn example_session_pipelined_and_one_byte_per_write() {
+    let _w = text_watchdog(30);
+    let f = TextFixture::default();
+    for one_byte in [false, true] {
+        let mut c = f.connect();
+        if one_byte {
+            for b in EXAMPLE_IN {
+                c.send(std::slice::from_ref(b));
+            }
+        } else {
+            c.send(EXAMPLE_IN);
+        }
+        let mut all = Vec::new();
+        c.reader.read_to_end(&mut all).unwrap();
+        assert_eq!(all.escape_ascii().to_string(), EXAMPLE_OUT.escape_ascii().to_string());
+    }
+    assert_eq!(f.backend.counts().acked, 2);
+}
+
+#[test]
+fn at_rule_table_over_the_wire() {
+    let _w = text_watchdog(20);
+    let f = TextFixture::default();
+    let mut c = f.connect();
+    c.send(b"SCHED test\nSCHED {\"to\":\"a@b.c\"}\nSCHED hello@\nsched test@test.de\r\nSCHED x\r\r\n");
+    c.send(b"ASK\nACK\nASK\nACK\nAsK \nACK\nASK\nDEL\nASK test.de\nACK\nASK\n");
+    c.expect(b"WANT? test\n");
+    c.expect(b"WANT? {\"to\":\"a@b.c\"}\n");
+    c.expect(b"WANT? hello@\n");
+    c.expect(b"WANT? x \n");
+    c.expect(b"WANT? test\n");
+    c.expect(b"NOPE\n");
+    assert_eq!(f.stats.offers_rewritten.load(Relaxed), 1, "x\\r was written as x and a space");
+    assert_eq!(f.backend.counts().deleted, 1);
+}
+
+#[test]
+fn errors_and_state() {
+    let _w = text_watchdog(20);
+    let f = TextFixture::default();
+    let mut c = f.connect();
+    c.send(b"SCHED\nSCHED @q\nASK bad/name\nACK x\nDCL\nDEL\nFOO bar\nWANT? x\n");
+    for code in ["BAD_FORMAT", "BAD_FORMAT", "BAD_FORMAT", "BAD_FORMAT", "NO_TASK", "NO_TASK", "UNKNOWN_COMMAND"] {
+        c.expect_err(code);
+    }
+    c.expect_err("UNKNOWN_COMMAND");
+    c.send(b"SCHED a@q\nSCHED b@q\nASK q\nASK q\nASK bad/name\nACK x\nEND x\n");
+    c.expect(b"WANT? a\n");
+    c.expect_err("PENDING");
+    c.expect_err("BAD_FORMAT");
+    c.expect_err("BAD_FORMAT");
+    c.expect_err("BAD_FORMAT");
+    c.send(b"DCL\nASK q\nACK\nASK q\nACK\nASK q\n");
+    c.expect(b"WANT? b\n");
+    c.expect(b"WANT? a\n");
+    c.expect(b"NOPE\n");
+    assert_eq!(f.stats.errors(ErrorCode::BadFormat), 7);
+    assert_eq!(f.stats.errors(ErrorCode::NoTask), 2);
+    assert_eq!(f.stats.errors(ErrorCode::UnknownCommand), 2);
+    assert_eq!(f.stats.errors(ErrorCode::Pending), 1);
+    let counts = f.backend.counts();
+    assert_eq!((counts.declined, counts.acked), (1, 2));
+}
+
+#[test]
+fn pipelined_100k_sched_then_ask_ack_until_nope() {
+    let _w = text_watchdog(120);
+    let f = TextFixture::default();
+    let n = 100_000;
+    let mut c = f.connect();
+    let mut burst = Vec::new();
+    for i in 0..n {
+        burst.extend_from_slice(format!("SCHED task-{i}@bulk\n").as_bytes());
+    }
+    let start = std::time::Instant::now();
+    c.send(&burst);
+    let mut writer = c.writer.try_clone().unwrap();
+    let asker = std::thread::spawn(move || {
+        let mut asks = b"ASK bulk\nACK\n".repeat(n);
+        asks.extend_from_slice(b"ASK bulk\n");
+        std::io::Write::write_all(&mut writer, &asks).unwrap();
+    });
+    for i in 0..n {
+        let line = c.line();
+        assert_eq!(line, format!("WANT? task-{i}\n").as_bytes());
+    }
+    c.expect(b"NOPE\n");
+    asker.join().unwrap();
+    // A figure for reports, not an assertion.
+    println!("100k SCHED + 100k ASK/ACK pipelined: {:.3} s", start.elapsed().as_secs_f64());
+    assert_eq!(f.backend.counts().acked, n as u64);
+    assert!(f.backend.queue("bulk").is_empty());
+}
+
+#[test]
+fn bulk_conversation_one_byte_per_write() {
+    let _w = text_watchdog(120);
+    let f = TextFixture::default();
+    let n = 1_000;
+    let mut c = f.connect();
+    let mut bytes = Vec::new();
+    for i in 0..n {
+        bytes.extend_from_slice(format!("SCHED task-{i}@bulk\n").as_bytes());
+    }
+    bytes.extend_from_slice(&b"ASK bulk\nACK\n".repeat(n));
+    bytes.extend_from_slice(b"ASK bulk\nEND\n");
+    for b in &bytes {
+        c.send(std::slice::from_ref(b));
+    }
+    for i in 0..n {
+        c.expect(format!("WANT? task-{i}\n").as_bytes());
+    }
+    c.expect(b"NOPE\n");
+    c.expect_closed();
+    assert_eq!(f.backend.counts().acked, n as u64);
+}
+
+#[test]
+fn disconnect_holding_an_offer_returns_it_to_the_front() {
+    let _w = text_watchdog(20);
+    let f = TextFixture::default();
+    let mut a = f.connect();
+    a.send(b"SCHED one@q\nSCHED two@q\nASK q\n");
+    a.expect(b"WANT? one\n");
+    assert_eq!(f.stats.offers_held.load(Relaxed), 1);
+    drop(a);
+    text_wait_until("the offer to come back", || f.backend.queue("q").len() == 2);
+    assert_eq!(f.backend.queue("q"), vec![b"one".to_vec(), b"two".to_vec()]);
+    let mut b = f.connect();
+    b.send(b"ASK q\nEND\n");
+    b.expect(b"WANT? one\n");
+    b.expect_closed();
+    text_wait_until("END to return the offer", || f.backend.queue("q").len() == 2);
+    assert_eq!(f.stats.offers_returned_disconnect.load(Relaxed), 2);
+    assert_eq!(f.stats.offers_held.load(Relaxed), 0);
+}
+
+#[test]
+fn offer_timeout_returns_the_task_and_a_late_ack_gets_no_task() {
+    let _w = text_watchdog(20);
+    let f = TextFixture::start(text_config(|c| c.offer_timeout = Duration::from_millis(200)), 100);
+    let mut a = f.connect();
+    a.send(b"SCHED one\nSCHED two\nASK\n");
+    a.expect(b"WANT? one\n");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut b = f.connect();
+    b.send(b"ASK\n");
+    b.expect(b"WANT? one\n");
+    a.send(b"ACK\nASK\n");
+    a.expect(b"ERR NO_TASK no task is offered on this connection\n");
+    a.expect(b"WANT? two\n");
+    b.send(b"ACK\n");
+    a.send(b"ACK\nASK\n");
+    a.expect(b"NOPE\n");
+    text_wait_until("both ACKs", || f.backend.counts().acked == 2);
+    assert_eq!(f.backend.counts().timed_out, 1);
+    text_wait_until("the timeout counter", || f.stats.offers_returned_timeout.load(Relaxed) == 1);
+}
+
+#[test]
+fn queue_full_and_shutting_down() {
+    let _w = text_watchdog(20);
+    let f = TextFixture::start(text_config(|_| {}), 2);
+    let mut c = f.connect();
+    c.send(b"SCHED a\nSCHED b\nSCHED c\nASK\n");
+    c.expect(b"ERR QUEUE_FULL the queue is full\n");
+    c.expect(b"WANT? a\n");
+    c.send(b"SCHED c\nDCL\nASK\n");
+    c.expect(b"WANT? b\n");
+    assert_eq!(f.backend.queue("default"), vec![b"c".to_vec(), b"a".to_vec()], "DCL is taken back above the limit");
+    f.backend.set_shutting_down(true);
+    c.send(b"SCHED d\nACK\n");
+    c.expect(b"ERR SHUTTING_DOWN the broker is shutting down\n");
+    assert_eq!(f.stats.errors(ErrorCode::QueueFull), 1);
+}
+
+#[test]
+fn bad_input_gets_errors_and_others_are_still_served() {
+    let _w = text_watchdog(30);
+    let f = TextFixture::start(text_config(|c| c.max_line_bytes = 64), 100);
+    let mut good = f.connect();
+    let mut bad = f.connect();
+    bad.send(b"GET / HTTP/1.1\r\nHost: localhost\r\nAccept: */*\r\n\r\n");
+    bad.expect_err("UNKNOWN_COMMAND");
+    bad.expect_err("UNKNOWN_COMMAND");
+    bad.expect_err("UNKNOWN_COMMAND");
+    bad.send(b"\x00\x01\xff\xfe garbage \x80\n\n \t \n");
+    bad.expect(b"ERR UNKNOWN_COMMAND unknown command \"\\x00\\x01\\xff\\xfe\"\n");
+    let long = [b"SCHED ".as_slice(), &[b'x'; 58]].concat();
+    assert_eq!(long.len(), 64);
+    bad.send(&[long.as_slice(), b"\r\n"].concat());
+    bad.send(&[long.as_slice(), b"y\r\nASK\n"].concat());
+    bad.expect_err("TOO_BIG");
+    bad.expect(format!("WANT? {}\n", "x".repeat(58)).as_bytes());
+    good.send(b"SCHED fine\nASK\n");
+    good.expect(b"WANT? fine\n");
+    assert_eq!(f.stats.errors(ErrorCode::TooBig), 1);
+}
+
+#[test]
+fn an_over_long_line_is_refused_while_it_streams_in() {
+    let _w = text_watchdog(60);
+    let f = TextFixture::start(text_config(|c| c.max_line_bytes = 1 << 20), 100);
+    let mut c = f.connect();
+    c.send(b"SCHED ");
+    let chunk = vec![b'z'; 64 * 1024];
+    // 2 MiB without an LF: the error arrives before the line ends.
+    for _ in 0..32 {
+        c.send(&chunk);
+    }
+    c.expect_err("TOO_BIG");
+    for _ in 0..32 {
+        c.send(&chunk);
+    }
+    c.send(b"\nSCHED small\nASK\n");
+    c.expect(b"WANT? small\n");
+}
+
+#[test]
+fn a_hanging_half_line_is_closed_after_the_idle_timeout() {
+    let _w = text_watchdog(20);
+    let f = TextFixture::start(text_config(|c| c.idle_timeout = Duration::from_millis(200)), 100);
+    let mut idle = f.connect();
+    let mut half = f.connect();
+    half.send(b"SCHED never fini");
+    half.expect_closed();
+    std::thread::sleep(Duration::from_millis(300));
+    idle.send(b"SCHED x\nASK\n");
+    idle.expect(b"WANT? x\n");
+    assert_eq!(f.stats.idle_closed.load(Relaxed), 1);
+    assert!(f.backend.queue("default").is_empty(), "the half line was not stored");
+}
+
+#[test]
+fn past_the_connection_cap_busy_once_then_closed() {
+    let _w = text_watchdog(20);
+    let f = TextFixture::start(text_config(|c| c.max_connections = 2), 100);
+    let mut a = f.connect();
+    let mut b = f.connect();
+    a.send(b"ASK\n");
+    a.expect(b"NOPE\n");
+    b.send(b"ASK\n");
+    b.expect(b"NOPE\n");
+    let mut c = f.connect();
+    c.expect(b"ERR BUSY too many connections\n");
+    c.expect_closed();
+    drop(a);
+    text_wait_until("a slot to free up", || f.stats.connections_open.load(Relaxed) == 1);
+    let mut d = f.connect();
+    d.send(b"ASK\n");
+    d.expect(b"NOPE\n");
+    assert_eq!(f.stats.errors(ErrorCode::Busy), 1);
+}
+
+#[test]
+fn shutdown_closes_connections_and_returns_offers() {
+    let _w = text_watchdog(20);
+    let f = TextFixture::default();
+    let mut c: TextConn = f.connect();
+    c.send(b"SCHED a\nASK\n");
+    c.expect(b"WANT? a\n");
+    let (server, backend, stats) = (f.server, f.backend, f.stats);
+    server.shutdown();
+    c.expect_closed();
+    assert_eq!(backend.queue("default"), vec![b"a".to_vec()]);
+    assert_eq!(stats.connections_open.load(Relaxed), 0);
+}
