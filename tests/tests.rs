@@ -1,3 +1,4 @@
 mod client;
 mod emqp_router;
 mod text;
+mod text_broker;

@@ -22,6 +22,7 @@ mod accept;
 pub mod backend;
 mod conn;
 mod memory;
+pub mod shard_backend;
 mod stats;
 
 use std::collections::HashMap;

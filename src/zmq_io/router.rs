@@ -19,6 +19,8 @@ use crate::config::RouterConfig;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::LatencyStore;
 use crate::metrics::reporter;
+use crate::text::shard_backend::ShardBackend;
+use crate::text::{TextServer, TextStats};
 use parking_lot::Mutex;
 
 const EGRESS_ENDPOINT: &str = "inproc://emq-egress";
@@ -58,6 +60,8 @@ pub struct Endpoints {
     pub backend: String,
     /// Admin.
     pub admin: String,
+    /// Text protocol listener, when on.
+    pub text: Option<std::net::SocketAddr>,
 }
 
 /// A running router. Dropping it shuts the router down and waits.
@@ -165,6 +169,31 @@ pub fn start(config: RouterConfig) -> Result<RouterHandle, StartError> {
     start_with(config, Arc::new(Vec::new))
 }
 
+/// Starts the text front end over the shards, if configured.
+fn start_text(config: &RouterConfig, ctx: &ShardContext) -> Result<Option<TextServer>, StartError> {
+    let Some(addr) = config.text_addr else { return Ok(None) };
+    let backend = ShardBackend::new(ctx.shards.clone(), config.text.offer_timeout, ctx.draining.clone());
+    let stats = Arc::new(TextStats::default());
+    TextServer::start(addr, config.text.clone(), Arc::new(backend), stats)
+        .map(Some)
+        .map_err(|source| StartError::Io { what: format!("text listener {addr}"), source })
+}
+
+/// The text front end's figures for STATUS.
+fn text_status(stats: &TextStats) -> serde_json::Value {
+    let s = stats.snapshot();
+    serde_json::json!({
+        "connections_open": s.connections_open,
+        "connections_total": s.connections_total,
+        "offers_held": s.offers_held,
+        "offers_returned_disconnect": s.offers_returned_disconnect,
+        "offers_returned_timeout": s.offers_returned_timeout,
+        "offers_rewritten": s.offers_rewritten,
+        "idle_closed": s.idle_closed,
+        "errors_by_code": s.errors.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+    })
+}
+
 /// [`start`] with extra STATUS figures (the text front end, latency).
 ///
 /// # Errors
@@ -189,6 +218,16 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         next_key: Arc::new(AtomicU64::new(1)),
         draining: Arc::new(AtomicBool::new(false)),
         started: Instant::now(),
+    };
+    let text = start_text(&config, &ctx)?;
+    let text_addr = text.as_ref().map(|t| t.local_addr());
+    let extra: ExtraStatus = match text.as_ref().map(|t| t.stats().clone()) {
+        Some(stats) => Arc::new(move || {
+            let mut v = extra();
+            v.push(("text", text_status(&stats)));
+            v
+        }),
+        None => extra,
     };
     let plan = pin_plan(&config);
     let mut shard_threads = Vec::new();
@@ -231,15 +270,23 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     })?;
     let exit_out = ZmqOutbox::connect(&zctx, EGRESS_ENDPOINT).map_err(zerr("control egress"))?;
     let control_ctx = ctx.clone();
-    let threads =
-        Threads { shards: shard_threads, io: io_thread, admin: admin_thread, reporter, reporter_stop, exit_out, zctx };
+    let threads = Threads {
+        shards: shard_threads,
+        io: io_thread,
+        admin: admin_thread,
+        reporter,
+        reporter_stop,
+        text,
+        exit_out,
+        zctx,
+    };
     let control = spawn("emq-control".into(), move || control(stop_rx, control_ctx, threads))?;
     tracing::info!(frontend = %fe, backend = %be, admin = %ad, shards = config.shards, "emq-router started");
     Ok(RouterHandle {
         stop_tx,
         control: Some(control),
         ctx,
-        endpoints: Endpoints { frontend: fe, backend: be, admin: ad },
+        endpoints: Endpoints { frontend: fe, backend: be, admin: ad, text: text_addr },
     })
 }
 
@@ -249,6 +296,7 @@ struct Threads {
     admin: JoinHandle<()>,
     reporter: JoinHandle<()>,
     reporter_stop: Sender<()>,
+    text: Option<TextServer>,
     exit_out: ZmqOutbox,
     zctx: zmq::Context,
 }
@@ -259,6 +307,9 @@ fn control(stop_rx: Receiver<StopReason>, ctx: ShardContext, threads: Threads) {
     tracing::info!(?reason, "draining: new work is refused");
     ctx.draining.store(true, Ordering::Release);
     drain(&ctx);
+    if let Some(text) = threads.text {
+        text.shutdown();
+    }
     drop(threads.reporter_stop);
     let _ = threads.reporter.join();
     for tx in ctx.shards.iter() {

@@ -1,0 +1,211 @@
+//! The text protocol against the real router (its shards behind the text
+//! server), with one and several shards, and across protocols with raw
+//! eMQP peers.
+
+use std::io::Read;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use emq::router::RouterHandle;
+
+use crate::emqp_router::{admin, config, eventually, Peer, Watchdog};
+use crate::text::TextConn;
+
+fn router_with_text(shards: usize, tweak: impl FnOnce(&mut emq::config::RawRouterConfig)) -> RouterHandle {
+    let cfg = config(shards, |r| {
+        r.text_addr = Some("127.0.0.1:0".into());
+        tweak(r);
+    });
+    emq::router::start(cfg).expect("router starts")
+}
+
+fn connect(h: &RouterHandle) -> TextConn {
+    TextConn::connect(h.endpoints.text.expect("text front end on"))
+}
+
+const EXAMPLE_IN: &[u8] = b"SCHED { email: \"test@test.de\", message: \"test message\" }@EMAILSERVICE\n\
+ASK EMAILSERVICE\nACK\nASK EMAILSERVICE\nACK\nEND\n";
+const EXAMPLE_OUT: &[u8] = b"WANT? { email: \"test@test.de\", message: \"test message\" }\nNOPE\n\
+ERR NO_TASK no task is offered on this connection\n";
+
+#[test]
+fn spec_example_whole_and_one_byte_per_write() {
+    let _w = Watchdog::new("text_broker_example", 30);
+    for shards in [1, 3] {
+        let h = router_with_text(shards, |_| {});
+        for one_byte in [false, true] {
+            let mut c = connect(&h);
+            if one_byte {
+                for b in EXAMPLE_IN {
+                    c.send(std::slice::from_ref(b));
+                }
+            } else {
+                c.send(EXAMPLE_IN);
+            }
+            let mut all = Vec::new();
+            c.reader.read_to_end(&mut all).unwrap();
+            assert_eq!(all.escape_ascii().to_string(), EXAMPLE_OUT.escape_ascii().to_string());
+        }
+        assert_eq!(h.counters().text_acked.load(Relaxed), 2);
+    }
+}
+
+#[test]
+fn pipelined_100k_sched_then_ask_ack_until_nope() {
+    let _w = Watchdog::new("text_broker_100k", 240);
+    let h = router_with_text(2, |_| {});
+    let n = 100_000;
+    let mut c = connect(&h);
+    let mut burst = Vec::new();
+    for i in 0..n {
+        burst.extend_from_slice(format!("SCHED task-{i}@bulk\n").as_bytes());
+    }
+    c.send(&burst);
+    let mut writer = c.writer.try_clone().unwrap();
+    let asker = std::thread::spawn(move || {
+        let mut asks = b"ASK bulk\nACK\n".repeat(n);
+        asks.extend_from_slice(b"ASK bulk\n");
+        std::io::Write::write_all(&mut writer, &asks).unwrap();
+    });
+    for i in 0..n {
+        let line = c.line();
+        assert_eq!(line, format!("WANT? task-{i}\n").as_bytes());
+    }
+    c.expect(b"NOPE\n");
+    asker.join().unwrap();
+    assert_eq!(h.counters().text_acked.load(Relaxed), n as u64);
+}
+
+#[test]
+fn disconnect_returns_to_front_and_dcl_to_back() {
+    let _w = Watchdog::new("text_broker_front_back", 30);
+    for shards in [1, 3] {
+        let h = router_with_text(shards, |_| {});
+        let mut a = connect(&h);
+        a.send(b"SCHED one@q\nSCHED two@q\nSCHED three@q\nASK q\n");
+        a.expect(b"WANT? one\n");
+        drop(a);
+        eventually(5, "offer back", || h.counters().text_returned_disconnect.load(Relaxed) == 1);
+        let mut b = connect(&h);
+        b.send(b"ASK q\n");
+        b.expect(b"WANT? one\n");
+        b.send(b"DCL\nASK q\n");
+        b.expect(b"WANT? two\n");
+        b.send(b"ACK\nASK q\n");
+        b.expect(b"WANT? three\n");
+        b.send(b"ACK\nASK q\n");
+        b.expect(b"WANT? one\n");
+        b.send(b"DEL\nASK q\n");
+        b.expect(b"NOPE\n");
+    }
+}
+
+#[test]
+fn offer_timeout_then_late_ack_gets_no_task() {
+    let _w = Watchdog::new("text_broker_offer_timeout", 30);
+    let h = router_with_text(1, |r| r.text_offer_timeout = Some("200ms".into()));
+    let mut a = connect(&h);
+    a.send(b"SCHED t@q\nASK q\n");
+    a.expect(b"WANT? t\n");
+    std::thread::sleep(Duration::from_millis(500));
+    let mut b = connect(&h);
+    b.send(b"ASK q\n");
+    b.expect(b"WANT? t\n");
+    a.send(b"ACK\n");
+    a.expect_err("NO_TASK");
+    assert_eq!(h.counters().text_returned_timeout.load(Relaxed), 1);
+}
+
+#[test]
+fn queue_full_and_bad_input() {
+    let _w = Watchdog::new("text_broker_bad_input", 30);
+    let h = router_with_text(1, |r| {
+        r.max_queue_len = Some(1);
+        r.text_max_line = Some(64);
+    });
+    let mut c = connect(&h);
+    c.send(b"SCHED a@q\nSCHED b@q\n");
+    c.expect_err("QUEUE_FULL");
+    c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    c.expect_err("UNKNOWN_COMMAND");
+    c.expect_err("UNKNOWN_COMMAND");
+    c.send(&[b'x'; 100]);
+    c.send(b"\n\xff\xfe\x00garbage\nASK q\n");
+    c.expect_err("TOO_BIG");
+    c.expect_err("UNKNOWN_COMMAND");
+    c.expect(b"WANT? a\n");
+    let status = admin(&h, "STATUS");
+    let errors = &status["emq"]["text"]["errors_by_code"];
+    assert_eq!(errors["QUEUE_FULL"], 1, "{status}");
+    assert_eq!(errors["TOO_BIG"], 1, "{status}");
+}
+
+#[test]
+fn a_thousand_concurrent_connections() {
+    let _w = Watchdog::new("text_broker_1000_conns", 240);
+    let h = router_with_text(2, |_| {});
+    let addr = h.endpoints.text.unwrap();
+    let threads: Vec<_> = (0..1000)
+        .map(|i| {
+            std::thread::Builder::new()
+                .stack_size(128 * 1024)
+                .spawn(move || {
+                    let mut c = TextConn::connect(addr);
+                    let q = format!("q{}", i % 10);
+                    c.send(format!("SCHED job-{i}@{q}\nASK {q}\n").as_bytes());
+                    let line = c.line();
+                    assert!(line.starts_with(b"WANT? job-"), "{}", line.escape_ascii());
+                    c.send(b"ACK\nEND\n");
+                    c.expect_closed();
+                    line
+                })
+                .unwrap()
+        })
+        .collect();
+    let mut got: Vec<Vec<u8>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    got.sort();
+    got.dedup();
+    assert_eq!(got.len(), 1000, "every task taken exactly once");
+    assert_eq!(h.counters().text_acked.load(Relaxed), 1000);
+    let status = admin(&h, "STATUS");
+    assert_eq!(status["waiting_messages_by_queue"], serde_json::json!({}), "{status}");
+}
+
+#[test]
+fn text_sched_runs_on_an_emqp_worker() {
+    let _w = Watchdog::new("text_to_emqp", 30);
+    for shards in [1, 3] {
+        let h = router_with_text(shards, |_| {});
+        let w = Peer::new(&h.endpoints.backend, b"w");
+        w.inform_worker(r#"[[10, "jobs"]]"#);
+        w.ready(1);
+        std::thread::sleep(Duration::from_millis(100));
+        let mut c = connect(&h);
+        c.send(b"SCHED [\"run\", {\"x\": 1}]@jobs\n");
+        let req = w.expect("REQUEST");
+        assert_eq!(req.len(), 7);
+        assert_eq!(req[3].len(), 36, "fresh msgid");
+        assert_eq!(
+            (req[4].as_slice(), req[5].as_slice(), req[6].as_slice()),
+            (&b"jobs"[..], &b"reply-requested"[..], &b"[\"run\", {\"x\": 1}]"[..])
+        );
+        w.job_reply(&req[3]);
+        eventually(5, "completed", || h.counters().completed_jobs.load(Relaxed) == 1);
+    }
+}
+
+#[test]
+fn emqp_request_is_offered_to_ask_with_line_breaks_as_spaces() {
+    let _w = Watchdog::new("emqp_to_text", 30);
+    for shards in [1, 3] {
+        let h = router_with_text(shards, |_| {});
+        let client = Peer::new(&h.endpoints.frontend, b"client");
+        client.request("m1", "default", "", "line1\nline2\r\nend");
+        assert_eq!(client.expect("REPLY")[4], b"m1");
+        let mut c = connect(&h);
+        c.send(b"ASK default\n");
+        c.expect(b"WANT? line1 line2  end\n");
+        c.send(b"ACK\n");
+        eventually(5, "rewritten counted", || admin(&h, "STATUS")["emq"]["text"]["offers_rewritten"] == 1);
+    }
+}
