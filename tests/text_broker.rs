@@ -209,3 +209,25 @@ fn emqp_request_is_offered_to_ask_with_line_breaks_as_spaces() {
         eventually(5, "rewritten counted", || admin(&h, "STATUS")["emq"]["text"]["offers_rewritten"] == 1);
     }
 }
+
+#[test]
+fn emq_cli_sched_and_ask() {
+    let _w = Watchdog::new("emq_cli_text", 60);
+    let h = router_with_text(1, |_| {});
+    let text = h.endpoints.text.unwrap().to_string();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_emq-cli"))
+            .args(["--text", &text, "--timeout", "2s"])
+            .args(args)
+            .output()
+            .expect("emq-cli runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    cli(&["sched", "hello world", "--queue", "cliq"]);
+    cli(&["sched", "second", "--queue", "cliq"]);
+    assert_eq!(cli(&["ask", "cliq", "--dcl"]), "hello world\n");
+    assert_eq!(cli(&["ask", "cliq"]), "second\n");
+    assert_eq!(cli(&["--json", "ask", "cliq"]), "{\"task\":\"hello world\"}\n");
+    assert_eq!(cli(&["ask", "cliq"]), "NOPE\n");
+}

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 use emq::client::admin::AdminClient;
 use emq::client::body::PythonCall;
 use emq::client::emqp::{Client, Outcome, Publisher, Schedule};
+use emq::client::text::TextClient;
 use emq::limits;
 use serde_json::Value;
 
@@ -33,6 +34,9 @@ struct Cli {
     /// Scheduler admin socket.
     #[arg(long, env = "EMQ_SCHEDULER_ADMIN_ADDR", default_value = SCHEDULER_ADMIN_ADDR, global = true)]
     scheduler_admin: String,
+    /// Text protocol address (`sched`, `ask`).
+    #[arg(long, env = "EMQ_TEXT_ADDR", default_value = limits::TEXT_ADDR, global = true)]
+    text: String,
     /// Pub/sub device's incoming address.
     #[arg(long, env = "EMQ_PUBSUB_ADDR", default_value = limits::PUBSUB_IN_ADDR, global = true)]
     pubsub: String,
@@ -122,6 +126,26 @@ enum Cmd {
     },
     /// Ask the router to shut down (DISCONNECT) and wait for its ACK.
     Disconnect,
+    /// Text protocol: SCHED a task (no reply on success; errors are shown).
+    Sched {
+        /// The task's data (one line).
+        data: String,
+        /// Queue (default: `default`).
+        #[arg(long)]
+        queue: Option<String>,
+    },
+    /// Text protocol: ASK for a task and answer the offer (default: ACK).
+    Ask {
+        /// Queue (default: `default`).
+        #[arg(default_value = "default")]
+        queue: String,
+        /// Decline the task: it goes to the back of its queue.
+        #[arg(long, conflicts_with_all = ["del"])]
+        dcl: bool,
+        /// Delete the task.
+        #[arg(long)]
+        del: bool,
+    },
 }
 
 fn main() {
@@ -167,7 +191,39 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             admin(&cli.admin)?.disconnect()?;
             sent(cli, "DISCONNECT (acknowledged)", b"")
         }
+        Cmd::Sched { data, queue } => {
+            let mut c = text_client(cli)?;
+            c.sched(data.as_bytes(), queue.as_deref())?;
+            c.end()?;
+            sent(cli, "SCHED", b"")
+        }
+        Cmd::Ask { queue, dcl, del } => ask(cli, queue, *dcl, *del),
     }
+}
+
+fn text_client(cli: &Cli) -> anyhow::Result<TextClient> {
+    TextClient::connect(cli.text.as_str(), cli.timeout).with_context(|| format!("text protocol at {}", cli.text))
+}
+
+/// ASK, then ACK (default), DCL or DEL; prints the task's data or `NOPE`.
+fn ask(cli: &Cli, queue: &str, dcl: bool, del: bool) -> anyhow::Result<()> {
+    let mut c = text_client(cli)?;
+    let task = c.ask(queue)?;
+    if task.is_some() {
+        match (dcl, del) {
+            (true, _) => c.dcl()?,
+            (_, true) => c.del()?,
+            _ => c.ack()?,
+        }
+    }
+    c.end()?;
+    match (cli.json, task) {
+        (true, Some(t)) => println!("{}", serde_json::json!({ "task": String::from_utf8_lossy(&t) })),
+        (true, None) => println!("{}", serde_json::json!({ "task": null })),
+        (false, Some(t)) => println!("{}", String::from_utf8_lossy(&t)),
+        (false, None) => println!("NOPE"),
+    }
+    Ok(())
 }
 
 fn show(cli: &Cli, value: Value, human: fn(&Value) -> String) -> anyhow::Result<()> {
