@@ -1,0 +1,212 @@
+//! Interop acceptance tests: the real Python EventMQ 0.3.13 jobmanager,
+//! client and emq-cli against the broker (project issue 2).
+//!
+//! The broker is `emq-router` unless `EMQ_INTEROP_ROUTER=python` points the
+//! same tests at the Python reference router (see `common::router`). The
+//! Python venv is created on first use by `tests/interop/setup-venv.sh`.
+//! Every test runs under a watchdog and waits for states, never for times.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use crate::common::admin::{self, Worker};
+use crate::common::proc::{Child, TestDir};
+use crate::common::router::Router;
+use crate::common::{jobs, python, wait, watchdog};
+
+/// Queues of jobmanager A in the routing tests (weights as in the issue).
+const QUEUES_A: &str = r#"[[10,"default"],[5,"email"]]"#;
+/// Queues of jobmanager B.
+const QUEUES_B: &str = r#"[[10,"reports"]]"#;
+/// Python jobmanager registration takes an INFORM/ACK round trip; its READYs
+/// come only after the first router HEARTBEAT (spec §6.2, J1).
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A router with Python jobmanagers attached, in one temp dir.
+struct Setup {
+    dir: TestDir,
+    router: Router,
+    jobmanagers: Vec<Child>,
+}
+
+impl Setup {
+    /// Starts a router and one `emq-jobmanager -J concurrency` per
+    /// `(label, queues)`, and waits until the router lists each of them with
+    /// all `concurrency` READY slots.
+    fn start(test: &str, jms: &[(&str, &str)], concurrency: u32) -> Setup {
+        let dir = TestDir::new(test);
+        let router = Router::start(&dir);
+        let jobmanagers = jms
+            .iter()
+            .map(|(label, q)| python::start_jobmanager(&dir, &router.backend, label, q, concurrency))
+            .collect();
+        let mut setup = Setup { dir, router, jobmanagers };
+        let queues: Vec<&str> = jms.iter().map(|(_, q)| *q).collect();
+        setup.wait_workers(&queues, concurrency);
+        setup
+    }
+
+    /// Waits until ROUTER_SHOW_WORKERS lists one worker per queue list, each
+    /// with `slots` available slots; returns them in `queues` order.
+    fn wait_workers(&mut self, queues: &[&str], slots: u32) -> Vec<Worker> {
+        let admin = self.router.admin.clone();
+        let got = wait::until_ok(REGISTER_TIMEOUT, || {
+            let listed = admin::workers(&admin)?;
+            let found: Vec<Worker> = queues.iter().filter_map(|q| admin::worker_serving(&listed, q)).collect();
+            if found.len() == queues.len() && found.iter().all(|w| w.available_slots == i64::from(slots)) {
+                Ok(found)
+            } else {
+                Err(format!("workers listed: {listed:?}"))
+            }
+        });
+        got.unwrap_or_else(|why| panic!("jobmanagers did not register with {slots} slots each: {why}\n{}", self.logs()))
+    }
+
+    /// Log tails of the router and every jobmanager (for failure messages).
+    fn logs(&self) -> String {
+        let mut all = vec![self.router.child.log_tail(30)];
+        all.extend(self.jobmanagers.iter().map(|jm| jm.log_tail(15)));
+        all.join("\n")
+    }
+}
+
+#[test]
+fn interop_thousand_jobs_run_exactly_once_on_the_right_jobmanager() {
+    let _dog = watchdog::start("interop_thousand_jobs", Duration::from_secs(300));
+    let started = Instant::now();
+    let setup = Setup::start("interop-thousand", &[("A", QUEUES_A), ("B", QUEUES_B)], 2);
+    let out = setup.dir.join("jobs.txt");
+    let queues = ["default", "email", "reports", "no-such-queue"];
+    let sent = python::send_jobs(&setup.dir, &setup.router.frontend, &out, 1000, &queues, "j", None);
+
+    // Every job must run; then a settle pass so duplicates would show up.
+    let all_ran = wait::until(Duration::from_secs(180), || jobs::by_tag(&jobs::read(&out), "run").len() >= sent.len());
+    let ran = jobs::by_tag(&jobs::read(&out), "run");
+    let missing: Vec<&str> = sent.iter().filter(|j| !ran.contains_key(&j.tag)).map(|j| j.tag.as_str()).collect();
+    assert!(
+        all_ran,
+        "{} of {} jobs never ran, e.g. {:?}\n{}",
+        missing.len(),
+        sent.len(),
+        &missing[..missing.len().min(10)],
+        setup.logs()
+    );
+    wait::until(Duration::from_secs(2), || false);
+    let ran = jobs::by_tag(&jobs::read(&out), "run");
+
+    let expected: BTreeMap<&str, &str> =
+        sent.iter().map(|j| (j.tag.as_str(), if j.queue == "reports" { "B" } else { "A" })).collect();
+    let twice: Vec<_> = ran.iter().filter(|(_, on)| on.len() != 1).collect();
+    assert!(twice.is_empty(), "jobs ran more than once: {twice:?}");
+    let stray: Vec<_> = ran.keys().filter(|t| !expected.contains_key(t.as_str())).collect();
+    assert!(stray.is_empty(), "unexpected job tags ran: {stray:?}");
+    let wrong: Vec<_> =
+        ran.iter().filter(|(tag, on)| on[0] != expected[tag.as_str()]).map(|(tag, on)| (tag, &on[0])).collect();
+    assert!(
+        wrong.is_empty(),
+        "{} jobs ran on the wrong jobmanager, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(10)]
+    );
+    assert_eq!(ran.len(), 1000);
+    eprintln!(
+        "interop_thousand_jobs: 1000 jobs exactly once in {:?} (router {:?})",
+        started.elapsed(),
+        setup.router.kind
+    );
+}
+
+#[test]
+fn interop_emq_cli_status_and_show_workers() {
+    let _dog = watchdog::start("interop_emq_cli", Duration::from_secs(180));
+    let started = Instant::now();
+    let mut setup = Setup::start("interop-emq-cli", &[("A", QUEUES_A), ("B", QUEUES_B)], 2);
+    let workers = setup.wait_workers(&[QUEUES_A, QUEUES_B], 2);
+    let ids: BTreeSet<String> = workers.iter().map(|w| w.id.clone()).collect();
+
+    let answers = python::emq_cli(&setup.dir, &setup.router.admin, &["status", "show_workers"]);
+    let status = answers[0].as_object().unwrap_or_else(|| panic!("emq-cli status printed no dict: {}", answers[0]));
+    for key in [
+        "inflight_messages_by_queue",
+        "latency_messages_by_queue",
+        "max_latency_messages_by_queue",
+        "waiting_messages_by_queue",
+        "processed_messages_by_queue",
+        "processed_messages_by_worker",
+    ] {
+        assert!(status.get(key).is_some_and(|v| v.is_object()), "status has no {key} dict: {}", answers[0]);
+    }
+
+    let shown = &answers[1];
+    let connected = shown["connected_workers"]
+        .as_object()
+        .unwrap_or_else(|| panic!("show_workers printed no connected_workers dict: {shown}"));
+    let shown_ids: BTreeSet<String> = connected.keys().cloned().collect();
+    assert_eq!(shown_ids, ids, "emq-cli show_workers lists other workers than ROUTER_SHOW_WORKERS");
+    for w in &workers {
+        assert_eq!(connected[&w.id]["queues"], w.queues, "queues of worker {}", w.id);
+        assert_eq!(connected[&w.id]["available_slots"], 2, "slots of worker {}", w.id);
+    }
+    let (a, b) = (&workers[0].id, &workers[1].id);
+    assert_eq!(shown["connected_queues"]["default"], serde_json::json!([[10, a]]), "{shown}");
+    assert_eq!(shown["connected_queues"]["email"], serde_json::json!([[5, a]]), "{shown}");
+    assert_eq!(shown["connected_queues"]["reports"], serde_json::json!([[10, b]]), "{shown}");
+    eprintln!("interop_emq_cli: ok in {:?} (router {:?})", started.elapsed(), setup.router.kind);
+}
+
+#[test]
+fn interop_killed_jobmanager_in_flight_jobs_rerun_on_survivor() {
+    let _dog = watchdog::start("interop_killed_jobmanager", Duration::from_secs(300));
+    let started = Instant::now();
+    let queues = r#"[[10,"default"]]"#;
+    let mut setup = Setup::start("interop-kill", &[("A", queues)], 2);
+    let out = setup.dir.join("jobs.txt");
+    // A holds both slots; B registers afterwards and takes the rest.
+    let sent = python::send_jobs(&setup.dir, &setup.router.frontend, &out, 8, &["default"], "slow", Some(3.0));
+    let in_flight_on_a = || {
+        let events = jobs::read(&out);
+        let done: BTreeSet<String> =
+            events.iter().filter(|e| e.event == "done" && e.jobmanager == "A").map(|e| e.tag.clone()).collect();
+        events
+            .iter()
+            .filter(|e| e.event == "start" && e.jobmanager == "A" && !done.contains(&e.tag))
+            .map(|e| e.tag.clone())
+            .collect::<BTreeSet<String>>()
+    };
+    assert!(
+        wait::until(Duration::from_secs(60), || !in_flight_on_a().is_empty()),
+        "jobmanager A never started a job\n{}",
+        setup.logs()
+    );
+    setup.jobmanagers[0].kill_group();
+    let lost = in_flight_on_a();
+    assert!(!lost.is_empty(), "no job was in flight on A when it was killed");
+    setup.jobmanagers.push(python::start_jobmanager(&setup.dir, &setup.router.backend, "B", queues, 2));
+
+    // Every job completes at least once; the ones A held complete on B.
+    let done_all = || {
+        let done = jobs::by_tag(&jobs::read(&out), "done");
+        sent.iter().filter(|j| !done.contains_key(&j.tag)).map(|j| j.tag.clone()).collect::<Vec<_>>()
+    };
+    let finished = wait::until(Duration::from_secs(90), || done_all().is_empty());
+    let done = jobs::by_tag(&jobs::read(&out), "done");
+    assert!(
+        finished,
+        "jobs never completed: {:?} (in flight on A when killed: {lost:?})\n{}",
+        done_all(),
+        setup.logs()
+    );
+    for tag in &lost {
+        assert!(
+            done[tag].iter().any(|on| on == "B"),
+            "job {tag} in flight on killed A did not rerun on B: {:?}",
+            done[tag]
+        );
+    }
+    eprintln!(
+        "interop_killed_jobmanager: {} in-flight jobs re-ran on B, all 8 done in {:?} (router {:?})",
+        lost.len(),
+        started.elapsed(),
+        setup.router.kind
+    );
+}
