@@ -210,3 +210,56 @@ fn interop_killed_jobmanager_in_flight_jobs_rerun_on_survivor() {
         setup.router.kind
     );
 }
+
+/// Waits until ROUTER_SHOW_SCHEDULERS lists exactly `n` schedulers.
+fn wait_schedulers(admin_addr: &str, n: usize) -> Result<(), String> {
+    wait::until_ok(REGISTER_TIMEOUT, || {
+        let reply = admin::request(admin_addr, "ROUTER_SHOW_SCHEDULERS")?;
+        match reply["connected_schedulers"].as_object() {
+            Some(map) if map.len() == n => Ok(()),
+            _ => Err(format!("ROUTER_SHOW_SCHEDULERS: {reply}")),
+        }
+    })
+}
+
+#[test]
+fn interop_python_scheduler_schedule_and_unschedule() {
+    let _dog = watchdog::start("interop_scheduler", Duration::from_secs(240));
+    let started = Instant::now();
+    let mut setup = Setup::start("interop-sched", &[("A", r#"[[10,"default"]]"#)], 2);
+    setup.jobmanagers.push(python::start_scheduler(&setup.dir, &setup.router.frontend));
+    if let Err(why) = wait_schedulers(&setup.router.admin, 1) {
+        panic!("emq-scheduler did not register: {why}\n{}\n{}", setup.logs(), setup.jobmanagers[1].log_tail(20));
+    }
+    let out = setup.dir.join("sched.txt");
+    let runs = || jobs::by_tag(&jobs::read(&out), "run").get("tick").map_or(0, Vec::len);
+
+    python::schedule(&setup.dir, &setup.router.frontend, &out, "tick", 1);
+    assert!(
+        wait::until(Duration::from_secs(60), || runs() >= 3),
+        "1 s interval job ran {} times\n{}",
+        runs(),
+        setup.logs()
+    );
+    python::unschedule(&setup.dir, &setup.router.frontend, &out, "tick");
+
+    // A run already on its way may still land: wait until the count holds
+    // still for 4 s (> 3 intervals), then check it holds for 4 s more.
+    let mut last = (runs(), Instant::now());
+    let settled = wait::until(Duration::from_secs(30), || {
+        let now = runs();
+        if now != last.0 {
+            last = (now, Instant::now());
+        }
+        last.1.elapsed() >= Duration::from_secs(4)
+    });
+    assert!(settled, "job kept running after UNSCHEDULE ({} runs)", runs());
+    let before = runs();
+    wait::until(Duration::from_secs(4), || runs() != before);
+    assert_eq!(runs(), before, "job ran again after UNSCHEDULE");
+    eprintln!(
+        "interop_scheduler: {before} runs, stopped after UNSCHEDULE, in {:?} (router {:?})",
+        started.elapsed(),
+        setup.router.kind
+    );
+}
