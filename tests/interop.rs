@@ -7,6 +7,7 @@
 //! Every test runs under a watchdog and waits for states, never for times.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::common::admin::{self, Worker};
@@ -21,6 +22,24 @@ const QUEUES_B: &str = r#"[[10,"reports"]]"#;
 /// Python jobmanager registration takes an INFORM/ACK round trip; its READYs
 /// come only after the first router HEARTBEAT (spec §6.2, J1).
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Creating the venv on a fresh machine (pip, a psutil build) may take a while.
+const VENV_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// Starts an interop test: waits for the other interop tests to finish (each
+/// runs a router and several Python processes; run together on a loaded
+/// 2-core machine, late heartbeats could make a router expire a live
+/// jobmanager), makes sure the venv exists (under its own time limit), then
+/// arms the test's watchdog for `limit`.
+fn begin(test: &str, limit: Duration) -> (MutexGuard<'static, ()>, watchdog::Watchdog) {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    {
+        let _venv_dog = watchdog::start(&format!("{test} (venv setup)"), VENV_TIMEOUT);
+        python::venv();
+    }
+    (turn, watchdog::start(test, limit))
+}
 
 /// A router with Python jobmanagers attached, in one temp dir.
 struct Setup {
@@ -72,7 +91,7 @@ impl Setup {
 
 #[test]
 fn interop_thousand_jobs_run_exactly_once_on_the_right_jobmanager() {
-    let _dog = watchdog::start("interop_thousand_jobs", Duration::from_secs(300));
+    let _turn = begin("interop_thousand_jobs", Duration::from_secs(300));
     let started = Instant::now();
     let setup = Setup::start("interop-thousand", &[("A", QUEUES_A), ("B", QUEUES_B)], 2);
     let out = setup.dir.join("jobs.txt");
@@ -118,7 +137,7 @@ fn interop_thousand_jobs_run_exactly_once_on_the_right_jobmanager() {
 
 #[test]
 fn interop_emq_cli_status_and_show_workers() {
-    let _dog = watchdog::start("interop_emq_cli", Duration::from_secs(180));
+    let _turn = begin("interop_emq_cli", Duration::from_secs(180));
     let started = Instant::now();
     let mut setup = Setup::start("interop-emq-cli", &[("A", QUEUES_A), ("B", QUEUES_B)], 2);
     let workers = setup.wait_workers(&[QUEUES_A, QUEUES_B], 2);
@@ -156,7 +175,7 @@ fn interop_emq_cli_status_and_show_workers() {
 
 #[test]
 fn interop_killed_jobmanager_in_flight_jobs_rerun_on_survivor() {
-    let _dog = watchdog::start("interop_killed_jobmanager", Duration::from_secs(300));
+    let _turn = begin("interop_killed_jobmanager", Duration::from_secs(300));
     let started = Instant::now();
     let queues = r#"[[10,"default"]]"#;
     let mut setup = Setup::start("interop-kill", &[("A", queues)], 2);
@@ -224,7 +243,7 @@ fn wait_schedulers(admin_addr: &str, n: usize) -> Result<(), String> {
 
 #[test]
 fn interop_python_scheduler_schedule_and_unschedule() {
-    let _dog = watchdog::start("interop_scheduler", Duration::from_secs(240));
+    let _turn = begin("interop_scheduler", Duration::from_secs(240));
     let started = Instant::now();
     let mut setup = Setup::start("interop-sched", &[("A", r#"[[10,"default"]]"#)], 2);
     setup.jobmanagers.push(python::start_scheduler(&setup.dir, &setup.router.frontend));
