@@ -71,7 +71,8 @@ pub struct Router {
 
 impl Router {
     /// Starts the router chosen by [`RouterKind::from_env`] on fresh ports
-    /// and waits until every port accepts TCP connections. Panics (with the
+    /// and waits until its frontend, backend and admin ports accept TCP
+    /// connections. Panics (with the
     /// router's log) if it does not come up within [`START_TIMEOUT`].
     pub fn start(dir: &TestDir) -> Router {
         Router::start_kind(dir, RouterKind::from_env())
@@ -81,7 +82,8 @@ impl Router {
     pub fn start_kind(dir: &TestDir, kind: RouterKind) -> Router {
         let (fp, bp, ap) = (free_port(), free_port(), free_port());
         let (frontend, backend, admin) = (zmq_endpoint(fp), zmq_endpoint(bp), zmq_endpoint(ap));
-        let mut ports = vec![fp, bp, ap];
+        // Only the eMQP ports are waited for; see [`Router::wait_text`].
+        let ports = [fp, bp, ap];
         let (mut cmd, text) = match &kind {
             RouterKind::Python => (python_cmd(dir, &frontend, &backend, &admin), None),
             RouterKind::Rust(bin) => {
@@ -92,7 +94,6 @@ impl Router {
                     bin.display()
                 );
                 let tp = free_port();
-                ports.push(tp);
                 let text = format!("127.0.0.1:{tp}");
                 (rust_cmd(bin, &frontend, &backend, &admin, &text), Some(text))
             }
@@ -106,6 +107,16 @@ impl Router {
             child.log_tail(40)
         );
         Router { kind, frontend, backend, admin, text, child }
+    }
+
+    /// Waits until the text protocol port accepts connections; panics after
+    /// [`START_TIMEOUT`] or for the Python router (it has none).
+    pub fn wait_text(&mut self) -> String {
+        let text = self.text.clone().expect("the Python router has no text protocol");
+        let port: u16 = text.rsplit(':').next().and_then(|p| p.parse().ok()).expect("text address has a port");
+        let up = wait::until(START_TIMEOUT, || !self.child.is_alive() || is_listening(port));
+        assert!(up && self.child.is_alive(), "router text port {text} not listening\n{}", self.child.log_tail(40));
+        text
     }
 
     /// True when this is the Python reference router.
