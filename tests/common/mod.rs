@@ -1,0 +1,26 @@
+//! Shared support for the integration tests (one test binary, `tests/tests.rs`).
+//!
+//! * [`watchdog`]: a per-test time limit that kills every child process and
+//!   aborts the test binary when a test hangs (like rust-zmq's `tests/common`).
+//! * [`ports`]: fresh loopback ports and "is it listening yet" checks.
+//! * [`proc`]: child processes in their own process group, killed by PID on
+//!   drop; per-test temp dirs; bounded waiting for a command to finish.
+//! * [`wait`]: poll-until-condition helpers (no fixed sleeps in tests).
+//! * [`python`]: the real Python EventMQ 0.3.13 venv (created on demand by
+//!   `tests/interop/setup-venv.sh`), jobmanagers and client driver scripts.
+//! * [`router`]: starting `emq-router` (or, with `EMQ_INTEROP_ROUTER=python`,
+//!   the Python EventMQ router) on fresh ports.
+//! * [`admin`]: a raw eMQP admin client (STATUS, ROUTER_SHOW_WORKERS, …).
+//! * [`jobs`]: reading the lines the interop job functions append.
+
+// Not every test module uses every helper.
+#![allow(dead_code)]
+
+pub mod admin;
+pub mod jobs;
+pub mod ports;
+pub mod proc;
+pub mod python;
+pub mod router;
+pub mod wait;
+pub mod watchdog;

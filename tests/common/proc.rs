@@ -1,0 +1,189 @@
+//! Child processes that cannot outlive their test.
+//!
+//! [`Child::spawn`] starts a command as the leader of its own process group
+//! (pgid = its pid), with stdout and stderr in a log file, and registers the
+//! group. Dropping the [`Child`] SIGKILLs the whole group (the Python
+//! jobmanager forks worker processes into it) and reaps the leader. The
+//! watchdog calls [`kill_all_registered`] before it aborts a hung test.
+//! As a last resort every child also gets `PR_SET_PDEATHSIG = SIGKILL`.
+
+use std::fs::{self, File};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::wait;
+
+/// Process groups of live [`Child`]ren, by pgid.
+static LIVE_GROUPS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// SIGKILLs every registered process group (used by the watchdog).
+pub fn kill_all_registered() {
+    let groups = LIVE_GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+    for &pgid in groups.iter() {
+        // SAFETY: plain syscall; pgid is a group this process created.
+        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    }
+}
+
+/// A child process (and its process group), killed by PID on drop.
+pub struct Child {
+    /// Short name used in messages.
+    pub name: String,
+    /// Where its stdout and stderr go.
+    pub log: PathBuf,
+    inner: std::process::Child,
+    pgid: i32,
+    reaped: Option<ExitStatus>,
+}
+
+impl Child {
+    /// Starts `cmd` in its own process group with stdin from /dev/null and
+    /// stdout+stderr appended to `log`. Panics if it cannot be started.
+    pub fn spawn(name: &str, cmd: &mut Command, log: &Path) -> Child {
+        let out = File::options().create(true).append(true).open(log).expect("open child log");
+        let err = out.try_clone().expect("clone child log handle");
+        cmd.stdout(out).stderr(err);
+        Child::spawn_keeping_output(name, cmd, log)
+    }
+
+    /// Like [`Child::spawn`] but leaves `cmd`'s stdout and stderr as the
+    /// caller set them (`log` is only used in messages).
+    pub fn spawn_keeping_output(name: &str, cmd: &mut Command, log: &Path) -> Child {
+        cmd.stdin(Stdio::null()).process_group(0);
+        // SAFETY: prctl is async-signal-safe; nothing else runs in pre_exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut groups = LIVE_GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+        let inner = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
+        let pgid = inner.id() as i32;
+        groups.push(pgid);
+        Child { name: name.to_string(), log: log.to_path_buf(), inner, pgid, reaped: None }
+    }
+
+    /// The leader's PID (= the process group id).
+    pub fn pid(&self) -> i32 {
+        self.pgid
+    }
+
+    /// True while the group leader has not exited.
+    pub fn is_alive(&mut self) -> bool {
+        self.exit_status().is_none()
+    }
+
+    /// The leader's exit status once it has exited (non-blocking).
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        if self.reaped.is_none() {
+            self.reaped = self.inner.try_wait().ok().flatten();
+        }
+        self.reaped
+    }
+
+    /// SIGKILLs the whole process group at once (`kill -9 -PGID`) and reaps
+    /// the leader.
+    pub fn kill_group(&mut self) {
+        // SAFETY: plain syscall on our own child's process group.
+        unsafe { libc::killpg(self.pgid, libc::SIGKILL) };
+        if self.reaped.is_none() {
+            self.reaped = self.inner.wait().ok();
+        }
+        LIVE_GROUPS.lock().unwrap_or_else(|e| e.into_inner()).retain(|&g| g != self.pgid);
+    }
+
+    /// SIGTERMs the leader, waits up to `grace` for it to exit, then
+    /// SIGKILLs whatever is left of the group. Returns the leader's status.
+    pub fn terminate(&mut self, grace: Duration) -> Option<ExitStatus> {
+        if self.is_alive() {
+            // SAFETY: plain syscall on our own, not yet reaped, child.
+            unsafe { libc::kill(self.pgid, libc::SIGTERM) };
+            wait::until(grace, || !self.is_alive());
+        }
+        self.kill_group();
+        self.reaped
+    }
+
+    /// The whole log so far (lossy UTF-8).
+    pub fn log_text(&self) -> String {
+        fs::read(&self.log).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
+    }
+
+    /// The last `n` lines of the log, headed by the child's name and pid.
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = self.log_text();
+        let lines: Vec<&str> = text.lines().collect();
+        let start = lines.len().saturating_sub(n);
+        format!(
+            "--- {} (pid {}) log tail, {} ---\n{}",
+            self.name,
+            self.pgid,
+            self.log.display(),
+            lines[start..].join("\n")
+        )
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        self.kill_group();
+    }
+}
+
+/// Runs `cmd` to completion (in its own process group, output in
+/// `<dir>/<name>.out` / `.err`), killing it after `timeout`.
+/// Returns (status, stdout, stderr); status is `None` on timeout.
+pub fn run(name: &str, cmd: &mut Command, dir: &Path, timeout: Duration) -> (Option<ExitStatus>, String, String) {
+    let out_path = dir.join(format!("{name}.out"));
+    let err_path = dir.join(format!("{name}.err"));
+    let out = File::create(&out_path).expect("create stdout file");
+    let err = File::create(&err_path).expect("create stderr file");
+    cmd.stdout(out).stderr(err);
+    let mut child = Child::spawn_keeping_output(name, cmd, &err_path);
+    wait::until(timeout, || !child.is_alive());
+    let status = child.exit_status();
+    child.kill_group();
+    let read = |p: &Path| fs::read(p).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    (status, read(&out_path), read(&err_path))
+}
+
+static DIR_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// A per-test scratch directory under the system temp dir. Removed on drop
+/// when the test passed; kept (and its path printed) when it panicked, so
+/// the logs can be read.
+pub struct TestDir {
+    /// The directory.
+    pub path: PathBuf,
+}
+
+impl TestDir {
+    /// Creates `$TMPDIR/emq-<name>-<pid>-<seq>`.
+    pub fn new(name: &str) -> TestDir {
+        let seq = DIR_SEQ.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("emq-{name}-{}-{seq}", std::process::id()));
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).expect("create test dir");
+        TestDir { path }
+    }
+
+    /// `path/file`.
+    pub fn join(&self, file: &str) -> PathBuf {
+        self.path.join(file)
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("test failed: kept its files in {}", self.path.display());
+        } else {
+            let _ = fs::remove_dir_all(&self.path);
+        }
+    }
+}
