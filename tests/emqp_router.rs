@@ -455,3 +455,52 @@ fn admin_disconnect_acks_and_stops() {
     w.expect("KBYE");
     h.wait();
 }
+
+#[test]
+fn re_inform_replaces_the_entry() {
+    let _w = Watchdog::new("re_inform", 30);
+    each_shards(|n| {
+        let h = router(n);
+        let w = Peer::new(&h.endpoints.backend, W);
+        w.inform_worker(r#"[[10, "default"], [5, "email"]]"#);
+        w.ready(4);
+        let id = std::str::from_utf8(W).unwrap();
+        eventually(5, "4 slots", || admin(&h, "ROUTER_SHOW_WORKERS")["connected_workers"][id]["available_slots"] == 4);
+        w.inform_worker(r#"[[7, "email"]]"#);
+        eventually(5, "replaced", || {
+            let s = admin(&h, "ROUTER_SHOW_WORKERS");
+            s["connected_workers"][id]["available_slots"] == 0
+                && s["connected_workers"][id]["queues"] == serde_json::json!([[7, "email"]])
+                && s["connected_queues"]["email"] == serde_json::json!([[7, id]])
+                && s["connected_queues"].get("default").is_none()
+        });
+    });
+}
+
+#[test]
+fn sigterm_drains_and_logs_what_remains() {
+    let _w = Watchdog::new("sigterm_drain", 60);
+    let port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (fe, be, ad) = (port(), port(), port());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_emq-router"))
+        .args(["--frontend-addr", &format!("tcp://127.0.0.1:{fe}")])
+        .args(["--backend-addr", &format!("tcp://127.0.0.1:{be}")])
+        .args(["--admin-addr", &format!("tcp://127.0.0.1:{ad}")])
+        .args(["--text-addr", "off", "--drain-timeout", "300ms"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = Peer::new(&format!("tcp://127.0.0.1:{fe}"), C);
+    c.request("left-behind-1", "default", "", "x");
+    assert_eq!(c.expect("REPLY")[4], b"left-behind-1");
+    let w = Peer::new(&format!("tcp://127.0.0.1:{be}"), W);
+    w.inform_worker(r#"[[10, "other"]]"#);
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    w.expect("KBYE");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let mut log = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
+    assert!(log.contains("queued job not run") && log.contains("left-behind-1"), "{log}");
+}
