@@ -27,6 +27,7 @@
 //! * [`protocol`]: pure codecs (eMQP frames, headers, queue lists, text lines).
 //! * [`broker`]: dispatcher shards: queues, workers, selection, in-flight, timers.
 //! * [`zmq_io`]: the only code that calls the zmq crate on the router side.
+//! * [`scheduler`]: emq-scheduler (SCHEDULE/UNSCHEDULE, timers, persistence).
 //! * [`config`] and [`limits`]: settings, validated once; every default with its reason.
 
 #![warn(missing_docs)]
@@ -35,4 +36,5 @@ pub mod broker;
 pub mod config;
 pub mod limits;
 pub mod protocol;
+pub mod scheduler;
 pub mod zmq_io;
