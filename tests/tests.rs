@@ -1,1 +1,2 @@
 mod scheduler;
+mod scheduler_e2e;
