@@ -285,3 +285,21 @@ fn file_store_survives_torn_and_damaged_writes() {
     want.sort_by(|x, y| x.0.cmp(&y.0));
     assert_eq!(s.load().unwrap(), want);
 }
+
+#[test]
+fn redis_record_matches_eventmq_v21() {
+    use emq::scheduler::redis_store::{decode_record, encode_record};
+    let record = ["default".to_string(), "guarantee".into(), "60".into(), BODY_1_2.into(), String::new()];
+    let v21 = r#"["default", "guarantee", "60", "[\"run\", {\"callable\": \"add\", \"path\": \"jobs_mod\", \"args\": [1, 2], \"kwargs\": {}, \"class_args\": [], \"class_kwargs\": {}}]", ""]"#;
+    let stored = Stored { record: record.clone(), runs_left: None };
+    assert_eq!(encode_record(&stored), v21);
+    assert_eq!(decode_record(v21).unwrap(), stored);
+    let counted = Stored {
+        record: ["q".into(), "guarantee,run_count:3".into(), "5".into(), "[]".into(), "".into()],
+        runs_left: Some(1),
+    };
+    let text = encode_record(&counted);
+    assert_eq!(text, r#"["q", "guarantee,run_count:1", "5", "[]", ""]"#);
+    assert_eq!(decode_record(&text).unwrap().runs_left, Some(1));
+    assert!(decode_record(r#"["a"]"#).is_err());
+}

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use crate::scheduler::BODY_1_2;
 
 type Frames = Vec<Vec<u8>>;
+/// A malformed message case: msgid, D-frames, expected ERROR code.
+type BadCase<'a> = (&'a [u8], Vec<&'a [u8]>, &'a [u8]);
 
 /// Aborts the whole test binary if a test runs longer than its limit.
 pub struct Watchdog(Option<mpsc::Sender<()>>);
@@ -213,7 +215,7 @@ fn scheduler_end_to_end_with_fake_router() {
 
     // Malformed messages: ERROR each, and the job keeps firing.
     let bad_body = br#"["run", {"path": "m", "callable": "f"}]"#;
-    let cases: Vec<(&[u8], Vec<&[u8]>, &[u8])> = vec![
+    let cases: Vec<BadCase> = vec![
         (b"m-short", schedule_frames(b"SCHEDULE", b"m-short", b"1", body, b"")[..8].to_vec(), b"BAD_FRAMES"),
         (b"m-int", schedule_frames(b"SCHEDULE", b"m-int", b"soon", body, b""), b"BAD_INTERVAL"),
         (b"m-zero", schedule_frames(b"SCHEDULE", b"m-zero", b"0", body, b""), b"BAD_INTERVAL"),
@@ -320,4 +322,108 @@ fn scheduler_reconnects_under_new_identity_when_router_is_silent() {
     let second = router.expect("INFORM", Duration::from_secs(5));
     assert_ne!(second[0], first);
     assert!(t0.elapsed() >= Duration::from_millis(1000), "reconnected too early: {:?}", t0.elapsed());
+}
+
+/// A `redis-server` child on a free port, killed by PID on drop.
+struct RedisServer {
+    child: Child,
+    url: String,
+}
+
+impl RedisServer {
+    fn start() -> Option<RedisServer> {
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .ok()?;
+        let url = format!("redis://127.0.0.1:{port}/0");
+        let server = RedisServer { child, url };
+        let client = redis::Client::open(server.url.as_str()).unwrap();
+        let end = Instant::now() + Duration::from_secs(5);
+        while client.get_connection().is_err() {
+            assert!(Instant::now() < end, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(server)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn scheduler_redis_store_uses_eventmq_layout() {
+    let _w = watchdog("scheduler_redis_store_uses_eventmq_layout", Duration::from_secs(60));
+    let Some(redis_server) = RedisServer::start() else {
+        eprintln!("redis-server not installed: live Redis test skipped (record encoding is tested in scheduler.rs)");
+        return;
+    };
+    let mut con = redis::Client::open(redis_server.url.as_str()).unwrap().get_connection().unwrap();
+    // A record written by a Python scheduler (spec V21 layout) for another job.
+    let py_body = BODY_1_2.replace("[1, 2]", "[7]");
+    let py_key = emq::scheduler::key::key_body(py_body.as_bytes()).unwrap().key;
+    let py_value = emq::scheduler::redis_store::encode_record(&emq::scheduler::store::Stored {
+        record: ["email".into(), "guarantee".into(), "30".into(), py_body, String::new()],
+        runs_left: None,
+    });
+    let _: () = redis::cmd("SET").arg(py_key.as_str()).arg(&py_value).query(&mut con).unwrap();
+    let _: () = redis::cmd("LPUSH").arg("interval_jobs").arg(py_key.as_str()).query(&mut con).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let router = FakeRouter::bind();
+    let admin_port = free_port();
+    let start = |log: &str| {
+        let child = Command::new(env!("CARGO_BIN_EXE_emq-scheduler"))
+            .args(["--router-addr", &router.endpoint, "--admin-addr", &format!("tcp://127.0.0.1:{admin_port}")])
+            .args(["--redis", &redis_server.url])
+            .stderr(std::fs::File::create(dir.path().join(log)).unwrap())
+            .spawn()
+            .unwrap();
+        Scheduler { child, log: dir.path().join(log) }
+    };
+    let mut sched = start("log1");
+    let id = router.register();
+    router.send(&id, &schedule_frames(b"SCHEDULE", b"s-1", b"60", BODY_1_2.as_bytes(), b""));
+    router.expect("REQUEST", Duration::from_secs(3));
+    let key = "9e1e59012f7f704b21daedd11ff7b4900b19e107";
+    let v21 = r#"["default", "guarantee", "60", "[\"run\", {\"callable\": \"add\", \"path\": \"jobs_mod\", \"args\": [1, 2], \"kwargs\": {}, \"class_args\": [], \"class_kwargs\": {}}]", ""]"#;
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        let value: Option<String> = redis::cmd("GET").arg(key).query(&mut con).unwrap();
+        if value.as_deref() == Some(v21) {
+            break;
+        }
+        assert!(Instant::now() < end, "record not written: {value:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let listed: Vec<String> = redis::cmd("LRANGE").arg("interval_jobs").arg(0).arg(-1).query(&mut con).unwrap();
+    assert_eq!(listed, vec![key.to_string(), py_key.to_string()]);
+    sched.child.kill().unwrap();
+    sched.wait_exit(Duration::from_secs(5));
+    drop(sched);
+
+    let mut sched = start("log2");
+    let id = router.register();
+    let rows = admin_schedules(admin_port);
+    let mut keys: Vec<&str> = rows.as_array().unwrap().iter().map(|r| r["key"].as_str().unwrap()).collect();
+    keys.sort();
+    let mut want = vec![key, py_key.as_str()];
+    want.sort();
+    assert_eq!(keys, want);
+    router.send(&id, &schedule_frames(b"UNSCHEDULE", b"u-1", b"-1", BODY_1_2.as_bytes(), b""));
+    let end = Instant::now() + Duration::from_secs(5);
+    while admin_schedules(admin_port).as_array().unwrap().len() != 1 {
+        assert!(Instant::now() < end, "UNSCHEDULE not applied");
+    }
+    let exists: i64 = redis::cmd("EXISTS").arg(key).query(&mut con).unwrap();
+    let listed: Vec<String> = redis::cmd("LRANGE").arg("interval_jobs").arg(0).arg(-1).query(&mut con).unwrap();
+    assert_eq!((exists, listed), (0, vec![py_key.to_string()]));
+    sched.signal(15);
+    assert!(sched.wait_exit(Duration::from_secs(5)).success());
 }
