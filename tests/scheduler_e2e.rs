@@ -427,3 +427,58 @@ fn scheduler_redis_store_uses_eventmq_layout() {
     sched.signal(15);
     assert!(sched.wait_exit(Duration::from_secs(5)).success());
 }
+
+/// utime + stime of `pid` in clock ticks (/proc/<pid>/stat fields 14 and 15).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// Measurement, not an assertion: idle CPU of a scheduler holding 10,000
+/// schedules. Run with `cargo test --test tests scheduler_idle_cpu -- --ignored --nocapture`.
+#[test]
+#[ignore = "30 s measurement; run by hand"]
+fn scheduler_idle_cpu_10k() {
+    let _w = watchdog("scheduler_idle_cpu_10k", Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let router = FakeRouter::bind();
+    let admin_port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_emq-scheduler"))
+        .args(["--router-addr", &router.endpoint, "--admin-addr", &format!("tcp://127.0.0.1:{admin_port}")])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let sched = Scheduler { child, log: dir.path().join("none") };
+    let id = router.register();
+    let t0 = Instant::now();
+    for i in 0..10_000 {
+        let body = BODY_1_2.replace("[1, 2]", &format!("[{i}]"));
+        let interval = (3600 + i).to_string();
+        let mut f = schedule_frames(b"SCHEDULE", b"m", interval.as_bytes(), body.as_bytes(), b"");
+        f[5] = b"nohaste";
+        router.send(&id, &f);
+        // Pace the sends: a ROUTER drops messages past its high-water mark.
+        if i % 500 == 499 {
+            while admin_schedules(admin_port).as_array().unwrap().len() <= i as usize {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    assert_eq!(admin_schedules(admin_port).as_array().unwrap().len(), 10_000);
+    println!("10,000 SCHEDULEs stored in {:?}", t0.elapsed());
+    let pid = sched.child.id();
+    let before = cpu_ticks(pid);
+    let t1 = Instant::now();
+    while t1.elapsed() < Duration::from_secs(30) {
+        router.send(&id, &[b"", b"eMQP/1.0", b"HEARTBEAT", b"hb", b"0"]);
+        router.collect("HEARTBEAT", Duration::from_secs(3));
+    }
+    let ticks = cpu_ticks(pid) - before;
+    let secs = t1.elapsed().as_secs_f64();
+    println!("idle CPU over {secs:.1} s: {ticks} ticks (1 tick = 10 ms) = {:.3}% of one core", ticks as f64 / secs);
+    assert!(cpu_ticks(pid) >= before);
+}

@@ -78,8 +78,10 @@ impl SchedulerConfig {
                 why: "must be shorter than router_timeout".into(),
             });
         }
-        let tz: Tz =
-            args.timezone.parse().map_err(|e| ConfigError::Invalid { name: "timezone", why: format!("{e}") })?;
+        let tz: Tz = args.timezone.parse().map_err(|_| ConfigError::Invalid {
+            name: "timezone",
+            why: format!("unknown IANA time zone {:?}", args.timezone),
+        })?;
         let admin_addr = (args.admin_addr != "off").then(|| args.admin_addr.clone());
         Ok(SchedulerConfig {
             peer: PeerConfig {
