@@ -250,6 +250,22 @@ fn ten_thousand_schedules_one_deadline() {
     assert_eq!(tt.fire_due(t("2024-01-01T00:01:00Z")).0.len(), 17);
 }
 
+#[test]
+fn stale_timers_do_not_accumulate() {
+    let mut tt = Timetable::new(Tz::UTC);
+    let now = t("2024-01-01T00:00:00Z");
+    tt.schedule(def("q", "nohaste", "30", "[0]", ""), now).unwrap();
+    for i in 0..5_000 {
+        let d = def("q", "nohaste", "3600", &format!("[{}]", i % 7 + 1), "");
+        let key = d.key.clone();
+        tt.schedule(d, now).unwrap();
+        assert!(tt.unschedule(&key));
+    }
+    assert_eq!(tt.len(), 1);
+    assert!(tt.pending_timers() <= 2 + 1024 + 1, "{} heap entries", tt.pending_timers());
+    assert_eq!(tt.next_deadline(), Some(t("2024-01-01T00:00:30Z")));
+}
+
 fn stored(args: &str) -> (emq::scheduler::key::ScheduleKey, Stored) {
     let record = ["q".to_string(), "run_count:4".into(), "60".into(), body(args), String::new()];
     (key_body(record[3].as_bytes()).unwrap().key, Stored { record, runs_left: Some(3) })

@@ -24,6 +24,9 @@ use chrono_tz::Tz;
 use super::key::ScheduleKey;
 use super::schedule::{Definition, Kind, ScheduleError};
 
+/// Stale heap entries tolerated beyond 2 × live jobs before a rebuild.
+const STALE_SLACK: usize = 1024;
+
 /// A REQUEST to emit: one firing of a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fire {
@@ -175,7 +178,16 @@ impl Timetable {
         self.jobs.remove(key).is_some()
     }
 
+    /// Heap entries, live and stale (a diagnostic: stale entries are dropped
+    /// lazily, and the heap is rebuilt when they outnumber live jobs).
+    pub fn pending_timers(&self) -> usize {
+        self.heap.len()
+    }
+
     fn insert(&mut self, def: Definition, next: DateTime<Utc>, runs_left: Option<u64>) {
+        if self.heap.len() > 2 * self.jobs.len() + STALE_SLACK {
+            self.heap = self.jobs.iter().map(|(k, j)| Reverse((j.next, j.gen, k.clone()))).collect();
+        }
         self.gen += 1;
         let key = def.key.clone();
         self.heap.push(Reverse((next, self.gen, key.clone())));
