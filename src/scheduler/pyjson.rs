@@ -459,6 +459,19 @@ mod tests {
         assert!(parse(&deep).is_err());
     }
 
+    proptest::proptest! {
+        #[test]
+        fn never_panics_and_output_reparses(text in "\\PC{0,40}", json in r#"[\[\]{}",:0-9eE.+\- a-z\\u]{0,40}"#) {
+            for input in [&text, &json] {
+                if let Ok(v) = parse(input) {
+                    let out = v.dumps(false);
+                    proptest::prop_assert!(out.is_ascii());
+                    proptest::prop_assert_eq!(parse(&out).map(|w| w.dumps(true)), Ok(v.dumps(true)));
+                }
+            }
+        }
+    }
+
     #[test]
     fn duplicate_keys_first_position_last_value() {
         assert_eq!(round(r#"{"b": 1, "a": 2, "b": 3}"#), r#"{"b": 3, "a": 2}"#);
