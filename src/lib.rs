@@ -29,7 +29,8 @@
 //! * [`zmq_io`]: the only code that calls the zmq crate on the router side.
 //! * [`text`]: the text protocol server (acceptors, connection threads) behind
 //!   the [`text::TextBackend`] trait.
-//! * [`client`]: Rust client libraries (the text protocol client).
+//! * [`client`]: Rust client libraries (eMQP client, admin client, worker, text client).
+//! * [`scheduler`]: emq-scheduler (SCHEDULE/UNSCHEDULE, timers, persistence).
 //! * [`config`] and [`limits`]: settings, validated once; every default with its reason.
 
 #![warn(missing_docs)]
@@ -42,6 +43,7 @@ pub mod logging;
 pub mod metrics;
 pub mod protocol;
 pub mod pubsub;
+pub mod scheduler;
 pub mod text;
 pub mod zmq_io;
 

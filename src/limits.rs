@@ -81,3 +81,20 @@ pub const LATENCY_MAX_US: u64 = 3_600_000_000;
 pub const WORKER_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most bytes of a child's stdout `emq-worker` keeps as the job result.
 pub const WORKER_MAX_RESULT_BYTES: usize = 16 << 20;
+/// emq-scheduler's own admin socket (`SCHEDULES` query). The next free port
+/// after the router's ports (47290-47294); EventMQ's scheduler had none.
+pub const SCHEDULER_ADMIN_ADDR: &str = "tcp://127.0.0.1:47295";
+/// Longest accepted schedule interval: 10 years. Bounds the time arithmetic;
+/// longer periods are better written as cron expressions.
+pub const SCHEDULER_MAX_INTERVAL_SECS: u64 = 10 * 366 * 24 * 3600;
+/// The scheduler re-registers under a new identity after this much router
+/// silence: EventMQ's peers use 3 × `HEARTBEAT_TIMEOUT` (~15 s, spec §6.6).
+pub const SCHEDULER_ROUTER_TIMEOUT: Duration = Duration::from_secs(15);
+/// While waiting for the ACK of its INFORM, the scheduler re-sends INFORM
+/// this often (EventMQ never re-sent it and hung: J18).
+pub const SCHEDULER_INFORM_RETRY: Duration = Duration::from_secs(5);
+/// How long the scheduler's socket may hold KBYE and last REQUESTs at exit.
+pub const SCHEDULER_LINGER: Duration = Duration::from_secs(1);
+/// The scheduler's log store is compacted once it holds more than
+/// max(this, 2 × live schedules) lines: small logs are never rewritten.
+pub const SCHEDULER_COMPACT_MIN_LINES: usize = 1_000;

@@ -2,6 +2,8 @@ mod client;
 mod common;
 mod emqp_router;
 mod interop;
+mod scheduler;
+mod scheduler_e2e;
 mod text;
 mod text_broker;
 mod worker_e2e;

@@ -53,6 +53,8 @@ counters! {
     expired_workers,
     /// Schedulers removed after missing heartbeats.
     expired_schedulers,
+    /// ERROR messages from schedulers (a SCHEDULE they refused).
+    scheduler_errors,
     /// Sends that failed (peer gone or pipe full), all kinds.
     send_failures,
     /// Text offers ACKed.

@@ -60,7 +60,7 @@ impl Socket {
 
     fn allows(self, cmd: &[u8]) -> bool {
         let allowed: &[&[u8]] = match self {
-            Socket::Frontend => &[b"INFORM", b"REQUEST", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE"],
+            Socket::Frontend => &[b"INFORM", b"REQUEST", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"ERROR"],
             Socket::Backend => &[b"INFORM", b"READY", b"REPLY", b"HEARTBEAT", b"KBYE"],
             Socket::Admin => {
                 &[b"STATUS", b"ROUTER_SHOW_WORKERS", b"ROUTER_SHOW_SCHEDULERS", b"LATENCY", b"DISCONNECT", b"HELLO"]

@@ -11,7 +11,7 @@ use crossbeam_channel::Sender;
 use super::admin::AdminRequest;
 use super::egress::decode_tag;
 use crate::broker::msg::{Dest, OnFail, ShardMsg};
-use crate::broker::types::{shard_of, Job, Origin, PeerId, QueueName};
+use crate::broker::types::{shard_of, show, Job, Origin, PeerId, QueueName};
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::protocol::emqp::{decode, Command, Frame, Message, PeerType, ShowFrames, Socket};
@@ -206,6 +206,13 @@ impl IoThread {
             }
             Command::Heartbeat { .. } => self.send_to_shard(0, ShardMsg::SchedulerHeartbeat { id: peer }),
             Command::Kbye => self.send_to_shard(0, ShardMsg::SchedulerKbye { id: peer }),
+            Command::Error { refers_to, code, text } => {
+                // A scheduler refusing a SCHEDULE/UNSCHEDULE (emq-scheduler).
+                // The router does not track which client sent it, so it is
+                // logged and counted, not forwarded.
+                Counters::bump(&self.counters.scheduler_errors);
+                tracing::warn!(scheduler = %peer, msgid = %show(&refers_to), code = %show(&code), text = %show(&text), "scheduler refused a message");
+            }
             other => tracing::debug!(%peer, command = ?other.word().escape_ascii().to_string(), "ignored on frontend"),
         }
     }

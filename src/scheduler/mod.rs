@@ -1,0 +1,24 @@
+//! emq-scheduler: runs SCHEDULE'd jobs by sending REQUESTs to the router,
+//! wire-compatible with EventMQ 0.3.13's scheduler (spec §7) and fixing its
+//! defects S1–S14 (spec §12).
+//!
+//! * [`pyjson`] and [`key`]: the schedule key, byte-exact with Python's
+//!   `json.dumps(..., sort_keys=True)` + SHA-1 (spec §7.3).
+//! * [`schedule`]: one SCHEDULE validated (interval, cron, `run_count`,
+//!   `nohaste`) and its next fire times; [`timetable`]: all schedules with a
+//!   deadline heap. Pure logic over an explicit `now`.
+//! * [`store`]: persistence (embedded crash-safe log by default);
+//!   [`redis_store`]: EventMQ's Redis layout (spec §7.7).
+//! * [`service`]: timetable + store, driven by messages and the clock.
+//! * [`peer`]: the DEALER to the router and the admin socket (zmq lives here
+//!   only); [`config`]: flags and `EMQ_SCHEDULER_*` variables.
+
+pub mod config;
+pub mod key;
+pub mod peer;
+pub mod pyjson;
+pub mod redis_store;
+pub mod schedule;
+pub mod service;
+pub mod store;
+pub mod timetable;

@@ -1,0 +1,483 @@
+//! JSON values with CPython `json` semantics, for byte-exact reproduction of
+//! `json.loads` followed by `json.dumps` (EventMQ 0.3.13, spec §7.3, §7.8).
+//!
+//! serde_json cannot be used here without changing the whole crate's
+//! behaviour: Python keeps `1` and `1.0` apart, keeps lone surrogates from
+//! `\ud800` escapes, writes floats with `repr` (`1e+16`, `1e-05`, `-0.0`) and
+//! accepts `NaN`/`Infinity`. This module does exactly that and nothing more.
+//!
+//! * [`parse`] mirrors `json.loads` (strict mode): the same grammar, the same
+//!   number split (a fraction or exponent makes a float), `\uXXXX` surrogate
+//!   pairs combined, lone surrogates kept, duplicate object keys resolved as
+//!   a Python dict does (first position, last value).
+//! * [`PyJson::dumps`] mirrors `json.dumps(v)` and, with `sort_keys`,
+//!   `json.dumps(v, sort_keys=True)`: separators `", "` / `": "`,
+//!   `ensure_ascii=True`.
+
+use std::fmt::Write as _;
+
+/// Deepest nesting [`parse`] accepts (CPython's recursion limit is ~1000).
+pub const MAX_DEPTH: usize = 256;
+
+/// A string as Python holds it: a sequence of code points, which may include
+/// lone surrogates (U+D800..U+DFFF) from `\u` escapes.
+pub type PyStr = Vec<u32>;
+
+/// A JSON value as CPython's `json.loads` builds it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PyJson {
+    /// `null` (Python `None`).
+    Null,
+    /// `true` / `false`.
+    Bool(bool),
+    /// An integer (no fraction, no exponent), kept as normalized decimal text
+    /// because Python ints are unbounded.
+    Int(String),
+    /// A float: the number had a fraction or an exponent, or was `NaN`,
+    /// `Infinity` or `-Infinity`.
+    Float(f64),
+    /// A string.
+    Str(PyStr),
+    /// An array.
+    Array(Vec<PyJson>),
+    /// An object, in insertion order (a Python dict).
+    Object(Vec<(PyStr, PyJson)>),
+}
+
+/// Why [`parse`] rejected the input: the byte offset and what was expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid JSON at byte {offset}: {what}")]
+pub struct JsonError {
+    /// Byte offset into the input.
+    pub offset: usize,
+    /// What was wrong.
+    pub what: &'static str,
+}
+
+/// Parses `text` like CPython's `json.loads` (strict mode).
+///
+/// # Errors
+/// [`JsonError`] with the byte offset of the first problem: bad syntax,
+/// raw control characters in strings, trailing data, nesting deeper than
+/// [`MAX_DEPTH`].
+///
+/// # Example
+/// ```
+/// use emq::scheduler::pyjson::{parse, PyJson};
+/// assert_eq!(parse("[1, 1.0]").unwrap().dumps(false), "[1, 1.0]");
+/// assert!(matches!(parse("1e2").unwrap(), PyJson::Float(_)));
+/// ```
+pub fn parse(text: &str) -> Result<PyJson, JsonError> {
+    let mut p = Parser { s: text.as_bytes(), text, pos: 0 };
+    p.ws();
+    let v = p.value(0)?;
+    p.ws();
+    if p.pos != p.s.len() {
+        return Err(p.err("extra data after the value"));
+    }
+    Ok(v)
+}
+
+struct Parser<'a> {
+    s: &'a [u8],
+    text: &'a str,
+    pos: usize,
+}
+
+impl Parser<'_> {
+    fn err(&self, what: &'static str) -> JsonError {
+        JsonError { offset: self.pos, what }
+    }
+
+    fn ws(&mut self) {
+        while matches!(self.s.get(self.pos), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.pos += 1;
+        }
+    }
+
+    fn eat(&mut self, lit: &str) -> bool {
+        if self.s[self.pos..].starts_with(lit.as_bytes()) {
+            self.pos += lit.len();
+            return true;
+        }
+        false
+    }
+
+    fn value(&mut self, depth: usize) -> Result<PyJson, JsonError> {
+        if depth > MAX_DEPTH {
+            return Err(self.err("nesting too deep"));
+        }
+        match self.s.get(self.pos) {
+            Some(b'{') => self.object(depth),
+            Some(b'[') => self.array(depth),
+            Some(b'"') => Ok(PyJson::Str(self.string()?)),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            _ if self.eat("null") => Ok(PyJson::Null),
+            _ if self.eat("true") => Ok(PyJson::Bool(true)),
+            _ if self.eat("false") => Ok(PyJson::Bool(false)),
+            _ if self.eat("NaN") => Ok(PyJson::Float(f64::NAN)),
+            _ if self.eat("Infinity") => Ok(PyJson::Float(f64::INFINITY)),
+            _ => Err(self.err("expecting value")),
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Result<PyJson, JsonError> {
+        self.pos += 1;
+        let mut items = Vec::new();
+        self.ws();
+        if self.eat("]") {
+            return Ok(PyJson::Array(items));
+        }
+        loop {
+            self.ws();
+            items.push(self.value(depth + 1)?);
+            self.ws();
+            if self.eat("]") {
+                return Ok(PyJson::Array(items));
+            }
+            if !self.eat(",") {
+                return Err(self.err("expecting ',' delimiter"));
+            }
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<PyJson, JsonError> {
+        self.pos += 1;
+        let mut members: Vec<(PyStr, PyJson)> = Vec::new();
+        self.ws();
+        if self.eat("}") {
+            return Ok(PyJson::Object(members));
+        }
+        loop {
+            self.ws();
+            if self.s.get(self.pos) != Some(&b'"') {
+                return Err(self.err("expecting property name enclosed in double quotes"));
+            }
+            let key = self.string()?;
+            self.ws();
+            if !self.eat(":") {
+                return Err(self.err("expecting ':' delimiter"));
+            }
+            self.ws();
+            let value = self.value(depth + 1)?;
+            match members.iter_mut().find(|(k, _)| *k == key) {
+                Some(slot) => slot.1 = value,
+                None => members.push((key, value)),
+            }
+            self.ws();
+            if self.eat("}") {
+                return Ok(PyJson::Object(members));
+            }
+            if !self.eat(",") {
+                return Err(self.err("expecting ',' delimiter"));
+            }
+        }
+    }
+
+    /// Python's NUMBER_RE: `(-?(?:0|[1-9]\d*))(\.\d+)?([eE][-+]?\d+)?`.
+    fn number(&mut self) -> Result<PyJson, JsonError> {
+        let start = self.pos;
+        if self.eat("-") && self.eat("Infinity") {
+            return Ok(PyJson::Float(f64::NEG_INFINITY));
+        }
+        let int_digits = self.digits();
+        if int_digits == 0 || (int_digits > 1 && self.s[self.pos - int_digits] == b'0') {
+            self.pos = start + usize::from(self.s[start] == b'-') + usize::from(int_digits > 0);
+            if int_digits == 0 {
+                return Err(self.err("expecting value"));
+            }
+        }
+        let int_end = self.pos;
+        let mut is_float = false;
+        if self.s.get(self.pos) == Some(&b'.') && self.s.get(self.pos + 1).is_some_and(u8::is_ascii_digit) {
+            self.pos += 1;
+            self.digits();
+            is_float = true;
+        }
+        if matches!(self.s.get(self.pos), Some(b'e' | b'E')) {
+            let save = self.pos;
+            self.pos += 1;
+            if matches!(self.s.get(self.pos), Some(b'+' | b'-')) {
+                self.pos += 1;
+            }
+            if self.digits() == 0 {
+                self.pos = save;
+            } else {
+                is_float = true;
+            }
+        }
+        let text = &self.text[start..self.pos];
+        if is_float {
+            return text.parse::<f64>().map(PyJson::Float).map_err(|_| self.err("bad number"));
+        }
+        let int = &self.text[start..int_end];
+        Ok(PyJson::Int(if int == "-0" { "0".to_string() } else { int.to_string() }))
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.pos;
+        while self.s.get(self.pos).is_some_and(u8::is_ascii_digit) {
+            self.pos += 1;
+        }
+        self.pos - start
+    }
+
+    fn string(&mut self) -> Result<PyStr, JsonError> {
+        self.pos += 1;
+        let mut out = PyStr::new();
+        loop {
+            let rest = &self.text[self.pos..];
+            let Some(c) = rest.chars().next() else {
+                return Err(self.err("unterminated string"));
+            };
+            match c {
+                '"' => {
+                    self.pos += 1;
+                    return Ok(out);
+                }
+                '\\' => self.escape(&mut out)?,
+                c if (c as u32) < 0x20 => return Err(self.err("invalid control character in string")),
+                c => {
+                    out.push(c as u32);
+                    self.pos += c.len_utf8();
+                }
+            }
+        }
+    }
+
+    fn escape(&mut self, out: &mut PyStr) -> Result<(), JsonError> {
+        let Some(&e) = self.s.get(self.pos + 1) else {
+            return Err(self.err("unterminated string"));
+        };
+        self.pos += 2;
+        let simple = match e {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => {
+                let unit = self.hex4()?;
+                out.push(self.maybe_pair(unit)?);
+                return Ok(());
+            }
+            _ => return Err(self.err("invalid \\escape")),
+        };
+        out.push(simple as u32);
+        Ok(())
+    }
+
+    /// Combines a high surrogate with a following `\uDC00..\uDFFF` escape,
+    /// as CPython's scanner does; anything else stays a lone surrogate.
+    fn maybe_pair(&mut self, unit: u32) -> Result<u32, JsonError> {
+        if (0xd800..=0xdbff).contains(&unit) && self.s[self.pos..].starts_with(b"\\u") {
+            let save = self.pos;
+            self.pos += 2;
+            let low = self.hex4()?;
+            if (0xdc00..=0xdfff).contains(&low) {
+                return Ok(0x10000 + ((unit - 0xd800) << 10) + (low - 0xdc00));
+            }
+            self.pos = save;
+        }
+        Ok(unit)
+    }
+
+    fn hex4(&mut self) -> Result<u32, JsonError> {
+        let hex = self.s.get(self.pos..self.pos + 4).ok_or(self.err("invalid \\uXXXX escape"))?;
+        if !hex.iter().all(u8::is_ascii_hexdigit) {
+            return Err(self.err("invalid \\uXXXX escape"));
+        }
+        let text = std::str::from_utf8(hex).map_err(|_| self.err("invalid \\uXXXX escape"))?;
+        let unit = u32::from_str_radix(text, 16).map_err(|_| self.err("invalid \\uXXXX escape"))?;
+        self.pos += 4;
+        Ok(unit)
+    }
+}
+
+impl PyJson {
+    /// The text of `json.dumps(self)` (or `json.dumps(self, sort_keys=True)`
+    /// when `sort_keys`): ASCII only, separators `", "` and `": "`.
+    pub fn dumps(&self, sort_keys: bool) -> String {
+        let mut out = String::new();
+        self.write(&mut out, sort_keys);
+        out
+    }
+
+    fn write(&self, out: &mut String, sort_keys: bool) {
+        match self {
+            PyJson::Null => out.push_str("null"),
+            PyJson::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            PyJson::Int(i) => out.push_str(i),
+            PyJson::Float(f) => out.push_str(&float_repr(*f)),
+            PyJson::Str(s) => write_str(out, s),
+            PyJson::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    item.write(out, sort_keys);
+                }
+                out.push(']');
+            }
+            PyJson::Object(members) => {
+                let mut refs: Vec<&(PyStr, PyJson)> = members.iter().collect();
+                if sort_keys {
+                    refs.sort_by(|a, b| a.0.cmp(&b.0));
+                }
+                out.push('{');
+                for (i, (k, v)) in refs.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    write_str(out, k);
+                    out.push_str(": ");
+                    v.write(out, sort_keys);
+                }
+                out.push('}');
+            }
+        }
+    }
+
+    /// The member `name` of an object, if this is an object that has it.
+    pub fn get(&self, name: &str) -> Option<&PyJson> {
+        let PyJson::Object(members) = self else { return None };
+        let key: PyStr = name.chars().map(|c| c as u32).collect();
+        members.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+}
+
+/// Builds a [`PyStr`] from Rust text.
+pub fn py_str(s: &str) -> PyStr {
+    s.chars().map(|c| c as u32).collect()
+}
+
+/// Writes `s` as a JSON string literal with Python's `ensure_ascii` escaping.
+pub fn write_str(out: &mut String, s: &[u32]) {
+    out.push('"');
+    for &cp in s {
+        match cp {
+            0x22 => out.push_str("\\\""),
+            0x5c => out.push_str("\\\\"),
+            0x0a => out.push_str("\\n"),
+            0x0d => out.push_str("\\r"),
+            0x09 => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            0x20..=0x7e => out.push(char::from(cp as u8)),
+            0x10000.. => {
+                let v = cp - 0x10000;
+                let _ = write!(out, "\\u{:04x}\\u{:04x}", 0xd800 + (v >> 10), 0xdc00 + (v & 0x3ff));
+            }
+            _ => {
+                let _ = write!(out, "\\u{cp:04x}");
+            }
+        }
+    }
+    out.push('"');
+}
+
+/// Python's `float.__repr__` as `json.dumps` writes it: the shortest
+/// round-trip digits, exponent form when the exponent is below −4 or at
+/// least 16 (`1e+16`, `1e-05`), `.0` on integral values, `NaN`,
+/// `Infinity`, `-Infinity`, and `-0.0`.
+///
+/// ```
+/// use emq::scheduler::pyjson::float_repr;
+/// assert_eq!(float_repr(1e16), "1e+16");
+/// assert_eq!(float_repr(1e15), "1000000000000000.0");
+/// assert_eq!(float_repr(0.00001), "1e-05");
+/// assert_eq!(float_repr(-0.0), "-0.0");
+/// assert_eq!(float_repr(0.1), "0.1");
+/// ```
+pub fn float_repr(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    let sign = if f.is_sign_negative() { "-" } else { "" };
+    // `{:e}` gives the shortest round-trip digits, e.g. "1.2345e-7".
+    let sci = format!("{:e}", f.abs());
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let decpt = exp + 1;
+    let body = if !(-4 < decpt && decpt <= 16) {
+        let rest = &digits[1..];
+        let frac = if rest.is_empty() { String::new() } else { format!(".{rest}") };
+        let esign = if exp < 0 { '-' } else { '+' };
+        format!("{}{frac}e{esign}{:02}", &digits[..1], exp.abs())
+    } else if decpt <= 0 {
+        format!("0.{}{digits}", "0".repeat(decpt.unsigned_abs() as usize))
+    } else if decpt as usize >= digits.len() {
+        format!("{digits}{}.0", "0".repeat(decpt as usize - digits.len()))
+    } else {
+        let (a, b) = digits.split_at(decpt as usize);
+        format!("{a}.{b}")
+    };
+    format!("{sign}{body}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(s: &str) -> String {
+        parse(s).unwrap().dumps(false)
+    }
+
+    #[test]
+    fn numbers_keep_python_types() {
+        assert_eq!(
+            round("[1, 1.0, -0, -0.0, 1E2, 1e400, -1e400, 12345678901234567890123]"),
+            "[1, 1.0, 0, -0.0, 100.0, Infinity, -Infinity, 12345678901234567890123]"
+        );
+        assert_eq!(
+            round("[NaN, -Infinity, 1.5e-7, 123456789012345678.0, 0.0001]"),
+            "[NaN, -Infinity, 1.5e-07, 1.2345678901234568e+17, 0.0001]"
+        );
+    }
+
+    #[test]
+    fn strings_escape_like_ensure_ascii() {
+        assert_eq!(round(r#""é\u007f/\/\b\f\n\r\t\u0001""#), r#""\u00e9\u007f//\b\f\n\r\t\u0001""#);
+        assert_eq!(round("\"😀\""), r#""\ud83d\ude00""#);
+        assert_eq!(round(r#""\ud83d\ude00 \ud800x \udc00""#), r#""\ud83d\ude00 \ud800x \udc00""#);
+    }
+
+    #[test]
+    fn rejects_what_python_rejects() {
+        for bad in ["", "01", "[1,]", "{\"a\" 1}", "\"a\u{1}\"", "[1] x", "\"\\x\"", "-", "1.", "{1: 2}"] {
+            assert!(parse(bad).is_err(), "{bad:?} should fail");
+        }
+        let deep = "[".repeat(MAX_DEPTH + 2);
+        assert!(parse(&deep).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_and_output_reparses(text in "\\PC{0,40}", json in r#"[\[\]{}",:0-9eE.+\- a-z\\u]{0,40}"#) {
+            for input in [&text, &json] {
+                if let Ok(v) = parse(input) {
+                    let out = v.dumps(false);
+                    proptest::prop_assert!(out.is_ascii());
+                    proptest::prop_assert_eq!(parse(&out).map(|w| w.dumps(true)), Ok(v.dumps(true)));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_first_position_last_value() {
+        assert_eq!(round(r#"{"b": 1, "a": 2, "b": 3}"#), r#"{"b": 3, "a": 2}"#);
+        assert_eq!(
+            parse(r#"{"b": 1, "a": {"d": 1, "c": 2}}"#).unwrap().dumps(true),
+            r#"{"a": {"c": 2, "d": 1}, "b": 1}"#
+        );
+    }
+}

@@ -1,0 +1,238 @@
+//! Persistence of schedules across restarts (fixes S1): the [`Store`] trait,
+//! and [`FileStore`], the embedded default.
+//!
+//! # FileStore format
+//! One append-only log, `<data dir>/schedules.log`. Each line is
+//! `<crc32 of payload, 8 lowercase hex> <payload JSON>\n`, the payload being
+//! `{"op":"put","key":K,"record":[queue,headers,interval,body,cron],"runs_left":N|null}`
+//! or `{"op":"del","key":K}`.
+//!
+//! Crash safety:
+//! * every change is one `write` of one whole line, so a `kill -9` loses
+//!   nothing already written (the page cache survives the process);
+//! * [`Store::sync`] (`fdatasync`) is called once per scheduler loop turn that
+//!   changed something (group commit), so a power loss loses at most the last
+//!   turn's changes;
+//! * on load, a torn last line (no newline, or a bad checksum) is ignored and
+//!   logged; a bad line in the middle is skipped and logged;
+//! * after load, and when the log holds many dead lines, the log is compacted:
+//!   live records are written to `schedules.log.tmp`, fsynced, renamed over
+//!   the log, and the directory is fsynced. A crash at any point leaves either
+//!   the old or the new log; a leftover `.tmp` is deleted on the next start.
+//! * an exclusive lock on `<data dir>/lock` stops two schedulers sharing a
+//!   directory.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::key::ScheduleKey;
+use crate::limits;
+
+/// A persisted schedule: the five SCHEDULE frames D4..D8 as received and the
+/// runs left (`None`: unlimited).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stored {
+    /// `[queue, headers, interval, body, cron]` (spec §7.7's record).
+    pub record: [String; 5],
+    /// Runs left of a `run_count` job.
+    pub runs_left: Option<u64>,
+}
+
+/// A storage failure: which file or server, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Another process holds the data directory's lock.
+    #[error("{0}: locked by another emq-scheduler")]
+    Locked(PathBuf),
+    /// A Redis command failed.
+    #[error("redis: {0}")]
+    Redis(String),
+    /// An entry could not be encoded.
+    #[error("encoding a store entry: {0}")]
+    Encode(String),
+}
+
+/// Where schedules live between runs. Implementations: [`FileStore`] and
+/// [`super::redis_store::RedisStore`].
+pub trait Store {
+    /// Every stored schedule, by key.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be read at all (damaged entries
+    /// are skipped and logged instead).
+    fn load(&mut self) -> Result<Vec<(ScheduleKey, Stored)>, StoreError>;
+    /// Stores (or replaces) one schedule.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the write fails.
+    fn put(&mut self, key: &ScheduleKey, stored: &Stored) -> Result<(), StoreError>;
+    /// Removes one schedule (absent keys are fine).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the write fails.
+    fn delete(&mut self, key: &ScheduleKey) -> Result<(), StoreError>;
+    /// Makes every change so far durable.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the flush fails.
+    fn sync(&mut self) -> Result<(), StoreError>;
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+enum Entry {
+    Put { key: String, record: [String; 5], runs_left: Option<u64> },
+    Del { key: String },
+}
+
+/// The embedded append-only log store. See the module docs.
+#[derive(Debug)]
+pub struct FileStore {
+    dir: PathBuf,
+    log: File,
+    _lock: File,
+    live: BTreeMap<ScheduleKey, Stored>,
+    lines: usize,
+    dirty: bool,
+}
+
+impl FileStore {
+    /// Opens (creating if needed) the store in `dir`, locks it, replays and
+    /// compacts the log.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] for file errors, [`StoreError::Locked`] when another
+    /// process holds the directory.
+    pub fn open(dir: &Path) -> Result<FileStore, StoreError> {
+        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        let lock_path = dir.join("lock");
+        let lock =
+            OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io_err(&lock_path))?;
+        if lock.try_lock().is_err() {
+            return Err(StoreError::Locked(dir.to_path_buf()));
+        }
+        let tmp = dir.join("schedules.log.tmp");
+        if tmp.exists() {
+            tracing::warn!(path = %tmp.display(), "removing unfinished compaction file");
+            fs::remove_file(&tmp).map_err(io_err(&tmp))?;
+        }
+        let live = replay(&dir.join("schedules.log"))?;
+        let log = write_compacted(dir, &live)?;
+        Ok(FileStore { dir: dir.to_path_buf(), log, _lock: lock, lines: live.len(), live, dirty: false })
+    }
+
+    fn append(&mut self, entry: &Entry) -> Result<(), StoreError> {
+        let payload = serde_json::to_string(entry).map_err(|e| StoreError::Encode(e.to_string()))?;
+        let line = format!("{:08x} {payload}\n", crc32fast::hash(payload.as_bytes()));
+        self.log.write_all(line.as_bytes()).map_err(io_err(&self.dir.join("schedules.log")))?;
+        self.lines += 1;
+        self.dirty = true;
+        if self.lines > limits::SCHEDULER_COMPACT_MIN_LINES.max(2 * self.live.len()) {
+            self.log = write_compacted(&self.dir, &self.live)?;
+            self.lines = self.live.len();
+            self.dirty = false;
+        }
+        Ok(())
+    }
+}
+
+impl Store for FileStore {
+    fn load(&mut self) -> Result<Vec<(ScheduleKey, Stored)>, StoreError> {
+        Ok(self.live.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+    }
+
+    fn put(&mut self, key: &ScheduleKey, stored: &Stored) -> Result<(), StoreError> {
+        self.live.insert(key.clone(), stored.clone());
+        self.append(&Entry::Put { key: key.to_string(), record: stored.record.clone(), runs_left: stored.runs_left })
+    }
+
+    fn delete(&mut self, key: &ScheduleKey) -> Result<(), StoreError> {
+        if self.live.remove(key).is_some() {
+            self.append(&Entry::Del { key: key.to_string() })?;
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), StoreError> {
+        if self.dirty {
+            self.log.sync_data().map_err(io_err(&self.dir.join("schedules.log")))?;
+            self.dirty = false;
+        }
+        Ok(())
+    }
+}
+
+fn io_err(path: &Path) -> impl Fn(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io { path: path.to_path_buf(), source }
+}
+
+/// Reads the log and applies its valid lines in order.
+fn replay(path: &Path) -> Result<BTreeMap<ScheduleKey, Stored>, StoreError> {
+    let mut live = BTreeMap::new();
+    let mut bytes = Vec::new();
+    match File::open(path) {
+        Ok(mut f) => f.read_to_end(&mut bytes).map_err(io_err(path))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(live),
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    if complete < bytes.len() {
+        tracing::warn!(path = %path.display(), bytes = bytes.len() - complete, "ignoring torn last line");
+    }
+    for (n, line) in bytes[..complete].split(|b| *b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
+        match parse_line(line) {
+            Some(Entry::Put { key, record, runs_left }) => {
+                if let Some(k) = ScheduleKey::from_hex(&key) {
+                    live.insert(k, Stored { record, runs_left });
+                }
+            }
+            Some(Entry::Del { key }) => {
+                if let Some(k) = ScheduleKey::from_hex(&key) {
+                    live.remove(&k);
+                }
+            }
+            None => tracing::warn!(path = %path.display(), line = n + 1, "skipping damaged log line"),
+        }
+    }
+    Ok(live)
+}
+
+fn parse_line(line: &[u8]) -> Option<Entry> {
+    let (crc, payload) = (line.get(..8)?, line.get(9..)?);
+    let crc = u32::from_str_radix(std::str::from_utf8(crc).ok()?, 16).ok()?;
+    if line.get(8) != Some(&b' ') || crc32fast::hash(payload) != crc {
+        return None;
+    }
+    serde_json::from_slice(payload).ok()
+}
+
+/// Writes the live records to a temp file, fsyncs, renames it over the log,
+/// fsyncs the directory, and returns the log opened for appending.
+fn write_compacted(dir: &Path, live: &BTreeMap<ScheduleKey, Stored>) -> Result<File, StoreError> {
+    let (tmp, path) = (dir.join("schedules.log.tmp"), dir.join("schedules.log"));
+    let mut out = Vec::new();
+    for (key, s) in live {
+        let entry = Entry::Put { key: key.to_string(), record: s.record.clone(), runs_left: s.runs_left };
+        let payload = serde_json::to_string(&entry).map_err(|e| StoreError::Encode(e.to_string()))?;
+        out.extend_from_slice(format!("{:08x} {payload}\n", crc32fast::hash(payload.as_bytes())).as_bytes());
+    }
+    let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+    f.write_all(&out).map_err(io_err(&tmp))?;
+    f.sync_all().map_err(io_err(&tmp))?;
+    drop(f);
+    fs::rename(&tmp, &path).map_err(io_err(&path))?;
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(dir))?;
+    OpenOptions::new().append(true).open(&path).map_err(io_err(&path))
+}
