@@ -11,3 +11,9 @@ pub fn init(filter: &str) {
     let ansi = std::io::stderr().is_terminal();
     let _ = tracing_subscriber::fmt().with_env_filter(env).with_ansi(ansi).with_writer(std::io::stderr).try_init();
 }
+
+/// [`init`] with the filter from `EMQ_LOG`, else `RUST_LOG`, else `info`.
+pub fn init_from_env() {
+    let filter = std::env::var("EMQ_LOG").or_else(|_| std::env::var("RUST_LOG")).unwrap_or_else(|_| "info".into());
+    init(&filter);
+}

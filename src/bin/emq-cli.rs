@@ -165,6 +165,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         Cmd::Schedulers => show(cli, admin(&cli.admin)?.schedulers()?, table::schedulers),
         Cmd::Latency => show(cli, admin(&cli.admin)?.latency()?, table::generic),
         Cmd::Schedules => show(cli, admin(&cli.scheduler_admin)?.query(b"SCHEDULES")?, table::generic),
+        Cmd::Request { queue, .. } if queue.is_empty() => Err(anyhow!("the queue name must not be empty")),
         Cmd::Request { queue, body, headers } => request(cli, queue, &build_body(body)?, headers),
         Cmd::Schedule { queue, body, every, cron, headers } => {
             let when = match (every, cron) {

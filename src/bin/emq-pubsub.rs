@@ -24,10 +24,7 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    emq::logging::init_from_env();
     let args = Args::parse();
     let (stop_rx, stop_tx) = std::os::unix::net::UnixStream::pair().context("signal pipe")?;
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {

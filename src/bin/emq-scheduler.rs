@@ -14,13 +14,7 @@ use emq::scheduler::service::Service;
 use emq::scheduler::store::{FileStore, Store};
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    emq::logging::init_from_env();
     let args = SchedulerArgs::parse();
     let cfg = SchedulerConfig::from_args(&args).context("invalid configuration")?;
     if args.print_config {

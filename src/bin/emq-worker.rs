@@ -33,14 +33,14 @@ struct Args {
     /// None = the router's default queues.
     #[arg(long = "queue", short = 'Q')]
     queues: Vec<String>,
-    /// Jobs run at once.
-    #[arg(long, short = 'J', default_value_t = 4)]
-    concurrency: usize,
+    /// Jobs run at once (at least 1).
+    #[arg(long, short = 'J', default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    concurrency: u64,
     /// Per-job time limit when the job has no `timeout:N` header.
     #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
     timeout: Duration,
     /// Router backend address; repeat for failover (each reconnect moves on).
-    #[arg(long = "router", short = 'B', env = "EMQ_WORKER_ADDR", default_value = limits::BACKEND_ADDR)]
+    #[arg(long = "router", short = 'B', env = "EMQ_BACKEND_ADDR", default_value = limits::BACKEND_ADDR)]
     routers: Vec<String>,
     /// Longest wait for running jobs at shutdown.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
@@ -70,13 +70,10 @@ fn parse_queue(spec: &str) -> anyhow::Result<(i64, String)> {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    emq::logging::init_from_env();
     let args = Args::parse();
     let queues = args.queues.iter().map(|q| parse_queue(q)).collect::<anyhow::Result<Vec<_>>>()?;
-    let mut config = WorkerConfig::new(&args.routers[0]).queues(queues).concurrency(args.concurrency);
+    let mut config = WorkerConfig::new(&args.routers[0]).queues(queues).concurrency(args.concurrency as usize);
     config.addresses = args.routers.clone();
     config.drain_timeout = args.drain_timeout;
     config.heartbeat_timeout = args.silence_timeout / 3;
@@ -128,7 +125,10 @@ fn run_job(command: &[String], job: &Job, timeout: Duration) -> Result<Vec<u8>, 
         .stdout(Stdio::piped())
         .process_group(0)
         .spawn()
-        .map_err(|e| JobError::Failed(format!("cannot start {:?}: {e}", command[0])))?;
+        .map_err(|e| {
+            tracing::warn!(msgid, command = %command[0], error = %e, "job failed: cannot start the command");
+            JobError::Failed(format!("cannot start {:?}: {e}", command[0]))
+        })?;
     let pid = child.id();
     let stdin = child.stdin.take();
     let body = job.body.clone();

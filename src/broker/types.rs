@@ -34,6 +34,16 @@ pub fn show(bytes: &[u8]) -> String {
     }
 }
 
+/// Bytes for a log line: escaped, cut at 512 bytes (with the length noted).
+pub fn cut(bytes: &[u8]) -> String {
+    let shown = bytes[..bytes.len().min(512)].escape_ascii().to_string();
+    if bytes.len() > 512 {
+        format!("{shown}…({} bytes)", bytes.len())
+    } else {
+        shown
+    }
+}
+
 impl fmt::Display for QueueName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&show(&self.0))

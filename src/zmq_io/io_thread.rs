@@ -101,7 +101,10 @@ impl IoThread {
         for _ in 0..limits::BATCH {
             match self.egress.recv_multipart(zmq::DONTWAIT) {
                 Ok(mut frames) if frames.len() >= 2 => {
-                    let Some((dest, on_fail)) = decode_tag(&frames[0]) else { return false };
+                    let Some((dest, on_fail)) = decode_tag(&frames[0]) else {
+                        self.flush_egress();
+                        return false;
+                    };
                     frames.remove(0);
                     self.send_out(dest, on_fail, frames);
                 }
@@ -114,6 +117,19 @@ impl IoThread {
             }
         }
         true
+    }
+
+    /// At exit: sends what the shards queued before they stopped (their
+    /// KBYEs), which fair queueing may have left behind the exit tag.
+    fn flush_egress(&mut self) {
+        while let Ok(mut frames) = self.egress.recv_multipart(zmq::DONTWAIT) {
+            if frames.len() >= 2 {
+                if let Some((dest, _)) = decode_tag(&frames[0]) {
+                    frames.remove(0);
+                    self.send_out(dest, OnFail::Count, frames);
+                }
+            }
+        }
     }
 
     /// Sends `[identity, D-frames…]`; on failure does what `on_fail` says.

@@ -130,7 +130,7 @@ fn router_socket(ctx: &zmq::Context, addr: &str, hwm: i32, name: &str) -> Result
     s.set_router_mandatory(true).map_err(zerr("ROUTER_MANDATORY"))?;
     s.set_sndhwm(hwm).map_err(zerr("SNDHWM"))?;
     s.set_rcvhwm(hwm).map_err(zerr("RCVHWM"))?;
-    s.set_linger(1000).map_err(zerr("LINGER"))?;
+    s.set_linger(200).map_err(zerr("LINGER"))?;
     s.bind(addr).map_err(zerr(format!("bind {name} {addr}")))?;
     let bound = s.get_last_endpoint().ok().and_then(|e| e.ok()).unwrap_or_else(|| addr.to_string());
     Ok((s, bound))

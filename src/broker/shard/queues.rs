@@ -8,7 +8,7 @@ use super::Shard;
 use crate::broker::msg::{Dest, OnFail, Outgoing, ShardMsg};
 use crate::broker::selection::Candidates;
 use crate::broker::snapshot::QueueSnap;
-use crate::broker::types::{Job, Origin, QueueName, WorkerKey, WorkerShared};
+use crate::broker::types::{cut, show, Job, Origin, QueueName, WorkerKey, WorkerShared};
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
@@ -169,7 +169,7 @@ impl Shard {
             }
             tracing::warn!(shard = self.index, %queue, jobs = q.waiting.len(), "jobs still queued at shutdown");
             for job in &q.waiting {
-                tracing::warn!(%queue, msgid = %crate::broker::types::show(&job.msgid), "queued job not run");
+                tracing::warn!(%queue, msgid = %show(&job.msgid), body = %cut(&job.body), "queued job not run");
             }
         }
     }

@@ -249,11 +249,13 @@ impl Shard {
         for w in self.workers.values() {
             for f in w.inflight.values() {
                 let msgid = crate::broker::types::show(&f.job.msgid);
-                tracing::warn!(worker = %w.shared.id, queue = %f.queue, %msgid, "job still in flight at shutdown");
+                let body = crate::broker::types::cut(&f.job.body);
+                tracing::warn!(worker = %w.shared.id, queue = %f.queue, %msgid, %body, "job still in flight at shutdown");
             }
         }
         for (conn, o) in &self.offers {
-            tracing::warn!(conn = conn.0, queue = %o.queue, "text offer unanswered at shutdown");
+            let body = crate::broker::types::cut(&o.job.body);
+            tracing::warn!(conn = conn.0, queue = %o.queue, %body, "text offer unanswered at shutdown");
         }
     }
 }
