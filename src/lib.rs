@@ -31,6 +31,7 @@
 
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod broker;
 pub mod config;
 pub mod limits;
