@@ -1,1 +1,2 @@
+mod bench;
 mod emqp_router;

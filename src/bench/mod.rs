@@ -92,6 +92,18 @@ pub struct LoadSettings {
     pub progress: bool,
 }
 
+impl Default for LoadSettings {
+    /// The CLI defaults (one source of truth: the `#[arg]` attributes).
+    fn default() -> Self {
+        #[derive(clap::Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            load: LoadSettings,
+        }
+        <Wrap as clap::Parser>::parse_from(["emq-bench"]).load
+    }
+}
+
 impl LoadSettings {
     /// Measured requests to send when the run is bounded by count.
     pub fn request_bound(&self) -> Option<u64> {
