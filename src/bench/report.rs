@@ -111,7 +111,9 @@ pub fn hgrm(h: &Histogram<u64>) -> String {
     }
     let _ = writeln!(s, "#[Mean    = {:12.3}, StdDeviation   = {:12.3}]", h.mean() / 1000.0, h.stdev() / 1000.0);
     let _ = writeln!(s, "#[Max     = {:12.3}, Total count    = {:12}]", h.max() as f64 / 1000.0, h.len());
-    let _ = writeln!(s, "#[Buckets = {:12}, SubBuckets     = {:12}]", h.buckets(), h.distinct_values());
+    // HdrHistogram's sub-bucket count: 2^ceil(log2(2 * 10^digits)).
+    let sub_buckets = (2 * 10u64.pow(u32::from(h.sigfig()))).next_power_of_two();
+    let _ = writeln!(s, "#[Buckets = {:12}, SubBuckets     = {:12}]", h.buckets(), sub_buckets);
     s
 }
 
