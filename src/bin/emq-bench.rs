@@ -71,6 +71,9 @@ enum Cmd {
     },
     /// Many idle workers that only heartbeat; reports the broker's CPU.
     Idle {
+        /// Label of the target in reports.
+        #[arg(long, default_value = "emq")]
+        target_name: String,
         #[command(flatten)]
         settings: idle::IdleSettings,
         #[command(flatten)]
@@ -151,8 +154,9 @@ fn main_inner() -> anyhow::Result<()> {
             let results = vec![RunResult::from_tally(&target_name, &tally)];
             finish("text", settings_json(&load, serde_json::json!({"addr": addr})), results, &output)
         }
-        Cmd::Idle { settings, output } => {
-            let result = idle::run(&settings, Arc::default())?;
+        Cmd::Idle { target_name, settings, output } => {
+            let mut result = idle::run(&settings, Arc::default())?;
+            result.target = target_name;
             finish("idle", settings_json(&settings, serde_json::json!({})), vec![result], &output)
         }
         Cmd::Plot { files, output, title } => {
