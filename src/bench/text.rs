@@ -15,6 +15,9 @@ use crossbeam_channel::{Receiver, Sender};
 use super::body::{self, Clock, Pacer, Tally};
 use super::{ioerr, BenchError, LoadSettings};
 
+/// `(seq, receipt ns)`: a consumer telling a producer its task arrived.
+type Receipt = (u64, u64);
+
 const NOPE_BACKOFF_MIN: Duration = Duration::from_micros(200);
 const NOPE_BACKOFF_MAX: Duration = Duration::from_millis(10);
 
@@ -39,7 +42,7 @@ pub fn run(addr: &str, settings: &LoadSettings, progress: Arc<AtomicU64>) -> Res
         .ok_or_else(|| BenchError::Invalid(format!("{addr}: no address")))?;
     let clock = Clock::start();
     let stop = Arc::new(AtomicBool::new(false));
-    let (txs, rxs): (Vec<Sender<(u64, u64)>>, Vec<Receiver<(u64, u64)>>) =
+    let (txs, rxs): (Vec<Sender<Receipt>>, Vec<Receiver<Receipt>>) =
         (0..settings.clients.max(1)).map(|_| crossbeam_channel::unbounded()).unzip();
     let queues: Vec<String> = settings.queue_list().into_iter().map(|(_, q)| q).collect();
     let mut consumers = Vec::new();
@@ -83,7 +86,7 @@ fn produce(
     index: usize,
     s: &LoadSettings,
     queues: &[String],
-    rx: &Receiver<(u64, u64)>,
+    rx: &Receiver<Receipt>,
     clock: Clock,
     progress: &AtomicU64,
 ) -> Result<Tally, BenchError> {
@@ -142,7 +145,7 @@ fn count_err_lines(stream: TcpStream, errors: &AtomicU64) {
 }
 
 /// One consumer: ASK/ACK until `stop`; returns the `ERR` lines it got.
-fn consume(stream: TcpStream, queue: &str, producers: &[Sender<(u64, u64)>], clock: Clock, stop: &AtomicBool) -> u64 {
+fn consume(stream: TcpStream, queue: &str, producers: &[Sender<Receipt>], clock: Clock, stop: &AtomicBool) -> u64 {
     let mut errors = 0;
     let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
     let Ok(mut w) = stream.try_clone() else { return 1 };
@@ -152,7 +155,7 @@ fn consume(stream: TcpStream, queue: &str, producers: &[Sender<(u64, u64)>], clo
     let mut backoff = NOPE_BACKOFF_MIN;
     let mut asked = false;
     let mut stalled = 0u32;
-    while !(stop.load(Ordering::Acquire) && !asked) {
+    while !stop.load(Ordering::Acquire) || asked {
         if !asked {
             if w.write_all(&ask).is_err() {
                 return errors + 1;
