@@ -21,8 +21,14 @@ OUT=${EMQ_BENCH_OUT:-$ROOT/loadtest/results/$(date -u +%Y-%m-%d-%H%M)-$REV}
 mkdir -p "$OUT"
 
 STARTED=()
-stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
-cleanup() { for p in "${STARTED[@]}"; do stop "$p"; done; }
+stop() { # PID: stop it and forget it (so a reused PID is never killed later)
+  kill "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  local keep=() p
+  for p in "${STARTED[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+  STARTED=("${keep[@]}")
+}
+cleanup() { local p; for p in "${STARTED[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
 free_ports() { # N -> N free loopback ports
@@ -31,8 +37,12 @@ ss=[socket.socket() for _ in range(int(sys.argv[1]))]
 [s.bind(('127.0.0.1',0)) for s in ss]
 print(' '.join(str(s.getsockname()[1]) for s in ss))" "$1"
 }
-wait_port() { # PORT: until something listens (10 s)
-  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done
+wait_port() { # PORT PID: until something listens (10 s) while PID lives
+  for _ in $(seq 100); do
+    kill -0 "$2" 2>/dev/null || return 1
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
   echo "nothing listens on $1" >&2; return 1
 }
 
@@ -44,13 +54,23 @@ ensure_venv() {
   "$VENV/bin/pip" install -q -r loadtest/requirements-py311.txt
 }
 
-# start_router KIND -> sets FE BE ROUTER_PID (and TEXT for emq)
+# start_router KIND -> sets FE BE ROUTER_PID (and TEXT for emq). Retries on
+# fresh ports (another process may take a "free" port before the router binds).
 start_router() {
+  for _ in 1 2 3; do
+    try_router "$1" && return 0
+    stop "$ROUTER_PID"
+  done
+  echo "could not start the $1 router" >&2
+  return 1
+}
+
+try_router() {
   read -r p1 p2 p3 p4 < <(free_ports 4)
   FE=tcp://127.0.0.1:$p1 BE=tcp://127.0.0.1:$p2 TEXT=127.0.0.1:$p4
   case $1 in
     emq)
-      RUST_LOG=warn "$ROUTER" --frontend-addr "$FE" --backend-addr "$BE" --admin-addr "tcp://127.0.0.1:$p3" \
+      "$ROUTER" --log warn --frontend-addr "$FE" --backend-addr "$BE" --admin-addr "tcp://127.0.0.1:$p3" \
         --text-addr "$TEXT" >>"$OUT/router-emq.log" 2>&1 &
       ;;
     python)
@@ -61,7 +81,7 @@ start_router() {
   esac
   ROUTER_PID=$!
   STARTED+=("$ROUTER_PID")
-  wait_port "$p1"
+  wait_port "$p1" "$ROUTER_PID"
 }
 
 run_one() { # SCENARIO TARGET RUN
@@ -70,16 +90,16 @@ run_one() { # SCENARIO TARGET RUN
   case $MODE:$2 in
     emqp:baseline) "$BENCH" baseline $ARGS --out "$OUT" --name "$name" ;;
     emqp:*)
-      start_router "$2"
+      start_router "$2" || return 0
       "$BENCH" emqp --frontend "$FE" --backend "$BE" --target-name "$2" --probe-timeout 10s $ARGS \
         --out "$OUT" --name "$name" || true
       stop "$ROUTER_PID" ;;
     text:*)
-      start_router "$2"
+      start_router "$2" || return 0
       "$BENCH" text --addr "$TEXT" --target-name "$2" $ARGS --out "$OUT" --name "$name" || true
       stop "$ROUTER_PID" ;;
     idle:*)
-      start_router "$2"
+      start_router "$2" || return 0
       local half=$((IDLE_WORKERS / 2))
       "$BENCH" idle --backend "$BE" --workers "$half" --duration "$((IDLE_SECONDS + 15))s" \
         --out "$OUT" --name "$name-unmeasured" >/dev/null &
