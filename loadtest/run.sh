@@ -84,19 +84,27 @@ try_router() {
   wait_port "$p1" "$ROUTER_PID"
 }
 
+bench() { # NAME ARGS…: run emq-bench; a failure is noted in failed.txt, not fatal
+  local name=$1
+  shift
+  if ! "$BENCH" "$@" --out "$OUT" --name "$name" 2>"$OUT/$name.err"; then
+    echo "$name: $(tail -1 "$OUT/$name.err")" | tee -a "$OUT/failed.txt" >&2
+  fi
+  rm -f "$OUT/$name.err"
+}
+
 run_one() { # SCENARIO TARGET RUN
   local name=$1-$2-$3
   echo "== $name" >&2
   case $MODE:$2 in
-    emqp:baseline) "$BENCH" baseline $ARGS --out "$OUT" --name "$name" ;;
+    emqp:baseline) bench "$name" baseline $ARGS ;;
     emqp:*)
       start_router "$2" || return 0
-      "$BENCH" emqp --frontend "$FE" --backend "$BE" --target-name "$2" --probe-timeout 10s $ARGS \
-        --out "$OUT" --name "$name" || true
+      bench "$name" emqp --frontend "$FE" --backend "$BE" --target-name "$2" --probe-timeout 10s $ARGS
       stop "$ROUTER_PID" ;;
     text:*)
       start_router "$2" || return 0
-      "$BENCH" text --addr "$TEXT" --target-name "$2" $ARGS --out "$OUT" --name "$name" || true
+      bench "$name" text --addr "$TEXT" --target-name "$2" $ARGS
       stop "$ROUTER_PID" ;;
     idle:*)
       start_router "$2" || return 0
@@ -106,8 +114,8 @@ run_one() { # SCENARIO TARGET RUN
       local other=$!
       STARTED+=("$other")
       sleep 8
-      "$BENCH" idle --backend "$BE" --workers "$((IDLE_WORKERS - half))" --duration "${IDLE_SECONDS}s" \
-        --pid "$ROUTER_PID" --out "$OUT" --name "$name" || true
+      bench "$name" idle --backend "$BE" --workers "$((IDLE_WORKERS - half))" --other-workers "$half" \
+        --duration "${IDLE_SECONDS}s" --pid "$ROUTER_PID"
       stop "$other"
       stop "$ROUTER_PID" ;;
   esac

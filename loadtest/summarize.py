@@ -55,6 +55,9 @@ def main(out, bench):
         for other in ("baseline", "python"):
             if emq and medians.get((scen, other)):
                 lines.append(f"* {scen}: emq/{other} = {emq / medians[(scen, other)]:.3f}")
+    failed = os.path.join(out, "failed.txt")
+    if os.path.exists(failed):
+        lines += ["", "## Runs that failed", ""] + [f"* {l.strip()}" for l in open(failed) if l.strip()]
     open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -31,6 +31,10 @@ pub struct IdleSettings {
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub duration: Duration,
+    /// Idle workers another process keeps connected meanwhile (recorded in
+    /// the result only, as `total_workers`).
+    #[arg(long, default_value_t = 0)]
+    pub other_workers: usize,
     /// PID of the broker whose CPU time is read (none: CPU not reported).
     #[arg(long)]
     pub pid: Option<u32>,
@@ -117,6 +121,7 @@ pub fn run(s: &IdleSettings, heartbeats: Arc<AtomicU64>) -> Result<RunResult, Be
     r.elapsed_s = elapsed;
     r.extra = Some(serde_json::json!({
         "workers": s.workers,
+        "total_workers": s.workers + s.other_workers,
         "broker_cpu_percent_of_one_core": cpu,
         "heartbeats_received": heartbeats.load(Ordering::Relaxed),
     }));

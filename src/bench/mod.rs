@@ -87,9 +87,10 @@ pub struct LoadSettings {
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
-    /// Show a progress bar on stderr (only drawn when stderr is a terminal).
+    /// Hide the progress bar (it is drawn on stderr only when stderr is a
+    /// terminal, and only for runs longer than ~2 s).
     #[arg(long, default_value_t = false)]
-    pub progress: bool,
+    pub no_progress: bool,
 }
 
 impl Default for LoadSettings {

@@ -105,11 +105,12 @@ impl RunResult {
     }
 }
 
-/// Runs `load` with a progress bar (when `settings.progress` and stderr is a
-/// terminal) fed by the counter `load` is given.
+/// Runs `load` with a progress bar fed by the counter `load` is given. The
+/// bar appears after 2 s (short runs stay quiet), on stderr, only when it
+/// is a terminal, and never with `--no-progress`.
 pub fn with_progress<T>(name: &str, settings: &LoadSettings, load: impl FnOnce(Arc<AtomicU64>) -> T) -> T {
     let counter = Arc::new(AtomicU64::new(0));
-    if !settings.progress {
+    if settings.no_progress || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         return load(counter);
     }
     let bar = match settings.request_bound() {
@@ -123,8 +124,15 @@ pub fn with_progress<T>(name: &str, settings: &LoadSettings, load: impl FnOnce(A
     bar.set_prefix(name.to_string());
     let done = Arc::new(AtomicBool::new(false));
     let (c, d, b) = (counter.clone(), done.clone(), bar.clone());
+    bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     let ticker = std::thread::spawn(move || {
+        let shown_at = std::time::Instant::now() + Duration::from_secs(2);
+        let mut shown = false;
         while !d.load(Ordering::Acquire) {
+            if !shown && std::time::Instant::now() >= shown_at {
+                b.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                shown = true;
+            }
             b.set_position(c.load(Ordering::Relaxed));
             std::thread::sleep(Duration::from_millis(100));
         }
