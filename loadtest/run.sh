@@ -131,5 +131,6 @@ for s in "${SCENARIOS[@]}"; do
     for i in $(seq "$RUNS"); do run_one "$s" "$t" "$i"; done
   done
 done
+[ -s "$OUT/router-emq.log" ] || rm -f "$OUT/router-emq.log"
 python3 loadtest/summarize.py "$OUT" "$BENCH"
 echo "results in $OUT" >&2
