@@ -70,9 +70,13 @@ fn percentile_label(x: f64) -> String {
 /// Draws `series` into an SVG file at `path`.
 ///
 /// # Errors
+/// [`BenchError::Io`] when the directory cannot be made;
 /// [`BenchError::Invalid`] carrying the drawing error (e.g. unwritable path).
 pub fn svg(series: &[Series], title: &str, path: &Path) -> Result<(), BenchError> {
     let err = |e: &dyn std::fmt::Display| BenchError::Invalid(format!("plot {}: {e}", path.display()));
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(ioerr(format!("create {}", dir.display())))?;
+    }
     let all = || series.iter().flat_map(|s| s.points.iter());
     let xmax = all().map(|p| p.0).fold(100.0, f64::max) * 1.5;
     let ymax = all().map(|p| p.1).fold(0.001, f64::max) * 1.1;

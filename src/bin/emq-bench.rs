@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use emq::bench::emqp::Target;
 use emq::bench::report::{self, Record};
@@ -161,7 +160,7 @@ fn main_inner() -> anyhow::Result<()> {
         }
         Cmd::Plot { files, output, title } => {
             let series = files.iter().map(|f| plot::Series::read(f)).collect::<Result<Vec<_>, _>>()?;
-            plot::svg(&series, &title, &output).with_context(|| format!("plotting {}", output.display()))?;
+            plot::svg(&series, &title, &output)?;
             println!("wrote {}", output.display());
             Ok(())
         }
