@@ -35,6 +35,7 @@
 
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod broker;
 pub mod client;
 pub mod config;

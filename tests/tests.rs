@@ -1,3 +1,4 @@
+mod bench;
 mod client;
 mod common;
 mod emqp_router;

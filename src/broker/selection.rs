@@ -38,8 +38,19 @@ impl Candidates {
     /// Claims a slot on the next worker by EventMQ's rule and returns it.
     /// Dead workers met on the way are dropped from the list.
     pub fn select(&mut self) -> Option<Arc<WorkerShared>> {
-        self.list.retain(|(_, w)| w.state() != WorkerState::Dead);
-        let i = self.list.iter().position(|(_, w)| w.try_claim())?;
+        let mut saw_dead = false;
+        let found = self.list.iter().position(|(_, w)| {
+            saw_dead |= w.state() == WorkerState::Dead;
+            w.try_claim()
+        });
+        let mut i = found?;
+        if saw_dead {
+            // Dead entries are dropped only when met, so a healthy list costs
+            // nothing extra per job.
+            let key = self.list[i].1.key;
+            self.list.retain(|(_, w)| w.state() != WorkerState::Dead);
+            i = self.list.iter().position(|(_, w)| w.key == key)?;
+        }
         let weight = self.list[i].0;
         let start = self.list.partition_point(|(w, _)| *w > weight);
         let end = self.list.partition_point(|(w, _)| *w >= weight);

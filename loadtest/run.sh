@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Runs named load-test scenarios and writes results to
+# loadtest/results/<date>-<rev>/ (JSON, .hgrm, SVG per run, summary.md).
+#
+#   loadtest/run.sh                 # every scenario in loadtest/scenarios
+#   loadtest/run.sh emqp-64b idle-10k
+#
+# Builds emq-bench and emq-router (release), starts a fresh router per run
+# on free loopback ports (the Python EventMQ router from .venv (override: EMQ_BENCH_VENV),
+# created if missing, for the "python" target), runs emq-bench, and stops
+# everything it started by PID.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+cargo build --release --quiet --bin emq-bench --bin emq-router
+BENCH=$ROOT/target/release/emq-bench
+ROUTER=$ROOT/target/release/emq-router
+VENV=${EMQ_BENCH_VENV:-$ROOT/.venv}
+REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+OUT=${EMQ_BENCH_OUT:-$ROOT/loadtest/results/$(date -u +%Y-%m-%d-%H%M)-$REV}
+mkdir -p "$OUT"
+
+STARTED=()
+stop() { # PID: stop it and forget it (so a reused PID is never killed later)
+  kill "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  local keep=() p
+  for p in "${STARTED[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+  STARTED=("${keep[@]}")
+}
+cleanup() { local p; for p in "${STARTED[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+free_ports() { # N -> N free loopback ports
+  python3 -c "import socket,sys
+ss=[socket.socket() for _ in range(int(sys.argv[1]))]
+[s.bind(('127.0.0.1',0)) for s in ss]
+print(' '.join(str(s.getsockname()[1]) for s in ss))" "$1"
+}
+wait_port() { # PORT PID: until something listens (10 s) while PID lives
+  for _ in $(seq 100); do
+    kill -0 "$2" 2>/dev/null || return 1
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listens on $1" >&2; return 1
+}
+
+ensure_venv() {
+  [ -x "$VENV/bin/emq-router" ] && return 0
+  echo "creating $VENV (EventMQ 0.3.13)" >&2
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --no-deps eventmq==0.3.13
+  "$VENV/bin/pip" install -q -r loadtest/requirements-py311.txt
+}
+
+# start_router KIND -> sets FE BE ROUTER_PID (and TEXT for emq). Retries on
+# fresh ports (another process may take a "free" port before the router binds).
+start_router() {
+  for _ in 1 2 3; do
+    try_router "$1" && return 0
+    stop "$ROUTER_PID"
+  done
+  echo "could not start the $1 router" >&2
+  return 1
+}
+
+try_router() {
+  read -r p1 p2 p3 p4 < <(free_ports 4)
+  FE=tcp://127.0.0.1:$p1 BE=tcp://127.0.0.1:$p2 TEXT=127.0.0.1:$p4
+  case $1 in
+    emq)
+      "$ROUTER" --log warn --frontend-addr "$FE" --backend-addr "$BE" --admin-addr "tcp://127.0.0.1:$p3" \
+        --text-addr "$TEXT" >>"$OUT/router-emq.log" 2>&1 &
+      ;;
+    python)
+      ensure_venv
+      EVENTMQ_FRONTEND_ADDR=$FE EVENTMQ_BACKEND_ADDR=$BE EVENTMQ_ADMINISTRATIVE_ADDR=tcp://127.0.0.1:$p3 \
+        "$VENV/bin/emq-router" >/dev/null 2>&1 &
+      ;;
+  esac
+  ROUTER_PID=$!
+  STARTED+=("$ROUTER_PID")
+  wait_port "$p1" "$ROUTER_PID"
+}
+
+bench() { # NAME ARGS…: run emq-bench; a failure is noted in failed.txt, not fatal
+  local name=$1
+  shift
+  if ! "$BENCH" "$@" --out "$OUT" --name "$name" 2>"$OUT/$name.err"; then
+    echo "$name: $(tail -1 "$OUT/$name.err")" | tee -a "$OUT/failed.txt" >&2
+  fi
+  rm -f "$OUT/$name.err"
+}
+
+run_one() { # SCENARIO TARGET RUN
+  local name=$1-$2-$3
+  echo "== $name" >&2
+  case $MODE:$2 in
+    emqp:baseline) bench "$name" baseline $ARGS ;;
+    emqp:*)
+      start_router "$2" || return 0
+      bench "$name" emqp --frontend "$FE" --backend "$BE" --target-name "$2" --probe-timeout 10s $ARGS
+      stop "$ROUTER_PID" ;;
+    text:*)
+      start_router "$2" || return 0
+      bench "$name" text --addr "$TEXT" --target-name "$2" $ARGS
+      stop "$ROUTER_PID" ;;
+    idle:*)
+      start_router "$2" || return 0
+      local half=$((IDLE_WORKERS / 2))
+      "$BENCH" idle --backend "$BE" --workers "$half" --duration "$((IDLE_SECONDS + 15))s" \
+        --out "$OUT" --name "$name-unmeasured" >/dev/null &
+      local other=$!
+      STARTED+=("$other")
+      sleep 8
+      bench "$name" idle --backend "$BE" --workers "$((IDLE_WORKERS - half))" --other-workers "$half" \
+        --duration "${IDLE_SECONDS}s" --pid "$ROUTER_PID"
+      stop "$other"
+      stop "$ROUTER_PID" ;;
+  esac
+}
+
+SCENARIOS=("$@")
+[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=($(ls loadtest/scenarios | sed 's/\.sh$//'))
+for s in "${SCENARIOS[@]}"; do
+  MODE= TARGETS= RUNS=1 ARGS= IDLE_WORKERS=10000 IDLE_SECONDS=20
+  # shellcheck disable=SC1090
+  . "loadtest/scenarios/$s.sh"
+  for t in $TARGETS; do
+    for i in $(seq "$RUNS"); do run_one "$s" "$t" "$i"; done
+  done
+done
+[ -s "$OUT/router-emq.log" ] || rm -f "$OUT/router-emq.log"
+python3 loadtest/summarize.py "$OUT" "$BENCH"
+echo "results in $OUT" >&2

@@ -1,0 +1,6 @@
+# Text protocol: 16 producers (SCHED) and 16 consumers (ASK/ACK with NOPE
+# back-off), 64 B tasks on one queue, 8 in flight per producer.
+MODE=text
+TARGETS="emq"
+RUNS=3
+ARGS="--clients 16 --workers 16 --in-flight 8 --size 64 --requests 20000 --warmup 500ms"

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Summarizes a loadtest results directory: summary.md with the machine,
+per scenario and target the median of the runs (throughput, p50, p99,
+p99.9, max), the throughput ratios emq/baseline and emq/python, and one
+SVG per scenario overlaying each target's median run (via `emq-bench plot`).
+
+usage: summarize.py RESULTS_DIR EMQ_BENCH_BINARY
+"""
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+
+def main(out, bench):
+    runs = {}  # (scenario, target) -> [(json path, result)]
+    machine, loadavg = None, open("/proc/loadavg").read().split()[:3]
+    for name in sorted(os.listdir(out)):
+        m = re.fullmatch(r"(.+)-([a-z]+)-(\d+)\.json", name)
+        if not m:
+            continue
+        rec = json.load(open(os.path.join(out, name)))
+        machine = machine or rec["machine"]
+        for r in rec["results"]:
+            runs.setdefault((m.group(1), r["target"]), []).append((name[:-5], r))
+    lines = ["# Load test results", ""]
+    if machine:
+        lines += [f"* machine: {machine['host']}, {machine['cores']} cores, {machine['cpu']}",
+                  f"* date: {machine['date']}", f"* git revision: {machine['git_revision']}",
+                  f"* load average after the runs: {' '.join(loadavg)} (the machine is shared)", ""]
+    lines += ["Latency = client send → worker (or consumer) receives the job; throughput = measured jobs",
+              "received per second. Medians over the runs (n); ranges of throughput in brackets.", "",
+              "| scenario | target | n | jobs/s (median) [min–max] | p50 ms | p99 ms | p99.9 ms | max ms | lost |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    medians, plotted = {}, set()
+    for (scen, target), rs in sorted(runs.items()):
+        tp = [r["throughput_per_s"] for _, r in rs]
+        med = lambda k: statistics.median(r["latency_ms"][k] for _, r in rs)
+        medians[(scen, target)] = statistics.median(tp)
+        extra = rs[0][1].get("extra")
+        if extra:
+            lines.append(f"| {scen} | {target} | {len(rs)} | {json.dumps(extra)} | | | | | |")
+            continue
+        lines.append(f"| {scen} | {target} | {len(rs)} | {statistics.median(tp):.0f} [{min(tp):.0f}–{max(tp):.0f}] "
+                     f"| {med('p50'):.3f} | {med('p99'):.3f} | {med('p999'):.3f} | {med('max'):.3f} "
+                     f"| {sum(r['lost'] for _, r in rs)} |")
+        if scen not in plotted:
+            plotted.add(scen)
+            plot_median(out, bench, scen, runs)
+    lines += ["", "## Throughput ratios (medians)", ""]
+    for scen in sorted({s for s, _ in medians}):
+        emq = medians.get((scen, "emq"))
+        for other in ("baseline", "python"):
+            if emq and medians.get((scen, other)):
+                lines.append(f"* {scen}: emq/{other} = {emq / medians[(scen, other)]:.3f}")
+    failed = os.path.join(out, "failed.txt")
+    if os.path.exists(failed):
+        lines += ["", "## Runs that failed", ""] + [f"* {l.strip()}" for l in open(failed) if l.strip()]
+    open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def plot_median(out, bench, scen, runs):
+    files = []
+    for (s, target), rs in sorted(runs.items()):
+        if s != scen:
+            continue
+        rs = sorted(rs, key=lambda x: x[1]["throughput_per_s"])
+        stem = rs[len(rs) // 2][0]
+        path = os.path.join(out, f"{stem}-{target}.hgrm")
+        if os.path.exists(path):
+            files.append(path)
+    if files:
+        svg = os.path.join(out, f"{scen}.svg")
+        subprocess.run([bench, "plot", *files, "-o", svg, "--title", f"{scen}: latency by percentile (median runs)"],
+                       check=False, stdout=subprocess.DEVNULL)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,291 @@
+//! eMQP load: N client DEALERs sending REQUESTs to a broker's frontend and M
+//! in-process workers on its backend (INFORM, READY per slot, job-result
+//! REPLY + READY per job, HEARTBEAT every second, KBYE at the end).
+//!
+//! Frames follow EventMQ 0.3.13 (spec §3.1–§3.5). A worker that receives a
+//! REQUEST stamps the time and tells the client that sent it over an
+//! inproc PUSH/PULL pair, so the client tallies every job (and any
+//! duplicate) on one thread. Clients also count acceptance REPLYs (D4 =
+//! REQUEST msgid) and ERRORs.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::body::{self, Clock, Pacer, Tally};
+use super::{zerr, BenchError, LoadSettings};
+use crate::protocol::emqp::{heartbeat_timestamp, new_msgid, VERSION};
+
+/// An eMQP broker to load: its frontend (clients) and backend (workers).
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Frontend address, e.g. `tcp://127.0.0.1:47291`.
+    pub frontend: String,
+    /// Backend address.
+    pub backend: String,
+}
+
+/// Shared by every thread of one run.
+struct RunCtx {
+    settings: LoadSettings,
+    target: Target,
+    zctx: zmq::Context,
+    nonce: String,
+    stop: AtomicBool,
+    progress: Arc<AtomicU64>,
+}
+
+impl RunCtx {
+    fn done_endpoint(&self, client: usize) -> String {
+        format!("inproc://emq-bench-{}-{client}", self.nonce)
+    }
+}
+
+fn socket(ctx: &RunCtx, kind: zmq::SocketType) -> Result<zmq::Socket, BenchError> {
+    let s = ctx.zctx.socket(kind).map_err(zerr("socket"))?;
+    s.set_linger(0).map_err(zerr("LINGER"))?;
+    s.set_sndhwm(crate::limits::ZMQ_HWM).map_err(zerr("SNDHWM"))?;
+    s.set_rcvhwm(crate::limits::ZMQ_HWM).map_err(zerr("RCVHWM"))?;
+    Ok(s)
+}
+
+/// Runs one load against `target`; `progress` counts measured jobs received.
+///
+/// # Errors
+/// [`BenchError::TargetDown`] when a worker gets no ACK to its INFORM within
+/// the probe timeout, when a send blocks that long, or when no job at all
+/// reaches a worker; [`BenchError::Zmq`] for socket failures.
+pub fn run(target: &Target, settings: &LoadSettings, progress: Arc<AtomicU64>) -> Result<Tally, BenchError> {
+    let ctx = Arc::new(RunCtx {
+        settings: settings.clone(),
+        target: target.clone(),
+        zctx: zmq::Context::new(),
+        nonce: uuid::Uuid::new_v4().simple().to_string(),
+        stop: AtomicBool::new(false),
+        progress,
+    });
+    let (ready_tx, ready_rx) = crossbeam_channel::unbounded();
+    let mut clock_txs = Vec::new();
+    let mut workers = Vec::new();
+    for i in 0..settings.workers.max(1) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        clock_txs.push(tx);
+        let (c, r) = (ctx.clone(), ready_tx.clone());
+        workers.push(std::thread::spawn(move || worker(&c, i, r, rx)));
+    }
+    let ready = wait_ready(&ready_rx, settings.workers.max(1));
+    if let Err(e) = ready {
+        ctx.stop.store(true, Ordering::Release);
+        drop(clock_txs);
+        workers.into_iter().for_each(|w| drop(w.join()));
+        return Err(e);
+    }
+    let clock = Clock::start();
+    for tx in &clock_txs {
+        let _ = tx.send(clock);
+    }
+    let clients: Vec<JoinHandle<Result<Tally, BenchError>>> = (0..settings.clients.max(1))
+        .map(|i| {
+            let c = ctx.clone();
+            std::thread::spawn(move || client(&c, i, clock))
+        })
+        .collect();
+    let mut total = Tally::new(settings.warmup.as_nanos() as u64);
+    let mut first_err = None;
+    for c in clients {
+        match c.join() {
+            Ok(Ok(t)) => total.merge(&t),
+            Ok(Err(e)) => first_err = first_err.or(Some(e)),
+            Err(_) => first_err = first_err.or(Some(BenchError::Invalid("client thread panicked".into()))),
+        }
+    }
+    ctx.stop.store(true, Ordering::Release);
+    workers.into_iter().for_each(|w| drop(w.join()));
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    if total.received_all == 0 {
+        return Err(BenchError::TargetDown(format!("no REQUEST reached a worker via {}", target.frontend)));
+    }
+    Ok(total)
+}
+
+fn wait_ready(rx: &Receiver<Result<(), BenchError>>, n: usize) -> Result<(), BenchError> {
+    for _ in 0..n {
+        match rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(BenchError::Invalid("worker thread ended early".into())),
+        }
+    }
+    Ok(())
+}
+
+fn send(sock: &zmq::Socket, frames: &[&[u8]], what: &str) -> Result<(), BenchError> {
+    match sock.send_multipart(frames.iter(), 0) {
+        Err(zmq::Error::EAGAIN) => Err(BenchError::TargetDown(format!("{what}: send blocked past the probe timeout"))),
+        r => r.map_err(zerr(what.to_string())),
+    }
+}
+
+/// One worker: INFORM, wait for the ACK (the probe), then serve jobs.
+fn worker(ctx: &RunCtx, index: usize, ready: Sender<Result<(), BenchError>>, clock: Receiver<Clock>) {
+    let setup = || -> Result<(zmq::Socket, Vec<zmq::Socket>), BenchError> {
+        let sock = socket(ctx, zmq::DEALER)?;
+        sock.set_identity(&new_msgid()).map_err(zerr("identity"))?;
+        sock.set_sndtimeo(ctx.settings.probe_timeout.as_millis() as i32).map_err(zerr("SNDTIMEO"))?;
+        sock.connect(&ctx.target.backend).map_err(zerr(format!("connect {}", ctx.target.backend)))?;
+        let queues: Vec<(i64, String)> = ctx.settings.queue_list();
+        let queues = serde_json::to_vec(&queues).unwrap_or_default();
+        send(&sock, &[b"", VERSION, b"INFORM", b"bench-inform", &queues, b"worker"], "INFORM")?;
+        wait_ack(&sock, ctx.settings.probe_timeout, &ctx.target.backend)?;
+        let mut done = Vec::new();
+        for c in 0..ctx.settings.clients.max(1) {
+            let push = socket(ctx, zmq::PUSH)?;
+            push.connect(&ctx.done_endpoint(c)).map_err(zerr("connect inproc"))?;
+            done.push(push);
+        }
+        Ok((sock, done))
+    };
+    let (sock, done) = match setup() {
+        Ok(s) => s,
+        Err(e) => return drop(ready.send(Err(e))),
+    };
+    let _ = ready.send(Ok(()));
+    let Ok(clock) = clock.recv() else { return };
+    if let Err(e) = serve(ctx, &sock, &done, clock) {
+        tracing::warn!(worker = index, "worker stopped: {e}");
+    }
+    let _ = sock.send_multipart([b"" as &[u8], VERSION, b"KBYE", &new_msgid()].iter(), zmq::DONTWAIT);
+}
+
+fn wait_ack(sock: &zmq::Socket, timeout: Duration, backend: &str) -> Result<(), BenchError> {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        let left = end.saturating_duration_since(Instant::now()).as_millis() as i64;
+        if sock.poll(zmq::POLLIN, left.max(1)).map_err(zerr("poll"))? > 0 {
+            let f = sock.recv_multipart(0).map_err(zerr("recv"))?;
+            if f.get(2).map(Vec::as_slice) == Some(b"ACK") {
+                return Ok(());
+            }
+        }
+    }
+    Err(BenchError::TargetDown(format!(
+        "no ACK to INFORM from {backend} within {}",
+        humantime::format_duration(timeout)
+    )))
+}
+
+fn serve(ctx: &RunCtx, sock: &zmq::Socket, done: &[zmq::Socket], clock: Clock) -> Result<(), BenchError> {
+    for _ in 0..ctx.settings.slots.max(1) {
+        send(sock, &[b"", VERSION, b"READY", &new_msgid()], "READY")?;
+    }
+    let mut next_hb = Instant::now();
+    while !ctx.stop.load(Ordering::Acquire) {
+        if Instant::now() >= next_hb {
+            send(sock, &[b"", VERSION, b"HEARTBEAT", &new_msgid(), &heartbeat_timestamp()], "HEARTBEAT")?;
+            next_hb = Instant::now() + Duration::from_secs(1);
+        }
+        if sock.poll(zmq::POLLIN, 100).map_err(zerr("poll"))? == 0 {
+            continue;
+        }
+        while let Ok(f) = sock.recv_multipart(zmq::DONTWAIT) {
+            if f.len() >= 7 && f[2] == b"REQUEST" {
+                job(ctx, sock, done, clock, &f)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn job(ctx: &RunCtx, sock: &zmq::Socket, done: &[zmq::Socket], clock: Clock, f: &[Vec<u8>]) -> Result<(), BenchError> {
+    let recv_ns = clock.now_ns();
+    if let Some((client, seq, _)) = body::decode(&f[6]) {
+        if let Some(push) = done.get(client) {
+            let mut note = [0u8; 16];
+            note[..8].copy_from_slice(&seq.to_le_bytes());
+            note[8..].copy_from_slice(&recv_ns.to_le_bytes());
+            push.send(&note[..], 0).map_err(zerr("inproc notify"))?;
+        }
+    }
+    if !ctx.settings.service_time.is_zero() {
+        std::thread::sleep(ctx.settings.service_time);
+    }
+    send(sock, &[b"", VERSION, b"REPLY", &new_msgid(), b"{\"value\": null}", &f[3]], "REPLY")?;
+    send(sock, &[b"", VERSION, b"READY", &new_msgid()], "READY")
+}
+
+/// One client: sends REQUESTs as its pacer allows, tallies receipts and
+/// acceptance REPLYs, and returns once every job is in or the drain ends.
+fn client(ctx: &RunCtx, index: usize, clock: Clock) -> Result<Tally, BenchError> {
+    let s = &ctx.settings;
+    let dealer = socket(ctx, zmq::DEALER)?;
+    dealer.set_identity(&new_msgid()).map_err(zerr("identity"))?;
+    dealer.set_sndtimeo(s.probe_timeout.as_millis() as i32).map_err(zerr("SNDTIMEO"))?;
+    dealer.connect(&ctx.target.frontend).map_err(zerr(format!("connect {}", ctx.target.frontend)))?;
+    let pull = socket(ctx, zmq::PULL)?;
+    pull.bind(&ctx.done_endpoint(index)).map_err(zerr("bind inproc"))?;
+    let queues: Vec<Vec<u8>> = s.queue_list().into_iter().map(|(_, q)| q.into_bytes()).collect();
+    let mut pacer = Pacer::new(s, index);
+    let mut tally = Tally::new(s.warmup.as_nanos() as u64);
+    let mut drain_end: Option<u64> = None;
+    loop {
+        let mut now = clock.now_ns();
+        while let Some(t) = pacer.next_send(now, tally.outstanding()) {
+            let seq = tally.on_send(t);
+            let msgid = format!("{index}:{seq}");
+            let q = &queues[seq as usize % queues.len()];
+            send(
+                &dealer,
+                &[b"", VERSION, b"REQUEST", msgid.as_bytes(), q, b"", &body::encode(index, seq, t, s.size)],
+                "REQUEST",
+            )?;
+            now = clock.now_ns();
+        }
+        if pacer.finished(now) {
+            let end = *drain_end.get_or_insert(now + s.drain_timeout.as_nanos() as u64);
+            if tally.outstanding() == 0 || now >= end {
+                return Ok(tally);
+            }
+        }
+        let wait = pacer.wait(now, Duration::from_millis(10));
+        let mut items = [dealer.as_poll_item(zmq::POLLIN), pull.as_poll_item(zmq::POLLIN)];
+        if zmq::poll(&mut items, wait.as_millis() as i64).map_err(zerr("poll"))? == 0 && wait > Duration::ZERO {
+            std::thread::sleep(wait.min(Duration::from_micros(200)));
+        }
+        drain(ctx, &dealer, &pull, &clock, &mut tally)?;
+    }
+}
+
+fn drain(
+    ctx: &RunCtx,
+    dealer: &zmq::Socket,
+    pull: &zmq::Socket,
+    clock: &Clock,
+    t: &mut Tally,
+) -> Result<(), BenchError> {
+    while let Ok(f) = dealer.recv_multipart(zmq::DONTWAIT) {
+        match f.get(2).map(Vec::as_slice) {
+            Some(b"REPLY") if f.len() == 5 => {
+                let seq =
+                    std::str::from_utf8(&f[4]).ok().and_then(|m| m.split_once(':')).and_then(|(_, s)| s.parse().ok());
+                t.on_ack(seq.unwrap_or(u64::MAX), clock.now_ns());
+            }
+            Some(b"ERROR") => t.errors += 1,
+            _ => {}
+        }
+    }
+    while let Ok(note) = pull.recv_bytes(zmq::DONTWAIT) {
+        if note.len() == 16 {
+            let seq = u64::from_le_bytes(note[..8].try_into().unwrap_or_default());
+            let recv_ns = u64::from_le_bytes(note[8..].try_into().unwrap_or_default());
+            let before = t.received;
+            t.on_receipt(seq, recv_ns);
+            ctx.progress.fetch_add(t.received - before, Ordering::Relaxed);
+        }
+    }
+    Ok(())
+}

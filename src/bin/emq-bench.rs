@@ -1,0 +1,176 @@
+//! `emq-bench`: load generator for eMQP and text-protocol brokers, with a
+//! zero-logic baseline, HdrHistogram output and SVG plots (project issue 6).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use emq::bench::emqp::Target;
+use emq::bench::report::{self, Record};
+use emq::bench::run::{with_progress, RunResult};
+use emq::bench::{baseline, emqp, idle, plot, text, LoadSettings};
+
+#[derive(Parser)]
+#[command(version, about = "Load generator for eMQP and text-protocol brokers")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, serde::Serialize)]
+struct Output {
+    /// Directory for the JSON record, .hgrm files and SVG plot.
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+    /// File stem of this invocation's outputs.
+    #[arg(long, default_value = "run")]
+    name: String,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// eMQP clients and workers against a broker's frontend and backend.
+    Emqp {
+        /// The broker's frontend (clients).
+        #[arg(long)]
+        frontend: String,
+        /// The broker's backend (workers).
+        #[arg(long)]
+        backend: String,
+        /// Label of the target in reports (`emq`, `python`, …).
+        #[arg(long, default_value = "emq")]
+        target_name: String,
+        /// Also run the same load against the in-process baseline forwarder.
+        #[arg(long)]
+        compare_baseline: bool,
+        #[command(flatten)]
+        load: LoadSettings,
+        #[command(flatten)]
+        output: Output,
+    },
+    /// The same eMQP load against the in-process zero-logic forwarder only.
+    Baseline {
+        #[command(flatten)]
+        load: LoadSettings,
+        #[command(flatten)]
+        output: Output,
+    },
+    /// Text-protocol producers (`--clients`, SCHED) and consumers (`--workers`, ASK/ACK).
+    Text {
+        /// The text-protocol address, `HOST:PORT`.
+        #[arg(long)]
+        addr: String,
+        /// Label of the target in reports.
+        #[arg(long, default_value = "text")]
+        target_name: String,
+        #[command(flatten)]
+        load: LoadSettings,
+        #[command(flatten)]
+        output: Output,
+    },
+    /// Many idle workers that only heartbeat; reports the broker's CPU.
+    Idle {
+        /// Label of the target in reports.
+        #[arg(long, default_value = "emq")]
+        target_name: String,
+        #[command(flatten)]
+        settings: idle::IdleSettings,
+        #[command(flatten)]
+        output: Output,
+    },
+    /// Overlays `.hgrm` files in one SVG.
+    Plot {
+        /// The .hgrm files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// The SVG to write.
+        #[arg(short, long, default_value = "latency.svg")]
+        output: PathBuf,
+        /// Plot title.
+        #[arg(long, default_value = "latency by percentile")]
+        title: String,
+    },
+}
+
+fn emqp_run(name: &str, target: &Target, load: &LoadSettings) -> anyhow::Result<RunResult> {
+    let tally = with_progress(name, load, |p| emqp::run(target, load, p))?;
+    Ok(RunResult::from_tally(name, &tally))
+}
+
+fn baseline_run(load: &LoadSettings) -> anyhow::Result<RunResult> {
+    let fwd = baseline::Forwarder::start()?;
+    emqp_run("baseline", &fwd.target, load)
+}
+
+fn finish(mode: &str, settings: serde_json::Value, results: Vec<RunResult>, output: &Output) -> anyhow::Result<()> {
+    let mut ratios = serde_json::Map::new();
+    if let Some(b) = results.iter().find(|r| r.target == "baseline").filter(|b| b.throughput_per_s > 0.0) {
+        for r in results.iter().filter(|r| r.target != "baseline") {
+            ratios.insert(format!("{}/baseline", r.target), (r.throughput_per_s / b.throughput_per_s).into());
+        }
+    }
+    print!("{}", report::table(&results));
+    for r in results.iter().filter_map(|r| r.extra.as_ref().map(|e| (&r.target, e))) {
+        println!("{}: {}", r.0, r.1);
+    }
+    for (k, v) in &ratios {
+        println!("throughput {k} = {:.3}", v.as_f64().unwrap_or(0.0));
+    }
+    let record = Record { tool: "emq-bench", mode, machine: report::machine(), settings, results: &results, ratios };
+    let written = report::write(&output.out, &output.name, &record)?;
+    for p in written {
+        println!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
+fn settings_json(load: &impl serde::Serialize, extra: serde_json::Value) -> serde_json::Value {
+    let mut v = serde_json::to_value(load).unwrap_or_default();
+    if let (Some(m), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
+        m.extend(e);
+    }
+    v
+}
+
+fn main_inner() -> anyhow::Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Emqp { frontend, backend, target_name, compare_baseline, load, output } => {
+            let target = Target { frontend: frontend.clone(), backend: backend.clone() };
+            let mut results = vec![emqp_run(&target_name, &target, &load)?];
+            if compare_baseline {
+                results.push(baseline_run(&load)?);
+            }
+            let extra =
+                serde_json::json!({"frontend": frontend, "backend": backend, "compare_baseline": compare_baseline});
+            finish("emqp", settings_json(&load, extra), results, &output)
+        }
+        Cmd::Baseline { load, output } => {
+            let results = vec![baseline_run(&load)?];
+            finish("baseline", settings_json(&load, serde_json::json!({})), results, &output)
+        }
+        Cmd::Text { addr, target_name, load, output } => {
+            let tally = with_progress(&target_name, &load, |p| text::run(&addr, &load, p))?;
+            let results = vec![RunResult::from_tally(&target_name, &tally)];
+            finish("text", settings_json(&load, serde_json::json!({"addr": addr})), results, &output)
+        }
+        Cmd::Idle { target_name, settings, output } => {
+            let mut result = idle::run(&settings, Arc::default())?;
+            result.target = target_name;
+            finish("idle", settings_json(&settings, serde_json::json!({})), vec![result], &output)
+        }
+        Cmd::Plot { files, output, title } => {
+            let series = files.iter().map(|f| plot::Series::read(f)).collect::<Result<Vec<_>, _>>()?;
+            plot::svg(&series, &title, &output)?;
+            println!("wrote {}", output.display());
+            Ok(())
+        }
+    }
+}
+
+fn main() {
+    emq::logging::init(&std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
+    if let Err(e) = main_inner() {
+        eprintln!("emq-bench: {e:#}");
+        std::process::exit(1);
+    }
+}
