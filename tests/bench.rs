@@ -6,9 +6,9 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use emq::bench::body::Tally;
 use emq::bench::emqp::Target;
@@ -17,32 +17,7 @@ use emq::bench::run::RunResult;
 use emq::bench::{baseline, emqp, text, BenchError, LoadSettings};
 use emq::config::RawRouterConfig;
 
-struct BenchWatchdog(Arc<AtomicBool>);
-
-impl BenchWatchdog {
-    fn new(name: &'static str, secs: u64) -> BenchWatchdog {
-        let done = Arc::new(AtomicBool::new(false));
-        let flag = done.clone();
-        std::thread::spawn(move || {
-            let end = Instant::now() + Duration::from_secs(secs);
-            while Instant::now() < end {
-                if flag.load(Ordering::Relaxed) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            eprintln!("test {name} exceeded {secs} s: aborting");
-            std::process::abort();
-        });
-        BenchWatchdog(done)
-    }
-}
-
-impl Drop for BenchWatchdog {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-}
+use crate::common::watchdog::Watchdog as BenchWatchdog;
 
 fn load(requests: u64) -> LoadSettings {
     LoadSettings {

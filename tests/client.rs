@@ -5,36 +5,15 @@ mod bins;
 mod emqp_client;
 mod worker;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub type Frames = Vec<Vec<u8>>;
 
+pub use crate::common::watchdog::Watchdog;
+
 /// Aborts the test binary if the test runs longer than `secs`.
-pub struct Watchdog(Arc<AtomicBool>);
-
 pub fn watchdog(secs: u64) -> Watchdog {
-    let done = Arc::new(AtomicBool::new(false));
-    let flag = done.clone();
-    std::thread::spawn(move || {
-        let end = Instant::now() + Duration::from_secs(secs);
-        while Instant::now() < end {
-            if flag.load(Ordering::SeqCst) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!("watchdog: test exceeded {secs} s");
-        std::process::abort();
-    });
-    Watchdog(done)
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
+    Watchdog::new("client test", secs)
 }
 
 /// A ROUTER socket on a fresh loopback port, playing the broker.

@@ -1,8 +1,7 @@
 //! emq-router over eMQP with raw ZeroMQ peers: exact frames (spec §13),
 //! each scenario with one shard and with several.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use emq::config::{RawRouterConfig, RouterConfig};
@@ -11,33 +10,7 @@ use serde_json::Value;
 
 type Frames = Vec<Vec<u8>>;
 
-/// Aborts the whole test process if the test outlives `secs`.
-pub struct Watchdog(Arc<AtomicBool>);
-
-impl Watchdog {
-    pub fn new(name: &'static str, secs: u64) -> Watchdog {
-        let done = Arc::new(AtomicBool::new(false));
-        let flag = done.clone();
-        std::thread::spawn(move || {
-            let end = Instant::now() + Duration::from_secs(secs);
-            while Instant::now() < end {
-                if flag.load(Ordering::Relaxed) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            eprintln!("test {name} exceeded {secs} s: aborting");
-            std::process::abort();
-        });
-        Watchdog(done)
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-}
+pub use crate::common::watchdog::Watchdog;
 
 pub fn config(shards: usize, tweak: impl FnOnce(&mut RawRouterConfig)) -> RouterConfig {
     let mut raw = RawRouterConfig {

@@ -5,7 +5,6 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::scheduler::BODY_1_2;
@@ -14,28 +13,7 @@ type Frames = Vec<Vec<u8>>;
 /// A malformed message case: msgid, D-frames, expected ERROR code.
 type BadCase<'a> = (&'a [u8], Vec<&'a [u8]>, &'a [u8]);
 
-/// Aborts the whole test binary if a test runs longer than its limit.
-pub struct Watchdog(Option<mpsc::Sender<()>>);
-
-/// Starts a watchdog for the calling test.
-pub fn watchdog(name: &'static str, limit: Duration) -> Watchdog {
-    let (tx, rx) = mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
-            eprintln!("watchdog: test {name} exceeded {limit:?}; aborting");
-            std::process::abort();
-        }
-    });
-    Watchdog(Some(tx))
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        if let Some(tx) = self.0.take() {
-            let _ = tx.send(());
-        }
-    }
-}
+pub use crate::common::watchdog::start as watchdog;
 
 /// An `emq-scheduler` child process, killed (by PID) on drop.
 struct Scheduler {

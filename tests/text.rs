@@ -6,34 +6,17 @@ mod server;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use emq::config::{RouterConfig, TextConfig};
 use emq::text::{MemoryBackend, TextServer, TextStats};
 
-/// Aborts the test binary if the guard lives longer than `secs` seconds.
-pub struct TextWatchdog(Option<mpsc::Sender<()>>);
+pub use crate::common::watchdog::Watchdog as TextWatchdog;
 
 /// Starts a per-test time bomb.
 pub fn text_watchdog(secs: u64) -> TextWatchdog {
-    let (tx, rx) = mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(secs)) {
-            eprintln!("text test watchdog: test still running after {secs} s; aborting");
-            std::process::abort();
-        }
-    });
-    TextWatchdog(Some(tx))
-}
-
-impl Drop for TextWatchdog {
-    fn drop(&mut self) {
-        if let Some(tx) = self.0.take() {
-            let _ = tx.send(());
-        }
-    }
+    TextWatchdog::new("text test", secs)
 }
 
 /// A server on a fresh port with a `MemoryBackend`.

@@ -40,6 +40,13 @@ fn guard(name: &str, limit: Duration, done: &(Mutex<bool>, Condvar)) {
     }
 }
 
+impl Watchdog {
+    /// [`start`] with a limit in seconds.
+    pub fn new(name: &str, secs: u64) -> Watchdog {
+        start(name, Duration::from_secs(secs))
+    }
+}
+
 impl Drop for Watchdog {
     fn drop(&mut self) {
         let (lock, cvar) = &*self.done;
