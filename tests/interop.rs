@@ -287,3 +287,64 @@ fn interop_python_scheduler_schedule_and_unschedule() {
         setup.router.kind
     );
 }
+
+/// Reads one line from a text-protocol connection.
+fn text_line(reader: &mut impl std::io::BufRead) -> String {
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("text protocol answer");
+    line
+}
+
+#[test]
+fn interop_text_sched_runs_on_a_python_jobmanager() {
+    let _turn = begin("interop_text_to_python", Duration::from_secs(180));
+    let mut setup = Setup::start("interop-text-sched", &[("T", r#"[[10,"textq"]]"#)], 2);
+    assert!(!setup.router.is_python(), "the Python router has no text protocol: run this test against emq-router");
+    let text = setup.router.wait_text();
+    let out = setup.dir.join("text-jobs.txt");
+    let out_json = serde_json::to_string(&out.to_string_lossy()).unwrap();
+    let mut stream = std::net::TcpStream::connect(&text).expect("text port");
+    let tags: Vec<String> = (0..5).map(|i| format!("text-{i}")).collect();
+    for tag in &tags {
+        let body = format!(
+            r#"["run", {{"callable": "record", "path": "emq_interop_jobs", "args": [{out_json}, "{tag}"], "kwargs": {{}}, "class_args": [], "class_kwargs": {{}}}}]"#
+        );
+        std::io::Write::write_all(&mut stream, format!("SCHED {body}@textq\n").as_bytes()).unwrap();
+    }
+    std::io::Write::write_all(&mut stream, b"END\n").unwrap();
+    let ran = wait::until(Duration::from_secs(60), || {
+        let runs = jobs::by_tag(&jobs::read(&out), "run");
+        tags.iter().all(|t| runs.get(t).is_some_and(|v| v.len() == 1))
+    });
+    assert!(ran, "text-SCHEDed EventMQ jobs did not each run once: {:?}\n{}", jobs::read(&out), setup.logs());
+}
+
+#[test]
+fn interop_python_request_is_offered_to_ask() {
+    let _turn = begin("interop_python_to_text", Duration::from_secs(180));
+    let mut setup = Setup::start("interop-text-ask", &[], 1);
+    assert!(!setup.router.is_python(), "the Python router has no text protocol: run this test against emq-router");
+    let text = setup.router.wait_text();
+    let out = setup.dir.join("unused.txt");
+    let sent = python::send_jobs(&setup.dir, &setup.router.frontend, &out, 3, &["default"], "ask", None);
+    let stream = std::net::TcpStream::connect(&text).expect("text port");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+    let mut writer = stream;
+    let mut offered = Vec::new();
+    for _ in 0..sent.len() {
+        std::io::Write::write_all(&mut writer, b"ASK default\n").unwrap();
+        let line = text_line(&mut reader);
+        let body = line.strip_prefix("WANT? ").unwrap_or_else(|| panic!("expected WANT?, got {line:?}"));
+        let job: serde_json::Value =
+            serde_json::from_str(body.trim_end()).expect("the offered data is the REQUEST body");
+        assert_eq!(job[0], "run");
+        assert_eq!(job[1]["path"], "emq_interop_jobs");
+        offered.push(job[1]["args"][1].as_str().unwrap_or_default().to_string());
+        std::io::Write::write_all(&mut writer, b"ACK\n").unwrap();
+    }
+    std::io::Write::write_all(&mut writer, b"ASK default\n").unwrap();
+    assert_eq!(text_line(&mut reader), "NOPE\n");
+    let want: Vec<String> = sent.iter().map(|s| s.tag.clone()).collect();
+    assert_eq!(offered, want, "every Python REQUEST offered once, in order");
+}
