@@ -7,90 +7,18 @@
 //! Every test runs under a watchdog and waits for states, never for times.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::common::admin::{self, Worker};
-use crate::common::proc::{Child, TestDir};
-use crate::common::router::Router;
-use crate::common::{jobs, python, wait, watchdog};
+use crate::common::interop::{begin, wait_schedulers, Setup};
+use crate::common::{jobs, python, wait};
 
 /// Queues of jobmanager A in the routing tests (weights as in the issue).
 const QUEUES_A: &str = r#"[[10,"default"],[5,"email"]]"#;
 /// Queues of jobmanager B.
 const QUEUES_B: &str = r#"[[10,"reports"]]"#;
-/// Python jobmanager registration takes an INFORM/ACK round trip; its READYs
-/// come only after the first router HEARTBEAT (spec §6.2, J1).
-const REGISTER_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// How long the exactly-once test keeps looking for duplicates after every
 /// job has run once (a negative can only be checked over a window).
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(2);
-/// Creating the venv on a fresh machine (pip, a psutil build) may take a while.
-const VENV_TIMEOUT: Duration = Duration::from_secs(900);
-
-/// Starts an interop test: waits for the other interop tests to finish (each
-/// runs a router and several Python processes; run together on a loaded
-/// 2-core machine, late heartbeats could make a router expire a live
-/// jobmanager), makes sure the venv exists (under its own time limit), then
-/// arms the test's watchdog for `limit`.
-fn begin(test: &str, limit: Duration) -> (MutexGuard<'static, ()>, watchdog::Watchdog) {
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    {
-        let _venv_dog = watchdog::start(&format!("{test} (venv setup)"), VENV_TIMEOUT);
-        python::venv();
-    }
-    (turn, watchdog::start(test, limit))
-}
-
-/// A router with Python jobmanagers attached, in one temp dir.
-struct Setup {
-    dir: TestDir,
-    router: Router,
-    jobmanagers: Vec<Child>,
-}
-
-impl Setup {
-    /// Starts a router and one `emq-jobmanager -J concurrency` per
-    /// `(label, queues)`, and waits until the router lists each of them with
-    /// all `concurrency` READY slots.
-    fn start(test: &str, jms: &[(&str, &str)], concurrency: u32) -> Setup {
-        let dir = TestDir::new(test);
-        let router = Router::start(&dir);
-        let jobmanagers = jms
-            .iter()
-            .map(|(label, q)| python::start_jobmanager(&dir, &router.backend, label, q, concurrency))
-            .collect();
-        let mut setup = Setup { dir, router, jobmanagers };
-        let queues: Vec<&str> = jms.iter().map(|(_, q)| *q).collect();
-        setup.wait_workers(&queues, concurrency);
-        setup
-    }
-
-    /// Waits until ROUTER_SHOW_WORKERS lists one worker per queue list, each
-    /// with `slots` available slots; returns them in `queues` order.
-    fn wait_workers(&mut self, queues: &[&str], slots: u32) -> Vec<Worker> {
-        let admin = self.router.admin.clone();
-        let got = wait::until_ok(REGISTER_TIMEOUT, || {
-            let listed = admin::workers(&admin)?;
-            let found: Vec<Worker> = queues.iter().filter_map(|q| admin::worker_serving(&listed, q)).collect();
-            if found.len() == queues.len() && found.iter().all(|w| w.available_slots == i64::from(slots)) {
-                Ok(found)
-            } else {
-                Err(format!("workers listed: {listed:?}"))
-            }
-        });
-        got.unwrap_or_else(|why| panic!("jobmanagers did not register with {slots} slots each: {why}\n{}", self.logs()))
-    }
-
-    /// Log tails of the router and every jobmanager (for failure messages).
-    fn logs(&self) -> String {
-        let mut all = vec![self.router.child.log_tail(30)];
-        all.extend(self.jobmanagers.iter().map(|jm| jm.log_tail(15)));
-        all.join("\n")
-    }
-}
 
 #[test]
 fn interop_thousand_jobs_run_exactly_once_on_the_right_jobmanager() {
@@ -233,17 +161,6 @@ fn interop_killed_jobmanager_in_flight_jobs_rerun_on_survivor() {
         started.elapsed(),
         setup.router.kind
     );
-}
-
-/// Waits until ROUTER_SHOW_SCHEDULERS lists exactly `n` schedulers.
-fn wait_schedulers(admin_addr: &str, n: usize) -> Result<(), String> {
-    wait::until_ok(REGISTER_TIMEOUT, || {
-        let reply = admin::request(admin_addr, "ROUTER_SHOW_SCHEDULERS")?;
-        match reply["connected_schedulers"].as_object() {
-            Some(map) if map.len() == n => Ok(()),
-            _ => Err(format!("ROUTER_SHOW_SCHEDULERS: {reply}")),
-        }
-    })
 }
 
 #[test]

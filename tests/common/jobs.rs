@@ -16,6 +16,8 @@ pub struct JobEvent {
     pub pid: u32,
     /// The jobmanager's label (`INTEROP_JM`).
     pub jobmanager: String,
+    /// When the job wrote the line: Unix time in seconds (`time.time()`).
+    pub time: f64,
 }
 
 /// Every complete line of the jobs file (none if it does not exist yet).
@@ -33,7 +35,13 @@ pub fn read(path: &Path) -> Vec<JobEvent> {
             if f.len() != 5 {
                 return None;
             }
-            Some(JobEvent { event: f[0].into(), tag: f[1].into(), pid: f[2].parse().ok()?, jobmanager: f[3].into() })
+            Some(JobEvent {
+                event: f[0].into(),
+                tag: f[1].into(),
+                pid: f[2].parse().ok()?,
+                jobmanager: f[3].into(),
+                time: f[4].parse().ok()?,
+            })
         })
         .collect()
 }
@@ -45,4 +53,10 @@ pub fn by_tag(events: &[JobEvent], event: &str) -> BTreeMap<String, Vec<String>>
         map.entry(e.tag.clone()).or_default().push(e.jobmanager.clone());
     }
     map
+}
+
+/// The `event` lines of `tag`, in file order (= time order for one job
+/// that runs one at a time, e.g. a scheduled job).
+pub fn of_tag<'a>(events: &'a [JobEvent], event: &str, tag: &str) -> Vec<&'a JobEvent> {
+    events.iter().filter(|e| e.event == event && e.tag == tag).collect()
 }

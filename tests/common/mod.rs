@@ -12,11 +12,15 @@
 //!   the Python EventMQ router) on fresh ports.
 //! * [`admin`]: a raw eMQP admin client (STATUS, ROUTER_SHOW_WORKERS, …).
 //! * [`jobs`]: reading the lines the interop job functions append.
+//! * [`interop`]: the interop tests' one-at-a-time lock + watchdog
+//!   (`begin`), a router with Python jobmanagers (`Setup`), and waiting for
+//!   registered schedulers.
 
 // Not every test module uses every helper.
 #![allow(dead_code)]
 
 pub mod admin;
+pub mod interop;
 pub mod jobs;
 pub mod ports;
 pub mod proc;

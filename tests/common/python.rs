@@ -110,13 +110,26 @@ pub fn start_jobmanager(dir: &TestDir, backend: &str, label: &str, queues_json: 
 
 /// Starts a real `emq-scheduler` connected to `frontend` (no redis server:
 /// its persistence attempts go to a closed port and only log warnings).
+/// Log: `<dir>/scheduler.log`.
 pub fn start_scheduler(dir: &TestDir, frontend: &str) -> Child {
+    spawn_scheduler(dir, frontend, "scheduler")
+}
+
+/// Like [`start_scheduler`], for tests running several schedulers: the
+/// process is named `scheduler-<label>`, its log is
+/// `<dir>/scheduler-<label>.log` (it logs each `Received new SCHEDULE
+/// request: [...]` at INFO level, job arguments included).
+pub fn start_scheduler_labelled(dir: &TestDir, frontend: &str, label: &str) -> Child {
+    spawn_scheduler(dir, frontend, &format!("scheduler-{label}"))
+}
+
+fn spawn_scheduler(dir: &TestDir, frontend: &str, name: &str) -> Child {
     let mut cmd = venv_cmd("emq-scheduler");
     cmd.env("EVENTMQ_SCHEDULER_ADDR", frontend)
         .env("EVENTMQ_RQ_HOST", "127.0.0.1")
         .env("EVENTMQ_RQ_PORT", super::ports::free_port().to_string())
         .env("INTEROP_JM", "S");
-    Child::spawn("scheduler", &mut cmd, &dir.join("scheduler.log"))
+    Child::spawn(name, &mut cmd, &dir.join(&format!("{name}.log")))
 }
 
 /// One job handed to the broker by [`send_jobs`].
@@ -182,6 +195,19 @@ pub fn schedule(dir: &TestDir, frontend: &str, out: &Path, tag: &str, interval: 
 /// unschedule=True)`; `jobs.unschedule` is broken, spec §12 C1).
 pub fn unschedule(dir: &TestDir, frontend: &str, out: &Path, tag: &str) -> String {
     schedule_cmd(dir, frontend, out, tag, &["--unschedule"])
+}
+
+/// Sends SCHEDULE of `record(out, tag)` on `queue` with the cron
+/// expression `cron` (`messages.schedule(..., cron=cron, queue=queue)`).
+/// Returns the msgid.
+pub fn schedule_cron(dir: &TestDir, frontend: &str, out: &Path, tag: &str, queue: &str, cron: &str) -> String {
+    schedule_cmd(dir, frontend, out, tag, &["--cron", cron, "--queue", queue])
+}
+
+/// Like [`unschedule`] for a job scheduled on `queue` (the schedule key
+/// ignores the queue, spec §7.3; the client call passes it anyway).
+pub fn unschedule_from(dir: &TestDir, frontend: &str, out: &Path, tag: &str, queue: &str) -> String {
+    schedule_cmd(dir, frontend, out, tag, &["--unschedule", "--queue", queue])
 }
 
 fn schedule_cmd(dir: &TestDir, frontend: &str, out: &Path, tag: &str, extra: &[&str]) -> String {
