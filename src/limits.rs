@@ -23,6 +23,14 @@ pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
 /// A worker or scheduler silent this long is dead. EventMQ's
 /// `HEARTBEAT_TIMEOUT` (5 s); Python peers heartbeat every 3 s.
 pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a worker that said KBYE keeps its in-flight jobs before they
+/// are requeued: EventMQ's jobmanager finishes running jobs for up to
+/// `KILL_GRACE_PERIOD` (300 s) after its KBYE, without heartbeating.
+pub const KBYE_GRACE: Duration = Duration::from_secs(300);
+/// A job requeued this many times because the workers holding it died is
+/// dropped (logged with its body, counted as `dead_lettered`): a job that
+/// kills every worker that takes it must not cycle through the pool forever.
+pub const MAX_DELIVERIES: u32 = 5;
 /// The queue a REQUEST for an unknown queue falls back to, and the queue of
 /// an empty INFORM: EventMQ's `DEFAULT_QUEUE_NAME`.
 pub const DEFAULT_QUEUE: &str = "default";

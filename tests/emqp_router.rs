@@ -286,8 +286,9 @@ fn job_reply_completes_and_kbye_stops_new_jobs() {
         for kind in ["queue_wait", "service", "end_to_end"] {
             assert_eq!(latency["queues"]["default"][kind]["count"], 1, "{latency}");
         }
-        let workers = admin(&h, "ROUTER_SHOW_WORKERS");
-        assert_eq!(workers["connected_workers"], serde_json::json!({}), "drained worker forgotten");
+        eventually(10, "drained worker forgotten one heartbeat timeout after its KBYE", || {
+            admin(&h, "ROUTER_SHOW_WORKERS")["connected_workers"] == serde_json::json!({})
+        });
         assert_eq!(admin(&h, "STATUS")["waiting_messages_by_queue"]["default"], 1, "j2 waits for a worker");
     });
 }
@@ -476,4 +477,61 @@ fn sigterm_drains_and_logs_what_remains() {
     let mut log = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
     assert!(log.contains("queued job not run") && log.contains("left-behind-1"), "{log}");
+}
+
+fn fast_heartbeats(r: &mut RawRouterConfig) {
+    r.heartbeat_interval = Some("200ms".into());
+    r.heartbeat_timeout = Some("800ms".into());
+}
+
+#[test]
+fn a_worker_finishing_after_kbye_is_not_expired_by_the_heartbeat_timeout() {
+    let _w = Watchdog::new("kbye_grace", 30);
+    let h = emq::router::start(config(1, |r| {
+        fast_heartbeats(r);
+        r.kbye_grace = Some("20s".into());
+    }))
+    .unwrap();
+    let w1 = Peer::new(&h.endpoints.backend, b"w1");
+    w1.inform_worker(r#"[[10, "default"]]"#);
+    w1.ready(1);
+    let c = Peer::new(&h.endpoints.frontend, C);
+    std::thread::sleep(Duration::from_millis(100));
+    c.request("long-job", "default", "", "x");
+    let req = w1.expect("REQUEST");
+    w1.send(&[b"", b"eMQP/1.0", b"KBYE", b"bye"]);
+    // A second worker that would get the job if it were requeued.
+    let w2 = Peer::new(&h.endpoints.backend, b"w2");
+    w2.inform_worker(r#"[[10, "default"]]"#);
+    w2.ready(1);
+    let end = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < end {
+        w2.send(&[b"", b"eMQP/1.0", b"HEARTBEAT", b"hb", b"0"]);
+        if let Some(f) = w2.recv_within(100) {
+            assert_ne!(f[2], b"REQUEST", "the draining worker's job was requeued while it still runs");
+        }
+    }
+    w1.job_reply(&req[3]);
+    eventually(5, "completed", || h.counters().completed_jobs.load(Ordering::Relaxed) == 1);
+    assert_eq!(h.counters().requeued_jobs.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_job_that_kills_every_worker_is_dropped_after_max_deliveries() {
+    let _w = Watchdog::new("max_deliveries", 60);
+    let h = emq::router::start(config(1, fast_heartbeats)).unwrap();
+    let c = Peer::new(&h.endpoints.frontend, C);
+    c.request("poison", "default", "", "boom");
+    assert_eq!(c.expect("REPLY")[4], b"poison");
+    let deliveries = emq::limits::MAX_DELIVERIES as usize + 1;
+    for i in 0..deliveries {
+        // Each worker takes the job and dies (goes silent).
+        let w = Peer::new(&h.endpoints.backend, format!("victim-{i}").as_bytes());
+        w.inform_worker(r#"[[10, "default"]]"#);
+        w.ready(1);
+        assert_eq!(w.expect("REQUEST")[3], b"poison", "delivery {}", i + 1);
+    }
+    eventually(10, "dropped", || h.counters().dead_lettered.load(Ordering::Relaxed) == 1);
+    let status = admin(&h, "STATUS");
+    assert_eq!(status["waiting_messages_by_queue"], serde_json::json!({}), "{status}");
 }

@@ -43,18 +43,21 @@ impl Candidates {
             saw_dead |= w.state() == WorkerState::Dead;
             w.try_claim()
         });
+        let chosen = self.list[found?].1.clone();
         let mut i = found?;
         if saw_dead {
             // Dead entries are dropped only when met, so a healthy list costs
             // nothing extra per job.
-            let key = self.list[i].1.key;
             self.list.retain(|(_, w)| w.state() != WorkerState::Dead);
-            i = self.list.iter().position(|(_, w)| w.key == key)?;
+            match self.list.iter().position(|(_, w)| w.key == chosen.key) {
+                Some(at) => i = at,
+                // Died since the claim: its home shard requeues the job.
+                None => return Some(chosen),
+            }
         }
         let weight = self.list[i].0;
         let start = self.list.partition_point(|(w, _)| *w > weight);
         let end = self.list.partition_point(|(w, _)| *w >= weight);
-        let chosen = self.list[i].1.clone();
         self.list[start..end].rotate_left(i - start + 1);
         Some(chosen)
     }

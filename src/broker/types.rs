@@ -111,6 +111,9 @@ pub struct Job {
     pub accepted_at: Instant,
     /// Who sent it.
     pub origin: Origin,
+    /// How many times it went back to its queue because the worker holding
+    /// it died (see [`crate::limits::MAX_DELIVERIES`]).
+    pub redeliveries: u32,
 }
 
 /// A worker's life stage, shared between its home shard and the shards of

@@ -80,6 +80,9 @@ pub struct RawRouterConfig {
     /// (`[[10, "default"]]`).
     #[arg(long, env = "EMQ_DEFAULT_QUEUES")]
     pub default_queues: Option<String>,
+    /// How long a worker that said KBYE may still finish its jobs (e.g. `300s`).
+    #[arg(long, env = "EMQ_KBYE_GRACE")]
+    pub kbye_grace: Option<String>,
     /// How long shutdown waits for queued and in-flight jobs (e.g. `10s`).
     #[arg(long, env = "EMQ_DRAIN_TIMEOUT")]
     pub drain_timeout: Option<String>,
@@ -132,6 +135,8 @@ pub struct RouterConfig {
     pub max_queue_len: usize,
     /// `(weight, queue)` pairs for an INFORM with an empty queue list.
     pub default_queues: Vec<(i64, String)>,
+    /// In-flight grace of a worker after its KBYE.
+    pub kbye_grace: Duration,
     /// Shutdown drain limit.
     pub drain_timeout: Duration,
     /// ZeroMQ HWM per peer pipe.
@@ -166,6 +171,13 @@ pub struct LatencyConfig {
     pub hgrm_dir: Option<PathBuf>,
 }
 
+/// Most shards: the text front end packs the shard index in 16 bits.
+pub const MAX_SHARDS: usize = 65_535;
+/// Python EventMQ peers send a HEARTBEAT this often (spec §3.5).
+const PYTHON_PEER_HEARTBEAT: Duration = Duration::from_secs(3);
+/// Python EventMQ peers reconnect after this much router silence (spec §6.6).
+const PYTHON_PEER_SILENCE: Duration = Duration::from_secs(15);
+
 /// The commented default configuration, as `--print-config` prints it.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
 
@@ -196,6 +208,7 @@ impl RawRouterConfig {
             heartbeat_timeout,
             max_queue_len,
             default_queues,
+            kbye_grace,
             drain_timeout,
             zmq_hwm,
             text_max_line,
@@ -223,6 +236,16 @@ impl RawRouterConfig {
         if heartbeat_interval.is_zero() || heartbeat_timeout <= heartbeat_interval {
             return Err(invalid("heartbeat_timeout", "must be longer than a non-zero heartbeat_interval"));
         }
+        if heartbeat_timeout < PYTHON_PEER_HEARTBEAT + Duration::from_millis(500)
+            || heartbeat_interval > PYTHON_PEER_SILENCE / 3
+        {
+            tracing::warn!(
+                ?heartbeat_interval,
+                ?heartbeat_timeout,
+                "Python EventMQ peers heartbeat every 3 s and reconnect after ~15 s of router silence: \
+                 these settings will expire or lose them"
+            );
+        }
         let latency_interval = duration("latency_interval", self.latency_interval, limits::LATENCY_REPORT_INTERVAL)?;
         Ok(RouterConfig {
             frontend_addr: self.frontend_addr.unwrap_or_else(|| limits::FRONTEND_ADDR.into()),
@@ -231,6 +254,7 @@ impl RawRouterConfig {
             text_addr,
             shards: match self.shards {
                 None | Some(0) => default_shards(),
+                Some(n) if n > MAX_SHARDS => return Err(invalid("shards", &format!("at most {MAX_SHARDS}"))),
                 Some(n) => n,
             },
             pin_threads: self.pin_threads.unwrap_or(true),
@@ -242,6 +266,7 @@ impl RawRouterConfig {
                 Some(json) => crate::protocol::queues::parse_queue_list(json.as_bytes())
                     .map_err(|e| invalid("default_queues", &e.to_string()))?,
             },
+            kbye_grace: duration("kbye_grace", self.kbye_grace, limits::KBYE_GRACE)?,
             drain_timeout: duration("drain_timeout", self.drain_timeout, limits::DRAIN_TIMEOUT)?,
             zmq_hwm: self.zmq_hwm.unwrap_or(limits::ZMQ_HWM),
             text: TextConfig {

@@ -41,6 +41,8 @@ counters! {
     completed_jobs,
     /// Jobs put back to the front of their queue (dead worker, failed send).
     requeued_jobs,
+    /// Jobs dropped after `MAX_DELIVERIES` workers died holding them.
+    dead_lettered,
     /// REQUESTs and SCHEDs refused because the queue was full.
     rejected_queue_full,
     /// REQUESTs and SCHEDs refused while draining.

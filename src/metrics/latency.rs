@@ -59,7 +59,8 @@ pub fn new_histogram() -> Histogram<u64> {
 /// Histograms recorded by one shard since the last [`ShardLatency::take`].
 #[derive(Debug, Default)]
 pub struct ShardLatency {
-    hists: HashMap<(QueueName, Kind), Histogram<u64>>,
+    /// Per queue, one histogram per [`Kind`] (indexed by `Kind as usize`).
+    hists: HashMap<QueueName, [Histogram<u64>; 3]>,
 }
 
 /// What a shard hands over: `((queue, kind), histogram)`.
@@ -69,13 +70,26 @@ impl ShardLatency {
     /// Records `d` for `queue`. Values past the maximum are clamped.
     pub fn record(&mut self, queue: &QueueName, kind: Kind, d: Duration) {
         let us = (d.as_micros() as u64).clamp(1, limits::LATENCY_MAX_US);
-        let h = self.hists.entry((queue.clone(), kind)).or_insert_with(new_histogram);
-        let _ = h.record(us);
+        // Look up before inserting: no allocation per record.
+        if let Some(h) = self.hists.get_mut(queue) {
+            let _ = h[kind as usize].record(us);
+            return;
+        }
+        let mut h = [new_histogram(), new_histogram(), new_histogram()];
+        let _ = h[kind as usize].record(us);
+        self.hists.insert(queue.clone(), h);
     }
 
     /// Hands over everything recorded so far and starts afresh.
     pub fn take(&mut self) -> Taken {
-        self.hists.drain().filter(|(_, h)| !h.is_empty()).map(|((q, k), h)| ((q.to_string(), k), h)).collect()
+        let kinds = [Kind::QueueWait, Kind::Service, Kind::EndToEnd];
+        self.hists
+            .drain()
+            .flat_map(|(q, hs)| {
+                let name = q.to_string();
+                kinds.into_iter().zip(hs).filter(|(_, h)| !h.is_empty()).map(move |(k, h)| ((name.clone(), k), h))
+            })
+            .collect()
     }
 }
 

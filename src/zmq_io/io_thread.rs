@@ -60,6 +60,7 @@ impl IoThread {
             ];
             if let Err(e) = zmq::poll(&mut items, -1) {
                 tracing::error!(error = %e, "zmq poll failed");
+                std::thread::sleep(std::time::Duration::from_millis(10));
                 continue;
             }
             let ready: Vec<bool> = items.iter().map(|i| i.is_readable()).collect();
@@ -101,9 +102,13 @@ impl IoThread {
         for _ in 0..limits::BATCH {
             match self.egress.recv_multipart(zmq::DONTWAIT) {
                 Ok(mut frames) if frames.len() >= 2 => {
-                    let Some((dest, on_fail)) = decode_tag(&frames[0]) else {
+                    if frames[0].first() == Some(&b'X') {
                         self.flush_egress();
                         return false;
+                    }
+                    let Some((dest, on_fail)) = decode_tag(&frames[0]) else {
+                        tracing::error!(tag = %ShowFrames(&frames[..1]), "egress message with a bad tag dropped");
+                        continue;
                     };
                     frames.remove(0);
                     self.send_out(dest, on_fail, frames);
@@ -208,6 +213,7 @@ impl IoThread {
                     extra,
                     accepted_at: std::time::Instant::now(),
                     origin: Origin::Emqp(peer),
+                    redeliveries: 0,
                 };
                 let index = shard_of(&name.0, self.shards.len());
                 self.send_to_shard(index, ShardMsg::Request { queue: name, job, fallback_done: false });

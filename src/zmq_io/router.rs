@@ -330,9 +330,13 @@ fn control(stop_rx: Receiver<StopReason>, ctx: ShardContext, threads: Threads) {
 /// Waits until nothing is queued, offered or in flight, or the drain timeout.
 fn drain(ctx: &ShardContext) {
     let deadline = Instant::now() + ctx.config.drain_timeout;
+    let mut zeros = 0;
     loop {
         let pending: usize = collect_snapshots(&ctx.shards).iter().map(|s| s.pending()).sum();
-        if pending == 0 {
+        // Two empty readings in a row: a job moving between shards (a
+        // message in a channel) is in no snapshot for a moment.
+        zeros = if pending == 0 { zeros + 1 } else { 0 };
+        if zeros == 2 {
             tracing::info!("drained: nothing queued or in flight");
             return;
         }

@@ -120,6 +120,12 @@ impl Shard {
             let batch = msg.into_iter().chain(rx.try_iter().take(limits::BATCH));
             for msg in batch {
                 if matches!(msg, ShardMsg::Shutdown) {
+                    // Jobs still travelling between shards land here first,
+                    // so the shutdown log lists them too.
+                    let rest: Vec<ShardMsg> = rx.try_iter().collect();
+                    for m in rest {
+                        self.handle(m, Instant::now());
+                    }
                     self.shutdown();
                     return;
                 }

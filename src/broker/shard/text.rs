@@ -55,6 +55,7 @@ impl Shard {
             extra: Vec::new(),
             accepted_at: Instant::now(),
             origin: Origin::Text,
+            redeliveries: 0,
         };
         self.enqueue(queue, job, false);
         Ok(())

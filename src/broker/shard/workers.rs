@@ -3,9 +3,12 @@
 //!
 //! KBYE (decided): the worker gets no new jobs at once; jobs it still holds
 //! stay in flight, because a Python jobmanager finishes them and sends their
-//! REPLYs after its KBYE (spec §6.7). When the last one is answered the
-//! worker is forgotten; if it goes silent for the heartbeat timeout first,
-//! what it still holds goes back to the front of its queues (at-least-once).
+//! REPLYs after its KBYE (spec §6.7), without heartbeating any more. So a
+//! draining worker is not expired by the heartbeat timeout: it is kept until
+//! `kbye_grace` after its KBYE (or, with nothing in flight, one heartbeat
+//! timeout, so a job already on its way to it is still recorded and its
+//! REPLY accepted). Whatever it still holds then goes back to the front of
+//! its queues (at-least-once).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -16,6 +19,7 @@ use super::{Shard, Timer};
 use crate::broker::msg::{Dest, OnFail, ShardMsg};
 use crate::broker::snapshot::WorkerSnap;
 use crate::broker::types::{Job, PeerId, QueueName, WorkerKey, WorkerShared, WorkerState};
+use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
 use crate::protocol::emqp::{heartbeat_timestamp, Command, Frame};
@@ -44,6 +48,8 @@ pub struct HomeWorker {
     pub inflight: HashMap<Frame, InFlight>,
     /// Jobs sent to it since it registered (also the next [`InFlight::seq`]).
     pub processed: u64,
+    /// When it said KBYE.
+    pub kbye_at: Option<Instant>,
 }
 
 impl Shard {
@@ -56,7 +62,13 @@ impl Shard {
         let shared = Arc::new(WorkerShared::new(key, id.clone(), self.index, queues.clone()));
         self.workers.insert(
             id.clone(),
-            HomeWorker { shared: shared.clone(), last_seen: now, inflight: HashMap::new(), processed: 0 },
+            HomeWorker {
+                shared: shared.clone(),
+                last_seen: now,
+                inflight: HashMap::new(),
+                processed: 0,
+                kbye_at: None,
+            },
         );
         self.keys.insert(key, id.clone());
         tracing::info!(worker = %id, queues = ?queues, "worker registered");
@@ -113,11 +125,6 @@ impl Shard {
             self.latency.record(&f.queue, Kind::Service, now.saturating_duration_since(f.since));
             self.latency.record(&f.queue, Kind::EndToEnd, now.saturating_duration_since(f.job.accepted_at));
         }
-        let Some(w) = self.workers.get_mut(&id) else { return };
-        if w.shared.state() == WorkerState::Draining && w.inflight.is_empty() {
-            let key = w.shared.key;
-            self.remove_worker(key, "drained after KBYE");
-        }
     }
 
     pub(super) fn handle_worker_heartbeat(&mut self, id: PeerId, now: Instant) {
@@ -128,11 +135,11 @@ impl Shard {
         let Some(worker) = self.touch_worker(&id, now) else { return };
         worker.set_state(WorkerState::Draining);
         self.remove_candidates(&worker);
-        let empty = self.workers.get(&id).is_some_and(|w| w.inflight.is_empty());
-        tracing::info!(worker = %id, "KBYE: no new jobs for this worker");
-        if empty {
-            self.remove_worker(worker.key, "KBYE");
+        if let Some(w) = self.workers.get_mut(&id) {
+            w.kbye_at.get_or_insert(now);
         }
+        tracing::info!(worker = %id, "KBYE: no new jobs for this worker");
+        self.timers.arm(now + self.ctx.config.heartbeat_timeout, Timer::WorkerExpiry(worker.key));
     }
 
     pub(super) fn handle_dispatched(&mut self, key: WorkerKey, queue: QueueName, job: Job, now: Instant) {
@@ -147,16 +154,15 @@ impl Shard {
         }
     }
 
+    /// A job could not be sent to worker `key`: the peer is gone
+    /// (EHOSTUNREACH), or its pipe is full (EAGAIN) although the HWM allows
+    /// 100,000 messages, so it is not reading. Either way the worker is
+    /// removed and everything it holds, this job included, is requeued; a
+    /// live worker re-registers (EventMQ does the same, D16).
     pub(super) fn handle_send_failed(&mut self, key: WorkerKey, msgid: Frame, unreachable: bool, _now: Instant) {
-        if unreachable {
-            self.remove_worker(key, "unreachable");
-            return;
-        }
-        let Some(w) = self.keys.get(&key).and_then(|id| self.workers.get_mut(id)) else { return };
-        if let Some(f) = w.inflight.remove(&msgid) {
-            tracing::warn!(worker = %w.shared.id, queue = %f.queue, "worker pipe full; job requeued");
-            self.requeue(f.queue, vec![f.job]);
-        }
+        let why = if unreachable { "unreachable" } else { "not reading (pipe full)" };
+        tracing::warn!(msgid = %crate::broker::types::show(&msgid), why, "sending a job failed");
+        self.remove_worker(key, why);
     }
 
     /// Puts jobs back at the front of their queue, on whichever shard owns it.
@@ -185,7 +191,14 @@ impl Shard {
         tracing::info!(worker = %id, why, requeued = jobs.len(), "worker removed");
         jobs.sort_by_key(|f| f.seq);
         let mut by_queue: Vec<(QueueName, Vec<Job>)> = Vec::new();
-        for f in jobs {
+        for mut f in jobs {
+            f.job.redeliveries += 1;
+            if f.job.redeliveries > limits::MAX_DELIVERIES {
+                Counters::bump(&self.ctx.counters.dead_lettered);
+                let (msgid, body) = (crate::broker::types::show(&f.job.msgid), crate::broker::types::cut(&f.job.body));
+                tracing::error!(queue = %f.queue, %msgid, %body, "job dropped: every worker that took it died");
+                continue;
+            }
             match by_queue.iter_mut().find(|(q, _)| *q == f.queue) {
                 Some((_, list)) => list.push(f.job),
                 None => by_queue.push((f.queue, vec![f.job])),
@@ -204,9 +217,17 @@ impl Shard {
 
     pub(super) fn worker_expiry_due(&mut self, key: WorkerKey, now: Instant) {
         let Some(w) = self.keys.get(&key).and_then(|id| self.workers.get(id)) else { return };
-        let deadline = w.last_seen + self.ctx.config.heartbeat_timeout;
+        let deadline = match w.kbye_at {
+            None => w.last_seen + self.ctx.config.heartbeat_timeout,
+            Some(at) if w.inflight.is_empty() => at + self.ctx.config.heartbeat_timeout,
+            Some(at) => at + self.ctx.config.kbye_grace,
+        };
         if deadline > now {
             self.timers.arm(deadline, Timer::WorkerExpiry(key));
+            return;
+        }
+        if w.kbye_at.is_some() {
+            self.remove_worker(key, "KBYE drain over");
             return;
         }
         Counters::bump(&self.ctx.counters.expired_workers);
