@@ -3,6 +3,7 @@ mod client;
 mod common;
 mod emqp_router;
 mod interop;
+mod interop_pubsub;
 mod interop_scheduler;
 mod scheduler;
 mod scheduler_e2e;
