@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use emq::bench::emqp::Target;
 use emq::bench::report::{self, Record};
 use emq::bench::run::{with_progress, RunResult};
-use emq::bench::{baseline, emqp, idle, plot, text, LoadSettings};
+use emq::bench::{baseline, beanstalk, emqp, idle, plot, text, LoadSettings};
 
 #[derive(Parser)]
 #[command(version, about = "Load generator for eMQP and text-protocol brokers")]
@@ -62,6 +62,20 @@ enum Cmd {
         addr: String,
         /// Label of the target in reports.
         #[arg(long, default_value = "text")]
+        target_name: String,
+        #[command(flatten)]
+        load: LoadSettings,
+        #[command(flatten)]
+        output: Output,
+    },
+    /// The text mode's load in beanstalkd's protocol: producers (`--clients`,
+    /// put) and consumers (`--workers`, reserve-with-timeout 0/delete).
+    Beanstalk {
+        /// The beanstalkd address, `HOST:PORT`.
+        #[arg(long)]
+        addr: String,
+        /// Label of the target in reports.
+        #[arg(long, default_value = "beanstalkd")]
         target_name: String,
         #[command(flatten)]
         load: LoadSettings,
@@ -152,6 +166,11 @@ fn main_inner() -> anyhow::Result<()> {
             let tally = with_progress(&target_name, &load, |p| text::run(&addr, &load, p))?;
             let results = vec![RunResult::from_tally(&target_name, &tally)];
             finish("text", settings_json(&load, serde_json::json!({"addr": addr})), results, &output)
+        }
+        Cmd::Beanstalk { addr, target_name, load, output } => {
+            let tally = with_progress(&target_name, &load, |p| beanstalk::run(&addr, &load, p))?;
+            let results = vec![RunResult::from_tally(&target_name, &tally)];
+            finish("beanstalk", settings_json(&load, serde_json::json!({"addr": addr})), results, &output)
         }
         Cmd::Idle { target_name, settings, output } => {
             let mut result = idle::run(&settings, Arc::default())?;
