@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarizes a loadtest results directory: summary.md with the machine,
 per scenario and target the median of the runs (throughput, p50, p99,
-p99.9, max), the throughput ratios emq/baseline and emq/python, and one
+p99.9, max), the throughput ratios emq/baseline, emq/python and emq/beanstalkd, and one
 SVG per scenario overlaying each target's median run (via `emq-bench plot`).
 
 usage: summarize.py RESULTS_DIR EMQ_BENCH_BINARY
@@ -52,7 +52,7 @@ def main(out, bench):
     lines += ["", "## Throughput ratios (medians)", ""]
     for scen in sorted({s for s, _ in medians}):
         emq = medians.get((scen, "emq"))
-        for other in ("baseline", "python"):
+        for other in ("baseline", "python", "beanstalkd"):
             if emq and medians.get((scen, other)):
                 lines.append(f"* {scen}: emq/{other} = {emq / medians[(scen, other)]:.3f}")
     failed = os.path.join(out, "failed.txt")
