@@ -123,11 +123,11 @@ run_one() { # SCENARIO TARGET RUN
     text:beanstalkd)
       ensure_beanstalkd "$name" || return 0
       start_router beanstalkd || return 0
-      bench "$name" beanstalk --addr "$TEXT" --target-name beanstalkd $ARGS
+      bench "$name" beanstalk --addr "$TEXT" --target-name beanstalkd --pid "$ROUTER_PID" $ARGS
       stop "$ROUTER_PID" ;;
     text:*)
       start_router "$2" || return 0
-      bench "$name" text --addr "$TEXT" --target-name "$2" $ARGS
+      bench "$name" text --addr "$TEXT" --target-name "$2" --pid "$ROUTER_PID" $ARGS
       stop "$ROUTER_PID" ;;
     idle:*)
       start_router "$2" || return 0
