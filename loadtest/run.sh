@@ -32,11 +32,14 @@ stop() { # PID: stop it and forget it (so a reused PID is never killed later)
 cleanup() { local p; for p in "${STARTED[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
-free_ports() { # N -> N free loopback ports
+free_ports() { # N -> N free loopback ports, printed only once they are closed
+  # (`read < <(free_ports …)` returns at the newline, maybe before python exits).
   python3 -c "import socket,sys
 ss=[socket.socket() for _ in range(int(sys.argv[1]))]
 [s.bind(('127.0.0.1',0)) for s in ss]
-print(' '.join(str(s.getsockname()[1]) for s in ss))" "$1"
+ports=[str(s.getsockname()[1]) for s in ss]
+[s.close() for s in ss]
+print(' '.join(ports), flush=True)" "$1"
 }
 wait_port() { # PORT PID: until something listens (10 s) while PID lives
   for _ in $(seq 100); do
@@ -74,7 +77,7 @@ start_router() {
     try_router "$1" && return 0
     stop "$ROUTER_PID"
   done
-  echo "could not start the $1 router" >&2
+  echo "$RUN_NAME: could not start the $1 router (see its log in the results)" | tee -a "$OUT/failed.txt" >&2
   return 1
 }
 
@@ -113,6 +116,7 @@ bench() { # NAME ARGS…: run emq-bench; a failure is noted in failed.txt, not f
 
 run_one() { # SCENARIO TARGET RUN
   local name=$1-$2-$3
+  RUN_NAME=$name
   echo "== $name" >&2
   case $MODE:$2 in
     emqp:baseline) bench "$name" baseline $ARGS ;;
