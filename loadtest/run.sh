@@ -154,8 +154,10 @@ for s in "${SCENARIOS[@]}"; do
   MODE= TARGETS= RUNS=1 ARGS= IDLE_WORKERS=10000 IDLE_SECONDS=20
   # shellcheck disable=SC1090
   . "loadtest/scenarios/$s.sh"
-  for t in $TARGETS; do
-    for i in $(seq "$RUNS"); do run_one "$s" "$t" "$i"; done
+  # Runs interleave the targets (a1 b1 a2 b2 …) so a shift in the shared
+  # machine's load falls on every target alike.
+  for i in $(seq "$RUNS"); do
+    for t in $TARGETS; do run_one "$s" "$t" "$i"; done
   done
 done
 [ -s "$OUT/router-emq.log" ] || rm -f "$OUT/router-emq.log"
