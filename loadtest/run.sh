@@ -7,8 +7,9 @@
 #
 # Builds emq-bench and emq-router (release), starts a fresh router per run
 # on free loopback ports (the Python EventMQ router from .venv (override: EMQ_BENCH_VENV),
-# created if missing, for the "python" target), runs emq-bench, and stops
-# everything it started by PID.
+# created if missing, for the "python" target; a beanstalkd, installed with
+# apt-get when missing and running as root, for the "beanstalkd" target),
+# runs emq-bench, and stops everything it started by PID.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -31,11 +32,14 @@ stop() { # PID: stop it and forget it (so a reused PID is never killed later)
 cleanup() { local p; for p in "${STARTED[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
-free_ports() { # N -> N free loopback ports
+free_ports() { # N -> N free loopback ports, printed only once they are closed
+  # (`read < <(free_ports …)` returns at the newline, maybe before python exits).
   python3 -c "import socket,sys
 ss=[socket.socket() for _ in range(int(sys.argv[1]))]
 [s.bind(('127.0.0.1',0)) for s in ss]
-print(' '.join(str(s.getsockname()[1]) for s in ss))" "$1"
+ports=[str(s.getsockname()[1]) for s in ss]
+[s.close() for s in ss]
+print(' '.join(ports), flush=True)" "$1"
 }
 wait_port() { # PORT PID: until something listens (10 s) while PID lives
   for _ in $(seq 100); do
@@ -54,20 +58,33 @@ ensure_venv() {
   "$VENV/bin/pip" install -q -r loadtest/requirements-py311.txt
 }
 
-# start_router KIND -> sets FE BE ROUTER_PID (and TEXT for emq). Retries on
+ensure_beanstalkd() { # RUN-NAME: beanstalkd on PATH, or the run is reported failed
+  command -v beanstalkd >/dev/null && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing beanstalkd (apt-get)" >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq beanstalkd; } >/dev/null 2>&1 || true
+    command -v beanstalkd >/dev/null && return 0
+  fi
+  echo "$1: beanstalkd is not installed and could not be installed here (as root: apt-get install beanstalkd)" \
+    | tee -a "$OUT/failed.txt" >&2
+  return 1
+}
+
+# start_router KIND -> sets FE BE ROUTER_PID (and TEXT for emq and beanstalkd). Retries on
 # fresh ports (another process may take a "free" port before the router binds).
 start_router() {
   for _ in 1 2 3; do
     try_router "$1" && return 0
     stop "$ROUTER_PID"
   done
-  echo "could not start the $1 router" >&2
+  echo "$RUN_NAME: could not start the $1 router (see its log in the results)" | tee -a "$OUT/failed.txt" >&2
   return 1
 }
 
 try_router() {
   read -r p1 p2 p3 p4 < <(free_ports 4)
   FE=tcp://127.0.0.1:$p1 BE=tcp://127.0.0.1:$p2 TEXT=127.0.0.1:$p4
+  local listen=$p1
   case $1 in
     emq)
       "$ROUTER" --log warn --frontend-addr "$FE" --backend-addr "$BE" --admin-addr "tcp://127.0.0.1:$p3" \
@@ -78,10 +95,14 @@ try_router() {
       EVENTMQ_FRONTEND_ADDR=$FE EVENTMQ_BACKEND_ADDR=$BE EVENTMQ_ADMINISTRATIVE_ADDR=tcp://127.0.0.1:$p3 \
         "$VENV/bin/emq-router" >/dev/null 2>&1 &
       ;;
+    beanstalkd)
+      listen=$p4
+      beanstalkd -l 127.0.0.1 -p "$p4" >>"$OUT/beanstalkd.log" 2>&1 &
+      ;;
   esac
   ROUTER_PID=$!
   STARTED+=("$ROUTER_PID")
-  wait_port "$p1" "$ROUTER_PID"
+  wait_port "$listen" "$ROUTER_PID"
 }
 
 bench() { # NAME ARGS…: run emq-bench; a failure is noted in failed.txt, not fatal
@@ -95,6 +116,7 @@ bench() { # NAME ARGS…: run emq-bench; a failure is noted in failed.txt, not f
 
 run_one() { # SCENARIO TARGET RUN
   local name=$1-$2-$3
+  RUN_NAME=$name
   echo "== $name" >&2
   case $MODE:$2 in
     emqp:baseline) bench "$name" baseline $ARGS ;;
@@ -102,9 +124,14 @@ run_one() { # SCENARIO TARGET RUN
       start_router "$2" || return 0
       bench "$name" emqp --frontend "$FE" --backend "$BE" --target-name "$2" --probe-timeout 10s $ARGS
       stop "$ROUTER_PID" ;;
+    text:beanstalkd)
+      ensure_beanstalkd "$name" || return 0
+      start_router beanstalkd || return 0
+      bench "$name" beanstalk --addr "$TEXT" --target-name beanstalkd --pid "$ROUTER_PID" $ARGS
+      stop "$ROUTER_PID" ;;
     text:*)
       start_router "$2" || return 0
-      bench "$name" text --addr "$TEXT" --target-name "$2" $ARGS
+      bench "$name" text --addr "$TEXT" --target-name "$2" --pid "$ROUTER_PID" $ARGS
       stop "$ROUTER_PID" ;;
     idle:*)
       start_router "$2" || return 0
@@ -127,10 +154,13 @@ for s in "${SCENARIOS[@]}"; do
   MODE= TARGETS= RUNS=1 ARGS= IDLE_WORKERS=10000 IDLE_SECONDS=20
   # shellcheck disable=SC1090
   . "loadtest/scenarios/$s.sh"
-  for t in $TARGETS; do
-    for i in $(seq "$RUNS"); do run_one "$s" "$t" "$i"; done
+  # Runs interleave the targets (a1 b1 a2 b2 …) so a shift in the shared
+  # machine's load falls on every target alike.
+  for i in $(seq "$RUNS"); do
+    for t in $TARGETS; do run_one "$s" "$t" "$i"; done
   done
 done
 [ -s "$OUT/router-emq.log" ] || rm -f "$OUT/router-emq.log"
+[ -s "$OUT/beanstalkd.log" ] || rm -f "$OUT/beanstalkd.log"
 python3 loadtest/summarize.py "$OUT" "$BENCH"
 echo "results in $OUT" >&2

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Summarizes a loadtest results directory: summary.md with the machine,
 per scenario and target the median of the runs (throughput, p50, p99,
-p99.9, max), the throughput ratios emq/baseline and emq/python, and one
-SVG per scenario overlaying each target's median run (via `emq-bench plot`).
+p99.9, max), the broker's CPU per job where recorded, the throughput ratios
+emq/baseline, emq/python and emq/beanstalkd, and one SVG per scenario overlaying each target's median run (via `emq-bench plot`).
 
 usage: summarize.py RESULTS_DIR EMQ_BENCH_BINARY
 """
@@ -34,13 +34,15 @@ def main(out, bench):
               "received per second. Medians over the runs (n); ranges of throughput in brackets.", "",
               "| scenario | target | n | jobs/s (median) [min–max] | p50 ms | p99 ms | p99.9 ms | max ms | lost |",
               "|---|---|---|---|---|---|---|---|---|"]
-    medians, plotted = {}, set()
+    medians, plotted, cpu = {}, set(), {}
     for (scen, target), rs in sorted(runs.items()):
         tp = [r["throughput_per_s"] for _, r in rs]
         med = lambda k: statistics.median(r["latency_ms"][k] for _, r in rs)
         medians[(scen, target)] = statistics.median(tp)
         extra = rs[0][1].get("extra")
-        if extra:
+        if extra and "broker_cpu_us_per_job" in extra:
+            cpu[(scen, target)] = sorted(r["extra"]["broker_cpu_us_per_job"] for _, r in rs)
+        elif extra:
             lines.append(f"| {scen} | {target} | {len(rs)} | {json.dumps(extra)} | | | | | |")
             continue
         lines.append(f"| {scen} | {target} | {len(rs)} | {statistics.median(tp):.0f} [{min(tp):.0f}–{max(tp):.0f}] "
@@ -52,9 +54,16 @@ def main(out, bench):
     lines += ["", "## Throughput ratios (medians)", ""]
     for scen in sorted({s for s, _ in medians}):
         emq = medians.get((scen, "emq"))
-        for other in ("baseline", "python"):
+        for other in ("baseline", "python", "beanstalkd"):
             if emq and medians.get((scen, other)):
                 lines.append(f"* {scen}: emq/{other} = {emq / medians[(scen, other)]:.3f}")
+    if cpu:
+        lines += ["", "## Broker CPU per job (user + system, warm-up jobs included)", "",
+                  "The broker's CPU time over the run divided by the jobs its consumers received: on a",
+                  "small shared machine this is the cost that competes with the load generator for cores.", ""]
+        for (scen, target), us in sorted(cpu.items()):
+            lines.append(f"* {scen} {target}: {statistics.median(us):.1f} µs/job (runs: "
+                         f"{', '.join(f'{u:.1f}' for u in us)})")
     failed = os.path.join(out, "failed.txt")
     if os.path.exists(failed):
         lines += ["", "## Runs that failed", ""] + [f"* {l.strip()}" for l in open(failed) if l.strip()]

@@ -1,5 +1,5 @@
 //! emq-bench's library in-process against an in-process emq-router, the
-//! baseline forwarder and a tiny fake text server: exact counts (every job
+//! baseline forwarder and tiny fake text and beanstalkd servers: exact counts (every job
 //! received exactly once) and the output files; no timing assertions.
 
 use std::collections::{HashMap, VecDeque};
@@ -14,7 +14,7 @@ use emq::bench::body::Tally;
 use emq::bench::emqp::Target;
 use emq::bench::report::{self, Record};
 use emq::bench::run::RunResult;
-use emq::bench::{baseline, emqp, text, BenchError, LoadSettings};
+use emq::bench::{baseline, beanstalk, emqp, text, BenchError, LoadSettings};
 use emq::config::RawRouterConfig;
 
 use crate::common::watchdog::Watchdog as BenchWatchdog;
@@ -158,4 +158,106 @@ fn bench_text_mode_against_fake_server() {
     l.workers = 4;
     let t = text::run(&addr, &l, Arc::default()).expect("text run");
     assert_exact(&t, 250);
+}
+
+/// Jobs `(id, data)` by tube.
+type FakeTubes = HashMap<String, VecDeque<(u64, Vec<u8>)>>;
+
+/// A tiny beanstalkd: `use`, `put`, `watch`, `ignore`,
+/// `reserve-with-timeout`, `delete`, `quit`; counts puts and deletes.
+#[derive(Default)]
+struct FakeBeanstalk {
+    tubes: Mutex<FakeTubes>,
+    reserved: Mutex<std::collections::HashSet<u64>>,
+    next_id: std::sync::atomic::AtomicU64,
+    puts: std::sync::atomic::AtomicU64,
+    deletes: std::sync::atomic::AtomicU64,
+}
+
+fn fake_beanstalkd() -> (String, Arc<FakeBeanstalk>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let fake = Arc::new(FakeBeanstalk::default());
+    let f = fake.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let f = f.clone();
+            std::thread::spawn(move || fake_beanstalk_conn(conn, &f));
+        }
+    });
+    (addr, fake)
+}
+
+fn fake_beanstalk_conn(conn: TcpStream, f: &FakeBeanstalk) {
+    let mut w = conn.try_clone().unwrap();
+    let mut r = BufReader::new(conn);
+    let (mut used, mut watched) = ("default".to_string(), vec!["default".to_string()]);
+    let mut line = String::new();
+    while matches!(r.read_line(&mut line), Ok(n) if n > 0) {
+        let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+        line.clear();
+        let reply = match words.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+            ["use", t] => {
+                used = t.to_string();
+                format!("USING {t}\r\n")
+            }
+            ["put", _, _, _, n] => {
+                let mut data = vec![0; n.parse::<usize>().unwrap() + 2];
+                std::io::Read::read_exact(&mut r, &mut data).unwrap();
+                assert!(data.ends_with(b"\r\n"));
+                data.truncate(data.len() - 2);
+                let id = f.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+                f.tubes.lock().unwrap().entry(used.clone()).or_default().push_back((id, data));
+                f.puts.fetch_add(1, Ordering::Relaxed);
+                format!("INSERTED {id}\r\n")
+            }
+            ["watch", t] => {
+                watched.push(t.to_string());
+                format!("WATCHING {}\r\n", watched.len())
+            }
+            ["ignore", t] => {
+                watched.retain(|w| w != t);
+                format!("WATCHING {}\r\n", watched.len())
+            }
+            ["reserve-with-timeout", "0"] => {
+                let mut tubes = f.tubes.lock().unwrap();
+                match watched.iter().find_map(|t| tubes.get_mut(t).and_then(VecDeque::pop_front)) {
+                    Some((id, data)) => {
+                        f.reserved.lock().unwrap().insert(id);
+                        format!("RESERVED {id} {}\r\n{}\r\n", data.len(), String::from_utf8(data).unwrap())
+                    }
+                    None => "TIMED_OUT\r\n".to_string(),
+                }
+            }
+            ["delete", id] if f.reserved.lock().unwrap().remove(&id.parse::<u64>().unwrap()) => {
+                f.deletes.fetch_add(1, Ordering::Relaxed);
+                "DELETED\r\n".to_string()
+            }
+            ["quit"] => return,
+            _ => "UNKNOWN_COMMAND\r\n".to_string(),
+        };
+        if w.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+#[test]
+fn bench_beanstalk_mode_against_fake_server() {
+    let _w = BenchWatchdog::new("bench_beanstalk_mode_against_fake_server", 30);
+    let (addr, fake) = fake_beanstalkd();
+    let mut l = load(250);
+    l.clients = 3;
+    l.workers = 4;
+    let t = beanstalk::run(&addr, &l, Arc::default()).expect("beanstalk run");
+    assert_exact(&t, 250);
+    assert_eq!(fake.puts.load(Ordering::Relaxed), 250, "every job put once");
+    // The last deletes are sent just before the consumers' quit.
+    let end = Instant::now() + Duration::from_secs(3);
+    while fake.deletes.load(Ordering::Relaxed) < 250 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(fake.deletes.load(Ordering::Relaxed), 250, "every job deleted once");
+    assert!(fake.tubes.lock().unwrap().values().all(VecDeque::is_empty));
+    assert!(fake.reserved.lock().unwrap().is_empty());
 }

@@ -4,7 +4,9 @@
 //!   against any eMQP broker (emq-router, the Python EventMQ router, or the
 //!   [`baseline`] forwarder).
 //! * [`text`]: P producers (`SCHED`) and C consumers (`ASK`/`ACK`) against
-//!   any text-protocol address.
+//!   any text-protocol address; [`beanstalk`]: the same load in beanstalkd's
+//!   protocol (`put`, `reserve-with-timeout 0`/`delete`); both through the
+//!   shared [`lines`] driver.
 //! * [`report`]: summary table, JSON record, `.hgrm` files; [`plot`]: SVG of
 //!   latency by percentile.
 //! * [`idle`]: many idle workers that only heartbeat, with the broker's CPU
@@ -20,9 +22,11 @@
 //! where the broker sends one (`ack_latency_ms`).
 
 pub mod baseline;
+pub mod beanstalk;
 pub mod body;
 pub mod emqp;
 pub mod idle;
+pub mod lines;
 pub mod plot;
 pub mod report;
 pub mod run;

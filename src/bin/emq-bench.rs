@@ -2,13 +2,15 @@
 //! zero-logic baseline, HdrHistogram output and SVG plots (project issue 6).
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use emq::bench::body::Tally;
 use emq::bench::emqp::Target;
 use emq::bench::report::{self, Record};
 use emq::bench::run::{with_progress, RunResult};
-use emq::bench::{baseline, emqp, idle, plot, text, LoadSettings};
+use emq::bench::{baseline, beanstalk, emqp, idle, plot, text, BenchError, LoadSettings};
 
 #[derive(Parser)]
 #[command(version, about = "Load generator for eMQP and text-protocol brokers")]
@@ -25,6 +27,22 @@ struct Output {
     /// File stem of this invocation's outputs.
     #[arg(long, default_value = "run")]
     name: String,
+}
+
+/// The options of the line-protocol modes (text, beanstalk).
+#[derive(clap::Args)]
+struct LineArgs {
+    /// The broker's address, `HOST:PORT`.
+    #[arg(long)]
+    addr: String,
+    /// The broker's process: its CPU time (user + system, from
+    /// `/proc/<pid>/stat`) over the run is reported per job received.
+    #[arg(long)]
+    pid: Option<u32>,
+    #[command(flatten)]
+    load: LoadSettings,
+    #[command(flatten)]
+    output: Output,
 }
 
 #[derive(Subcommand)]
@@ -57,16 +75,20 @@ enum Cmd {
     },
     /// Text-protocol producers (`--clients`, SCHED) and consumers (`--workers`, ASK/ACK).
     Text {
-        /// The text-protocol address, `HOST:PORT`.
-        #[arg(long)]
-        addr: String,
         /// Label of the target in reports.
         #[arg(long, default_value = "text")]
         target_name: String,
         #[command(flatten)]
-        load: LoadSettings,
+        line: LineArgs,
+    },
+    /// The text mode's load in beanstalkd's protocol: producers (`--clients`,
+    /// put) and consumers (`--workers`, reserve-with-timeout 0/delete).
+    Beanstalk {
+        /// Label of the target in reports.
+        #[arg(long, default_value = "beanstalkd")]
+        target_name: String,
         #[command(flatten)]
-        output: Output,
+        line: LineArgs,
     },
     /// Many idle workers that only heartbeat; reports the broker's CPU.
     Idle {
@@ -100,6 +122,23 @@ fn emqp_run(name: &str, target: &Target, load: &LoadSettings) -> anyhow::Result<
 fn baseline_run(load: &LoadSettings) -> anyhow::Result<RunResult> {
     let fwd = baseline::Forwarder::start()?;
     emqp_run("baseline", &fwd.target, load)
+}
+
+type LineLoad = fn(&str, &LoadSettings, Arc<AtomicU64>) -> Result<Tally, BenchError>;
+
+/// A text or beanstalk run; with `--pid`, the broker's CPU per job received
+/// (warm-up included) goes into the result's `extra`.
+fn line_run(mode: &str, name: &str, a: &LineArgs, load: LineLoad) -> anyhow::Result<()> {
+    let cpu0 = a.pid.map(idle::cpu_seconds).transpose()?;
+    let tally = with_progress(name, &a.load, |p| load(&a.addr, &a.load, p))?;
+    let mut result = RunResult::from_tally(name, &tally);
+    if let (Some(pid), Some(c0)) = (a.pid, cpu0) {
+        let cpu = idle::cpu_seconds(pid)? - c0;
+        let per_job_us = cpu / tally.received_all.max(1) as f64 * 1e6;
+        result.extra = Some(serde_json::json!({"broker_cpu_s": cpu, "broker_cpu_us_per_job": per_job_us}));
+    }
+    let settings = settings_json(&a.load, serde_json::json!({"addr": a.addr, "pid": a.pid}));
+    finish(mode, settings, vec![result], &a.output)
 }
 
 fn finish(mode: &str, settings: serde_json::Value, results: Vec<RunResult>, output: &Output) -> anyhow::Result<()> {
@@ -148,11 +187,8 @@ fn main_inner() -> anyhow::Result<()> {
             let results = vec![baseline_run(&load)?];
             finish("baseline", settings_json(&load, serde_json::json!({})), results, &output)
         }
-        Cmd::Text { addr, target_name, load, output } => {
-            let tally = with_progress(&target_name, &load, |p| text::run(&addr, &load, p))?;
-            let results = vec![RunResult::from_tally(&target_name, &tally)];
-            finish("text", settings_json(&load, serde_json::json!({"addr": addr})), results, &output)
-        }
+        Cmd::Text { target_name, line } => line_run("text", &target_name, &line, text::run),
+        Cmd::Beanstalk { target_name, line } => line_run("beanstalk", &target_name, &line, beanstalk::run),
         Cmd::Idle { target_name, settings, output } => {
             let mut result = idle::run(&settings, Arc::default())?;
             result.target = target_name;
