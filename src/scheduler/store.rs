@@ -32,6 +32,11 @@ use serde::{Deserialize, Serialize};
 use super::key::ScheduleKey;
 use crate::limits;
 
+/// Attempts to take the data directory's lock before giving up.
+const LOCK_TRIES: u32 = 20;
+/// Pause between lock attempts.
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// A persisted schedule: the five SCHEDULE frames D4..D8 as received and the
 /// runs left (`None`: unlimited).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,7 +58,8 @@ pub enum StoreError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// Another process holds the data directory's lock.
+    /// Another process holds the data directory's lock (after retrying
+    /// for about a second).
     #[error("{0}: locked by another emq-scheduler")]
     Locked(PathBuf),
     /// A Redis command failed.
@@ -120,8 +126,17 @@ impl FileStore {
         let lock_path = dir.join("lock");
         let lock =
             OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io_err(&lock_path))?;
-        if lock.try_lock().is_err() {
-            return Err(StoreError::Locked(dir.to_path_buf()));
+        // Retried briefly: a copy of a just-closed lock descriptor can live
+        // on in a child process between its fork and exec (std's files are
+        // close-on-exec), and a restarted scheduler's predecessor may still be
+        // exiting.
+        let mut tries = 0;
+        while lock.try_lock().is_err() {
+            tries += 1;
+            if tries >= LOCK_TRIES {
+                return Err(StoreError::Locked(dir.to_path_buf()));
+            }
+            std::thread::sleep(LOCK_RETRY);
         }
         let tmp = dir.join("schedules.log.tmp");
         if tmp.exists() {
