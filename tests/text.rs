@@ -98,6 +98,32 @@ impl TextConn {
     }
 }
 
+/// Sends `n` `SCHED task-<i>@bulk` lines in one write, then (from another
+/// thread, also in one write) `n` × `ASK bulk` + `ACK` and a last `ASK bulk`;
+/// checks every task comes back exactly once, in order, then `NOPE`.
+pub fn pipelined_sched_then_ask_ack(mut c: TextConn, n: usize) {
+    let mut burst = Vec::new();
+    for i in 0..n {
+        burst.extend_from_slice(format!("SCHED task-{i}@bulk\n").as_bytes());
+    }
+    let start = Instant::now();
+    c.send(&burst);
+    let mut writer = c.writer.try_clone().unwrap();
+    let asker = std::thread::spawn(move || {
+        let mut asks = b"ASK bulk\nACK\n".repeat(n);
+        asks.extend_from_slice(b"ASK bulk\n");
+        std::io::Write::write_all(&mut writer, &asks).unwrap();
+    });
+    for i in 0..n {
+        let line = c.line();
+        assert_eq!(line, format!("WANT? task-{i}\n").as_bytes());
+    }
+    c.expect(b"NOPE\n");
+    asker.join().unwrap();
+    // A figure for reports, not an assertion.
+    println!("{n} SCHED + {n} ASK/ACK pipelined: {:.3} s", start.elapsed().as_secs_f64());
+}
+
 /// Polls `cond` every 5 ms until it holds, or panics after 5 s.
 pub fn text_wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let until = Instant::now() + Duration::from_secs(5);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use emq::router::RouterHandle;
 
 use crate::emqp_router::{admin, config, eventually, Peer, Watchdog};
-use crate::text::TextConn;
+use crate::text::{pipelined_sched_then_ask_ack, TextConn};
 
 fn router_with_text(shards: usize, tweak: impl FnOnce(&mut emq::config::RawRouterConfig)) -> RouterHandle {
     let cfg = config(shards, |r| {
@@ -55,24 +55,7 @@ fn pipelined_100k_sched_then_ask_ack_until_nope() {
     let _w = Watchdog::new("text_broker_100k", 240);
     let h = router_with_text(2, |_| {});
     let n = 100_000;
-    let mut c = connect(&h);
-    let mut burst = Vec::new();
-    for i in 0..n {
-        burst.extend_from_slice(format!("SCHED task-{i}@bulk\n").as_bytes());
-    }
-    c.send(&burst);
-    let mut writer = c.writer.try_clone().unwrap();
-    let asker = std::thread::spawn(move || {
-        let mut asks = b"ASK bulk\nACK\n".repeat(n);
-        asks.extend_from_slice(b"ASK bulk\n");
-        std::io::Write::write_all(&mut writer, &asks).unwrap();
-    });
-    for i in 0..n {
-        let line = c.line();
-        assert_eq!(line, format!("WANT? task-{i}\n").as_bytes());
-    }
-    c.expect(b"NOPE\n");
-    asker.join().unwrap();
+    pipelined_sched_then_ask_ack(connect(&h), n);
     assert_eq!(h.counters().text_acked.load(Relaxed), n as u64);
 }
 

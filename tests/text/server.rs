@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use emq::protocol::text::ErrorCode;
 
-use super::{text_config, text_wait_until, text_watchdog, TextConn, TextFixture};
+use super::{pipelined_sched_then_ask_ack, text_config, text_wait_until, text_watchdog, TextConn, TextFixture};
 
 const EXAMPLE_IN: &[u8] = b"SCHED { email: \"test@test.de\", message: \"test message\" }@EMAILSERVICE\n\
 ASK EMAILSERVICE\nACK\nASK EMAILSERVICE\nACK\nEND\n";
@@ -101,27 +101,7 @@ fn pipelined_100k_sched_then_ask_ack_until_nope() {
     let _w = text_watchdog(120);
     let f = TextFixture::default();
     let n = 100_000;
-    let mut c = f.connect();
-    let mut burst = Vec::new();
-    for i in 0..n {
-        burst.extend_from_slice(format!("SCHED task-{i}@bulk\n").as_bytes());
-    }
-    let start = std::time::Instant::now();
-    c.send(&burst);
-    let mut writer = c.writer.try_clone().unwrap();
-    let asker = std::thread::spawn(move || {
-        let mut asks = b"ASK bulk\nACK\n".repeat(n);
-        asks.extend_from_slice(b"ASK bulk\n");
-        std::io::Write::write_all(&mut writer, &asks).unwrap();
-    });
-    for i in 0..n {
-        let line = c.line();
-        assert_eq!(line, format!("WANT? task-{i}\n").as_bytes());
-    }
-    c.expect(b"NOPE\n");
-    asker.join().unwrap();
-    // A figure for reports, not an assertion.
-    println!("100k SCHED + 100k ASK/ACK pipelined: {:.3} s", start.elapsed().as_secs_f64());
+    pipelined_sched_then_ask_ack(f.connect(), n);
     assert_eq!(f.backend.counts().acked, n as u64);
     assert!(f.backend.queue("bulk").is_empty());
 }
