@@ -214,3 +214,24 @@ fn emq_cli_sched_and_ask() {
     assert_eq!(cli(&["--json", "ask", "cliq"]), "{\"task\":\"hello world\"}\n");
     assert_eq!(cli(&["ask", "cliq"]), "NOPE\n");
 }
+
+#[test]
+fn a_second_offer_gets_its_own_full_timeout() {
+    let _w = Watchdog::new("text_broker_second_offer", 30);
+    let h = router_with_text(1, |r| r.text_offer_timeout = Some("600ms".into()));
+    let mut a = connect(&h);
+    a.send(b"SCHED one@q\nSCHED two@q\nASK q\n");
+    a.expect(b"WANT? one\n");
+    a.send(b"ACK\n");
+    std::thread::sleep(Duration::from_millis(300));
+    a.send(b"ASK q\n");
+    a.expect(b"WANT? two\n");
+    // 400 ms later the first offer's deadline has passed, not the second's.
+    std::thread::sleep(Duration::from_millis(400));
+    let mut b = connect(&h);
+    b.send(b"ASK q\n");
+    b.expect(b"NOPE\n");
+    eventually(5, "second offer timed out", || h.counters().text_returned_timeout.load(Relaxed) == 1);
+    b.send(b"ASK q\n");
+    b.expect(b"WANT? two\n");
+}

@@ -13,7 +13,7 @@ mod schedulers;
 mod text;
 mod workers;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -45,8 +45,9 @@ pub enum Timer {
     SchedulerHeartbeats,
     /// Expire silent schedulers (shard 0).
     SchedulerExpiry,
-    /// The text offer `(conn, seq)` was not answered in time.
-    OfferTimeout(ConnId, u64),
+    /// Check the offer held by the connection against its deadline (at most
+    /// one such timer per connection is armed).
+    OfferTimeout(ConnId),
 }
 
 /// What every shard shares with the rest of the broker.
@@ -78,6 +79,7 @@ pub struct Shard {
     schedulers: Schedulers,
     offers: HashMap<ConnId, Offer>,
     offer_seq: u64,
+    offer_timers: HashSet<ConnId>,
     latency: ShardLatency,
 }
 
@@ -95,6 +97,7 @@ impl Shard {
             schedulers: Schedulers::default(),
             offers: HashMap::new(),
             offer_seq: 0,
+            offer_timers: HashSet::new(),
             latency: ShardLatency::default(),
         };
         if index == 0 {
@@ -184,7 +187,7 @@ impl Shard {
                 Timer::WorkerExpiry(key) => self.worker_expiry_due(key, now),
                 Timer::SchedulerHeartbeats => self.scheduler_heartbeats_due(now),
                 Timer::SchedulerExpiry => self.scheduler_expiry_due(now),
-                Timer::OfferTimeout(conn, seq) => self.offer_timeout_due(conn, seq),
+                Timer::OfferTimeout(conn) => self.offer_timeout_due(conn, now),
             }
         }
     }

@@ -24,6 +24,8 @@ pub struct Offer {
     pub seq: u64,
     /// When it was offered.
     pub since: Instant,
+    /// When it goes back to its queue unless answered.
+    pub deadline: Instant,
 }
 
 impl Shard {
@@ -77,11 +79,18 @@ impl Shard {
         self.latency.record(&queue, Kind::QueueWait, now.saturating_duration_since(job.accepted_at));
         self.offer_seq += 1;
         let seq = self.offer_seq;
-        if let Some(old) = self.offers.insert(conn, Offer { queue: queue.clone(), job, seq, since: now }) {
+        if let Some(old) = self.offers.insert(
+            conn,
+            Offer { queue: queue.clone(), job, seq, since: now, deadline: now + self.ctx.config.text.offer_timeout },
+        ) {
             // The connection enforces one offer at a time; never lose one anyway.
             self.enqueue(old.queue, old.job, true);
         }
-        self.timers.arm(now + self.ctx.config.text.offer_timeout, Timer::OfferTimeout(conn, seq));
+        // One timer per connection, re-armed when it fires early: answered
+        // offers leave no timer behind to pile up in the heap.
+        if self.offer_timers.insert(conn) {
+            self.timers.arm(now + self.ctx.config.text.offer_timeout, Timer::OfferTimeout(conn));
+        }
         if reply.send(Some((seq, body))).is_err() {
             // The connection went away between ASK and the answer.
             self.handle_text_release(conn, seq);
@@ -132,13 +141,18 @@ impl Shard {
         true
     }
 
-    pub(super) fn offer_timeout_due(&mut self, conn: ConnId, seq: u64) {
-        if self.offers.get(&conn).is_some_and(|o| o.seq == seq) {
-            if let Some(offer) = self.offers.remove(&conn) {
-                Counters::bump(&self.ctx.counters.text_returned_timeout);
-                tracing::info!(conn = conn.0, queue = %offer.queue, "text offer timed out; back to the front");
-                self.enqueue(offer.queue, offer.job, true);
-            }
+    pub(super) fn offer_timeout_due(&mut self, conn: ConnId, now: Instant) {
+        self.offer_timers.remove(&conn);
+        let Some(deadline) = self.offers.get(&conn).map(|o| o.deadline) else { return };
+        if deadline > now {
+            self.offer_timers.insert(conn);
+            self.timers.arm(deadline, Timer::OfferTimeout(conn));
+            return;
+        }
+        if let Some(offer) = self.offers.remove(&conn) {
+            Counters::bump(&self.ctx.counters.text_returned_timeout);
+            tracing::info!(conn = conn.0, queue = %offer.queue, "text offer timed out; back to the front");
+            self.enqueue(offer.queue, offer.job, true);
         }
     }
 }
