@@ -98,6 +98,28 @@ impl TextConn {
     }
 }
 
+/// The spec's example session, as a client sends it...
+pub const EXAMPLE_IN: &[u8] = b"SCHED { email: \"test@test.de\", message: \"test message\" }@EMAILSERVICE\n\
+ASK EMAILSERVICE\nACK\nASK EMAILSERVICE\nACK\nEND\n";
+/// ...and exactly what the server answers.
+pub const EXAMPLE_OUT: &[u8] = b"WANT? { email: \"test@test.de\", message: \"test message\" }\nNOPE\n\
+ERR NO_TASK no task is offered on this connection\n";
+
+/// Sends the spec's example session whole (or one byte per write) and
+/// checks the server's answers byte for byte, up to the close after END.
+pub fn spec_example(mut c: TextConn, one_byte: bool) {
+    if one_byte {
+        for b in EXAMPLE_IN {
+            c.send(std::slice::from_ref(b));
+        }
+    } else {
+        c.send(EXAMPLE_IN);
+    }
+    let mut all = Vec::new();
+    c.reader.read_to_end(&mut all).unwrap();
+    assert_eq!(all.escape_ascii().to_string(), EXAMPLE_OUT.escape_ascii().to_string());
+}
+
 /// Sends `n` `SCHED task-<i>@bulk` lines in one write, then (from another
 /// thread, also in one write) `n` × `ASK bulk` + `ACK` and a last `ASK bulk`;
 /// checks every task comes back exactly once, in order, then `NOPE`.

@@ -2,14 +2,13 @@
 //! server), with one and several shards, and across protocols with raw
 //! eMQP peers.
 
-use std::io::Read;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use emq::router::RouterHandle;
 
 use crate::emqp_router::{admin, config, eventually, Peer, Watchdog};
-use crate::text::{pipelined_sched_then_ask_ack, TextConn};
+use crate::text::{pipelined_sched_then_ask_ack, spec_example, TextConn};
 
 fn router_with_text(shards: usize, tweak: impl FnOnce(&mut emq::config::RawRouterConfig)) -> RouterHandle {
     let cfg = config(shards, |r| {
@@ -23,28 +22,13 @@ fn connect(h: &RouterHandle) -> TextConn {
     TextConn::connect(h.endpoints.text.expect("text front end on"))
 }
 
-const EXAMPLE_IN: &[u8] = b"SCHED { email: \"test@test.de\", message: \"test message\" }@EMAILSERVICE\n\
-ASK EMAILSERVICE\nACK\nASK EMAILSERVICE\nACK\nEND\n";
-const EXAMPLE_OUT: &[u8] = b"WANT? { email: \"test@test.de\", message: \"test message\" }\nNOPE\n\
-ERR NO_TASK no task is offered on this connection\n";
-
 #[test]
 fn spec_example_whole_and_one_byte_per_write() {
     let _w = Watchdog::new("text_broker_example", 30);
     for shards in [1, 3] {
         let h = router_with_text(shards, |_| {});
         for one_byte in [false, true] {
-            let mut c = connect(&h);
-            if one_byte {
-                for b in EXAMPLE_IN {
-                    c.send(std::slice::from_ref(b));
-                }
-            } else {
-                c.send(EXAMPLE_IN);
-            }
-            let mut all = Vec::new();
-            c.reader.read_to_end(&mut all).unwrap();
-            assert_eq!(all.escape_ascii().to_string(), EXAMPLE_OUT.escape_ascii().to_string());
+            spec_example(connect(&h), one_byte);
         }
         assert_eq!(h.counters().text_acked.load(Relaxed), 2);
     }

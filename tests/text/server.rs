@@ -1,17 +1,13 @@
 //! The text server, every spec example byte for byte over plain TCP.
 
-use std::io::Read;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use emq::protocol::text::ErrorCode;
 
-use super::{pipelined_sched_then_ask_ack, text_config, text_wait_until, text_watchdog, TextConn, TextFixture};
-
-const EXAMPLE_IN: &[u8] = b"SCHED { email: \"test@test.de\", message: \"test message\" }@EMAILSERVICE\n\
-ASK EMAILSERVICE\nACK\nASK EMAILSERVICE\nACK\nEND\n";
-const EXAMPLE_OUT: &[u8] = b"WANT? { email: \"test@test.de\", message: \"test message\" }\nNOPE\n\
-ERR NO_TASK no task is offered on this connection\n";
+use super::{
+    pipelined_sched_then_ask_ack, spec_example, text_config, text_wait_until, text_watchdog, TextConn, TextFixture,
+};
 
 #[test]
 fn example_session_byte_for_byte() {
@@ -36,17 +32,7 @@ fn example_session_pipelined_and_one_byte_per_write() {
     let _w = text_watchdog(30);
     let f = TextFixture::default();
     for one_byte in [false, true] {
-        let mut c = f.connect();
-        if one_byte {
-            for b in EXAMPLE_IN {
-                c.send(std::slice::from_ref(b));
-            }
-        } else {
-            c.send(EXAMPLE_IN);
-        }
-        let mut all = Vec::new();
-        c.reader.read_to_end(&mut all).unwrap();
-        assert_eq!(all.escape_ascii().to_string(), EXAMPLE_OUT.escape_ascii().to_string());
+        spec_example(f.connect(), one_byte);
     }
     assert_eq!(f.backend.counts().acked, 2);
 }
