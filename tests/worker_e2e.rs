@@ -103,9 +103,12 @@ fn killing_emq_worker_mid_run_loses_no_job() {
     first.0.kill().unwrap();
     let _ = first.0.wait();
     let _second = emq_worker(&h.endpoints.backend, &job, &out, "0");
-    eventually(60, "all 40 jobs ran", || runs(&out).len() == 40);
-    let r = runs(&out);
-    assert!((0..40).all(|i| r.contains_key(&format!("job-{i}"))));
+    // A job process orphaned by the kill may have read a cut payload and
+    // written a junk line: look for every job id, not for 40 lines.
+    eventually(60, "all 40 jobs ran", || {
+        let r = runs(&out);
+        (0..40).all(|i| r.contains_key(&format!("job-{i}")))
+    });
     // The killed worker's in-flight jobs come back when it expires, and run
     // again (at-least-once: its orphaned job processes may have finished them).
     eventually(30, "in-flight jobs requeued", || {
