@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use emq::broker::types::QueueName;
+use emq::ids::QueueName;
 use emq::metrics::latency::{Kind, ShardLatency};
 
 fn record(c: &mut Criterion) {

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use emq::broker::selection::Candidates;
-use emq::broker::types::{PeerId, QueueName, WorkerKey, WorkerShared};
+use emq::broker::types::WorkerShared;
+use emq::ids::{PeerId, QueueName, WorkerKey};
 
 fn candidates(n: usize, weights: usize) -> (Candidates, Vec<Arc<WorkerShared>>) {
     let mut c = Candidates::default();

@@ -39,16 +39,13 @@ pub mod bench;
 pub mod broker;
 pub mod client;
 pub mod config;
+pub mod ids;
 pub mod limits;
 pub mod logging;
 pub mod metrics;
 pub mod protocol;
 pub mod pubsub;
+pub mod router;
 pub mod scheduler;
 pub mod text;
 pub mod zmq_io;
-
-/// Router start/stop, re-exported: `emq::router::start(config)`.
-pub mod router {
-    pub use crate::zmq_io::router::*;
-}

@@ -48,11 +48,15 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// libzmq's default of 1,000 drops or blocks bursts; workers and clients
 /// that pipeline need more.
 pub const ZMQ_HWM: i32 = 100_000;
+/// How long a closing router socket may still flush queued frames (at
+/// shutdown, after the KBYEs were handed over).
+pub const ROUTER_LINGER: Duration = Duration::from_millis(200);
 /// Most messages one loop turn takes from one source before it looks at the
 /// others: bounded batches keep latency predictable (rumqttd's 500).
 pub const BATCH: usize = 512;
-/// How long the admin thread waits for each shard's snapshot.
-pub const ADMIN_SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the admin thread and the latency reporter wait for every
+/// shard's answer (shards answer within one batch unless stopped).
+pub const SHARD_ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Longest text-protocol line, not counting LF or a CR before it
 /// (text-protocol.md: 1 MiB).
@@ -65,6 +69,19 @@ pub const TEXT_OFFER_TIMEOUT: Duration = Duration::from_secs(300);
 pub const TEXT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most open text connections; past it `ERR BUSY` (text-protocol.md: 10,000).
 pub const TEXT_MAX_CONNECTIONS: usize = 10_000;
+/// How long a text connection waits for its shard's answer before it
+/// reports the broker as shutting down (shards answer in microseconds
+/// unless stopped).
+pub const TEXT_SHARD_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the text server's shutdown waits for connection threads to end.
+pub const TEXT_SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+/// How long an acceptor waits to write `ERR BUSY` to a refused client.
+pub const TEXT_BUSY_WRITE_TIMEOUT: Duration = Duration::from_millis(200);
+/// Pause after a failed `accept` (for example out of file descriptors), so
+/// an acceptor does not spin.
+pub const TEXT_ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(20);
+/// How often the router's drain looks at the shards.
+pub const DRAIN_POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// Threads calling `accept` on the text listener.
 pub const TEXT_ACCEPTORS: usize = 2;
 /// Pending-connection queue of the text listener: absorbs connection bursts
@@ -73,6 +90,10 @@ pub const TEXT_LISTEN_BACKLOG: i32 = 1024;
 /// Bytes a text connection reads at a time: one read takes a whole pipelined
 /// burst of small commands (about 4,000 SCHED lines).
 pub const TEXT_READ_BUF_BYTES: usize = 64 * 1024;
+/// A text connection's pending answers are written once they reach this
+/// size, even in the middle of a pipelined batch, so a client that
+/// pipelines many ASKs does not pin memory.
+pub const TEXT_OUT_FLUSH_BYTES: usize = 64 * 1024;
 /// Stack of a text connection thread. Its buffers live on the heap and
 /// nothing recurses, so 256 KiB is plenty; 10,000 connections then reserve
 /// 2.5 GiB of address space instead of 20 GiB with the 2 MiB default.

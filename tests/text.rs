@@ -2,6 +2,7 @@
 //! the Rust client (against a scripted fake server and the real one).
 
 mod client;
+mod memory;
 mod server;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -10,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use emq::config::{RouterConfig, TextConfig};
-use emq::text::{MemoryBackend, TextServer, TextStats};
+use emq::text::{TextServer, TextStats};
+use memory::MemoryBackend;
 
 pub use crate::common::watchdog::Watchdog as TextWatchdog;
 

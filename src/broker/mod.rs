@@ -1,6 +1,7 @@
 //! The broker core: dispatcher shards (queues, workers, selection,
-//! in-flight, timers) and the router that wires them to the sockets. Shards
-//! talk to the rest only through channels and an [`msg::Outbox`].
+//! in-flight, timers). Shards talk to the rest only through messages in
+//! ([`msg::ShardMsg`]) and an [`msg::Outbox`] out; src/router wires them to
+//! channels and threads.
 
 pub mod msg;
 pub mod selection;

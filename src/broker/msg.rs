@@ -1,95 +1,260 @@
 //! What flows into a shard (from the I/O thread, other shards, the text
-//! front end and the admin thread) and out of it (frames for a socket).
+//! front end and the router's admin side) and out of it ([`Outbox`]: frames
+//! for a ZeroMQ peer, messages for other shards, answers for text
+//! connections).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
 use super::snapshot::ShardSnapshot;
-use super::types::{ConnId, Job, PeerId, QueueName, WorkerKey, WorkerShared};
+use super::types::{Job, NewJob, WorkerShared};
+use crate::ids::{ConnId, MsgId, OfferId, PeerId, QueueName, WorkerKey};
+use crate::metrics::latency::Taken;
 use crate::protocol::emqp::Frame;
+use crate::protocol::text::ErrorCode;
 
-/// A message to a dispatcher shard. Fields are described on each variant.
-#[allow(missing_docs)]
+/// A message to a dispatcher shard. The doc of each variant names who sends
+/// it and to which shard.
 #[derive(Debug)]
 pub enum ShardMsg {
-    /// A client REQUEST for `queue`. `fallback_done` is set once the
-    /// unknown-queue fallback to `default` has been applied.
-    Request { queue: QueueName, job: Job, fallback_done: bool },
-    /// INFORM from a worker (to its home shard).
-    WorkerInform { id: PeerId, msgid: Frame, queues: Vec<(i64, QueueName)> },
-    /// READY from a worker (home shard).
-    WorkerReady { id: PeerId },
+    /// A client REQUEST (I/O thread → the queue's shard).
+    Request {
+        /// The queue named in D4, or `default` after the fallback.
+        queue: QueueName,
+        /// The job as received.
+        job: NewJob,
+        /// Set once the unknown-queue fallback to `default` was applied.
+        fallback_done: bool,
+    },
+    /// INFORM from a worker (I/O thread → the worker's home shard).
+    WorkerInform {
+        /// The worker's identity.
+        id: PeerId,
+        /// The INFORM's msgid, acknowledged by the ACK.
+        msgid: MsgId,
+        /// `(weight, queue)` in INFORM order, validated.
+        queues: Vec<(i64, QueueName)>,
+    },
+    /// READY from a worker: one more free slot (home shard).
+    WorkerReady {
+        /// The worker's identity.
+        id: PeerId,
+    },
     /// Job-result REPLY from a worker (home shard).
-    WorkerReply { id: PeerId, request_msgid: Frame },
+    WorkerReply {
+        /// The worker's identity.
+        id: PeerId,
+        /// The msgid of the REQUEST it answers (D5).
+        request_msgid: MsgId,
+    },
     /// HEARTBEAT from a worker (home shard).
-    WorkerHeartbeat { id: PeerId },
+    WorkerHeartbeat {
+        /// The worker's identity.
+        id: PeerId,
+    },
     /// KBYE from a worker (home shard).
-    WorkerKbye { id: PeerId },
+    WorkerKbye {
+        /// The worker's identity.
+        id: PeerId,
+    },
     /// INFORM from a scheduler (shard 0).
-    SchedulerInform { id: PeerId, msgid: Frame },
+    SchedulerInform {
+        /// The scheduler's identity.
+        id: PeerId,
+        /// The INFORM's msgid.
+        msgid: MsgId,
+    },
     /// HEARTBEAT from a frontend peer (shard 0; ignored unless a scheduler).
-    SchedulerHeartbeat { id: PeerId },
+    SchedulerHeartbeat {
+        /// The peer's identity.
+        id: PeerId,
+    },
     /// KBYE from a frontend peer (shard 0).
-    SchedulerKbye { id: PeerId },
-    /// SCHEDULE (`unschedule == false`) or UNSCHEDULE from `client`, with
-    /// the D-frames as received, forwarded verbatim (shard 0).
-    Schedule { client: PeerId, msgid: Frame, frames: Vec<Frame>, unschedule: bool },
-    /// A forward to scheduler `id` failed; `retry` holds a SCHEDULE to
-    /// route to another scheduler.
-    SchedulerSendFailed { id: PeerId, retry: Option<(PeerId, Vec<Frame>)> },
-    /// A worker serving `queue` (to the queue's shard).
-    AddCandidate { queue: QueueName, weight: i64, worker: Arc<WorkerShared> },
-    /// A worker no longer serving `queue` (to the queue's shard).
-    RemoveCandidate { queue: QueueName, key: WorkerKey },
-    /// The worker got a free slot: try its queues on this shard.
-    Wake { worker: Arc<WorkerShared> },
-    /// A queue shard dispatched `job` to worker `key` (to the home shard).
-    Dispatched { key: WorkerKey, queue: QueueName, job: Job },
-    /// Jobs back to the front of their queue, keeping their order (the
-    /// first of `jobs` ends up first in line).
-    Requeue { queue: QueueName, jobs: Vec<Job> },
-    /// Sending a job to worker `key` failed; `unreachable` when the peer is
-    /// gone (EHOSTUNREACH), else its pipe was full (EAGAIN).
-    SendFailed { key: WorkerKey, msgid: Frame, unreachable: bool },
-    /// A text SCHED.
-    TextSched { queue: QueueName, data: Vec<u8>, reply: Sender<Result<(), TextRefusal>> },
-    /// A text ASK from connection `conn`; the reply is the offer's sequence
-    /// number and data, or `None` when the queue has nothing to offer.
-    TextAsk { conn: ConnId, queue: QueueName, reply: Sender<Option<(u64, Vec<u8>)>> },
-    /// ACK, DCL or DEL of offer `seq` held by `conn` on this shard.
-    TextAnswer { conn: ConnId, seq: u64, answer: TextAnswer, reply: Sender<Result<(), TextRefusal>> },
-    /// Connection `conn` ended holding offer `seq`: it goes back to the
-    /// front; the reply says whether it was still held.
-    TextRelease { conn: ConnId, seq: u64, reply: Option<Sender<bool>> },
+    SchedulerKbye {
+        /// The peer's identity.
+        id: PeerId,
+    },
+    /// SCHEDULE or UNSCHEDULE from a client, forwarded verbatim (shard 0).
+    Schedule {
+        /// The client that sent it.
+        client: PeerId,
+        /// Its msgid (the ERROR reply refers to it).
+        msgid: MsgId,
+        /// The D-frames as received.
+        frames: Vec<Frame>,
+        /// UNSCHEDULE (to every scheduler) rather than SCHEDULE (to one).
+        unschedule: bool,
+    },
+    /// A forward to a scheduler failed (I/O thread → shard 0).
+    SchedulerSendFailed {
+        /// The scheduler that could not be reached.
+        id: PeerId,
+        /// A SCHEDULE to route to another scheduler: `(client, D-frames)`.
+        retry: Option<(PeerId, Vec<Frame>)>,
+    },
+    /// A worker serving `queue` (home shard → the queue's shard).
+    AddCandidate {
+        /// The queue.
+        queue: QueueName,
+        /// The worker's weight for it.
+        weight: i64,
+        /// The worker.
+        worker: Arc<WorkerShared>,
+    },
+    /// A worker no longer serving `queue` (home shard → the queue's shard).
+    RemoveCandidate {
+        /// The queue.
+        queue: QueueName,
+        /// The worker registration.
+        key: WorkerKey,
+    },
+    /// The worker got a free slot: try its queues owned by the receiving
+    /// shard (home shard → shards of its queues).
+    Wake {
+        /// The worker.
+        worker: Arc<WorkerShared>,
+    },
+    /// A queue's shard dispatched `job` to a worker (→ the worker's home
+    /// shard, which records it in flight).
+    Dispatched {
+        /// The worker registration.
+        key: WorkerKey,
+        /// The queue it was taken from.
+        queue: QueueName,
+        /// The job.
+        job: Job,
+    },
+    /// Jobs back to the front of their queue, keeping their order: the first
+    /// of `jobs` ends up first in line (→ the queue's shard).
+    Requeue {
+        /// The queue.
+        queue: QueueName,
+        /// The jobs, oldest dispatch first.
+        jobs: Vec<Job>,
+    },
+    /// Sending a job to a worker failed (I/O thread → home shard).
+    SendFailed {
+        /// The worker registration.
+        key: WorkerKey,
+        /// The job's msgid (for the log).
+        msgid: MsgId,
+        /// The peer is gone (EHOSTUNREACH) rather than not reading (EAGAIN).
+        unreachable: bool,
+    },
+    /// Text-protocol commands for queues of the receiving shard, answered in
+    /// order through `port` (text front end → the queue's shard).
+    Text {
+        /// Where the answers go.
+        port: TextPort,
+        /// The commands, in the order their connections sent them.
+        cmds: Vec<TextRequest>,
+    },
     /// Hand over the latency histograms recorded since the last take.
-    LatencyTake { reply: Sender<crate::metrics::latency::Taken> },
+    LatencyTake {
+        /// Where the histograms go.
+        reply: Sender<Taken>,
+    },
     /// Send a snapshot of this shard's state.
-    Snapshot { reply: Sender<ShardSnapshot> },
+    Snapshot {
+        /// Where the snapshot goes.
+        reply: Sender<ShardSnapshot>,
+    },
     /// Stop: KBYE to peers, log what remains, exit.
     Shutdown,
 }
 
-/// A text client's answer to an offer.
+/// A text client's answer to an offer (text-protocol.md "The offer").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TextAnswer {
-    /// Accept: the task is done as far as the broker is concerned.
+    /// `ACK`: the task is done as far as the broker is concerned.
     Ack,
-    /// Decline: back of its queue.
+    /// `DCL`: back of its queue.
     Dcl,
-    /// Delete: removed and counted as deleted.
+    /// `DEL`: removed and counted as deleted.
     Del,
 }
 
-/// Why a shard refused a text operation (text-protocol.md error codes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TextRefusal {
-    /// `QUEUE_FULL`
-    QueueFull,
-    /// `SHUTTING_DOWN`
-    ShuttingDown,
-    /// `NO_TASK`
-    NoTask,
+/// One text command for a shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TextCmd {
+    /// `SCHED data@queue`: answered [`TextOutcome::Done`] or refused.
+    Sched {
+        /// The queue (a valid name).
+        queue: QueueName,
+        /// The task's bytes.
+        data: Vec<u8>,
+    },
+    /// `ASK queue`: answered with an offer, `Nope` or a refusal.
+    Ask {
+        /// The queue.
+        queue: QueueName,
+    },
+    /// `ACK`, `DCL` or `DEL` of an offer: `Done`, or `NO_TASK` when the
+    /// offer has lapsed.
+    Answer {
+        /// The offer.
+        offer: OfferId,
+        /// How it was answered.
+        answer: TextAnswer,
+    },
+    /// The connection ended holding the offer: it goes back to the front
+    /// of its queue. Not answered.
+    Release {
+        /// The offer.
+        offer: OfferId,
+    },
+}
+
+/// A text command with the connection that sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextRequest {
+    /// The connection.
+    pub conn: ConnId,
+    /// The command.
+    pub cmd: TextCmd,
+}
+
+/// What a shard answers to a [`TextCmd`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TextOutcome {
+    /// Done: SCHED stored, or the offer answered.
+    Done,
+    /// A task offered to the connection until `deadline`.
+    Offer {
+        /// The offer, for the answer.
+        id: OfferId,
+        /// The task's bytes.
+        data: Vec<u8>,
+        /// When the offer lapses and the task goes back to the front of
+        /// its queue (the shard's clock decides; the connection only uses
+        /// it to forget the offer).
+        deadline: Instant,
+    },
+    /// Nothing to offer now.
+    Nope,
+    /// Refused with a text-protocol error code; nothing changed.
+    Refused(ErrorCode),
+}
+
+/// An answer for one connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextReply {
+    /// The connection.
+    pub conn: ConnId,
+    /// The outcome of its command.
+    pub outcome: TextOutcome,
+}
+
+/// Where a shard sends text answers: a channel of the text front end.
+/// Answers to one port arrive in the order of the commands.
+#[derive(Debug, Clone)]
+pub struct TextPort {
+    /// The front end's number for this port (for logs and tests).
+    pub id: u64,
+    /// The channel.
+    pub tx: Sender<Vec<TextReply>>,
 }
 
 /// Which router socket a frame list goes out on.
@@ -104,15 +269,22 @@ pub enum Dest {
 }
 
 /// What the I/O thread does when a send fails.
-#[allow(missing_docs)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OnFail {
     /// Count it and move on (acceptance REPLY, heartbeat, ERROR…).
     Count,
-    /// A job to a worker: tell its home shard.
-    Job { home: usize, key: WorkerKey },
+    /// A job to a worker: tell its home shard ([`ShardMsg::SendFailed`]).
+    Job {
+        /// The worker's home shard.
+        home: usize,
+        /// The worker registration.
+        key: WorkerKey,
+    },
     /// A SCHEDULE to a scheduler: route it to another one.
-    Schedule { client: PeerId },
+    Schedule {
+        /// The client that sent the SCHEDULE.
+        client: PeerId,
+    },
     /// An UNSCHEDULE to a scheduler: drop that scheduler.
     Unschedule,
 }
@@ -130,15 +302,47 @@ pub struct Outgoing {
     pub on_fail: OnFail,
 }
 
-/// Where shards put outgoing frames. The router implementation is an inproc
-/// PUSH socket read by the I/O thread (src/zmq_io); tests use a `Vec`.
-pub trait Outbox: Send {
-    /// Queues one message for sending. Never blocks for long.
-    fn send(&mut self, out: Outgoing);
+/// Where a shard's handlers put what they produce. The router's
+/// implementation sends into channels (src/router); tests collect into
+/// `Vec`s ([`VecOutbox`]).
+///
+/// Order: within one handler, messages to other shards are handed over
+/// before later frames, so a shard can tell a worker's home shard about a
+/// job before the job's frames can reach the worker.
+pub trait Outbox {
+    /// Frames for a ZeroMQ peer, sent by the I/O thread. Never blocks.
+    fn emqp(&mut self, out: Outgoing);
+    /// A message for shard `index` (never the sender itself: a shard keeps
+    /// messages to itself in its own local queue).
+    fn shard(&mut self, index: usize, msg: ShardMsg);
+    /// An answer for a text connection.
+    fn text(&mut self, port: &TextPort, reply: TextReply);
+    /// The end of a batch of messages: wake whoever has to act on what was
+    /// handed over (one wake-up per batch instead of one per message).
+    fn flush(&mut self) {}
 }
 
-impl Outbox for Vec<Outgoing> {
-    fn send(&mut self, out: Outgoing) {
-        self.push(out);
+/// An [`Outbox`] that keeps everything, in order, for tests and tools.
+#[derive(Debug, Default)]
+pub struct VecOutbox {
+    /// Frames for peers.
+    pub emqp: Vec<Outgoing>,
+    /// Messages for other shards: `(index, message)`.
+    pub shards: Vec<(usize, ShardMsg)>,
+    /// Text answers: `(port id, reply)`.
+    pub text: Vec<(u64, TextReply)>,
+}
+
+impl Outbox for VecOutbox {
+    fn emqp(&mut self, out: Outgoing) {
+        self.emqp.push(out);
+    }
+
+    fn shard(&mut self, index: usize, msg: ShardMsg) {
+        self.shards.push((index, msg));
+    }
+
+    fn text(&mut self, port: &TextPort, reply: TextReply) {
+        self.text.push((port.id, reply));
     }
 }

@@ -13,7 +13,8 @@
 
 use std::sync::Arc;
 
-use super::types::{WorkerKey, WorkerShared, WorkerState};
+use super::types::{WorkerShared, WorkerState};
+use crate::ids::WorkerKey;
 
 /// The candidates of one queue, in selection order.
 #[derive(Debug, Default)]
@@ -81,7 +82,7 @@ impl Candidates {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::types::{PeerId, QueueName};
+    use crate::ids::{PeerId, QueueName};
 
     fn worker(key: u64, name: &str) -> Arc<WorkerShared> {
         Arc::new(WorkerShared::new(WorkerKey(key), PeerId(name.into()), 0, vec![(10, QueueName::named("q"))]))

@@ -6,8 +6,6 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use super::types::show;
-
 /// One queue as its owning shard sees it.
 #[derive(Debug, Clone, Default)]
 pub struct QueueSnap {
@@ -70,11 +68,6 @@ impl ShardSnapshot {
         self.queues.iter().map(|q| q.waiting + q.offered).sum::<usize>()
             + self.workers.iter().map(|w| w.inflight.len()).sum::<usize>()
     }
-}
-
-/// Displays identities the same way everywhere.
-pub fn id_text(bytes: &[u8]) -> String {
-    show(bytes)
 }
 
 /// STATUS JSON (spec §3.10 key order), with `emq` extras appended.

@@ -1,79 +1,11 @@
-//! Identifiers and the job record shared by the shards.
+//! The job record and the worker state shared by the shards.
 
-use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 use std::time::Instant;
 
+use crate::ids::{JobId, MsgId, PeerId, QueueName, WorkerKey};
 use crate::protocol::emqp::Frame;
-
-/// A queue name: bytes as they arrive in REQUEST D4 or a text `@queue`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct QueueName(pub Vec<u8>);
-
-/// A ZeroMQ peer identity: opaque bytes (36-byte uuid text for Python
-/// peers, 5 binary bytes for a peer that sets none).
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct PeerId(pub Vec<u8>);
-
-/// A unique number per worker registration: a re-INFORM from the same
-/// identity gets a new key, so stale messages about the old entry are told
-/// apart from the new one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct WorkerKey(pub u64);
-
-/// A text-protocol connection number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(pub u64);
-
-/// Shows bytes as text when they are UTF-8, escaped otherwise.
-pub fn show(bytes: &[u8]) -> String {
-    match std::str::from_utf8(bytes) {
-        Ok(s) => s.to_string(),
-        Err(_) => bytes.escape_ascii().to_string(),
-    }
-}
-
-/// Bytes for a log line: escaped, cut at 512 bytes (with the length noted).
-pub fn cut(bytes: &[u8]) -> String {
-    let shown = bytes[..bytes.len().min(512)].escape_ascii().to_string();
-    if bytes.len() > 512 {
-        format!("{shown}…({} bytes)", bytes.len())
-    } else {
-        shown
-    }
-}
-
-impl fmt::Display for QueueName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&show(&self.0))
-    }
-}
-
-impl fmt::Debug for QueueName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", show(&self.0))
-    }
-}
-
-impl fmt::Display for PeerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&show(&self.0))
-    }
-}
-
-impl fmt::Debug for PeerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", show(&self.0))
-    }
-}
-
-impl QueueName {
-    /// The queue named by `s`.
-    pub fn named(s: &str) -> QueueName {
-        QueueName(s.as_bytes().to_vec())
-    }
-}
 
 /// The shard that owns `queue`: `hash(queue) % shards` (DESIGN "Queue state
 /// lives on one shard"). Deterministic across runs.
@@ -92,14 +24,62 @@ pub enum Origin {
     Text,
 }
 
-/// One job as the broker holds it. The frames are kept as they arrived so a
-/// worker receives the client's REQUEST unchanged (spec §3.3).
+/// A job as a front end hands it to its queue's shard, before acceptance.
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    /// The REQUEST msgid (a fresh uuid4 for text SCHEDs).
+    pub msgid: MsgId,
+    /// REQUEST D4 as the client sent it (kept even after the `default`
+    /// fallback: EventMQ 0.3.13; docs/emqp.md, REQUEST).
+    pub queue_frame: Frame,
+    /// REQUEST D5, the headers CSV as the client sent it.
+    pub headers: Frame,
+    /// REQUEST D6 (the text protocol's data).
+    pub body: Frame,
+    /// Frames after D6, forwarded unchanged.
+    pub extra: Vec<Frame>,
+    /// Who sent it.
+    pub origin: Origin,
+}
+
+impl NewJob {
+    /// A text-protocol SCHED of `data` on `queue`, with a fresh msgid.
+    pub fn text(queue: &QueueName, data: Vec<u8>) -> NewJob {
+        NewJob {
+            msgid: MsgId(crate::protocol::emqp::new_msgid()),
+            queue_frame: queue.0.clone(),
+            headers: Vec::new(),
+            body: data,
+            extra: Vec::new(),
+            origin: Origin::Text,
+        }
+    }
+
+    /// The job once its shard has accepted it as `id` at `now`.
+    pub fn accept(self, id: JobId, now: Instant) -> Job {
+        Job {
+            id,
+            msgid: self.msgid,
+            queue_frame: self.queue_frame,
+            headers: self.headers,
+            body: self.body,
+            extra: self.extra,
+            accepted_at: now,
+            origin: self.origin,
+            redeliveries: 0,
+        }
+    }
+}
+
+/// One accepted job as the broker holds it. The frames are kept as they
+/// arrived so a worker receives the client's REQUEST unchanged.
 #[derive(Clone, Debug)]
 pub struct Job {
-    /// The REQUEST msgid (a fresh uuid4 for text SCHEDs); the job id.
-    pub msgid: Frame,
-    /// REQUEST D4 as the client sent it (kept even after the `default`
-    /// fallback, spec §3.3).
+    /// The broker's id: unique, unlike the msgid.
+    pub id: JobId,
+    /// The REQUEST msgid (a fresh uuid4 for text SCHEDs).
+    pub msgid: MsgId,
+    /// REQUEST D4 as the client sent it.
     pub queue_frame: Frame,
     /// REQUEST D5, the headers CSV as the client sent it.
     pub headers: Frame,

@@ -22,7 +22,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
-use crate::broker::types::QueueName;
+use crate::ids::QueueName;
 use crate::limits;
 
 /// Which latency.

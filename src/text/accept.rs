@@ -4,21 +4,14 @@ use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::backend::ConnId;
 use super::stats::TextStats;
 use super::{conn, Shared};
+use crate::ids::ConnId;
 use crate::limits;
 use crate::protocol::text::{encode_err, ErrorCode};
-
-/// How long the acceptor waits to write `ERR BUSY` to a refused client.
-const BUSY_WRITE_TIMEOUT: Duration = Duration::from_millis(200);
-/// Pause after a failed `accept` (for example out of file descriptors), so
-/// the acceptor does not spin.
-const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(20);
 
 /// Binds a TCP listener with `SO_REUSEADDR` (a restarted router can bind
 /// while old connections linger in TIME_WAIT) and a
@@ -45,7 +38,7 @@ pub(super) fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             Ok((stream, _peer)) => admit(&shared, stream),
             Err(e) => {
                 tracing::warn!(error = %e, "text accept failed");
-                std::thread::sleep(ACCEPT_ERROR_PAUSE);
+                std::thread::sleep(limits::TEXT_ACCEPT_ERROR_PAUSE);
             }
         }
     }
@@ -88,7 +81,7 @@ fn refuse(shared: &Shared, mut stream: TcpStream) {
     shared.stats.count_error(ErrorCode::Busy);
     let mut line = Vec::new();
     encode_err(&mut line, ErrorCode::Busy, ErrorCode::Busy.default_text());
-    let _ = stream.set_write_timeout(Some(BUSY_WRITE_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(limits::TEXT_BUSY_WRITE_TIMEOUT));
     let _ = stream.write_all(&line);
     let _ = stream.shutdown(Shutdown::Write);
 }

@@ -6,29 +6,17 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use super::backend::{ConnId, OfferHandle};
 use super::stats::TextStats;
 use super::Shared;
-use crate::limits;
+use crate::broker::msg::{TextAnswer, TextCmd, TextOutcome};
+use crate::ids::{ConnId, OfferId, QueueName};
+use crate::limits::{self, TEXT_OUT_FLUSH_BYTES as OUT_FLUSH_BYTES};
 use crate::protocol::text::{encode_err, encode_nope, encode_want, ErrorCode, LineDecoder, TextCommand};
-
-/// Pending answers are written once they reach this size, even in the middle
-/// of a pipelined batch, so a client that pipelines many ASKs does not pin
-/// memory.
-const OUT_FLUSH_BYTES: usize = 64 * 1024;
 
 /// Whether the connection goes on after a command.
 enum Flow {
     Continue,
     Close,
-}
-
-/// How the client answered an offer.
-#[derive(Clone, Copy)]
-enum Answer {
-    Ack,
-    Dcl,
-    Del,
 }
 
 struct Connection<'a> {
@@ -37,7 +25,8 @@ struct Connection<'a> {
     stream: TcpStream,
     decoder: LineDecoder,
     out: Vec<u8>,
-    offer: Option<OfferHandle>,
+    /// The offer held, with its deadline.
+    offer: Option<(OfferId, Instant)>,
     /// When the last bytes arrived (the partial-line idle timer's start).
     last_read: Instant,
     /// The socket's read timeout as last set (saves a syscall per read).
@@ -61,11 +50,9 @@ pub(super) fn serve(shared: &Shared, id: ConnId, stream: TcpStream) {
     if let Err(e) = conn.run() {
         tracing::debug!(conn = %id, error = %e, "text connection ended by error");
     }
-    if let Some(offer) = conn.offer.take() {
+    if let Some((offer, _)) = conn.offer.take() {
         TextStats::dec(&shared.stats.offers_held);
-        if shared.backend.release(id, offer) {
-            TextStats::inc(&shared.stats.offers_returned_disconnect);
-        }
+        shared.backend.release(id, offer);
     }
     let _ = conn.stream.shutdown(Shutdown::Both);
     shared.streams.lock().remove(&id);
@@ -112,67 +99,72 @@ impl Connection<'_> {
 
     fn handle(&mut self, command: TextCommand) -> Flow {
         match command {
-            TextCommand::Sched { data, queue } => self.handle_sched(&queue, data),
-            TextCommand::Ask { queue } => self.handle_ask(&queue),
-            TextCommand::Ack => self.handle_answer(Answer::Ack),
-            TextCommand::Dcl => self.handle_answer(Answer::Dcl),
-            TextCommand::Del => self.handle_answer(Answer::Del),
+            TextCommand::Sched { data, queue } => self.handle_sched(QueueName(queue.into_bytes()), data),
+            TextCommand::Ask { queue } => self.handle_ask(QueueName(queue.into_bytes())),
+            TextCommand::Ack => self.handle_answer(TextAnswer::Ack),
+            TextCommand::Dcl => self.handle_answer(TextAnswer::Dcl),
+            TextCommand::Del => self.handle_answer(TextAnswer::Del),
             TextCommand::End => return Flow::Close,
         }
         Flow::Continue
     }
 
-    fn handle_sched(&mut self, queue: &str, data: Vec<u8>) {
-        if let Err(code) = self.shared.backend.sched(queue, data) {
-            self.err(code, code.default_text());
+    fn handle_sched(&mut self, queue: QueueName, data: Vec<u8>) {
+        match self.shared.backend.call(self.id, TextCmd::Sched { queue, data }) {
+            TextOutcome::Done => {}
+            other => self.unexpected(other),
         }
     }
 
-    fn handle_ask(&mut self, queue: &str) {
+    fn handle_ask(&mut self, queue: QueueName) {
         self.expire_offer(Instant::now());
         if self.offer.is_some() {
             return self.err(ErrorCode::Pending, ErrorCode::Pending.default_text());
         }
-        match self.shared.backend.ask(self.id, queue) {
-            Ok(Some(offer)) => {
-                if encode_want(&mut self.out, &offer.data) {
+        match self.shared.backend.call(self.id, TextCmd::Ask { queue }) {
+            TextOutcome::Offer { id, data, deadline } => {
+                if encode_want(&mut self.out, &data) {
                     TextStats::inc(&self.shared.stats.offers_rewritten);
                 }
                 TextStats::inc(&self.shared.stats.offers_held);
-                self.offer = Some(offer.handle);
+                self.offer = Some((id, deadline));
             }
-            Ok(None) => encode_nope(&mut self.out),
-            Err(code) => self.err(code, code.default_text()),
+            TextOutcome::Nope => encode_nope(&mut self.out),
+            other => self.unexpected(other),
         }
     }
 
-    fn handle_answer(&mut self, answer: Answer) {
+    fn handle_answer(&mut self, answer: TextAnswer) {
         self.expire_offer(Instant::now());
-        let Some(offer) = self.offer.take() else {
+        let Some((offer, _)) = self.offer.take() else {
             return self.err(ErrorCode::NoTask, ErrorCode::NoTask.default_text());
         };
         TextStats::dec(&self.shared.stats.offers_held);
-        let backend = &self.shared.backend;
-        let result = match answer {
-            Answer::Ack => backend.ack(self.id, offer),
-            Answer::Dcl => backend.dcl(self.id, offer),
-            Answer::Del => backend.del(self.id, offer),
-        };
-        if let Err(code) = result {
-            if code == ErrorCode::NoTask {
-                TextStats::inc(&self.shared.stats.offers_returned_timeout);
-            }
-            self.err(code, code.default_text());
+        match self.shared.backend.call(self.id, TextCmd::Answer { offer, answer }) {
+            TextOutcome::Done => {}
+            other => self.unexpected(other),
         }
+    }
+
+    /// Writes a refusal; any other outcome where it does not belong breaks
+    /// the contract and is reported as the broker shutting down.
+    fn unexpected(&mut self, outcome: TextOutcome) {
+        let code = match outcome {
+            TextOutcome::Refused(code) => code,
+            other => {
+                tracing::error!(conn = %self.id, ?other, "text backend answered out of contract");
+                ErrorCode::ShuttingDown
+            }
+        };
+        self.err(code, code.default_text());
     }
 
     /// Forgets the held offer once its deadline has passed (the backend has
     /// taken it back, or will).
     fn expire_offer(&mut self, now: Instant) {
-        if self.offer.is_some_and(|o| o.deadline <= now) {
+        if self.offer.is_some_and(|(_, deadline)| deadline <= now) {
             self.offer = None;
             TextStats::dec(&self.shared.stats.offers_held);
-            TextStats::inc(&self.shared.stats.offers_returned_timeout);
         }
     }
 
@@ -226,7 +218,7 @@ impl Connection<'_> {
     /// Blocks reads until the nearest of the idle deadline and the offer
     /// deadline, or indefinitely when neither applies.
     fn set_read_timeout(&mut self, now: Instant) -> io::Result<()> {
-        let deadline = match (self.idle_deadline(), self.offer.map(|o| o.deadline)) {
+        let deadline = match (self.idle_deadline(), self.offer.map(|(_, deadline)| deadline)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };

@@ -1,27 +1,15 @@
 //! The text protocol front end (text-protocol.md): an acceptor pool on one
 //! listener and one blocking thread per connection.
 //!
-//! Queue operations go through [`TextBackend`]; the broker implements it, and
-//! [`MemoryBackend`] implements it in one mutex for tests. Counters for
-//! STATUS are in [`TextStats`].
-//!
-//! ```no_run
-//! use std::sync::Arc;
-//! use emq::config::RouterConfig;
-//! use emq::text::{MemoryBackend, TextServer, TextStats};
-//!
-//! let config = RouterConfig::default().text;
-//! let backend = Arc::new(MemoryBackend::new(config.offer_timeout, 1_000_000));
-//! let server = TextServer::start("127.0.0.1:0".parse()?, config, backend, Arc::new(TextStats::default()))?;
-//! println!("text protocol on {}", server.local_addr());
-//! server.shutdown();
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! Queue operations go through [`TextBackend`], the broker's text contract
+//! ([`crate::broker::msg::TextCmd`] in, [`crate::broker::msg::TextOutcome`]
+//! out); [`shard_backend::ShardBackend`] implements it over the shards, and
+//! the tests implement it in one mutex. Connection counters for STATUS are
+//! in [`TextStats`]. The router starts the server (src/router).
 
 mod accept;
 pub mod backend;
 mod conn;
-mod memory;
 pub mod shard_backend;
 mod stats;
 
@@ -35,14 +23,12 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-pub use backend::{ConnId, Offer, OfferHandle, TextBackend};
-pub use memory::{MemoryBackend, MemoryCounts};
+pub use backend::TextBackend;
 pub use stats::{TextStats, TextStatsSnapshot};
 
 use crate::config::TextConfig;
-
-/// How long [`TextServer::shutdown`] waits for connection threads to end.
-const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+use crate::ids::ConnId;
+use crate::limits::TEXT_SHUTDOWN_WAIT as SHUTDOWN_WAIT;
 
 /// State shared by the acceptors and the connection threads.
 struct Shared {

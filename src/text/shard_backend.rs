@@ -1,120 +1,63 @@
-//! The broker's [`TextBackend`]: every operation goes to the shard that owns
-//! the queue, over its channel, and waits for the answer. Offers live on
-//! that shard (text-protocol.md "The offer"), which also owns their timeout.
-//!
-//! An [`OfferHandle`]'s id packs the shard index (low 16 bits) and the
-//! shard's offer sequence number (the rest), so ACK/DCL/DEL/release go back
-//! to the right shard and a stale handle is refused there.
+//! The broker's [`TextBackend`]: every command goes to the shard that owns
+//! its queue (or holds its offer), as a [`ShardMsg::Text`], and the
+//! connection waits for the answer on a port of its own. Offers live on
+//! that shard (text-protocol.md "The offer"), which also owns their
+//! timeout and returns the deadline with the offer.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use super::backend::{ConnId, Offer, OfferHandle, TextBackend};
-use crate::broker::msg::{ShardMsg, TextAnswer, TextRefusal};
-use crate::broker::types::{shard_of, ConnId as ShardConn, QueueName};
+use super::backend::TextBackend;
+use crate::broker::msg::{ShardMsg, TextCmd, TextOutcome, TextPort, TextRequest};
+use crate::broker::types::shard_of;
+use crate::ids::{ConnId, OfferId};
+use crate::limits;
 use crate::protocol::text::ErrorCode;
-
-/// How long a connection waits for a shard's answer before it reports the
-/// broker as shutting down (shards answer in microseconds unless stopped).
-const SHARD_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// [`TextBackend`] over the dispatcher shards.
 pub struct ShardBackend {
     shards: Arc<[Sender<ShardMsg>]>,
-    offer_timeout: Duration,
-    draining: Arc<AtomicBool>,
+    next_port: AtomicU64,
 }
 
 impl ShardBackend {
-    /// A backend over `shards`, whose offers lapse after `offer_timeout`
-    /// (the same value the shards use).
-    pub fn new(shards: Arc<[Sender<ShardMsg>]>, offer_timeout: Duration, draining: Arc<AtomicBool>) -> ShardBackend {
-        ShardBackend { shards, offer_timeout, draining }
+    /// A backend over `shards`.
+    pub fn new(shards: Arc<[Sender<ShardMsg>]>) -> ShardBackend {
+        ShardBackend { shards, next_port: AtomicU64::new(1) }
     }
 
-    fn shard(&self, queue: &str) -> usize {
-        shard_of(queue.as_bytes(), self.shards.len())
+    fn shard(&self, cmd: &TextCmd) -> usize {
+        match cmd {
+            TextCmd::Sched { queue, .. } | TextCmd::Ask { queue } => shard_of(&queue.0, self.shards.len()),
+            TextCmd::Answer { offer, .. } | TextCmd::Release { offer } => offer.shard,
+        }
     }
 
-    /// Sends `msg` to shard `index` and waits for the answer on `rx`.
-    fn call<T>(&self, index: usize, msg: ShardMsg, rx: crossbeam_channel::Receiver<T>) -> Result<T, ErrorCode> {
-        let Some(tx) = self.shards.get(index) else { return Err(ErrorCode::NoTask) };
-        tx.send(msg).map_err(|_| ErrorCode::ShuttingDown)?;
-        rx.recv_timeout(SHARD_ANSWER_TIMEOUT).map_err(|_| ErrorCode::ShuttingDown)
-    }
-
-    fn answer(&self, conn: ConnId, offer: OfferHandle, answer: TextAnswer) -> Result<(), ErrorCode> {
-        let (index, seq) = unpack(offer.id);
-        let (reply, rx) = crossbeam_channel::bounded(1);
-        let msg = ShardMsg::TextAnswer { conn: ShardConn(conn.0), seq, answer, reply };
-        self.call(index, msg, rx)?.map_err(refusal)
-    }
-}
-
-fn pack(index: usize, seq: u64) -> u64 {
-    (seq << 16) | (index as u64 & 0xffff)
-}
-
-fn unpack(id: u64) -> (usize, u64) {
-    ((id & 0xffff) as usize, id >> 16)
-}
-
-fn refusal(r: TextRefusal) -> ErrorCode {
-    match r {
-        TextRefusal::QueueFull => ErrorCode::QueueFull,
-        TextRefusal::ShuttingDown => ErrorCode::ShuttingDown,
-        TextRefusal::NoTask => ErrorCode::NoTask,
+    fn send(&self, conn: ConnId, cmd: TextCmd, port: TextPort) -> Result<(), ErrorCode> {
+        let tx = self.shards.get(self.shard(&cmd)).ok_or(ErrorCode::NoTask)?;
+        let msg = ShardMsg::Text { port, cmds: vec![TextRequest { conn, cmd }] };
+        tx.send(msg).map_err(|_| ErrorCode::ShuttingDown)
     }
 }
 
 impl TextBackend for ShardBackend {
-    fn sched(&self, queue: &str, data: Vec<u8>) -> Result<(), ErrorCode> {
-        if self.draining.load(Ordering::Acquire) {
-            return Err(ErrorCode::ShuttingDown);
+    fn call(&self, conn: ConnId, cmd: TextCmd) -> TextOutcome {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let port = TextPort { id: self.next_port.fetch_add(1, Ordering::Relaxed), tx };
+        if let Err(code) = self.send(conn, cmd, port) {
+            return TextOutcome::Refused(code);
         }
-        let (reply, rx) = crossbeam_channel::bounded(1);
-        let msg = ShardMsg::TextSched { queue: QueueName::named(queue), data, reply };
-        self.call(self.shard(queue), msg, rx)?.map_err(refusal)
+        match rx.recv_timeout(limits::TEXT_SHARD_ANSWER_TIMEOUT) {
+            Ok(mut replies) if !replies.is_empty() => replies.swap_remove(0).outcome,
+            _ => TextOutcome::Refused(ErrorCode::ShuttingDown),
+        }
     }
 
-    fn ask(&self, conn: ConnId, queue: &str) -> Result<Option<Offer>, ErrorCode> {
-        let index = self.shard(queue);
-        let (reply, rx) = crossbeam_channel::bounded(1);
-        let msg = ShardMsg::TextAsk { conn: ShardConn(conn.0), queue: QueueName::named(queue), reply };
-        let answer = self.call(index, msg, rx)?;
-        Ok(answer.map(|(seq, data)| Offer {
-            handle: OfferHandle { id: pack(index, seq), deadline: Instant::now() + self.offer_timeout },
-            data,
-        }))
-    }
-
-    fn ack(&self, conn: ConnId, offer: OfferHandle) -> Result<(), ErrorCode> {
-        self.answer(conn, offer, TextAnswer::Ack)
-    }
-
-    fn dcl(&self, conn: ConnId, offer: OfferHandle) -> Result<(), ErrorCode> {
-        self.answer(conn, offer, TextAnswer::Dcl)
-    }
-
-    fn del(&self, conn: ConnId, offer: OfferHandle) -> Result<(), ErrorCode> {
-        self.answer(conn, offer, TextAnswer::Del)
-    }
-
-    fn release(&self, conn: ConnId, offer: OfferHandle) -> bool {
-        let (index, seq) = unpack(offer.id);
-        let (reply, rx) = crossbeam_channel::bounded(1);
-        let msg = ShardMsg::TextRelease { conn: ShardConn(conn.0), seq, reply: Some(reply) };
-        self.call(index, msg, rx).unwrap_or(false)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn handle_ids_round_trip() {
-        assert_eq!(super::unpack(super::pack(7, 123_456)), (7, 123_456));
+    fn release(&self, conn: ConnId, offer: OfferId) {
+        let (tx, _) = crossbeam_channel::bounded(1);
+        let port = TextPort { id: 0, tx };
+        let _ = self.send(conn, TextCmd::Release { offer }, port);
     }
 }

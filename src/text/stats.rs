@@ -1,4 +1,6 @@
-//! Counters of the text front end for STATUS, readable from any thread.
+//! Counters of the text connections for STATUS, readable from any thread.
+//! What happens to offers (answered, returned by disconnect or timeout) is
+//! counted once, by whoever holds them (the shards' [`crate::metrics::counters::Counters`]).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -15,10 +17,6 @@ pub struct TextStats {
     /// Offers held by connections now (gauge; an offer leaves it when it is
     /// answered, released, or its deadline passes).
     pub offers_held: AtomicU64,
-    /// Offers returned to the front because their connection ended.
-    pub offers_returned_disconnect: AtomicU64,
-    /// Offers that lapsed by the offer timeout (seen by their connection).
-    pub offers_returned_timeout: AtomicU64,
     /// Offers whose data had CR or LF bytes written as spaces.
     pub offers_rewritten: AtomicU64,
     /// Connections closed because a partial line sat idle too long.
@@ -36,10 +34,6 @@ pub struct TextStatsSnapshot {
     pub connections_total: u64,
     /// See [`TextStats::offers_held`].
     pub offers_held: u64,
-    /// See [`TextStats::offers_returned_disconnect`].
-    pub offers_returned_disconnect: u64,
-    /// See [`TextStats::offers_returned_timeout`].
-    pub offers_returned_timeout: u64,
     /// See [`TextStats::offers_rewritten`].
     pub offers_rewritten: u64,
     /// See [`TextStats::idle_closed`].
@@ -75,8 +69,6 @@ impl TextStats {
             connections_open: self.connections_open.load(Relaxed),
             connections_total: self.connections_total.load(Relaxed),
             offers_held: self.offers_held.load(Relaxed),
-            offers_returned_disconnect: self.offers_returned_disconnect.load(Relaxed),
-            offers_returned_timeout: self.offers_returned_timeout.load(Relaxed),
             offers_rewritten: self.offers_rewritten.load(Relaxed),
             idle_closed: self.idle_closed.load(Relaxed),
             errors: ErrorCode::ALL.iter().map(|&c| (c.as_str(), self.errors(c))).collect(),

@@ -1,28 +1,40 @@
-//! The I/O thread: owns the frontend, backend and admin ROUTER sockets and
-//! the egress PULL. It decodes every inbound message, routes it to the
-//! shard that owns it, and sends what the shards hand it. It holds no queue
-//! state and blocks in `zmq::poll` with no timeout: an idle broker sleeps.
+//! The I/O thread: owns the frontend, backend and admin ROUTER sockets. It
+//! decodes every inbound message, routes it to the shard that owns it, and
+//! sends what the shards hand it through the egress channel. It holds no
+//! queue state and blocks in `zmq::poll` with no timeout (the egress wake-up
+//! is one of the poll items): an idle broker sleeps.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use crossbeam_channel::Sender;
 
-use super::admin::AdminRequest;
-use super::egress::decode_tag;
-use crate::broker::msg::{Dest, OnFail, ShardMsg};
-use crate::broker::types::{shard_of, show, Job, Origin, PeerId, QueueName};
+use super::egress::{Egress, EgressRx};
+use crate::broker::msg::{Dest, OnFail, Outgoing, ShardMsg};
+use crate::broker::types::{shard_of, NewJob, Origin};
+use crate::ids::{show, MsgId, PeerId, QueueName};
 use crate::limits;
 use crate::metrics::counters::Counters;
-use crate::protocol::emqp::{decode, Command, Frame, Message, PeerType, ShowFrames, Socket};
+use crate::protocol::emqp::{decode, AdminQuery, Command, Frame, Message, PeerType, ShowFrames, Socket};
 use crate::protocol::queues::parse_queue_list;
+
+/// A query from the admin socket, for the admin thread.
+#[derive(Debug)]
+pub struct AdminRequest {
+    /// The emq-cli peer.
+    pub peer: PeerId,
+    /// Its msgid.
+    pub msgid: MsgId,
+    /// What it asks.
+    pub query: AdminQuery,
+}
 
 /// Why the router should stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
     /// DISCONNECT on the admin socket.
     AdminDisconnect,
-    /// A signal or [`crate::zmq_io::RouterHandle::shutdown`].
+    /// A signal or [`crate::router::RouterHandle::shutdown`].
     Requested,
 }
 
@@ -34,8 +46,8 @@ pub struct IoThread {
     pub backend: zmq::Socket,
     /// Admin ROUTER.
     pub admin: zmq::Socket,
-    /// Egress PULL (shards and admin thread → sockets).
-    pub egress: zmq::Socket,
+    /// What shards and the admin thread hand over for sending.
+    pub egress: EgressRx,
     /// Every shard's channel.
     pub shards: Arc<[Sender<ShardMsg>]>,
     /// The admin thread.
@@ -49,24 +61,29 @@ pub struct IoThread {
 }
 
 impl IoThread {
-    /// Runs until the exit tag arrives on the egress socket.
+    /// Runs until [`Egress::Exit`] arrives.
     pub fn run(mut self) {
         loop {
+            if !self.drain_egress() {
+                return;
+            }
+            let egress_fd = self.egress.fd();
             let mut items = [
-                self.egress.as_poll_item(zmq::POLLIN),
+                zmq::PollItem::from_fd(egress_fd, zmq::POLLIN),
                 self.frontend.as_poll_item(zmq::POLLIN),
                 self.backend.as_poll_item(zmq::POLLIN),
                 self.admin.as_poll_item(zmq::POLLIN),
             ];
-            if let Err(e) = zmq::poll(&mut items, -1) {
+            // Block only when nothing was handed over since the drain.
+            let timeout = if self.egress.arm() { -1 } else { 0 };
+            let polled = zmq::poll(&mut items, timeout);
+            self.egress.disarm();
+            if let Err(e) = polled {
                 tracing::error!(error = %e, "zmq poll failed");
                 std::thread::sleep(std::time::Duration::from_millis(10));
                 continue;
             }
-            let ready: Vec<bool> = items.iter().map(|i| i.is_readable()).collect();
-            if ready[0] && !self.drain_egress() {
-                return;
-            }
+            let ready: [bool; 4] = std::array::from_fn(|i| items[i].is_readable());
             for (i, socket) in [(1, Socket::Frontend), (2, Socket::Backend), (3, Socket::Admin)] {
                 if ready[i] {
                     self.drain_inbound(socket);
@@ -97,74 +114,58 @@ impl IoThread {
         }
     }
 
-    /// Sends up to a batch of egress messages; `false` on the exit tag.
+    /// Sends up to a batch of egress messages; `false` on [`Egress::Exit`].
     fn drain_egress(&mut self) -> bool {
         for _ in 0..limits::BATCH {
-            match self.egress.recv_multipart(zmq::DONTWAIT) {
-                Ok(mut frames) if frames.len() >= 2 => {
-                    if frames[0].first() == Some(&b'X') {
-                        self.flush_egress();
-                        return false;
-                    }
-                    let Some((dest, on_fail)) = decode_tag(&frames[0]) else {
-                        tracing::error!(tag = %ShowFrames(&frames[..1]), "egress message with a bad tag dropped");
-                        continue;
-                    };
-                    frames.remove(0);
-                    self.send_out(dest, on_fail, frames);
+            match self.egress.try_recv() {
+                Some(Egress::Send(out)) => self.send_out(out),
+                Some(Egress::Exit) => {
+                    self.flush_egress();
+                    return false;
                 }
-                Ok(_) => tracing::error!("short egress message dropped"),
-                Err(zmq::Error::EAGAIN) => return true,
-                Err(e) => {
-                    tracing::error!(error = %e, "egress recv failed");
-                    return true;
-                }
+                None => return true,
             }
         }
         true
     }
 
-    /// At exit: sends what the shards queued before they stopped (their
-    /// KBYEs), which fair queueing may have left behind the exit tag.
+    /// At exit: sends what was handed over before the shards stopped (their
+    /// KBYEs), failures only counted.
     fn flush_egress(&mut self) {
-        while let Ok(mut frames) = self.egress.recv_multipart(zmq::DONTWAIT) {
-            if frames.len() >= 2 {
-                if let Some((dest, _)) = decode_tag(&frames[0]) {
-                    frames.remove(0);
-                    self.send_out(dest, OnFail::Count, frames);
-                }
+        while let Some(e) = self.egress.try_recv() {
+            if let Egress::Send(out) = e {
+                self.send_out(Outgoing { on_fail: OnFail::Count, ..out });
             }
         }
     }
 
     /// Sends `[identity, D-frames…]`; on failure does what `on_fail` says.
-    fn send_out(&mut self, dest: Dest, on_fail: OnFail, frames: Vec<Frame>) {
-        let socket = match dest {
+    fn send_out(&mut self, out: Outgoing) {
+        let socket = match out.dest {
             Dest::Frontend => &self.frontend,
             Dest::Backend => &self.backend,
             Dest::Admin => &self.admin,
         };
-        let err = match socket.send_multipart(frames.iter(), zmq::DONTWAIT) {
+        let frames = std::iter::once(&out.peer.0).chain(out.frames.iter());
+        let err = match socket.send_multipart(frames, zmq::DONTWAIT) {
             Ok(()) => return,
             Err(e) => e,
         };
         Counters::bump(&self.counters.send_failures);
-        let peer = PeerId(frames[0].clone());
-        let d_frames = frames[1..].to_vec();
         let unreachable = err == zmq::Error::EHOSTUNREACH;
-        tracing::debug!(%peer, error = %err, "send failed");
-        let msg = match on_fail {
+        tracing::debug!(peer = %out.peer, error = %err, "send failed");
+        let (index, msg) = match out.on_fail {
             OnFail::Count => return,
             OnFail::Job { home, key } => {
-                let msgid = d_frames.get(3).cloned().unwrap_or_default();
+                let msgid = MsgId(out.frames.get(3).cloned().unwrap_or_default());
                 (home, ShardMsg::SendFailed { key, msgid, unreachable })
             }
             OnFail::Schedule { client } => {
-                (0, ShardMsg::SchedulerSendFailed { id: peer, retry: Some((client, d_frames)) })
+                (0, ShardMsg::SchedulerSendFailed { id: out.peer, retry: Some((client, out.frames)) })
             }
-            OnFail::Unschedule => (0, ShardMsg::SchedulerSendFailed { id: peer, retry: None }),
+            OnFail::Unschedule => (0, ShardMsg::SchedulerSendFailed { id: out.peer, retry: None }),
         };
-        self.send_to_shard(msg.0, msg.1);
+        self.send_to_shard(index, msg);
     }
 
     fn send_to_shard(&self, index: usize, msg: ShardMsg) {
@@ -205,26 +206,24 @@ impl IoThread {
         match msg.command {
             Command::Request { queue, headers, body, extra } => {
                 let name = QueueName(queue.clone());
-                let job = Job {
-                    msgid: msg.msgid,
+                let job = NewJob {
+                    msgid: MsgId(msg.msgid),
                     queue_frame: queue,
                     headers,
                     body,
                     extra,
-                    accepted_at: std::time::Instant::now(),
                     origin: Origin::Emqp(peer),
-                    redeliveries: 0,
                 };
                 let index = shard_of(&name.0, self.shards.len());
                 self.send_to_shard(index, ShardMsg::Request { queue: name, job, fallback_done: false });
             }
             Command::Inform { peer: PeerType::Scheduler, .. } => {
-                self.send_to_shard(0, ShardMsg::SchedulerInform { id: peer, msgid: msg.msgid })
+                self.send_to_shard(0, ShardMsg::SchedulerInform { id: peer, msgid: MsgId(msg.msgid) })
             }
             Command::Inform { peer: PeerType::Worker, .. } => self.wrong_socket(Socket::Frontend, &peer, msg.msgid),
             Command::Schedule(_) | Command::Unschedule(_) => {
                 let unschedule = matches!(msg.command, Command::Unschedule(_));
-                self.send_to_shard(0, ShardMsg::Schedule { client: peer, msgid: msg.msgid, frames, unschedule })
+                self.send_to_shard(0, ShardMsg::Schedule { client: peer, msgid: MsgId(msg.msgid), frames, unschedule })
             }
             Command::Heartbeat { .. } => self.send_to_shard(0, ShardMsg::SchedulerHeartbeat { id: peer }),
             Command::Kbye => self.send_to_shard(0, ShardMsg::SchedulerKbye { id: peer }),
@@ -246,13 +245,15 @@ impl IoThread {
                 let Some(queues) = self.inform_queues(&peer, &queues) else {
                     return self.reject_inform(Dest::Backend, &peer, msg.msgid, "bad queue list");
                 };
-                ShardMsg::WorkerInform { id: peer, msgid: msg.msgid, queues }
+                ShardMsg::WorkerInform { id: peer, msgid: MsgId(msg.msgid), queues }
             }
             Command::Inform { peer: PeerType::Scheduler, .. } => {
                 return self.wrong_socket(Socket::Backend, &peer, msg.msgid)
             }
             Command::Ready => ShardMsg::WorkerReady { id: peer },
-            Command::JobReply { request_msgid, .. } => ShardMsg::WorkerReply { id: peer, request_msgid },
+            Command::JobReply { request_msgid, .. } => {
+                ShardMsg::WorkerReply { id: peer, request_msgid: MsgId(request_msgid) }
+            }
             Command::Heartbeat { .. } => ShardMsg::WorkerHeartbeat { id: peer },
             Command::Kbye => ShardMsg::WorkerKbye { id: peer },
             _ => return,
@@ -284,27 +285,30 @@ impl IoThread {
         self.reject_inform(dest, peer, msgid, why);
     }
 
-    /// Answers a refused INFORM with an ERROR (EventMQ stays silent, D14).
+    /// Answers a refused INFORM with an ERROR (EventMQ 0.3.13 stays silent).
     fn reject_inform(&mut self, dest: Dest, peer: &PeerId, msgid: Frame, why: &str) {
         Counters::bump(&self.counters.rejected_inform);
         let cmd = Command::Error { refers_to: msgid, code: b"BAD_INFORM".to_vec(), text: why.as_bytes().to_vec() };
-        let frames = std::iter::once(peer.0.clone()).chain(Message::new(cmd).encode()).collect();
-        self.send_out(dest, OnFail::Count, frames);
+        self.send_out(Outgoing {
+            dest,
+            peer: peer.clone(),
+            frames: Message::new(cmd).encode(),
+            on_fail: OnFail::Count,
+        });
     }
 
     fn on_admin(&mut self, peer: PeerId, msg: Message) {
         match msg.command {
             Command::Admin(query) => {
-                let sent = self.admin_tx.send(AdminRequest { peer, msgid: msg.msgid, query });
+                let sent = self.admin_tx.send(AdminRequest { peer, msgid: MsgId(msg.msgid), query });
                 if sent.is_err() {
                     tracing::error!("admin thread gone");
                 }
             }
             Command::Disconnect => {
                 tracing::info!(%peer, "DISCONNECT on the admin socket: shutting down");
-                let frames =
-                    std::iter::once(peer.0).chain(Message::new(Command::Ack { acked: msg.msgid }).encode()).collect();
-                self.send_out(Dest::Admin, OnFail::Count, frames);
+                let frames = Message::new(Command::Ack { acked: msg.msgid }).encode();
+                self.send_out(Outgoing { dest: Dest::Admin, peer, frames, on_fail: OnFail::Count });
                 let _ = self.stop_tx.send(StopReason::AdminDisconnect);
             }
             _ => {}

@@ -1,9 +1,8 @@
 //! The only code that calls the zmq crate on the router side: the I/O
-//! thread, the egress path, the admin thread and router start/stop.
+//! thread, the egress path with its wake-up, and socket set-up. Start-up,
+//! shutdown and the admin thread are in [`crate::router`].
 
-pub mod admin;
 pub mod egress;
 pub mod io_thread;
-pub mod router;
-
-pub use router::{start, start_with, Endpoints, RouterHandle, StartError};
+pub mod sockets;
+pub mod wake;

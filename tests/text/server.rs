@@ -131,7 +131,7 @@ fn disconnect_holding_an_offer_returns_it_to_the_front() {
     b.expect(b"WANT? one\n");
     b.expect_closed();
     text_wait_until("END to return the offer", || f.backend.queue("q").len() == 2);
-    assert_eq!(f.stats.offers_returned_disconnect.load(Relaxed), 2);
+    assert_eq!(f.backend.counts().released, 2);
     assert_eq!(f.stats.offers_held.load(Relaxed), 0);
 }
 
@@ -154,7 +154,6 @@ fn offer_timeout_returns_the_task_and_a_late_ack_gets_no_task() {
     a.expect(b"NOPE\n");
     text_wait_until("both ACKs", || f.backend.counts().acked == 2);
     assert_eq!(f.backend.counts().timed_out, 1);
-    text_wait_until("the timeout counter", || f.stats.offers_returned_timeout.load(Relaxed) == 1);
 }
 
 #[test]

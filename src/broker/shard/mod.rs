@@ -1,38 +1,58 @@
 //! A dispatcher shard: one thread owning the queues that hash to it, the
 //! workers whose identity hashes to it (their liveness and in-flight jobs),
-//! and, on shard 0, the schedulers.
+//! the text offers of its queues and, on shard 0, the schedulers.
 //!
-//! The loop blocks until a message or its next timer deadline, then drains a
-//! bounded batch (DESIGN "Block for one event, then drain a bounded batch").
-//! [`Shard::handle`] is a short `match` whose arms call small handlers in the
-//! submodules: `queues` (REQUEST, selection, dispatch), `workers` (INFORM,
-//! READY, REPLY, expiry), `schedulers` (shard 0), `text` (ASK/ACK/DCL/DEL).
+//! A shard is a deterministic state machine (DESIGN "A shard is a state
+//! machine"): [`Shard::handle`] takes a message and `now` and writes what it
+//! produces to an [`Outbox`]; [`Shard::fire_timers`] does the same for its
+//! timers. Nothing in here reads a clock, a socket or a channel, so a test
+//! drives a shard with a `Vec` outbox and a hand-made clock
+//! ([`crate::broker::msg::VecOutbox`]).
+//!
+//! Messages a shard sends itself go to a local queue that is drained after
+//! the current message, exactly as a message to another shard is handled
+//! after the sender's current message: one shard and many shards run the
+//! same steps in the same order.
+//!
+//! State, each owned by one table with methods, not fields:
+//! [`queues::QueueTable`], [`workers::WorkerTable`], [`offers::OfferTable`],
+//! [`schedulers::Schedulers`], the timers and the latency histograms.
+//! Handlers, by concern: `flow.rs` (REQUEST, admission, FIFO, selection,
+//! dispatch, requeue), `peers.rs` (workers and schedulers), `text.rs` (text
+//! commands and offers). [`Shard::dispatch`] is a short `match` calling them.
 
-mod queues;
-mod schedulers;
+mod flow;
+pub mod offers;
+mod peers;
+pub mod queues;
+pub mod schedulers;
 mod text;
-mod workers;
+pub mod workers;
 
-use std::collections::{HashMap, HashSet};
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::msg::{Dest, OnFail, Outbox, Outgoing, ShardMsg};
+use super::snapshot::ShardSnapshot;
 use super::timers::Timers;
-use super::types::{ConnId, PeerId, QueueName, WorkerKey};
 use crate::config::RouterConfig;
+use crate::ids::{ConnId, MsgId, PeerId, QueueName, WorkerKey};
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::ShardLatency;
-use crate::protocol::emqp::{Command, Frame, Message};
+use crate::protocol::emqp::{Command, Message};
 
-pub use queues::QueueState;
+use offers::OfferTable;
+use queues::QueueTable;
 use schedulers::Schedulers;
-use text::Offer;
-use workers::HomeWorker;
+use workers::WorkerTable;
 
 /// Timer events of a shard.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -55,11 +75,11 @@ pub enum Timer {
 pub struct ShardContext {
     /// Validated configuration.
     pub config: Arc<RouterConfig>,
-    /// Senders to every shard, by index.
-    pub shards: Arc<[Sender<ShardMsg>]>,
+    /// Number of shards.
+    pub shards: usize,
     /// Broker-wide counters.
     pub counters: Arc<Counters>,
-    /// Source of [`WorkerKey`]s.
+    /// Source of [`WorkerKey`]s, shared by all shards.
     pub next_key: Arc<AtomicU64>,
     /// Set while the broker drains: new work is refused.
     pub draining: Arc<AtomicBool>,
@@ -67,49 +87,72 @@ pub struct ShardContext {
     pub started: Instant,
 }
 
+impl ShardContext {
+    /// A context for `shards` shards on `config`, started at `started`.
+    pub fn new(config: Arc<RouterConfig>, shards: usize, started: Instant) -> ShardContext {
+        ShardContext {
+            config,
+            shards,
+            counters: Arc::new(Counters::default()),
+            next_key: Arc::new(AtomicU64::new(1)),
+            draining: Arc::new(AtomicBool::new(false)),
+            started,
+        }
+    }
+}
+
+/// What a handler needs besides the shard: the time of the message and
+/// where its output goes.
+pub struct Cx<'a> {
+    /// The time the message is handled at.
+    pub now: Instant,
+    /// Where frames, messages and answers go.
+    pub out: &'a mut dyn Outbox,
+}
+
 /// One dispatcher shard.
 pub struct Shard {
     index: usize,
     ctx: ShardContext,
-    out: Box<dyn Outbox>,
     timers: Timers<Timer>,
-    queues: HashMap<QueueName, QueueState>,
-    workers: HashMap<PeerId, HomeWorker>,
-    keys: HashMap<WorkerKey, PeerId>,
+    queues: QueueTable,
+    workers: WorkerTable,
+    offers: OfferTable,
     schedulers: Schedulers,
-    offers: HashMap<ConnId, Offer>,
-    offer_seq: u64,
-    offer_timers: HashSet<ConnId>,
     latency: ShardLatency,
+    /// Messages this shard sent itself, handled after the current message.
+    local: VecDeque<ShardMsg>,
+    /// Jobs accepted so far (the sequence part of their [`crate::ids::JobId`]).
+    accepted: u64,
 }
 
 impl Shard {
-    /// A shard with index `index` (its position in `ctx.shards`).
-    pub fn new(index: usize, ctx: ShardContext, out: Box<dyn Outbox>) -> Shard {
+    /// Shard `index` of `ctx.shards`, created at `now` (shard 0 arms the
+    /// scheduler timers from then).
+    pub fn new(index: usize, ctx: ShardContext, now: Instant) -> Shard {
         let mut shard = Shard {
             index,
             ctx,
-            out,
             timers: Timers::default(),
-            queues: HashMap::new(),
-            workers: HashMap::new(),
-            keys: HashMap::new(),
+            queues: QueueTable::default(),
+            workers: WorkerTable::default(),
+            offers: OfferTable::new(index),
             schedulers: Schedulers::default(),
-            offers: HashMap::new(),
-            offer_seq: 0,
-            offer_timers: HashSet::new(),
             latency: ShardLatency::default(),
+            local: VecDeque::new(),
+            accepted: 0,
         };
         if index == 0 {
-            let now = Instant::now();
             shard.timers.arm(now + shard.ctx.config.heartbeat_interval, Timer::SchedulerHeartbeats);
             shard.timers.arm(now + shard.ctx.config.heartbeat_timeout, Timer::SchedulerExpiry);
         }
         shard
     }
 
-    /// Runs until [`ShardMsg::Shutdown`] or until every sender is gone.
-    pub fn run(mut self, rx: Receiver<ShardMsg>) {
+    /// Runs until [`ShardMsg::Shutdown`] or until every sender is gone:
+    /// blocks for one message or the next timer, then drains a bounded
+    /// batch (DESIGN "Block for one event, then drain a bounded batch").
+    pub fn run(mut self, rx: Receiver<ShardMsg>, out: &mut dyn Outbox) {
         loop {
             let first = match self.timers.next_deadline() {
                 Some(deadline) => rx.recv_deadline(deadline),
@@ -120,129 +163,151 @@ impl Shard {
                 Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => return,
             };
-            let batch = msg.into_iter().chain(rx.try_iter().take(limits::BATCH));
-            for msg in batch {
+            for msg in msg.into_iter().chain(rx.try_iter().take(limits::BATCH)) {
                 if matches!(msg, ShardMsg::Shutdown) {
                     // Jobs still travelling between shards land here first,
                     // so the shutdown log lists them too.
                     let rest: Vec<ShardMsg> = rx.try_iter().collect();
                     for m in rest {
-                        self.handle(m, Instant::now());
+                        self.handle(m, Instant::now(), out);
                     }
-                    self.shutdown();
+                    self.handle(ShardMsg::Shutdown, Instant::now(), out);
+                    out.flush();
                     return;
                 }
-                self.handle(msg, Instant::now());
+                self.handle(msg, Instant::now(), out);
             }
-            self.fire_timers(Instant::now());
+            self.fire_timers(Instant::now(), out);
+            out.flush();
         }
     }
 
-    /// Handles one message: a `match` whose arms call the handlers.
-    pub fn handle(&mut self, msg: ShardMsg, now: Instant) {
-        match msg {
-            ShardMsg::Request { queue, job, fallback_done } => self.handle_request(queue, job, fallback_done),
-            ShardMsg::WorkerInform { id, msgid, queues } => self.handle_inform(id, msgid, queues, now),
-            ShardMsg::WorkerReady { id } => self.handle_ready(id, now),
-            ShardMsg::WorkerReply { id, request_msgid } => self.handle_job_reply(id, request_msgid, now),
-            ShardMsg::WorkerHeartbeat { id } => self.handle_worker_heartbeat(id, now),
-            ShardMsg::WorkerKbye { id } => self.handle_worker_kbye(id, now),
-            ShardMsg::SchedulerInform { id, msgid } => self.handle_scheduler_inform(id, msgid, now),
-            ShardMsg::SchedulerHeartbeat { id } => self.schedulers.touch(&id, now),
-            ShardMsg::SchedulerKbye { id } => self.schedulers.remove(&id),
-            ShardMsg::Schedule { client, msgid, frames, unschedule } => {
-                self.handle_schedule(client, msgid, frames, unschedule)
-            }
-            ShardMsg::SchedulerSendFailed { id, retry } => self.handle_scheduler_send_failed(id, retry),
-            ShardMsg::AddCandidate { queue, weight, worker } => self.handle_add_candidate(queue, weight, worker),
-            ShardMsg::RemoveCandidate { queue, key } => self.handle_remove_candidate(queue, key),
-            ShardMsg::Wake { worker } => self.wake(&worker),
-            ShardMsg::Dispatched { key, queue, job } => self.handle_dispatched(key, queue, job, now),
-            ShardMsg::Requeue { queue, jobs } => self.enqueue_front(queue, jobs),
-            ShardMsg::SendFailed { key, msgid, unreachable } => self.handle_send_failed(key, msgid, unreachable, now),
-            ShardMsg::TextSched { queue, data, reply } => self.handle_text_sched(queue, data, reply),
-            ShardMsg::TextAsk { conn, queue, reply } => self.handle_text_ask(conn, queue, reply, now),
-            ShardMsg::TextAnswer { conn, seq, answer, reply } => self.handle_text_answer(conn, seq, answer, reply),
-            ShardMsg::TextRelease { conn, seq, reply } => {
-                let released = self.handle_text_release(conn, seq);
-                if let Some(reply) = reply {
-                    let _ = reply.send(released);
-                }
-            }
-            ShardMsg::LatencyTake { reply } => {
-                let _ = reply.send(self.latency.take());
-            }
-            ShardMsg::Snapshot { reply } => {
-                let _ = reply.send(self.snapshot(now));
-            }
-            ShardMsg::Shutdown => self.shutdown(),
-        }
+    /// Handles one message at `now`, then what it sent this shard itself.
+    pub fn handle(&mut self, msg: ShardMsg, now: Instant, out: &mut dyn Outbox) {
+        let mut cx = Cx { now, out };
+        self.dispatch(msg, &mut cx);
+        self.drain_local(&mut cx);
     }
 
     /// Runs every timer due at `now`.
-    pub fn fire_timers(&mut self, now: Instant) {
+    pub fn fire_timers(&mut self, now: Instant, out: &mut dyn Outbox) {
+        let mut cx = Cx { now, out };
         while let Some(timer) = self.timers.pop_due(now) {
             match timer {
-                Timer::WorkerHeartbeat(key) => self.worker_heartbeat_due(key, now),
-                Timer::WorkerExpiry(key) => self.worker_expiry_due(key, now),
-                Timer::SchedulerHeartbeats => self.scheduler_heartbeats_due(now),
-                Timer::SchedulerExpiry => self.scheduler_expiry_due(now),
-                Timer::OfferTimeout(conn) => self.offer_timeout_due(conn, now),
+                Timer::WorkerHeartbeat(key) => self.worker_heartbeat_due(key, &mut cx),
+                Timer::WorkerExpiry(key) => self.worker_expiry_due(key, &mut cx),
+                Timer::SchedulerHeartbeats => self.scheduler_heartbeats_due(&mut cx),
+                Timer::SchedulerExpiry => self.scheduler_expiry_due(&mut cx),
+                Timer::OfferTimeout(conn) => self.offer_timeout_due(conn, &mut cx),
             }
+            self.drain_local(&mut cx);
         }
     }
 
-    /// The earliest timer deadline (for tests driving the shard by hand).
+    /// The earliest timer deadline, if any.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.timers.next_deadline()
     }
 
-    /// Sends `msg` to shard `index`, or handles it here when that is us.
-    fn send_to_shard(&mut self, index: usize, msg: ShardMsg) {
+    /// This shard's state at `now`, for the admin queries.
+    pub fn snapshot(&self, now: Instant) -> ShardSnapshot {
+        ShardSnapshot {
+            queues: self.queues.snaps(|q| self.offers.held(q)),
+            workers: self.workers.snaps(now, self.ctx.started),
+            schedulers: self.schedulers.snaps(self.ctx.started),
+        }
+    }
+
+    /// The dispatcher: a `match` whose arms call the handlers.
+    fn dispatch(&mut self, msg: ShardMsg, cx: &mut Cx) {
+        match msg {
+            ShardMsg::Request { queue, job, fallback_done } => self.handle_request(queue, job, fallback_done, cx),
+            ShardMsg::WorkerInform { id, msgid, queues } => self.handle_inform(id, msgid, queues, cx),
+            ShardMsg::WorkerReady { id } => self.handle_ready(id, cx),
+            ShardMsg::WorkerReply { id, request_msgid } => self.handle_job_reply(id, request_msgid, cx),
+            ShardMsg::WorkerHeartbeat { id } => self.handle_worker_heartbeat(id, cx),
+            ShardMsg::WorkerKbye { id } => self.handle_worker_kbye(id, cx),
+            ShardMsg::SchedulerInform { id, msgid } => self.handle_scheduler_inform(id, msgid, cx),
+            ShardMsg::SchedulerHeartbeat { id } => self.schedulers.touch(&id, cx.now),
+            ShardMsg::SchedulerKbye { id } => self.schedulers.remove(&id),
+            ShardMsg::Schedule { client, msgid, frames, unschedule } => {
+                self.handle_schedule(client, msgid, frames, unschedule, cx)
+            }
+            ShardMsg::SchedulerSendFailed { id, retry } => self.handle_scheduler_send_failed(id, retry, cx),
+            ShardMsg::AddCandidate { queue, weight, worker } => self.handle_add_candidate(queue, weight, worker, cx),
+            ShardMsg::RemoveCandidate { queue, key } => self.queues.remove_candidate(&queue, key),
+            ShardMsg::Wake { worker } => self.handle_wake(&worker, cx),
+            ShardMsg::Dispatched { key, queue, job } => self.handle_dispatched(key, queue, job, cx),
+            ShardMsg::Requeue { queue, jobs } => self.handle_requeue(queue, jobs, cx),
+            ShardMsg::SendFailed { key, msgid, unreachable } => self.handle_send_failed(key, msgid, unreachable, cx),
+            ShardMsg::Text { port, cmds } => self.handle_text(&port, cmds, cx),
+            ShardMsg::LatencyTake { reply } => {
+                let _ = reply.send(self.latency.take());
+            }
+            ShardMsg::Snapshot { reply } => {
+                let _ = reply.send(self.snapshot(cx.now));
+            }
+            ShardMsg::Shutdown => self.shutdown(cx),
+        }
+    }
+
+    fn drain_local(&mut self, cx: &mut Cx) {
+        while let Some(msg) = self.local.pop_front() {
+            self.dispatch(msg, cx);
+        }
+    }
+
+    /// Sends `msg` to shard `index`: this shard's own messages wait in the
+    /// local queue until the current message is done.
+    fn send_to_shard(&mut self, index: usize, msg: ShardMsg, cx: &mut Cx) {
         if index == self.index {
-            self.handle(msg, Instant::now());
-        } else if self.ctx.shards[index].send(msg).is_err() {
-            tracing::error!(shard = self.index, to = index, "shard channel closed; message lost at shutdown");
+            self.local.push_back(msg);
+        } else {
+            cx.out.shard(index, msg);
         }
     }
 
     fn shard_of(&self, queue: &QueueName) -> usize {
-        super::types::shard_of(&queue.0, self.ctx.shards.len())
+        super::types::shard_of(&queue.0, self.ctx.shards)
     }
 
     /// Sends `command` with a fresh msgid to `peer` on `dest`.
-    fn send(&mut self, dest: Dest, peer: &PeerId, command: Command, on_fail: OnFail) {
+    fn send(&self, dest: Dest, peer: &PeerId, command: Command, on_fail: OnFail, cx: &mut Cx) {
         let frames = Message::new(command).encode();
-        self.out.send(Outgoing { dest, peer: peer.clone(), frames, on_fail });
+        cx.out.emqp(Outgoing { dest, peer: peer.clone(), frames, on_fail });
     }
 
     /// Sends an ERROR (emq extension) about `refers_to` to a frontend peer.
-    fn send_error(&mut self, peer: &PeerId, refers_to: Frame, code: &str, text: String) {
-        let command = Command::Error { refers_to, code: code.as_bytes().to_vec(), text: text.into_bytes() };
-        self.send(Dest::Frontend, peer, command, OnFail::Count);
+    fn send_error(&self, peer: &PeerId, refers_to: MsgId, code: &str, text: String, cx: &mut Cx) {
+        let command =
+            Command::Error { refers_to: refers_to.0, code: code.as_bytes().to_vec(), text: text.into_bytes() };
+        self.send(Dest::Frontend, peer, command, OnFail::Count, cx);
     }
 
     fn is_draining(&self) -> bool {
         self.ctx.draining.load(Ordering::Acquire)
     }
 
-    fn hb_secs(&self, at: Instant) -> f64 {
-        at.saturating_duration_since(self.ctx.started).as_secs_f64()
-    }
-
-    fn snapshot(&self, now: Instant) -> super::snapshot::ShardSnapshot {
-        super::snapshot::ShardSnapshot {
-            queues: self.queue_snaps(),
-            workers: self.worker_snaps(now),
-            schedulers: self.schedulers.snaps(self.ctx.started),
-        }
-    }
-
-    fn shutdown(&mut self) {
-        self.kbye_workers();
+    fn shutdown(&mut self, cx: &mut Cx) {
+        self.kbye_workers(cx);
         if self.index == 0 {
-            self.kbye_schedulers();
+            self.kbye_schedulers(cx);
         }
         self.log_remaining();
+    }
+
+    /// Logs what is left at shutdown: queued, in-flight and offered jobs.
+    fn log_remaining(&self) {
+        use crate::ids::{cut, show};
+        for (queue, job) in self.queues.waiting_jobs() {
+            tracing::warn!(shard = self.index, %queue, msgid = %show(&job.msgid.0), body = %cut(&job.body), "queued job not run");
+        }
+        for (worker, f) in self.workers.inflight() {
+            let (msgid, body) = (show(&f.job.msgid.0), cut(&f.job.body));
+            tracing::warn!(%worker, queue = %f.queue, %msgid, %body, "job still in flight at shutdown");
+        }
+        for (conn, o) in self.offers.iter() {
+            tracing::warn!(%conn, queue = %o.queue, body = %cut(&o.job.body), "text offer unanswered at shutdown");
+        }
     }
 }

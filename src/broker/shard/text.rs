@@ -1,158 +1,96 @@
-//! Text-protocol handlers on the queue's shard: SCHED, ASK and the offer
-//! (text-protocol.md "The offer"). An offered job is held here, keyed by
-//! connection, until ACK/DCL/DEL, the connection ends, or the offer timeout.
+//! Text-protocol handlers on the queue's shard (text-protocol.md; emq's
+//! contract in docs/text-protocol.md): SCHED, ASK and the offer. An offered
+//! job is held in the [`super::offers::OfferTable`], keyed by connection,
+//! until ACK/DCL/DEL, the connection ends, or the offer timeout, which this
+//! shard alone decides; the deadline goes back with the offer so the
+//! connection can forget it at the same moment.
 
-use std::time::Instant;
-
-use crossbeam_channel::Sender;
-
-use super::{Shard, Timer};
-use crate::broker::msg::{TextAnswer, TextRefusal};
-use crate::broker::types::{ConnId, Job, Origin, QueueName};
+use super::offers::OfferCheck;
+use super::{Cx, Shard, Timer};
+use crate::broker::msg::{TextAnswer, TextCmd, TextOutcome, TextPort, TextReply, TextRequest};
+use crate::broker::types::NewJob;
+use crate::ids::{ConnId, OfferId, QueueName};
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
-use crate::protocol::emqp::new_msgid;
-
-/// A job offered to a text connection.
-#[derive(Debug)]
-pub struct Offer {
-    /// Its queue.
-    pub queue: QueueName,
-    /// The job.
-    pub job: Job,
-    /// Distinguishes this offer's timeout from an earlier one's.
-    pub seq: u64,
-    /// When it was offered.
-    pub since: Instant,
-    /// When it goes back to its queue unless answered.
-    pub deadline: Instant,
-}
+use crate::protocol::text::ErrorCode;
 
 impl Shard {
-    pub(super) fn handle_text_sched(
-        &mut self,
-        queue: QueueName,
-        data: Vec<u8>,
-        reply: Sender<Result<(), TextRefusal>>,
-    ) {
-        let result = self.text_sched(queue, data);
-        let _ = reply.send(result);
-    }
-
-    fn text_sched(&mut self, queue: QueueName, data: Vec<u8>) -> Result<(), TextRefusal> {
-        if self.is_draining() {
-            Counters::bump(&self.ctx.counters.rejected_shutting_down);
-            return Err(TextRefusal::ShuttingDown);
-        }
-        if self.queues.get(&queue).map_or(0, |q| q.waiting.len()) >= self.ctx.config.max_queue_len {
-            Counters::bump(&self.ctx.counters.rejected_queue_full);
-            return Err(TextRefusal::QueueFull);
-        }
-        Counters::bump(&self.ctx.counters.accepted_jobs);
-        let job = Job {
-            msgid: new_msgid(),
-            queue_frame: queue.0.clone(),
-            headers: Vec::new(),
-            body: data,
-            extra: Vec::new(),
-            accepted_at: Instant::now(),
-            origin: Origin::Text,
-            redeliveries: 0,
-        };
-        self.enqueue(queue, job, false);
-        Ok(())
-    }
-
-    pub(super) fn handle_text_ask(
-        &mut self,
-        conn: ConnId,
-        queue: QueueName,
-        reply: Sender<Option<(u64, Vec<u8>)>>,
-        now: Instant,
-    ) {
-        let job = self.queues.get_mut(&queue).and_then(|q| q.waiting.pop_front());
-        let Some(job) = job else {
-            let _ = reply.send(None);
-            return;
-        };
-        let body = job.body.clone();
-        self.latency.record(&queue, Kind::QueueWait, now.saturating_duration_since(job.accepted_at));
-        self.offer_seq += 1;
-        let seq = self.offer_seq;
-        if let Some(old) = self.offers.insert(
-            conn,
-            Offer { queue: queue.clone(), job, seq, since: now, deadline: now + self.ctx.config.text.offer_timeout },
-        ) {
-            // The connection enforces one offer at a time; never lose one anyway.
-            self.enqueue(old.queue, old.job, true);
-        }
-        // One timer per connection, re-armed when it fires early: answered
-        // offers leave no timer behind to pile up in the heap.
-        if self.offer_timers.insert(conn) {
-            self.timers.arm(now + self.ctx.config.text.offer_timeout, Timer::OfferTimeout(conn));
-        }
-        if reply.send(Some((seq, body))).is_err() {
-            // The connection went away between ASK and the answer.
-            self.handle_text_release(conn, seq);
+    /// Runs text commands in order; each but `Release` gets one answer on `port`.
+    pub(super) fn handle_text(&mut self, port: &TextPort, cmds: Vec<TextRequest>, cx: &mut Cx) {
+        for TextRequest { conn, cmd } in cmds {
+            let outcome = match cmd {
+                TextCmd::Sched { queue, data } => self.text_sched(queue, data, cx),
+                TextCmd::Ask { queue } => self.text_ask(conn, queue, cx),
+                TextCmd::Answer { offer, answer } => self.text_answer(conn, offer, answer, cx),
+                TextCmd::Release { offer } => {
+                    self.text_release(conn, offer, cx);
+                    continue;
+                }
+            };
+            cx.out.text(port, TextReply { conn, outcome });
         }
     }
 
-    pub(super) fn handle_text_answer(
-        &mut self,
-        conn: ConnId,
-        seq: u64,
-        answer: TextAnswer,
-        reply: Sender<Result<(), TextRefusal>>,
-    ) {
-        let Some(offer) = self.take_offer(conn, seq) else {
-            let _ = reply.send(Err(TextRefusal::NoTask));
-            return;
-        };
+    fn text_sched(&mut self, queue: QueueName, data: Vec<u8>, cx: &mut Cx) -> TextOutcome {
+        let job = NewJob::text(&queue, data);
+        match self.accept(queue, job, cx) {
+            Ok(_) => TextOutcome::Done,
+            Err(code) => TextOutcome::Refused(code),
+        }
+    }
+
+    fn text_ask(&mut self, conn: ConnId, queue: QueueName, cx: &mut Cx) -> TextOutcome {
+        let Some(job) = self.queues.pop(&queue) else { return TextOutcome::Nope };
+        self.latency.record(&queue, Kind::QueueWait, cx.now.saturating_duration_since(job.accepted_at));
+        let data = job.body.clone();
+        let deadline = cx.now + self.ctx.config.text.offer_timeout;
+        let (id, arm, displaced) = self.offers.offer(conn, queue, job, cx.now, deadline);
+        if arm {
+            self.timers.arm(deadline, Timer::OfferTimeout(conn));
+        }
+        if let Some(old) = displaced {
+            // The front end sends one ASK at a time per connection; never
+            // lose an offer anyway.
+            self.enqueue_again(old.queue, old.job, true, cx);
+        }
+        TextOutcome::Offer { id, data, deadline }
+    }
+
+    fn text_answer(&mut self, conn: ConnId, offer: OfferId, answer: TextAnswer, cx: &mut Cx) -> TextOutcome {
+        let Some(offer) = self.offers.take(conn, offer) else { return TextOutcome::Refused(ErrorCode::NoTask) };
         match answer {
             TextAnswer::Ack => {
                 Counters::bump(&self.ctx.counters.text_acked);
-                let now = Instant::now();
-                self.latency.record(&offer.queue, Kind::Service, now.saturating_duration_since(offer.since));
-                self.latency.record(&offer.queue, Kind::EndToEnd, now.saturating_duration_since(offer.job.accepted_at));
+                self.latency.record(&offer.queue, Kind::Service, cx.now.saturating_duration_since(offer.since));
+                let end_to_end = cx.now.saturating_duration_since(offer.job.accepted_at);
+                self.latency.record(&offer.queue, Kind::EndToEnd, end_to_end);
             }
             TextAnswer::Del => Counters::bump(&self.ctx.counters.text_deleted),
             TextAnswer::Dcl => {
                 Counters::bump(&self.ctx.counters.text_declined);
-                self.enqueue(offer.queue, offer.job, false);
+                self.enqueue_again(offer.queue, offer.job, false, cx);
             }
         }
-        let _ = reply.send(Ok(()));
+        TextOutcome::Done
     }
 
-    /// Removes and returns `conn`'s offer if it is offer `seq`.
-    fn take_offer(&mut self, conn: ConnId, seq: u64) -> Option<Offer> {
-        if self.offers.get(&conn).is_some_and(|o| o.seq == seq) {
-            self.offers.remove(&conn)
-        } else {
-            None
-        }
-    }
-
-    /// Puts `conn`'s offer `seq` back at the front; whether it was held.
-    pub(super) fn handle_text_release(&mut self, conn: ConnId, seq: u64) -> bool {
-        let Some(offer) = self.take_offer(conn, seq) else { return false };
+    /// Puts `conn`'s offer back at the front of its queue, if still held.
+    fn text_release(&mut self, conn: ConnId, offer: OfferId, cx: &mut Cx) {
+        let Some(offer) = self.offers.take(conn, offer) else { return };
         Counters::bump(&self.ctx.counters.text_returned_disconnect);
-        self.enqueue(offer.queue, offer.job, true);
-        true
+        self.enqueue_again(offer.queue, offer.job, true, cx);
     }
 
-    pub(super) fn offer_timeout_due(&mut self, conn: ConnId, now: Instant) {
-        self.offer_timers.remove(&conn);
-        let Some(deadline) = self.offers.get(&conn).map(|o| o.deadline) else { return };
-        if deadline > now {
-            self.offer_timers.insert(conn);
-            self.timers.arm(deadline, Timer::OfferTimeout(conn));
-            return;
-        }
-        if let Some(offer) = self.offers.remove(&conn) {
-            Counters::bump(&self.ctx.counters.text_returned_timeout);
-            tracing::info!(conn = conn.0, queue = %offer.queue, "text offer timed out; back to the front");
-            self.enqueue(offer.queue, offer.job, true);
+    pub(super) fn offer_timeout_due(&mut self, conn: ConnId, cx: &mut Cx) {
+        match self.offers.check(conn, cx.now) {
+            OfferCheck::None => {}
+            OfferCheck::NotBefore(deadline) => self.timers.arm(deadline, Timer::OfferTimeout(conn)),
+            OfferCheck::Lapsed(offer) => {
+                Counters::bump(&self.ctx.counters.text_returned_timeout);
+                tracing::info!(%conn, queue = %offer.queue, "text offer timed out; back to the front");
+                let offer = *offer;
+                self.enqueue_again(offer.queue, offer.job, true, cx);
+            }
         }
     }
 }

@@ -1,41 +1,47 @@
-//! Starting and stopping the whole router: sockets, I/O thread, shards,
-//! admin thread, text front end, and the drain on shutdown.
+//! The router as a whole: builds the sockets, channels and threads, starts
+//! them, and stops them on request (DISCONNECT, a signal, [`RouterHandle`]).
+//!
+//! Threads (DESIGN "Threads and data flow"): one I/O thread
+//! ([`crate::zmq_io`]) owning the ROUTER sockets; N dispatcher shards
+//! ([`crate::broker::shard`]); the text front end ([`crate::text`]); the
+//! admin thread ([`admin`]); the latency reporter ([`reporter`]); and the
+//! control thread ([`control`]), which drains and stops the rest.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+pub mod admin;
+pub mod ask;
+mod control;
+pub mod outbox;
+pub mod reporter;
+
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
 
-use super::admin::{self, collect_snapshots, ExtraStatus};
-use super::egress::ZmqOutbox;
-use super::io_thread::{IoThread, StopReason};
 use crate::broker::msg::ShardMsg;
 use crate::broker::shard::{Shard, ShardContext};
 use crate::broker::snapshot::ShardSnapshot;
-use crate::broker::types::QueueName;
 use crate::config::RouterConfig;
+use crate::ids::QueueName;
+use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::LatencyStore;
-use crate::metrics::reporter;
 use crate::text::shard_backend::ShardBackend;
 use crate::text::{TextServer, TextStats};
-use parking_lot::Mutex;
-
-const EGRESS_ENDPOINT: &str = "inproc://emq-egress";
+use crate::zmq_io::egress;
+use crate::zmq_io::io_thread::{IoThread, StopReason};
+use crate::zmq_io::sockets::{router_socket, SetupError};
+use admin::ExtraStatus;
+use outbox::ShardOutbox;
 
 /// Why the router could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// A ZeroMQ socket could not be created, configured or bound.
-    #[error("{what}: {source}")]
-    Zmq {
-        /// What was being done (names the address).
-        what: String,
-        /// The ZeroMQ error.
-        source: zmq::Error,
-    },
+    #[error(transparent)]
+    Zmq(#[from] SetupError),
     /// A thread could not be spawned, or the text listener not bound.
     #[error("{what}: {source}")]
     Io {
@@ -46,9 +52,22 @@ pub enum StartError {
     },
 }
 
-fn zerr(what: impl Into<String>) -> impl FnOnce(zmq::Error) -> StartError {
-    let what = what.into();
-    move |source| StartError::Zmq { what, source }
+/// The shards as the router's other threads see them: their shared context
+/// and their channels.
+#[derive(Clone)]
+pub struct Broker {
+    /// What every shard shares.
+    pub ctx: ShardContext,
+    /// Every shard's channel, by index.
+    pub shards: Arc<[Sender<ShardMsg>]>,
+}
+
+impl Broker {
+    /// A snapshot of every shard that answers within
+    /// [`limits::SHARD_ANSWER_TIMEOUT`].
+    pub fn snapshots(&self) -> Vec<ShardSnapshot> {
+        ask::ask_shards(&self.shards, limits::SHARD_ANSWER_TIMEOUT, |reply| ShardMsg::Snapshot { reply }).answers
+    }
 }
 
 /// The endpoints the router actually bound (port 0 / `*` resolved).
@@ -68,7 +87,7 @@ pub struct Endpoints {
 pub struct RouterHandle {
     stop_tx: Sender<StopReason>,
     control: Option<JoinHandle<()>>,
-    ctx: ShardContext,
+    broker: Broker,
     /// The bound endpoints.
     pub endpoints: Endpoints,
 }
@@ -88,7 +107,7 @@ impl RouterHandle {
 
     /// A snapshot of every shard (for tests and tools).
     pub fn snapshots(&self) -> Vec<ShardSnapshot> {
-        collect_snapshots(&self.ctx.shards)
+        self.broker.snapshots()
     }
 
     /// A cloneable handle that can only request the shutdown (for signal
@@ -99,7 +118,7 @@ impl RouterHandle {
 
     /// The broker-wide counters.
     pub fn counters(&self) -> &Counters {
-        &self.ctx.counters
+        &self.broker.ctx.counters
     }
 }
 
@@ -123,17 +142,6 @@ impl StopHandle {
     pub fn shutdown(&self) {
         let _ = self.stop_tx.send(StopReason::Requested);
     }
-}
-
-fn router_socket(ctx: &zmq::Context, addr: &str, hwm: i32, name: &str) -> Result<(zmq::Socket, String), StartError> {
-    let s = ctx.socket(zmq::ROUTER).map_err(zerr(format!("{name} socket")))?;
-    s.set_router_mandatory(true).map_err(zerr("ROUTER_MANDATORY"))?;
-    s.set_sndhwm(hwm).map_err(zerr("SNDHWM"))?;
-    s.set_rcvhwm(hwm).map_err(zerr("RCVHWM"))?;
-    s.set_linger(200).map_err(zerr("LINGER"))?;
-    s.bind(addr).map_err(zerr(format!("bind {name} {addr}")))?;
-    let bound = s.get_last_endpoint().ok().and_then(|e| e.ok()).unwrap_or_else(|| addr.to_string());
-    Ok((s, bound))
 }
 
 fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, StartError> {
@@ -170,31 +178,33 @@ pub fn start(config: RouterConfig) -> Result<RouterHandle, StartError> {
 }
 
 /// Starts the text front end over the shards, if configured.
-fn start_text(config: &RouterConfig, ctx: &ShardContext) -> Result<Option<TextServer>, StartError> {
+fn start_text(config: &RouterConfig, broker: &Broker) -> Result<Option<TextServer>, StartError> {
     let Some(addr) = config.text_addr else { return Ok(None) };
-    let backend = ShardBackend::new(ctx.shards.clone(), config.text.offer_timeout, ctx.draining.clone());
+    let backend = ShardBackend::new(broker.shards.clone());
     let stats = Arc::new(TextStats::default());
     TextServer::start(addr, config.text.clone(), Arc::new(backend), stats)
         .map(Some)
         .map_err(|source| StartError::Io { what: format!("text listener {addr}"), source })
 }
 
-/// The text front end's figures for STATUS.
-fn text_status(stats: &TextStats) -> serde_json::Value {
+/// The text front end's figures for STATUS: the connections' own, and the
+/// shards' counts of offers returned.
+fn text_status(stats: &TextStats, counters: &Counters) -> serde_json::Value {
     let s = stats.snapshot();
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     serde_json::json!({
         "connections_open": s.connections_open,
         "connections_total": s.connections_total,
         "offers_held": s.offers_held,
-        "offers_returned_disconnect": s.offers_returned_disconnect,
-        "offers_returned_timeout": s.offers_returned_timeout,
+        "offers_returned_disconnect": count(&counters.text_returned_disconnect),
+        "offers_returned_timeout": count(&counters.text_returned_timeout),
         "offers_rewritten": s.offers_rewritten,
         "idle_closed": s.idle_closed,
         "errors_by_code": s.errors.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
     })
 }
 
-/// [`start`] with extra STATUS figures (the text front end, latency).
+/// [`start`] with extra STATUS figures (each a key of STATUS's `emq` object).
 ///
 /// # Errors
 /// As [`start`].
@@ -205,62 +215,56 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let (frontend, fe) = router_socket(&zctx, &config.frontend_addr, hwm, "frontend")?;
     let (backend, be) = router_socket(&zctx, &config.backend_addr, hwm, "backend")?;
     let (admin_sock, ad) = router_socket(&zctx, &config.admin_addr, hwm, "admin")?;
-    let egress = zctx.socket(zmq::PULL).map_err(zerr("egress socket"))?;
-    egress.set_rcvhwm(0).map_err(zerr("egress RCVHWM"))?;
-    egress.bind(EGRESS_ENDPOINT).map_err(zerr("bind egress"))?;
+    let (egress_tx, egress_rx) =
+        egress::channel().map_err(|source| StartError::Io { what: "egress eventfd".into(), source })?;
 
     let (txs, rxs): (Vec<Sender<ShardMsg>>, Vec<Receiver<ShardMsg>>) =
         (0..config.shards).map(|_| crossbeam_channel::unbounded()).unzip();
-    let ctx = ShardContext {
-        config: config.clone(),
-        shards: txs.into(),
-        counters: Arc::new(Counters::default()),
-        next_key: Arc::new(AtomicU64::new(1)),
-        draining: Arc::new(AtomicBool::new(false)),
-        started: Instant::now(),
-    };
-    let text = start_text(&config, &ctx)?;
+    let started = Instant::now();
+    let broker = Broker { ctx: ShardContext::new(config.clone(), config.shards, started), shards: txs.into() };
+    let text = start_text(&config, &broker)?;
     let text_addr = text.as_ref().map(|t| t.local_addr());
     let extra: ExtraStatus = match text.as_ref().map(|t| t.stats().clone()) {
-        Some(stats) => Arc::new(move || {
-            let mut v = extra();
-            v.push(("text", text_status(&stats)));
-            v
-        }),
+        Some(stats) => {
+            let counters = broker.ctx.counters.clone();
+            Arc::new(move || {
+                let mut v = extra();
+                v.push(("text", text_status(&stats, &counters)));
+                v
+            })
+        }
         None => extra,
     };
     let plan = pin_plan(&config);
     let mut shard_threads = Vec::new();
     for (i, rx) in rxs.into_iter().enumerate() {
-        let out = ZmqOutbox::connect(&zctx, EGRESS_ENDPOINT).map_err(zerr("shard egress"))?;
-        let shard = Shard::new(i, ctx.clone(), Box::new(out));
+        let shard = Shard::new(i, broker.ctx.clone(), started);
+        let mut out = ShardOutbox::new(i, egress_tx.clone(), broker.shards.clone());
         let plan = plan.clone();
         shard_threads.push(spawn(format!("emq-shard-{i}"), move || {
             pin(&plan, i + 1);
-            shard.run(rx)
+            shard.run(rx, &mut out)
         })?);
     }
     let (admin_tx, admin_rx) = crossbeam_channel::unbounded();
-    let admin_out = ZmqOutbox::connect(&zctx, EGRESS_ENDPOINT).map_err(zerr("admin egress"))?;
-    let admin_ctx = ctx.clone();
     let latency = Arc::new(Mutex::new(LatencyStore::default()));
-    let admin_latency = latency.clone();
+    let (admin_egress, admin_broker, admin_latency) = (egress_tx.clone(), broker.clone(), latency.clone());
     let admin_thread =
-        spawn("emq-admin".into(), move || admin::run(admin_rx, admin_out, admin_ctx, extra, admin_latency))?;
+        spawn("emq-admin".into(), move || admin::run(admin_rx, admin_egress, admin_broker, extra, admin_latency))?;
     let (reporter_stop, reporter_rx) = crossbeam_channel::bounded::<()>(1);
-    let (rep_shards, rep_cfg) = (ctx.shards.clone(), config.latency.clone());
-    let reporter = spawn("emq-latency".into(), move || reporter::run(rep_shards, latency, rep_cfg, reporter_rx))?;
+    let (rep_broker, rep_cfg) = (broker.clone(), config.latency.clone());
+    let reporter = spawn("emq-latency".into(), move || reporter::run(rep_broker, latency, rep_cfg, reporter_rx))?;
 
     let (stop_tx, stop_rx) = crossbeam_channel::unbounded();
     let io = IoThread {
         frontend,
         backend,
         admin: admin_sock,
-        egress,
-        shards: ctx.shards.clone(),
+        egress: egress_rx,
+        shards: broker.shards.clone(),
         admin_tx,
         stop_tx: stop_tx.clone(),
-        counters: ctx.counters.clone(),
+        counters: broker.ctx.counters.clone(),
         default_queues: config.default_queues.iter().map(|(w, q)| (*w, QueueName::named(q))).collect(),
     };
     let io_plan = plan.clone();
@@ -268,82 +272,23 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         pin(&io_plan, 0);
         io.run()
     })?;
-    let exit_out = ZmqOutbox::connect(&zctx, EGRESS_ENDPOINT).map_err(zerr("control egress"))?;
-    let control_ctx = ctx.clone();
-    let threads = Threads {
-        shards: shard_threads,
-        io: io_thread,
-        admin: admin_thread,
+    let threads = control::Threads {
+        text,
         reporter,
         reporter_stop,
-        text,
-        exit_out,
+        shards: shard_threads,
+        io: io_thread,
+        exit: egress_tx,
+        admin: admin_thread,
         zctx,
     };
-    let control = spawn("emq-control".into(), move || control(stop_rx, control_ctx, threads))?;
+    let control_broker = broker.clone();
+    let control = spawn("emq-control".into(), move || control::run(stop_rx, control_broker, threads))?;
     tracing::info!(frontend = %fe, backend = %be, admin = %ad, shards = config.shards, "emq-router started");
     Ok(RouterHandle {
         stop_tx,
         control: Some(control),
-        ctx,
+        broker,
         endpoints: Endpoints { frontend: fe, backend: be, admin: ad, text: text_addr },
     })
-}
-
-struct Threads {
-    shards: Vec<JoinHandle<()>>,
-    io: JoinHandle<()>,
-    admin: JoinHandle<()>,
-    reporter: JoinHandle<()>,
-    reporter_stop: Sender<()>,
-    text: Option<TextServer>,
-    exit_out: ZmqOutbox,
-    zctx: zmq::Context,
-}
-
-/// Waits for a stop request, drains, then stops every thread in order.
-fn control(stop_rx: Receiver<StopReason>, ctx: ShardContext, threads: Threads) {
-    let reason = stop_rx.recv().unwrap_or(StopReason::Requested);
-    tracing::info!(?reason, "draining: new work is refused");
-    ctx.draining.store(true, Ordering::Release);
-    drain(&ctx);
-    if let Some(text) = threads.text {
-        text.shutdown();
-    }
-    drop(threads.reporter_stop);
-    let _ = threads.reporter.join();
-    for tx in ctx.shards.iter() {
-        let _ = tx.send(ShardMsg::Shutdown);
-    }
-    for t in threads.shards {
-        let _ = t.join();
-    }
-    threads.exit_out.send_exit();
-    let _ = threads.io.join();
-    drop(ctx);
-    let _ = threads.admin.join();
-    drop(threads.exit_out);
-    drop(threads.zctx);
-    tracing::info!("emq-router stopped");
-}
-
-/// Waits until nothing is queued, offered or in flight, or the drain timeout.
-fn drain(ctx: &ShardContext) {
-    let deadline = Instant::now() + ctx.config.drain_timeout;
-    let mut zeros = 0;
-    loop {
-        let pending: usize = collect_snapshots(&ctx.shards).iter().map(|s| s.pending()).sum();
-        // Two empty readings in a row: a job moving between shards (a
-        // message in a channel) is in no snapshot for a moment.
-        zeros = if pending == 0 { zeros + 1 } else { 0 };
-        if zeros == 2 {
-            tracing::info!("drained: nothing queued or in flight");
-            return;
-        }
-        if Instant::now() >= deadline {
-            tracing::warn!(pending, "drain timeout: these jobs remain (listed below)");
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }

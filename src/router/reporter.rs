@@ -3,32 +3,31 @@
 //! files. The admin `LATENCY` command uses [`collect`] too.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use parking_lot::Mutex;
 
-use super::latency::{write_interval_files, Kind, LatencyStore};
+use super::Broker;
 use crate::broker::msg::ShardMsg;
 use crate::config::LatencyConfig;
 use crate::limits;
+use crate::metrics::latency::{write_interval_files, Kind, LatencyStore};
 
 /// Asks every shard for its histograms and merges them into `store`.
-/// Shards that do not answer within the admin timeout are skipped.
-pub fn collect(shards: &[Sender<ShardMsg>], store: &Mutex<LatencyStore>) {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let asked = shards.iter().filter(|s| s.send(ShardMsg::LatencyTake { reply: tx.clone() }).is_ok()).count();
-    let deadline = Instant::now() + limits::ADMIN_SNAPSHOT_TIMEOUT;
-    for _ in 0..asked {
-        match rx.recv_deadline(deadline) {
-            Ok(taken) => store.lock().merge(taken),
-            Err(_) => break,
-        }
+/// Shards that do not answer within [`limits::SHARD_ANSWER_TIMEOUT`] are
+/// skipped (and logged).
+pub fn collect(broker: &Broker, store: &Mutex<LatencyStore>) {
+    let taken =
+        super::ask::ask_shards(&broker.shards, limits::SHARD_ANSWER_TIMEOUT, |reply| ShardMsg::LatencyTake { reply });
+    let mut store = store.lock();
+    for t in taken.answers {
+        store.merge(t);
     }
 }
 
 /// Runs until `stop` is closed or sends.
-pub fn run(shards: Arc<[Sender<ShardMsg>]>, store: Arc<Mutex<LatencyStore>>, cfg: LatencyConfig, stop: Receiver<()>) {
+pub fn run(broker: Broker, store: Arc<Mutex<LatencyStore>>, cfg: LatencyConfig, stop: Receiver<()>) {
     let Some(every) = cfg.report_interval else {
         let _ = stop.recv();
         return;
@@ -38,7 +37,7 @@ pub fn run(shards: Arc<[Sender<ShardMsg>]>, store: Arc<Mutex<LatencyStore>>, cfg
             Err(RecvTimeoutError::Timeout) => {}
             _ => return,
         }
-        collect(&shards, &store);
+        collect(&broker, &store);
         let interval = store.lock().take_interval();
         for ((queue, kind), h) in &interval {
             if *kind == Kind::EndToEnd {

@@ -1,0 +1,125 @@
+//! Identifiers shared by every layer (protocol front ends, shards, admin,
+//! metrics): newtypes, not aliases, so a queue name cannot be passed where a
+//! peer identity is expected. Bytes are kept as they arrived: names and
+//! identities from the network are never assumed to be UTF-8.
+
+use std::fmt;
+
+/// A queue name: bytes as they arrive in REQUEST D4 or a text `@queue`.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QueueName(pub Vec<u8>);
+
+impl QueueName {
+    /// The queue named by `s`.
+    pub fn named(s: &str) -> QueueName {
+        QueueName(s.as_bytes().to_vec())
+    }
+}
+
+/// A ZeroMQ peer identity: opaque bytes (36-byte uuid text for Python
+/// peers, 5 binary bytes for a peer that sets none).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PeerId(pub Vec<u8>);
+
+/// An eMQP message id (frame D3): opaque bytes chosen by the sender (a uuid4
+/// text for Python peers). Not unique: clients may repeat them, so the
+/// broker tracks jobs by [`JobId`].
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct MsgId(pub Vec<u8>);
+
+/// A unique number per worker registration: a re-INFORM from the same
+/// identity gets a new key, so stale messages about the old entry are told
+/// apart from the new one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkerKey(pub u64);
+
+/// A text-protocol connection, unique for the router's lifetime (log field
+/// `conn`, shown as `text-N`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u64);
+
+/// The broker's own id of an accepted job, unique for the router's
+/// lifetime whatever msgids clients send: the shard that accepted the job
+/// (low 16 bits) and that shard's acceptance count (the rest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId(pub u64);
+
+impl JobId {
+    /// The `seq`-th job accepted by shard `shard` (`shard` < 65,536, the
+    /// router's shard limit).
+    pub fn new(shard: usize, seq: u64) -> JobId {
+        JobId((seq << 16) | (shard as u64 & 0xffff))
+    }
+}
+
+/// A text offer: the shard holding it and that shard's offer number, so an
+/// answer finds its shard and a stale answer is told apart from a newer
+/// offer to the same connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OfferId {
+    /// Index of the shard that holds the offer.
+    pub shard: usize,
+    /// The shard's offer sequence number.
+    pub seq: u64,
+}
+
+/// Shows bytes as text when they are UTF-8, escaped otherwise.
+pub fn show(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_string(),
+        Err(_) => bytes.escape_ascii().to_string(),
+    }
+}
+
+/// Bytes for a log line: escaped, cut at 512 bytes (with the length noted).
+pub fn cut(bytes: &[u8]) -> String {
+    let shown = bytes[..bytes.len().min(512)].escape_ascii().to_string();
+    if bytes.len() > 512 {
+        format!("{shown}…({} bytes)", bytes.len())
+    } else {
+        shown
+    }
+}
+
+macro_rules! show_bytes {
+    ($($t:ident),*) => {$(
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&show(&self.0))
+            }
+        }
+
+        impl fmt::Debug for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{:?}", show(&self.0))
+            }
+        }
+    )*};
+}
+
+show_bytes!(QueueName, PeerId, MsgId);
+
+impl fmt::Display for ConnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "text-{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shown_forms() {
+        assert_eq!(QueueName::named("email").to_string(), "email");
+        assert_eq!(PeerId(vec![0xff, b'a']).to_string(), "\\xffa");
+        assert_eq!(ConnId(7).to_string(), "text-7");
+        assert_eq!(cut(&[b'x'; 600]).len(), 512 + "…(600 bytes)".len());
+    }
+
+    #[test]
+    fn job_ids_of_two_shards_differ() {
+        assert_ne!(JobId::new(0, 1), JobId::new(1, 1));
+        assert_eq!(JobId::new(3, 5).0 & 0xffff, 3);
+    }
+}

@@ -1,0 +1,61 @@
+//! The admin thread: answers STATUS, ROUTER_SHOW_WORKERS,
+//! ROUTER_SHOW_SCHEDULERS and LATENCY by asking every shard for a snapshot
+//! and merging them (EventMQ 0.3.13's JSON shapes plus emq's keys;
+//! docs/emqp.md "Admin"). It runs off the hot path, so a slow query never
+//! delays a job.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crossbeam_channel::Receiver;
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+
+use super::Broker;
+use crate::broker::msg::{Dest, OnFail, Outgoing};
+use crate::broker::snapshot::{schedulers_json, status_json, workers_json};
+use crate::metrics::latency::LatencyStore;
+use crate::protocol::emqp::{AdminQuery, Command, Message};
+use crate::zmq_io::egress::EgressTx;
+use crate::zmq_io::io_thread::AdminRequest;
+
+/// Extra STATUS figures from outside the shards (the text front end),
+/// each a JSON value under its own key in STATUS's `emq` object.
+pub type ExtraStatus = Arc<dyn Fn() -> Vec<(&'static str, Value)> + Send + Sync>;
+
+/// Runs the admin thread until `rx` closes.
+pub fn run(
+    rx: Receiver<AdminRequest>,
+    egress: EgressTx,
+    broker: Broker,
+    extra: ExtraStatus,
+    latency: Arc<Mutex<LatencyStore>>,
+) {
+    for req in rx {
+        let body = match req.query {
+            AdminQuery::Status => status_json(&broker.snapshots(), status_extras(&broker, &extra)),
+            AdminQuery::ShowWorkers => workers_json(&broker.snapshots()),
+            AdminQuery::ShowSchedulers => schedulers_json(&broker.snapshots()),
+            AdminQuery::Latency => {
+                super::reporter::collect(&broker, &latency);
+                latency.lock().to_json()
+            }
+        };
+        let frames = Message::new(Command::Reply { body: body.to_string().into_bytes() }).encode();
+        egress.send(Outgoing { dest: Dest::Admin, peer: req.peer, frames, on_fail: OnFail::Count });
+    }
+}
+
+fn status_extras(broker: &Broker, extra: &ExtraStatus) -> Value {
+    let ctx = &broker.ctx;
+    let mut m = serde_json::Map::new();
+    m.insert("version".into(), json!(env!("CARGO_PKG_VERSION")));
+    m.insert("shards".into(), json!(ctx.shards));
+    m.insert("uptime_secs".into(), json!(ctx.started.elapsed().as_secs()));
+    m.insert("draining".into(), json!(ctx.draining.load(Ordering::Acquire)));
+    m.insert("counters".into(), ctx.counters.to_json());
+    for (k, v) in extra() {
+        m.insert(k.into(), v);
+    }
+    Value::Object(m)
+}

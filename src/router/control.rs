@@ -1,0 +1,73 @@
+//! The control thread: waits for a stop request, drains, then stops every
+//! thread in order (text front end, reporter, shards, I/O thread, admin).
+
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::Broker;
+use crate::broker::msg::ShardMsg;
+use crate::text::TextServer;
+use crate::zmq_io::egress::EgressTx;
+use crate::zmq_io::io_thread::StopReason;
+
+/// Every thread the control thread stops, in the order it stops them.
+pub(super) struct Threads {
+    pub text: Option<TextServer>,
+    pub reporter: JoinHandle<()>,
+    pub reporter_stop: Sender<()>,
+    pub shards: Vec<JoinHandle<()>>,
+    pub io: JoinHandle<()>,
+    pub exit: EgressTx,
+    pub admin: JoinHandle<()>,
+    pub zctx: zmq::Context,
+}
+
+/// Waits for a stop request, drains, then stops every thread in order.
+pub(super) fn run(stop_rx: Receiver<StopReason>, broker: Broker, threads: Threads) {
+    let reason = stop_rx.recv().unwrap_or(StopReason::Requested);
+    tracing::info!(?reason, "draining: new work is refused");
+    broker.ctx.draining.store(true, Ordering::Release);
+    drain(&broker);
+    if let Some(text) = threads.text {
+        text.shutdown();
+    }
+    drop(threads.reporter_stop);
+    let _ = threads.reporter.join();
+    for tx in broker.shards.iter() {
+        let _ = tx.send(ShardMsg::Shutdown);
+    }
+    for t in threads.shards {
+        let _ = t.join();
+    }
+    threads.exit.send_exit();
+    let _ = threads.io.join();
+    drop(broker);
+    let _ = threads.admin.join();
+    drop(threads.exit);
+    drop(threads.zctx);
+    tracing::info!("emq-router stopped");
+}
+
+/// Waits until nothing is queued, offered or in flight, or the drain timeout.
+fn drain(broker: &Broker) {
+    let deadline = Instant::now() + broker.ctx.config.drain_timeout;
+    let mut zeros = 0;
+    loop {
+        let pending: usize = broker.snapshots().iter().map(|s| s.pending()).sum();
+        // Two empty readings in a row: a job moving between shards (a
+        // message in a channel) is in no snapshot for a moment.
+        zeros = if pending == 0 { zeros + 1 } else { 0 };
+        if zeros == 2 {
+            tracing::info!("drained: nothing queued or in flight");
+            return;
+        }
+        if Instant::now() >= deadline {
+            tracing::warn!(pending, "drain timeout: these jobs remain (listed below)");
+            return;
+        }
+        std::thread::sleep(crate::limits::DRAIN_POLL_INTERVAL);
+    }
+}
