@@ -64,6 +64,7 @@ use super::body::PythonCall;
 use crate::limits;
 use crate::protocol::emqp::Frame;
 use crate::protocol::headers;
+use crate::zmq_error::ZmqError;
 
 /// One job: a REQUEST as the router forwarded it (spec §3.3, V7).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,14 +227,10 @@ impl Counters {
 /// Errors starting or running a worker.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
-    /// A ZeroMQ call failed.
-    #[error("worker zmq {what} failed: {source}")]
-    Zmq {
-        /// The operation.
-        what: &'static str,
-        /// The zmq error.
-        source: zmq::Error,
-    },
+    /// A ZeroMQ call failed; names the operation (and the router address
+    /// for the DEALER's calls).
+    #[error(transparent)]
+    Zmq(#[from] ZmqError),
     /// Bad settings (no address, bad endpoint).
     #[error("worker config: {0}")]
     Config(String),
@@ -293,13 +290,12 @@ impl Worker {
             return Err(WorkerError::Config("no router address".into()));
         }
         let ctx = zmq::Context::new();
-        let zerr = |what| move |source| WorkerError::Zmq { what, source };
         let wake_addr = format!("inproc://emq-worker-wake-{}", uuid::Uuid::new_v4());
-        let wake_rx = ctx.socket(zmq::PULL).map_err(zerr("socket"))?;
-        wake_rx.bind(&wake_addr).map_err(zerr("bind"))?;
-        let wake_tx = ctx.socket(zmq::PUSH).map_err(zerr("socket"))?;
-        wake_tx.set_linger(0).map_err(zerr("linger"))?;
-        wake_tx.connect(&wake_addr).map_err(zerr("connect"))?;
+        let wake_rx = ctx.socket(zmq::PULL).map_err(ZmqError::at("worker wake PULL socket"))?;
+        wake_rx.bind(&wake_addr).map_err(ZmqError::at(format!("worker bind {wake_addr}")))?;
+        let wake_tx = ctx.socket(zmq::PUSH).map_err(ZmqError::at("worker wake PUSH socket"))?;
+        wake_tx.set_linger(0).map_err(ZmqError::at("worker wake PUSH linger"))?;
+        wake_tx.connect(&wake_addr).map_err(ZmqError::at(format!("worker connect {wake_addr}")))?;
         let stopper = Stopper { stop: Arc::new(AtomicBool::new(false)), waker: Arc::new(Waker(Mutex::new(wake_tx))) };
         let counters = Arc::new(Counters::default());
         let parts = super::worker_loop::Parts {
