@@ -10,7 +10,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::body::result_json;
 use super::socket::millis;
-use super::worker::{Counters, Handler, Job, JobError, Stopper, WorkerConfig, WorkerError};
+use super::worker_types::{Counters, Handler, Job, JobError, Stopper, WorkerConfig, WorkerError};
 use crate::limits;
 use crate::protocol::emqp::{decode, heartbeat_timestamp, Command, Frame, Message, PeerType, ShowFrames, Socket};
 use crate::protocol::queues::encode_queue_list;
