@@ -32,6 +32,7 @@
 //! * [`client`]: Rust client libraries (eMQP client, admin client, worker, text client).
 //! * [`scheduler`]: emq-scheduler (SCHEDULE/UNSCHEDULE, timers, persistence).
 //! * [`config`] and [`limits`]: settings, validated once; every default with its reason.
+//! * [`zmq_error`]: [`zmq_error::ZmqError`], the error of a failed zmq call, for every layer.
 
 #![warn(missing_docs)]
 
@@ -48,4 +49,5 @@ pub mod pubsub;
 pub mod router;
 pub mod scheduler;
 pub mod text;
+pub mod zmq_error;
 pub mod zmq_io;

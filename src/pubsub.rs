@@ -8,21 +8,7 @@
 use std::os::fd::RawFd;
 
 use crate::protocol::emqp::{decode, Command, ShowFrames, Socket};
-
-/// Errors of the device. Each names the address or operation.
-#[derive(Debug, thiserror::Error)]
-pub enum PubSubError {
-    /// A ZeroMQ call failed.
-    #[error("pubsub zmq {what} failed for {addr}: {source}")]
-    Zmq {
-        /// The operation.
-        what: &'static str,
-        /// The endpoint (or empty).
-        addr: String,
-        /// The zmq error.
-        source: zmq::Error,
-    },
-}
+use crate::zmq_error::ZmqError;
 
 /// Counters since start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,13 +32,11 @@ impl PubSub {
     /// (`tcp://127.0.0.1:*` picks a free port; see [`PubSub::endpoints`]).
     ///
     /// # Errors
-    /// [`PubSubError::Zmq`] when a bind fails (address in use, bad endpoint).
-    pub fn bind(in_addr: &str, out_addr: &str) -> Result<PubSub, PubSubError> {
+    /// [`ZmqError`] naming the address when a bind fails (address in use,
+    /// bad endpoint).
+    pub fn bind(in_addr: &str, out_addr: &str) -> Result<PubSub, ZmqError> {
         let ctx = zmq::Context::new();
-        let zerr = |what, addr: &str| {
-            let addr = addr.to_string();
-            move |source| PubSubError::Zmq { what, addr, source }
-        };
+        let zerr = |what, addr| ZmqError::at(format!("pubsub {what} for {addr}"));
         let incoming = ctx.socket(zmq::ROUTER).map_err(zerr("socket", in_addr))?;
         incoming.set_linger(0).map_err(zerr("linger", in_addr))?;
         incoming.set_rcvhwm(crate::limits::ZMQ_HWM).map_err(zerr("rcvhwm", in_addr))?;
@@ -79,9 +63,8 @@ impl PubSub {
     /// runs forever. Blocks in `zmq::poll` between messages.
     ///
     /// # Errors
-    /// [`PubSubError::Zmq`] when polling or receiving fails.
-    pub fn run(&mut self, stop_fd: Option<RawFd>) -> Result<PubSubStats, PubSubError> {
-        let zerr = |what| move |source| PubSubError::Zmq { what, addr: String::new(), source };
+    /// [`ZmqError`] when polling or receiving fails.
+    pub fn run(&mut self, stop_fd: Option<RawFd>) -> Result<PubSubStats, ZmqError> {
         loop {
             let mut items = vec![self.incoming.as_poll_item(zmq::POLLIN)];
             if let Some(fd) = stop_fd {
@@ -89,7 +72,7 @@ impl PubSub {
             }
             match zmq::poll(&mut items, -1) {
                 Ok(_) | Err(zmq::Error::EINTR) => {}
-                Err(e) => return Err(zerr("poll")(e)),
+                Err(e) => return Err(ZmqError::new("pubsub poll", e)),
             }
             if items.get(1).is_some_and(|i| i.is_readable()) {
                 tracing::info!(published = self.stats.published, malformed = self.stats.malformed, "stopping");
@@ -99,7 +82,7 @@ impl PubSub {
                 match self.incoming.recv_multipart(zmq::DONTWAIT) {
                     Ok(frames) => self.handle(&frames),
                     Err(zmq::Error::EAGAIN) | Err(zmq::Error::EINTR) => break,
-                    Err(e) => return Err(zerr("recv")(e)),
+                    Err(e) => return Err(ZmqError::new("pubsub recv", e)),
                 }
             }
         }

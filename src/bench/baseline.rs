@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use super::emqp::Target;
-use super::{zerr, BenchError};
+use super::BenchError;
 use crate::protocol::emqp::{new_msgid, VERSION};
+use crate::zmq_error::ZmqError;
 
 /// A running forwarder; dropping it stops the thread.
 pub struct Forwarder {
@@ -26,11 +27,11 @@ pub struct Forwarder {
 }
 
 fn bound(ctx: &zmq::Context, what: &str) -> Result<(zmq::Socket, String), BenchError> {
-    let s = ctx.socket(zmq::ROUTER).map_err(zerr(format!("{what} socket")))?;
-    s.set_linger(0).map_err(zerr("LINGER"))?;
-    s.set_sndhwm(crate::limits::ZMQ_HWM).map_err(zerr("SNDHWM"))?;
-    s.set_rcvhwm(crate::limits::ZMQ_HWM).map_err(zerr("RCVHWM"))?;
-    s.bind("tcp://127.0.0.1:*").map_err(zerr(format!("bind {what}")))?;
+    let s = ctx.socket(zmq::ROUTER).map_err(ZmqError::at(format!("{what} socket")))?;
+    s.set_linger(0).map_err(ZmqError::at("LINGER"))?;
+    s.set_sndhwm(crate::limits::ZMQ_HWM).map_err(ZmqError::at("SNDHWM"))?;
+    s.set_rcvhwm(crate::limits::ZMQ_HWM).map_err(ZmqError::at("RCVHWM"))?;
+    s.bind("tcp://127.0.0.1:*").map_err(ZmqError::at(format!("bind {what}")))?;
     let ep =
         s.get_last_endpoint().ok().and_then(Result::ok).ok_or_else(|| BenchError::Invalid("no endpoint".into()))?;
     Ok((s, ep))

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use super::body::{self, Clock, Pacer, Tally};
-use super::{zerr, BenchError, LoadSettings};
+use super::{BenchError, LoadSettings};
 use crate::protocol::emqp::{heartbeat_timestamp, new_msgid, VERSION};
+use crate::zmq_error::ZmqError;
 
 /// An eMQP broker to load: its frontend (clients) and backend (workers).
 #[derive(Debug, Clone)]
@@ -45,10 +46,10 @@ impl RunCtx {
 }
 
 fn socket(ctx: &RunCtx, kind: zmq::SocketType) -> Result<zmq::Socket, BenchError> {
-    let s = ctx.zctx.socket(kind).map_err(zerr("socket"))?;
-    s.set_linger(0).map_err(zerr("LINGER"))?;
-    s.set_sndhwm(crate::limits::ZMQ_HWM).map_err(zerr("SNDHWM"))?;
-    s.set_rcvhwm(crate::limits::ZMQ_HWM).map_err(zerr("RCVHWM"))?;
+    let s = ctx.zctx.socket(kind).map_err(ZmqError::at("socket"))?;
+    s.set_linger(0).map_err(ZmqError::at("LINGER"))?;
+    s.set_sndhwm(crate::limits::ZMQ_HWM).map_err(ZmqError::at("SNDHWM"))?;
+    s.set_rcvhwm(crate::limits::ZMQ_HWM).map_err(ZmqError::at("RCVHWM"))?;
     Ok(s)
 }
 
@@ -127,7 +128,7 @@ fn wait_ready(rx: &Receiver<Result<(), BenchError>>, n: usize) -> Result<(), Ben
 fn send(sock: &zmq::Socket, frames: &[&[u8]], what: &str) -> Result<(), BenchError> {
     match sock.send_multipart(frames.iter(), 0) {
         Err(zmq::Error::EAGAIN) => Err(BenchError::TargetDown(format!("{what}: send blocked past the probe timeout"))),
-        r => r.map_err(zerr(what.to_string())),
+        r => r.map_err(|e| ZmqError::new(what.to_string(), e).into()),
     }
 }
 
@@ -135,9 +136,9 @@ fn send(sock: &zmq::Socket, frames: &[&[u8]], what: &str) -> Result<(), BenchErr
 fn worker(ctx: &RunCtx, index: usize, ready: Sender<Result<(), BenchError>>, clock: Receiver<Clock>) {
     let setup = || -> Result<(zmq::Socket, Vec<zmq::Socket>), BenchError> {
         let sock = socket(ctx, zmq::DEALER)?;
-        sock.set_identity(&new_msgid()).map_err(zerr("identity"))?;
-        sock.set_sndtimeo(ctx.settings.probe_timeout.as_millis() as i32).map_err(zerr("SNDTIMEO"))?;
-        sock.connect(&ctx.target.backend).map_err(zerr(format!("connect {}", ctx.target.backend)))?;
+        sock.set_identity(&new_msgid()).map_err(ZmqError::at("identity"))?;
+        sock.set_sndtimeo(ctx.settings.probe_timeout.as_millis() as i32).map_err(ZmqError::at("SNDTIMEO"))?;
+        sock.connect(&ctx.target.backend).map_err(ZmqError::at(format!("connect {}", ctx.target.backend)))?;
         let queues: Vec<(i64, String)> = ctx.settings.queue_list();
         let queues = serde_json::to_vec(&queues).unwrap_or_default();
         send(&sock, &[b"", VERSION, b"INFORM", b"bench-inform", &queues, b"worker"], "INFORM")?;
@@ -145,7 +146,7 @@ fn worker(ctx: &RunCtx, index: usize, ready: Sender<Result<(), BenchError>>, clo
         let mut done = Vec::new();
         for c in 0..ctx.settings.clients.max(1) {
             let push = socket(ctx, zmq::PUSH)?;
-            push.connect(&ctx.done_endpoint(c)).map_err(zerr("connect inproc"))?;
+            push.connect(&ctx.done_endpoint(c)).map_err(ZmqError::at("connect inproc"))?;
             done.push(push);
         }
         Ok((sock, done))
@@ -166,8 +167,8 @@ fn wait_ack(sock: &zmq::Socket, timeout: Duration, backend: &str) -> Result<(), 
     let end = Instant::now() + timeout;
     while Instant::now() < end {
         let left = end.saturating_duration_since(Instant::now()).as_millis() as i64;
-        if sock.poll(zmq::POLLIN, left.max(1)).map_err(zerr("poll"))? > 0 {
-            let f = sock.recv_multipart(0).map_err(zerr("recv"))?;
+        if sock.poll(zmq::POLLIN, left.max(1)).map_err(ZmqError::at("poll"))? > 0 {
+            let f = sock.recv_multipart(0).map_err(ZmqError::at("recv"))?;
             if f.get(2).map(Vec::as_slice) == Some(b"ACK") {
                 return Ok(());
             }
@@ -189,7 +190,7 @@ fn serve(ctx: &RunCtx, sock: &zmq::Socket, done: &[zmq::Socket], clock: Clock) -
             send(sock, &[b"", VERSION, b"HEARTBEAT", &new_msgid(), &heartbeat_timestamp()], "HEARTBEAT")?;
             next_hb = Instant::now() + Duration::from_secs(1);
         }
-        if sock.poll(zmq::POLLIN, 100).map_err(zerr("poll"))? == 0 {
+        if sock.poll(zmq::POLLIN, 100).map_err(ZmqError::at("poll"))? == 0 {
             continue;
         }
         while let Ok(f) = sock.recv_multipart(zmq::DONTWAIT) {
@@ -208,7 +209,7 @@ fn job(ctx: &RunCtx, sock: &zmq::Socket, done: &[zmq::Socket], clock: Clock, f: 
             let mut note = [0u8; 16];
             note[..8].copy_from_slice(&seq.to_le_bytes());
             note[8..].copy_from_slice(&recv_ns.to_le_bytes());
-            push.send(&note[..], 0).map_err(zerr("inproc notify"))?;
+            push.send(&note[..], 0).map_err(ZmqError::at("inproc notify"))?;
         }
     }
     if !ctx.settings.service_time.is_zero() {
@@ -223,11 +224,11 @@ fn job(ctx: &RunCtx, sock: &zmq::Socket, done: &[zmq::Socket], clock: Clock, f: 
 fn client(ctx: &RunCtx, index: usize, clock: Clock) -> Result<Tally, BenchError> {
     let s = &ctx.settings;
     let dealer = socket(ctx, zmq::DEALER)?;
-    dealer.set_identity(&new_msgid()).map_err(zerr("identity"))?;
-    dealer.set_sndtimeo(s.probe_timeout.as_millis() as i32).map_err(zerr("SNDTIMEO"))?;
-    dealer.connect(&ctx.target.frontend).map_err(zerr(format!("connect {}", ctx.target.frontend)))?;
+    dealer.set_identity(&new_msgid()).map_err(ZmqError::at("identity"))?;
+    dealer.set_sndtimeo(s.probe_timeout.as_millis() as i32).map_err(ZmqError::at("SNDTIMEO"))?;
+    dealer.connect(&ctx.target.frontend).map_err(ZmqError::at(format!("connect {}", ctx.target.frontend)))?;
     let pull = socket(ctx, zmq::PULL)?;
-    pull.bind(&ctx.done_endpoint(index)).map_err(zerr("bind inproc"))?;
+    pull.bind(&ctx.done_endpoint(index)).map_err(ZmqError::at("bind inproc"))?;
     let queues: Vec<Vec<u8>> = s.queue_list().into_iter().map(|(_, q)| q.into_bytes()).collect();
     let mut pacer = Pacer::new(s, index);
     let mut tally = Tally::new(s.warmup.as_nanos() as u64);
@@ -253,7 +254,7 @@ fn client(ctx: &RunCtx, index: usize, clock: Clock) -> Result<Tally, BenchError>
         }
         let wait = pacer.wait(now, Duration::from_millis(10));
         let mut items = [dealer.as_poll_item(zmq::POLLIN), pull.as_poll_item(zmq::POLLIN)];
-        if zmq::poll(&mut items, wait.as_millis() as i64).map_err(zerr("poll"))? == 0 && wait > Duration::ZERO {
+        if zmq::poll(&mut items, wait.as_millis() as i64).map_err(ZmqError::at("poll"))? == 0 && wait > Duration::ZERO {
             std::thread::sleep(wait.min(Duration::from_micros(200)));
         }
         drain(ctx, &dealer, &pull, &clock, &mut tally)?;

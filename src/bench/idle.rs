@@ -11,9 +11,10 @@ use serde::Serialize;
 
 use super::body::Tally;
 use super::run::RunResult;
-use super::{zerr, BenchError};
+use super::BenchError;
 use crate::limits::HEARTBEAT_INTERVAL;
 use crate::protocol::emqp::{heartbeat_timestamp, new_msgid, VERSION};
+use crate::zmq_error::ZmqError;
 
 /// Sockets per ZeroMQ context: libzmq's default `ZMQ_MAX_SOCKETS` is 1,023.
 const SOCKETS_PER_CONTEXT: usize = 1000;
@@ -74,12 +75,12 @@ pub fn run(s: &IdleSettings, heartbeats: Arc<AtomicU64>) -> Result<RunResult, Be
         let ctx = zmq::Context::new();
         let mut socks = Vec::new();
         for _ in chunk {
-            let d = ctx.socket(zmq::DEALER).map_err(zerr("socket"))?;
-            d.set_linger(0).map_err(zerr("LINGER"))?;
-            d.set_identity(&new_msgid()).map_err(zerr("identity"))?;
-            d.connect(&s.backend).map_err(zerr(format!("connect {}", s.backend)))?;
+            let d = ctx.socket(zmq::DEALER).map_err(ZmqError::at("socket"))?;
+            d.set_linger(0).map_err(ZmqError::at("LINGER"))?;
+            d.set_identity(&new_msgid()).map_err(ZmqError::at("identity"))?;
+            d.connect(&s.backend).map_err(ZmqError::at(format!("connect {}", s.backend)))?;
             d.send_multipart([b"" as &[u8], VERSION, b"INFORM", &new_msgid(), b"", b"worker"].iter(), 0)
-                .map_err(zerr("INFORM"))?;
+                .map_err(ZmqError::at("INFORM"))?;
             socks.push(d);
         }
         groups.push((ctx, socks));
@@ -102,7 +103,7 @@ pub fn run(s: &IdleSettings, heartbeats: Arc<AtomicU64>) -> Result<RunResult, Be
         if Instant::now() >= next_hb {
             for d in all() {
                 let hb = [b"" as &[u8], VERSION, b"HEARTBEAT", &new_msgid(), &heartbeat_timestamp()];
-                d.send_multipart(hb.iter(), zmq::DONTWAIT).map_err(zerr("HEARTBEAT"))?;
+                d.send_multipart(hb.iter(), zmq::DONTWAIT).map_err(ZmqError::at("HEARTBEAT"))?;
             }
             next_hb += HEARTBEAT_INTERVAL;
         }

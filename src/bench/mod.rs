@@ -36,6 +36,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::zmq_error::ZmqError;
+
 /// Load shape shared by every mode. Units are in the names; durations
 /// accept humantime text (`500ms`, `10s`).
 #[derive(Debug, Clone, clap::Args, Serialize)]
@@ -130,14 +132,9 @@ pub enum BenchError {
     /// The target showed no sign of life within the probe timeout.
     #[error("target down: {0}")]
     TargetDown(String),
-    /// A ZeroMQ call failed.
-    #[error("{what}: {source}")]
-    Zmq {
-        /// What was being done.
-        what: String,
-        /// The ZeroMQ error.
-        source: zmq::Error,
-    },
+    /// A ZeroMQ call failed; names what was being done.
+    #[error(transparent)]
+    Zmq(#[from] ZmqError),
     /// A socket or file operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -149,11 +146,6 @@ pub enum BenchError {
     /// Bad settings or input file.
     #[error("{0}")]
     Invalid(String),
-}
-
-pub(crate) fn zerr(what: impl Into<String>) -> impl FnOnce(zmq::Error) -> BenchError {
-    let what = what.into();
-    move |source| BenchError::Zmq { what, source }
 }
 
 pub(crate) fn ioerr(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchError {

@@ -1,9 +1,12 @@
 //! Python job bodies (spec §4.1): `["run", {"callable": …, "path": …, "args": …,
 //! "kwargs": …, "class_args": …, "class_kwargs": …}]`, the six keys in the
-//! order the Python client writes them, `", "`/`": "` separators as
-//! `json.dumps` writes them. The Python scheduler requires all six keys (S6).
+//! order the Python client writes them, written by the crate's one
+//! `json.dumps` writer ([`crate::protocol::pyjson`]). The Python scheduler
+//! requires all six keys (S6).
 
 use serde_json::{Map, Value};
+
+use crate::protocol::pyjson::{self, py_str, PyJson};
 
 /// One Python call as the EventMQ client addresses it (spec §4.2).
 #[derive(Debug, Clone, PartialEq)]
@@ -66,14 +69,16 @@ impl PythonCall {
     /// );
     /// ```
     pub fn body(&self) -> Vec<u8> {
-        let mut params = Map::new();
-        params.insert("callable".into(), Value::String(self.callable.clone()));
-        params.insert("path".into(), Value::String(self.path.clone()));
-        params.insert("args".into(), Value::Array(self.args.clone()));
-        params.insert("kwargs".into(), Value::Object(self.kwargs.clone()));
-        params.insert("class_args".into(), Value::Array(self.class_args.clone()));
-        params.insert("class_kwargs".into(), Value::Object(self.class_kwargs.clone()));
-        python_dumps(&Value::Array(vec![Value::String("run".into()), Value::Object(params)])).into_bytes()
+        let list = |items: &[Value]| PyJson::Array(items.iter().map(PyJson::from).collect());
+        let params = PyJson::Object(vec![
+            (py_str("callable"), PyJson::Str(py_str(&self.callable))),
+            (py_str("path"), PyJson::Str(py_str(&self.path))),
+            (py_str("args"), list(&self.args)),
+            (py_str("kwargs"), PyJson::from(&self.kwargs)),
+            (py_str("class_args"), list(&self.class_args)),
+            (py_str("class_kwargs"), PyJson::from(&self.class_kwargs)),
+        ]);
+        PyJson::Array(vec![PyJson::Str(py_str("run")), params]).dumps(false).into_bytes()
     }
 
     /// Reads the params object (element 1) of a body; missing optional keys
@@ -96,58 +101,6 @@ impl PythonCall {
     }
 }
 
-/// Serializes like Python's `json.dumps` with default separators
-/// (`", "` and `": "`), ASCII-escaping non-ASCII characters as `\uXXXX`
-/// (`ensure_ascii=True`). Object key order is kept.
-pub fn python_dumps(value: &Value) -> String {
-    let mut out = String::new();
-    write_value(value, &mut out);
-    out
-}
-
-fn write_value(value: &Value, out: &mut String) {
-    match value {
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_value(item, out);
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            out.push('{');
-            for (i, (k, v)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_string(k, out);
-                out.push_str(": ");
-                write_value(v, out);
-            }
-            out.push('}');
-        }
-        Value::String(s) => write_string(s, out),
-        other => out.push_str(&other.to_string()),
-    }
-}
-
-fn write_string(s: &str, out: &mut String) {
-    let json = Value::String(s.to_string()).to_string();
-    for c in json.chars() {
-        if c.is_ascii() {
-            out.push(c);
-        } else {
-            let mut units = [0u16; 2];
-            for u in c.encode_utf16(&mut units) {
-                out.push_str(&format!("\\u{:04x}", u));
-            }
-        }
-    }
-}
-
 /// The job-result REPLY body (spec §4.4): `{"value": "<text>"}`, with the
 /// text as a JSON string (lossy UTF-8), as `json.dumps({"value": X})` writes it.
 ///
@@ -155,9 +108,11 @@ fn write_string(s: &str, out: &mut String) {
 /// assert_eq!(emq::client::body::result_json(b"ok\n"), br#"{"value": "ok\n"}"#.to_vec());
 /// ```
 pub fn result_json(text: &[u8]) -> Vec<u8> {
-    let mut map = Map::new();
-    map.insert("value".into(), Value::String(String::from_utf8_lossy(text).into_owned()));
-    python_dumps(&Value::Object(map)).into_bytes()
+    let mut out = String::with_capacity(text.len() + 16);
+    out.push_str("{\"value\": ");
+    pyjson::write_str(&mut out, String::from_utf8_lossy(text).chars().map(u32::from));
+    out.push('}');
+    out.into_bytes()
 }
 
 #[cfg(test)]
@@ -175,8 +130,16 @@ mod tests {
     }
 
     #[test]
-    fn dumps_escapes_like_python() {
-        let v: Value = serde_json::from_str(r#"{"a": "é\"", "b": [1, 2.5, null, true]}"#).unwrap();
-        assert_eq!(python_dumps(&v), r#"{"a": "\u00e9\"", "b": [1, 2.5, null, true]}"#);
+    fn body_and_result_escape_like_python() {
+        // Expected texts from CPython 3.11's json.dumps.
+        let kwargs: Value = serde_json::from_str(r#"{"a": "é\"", "b": [1, 2.5, null, true]}"#).unwrap();
+        let call = PythonCall::new("m", "f").args(vec![1e16.into(), 1e-5.into(), "\u{7f}😀".into()]);
+        let call = call.kwargs(kwargs.as_object().unwrap().clone());
+        assert_eq!(
+            String::from_utf8(call.body()).unwrap(),
+            r#"["run", {"callable": "f", "path": "m", "args": [1e+16, 1e-05, "\u007f\ud83d\ude00"], "kwargs": {"a": "\u00e9\"", "b": [1, 2.5, null, true]}, "class_args": [], "class_kwargs": {}}]"#
+        );
+        assert_eq!(result_json("é\n\u{7f}".as_bytes()), br#"{"value": "\u00e9\n\u007f"}"#.to_vec());
+        assert_eq!(result_json(b"\xff"), br#"{"value": "\ufffd"}"#.to_vec());
     }
 }

@@ -8,3 +8,4 @@ mod socket;
 pub mod text;
 pub mod worker;
 mod worker_loop;
+mod worker_types;

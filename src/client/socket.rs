@@ -5,20 +5,15 @@
 use std::time::{Duration, Instant};
 
 use crate::protocol::emqp::Frame;
+use crate::zmq_error::ZmqError;
 
 /// Errors of the client library. Each names the address or msgid involved.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// A ZeroMQ call failed (socket creation, bad endpoint, …).
-    #[error("zmq {what} failed for {addr}: {source}")]
-    Zmq {
-        /// The operation, e.g. `connect`.
-        what: &'static str,
-        /// The endpoint.
-        addr: String,
-        /// The zmq error.
-        source: zmq::Error,
-    },
+    /// A ZeroMQ call failed (socket creation, bad endpoint, …); names the
+    /// operation and the endpoint.
+    #[error(transparent)]
+    Zmq(#[from] ZmqError),
     /// No peer accepted the connection within the timeout (ZeroMQ `connect`
     /// never fails by itself; the send waits for a live connection).
     #[error("{addr} is unreachable: no connection within {timeout:?}")]
@@ -59,12 +54,12 @@ impl Dealer {
     /// A DEALER with a fresh uuid4 identity, LINGER `linger`, and
     /// `ZMQ_IMMEDIATE` so a send waits for a real connection.
     pub fn connect(ctx: &zmq::Context, addr: &str, linger: Duration) -> Result<Dealer, ClientError> {
-        let zerr = |what, source| ClientError::Zmq { what, addr: addr.to_string(), source };
-        let socket = ctx.socket(zmq::DEALER).map_err(|e| zerr("socket", e))?;
-        socket.set_identity(&crate::protocol::emqp::new_msgid()).map_err(|e| zerr("identity", e))?;
-        socket.set_linger(millis(linger)).map_err(|e| zerr("linger", e))?;
-        socket.set_immediate(true).map_err(|e| zerr("immediate", e))?;
-        socket.connect(addr).map_err(|e| zerr("connect", e))?;
+        let zerr = |what| ZmqError::at(format!("{what} {addr}"));
+        let socket = ctx.socket(zmq::DEALER).map_err(zerr("socket for"))?;
+        socket.set_identity(&crate::protocol::emqp::new_msgid()).map_err(zerr("identity for"))?;
+        socket.set_linger(millis(linger)).map_err(zerr("linger for"))?;
+        socket.set_immediate(true).map_err(zerr("immediate for"))?;
+        socket.connect(addr).map_err(zerr("connect"))?;
         Ok(Dealer { socket, addr: addr.to_string() })
     }
 
@@ -73,12 +68,12 @@ impl Dealer {
     /// # Errors
     /// [`ClientError::Unreachable`] when no connection came up in time.
     pub fn send_timeout(&self, frames: &[Frame], timeout: Duration) -> Result<(), ClientError> {
-        let zerr = |source| ClientError::Zmq { what: "send", addr: self.addr.clone(), source };
+        let zerr = |source| ZmqError::new(format!("send to {}", self.addr), source);
         self.socket.set_sndtimeo(millis(timeout)).map_err(zerr)?;
         match self.socket.send_multipart(frames, 0) {
             Ok(()) => Ok(()),
             Err(zmq::Error::EAGAIN) => Err(ClientError::Unreachable { addr: self.addr.clone(), timeout }),
-            Err(e) => Err(zerr(e)),
+            Err(e) => Err(zerr(e).into()),
         }
     }
 
@@ -86,12 +81,12 @@ impl Dealer {
     pub fn recv_deadline(&self, deadline: Instant) -> Result<Option<Vec<Frame>>, ClientError> {
         let left = deadline.saturating_duration_since(Instant::now());
         let mut items = [self.socket.as_poll_item(zmq::POLLIN)];
-        let zerr = |what, source| ClientError::Zmq { what, addr: self.addr.clone(), source };
+        let zerr = |what: &str, source| ZmqError::new(format!("{what} {}", self.addr), source);
         let n = zmq::poll(&mut items, left.as_millis().min(i64::MAX as u128) as i64).map_err(|e| zerr("poll", e))?;
         if n == 0 {
             return Ok(None);
         }
-        self.socket.recv_multipart(0).map(Some).map_err(|e| zerr("recv", e))
+        Ok(self.socket.recv_multipart(0).map(Some).map_err(|e| zerr("recv from", e))?)
     }
 }
 

@@ -10,10 +10,11 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::body::result_json;
 use super::socket::millis;
-use super::worker::{Counters, Handler, Job, JobError, Stopper, WorkerConfig, WorkerError};
+use super::worker_types::{Counters, Handler, Job, JobError, Stopper, WorkerConfig, WorkerError};
 use crate::limits;
 use crate::protocol::emqp::{decode, heartbeat_timestamp, Command, Frame, Message, PeerType, ShowFrames, Socket};
 use crate::protocol::queues::encode_queue_list;
+use crate::zmq_error::ZmqError;
 
 /// What the I/O thread is given.
 pub(crate) struct Parts {
@@ -131,8 +132,7 @@ impl Loop {
     fn poll(&mut self, timeout: Duration) -> Result<(), WorkerError> {
         let dealer = self.dealer.as_ref().ok_or(WorkerError::Config("no socket".into()))?;
         let mut items = [dealer.as_poll_item(zmq::POLLIN), self.p.wake_rx.as_poll_item(zmq::POLLIN)];
-        zmq::poll(&mut items, timeout.as_millis().min(i64::MAX as u128) as i64)
-            .map_err(|source| WorkerError::Zmq { what: "poll", source })?;
+        zmq::poll(&mut items, timeout.as_millis().min(i64::MAX as u128) as i64).map_err(ZmqError::at("worker poll"))?;
         while self.p.wake_rx.recv_bytes(zmq::DONTWAIT).is_ok() {}
         Ok(())
     }
@@ -184,7 +184,7 @@ impl Loop {
 
     fn connect(&mut self) -> Result<(), WorkerError> {
         let addr = self.p.config.addresses[self.addr_index % self.p.config.addresses.len()].clone();
-        let zerr = |what| move |source| WorkerError::Zmq { what, source };
+        let zerr = |what| ZmqError::at(format!("worker DEALER {what} for {addr}"));
         let socket = self.p.ctx.socket(zmq::DEALER).map_err(zerr("socket"))?;
         socket.set_identity(&crate::protocol::emqp::new_msgid()).map_err(zerr("identity"))?;
         socket.set_linger(0).map_err(zerr("linger"))?;
@@ -254,7 +254,7 @@ impl Loop {
             let frames = match dealer.recv_multipart(zmq::DONTWAIT) {
                 Ok(f) => f,
                 Err(zmq::Error::EAGAIN) => return Ok(()),
-                Err(source) => return Err(WorkerError::Zmq { what: "recv", source }),
+                Err(source) => return Err(ZmqError::new("worker recv", source).into()),
             };
             self.last_recv = Instant::now();
             match decode(&frames, Socket::WorkerSide) {

@@ -127,26 +127,55 @@ pub struct ScheduleBody {
 }
 
 /// One eMQP command with its body frames (spec §3). Field names follow the
-/// frame tables of the spec.
-#[allow(missing_docs)]
+/// frame tables of the spec; each field says which D-frame it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    /// INFORM: D4 queue JSON (empty = router defaults), D5 peer type.
-    Inform { queues: Frame, peer: PeerType },
-    /// ACK: D4 the acknowledged msgid.
-    Ack { acked: Frame },
+    /// INFORM: a worker or scheduler registers (spec §3.1).
+    Inform {
+        /// D4: the queue list as JSON, `[[weight, "name"], ...]`
+        /// ([`crate::protocol::queues`]); empty means the router's defaults.
+        queues: Frame,
+        /// D5: who is registering.
+        peer: PeerType,
+    },
+    /// ACK: the router accepted an INFORM (or an admin DISCONNECT).
+    Ack {
+        /// D4: the msgid (D3) of the message being acknowledged.
+        acked: Frame,
+    },
     /// READY: no body; one more free slot.
     Ready,
-    /// REQUEST: D4 queue, D5 headers CSV, D6 body, then any extra frames,
-    /// which are kept and forwarded unchanged.
-    Request { queue: Frame, headers: Frame, body: Frame, extra: Vec<Frame> },
-    /// REPLY with one body frame: the acceptance REPLY (D4 = accepted msgid)
-    /// or the admin REPLY (D4 = JSON).
-    Reply { body: Frame },
-    /// Job-result REPLY from a worker: D4 result JSON, D5 the REQUEST msgid.
-    JobReply { result: Frame, request_msgid: Frame },
-    /// HEARTBEAT: D4 the sender's wall clock (never read).
-    Heartbeat { timestamp: Frame },
+    /// REQUEST: a job, from a client to the router and from the router to
+    /// a worker (spec §3.3).
+    Request {
+        /// D4: the queue name.
+        queue: Frame,
+        /// D5: headers CSV (`reply-requested`, `guarantee`, `timeout:N`, ...;
+        /// see [`crate::protocol::headers`]).
+        headers: Frame,
+        /// D6: the job body (a Python body `["run", {...}]` or any bytes).
+        body: Frame,
+        /// D7 and later: any extra frames, kept and forwarded unchanged.
+        extra: Vec<Frame>,
+    },
+    /// REPLY with one body frame: the acceptance REPLY or the admin REPLY.
+    Reply {
+        /// D4: the accepted message's msgid (acceptance REPLY) or the
+        /// answer's JSON (admin REPLY).
+        body: Frame,
+    },
+    /// Job-result REPLY from a worker (spec §4.4).
+    JobReply {
+        /// D4: the result JSON, `{"value": ...}`.
+        result: Frame,
+        /// D5: the msgid (D3) of the REQUEST this answers.
+        request_msgid: Frame,
+    },
+    /// HEARTBEAT (spec §3.5).
+    Heartbeat {
+        /// D4: the sender's wall clock in seconds as decimal text (never read).
+        timestamp: Frame,
+    },
     /// KBYE: no body.
     Kbye,
     /// DISCONNECT: no body (extra frames ignored).
@@ -155,16 +184,27 @@ pub enum Command {
     Schedule(ScheduleBody),
     /// UNSCHEDULE: at least 8 frames.
     Unschedule(ScheduleBody),
-    /// PUBLISH: D4 topic, D5 message.
-    Publish { topic: Frame, message: Frame },
+    /// PUBLISH to the pub/sub device (spec §3.9).
+    Publish {
+        /// D4: the topic, sent as the first frame of the PUB message.
+        topic: Frame,
+        /// D5: the message, sent as the second frame.
+        message: Frame,
+    },
     /// An admin query (no body).
     Admin(AdminQuery),
     /// `HELLO`, which the Python emq-cli sends on connect; never answered.
     Hello,
-    /// ERROR (emq extension): D4 the msgid of the rejected message, D5 an
-    /// error code token (e.g. `QUEUE_FULL`), D6 human-readable text. Old
-    /// Python clients never read it; old schedulers log it as unhandled.
-    Error { refers_to: Frame, code: Frame, text: Frame },
+    /// ERROR (emq extension): a message was rejected. Old Python clients
+    /// never read it; old schedulers log it as unhandled.
+    Error {
+        /// D4: the msgid (D3) of the rejected message.
+        refers_to: Frame,
+        /// D5: an error code token, e.g. `QUEUE_FULL`.
+        code: Frame,
+        /// D6: human-readable text.
+        text: Frame,
+    },
 }
 
 impl Command {

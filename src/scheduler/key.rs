@@ -8,7 +8,7 @@ use std::fmt;
 
 use sha1::{Digest, Sha1};
 
-use super::pyjson::{self, PyJson};
+use crate::protocol::pyjson::{self, PyJson};
 
 /// The six body fields the key covers, all required (spec §4.1).
 pub const KEY_FIELDS: [&str; 6] = ["args", "kwargs", "class_args", "class_kwargs", "path", "callable"];

@@ -2,8 +2,9 @@
 //! wire-compatible with EventMQ 0.3.13's scheduler (spec §7) and fixing its
 //! defects S1–S14 (spec §12).
 //!
-//! * [`pyjson`] and [`key`]: the schedule key, byte-exact with Python's
-//!   `json.dumps(..., sort_keys=True)` + SHA-1 (spec §7.3).
+//! * [`key`]: the schedule key, byte-exact with Python's
+//!   `json.dumps(..., sort_keys=True)` + SHA-1 (spec §7.3), written by
+//!   [`crate::protocol::pyjson`].
 //! * [`schedule`]: one SCHEDULE validated (interval, cron, `run_count`,
 //!   `nohaste`) and its next fire times; [`timetable`]: all schedules with a
 //!   deadline heap. Pure logic over an explicit `now`.
@@ -16,7 +17,6 @@
 pub mod config;
 pub mod key;
 pub mod peer;
-pub mod pyjson;
 pub mod redis_store;
 pub mod schedule;
 pub mod service;

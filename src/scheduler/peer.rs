@@ -33,6 +33,7 @@ use super::timetable::Fire;
 use crate::limits;
 use crate::protocol::emqp::{self, Command, DecodeError, Frame, Message, PeerType, ShowFrames, Socket};
 use crate::protocol::headers;
+use crate::zmq_error::ZmqError;
 
 /// The peer's settings (validated by the binary's config).
 #[derive(Debug, Clone)]
@@ -49,21 +50,6 @@ pub struct PeerConfig {
     pub inform_retry: Duration,
 }
 
-/// A zmq failure that stops the peer (bind/connect/socket creation).
-#[derive(Debug, thiserror::Error)]
-#[error("{what}: {source}")]
-pub struct PeerError {
-    /// What was being done.
-    pub what: String,
-    /// The zmq error.
-    pub source: zmq::Error,
-}
-
-fn zerr(what: impl Into<String>) -> impl FnOnce(zmq::Error) -> PeerError {
-    let what = what.into();
-    move |source| PeerError { what, source }
-}
-
 /// One DEALER connection with its registration state.
 struct Link {
     socket: zmq::Socket,
@@ -78,8 +64,8 @@ struct Link {
 /// pipe) or the router sends DISCONNECT.
 ///
 /// # Errors
-/// [`PeerError`] when a socket cannot be created, bound or connected.
-pub fn run(cfg: &PeerConfig, service: &mut Service, shutdown_fd: RawFd) -> Result<(), PeerError> {
+/// [`ZmqError`] when a socket cannot be created, bound or connected.
+pub fn run(cfg: &PeerConfig, service: &mut Service, shutdown_fd: RawFd) -> Result<(), ZmqError> {
     let ctx = zmq::Context::new();
     let admin = match &cfg.admin_addr {
         Some(addr) => Some(bind_admin(&ctx, addr)?),
@@ -112,10 +98,10 @@ pub fn run(cfg: &PeerConfig, service: &mut Service, shutdown_fd: RawFd) -> Resul
     Ok(())
 }
 
-fn bind_admin(ctx: &zmq::Context, addr: &str) -> Result<zmq::Socket, PeerError> {
-    let s = ctx.socket(zmq::ROUTER).map_err(zerr("admin socket"))?;
-    s.set_linger(0).map_err(zerr("admin linger"))?;
-    s.bind(addr).map_err(zerr(format!("bind admin socket {addr}")))?;
+fn bind_admin(ctx: &zmq::Context, addr: &str) -> Result<zmq::Socket, ZmqError> {
+    let s = ctx.socket(zmq::ROUTER).map_err(ZmqError::at("admin socket"))?;
+    s.set_linger(0).map_err(ZmqError::at("admin linger"))?;
+    s.bind(addr).map_err(ZmqError::at(format!("bind admin socket {addr}")))?;
     if let Ok(Ok(ep)) = s.get_last_endpoint() {
         tracing::info!(endpoint = %ep, "admin socket bound");
     }
@@ -147,7 +133,7 @@ fn wait(
     admin: Option<&zmq::Socket>,
     shutdown_fd: RawFd,
     timeout_ms: i64,
-) -> Result<(bool, bool, bool), PeerError> {
+) -> Result<(bool, bool, bool), ZmqError> {
     let mut items = vec![zmq::PollItem::from_fd(shutdown_fd, zmq::POLLIN), link.as_poll_item(zmq::POLLIN)];
     if let Some(a) = admin {
         items.push(a.as_poll_item(zmq::POLLIN));
@@ -155,7 +141,7 @@ fn wait(
     match zmq::poll(&mut items, timeout_ms) {
         Ok(_) => {}
         Err(zmq::Error::EINTR) => return Ok((false, false, false)),
-        Err(e) => return Err(zerr("poll")(e)),
+        Err(e) => return Err(ZmqError::new("poll", e)),
     }
     let admin_ready = items.get(2).is_some_and(|i| i.is_readable());
     Ok((items[1].is_readable(), admin_ready, items[0].is_readable()))
@@ -168,14 +154,14 @@ enum Flow {
 }
 
 impl Link {
-    fn connect(ctx: &zmq::Context, cfg: &PeerConfig) -> Result<Link, PeerError> {
+    fn connect(ctx: &zmq::Context, cfg: &PeerConfig) -> Result<Link, ZmqError> {
         let identity = uuid::Uuid::new_v4().hyphenated().to_string();
-        let socket = ctx.socket(zmq::DEALER).map_err(zerr("dealer socket"))?;
-        socket.set_identity(identity.as_bytes()).map_err(zerr("set identity"))?;
-        socket.set_sndhwm(limits::ZMQ_HWM).map_err(zerr("set sndhwm"))?;
-        socket.set_rcvhwm(limits::ZMQ_HWM).map_err(zerr("set rcvhwm"))?;
-        socket.set_linger(0).map_err(zerr("set linger"))?;
-        socket.connect(&cfg.router_addr).map_err(zerr(format!("connect to router {}", cfg.router_addr)))?;
+        let socket = ctx.socket(zmq::DEALER).map_err(ZmqError::at("dealer socket"))?;
+        socket.set_identity(identity.as_bytes()).map_err(ZmqError::at("set identity"))?;
+        socket.set_sndhwm(limits::ZMQ_HWM).map_err(ZmqError::at("set sndhwm"))?;
+        socket.set_rcvhwm(limits::ZMQ_HWM).map_err(ZmqError::at("set rcvhwm"))?;
+        socket.set_linger(0).map_err(ZmqError::at("set linger"))?;
+        socket.connect(&cfg.router_addr).map_err(ZmqError::at(format!("connect to router {}", cfg.router_addr)))?;
         tracing::info!(router = %cfg.router_addr, identity = %identity, "connecting; sending INFORM");
         let now = Instant::now();
         let link = Link {
@@ -213,7 +199,7 @@ impl Link {
     }
 
     /// Heartbeats, INFORM retries and the router-silence reconnect.
-    fn tick(&mut self, ctx: &zmq::Context, cfg: &PeerConfig) -> Result<(), PeerError> {
+    fn tick(&mut self, ctx: &zmq::Context, cfg: &PeerConfig) -> Result<(), ZmqError> {
         let now = Instant::now();
         if now.duration_since(self.last_heard) >= cfg.router_timeout {
             tracing::warn!(identity = %self.identity, "router silent; reconnecting under a new identity");

@@ -19,9 +19,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::key::ScheduleKey;
-use super::pyjson::{self, PyJson};
 use super::store::{Store, StoreError, Stored};
 use crate::protocol::headers;
+use crate::protocol::pyjson::{self, PyJson};
 
 /// The LIST of schedule keys (EventMQ's name).
 pub const LIST_KEY: &str = "interval_jobs";

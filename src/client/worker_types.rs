@@ -1,0 +1,224 @@
+//! The types the worker handle ([`super::worker`]) and its I/O thread
+//! (`worker_loop`) share: the job, its error, the settings, the counters, the
+//! stopper. Both import them from here, and the handle starts the loop, so
+//! the two depend one way only. Re-exported by [`super::worker`].
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::body::PythonCall;
+use crate::limits;
+use crate::protocol::emqp::Frame;
+use crate::protocol::headers;
+use crate::zmq_error::ZmqError;
+
+/// One job: a REQUEST as the router forwarded it (spec §3.3, V7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    /// D3: the REQUEST msgid (the job id).
+    pub msgid: Frame,
+    /// D4: the queue the client named.
+    pub queue: Frame,
+    /// D5: headers CSV.
+    pub headers: Frame,
+    /// D6: the job body (a Python body `["run", {…}]` or any bytes, e.g. a
+    /// text-protocol SCHED's data).
+    pub body: Frame,
+    /// Frames after D6, kept as sent.
+    pub extra: Vec<Frame>,
+}
+
+impl Job {
+    /// Whether the headers hold the token `reply-requested`.
+    pub fn reply_requested(&self) -> bool {
+        headers::has(&self.headers, headers::REPLY_REQUESTED)
+    }
+
+    /// The `timeout:N` header in seconds, if present and > 0.
+    pub fn timeout(&self) -> Option<Duration> {
+        let v = headers::value(&self.headers, b"timeout")?;
+        let secs: u64 = std::str::from_utf8(v).ok()?.trim().parse().ok()?;
+        (secs > 0).then(|| Duration::from_secs(secs))
+    }
+
+    /// The Python call in the body, if the body is one (spec §4.1).
+    pub fn python_call(&self) -> Option<PythonCall> {
+        PythonCall::parse(&self.body)
+    }
+}
+
+/// Why a job did not succeed. Both are reported to the router as
+/// `{"value": "<text>"}` like EventMQ (J16), and counted apart here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    /// The job failed; the text becomes the result value.
+    #[error("{0}")]
+    Failed(String),
+    /// The job ran out of time; the result value is `"TimeoutError"`.
+    #[error("TimeoutError")]
+    Timeout,
+}
+
+/// Worker settings. Defaults follow EventMQ's jobmanager (spec §6, §10).
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Router backend addresses; the first is used first, each reconnect
+    /// moves to the next (failover).
+    pub addresses: Vec<String>,
+    /// `(weight, name)` pairs sent in INFORM; empty = the router's defaults.
+    pub queues: Vec<(i64, String)>,
+    /// Jobs run at once (threads in the pool); EventMQ's `CONCURRENT_JOBS` = 4.
+    pub concurrency: usize,
+    /// HEARTBEAT send period (3 s).
+    pub heartbeat_interval: Duration,
+    /// One silence window (5 s, EventMQ's `HEARTBEAT_TIMEOUT`).
+    pub heartbeat_timeout: Duration,
+    /// Silent windows before the router is declared dead (3).
+    pub heartbeat_liveness: u32,
+    /// Wait for the ACK before INFORMing again under a new identity (5 s).
+    pub inform_retry: Duration,
+    /// Longest wait for running jobs at shutdown.
+    pub drain_timeout: Duration,
+}
+
+impl WorkerConfig {
+    /// Defaults for one router backend address.
+    pub fn new(address: &str) -> WorkerConfig {
+        WorkerConfig {
+            addresses: vec![address.to_string()],
+            queues: Vec::new(),
+            concurrency: 4,
+            heartbeat_interval: limits::HEARTBEAT_INTERVAL,
+            heartbeat_timeout: limits::HEARTBEAT_TIMEOUT,
+            heartbeat_liveness: 3,
+            inform_retry: limits::HEARTBEAT_TIMEOUT,
+            drain_timeout: limits::WORKER_DRAIN_TIMEOUT,
+        }
+    }
+
+    /// Sets the INFORM queue list.
+    pub fn queues(mut self, queues: Vec<(i64, String)>) -> WorkerConfig {
+        self.queues = queues;
+        self
+    }
+
+    /// Sets the number of concurrent jobs (at least 1).
+    pub fn concurrency(mut self, n: usize) -> WorkerConfig {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// Adds a failover address.
+    pub fn failover(mut self, address: &str) -> WorkerConfig {
+        self.addresses.push(address.to_string());
+        self
+    }
+
+    /// Router silence that triggers a reconnect: timeout × liveness (15 s).
+    pub fn silence_timeout(&self) -> Duration {
+        self.heartbeat_timeout * self.heartbeat_liveness.max(1)
+    }
+}
+
+/// Counters since start (a snapshot).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Jobs whose handler returned `Ok`.
+    pub succeeded: u64,
+    /// Jobs that returned [`JobError::Failed`] or panicked.
+    pub failed: u64,
+    /// Jobs that returned [`JobError::Timeout`].
+    pub timed_out: u64,
+    /// Inbound messages that could not be decoded (logged and dropped).
+    pub malformed: u64,
+    /// Reconnects (new identity) after silence, KBYE or a failed INFORM.
+    pub reconnects: u64,
+    /// READY messages sent.
+    pub ready_sent: u64,
+    /// Job-result REPLYs sent.
+    pub replies_sent: u64,
+    /// Sends that failed (no connection, full pipe); logged.
+    pub send_failed: u64,
+}
+
+/// Live counters shared by the I/O thread and the pool.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub succeeded: AtomicU64,
+    pub failed: AtomicU64,
+    pub timed_out: AtomicU64,
+    pub malformed: AtomicU64,
+    pub reconnects: AtomicU64,
+    pub ready_sent: AtomicU64,
+    pub replies_sent: AtomicU64,
+    pub send_failed: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> WorkerStats {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        WorkerStats {
+            succeeded: g(&self.succeeded),
+            failed: g(&self.failed),
+            timed_out: g(&self.timed_out),
+            malformed: g(&self.malformed),
+            reconnects: g(&self.reconnects),
+            ready_sent: g(&self.ready_sent),
+            replies_sent: g(&self.replies_sent),
+            send_failed: g(&self.send_failed),
+        }
+    }
+}
+
+/// Errors starting or running a worker.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// A ZeroMQ call failed; names the operation (and the router address
+    /// for the DEALER's calls).
+    #[error(transparent)]
+    Zmq(#[from] ZmqError),
+    /// Bad settings (no address, bad endpoint).
+    #[error("worker config: {0}")]
+    Config(String),
+    /// The I/O thread panicked.
+    #[error("worker I/O thread panicked")]
+    Panicked,
+}
+
+/// Wakes the I/O thread: a PUSH socket (behind a mutex) paired with the
+/// I/O thread's inproc PULL.
+pub(crate) struct Waker(Mutex<zmq::Socket>);
+
+impl Waker {
+    pub fn wake(&self) {
+        // A full pipe already means "wake up"; nothing is lost by dropping.
+        let _ = self.0.lock().send(Vec::<u8>::new(), zmq::DONTWAIT);
+    }
+}
+
+/// The job handler: runs on a pool thread.
+pub type Handler = Arc<dyn Fn(Job) -> Result<Vec<u8>, JobError> + Send + Sync + 'static>;
+
+/// Stops a running worker from another thread (e.g. a signal handler thread).
+#[derive(Clone)]
+pub struct Stopper {
+    pub(crate) stop: Arc<AtomicBool>,
+    pub(crate) waker: Arc<Waker>,
+}
+
+impl Stopper {
+    /// A stopper that wakes the I/O thread through `wake_tx`, a PUSH socket
+    /// connected to the I/O thread's inproc PULL.
+    pub(crate) fn new(wake_tx: zmq::Socket) -> Stopper {
+        Stopper { stop: Arc::new(AtomicBool::new(false)), waker: Arc::new(Waker(Mutex::new(wake_tx))) }
+    }
+
+    /// Asks the worker to send KBYE, drain and stop. Returns at once.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.waker.wake();
+    }
+}
