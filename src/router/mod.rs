@@ -30,9 +30,10 @@ use crate::metrics::counters::Counters;
 use crate::metrics::latency::LatencyStore;
 use crate::text::shard_backend::ShardBackend;
 use crate::text::{TextServer, TextStats};
+use crate::zmq_error::ZmqError;
 use crate::zmq_io::egress;
 use crate::zmq_io::io_thread::{IoThread, StopReason};
-use crate::zmq_io::sockets::{router_socket, SetupError};
+use crate::zmq_io::sockets::router_socket;
 use admin::ExtraStatus;
 use outbox::ShardOutbox;
 
@@ -41,7 +42,7 @@ use outbox::ShardOutbox;
 pub enum StartError {
     /// A ZeroMQ socket could not be created, configured or bound.
     #[error(transparent)]
-    Zmq(#[from] SetupError),
+    Zmq(#[from] ZmqError),
     /// A thread could not be spawned, or the text listener not bound.
     #[error("{what}: {source}")]
     Io {

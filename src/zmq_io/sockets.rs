@@ -1,21 +1,7 @@
 //! Socket set-up for the router's ROUTER sockets.
 
 use crate::limits;
-
-/// A ZeroMQ call that failed during set-up, with what was being done.
-#[derive(Debug, thiserror::Error)]
-#[error("{what}: {source}")]
-pub struct SetupError {
-    /// What was being done (names the address).
-    pub what: String,
-    /// The ZeroMQ error.
-    pub source: zmq::Error,
-}
-
-fn at(what: impl Into<String>) -> impl FnOnce(zmq::Error) -> SetupError {
-    let what = what.into();
-    move |source| SetupError { what, source }
-}
+use crate::zmq_error::ZmqError;
 
 /// A ROUTER socket named `name`, bound to `addr`, with `ROUTER_MANDATORY`
 /// (a send to an unknown identity fails instead of vanishing) and the
@@ -23,19 +9,14 @@ fn at(what: impl Into<String>) -> impl FnOnce(zmq::Error) -> SetupError {
 /// really bound (port 0 resolved).
 ///
 /// # Errors
-/// [`SetupError`] naming the option or the address.
-pub fn router_socket(
-    ctx: &zmq::Context,
-    addr: &str,
-    hwm: i32,
-    name: &str,
-) -> Result<(zmq::Socket, String), SetupError> {
-    let s = ctx.socket(zmq::ROUTER).map_err(at(format!("{name} socket")))?;
-    s.set_router_mandatory(true).map_err(at("ROUTER_MANDATORY"))?;
-    s.set_sndhwm(hwm).map_err(at("SNDHWM"))?;
-    s.set_rcvhwm(hwm).map_err(at("RCVHWM"))?;
-    s.set_linger(limits::ROUTER_LINGER.as_millis() as i32).map_err(at("LINGER"))?;
-    s.bind(addr).map_err(at(format!("bind {name} {addr}")))?;
+/// [`ZmqError`] naming the option or the address.
+pub fn router_socket(ctx: &zmq::Context, addr: &str, hwm: i32, name: &str) -> Result<(zmq::Socket, String), ZmqError> {
+    let s = ctx.socket(zmq::ROUTER).map_err(ZmqError::at(format!("{name} socket")))?;
+    s.set_router_mandatory(true).map_err(ZmqError::at("ROUTER_MANDATORY"))?;
+    s.set_sndhwm(hwm).map_err(ZmqError::at("SNDHWM"))?;
+    s.set_rcvhwm(hwm).map_err(ZmqError::at("RCVHWM"))?;
+    s.set_linger(limits::ROUTER_LINGER.as_millis() as i32).map_err(ZmqError::at("LINGER"))?;
+    s.bind(addr).map_err(ZmqError::at(format!("bind {name} {addr}")))?;
     let bound = s.get_last_endpoint().ok().and_then(|e| e.ok()).unwrap_or_else(|| addr.to_string());
     Ok((s, bound))
 }
