@@ -5,7 +5,7 @@
 //! ([`crate::zmq_io`]) owning the ROUTER sockets; N dispatcher shards
 //! ([`crate::broker::shard`]); the text front end ([`crate::text`]); the
 //! admin thread ([`admin`]); the latency reporter ([`reporter`]); and the
-//! control thread ([`control`]), which drains and stops the rest.
+//! control thread (`control.rs`), which drains and stops the rest.
 
 pub mod admin;
 pub mod ask;

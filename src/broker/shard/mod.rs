@@ -19,7 +19,7 @@
 //! [`schedulers::Schedulers`], the timers and the latency histograms.
 //! Handlers, by concern: `flow.rs` (REQUEST, admission, FIFO, selection,
 //! dispatch, requeue), `peers.rs` (workers and schedulers), `text.rs` (text
-//! commands and offers). [`Shard::dispatch`] is a short `match` calling them.
+//! commands and offers). `Shard::dispatch` is a short `match` calling them.
 
 mod flow;
 pub mod offers;
