@@ -56,13 +56,13 @@ pub(crate) struct Dealer {
 }
 
 impl Dealer {
-    /// A DEALER with a fresh uuid4 identity, LINGER `linger`, and
+    /// A DEALER with a fresh uuid4 identity, LINGER `linger_ms`, and
     /// `ZMQ_IMMEDIATE` so a send waits for a real connection.
-    pub fn connect(ctx: &zmq::Context, addr: &str, linger: Duration) -> Result<Dealer, ClientError> {
+    pub fn connect(ctx: &zmq::Context, addr: &str, linger_ms: i32) -> Result<Dealer, ClientError> {
         let zerr = |what, source| ClientError::Zmq { what, addr: addr.to_string(), source };
         let socket = ctx.socket(zmq::DEALER).map_err(|e| zerr("socket", e))?;
         socket.set_identity(&crate::protocol::emqp::new_msgid()).map_err(|e| zerr("identity", e))?;
-        socket.set_linger(millis(linger)).map_err(|e| zerr("linger", e))?;
+        socket.set_linger(linger_ms).map_err(|e| zerr("linger", e))?;
         socket.set_immediate(true).map_err(|e| zerr("immediate", e))?;
         socket.connect(addr).map_err(|e| zerr("connect", e))?;
         Ok(Dealer { socket, addr: addr.to_string() })

@@ -298,7 +298,7 @@ impl Worker {
         let wake_rx = ctx.socket(zmq::PULL).map_err(zerr("socket"))?;
         wake_rx.bind(&wake_addr).map_err(zerr("bind"))?;
         let wake_tx = ctx.socket(zmq::PUSH).map_err(zerr("socket"))?;
-        wake_tx.set_linger(0).map_err(zerr("linger"))?;
+        wake_tx.set_linger(limits::WAKEUP_LINGER_MS).map_err(zerr("linger"))?;
         wake_tx.connect(&wake_addr).map_err(zerr("connect"))?;
         let stopper = Stopper { stop: Arc::new(AtomicBool::new(false)), waker: Arc::new(Waker(Mutex::new(wake_tx))) };
         let counters = Arc::new(Counters::default());

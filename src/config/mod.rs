@@ -171,13 +171,6 @@ pub struct LatencyConfig {
     pub hgrm_dir: Option<PathBuf>,
 }
 
-/// Most shards: the text front end packs the shard index in 16 bits.
-pub const MAX_SHARDS: usize = 65_535;
-/// Python EventMQ peers send a HEARTBEAT this often (spec §3.5).
-const PYTHON_PEER_HEARTBEAT: Duration = Duration::from_secs(3);
-/// Python EventMQ peers reconnect after this much router silence (spec §6.6).
-const PYTHON_PEER_SILENCE: Duration = Duration::from_secs(15);
-
 /// The commented default configuration, as `--print-config` prints it.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
 
@@ -236,8 +229,8 @@ impl RawRouterConfig {
         if heartbeat_interval.is_zero() || heartbeat_timeout <= heartbeat_interval {
             return Err(invalid("heartbeat_timeout", "must be longer than a non-zero heartbeat_interval"));
         }
-        if heartbeat_timeout < PYTHON_PEER_HEARTBEAT + Duration::from_millis(500)
-            || heartbeat_interval > PYTHON_PEER_SILENCE / 3
+        if heartbeat_timeout < limits::PYTHON_PEER_HEARTBEAT + limits::PYTHON_PEER_HEARTBEAT_SLACK
+            || heartbeat_interval > limits::PYTHON_PEER_SILENCE / 3
         {
             tracing::warn!(
                 ?heartbeat_interval,
@@ -254,7 +247,9 @@ impl RawRouterConfig {
             text_addr,
             shards: match self.shards {
                 None | Some(0) => default_shards(),
-                Some(n) if n > MAX_SHARDS => return Err(invalid("shards", &format!("at most {MAX_SHARDS}"))),
+                Some(n) if n > limits::MAX_SHARDS => {
+                    return Err(invalid("shards", &format!("at most {}", limits::MAX_SHARDS)))
+                }
                 Some(n) => n,
             },
             pin_threads: self.pin_threads.unwrap_or(true),

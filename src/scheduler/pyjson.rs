@@ -16,9 +16,6 @@
 
 use std::fmt::Write as _;
 
-/// Deepest nesting [`parse`] accepts (CPython's recursion limit is ~1000).
-pub const MAX_DEPTH: usize = 256;
-
 /// A string as Python holds it: a sequence of code points, which may include
 /// lone surrogates (U+D800..U+DFFF) from `\u` escapes.
 pub type PyStr = Vec<u32>;
@@ -59,7 +56,7 @@ pub struct JsonError {
 /// # Errors
 /// [`JsonError`] with the byte offset of the first problem: bad syntax,
 /// raw control characters in strings, trailing data, nesting deeper than
-/// [`MAX_DEPTH`].
+/// [`crate::limits::PYJSON_MAX_DEPTH`].
 ///
 /// # Example
 /// ```
@@ -104,7 +101,7 @@ impl Parser<'_> {
     }
 
     fn value(&mut self, depth: usize) -> Result<PyJson, JsonError> {
-        if depth > MAX_DEPTH {
+        if depth > crate::limits::PYJSON_MAX_DEPTH {
             return Err(self.err("nesting too deep"));
         }
         match self.s.get(self.pos) {
@@ -455,7 +452,7 @@ mod tests {
         for bad in ["", "01", "[1,]", "{\"a\" 1}", "\"a\u{1}\"", "[1] x", "\"\\x\"", "-", "1.", "{1: 2}"] {
             assert!(parse(bad).is_err(), "{bad:?} should fail");
         }
-        let deep = "[".repeat(MAX_DEPTH + 2);
+        let deep = "[".repeat(crate::limits::PYJSON_MAX_DEPTH + 2);
         assert!(parse(&deep).is_err());
     }
 
