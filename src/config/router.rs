@@ -46,7 +46,8 @@ settings! {
         zmq_hwm: Plain<i32> = limits::ZMQ_HWM, env "EMQ_ZMQ_HWM";
         text: TextConfig {
             /// Longest text line in bytes, LF (and a CR before it) not counted.
-            text_max_line => max_line_bytes: AtLeastOne = limits::TEXT_MAX_LINE_BYTES, env "EMQ_TEXT_MAX_LINE";
+            text_max_line_bytes => max_line_bytes: AtLeastOne = limits::TEXT_MAX_LINE_BYTES,
+                env "EMQ_TEXT_MAX_LINE_BYTES", was text_max_line "EMQ_TEXT_MAX_LINE";
             /// Text offer timeout (e.g. `300s`).
             text_offer_timeout => offer_timeout: Humantime = limits::TEXT_OFFER_TIMEOUT,
                 env "EMQ_TEXT_OFFER_TIMEOUT";
@@ -242,6 +243,8 @@ mod tests {
         assert_eq!(commented, ["zmq_hwm: write a setting commented out if and only if it has no default"]);
         assert_eq!(problems("\nzmq_hwm = 100000", "\n# zmq = 1"), ["zmq_hwm: missing", "zmq: not a setting"]);
         assert_eq!(problems("(EMQ_ZMQ_HWM)", "(EMQ_HWM)"), ["zmq_hwm: comment lacks EMQ_ZMQ_HWM"]);
+        let old = problems("text_max_line_bytes = ", "text_max_line = ");
+        assert_eq!(old, ["text_max_line_bytes: missing", "text_max_line: deprecated name of text_max_line_bytes"]);
         assert!(problems("\nzmq_hwm", "\nzmq_hwm_x")[0].starts_with("does not parse"));
     }
 
@@ -255,14 +258,57 @@ mod tests {
     }
 
     #[test]
+    fn deprecated_text_max_line_still_works_and_loses_to_the_new_name() {
+        let file: RawRouterConfig = toml::from_str("text_max_line = 64").unwrap();
+        assert_eq!(file.validate().unwrap().text.max_line_bytes, 64);
+        let old_env = env(&[("EMQ_TEXT_MAX_LINE", "65")]);
+        assert_eq!(old_env.clone().validate().unwrap().text.max_line_bytes, 65);
+        let new_env = env(&[("EMQ_TEXT_MAX_LINE", "65"), ("EMQ_TEXT_MAX_LINE_BYTES", "66")]);
+        assert_eq!(new_env.validate().unwrap().text.max_line_bytes, 66);
+        let flags = RawRouterConfig { text_max_line: Some(67), ..Default::default() };
+        let log = Log::default();
+        let subscriber = tracing_subscriber::fmt().with_writer(log.clone()).with_ansi(false).finish();
+        let c = tracing::subscriber::with_default(subscriber, || flags.or(old_env).validate().unwrap());
+        assert_eq!(c.text.max_line_bytes, 67, "an old flag beats a variable");
+        let log = String::from_utf8(log.0.lock().clone()).unwrap();
+        assert!(log.contains("WARN"), "{log}");
+        assert!(log.contains("setting text_max_line (--text-max-line, EMQ_TEXT_MAX_LINE) is deprecated: use text_max_line_bytes (--text-max-line-bytes, EMQ_TEXT_MAX_LINE_BYTES)"), "{log}");
+    }
+
+    /// Log lines, captured.
+    #[derive(Clone, Default)]
+    struct Log(std::sync::Arc<parking_lot::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Log {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
+        type Writer = Log;
+
+        fn make_writer(&'a self) -> Log {
+            self.clone()
+        }
+    }
+
+    #[test]
     fn bad_values_name_the_setting() {
         let message = |raw: RawRouterConfig| raw.validate().unwrap_err().to_string();
         let raw = RawRouterConfig { heartbeat_timeout: Some("1s".into()), ..Default::default() };
         assert!(message(raw).contains("heartbeat_timeout"));
         let raw = RawRouterConfig { text_addr: Some("nowhere".into()), ..Default::default() };
         assert!(message(raw).contains("setting text_addr: "));
+        let raw = RawRouterConfig { text_max_line_bytes: Some(0), ..Default::default() };
+        assert_eq!(message(raw), "setting text_max_line_bytes: must be at least 1");
         let raw = RawRouterConfig { text_max_line: Some(0), ..Default::default() };
-        assert_eq!(message(raw), "setting text_max_line: must be at least 1");
+        assert_eq!(message(raw), "setting text_max_line_bytes: must be at least 1");
         let raw = RawRouterConfig { shards: Some(limits::MAX_SHARDS + 1), ..Default::default() };
         assert_eq!(message(raw), "setting shards: at most 65535");
         let raw = RawRouterConfig { drain_timeout: Some("10 parsecs".into()), ..Default::default() };
@@ -278,8 +324,8 @@ mod tests {
         assert_eq!(defaults, DEFAULT_TOML);
         let raw = env(&[("EMQ_TEXT_MAX_LINE", "64"), ("EMQ_LATENCY_DIR", "/tmp/l")]).or(RawRouterConfig::default());
         let out = super::super::template::resolved(&raw, DEFAULT_TOML).unwrap();
-        assert!(out.starts_with("# Resolved: text_max_line, latency_dir given by"), "{out}");
-        assert!(out.contains("\ntext_max_line = 64 "), "{out}");
+        assert!(out.starts_with("# Resolved: text_max_line_bytes, latency_dir given by"), "{out}");
+        assert!(out.contains("\ntext_max_line_bytes = 64 "), "{out}");
         assert!(out.contains("\nlatency_dir = \"/tmp/l\"  "), "{out}");
         let reread: RawRouterConfig = toml::from_str(&out).unwrap();
         assert!(reread.differing_keys(&raw).is_empty());
