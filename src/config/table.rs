@@ -174,6 +174,11 @@ macro_rules! settings {
                 )?)*
                 self
             }
+
+            /// Every unset setting at its default.
+            fn with_defaults(self) -> $Raw {
+                <$Raw as $crate::config::Settings>::or(self, <$Raw as $crate::config::Settings>::defaults())
+            }
         }
 
         impl $crate::config::Settings for $Raw {
@@ -206,7 +211,7 @@ macro_rules! settings {
             }
 
             fn build(self) -> Result<$Config, $crate::config::ConfigError> {
-                self.or(<$Raw as $crate::config::Settings>::defaults()).build_checked()
+                self.with_defaults().build_checked()
             }
 
             fn set_values(&self) -> Result<Vec<(&'static str, toml::Value)>, $crate::config::ConfigError> {
@@ -221,7 +226,7 @@ macro_rules! settings {
 
             fn differing_keys(&self, other: &$Raw) -> Vec<&'static str> {
                 use $crate::config::table::check;
-                let (a, b) = (self.clone().or(<$Raw as $crate::config::Settings>::defaults()), other.clone().or(<$Raw as $crate::config::Settings>::defaults()));
+                let (a, b) = (self.clone().with_defaults(), other.clone().with_defaults());
                 let mut keys = Vec::new();
                 $(
                     let differ = check::<$kind>(stringify!($key), a.$key).map_err(|e| e.to_string())
