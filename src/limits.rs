@@ -104,6 +104,10 @@ pub const WORKER_MAX_RESULT_BYTES: usize = 16 << 20;
 /// emq-scheduler's own admin socket (`SCHEDULES` query). The next free port
 /// after the router's ports (47290-47294); EventMQ's scheduler had none.
 pub const SCHEDULER_ADMIN_ADDR: &str = "tcp://127.0.0.1:47295";
+/// The time zone cron expressions are evaluated in unless configured: a
+/// fixed zone, so that schedules do not move with a host's local zone or
+/// its daylight saving time.
+pub const SCHEDULER_TIMEZONE: &str = "UTC";
 /// Longest accepted schedule interval: 10 years. Bounds the time arithmetic;
 /// longer periods are better written as cron expressions.
 pub const SCHEDULER_MAX_INTERVAL_SECS: u64 = 10 * 366 * 24 * 3600;

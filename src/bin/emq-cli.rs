@@ -133,8 +133,8 @@ enum Cmd {
     },
     /// Text protocol: ASK for a task and answer the offer (default: ACK).
     Ask {
-        /// Queue (default: `default`).
-        #[arg(default_value = "default")]
+        /// Queue.
+        #[arg(default_value = limits::DEFAULT_QUEUE)]
         queue: String,
         /// Decline the task: it goes to the back of its queue.
         #[arg(long, conflicts_with_all = ["del"])]
