@@ -23,6 +23,15 @@ pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
 /// A worker or scheduler silent this long is dead. EventMQ's
 /// `HEARTBEAT_TIMEOUT` (5 s); Python peers heartbeat every 3 s.
 pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Python EventMQ peers send a HEARTBEAT this often (spec §3.5), whatever
+/// the router's settings: a shorter `heartbeat_timeout` expires them.
+pub const PYTHON_PEER_HEARTBEAT: Duration = Duration::from_secs(3);
+/// How late a Python peer's heartbeat may arrive (its loop and the network):
+/// `heartbeat_timeout` should be at least [`PYTHON_PEER_HEARTBEAT`] plus this.
+pub const PYTHON_PEER_HEARTBEAT_SLACK: Duration = Duration::from_millis(500);
+/// Python EventMQ peers reconnect after this much router silence (spec §6.6),
+/// so the router must heartbeat them at least three times as often.
+pub const PYTHON_PEER_SILENCE: Duration = Duration::from_secs(15);
 /// How long a worker that said KBYE keeps its in-flight jobs before they
 /// are requeued: EventMQ's jobmanager finishes running jobs for up to
 /// `KILL_GRACE_PERIOD` (300 s) after its KBYE, without heartbeating.
@@ -51,6 +60,9 @@ pub const ZMQ_HWM: i32 = 100_000;
 /// How long a closing router socket may still flush queued frames (at
 /// shutdown, after the KBYEs were handed over).
 pub const ROUTER_LINGER: Duration = Duration::from_millis(200);
+/// Most dispatcher shards: the text front end packs the shard index in 16
+/// bits.
+pub const MAX_SHARDS: usize = 65_535;
 /// Most messages one loop turn takes from one source before it looks at the
 /// others: bounded batches keep latency predictable (rumqttd's 500).
 pub const BATCH: usize = 512;
@@ -113,6 +125,10 @@ pub const WORKER_MAX_RESULT_BYTES: usize = 16 << 20;
 /// emq-scheduler's own admin socket (`SCHEDULES` query). The next free port
 /// after the router's ports (47290-47294); EventMQ's scheduler had none.
 pub const SCHEDULER_ADMIN_ADDR: &str = "tcp://127.0.0.1:47295";
+/// The time zone cron expressions are evaluated in unless configured: a
+/// fixed zone, so that schedules do not move with a host's local zone or
+/// its daylight saving time.
+pub const SCHEDULER_TIMEZONE: &str = "UTC";
 /// Longest accepted schedule interval: 10 years. Bounds the time arithmetic;
 /// longer periods are better written as cron expressions.
 pub const SCHEDULER_MAX_INTERVAL_SECS: u64 = 10 * 366 * 24 * 3600;
@@ -122,8 +138,61 @@ pub const SCHEDULER_ROUTER_TIMEOUT: Duration = Duration::from_secs(15);
 /// While waiting for the ACK of its INFORM, the scheduler re-sends INFORM
 /// this often (EventMQ never re-sent it and hung: J18).
 pub const SCHEDULER_INFORM_RETRY: Duration = Duration::from_secs(5);
-/// How long the scheduler's socket may hold KBYE and last REQUESTs at exit.
-pub const SCHEDULER_LINGER: Duration = Duration::from_secs(1);
+/// Attempts to take the scheduler data directory's lock before giving up: a
+/// copy of a just-closed lock descriptor can live on in a child between its
+/// fork and exec, and a restarted scheduler's predecessor may still be
+/// exiting. With [`SCHEDULER_LOCK_RETRY`], about one second in all.
+pub const SCHEDULER_LOCK_TRIES: u32 = 20;
+/// Pause between two attempts to take the data directory's lock.
+pub const SCHEDULER_LOCK_RETRY: Duration = Duration::from_millis(50);
+/// Stale timer-heap entries the scheduler tolerates beyond 2 × live jobs
+/// before it rebuilds the heap: small heaps are never rebuilt.
+pub const SCHEDULER_STALE_HEAP_ENTRIES: usize = 1024;
+/// How long the scheduler waits for a Redis connection (EventMQ's store).
+pub const SCHEDULER_REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Deepest JSON nesting the scheduler's Python-compatible JSON parser
+/// accepts: bounds its recursion (CPython's own limit is about 1,000).
+pub const PYJSON_MAX_DEPTH: usize = 256;
 /// The scheduler's log store is compacted once it holds more than
 /// max(this, 2 × live schedules) lines: small logs are never rewritten.
 pub const SCHEDULER_COMPACT_MIN_LINES: usize = 1_000;
+
+/// How long a client call (`client::emqp`, `client::admin`, `emq-cli`)
+/// waits for a connection and an answer unless told otherwise: long enough
+/// for a loaded broker nearby, short enough for an interactive command.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Most early answers an eMQP `Client` keeps for later `wait` calls before it
+/// drops them all: bounds memory when a caller never waits.
+pub const CLIENT_MAX_STASHED_ANSWERS: usize = 65_536;
+/// Longest line the text client reads from a server: the server's default
+/// line limit plus `WANT? ` and the LF.
+pub const TEXT_CLIENT_MAX_LINE_BYTES: u64 = TEXT_MAX_LINE_BYTES as u64 + 64;
+
+// ZeroMQ LINGER (ms, as `set_linger` takes it): how long a closed socket
+// keeps trying to deliver what it still queues. The router's own sockets
+// keep theirs in `zmq_io`.
+
+/// eMQP `Client` and `Publisher`: a REQUEST or PUBLISH sent just before the
+/// client is dropped still gets half a second to leave (a send only
+/// succeeds once connected), yet a vanished broker cannot hang the exit.
+pub const CLIENT_LINGER_MS: i32 = 500;
+/// Admin sockets (`AdminClient`, the scheduler's admin ROUTER): queries and
+/// their answers are worthless once either side has closed.
+pub const ADMIN_LINGER_MS: i32 = 0;
+/// A worker's or scheduler's DEALER while it runs: on reconnect it is
+/// replaced, and what it still queues belongs to the old identity (the new
+/// one registers afresh). Raised to a close linger for the final KBYE.
+pub const RECONNECT_LINGER_MS: i32 = 0;
+/// The worker library's DEALER at close: its last replies and KBYE get this
+/// long to reach the router.
+pub const WORKER_CLOSE_LINGER_MS: i32 = 2_000;
+/// The scheduler's DEALER at close: its KBYE and last REQUESTs get this long.
+pub const SCHEDULER_CLOSE_LINGER_MS: i32 = 1_000;
+/// In-process wakeup sockets: a wakeup nobody will read is worthless.
+pub const WAKEUP_LINGER_MS: i32 = 0;
+/// The pub/sub device: at shutdown, messages still queued are dropped, as a
+/// PUB socket drops them for slow subscribers anyway (EventMQ does the same).
+pub const PUBSUB_LINGER_MS: i32 = 0;
+/// Benchmark load generators and baselines: closing after a run must not
+/// wait for load that nobody will read.
+pub const BENCH_LINGER_MS: i32 = 0;

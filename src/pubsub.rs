@@ -38,11 +38,11 @@ impl PubSub {
         let ctx = zmq::Context::new();
         let zerr = |what, addr| ZmqError::at(format!("pubsub {what} for {addr}"));
         let incoming = ctx.socket(zmq::ROUTER).map_err(zerr("socket", in_addr))?;
-        incoming.set_linger(0).map_err(zerr("linger", in_addr))?;
+        incoming.set_linger(crate::limits::PUBSUB_LINGER_MS).map_err(zerr("linger", in_addr))?;
         incoming.set_rcvhwm(crate::limits::ZMQ_HWM).map_err(zerr("rcvhwm", in_addr))?;
         incoming.bind(in_addr).map_err(zerr("bind", in_addr))?;
         let outgoing = ctx.socket(zmq::PUB).map_err(zerr("socket", out_addr))?;
-        outgoing.set_linger(0).map_err(zerr("linger", out_addr))?;
+        outgoing.set_linger(crate::limits::PUBSUB_LINGER_MS).map_err(zerr("linger", out_addr))?;
         outgoing.set_sndhwm(crate::limits::ZMQ_HWM).map_err(zerr("sndhwm", out_addr))?;
         outgoing.bind(out_addr).map_err(zerr("bind", out_addr))?;
         Ok(PubSub { incoming, outgoing, stats: PubSubStats::default(), _ctx: ctx })

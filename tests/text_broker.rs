@@ -88,7 +88,7 @@ fn queue_full_and_bad_input() {
     let _w = Watchdog::new("text_broker_bad_input", 30);
     let h = router_with_text(1, |r| {
         r.max_queue_len = Some(1);
-        r.text_max_line = Some(64);
+        r.text_max_line_bytes = Some(64);
     });
     let mut c = connect(&h);
     c.send(b"SCHED a@q\nSCHED b@q\n");

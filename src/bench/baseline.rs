@@ -28,7 +28,7 @@ pub struct Forwarder {
 
 fn bound(ctx: &zmq::Context, what: &str) -> Result<(zmq::Socket, String), BenchError> {
     let s = ctx.socket(zmq::ROUTER).map_err(ZmqError::at(format!("{what} socket")))?;
-    s.set_linger(0).map_err(ZmqError::at("LINGER"))?;
+    s.set_linger(crate::limits::BENCH_LINGER_MS).map_err(ZmqError::at("LINGER"))?;
     s.set_sndhwm(crate::limits::ZMQ_HWM).map_err(ZmqError::at("SNDHWM"))?;
     s.set_rcvhwm(crate::limits::ZMQ_HWM).map_err(ZmqError::at("RCVHWM"))?;
     s.bind("tcp://127.0.0.1:*").map_err(ZmqError::at(format!("bind {what}")))?;

@@ -47,7 +47,7 @@ impl RunCtx {
 
 fn socket(ctx: &RunCtx, kind: zmq::SocketType) -> Result<zmq::Socket, BenchError> {
     let s = ctx.zctx.socket(kind).map_err(ZmqError::at("socket"))?;
-    s.set_linger(0).map_err(ZmqError::at("LINGER"))?;
+    s.set_linger(crate::limits::BENCH_LINGER_MS).map_err(ZmqError::at("LINGER"))?;
     s.set_sndhwm(crate::limits::ZMQ_HWM).map_err(ZmqError::at("SNDHWM"))?;
     s.set_rcvhwm(crate::limits::ZMQ_HWM).map_err(ZmqError::at("RCVHWM"))?;
     Ok(s)

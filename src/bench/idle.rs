@@ -76,7 +76,7 @@ pub fn run(s: &IdleSettings, heartbeats: Arc<AtomicU64>) -> Result<RunResult, Be
         let mut socks = Vec::new();
         for _ in chunk {
             let d = ctx.socket(zmq::DEALER).map_err(ZmqError::at("socket"))?;
-            d.set_linger(0).map_err(ZmqError::at("LINGER"))?;
+            d.set_linger(crate::limits::BENCH_LINGER_MS).map_err(ZmqError::at("LINGER"))?;
             d.set_identity(&new_msgid()).map_err(ZmqError::at("identity"))?;
             d.connect(&s.backend).map_err(ZmqError::at(format!("connect {}", s.backend)))?;
             d.send_multipart([b"" as &[u8], VERSION, b"INFORM", &new_msgid(), b"", b"worker"].iter(), 0)

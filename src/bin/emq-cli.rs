@@ -18,9 +18,6 @@ use serde_json::Value;
 #[path = "emq-cli/table.rs"]
 mod table;
 
-/// Default address of the scheduler's admin socket (`SCHEDULES`).
-const SCHEDULER_ADMIN_ADDR: &str = "tcp://127.0.0.1:47295";
-
 /// Talk to an emq broker: admin queries, requests, schedules, publish.
 #[derive(Parser)]
 #[command(version, about)]
@@ -32,7 +29,7 @@ struct Cli {
     #[arg(long, env = "EMQ_FRONTEND_ADDR", default_value = limits::FRONTEND_ADDR, global = true)]
     frontend: String,
     /// Scheduler admin socket.
-    #[arg(long, env = "EMQ_SCHEDULER_ADMIN_ADDR", default_value = SCHEDULER_ADMIN_ADDR, global = true)]
+    #[arg(long, env = "EMQ_SCHEDULER_ADMIN_ADDR", default_value = limits::SCHEDULER_ADMIN_ADDR, global = true)]
     scheduler_admin: String,
     /// Text protocol address (`sched`, `ask`).
     #[arg(long, env = "EMQ_TEXT_ADDR", default_value = limits::TEXT_ADDR, global = true)]
@@ -41,8 +38,8 @@ struct Cli {
     #[arg(long, env = "EMQ_PUBSUB_ADDR", default_value = limits::PUBSUB_IN_ADDR, global = true)]
     pubsub: String,
     /// Longest wait for a connection and an answer.
-    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration, global = true)]
-    timeout: Duration,
+    #[arg(long, default_value_t = limits::CLIENT_TIMEOUT.into(), global = true)]
+    timeout: humantime::Duration,
     /// Print raw JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
@@ -136,8 +133,8 @@ enum Cmd {
     },
     /// Text protocol: ASK for a task and answer the offer (default: ACK).
     Ask {
-        /// Queue (default: `default`).
-        #[arg(default_value = "default")]
+        /// Queue.
+        #[arg(default_value = limits::DEFAULT_QUEUE)]
         queue: String,
         /// Decline the task: it goes to the back of its queue.
         #[arg(long, conflicts_with_all = ["del"])]
@@ -158,7 +155,7 @@ fn main() {
 
 fn run(cli: &Cli) -> anyhow::Result<()> {
     let admin =
-        |addr: &str| -> anyhow::Result<AdminClient> { Ok(AdminClient::connect(addr)?.with_timeout(cli.timeout)) };
+        |addr: &str| -> anyhow::Result<AdminClient> { Ok(AdminClient::connect(addr)?.with_timeout(*cli.timeout)) };
     match &cli.command {
         Cmd::Status => show(cli, admin(&cli.admin)?.status()?, table::status),
         Cmd::Workers => show(cli, admin(&cli.admin)?.workers()?, table::workers),
@@ -174,17 +171,17 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 (None, Some(c)) => Schedule::Cron(c.clone()),
                 (None, None) => return Err(anyhow!("give --every or --cron")),
             };
-            let mut client = Client::connect(&cli.frontend)?.with_timeout(cli.timeout);
+            let mut client = Client::connect(&cli.frontend)?.with_timeout(*cli.timeout);
             let msgid = client.schedule(queue, &when, &build_body(body)?, headers)?;
             sent(cli, "SCHEDULE", &msgid)
         }
         Cmd::Unschedule { queue, body, headers } => {
-            let mut client = Client::connect(&cli.frontend)?.with_timeout(cli.timeout);
+            let mut client = Client::connect(&cli.frontend)?.with_timeout(*cli.timeout);
             let msgid = client.unschedule(queue, &build_body(body)?, headers)?;
             sent(cli, "UNSCHEDULE", &msgid)
         }
         Cmd::Publish { topic, message } => {
-            let mut p = Publisher::connect(&cli.pubsub)?.with_timeout(cli.timeout);
+            let mut p = Publisher::connect(&cli.pubsub)?.with_timeout(*cli.timeout);
             let msgid = p.publish(topic.as_bytes(), message.as_bytes())?;
             sent(cli, "PUBLISH", &msgid)
         }
@@ -203,7 +200,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
 }
 
 fn text_client(cli: &Cli) -> anyhow::Result<TextClient> {
-    TextClient::connect(cli.text.as_str(), cli.timeout).with_context(|| format!("text protocol at {}", cli.text))
+    TextClient::connect(cli.text.as_str(), *cli.timeout).with_context(|| format!("text protocol at {}", cli.text))
 }
 
 /// ASK, then ACK (default), DCL or DEL; prints the task's data or `NOPE`.
@@ -263,7 +260,7 @@ fn build_body(b: &BodyArgs) -> anyhow::Result<Vec<u8>> {
 }
 
 fn request(cli: &Cli, queue: &str, body: &[u8], headers: &str) -> anyhow::Result<()> {
-    let mut client = Client::connect(&cli.frontend)?.with_timeout(cli.timeout);
+    let mut client = Client::connect(&cli.frontend)?.with_timeout(*cli.timeout);
     let outcome = client.request(queue, headers, body)?;
     let (status, msgid, detail) = match &outcome {
         Outcome::Accepted { msgid } => ("accepted", msgid, String::new()),

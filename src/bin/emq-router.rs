@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use emq::config::{RawRouterConfig, DEFAULT_TOML};
+use emq::config::{self, RawRouterConfig, DEFAULT_TOML};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 /// emq-router: eMQP (EventMQ 0.3.13 wire) and text-protocol job broker.
@@ -15,7 +15,8 @@ struct Args {
     /// TOML configuration file (keys as printed by --print-config).
     #[arg(long, short = 'C', env = "EMQ_CONFIG")]
     config: Option<PathBuf>,
-    /// Print the commented default configuration and exit.
+    /// Print the configuration (commented; flags, EMQ_* variables and
+    /// --config applied) and exit.
     #[arg(long)]
     print_config: bool,
     /// Log filter (tracing-subscriber syntax: `info`, `emq=debug`…).
@@ -27,16 +28,13 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    emq::logging::init(&args.log);
+    let raw = config::layered(args.raw, args.config.as_deref())?;
+    let config = raw.clone().validate()?;
     if args.print_config {
-        print!("{DEFAULT_TOML}");
+        print!("{}", config::template::resolved(&raw, DEFAULT_TOML)?);
         return Ok(());
     }
-    emq::logging::init(&args.log);
-    let file = match &args.config {
-        Some(path) => RawRouterConfig::from_file(path)?,
-        None => RawRouterConfig::default(),
-    };
-    let config = args.raw.or(file).validate()?;
     let handle = emq::router::start(config).context("emq-router could not start")?;
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).context("installing signal handlers")?;
     let signal_handle = signals.handle();

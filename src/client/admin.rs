@@ -11,10 +11,8 @@
 use std::time::{Duration, Instant};
 
 use super::socket::{ClientError, Dealer};
+use crate::limits;
 use crate::protocol::emqp::{decode, AdminQuery, Command, Frame, Socket, VERSION};
-
-/// Default admin timeout: 3 s.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A DEALER connected to an admin socket.
 pub struct AdminClient {
@@ -24,14 +22,14 @@ pub struct AdminClient {
 }
 
 impl AdminClient {
-    /// Connects (never blocks) with [`DEFAULT_TIMEOUT`].
+    /// Connects (never blocks) with [`limits::CLIENT_TIMEOUT`].
     ///
     /// # Errors
     /// [`ClientError::Zmq`] for a malformed address.
     pub fn connect(addr: &str) -> Result<AdminClient, ClientError> {
         let ctx = zmq::Context::new();
-        let dealer = Dealer::connect(&ctx, addr, Duration::ZERO)?;
-        Ok(AdminClient { dealer, timeout: DEFAULT_TIMEOUT, _ctx: ctx })
+        let dealer = Dealer::connect(&ctx, addr, limits::ADMIN_LINGER_MS)?;
+        Ok(AdminClient { dealer, timeout: limits::CLIENT_TIMEOUT, _ctx: ctx })
     }
 
     /// Sets the per-call timeout (connection plus answer).

@@ -27,12 +27,8 @@ use std::time::{Duration, Instant};
 
 pub use super::socket::ClientError;
 use super::socket::Dealer;
+use crate::limits;
 use crate::protocol::emqp::{decode, Command, Frame, Message, ScheduleBody, Socket};
-
-/// Default wait for an answer or a connection: 3 s.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
-/// Most early answers kept for [`Client::wait`] before the oldest are dropped.
-const MAX_STASHED: usize = 65_536;
 
 /// What the broker said about a REQUEST.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,15 +74,15 @@ pub struct Client {
 
 impl Client {
     /// Connects to a frontend address such as `tcp://127.0.0.1:47291`, with
-    /// [`DEFAULT_TIMEOUT`]. Connecting never blocks; an unreachable broker
+    /// [`limits::CLIENT_TIMEOUT`]. Connecting never blocks; an unreachable broker
     /// shows up as [`ClientError::Unreachable`] on the first send.
     ///
     /// # Errors
     /// [`ClientError::Zmq`] for a malformed address.
     pub fn connect(addr: &str) -> Result<Client, ClientError> {
         let ctx = zmq::Context::new();
-        let dealer = Dealer::connect(&ctx, addr, Duration::from_millis(500))?;
-        Ok(Client { dealer, timeout: DEFAULT_TIMEOUT, stash: HashMap::new(), _ctx: ctx })
+        let dealer = Dealer::connect(&ctx, addr, limits::CLIENT_LINGER_MS)?;
+        Ok(Client { dealer, timeout: limits::CLIENT_TIMEOUT, stash: HashMap::new(), _ctx: ctx })
     }
 
     /// Sets how long sends wait for a connection and requests wait for an answer.
@@ -135,7 +131,7 @@ impl Client {
                 return Ok(Outcome::Unknown { msgid: msgid.to_vec() });
             };
             if let Some(outcome) = outcome_of(&frames) {
-                if self.stash.len() >= MAX_STASHED {
+                if self.stash.len() >= limits::CLIENT_MAX_STASHED_ANSWERS {
                     self.stash.clear();
                 }
                 let key = outcome_msgid(&outcome).to_vec();
@@ -226,8 +222,8 @@ impl Publisher {
     /// [`ClientError::Zmq`] for a malformed address.
     pub fn connect(addr: &str) -> Result<Publisher, ClientError> {
         let ctx = zmq::Context::new();
-        let dealer = Dealer::connect(&ctx, addr, Duration::from_millis(500))?;
-        Ok(Publisher { dealer, timeout: DEFAULT_TIMEOUT, _ctx: ctx })
+        let dealer = Dealer::connect(&ctx, addr, limits::CLIENT_LINGER_MS)?;
+        Ok(Publisher { dealer, timeout: limits::CLIENT_TIMEOUT, _ctx: ctx })
     }
 
     /// Sets how long a publish waits for a connection.

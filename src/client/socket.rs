@@ -51,13 +51,13 @@ pub(crate) struct Dealer {
 }
 
 impl Dealer {
-    /// A DEALER with a fresh uuid4 identity, LINGER `linger`, and
+    /// A DEALER with a fresh uuid4 identity, LINGER `linger_ms`, and
     /// `ZMQ_IMMEDIATE` so a send waits for a real connection.
-    pub fn connect(ctx: &zmq::Context, addr: &str, linger: Duration) -> Result<Dealer, ClientError> {
+    pub fn connect(ctx: &zmq::Context, addr: &str, linger_ms: i32) -> Result<Dealer, ClientError> {
         let zerr = |what| ZmqError::at(format!("{what} {addr}"));
         let socket = ctx.socket(zmq::DEALER).map_err(zerr("socket for"))?;
         socket.set_identity(&crate::protocol::emqp::new_msgid()).map_err(zerr("identity for"))?;
-        socket.set_linger(millis(linger)).map_err(zerr("linger for"))?;
+        socket.set_linger(linger_ms).map_err(zerr("linger for"))?;
         socket.set_immediate(true).map_err(zerr("immediate for"))?;
         socket.connect(addr).map_err(zerr("connect"))?;
         Ok(Dealer { socket, addr: addr.to_string() })

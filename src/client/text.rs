@@ -31,9 +31,6 @@ use crate::protocol::text::{encode_command, parse_server_line, EncodeError, Erro
 
 /// The barrier line (see the module docs).
 const BARRIER: &[u8] = b"ASK !sync\n";
-/// Longest server line the client reads: the server's default limit, plus
-/// `WANT? ` and the LF.
-const MAX_SERVER_LINE_BYTES: u64 = limits::TEXT_MAX_LINE_BYTES as u64 + 64;
 
 /// An `ERR <CODE> <text>` line from the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -291,10 +288,12 @@ impl TextClient {
 
     fn read_server_line(&mut self) -> Result<ServerLine, TextClientError> {
         let mut line = Vec::new();
-        let n = (&mut self.reader).take(MAX_SERVER_LINE_BYTES).read_until(b'\n', &mut line)?;
+        let n = (&mut self.reader).take(limits::TEXT_CLIENT_MAX_LINE_BYTES).read_until(b'\n', &mut line)?;
         match line.pop() {
             Some(b'\n') => parse_server_line(&line).map_err(|e| TextClientError::Protocol(e.to_string())),
-            _ if n as u64 == MAX_SERVER_LINE_BYTES => Err(TextClientError::Protocol("server line too long".into())),
+            _ if n as u64 == limits::TEXT_CLIENT_MAX_LINE_BYTES => {
+                Err(TextClientError::Protocol("server line too long".into()))
+            }
             _ => Err(TextClientError::Closed),
         }
     }

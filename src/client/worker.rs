@@ -59,6 +59,7 @@ use std::thread::JoinHandle;
 use super::worker_loop::{self, Parts};
 use super::worker_types::Counters;
 pub use super::worker_types::{Handler, Job, JobError, Stopper, WorkerConfig, WorkerError, WorkerStats};
+use crate::limits;
 use crate::zmq_error::ZmqError;
 
 /// A running worker: an I/O thread plus `concurrency` pool threads.
@@ -87,7 +88,7 @@ impl Worker {
         let wake_rx = ctx.socket(zmq::PULL).map_err(ZmqError::at("worker wake PULL socket"))?;
         wake_rx.bind(&wake_addr).map_err(ZmqError::at(format!("worker bind {wake_addr}")))?;
         let wake_tx = ctx.socket(zmq::PUSH).map_err(ZmqError::at("worker wake PUSH socket"))?;
-        wake_tx.set_linger(0).map_err(ZmqError::at("worker wake PUSH linger"))?;
+        wake_tx.set_linger(limits::WAKEUP_LINGER_MS).map_err(ZmqError::at("worker wake PUSH linger"))?;
         wake_tx.connect(&wake_addr).map_err(ZmqError::at(format!("worker connect {wake_addr}")))?;
         let stopper = Stopper::new(wake_tx);
         let counters = Arc::new(Counters::default());

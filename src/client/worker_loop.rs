@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use super::body::result_json;
-use super::socket::millis;
 use super::worker_types::{Counters, Handler, Job, JobError, Stopper, WorkerConfig, WorkerError};
 use crate::limits;
 use crate::protocol::emqp::{decode, heartbeat_timestamp, Command, Frame, Message, PeerType, ShowFrames, Socket};
@@ -89,7 +88,7 @@ pub(crate) fn run(p: Parts) -> Result<(), WorkerError> {
     lp.connect()?;
     let result = lp.event_loop();
     if let Some(d) = lp.dealer.take() {
-        let _ = d.set_linger(millis(Duration::from_secs(2)));
+        let _ = d.set_linger(limits::WORKER_CLOSE_LINGER_MS);
     }
     result
 }
@@ -187,7 +186,7 @@ impl Loop {
         let zerr = |what| ZmqError::at(format!("worker DEALER {what} for {addr}"));
         let socket = self.p.ctx.socket(zmq::DEALER).map_err(zerr("socket"))?;
         socket.set_identity(&crate::protocol::emqp::new_msgid()).map_err(zerr("identity"))?;
-        socket.set_linger(0).map_err(zerr("linger"))?;
+        socket.set_linger(limits::RECONNECT_LINGER_MS).map_err(zerr("linger"))?;
         socket.set_sndhwm(limits::ZMQ_HWM).map_err(zerr("sndhwm"))?;
         socket.set_rcvhwm(limits::ZMQ_HWM).map_err(zerr("rcvhwm"))?;
         socket.connect(&addr).map_err(|e| WorkerError::Config(format!("cannot connect to {addr}: {e}")))?;

@@ -26,7 +26,7 @@ use serde_json::{Map, Value};
 
 mod parse;
 
-pub use parse::{parse, JsonError, MAX_DEPTH};
+pub use parse::{parse, JsonError};
 
 /// A string as Python holds it: a sequence of code points, which may include
 /// lone surrogates (U+D800..U+DFFF) from `\u` escapes.

@@ -12,6 +12,7 @@ use std::time::Duration;
 use chrono_tz::Tz;
 
 use super::peer::PeerConfig;
+use crate::config::kinds::DurationText;
 use crate::config::ConfigError;
 use crate::limits;
 
@@ -29,20 +30,20 @@ pub struct SchedulerArgs {
     #[arg(long, env = "EMQ_SCHEDULER_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// IANA time zone cron expressions are evaluated in (e.g. `Europe/Berlin`).
-    #[arg(long, env = "EMQ_SCHEDULER_TIMEZONE", default_value = "UTC")]
+    #[arg(long, env = "EMQ_SCHEDULER_TIMEZONE", default_value = limits::SCHEDULER_TIMEZONE)]
     pub timezone: String,
     /// Store schedules in Redis with EventMQ's key layout instead of the data
     /// directory (e.g. `redis://127.0.0.1:6379/0`).
     #[arg(long, env = "EMQ_SCHEDULER_REDIS")]
     pub redis: Option<String>,
     /// HEARTBEAT period to the router (must stay under the router's 5 s timeout).
-    #[arg(long, env = "EMQ_SCHEDULER_HEARTBEAT_INTERVAL", default_value = "3s")]
+    #[arg(long, env = "EMQ_SCHEDULER_HEARTBEAT_INTERVAL", default_value_t = text(limits::HEARTBEAT_INTERVAL))]
     pub heartbeat_interval: String,
     /// Router silence after which the scheduler reconnects under a new identity.
-    #[arg(long, env = "EMQ_SCHEDULER_ROUTER_TIMEOUT", default_value = "15s")]
+    #[arg(long, env = "EMQ_SCHEDULER_ROUTER_TIMEOUT", default_value_t = text(limits::SCHEDULER_ROUTER_TIMEOUT))]
     pub router_timeout: String,
     /// INFORM re-send period while waiting for the router's ACK.
-    #[arg(long, env = "EMQ_SCHEDULER_INFORM_RETRY", default_value = "5s")]
+    #[arg(long, env = "EMQ_SCHEDULER_INFORM_RETRY", default_value_t = text(limits::SCHEDULER_INFORM_RETRY))]
     pub inform_retry: String,
     /// Print the resolved configuration and exit.
     #[arg(long)]
@@ -113,6 +114,11 @@ impl SchedulerConfig {
             humantime::format_duration(p.inform_retry).to_string(),
         )
     }
+}
+
+/// A default duration as the flags write it (`15s`).
+fn text(default: Duration) -> String {
+    DurationText::from(default).0
 }
 
 fn duration(name: &'static str, text: &str) -> Result<Duration, ConfigError> {

@@ -100,7 +100,7 @@ pub fn run(cfg: &PeerConfig, service: &mut Service, shutdown_fd: RawFd) -> Resul
 
 fn bind_admin(ctx: &zmq::Context, addr: &str) -> Result<zmq::Socket, ZmqError> {
     let s = ctx.socket(zmq::ROUTER).map_err(ZmqError::at("admin socket"))?;
-    s.set_linger(0).map_err(ZmqError::at("admin linger"))?;
+    s.set_linger(limits::ADMIN_LINGER_MS).map_err(ZmqError::at("admin linger"))?;
     s.bind(addr).map_err(ZmqError::at(format!("bind admin socket {addr}")))?;
     if let Ok(Ok(ep)) = s.get_last_endpoint() {
         tracing::info!(endpoint = %ep, "admin socket bound");
@@ -160,7 +160,7 @@ impl Link {
         socket.set_identity(identity.as_bytes()).map_err(ZmqError::at("set identity"))?;
         socket.set_sndhwm(limits::ZMQ_HWM).map_err(ZmqError::at("set sndhwm"))?;
         socket.set_rcvhwm(limits::ZMQ_HWM).map_err(ZmqError::at("set rcvhwm"))?;
-        socket.set_linger(0).map_err(ZmqError::at("set linger"))?;
+        socket.set_linger(limits::RECONNECT_LINGER_MS).map_err(ZmqError::at("set linger"))?;
         socket.connect(&cfg.router_addr).map_err(ZmqError::at(format!("connect to router {}", cfg.router_addr)))?;
         tracing::info!(router = %cfg.router_addr, identity = %identity, "connecting; sending INFORM");
         let now = Instant::now();
@@ -297,13 +297,12 @@ impl Link {
     }
 
     /// Sends KBYE (if registered) and lets the socket flush for at most
-    /// [`limits::SCHEDULER_LINGER`].
+    /// [`limits::SCHEDULER_CLOSE_LINGER_MS`].
     fn close(self) {
         if self.registered {
             self.send(Command::Kbye);
         }
-        let linger = i32::try_from(limits::SCHEDULER_LINGER.as_millis()).unwrap_or(1000);
-        let _ = self.socket.set_linger(linger);
+        let _ = self.socket.set_linger(limits::SCHEDULER_CLOSE_LINGER_MS);
         tracing::info!(identity = %self.identity, "disconnected");
     }
 }

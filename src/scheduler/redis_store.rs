@@ -16,7 +16,6 @@
 //! [`super::store::FileStore`] keeps the original frames and has no such gap.
 
 use std::collections::HashSet;
-use std::time::Duration;
 
 use super::key::ScheduleKey;
 use super::store::{Store, StoreError, Stored};
@@ -53,7 +52,11 @@ impl RedisStore {
 
     fn run<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T, StoreError> {
         if self.con.is_none() {
-            self.con = Some(self.client.get_connection_with_timeout(Duration::from_secs(5)).map_err(rerr)?);
+            self.con = Some(
+                self.client
+                    .get_connection_with_timeout(crate::limits::SCHEDULER_REDIS_CONNECT_TIMEOUT)
+                    .map_err(rerr)?,
+            );
         }
         let con = self.con.as_mut().ok_or_else(|| StoreError::Redis("no connection".into()))?;
         cmd.query(con).map_err(|e| {

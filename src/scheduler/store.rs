@@ -32,11 +32,6 @@ use serde::{Deserialize, Serialize};
 use super::key::ScheduleKey;
 use crate::limits;
 
-/// Attempts to take the data directory's lock before giving up.
-const LOCK_TRIES: u32 = 20;
-/// Pause between lock attempts.
-const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
-
 /// A persisted schedule: the five SCHEDULE frames D4..D8 as received and the
 /// runs left (`None`: unlimited).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,10 +128,10 @@ impl FileStore {
         let mut tries = 0;
         while lock.try_lock().is_err() {
             tries += 1;
-            if tries >= LOCK_TRIES {
+            if tries >= limits::SCHEDULER_LOCK_TRIES {
                 return Err(StoreError::Locked(dir.to_path_buf()));
             }
-            std::thread::sleep(LOCK_RETRY);
+            std::thread::sleep(limits::SCHEDULER_LOCK_RETRY);
         }
         let tmp = dir.join("schedules.log.tmp");
         if tmp.exists() {

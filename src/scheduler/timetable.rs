@@ -24,9 +24,6 @@ use chrono_tz::Tz;
 use super::key::ScheduleKey;
 use super::schedule::{Definition, Kind, ScheduleError};
 
-/// Stale heap entries tolerated beyond 2 × live jobs before a rebuild.
-const STALE_SLACK: usize = 1024;
-
 /// A REQUEST to emit: one firing of a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fire {
@@ -185,7 +182,7 @@ impl Timetable {
     }
 
     fn insert(&mut self, def: Definition, next: DateTime<Utc>, runs_left: Option<u64>) {
-        if self.heap.len() > 2 * self.jobs.len() + STALE_SLACK {
+        if self.heap.len() > 2 * self.jobs.len() + crate::limits::SCHEDULER_STALE_HEAP_ENTRIES {
             self.heap = self.jobs.iter().map(|(k, j)| Reverse((j.next, j.gen, k.clone()))).collect();
         }
         self.gen += 1;

@@ -3,9 +3,6 @@
 
 use super::{PyJson, PyStr};
 
-/// Deepest nesting [`parse`] accepts (CPython's recursion limit is ~1000).
-pub const MAX_DEPTH: usize = 256;
-
 /// Why [`parse`] rejected the input: the byte offset and what was expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid JSON at byte {offset}: {what}")]
@@ -21,7 +18,7 @@ pub struct JsonError {
 /// # Errors
 /// [`JsonError`] with the byte offset of the first problem: bad syntax,
 /// raw control characters in strings, trailing data, nesting deeper than
-/// [`MAX_DEPTH`].
+/// [`crate::limits::PYJSON_MAX_DEPTH`].
 ///
 /// # Example
 /// ```
@@ -66,7 +63,7 @@ impl Parser<'_> {
     }
 
     fn value(&mut self, depth: usize) -> Result<PyJson, JsonError> {
-        if depth > MAX_DEPTH {
+        if depth > crate::limits::PYJSON_MAX_DEPTH {
             return Err(self.err("nesting too deep"));
         }
         match self.s.get(self.pos) {
@@ -291,7 +288,7 @@ mod tests {
         for bad in ["", "01", "[1,]", "{\"a\" 1}", "\"a\u{1}\"", "[1] x", "\"\\x\"", "-", "1.", "{1: 2}"] {
             assert!(parse(bad).is_err(), "{bad:?} should fail");
         }
-        let deep = "[".repeat(MAX_DEPTH + 2);
+        let deep = "[".repeat(crate::limits::PYJSON_MAX_DEPTH + 2);
         assert!(parse(&deep).is_err());
     }
 

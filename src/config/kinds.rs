@@ -1,0 +1,206 @@
+//! Kinds of setting: how a value is written (flag, environment variable,
+//! TOML file) and how it is checked into the value a program uses.
+//!
+//! A kind is a unit type naming one [`Kind`] implementation; the settings
+//! table ([`crate::config::table`]) gives each setting a kind. Kinds that
+//! only one program needs live beside its table.
+
+use std::fmt::{Debug, Display};
+use std::marker::PhantomData;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// How one kind of setting is written and checked.
+///
+/// `Raw` is what a flag, an environment variable (through [`FromStr`]) or the
+/// TOML file (through serde) gives; [`Kind::check`] turns it into `Value`.
+pub trait Kind {
+    /// The value as written. `Clone + Send + Sync + 'static` for clap,
+    /// `Serialize` to print it back as TOML.
+    type Raw: Clone + Debug + FromStr<Err: Display> + Serialize + DeserializeOwned + Send + Sync + 'static;
+    /// The checked value, as the program's configuration holds it.
+    type Value: PartialEq + Debug;
+
+    /// Checks a value that was given (or is the default).
+    ///
+    /// # Errors
+    /// Why the value is wrong; the caller adds the setting's name.
+    fn check(raw: Self::Raw) -> Result<Self::Value, String>;
+
+    /// The value of a setting that nobody gave and that has no default.
+    ///
+    /// # Errors
+    /// By default `must be set`; optional kinds ([`Optional`]) return `None`.
+    fn absent() -> Result<Self::Value, String> {
+        Err("must be set".into())
+    }
+}
+
+/// Any value taken as it is written: a string, a number, `true`/`false`, a
+/// path.
+pub struct Plain<T>(PhantomData<T>);
+
+impl<T> Kind for Plain<T>
+where
+    T: Clone + Debug + PartialEq + FromStr<Err: Display> + Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    type Raw = T;
+    type Value = T;
+
+    fn check(raw: T) -> Result<T, String> {
+        Ok(raw)
+    }
+}
+
+/// A count that must be at least 1 (`usize`).
+pub struct AtLeastOne;
+
+impl Kind for AtLeastOne {
+    type Raw = usize;
+    type Value = usize;
+
+    fn check(n: usize) -> Result<usize, String> {
+        if n == 0 {
+            return Err("must be at least 1".into());
+        }
+        Ok(n)
+    }
+}
+
+/// A duration in humantime syntax (`3s`, `250ms`, `5m`).
+pub struct Humantime;
+
+impl Kind for Humantime {
+    type Raw = DurationText;
+    type Value = Duration;
+
+    fn check(text: DurationText) -> Result<Duration, String> {
+        text.parse()
+    }
+}
+
+/// A period in humantime syntax where `0s` means off (`None`).
+pub struct HumantimeOrOff;
+
+impl Kind for HumantimeOrOff {
+    type Raw = DurationText;
+    type Value = Option<Duration>;
+
+    fn check(text: DurationText) -> Result<Option<Duration>, String> {
+        Humantime::check(text).map(|period| (!period.is_zero()).then_some(period))
+    }
+}
+
+/// A TCP listen address (`host:port`), or `off` (or empty) for none.
+pub struct AddrOrOff;
+
+impl Kind for AddrOrOff {
+    type Raw = String;
+    type Value = Option<SocketAddr>;
+
+    fn check(text: String) -> Result<Option<SocketAddr>, String> {
+        match text.as_str() {
+            "off" | "" => Ok(None),
+            a => a.parse().map(Some).map_err(|e| format!("{text:?} is not host:port ({e})")),
+        }
+    }
+}
+
+/// A setting of kind `K` with no default: `None` unless given.
+pub struct Optional<K>(PhantomData<K>);
+
+impl<K: Kind> Kind for Optional<K> {
+    type Raw = K::Raw;
+    type Value = Option<K::Value>;
+
+    fn check(raw: K::Raw) -> Result<Option<K::Value>, String> {
+        K::check(raw).map(Some)
+    }
+
+    fn absent() -> Result<Option<K::Value>, String> {
+        Ok(None)
+    }
+}
+
+/// A duration as written (`300s`, `250ms`, `5m`). It is parsed when
+/// checked, so that a malformed one is reported with its setting's name
+/// whether it came from a flag, a variable or the file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DurationText(pub String);
+
+impl DurationText {
+    /// Parses the text with humantime (surrounding spaces ignored).
+    ///
+    /// # Errors
+    /// The text and humantime's reason, e.g. `"3x": unknown time unit "x"`.
+    pub fn parse(&self) -> Result<Duration, String> {
+        humantime::parse_duration(self.0.trim()).map_err(|e| format!("{:?}: {e}", self.0))
+    }
+}
+
+/// Whole seconds as `300s`, whole milliseconds as `250ms`, anything else in
+/// humantime's own format: the way durations are written in config files.
+impl From<Duration> for DurationText {
+    fn from(d: Duration) -> DurationText {
+        let text = match (d.subsec_nanos(), d.subsec_nanos() % 1_000_000) {
+            (0, _) => format!("{}s", d.as_secs()),
+            (_, 0) => format!("{}ms", d.as_millis()),
+            _ => humantime::format_duration(d).to_string(),
+        };
+        DurationText(text)
+    }
+}
+
+impl From<&str> for DurationText {
+    fn from(text: &str) -> DurationText {
+        DurationText(text.to_string())
+    }
+}
+
+impl From<String> for DurationText {
+    fn from(text: String) -> DurationText {
+        DurationText(text)
+    }
+}
+
+impl FromStr for DurationText {
+    type Err = std::convert::Infallible;
+
+    fn from_str(text: &str) -> Result<DurationText, Self::Err> {
+        Ok(text.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_written_the_way_config_files_write_them() {
+        let text = |d| DurationText::from(d).0;
+        assert_eq!(text(Duration::from_secs(300)), "300s");
+        assert_eq!(text(Duration::from_millis(250)), "250ms");
+        assert_eq!(text(Duration::from_micros(1500)), "1ms 500us");
+        for d in [Duration::ZERO, Duration::from_secs(3), Duration::from_millis(1), Duration::from_nanos(7)] {
+            assert_eq!(DurationText::from(d).parse(), Ok(d));
+        }
+    }
+
+    #[test]
+    fn kinds_check_and_explain() {
+        assert_eq!(AtLeastOne::check(0), Err("must be at least 1".into()));
+        assert_eq!(HumantimeOrOff::check("0s".into()), Ok(None));
+        assert_eq!(HumantimeOrOff::check(" 60s ".into()), Ok(Some(Duration::from_secs(60))));
+        assert!(Humantime::check("3x".into()).unwrap_err().contains("\"3x\""));
+        assert_eq!(AddrOrOff::check("off".into()), Ok(None));
+        assert_eq!(AddrOrOff::check("127.0.0.1:1".into()), Ok(Some(([127, 0, 0, 1], 1).into())));
+        assert!(AddrOrOff::check("nowhere".into()).unwrap_err().contains("not host:port"));
+        assert_eq!(Optional::<AtLeastOne>::absent(), Ok(None));
+        assert_eq!(Plain::<bool>::absent(), Err("must be set".into()));
+    }
+}

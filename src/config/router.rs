@@ -1,0 +1,333 @@
+//! The router's settings: one table ([`RawRouterConfig`]), its typed result
+//! ([`RouterConfig`]) and its commented defaults ([`DEFAULT_TOML`]).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::kinds::{AddrOrOff, AtLeastOne, Humantime, HumantimeOrOff, Kind, Optional, Plain};
+use super::table::{settings, Settings};
+use super::ConfigError;
+use crate::limits;
+
+settings! {
+    /// The router's settings as flags, `EMQ_*` environment variables and the
+    /// TOML file give them: every field optional. Keys match
+    /// [`DEFAULT_TOML`]; [`RawRouterConfig::validate`] makes a
+    /// [`RouterConfig`] of them.
+    pub struct RawRouterConfig => RouterConfig {
+        /// eMQP frontend address (clients, schedulers).
+        frontend_addr: Plain<String> = limits::FRONTEND_ADDR, env "EMQ_FRONTEND_ADDR";
+        /// eMQP backend address (workers).
+        backend_addr: Plain<String> = limits::BACKEND_ADDR, env "EMQ_BACKEND_ADDR";
+        /// Admin socket address (emq-cli).
+        admin_addr: Plain<String> = limits::ADMIN_ADDR, env "EMQ_ADMIN_ADDR";
+        /// Text protocol listen address (`host:port`), or `off`.
+        text_addr: AddrOrOff = limits::TEXT_ADDR, env "EMQ_TEXT_ADDR";
+        /// Dispatcher shards (queue-owning threads). 0 = pick from the core count.
+        shards: Shards = 0usize, env "EMQ_SHARDS";
+        /// Pin the I/O and shard threads to cores when there are enough cores.
+        pin_threads: Plain<bool> = true, env "EMQ_PIN_THREADS";
+        /// Heartbeat send period to workers and schedulers (e.g. `3s`).
+        heartbeat_interval: Humantime = limits::HEARTBEAT_INTERVAL, env "EMQ_HEARTBEAT_INTERVAL";
+        /// A peer silent this long is dead (e.g. `5s`).
+        heartbeat_timeout: Humantime = limits::HEARTBEAT_TIMEOUT, env "EMQ_HEARTBEAT_TIMEOUT";
+        /// Most waiting jobs per queue; past it REQUEST gets ERROR and SCHED
+        /// gets `ERR QUEUE_FULL`.
+        max_queue_len: AtLeastOne = limits::MAX_QUEUE_LEN, env "EMQ_MAX_QUEUE_LEN";
+        /// Queues of a worker whose INFORM has an empty queue list, as JSON
+        /// (`[[10, "default"]]`).
+        default_queues: QueueList = default_queues_json(), env "EMQ_DEFAULT_QUEUES";
+        /// How long a worker that said KBYE may still finish its jobs (e.g. `300s`).
+        kbye_grace: Humantime = limits::KBYE_GRACE, env "EMQ_KBYE_GRACE";
+        /// How long shutdown waits for queued and in-flight jobs (e.g. `10s`).
+        drain_timeout: Humantime = limits::DRAIN_TIMEOUT, env "EMQ_DRAIN_TIMEOUT";
+        /// ZeroMQ send and receive high-water mark per peer (messages).
+        zmq_hwm: Plain<i32> = limits::ZMQ_HWM, env "EMQ_ZMQ_HWM";
+        text: TextConfig {
+            /// Longest text line in bytes, LF (and a CR before it) not counted.
+            text_max_line_bytes => max_line_bytes: AtLeastOne = limits::TEXT_MAX_LINE_BYTES,
+                env "EMQ_TEXT_MAX_LINE_BYTES", was text_max_line "EMQ_TEXT_MAX_LINE";
+            /// Text offer timeout (e.g. `300s`).
+            text_offer_timeout => offer_timeout: Humantime = limits::TEXT_OFFER_TIMEOUT,
+                env "EMQ_TEXT_OFFER_TIMEOUT";
+            /// Text partial-line idle timeout (e.g. `60s`).
+            text_idle_timeout => idle_timeout: Humantime = limits::TEXT_IDLE_TIMEOUT, env "EMQ_TEXT_IDLE_TIMEOUT";
+            /// Most open text connections.
+            text_max_connections => max_connections: AtLeastOne = limits::TEXT_MAX_CONNECTIONS,
+                env "EMQ_TEXT_MAX_CONNECTIONS";
+            /// Threads accepting text connections.
+            text_acceptors => acceptors: AtLeastOne = limits::TEXT_ACCEPTORS, env "EMQ_TEXT_ACCEPTORS";
+        }
+        latency: LatencyConfig {
+            /// Period of the latency log line (e.g. `60s`; `0s` = off).
+            latency_interval => report_interval: HumantimeOrOff = limits::LATENCY_REPORT_INTERVAL,
+                env "EMQ_LATENCY_INTERVAL";
+            /// Directory for per-interval `.hgrm` latency files (off when unset).
+            latency_dir => hgrm_dir: Optional<Plain<PathBuf>>, env "EMQ_LATENCY_DIR";
+        }
+    }
+}
+
+/// The validated router configuration.
+#[derive(Debug, Clone)]
+pub struct RouterConfig {
+    /// eMQP frontend endpoint (ZeroMQ syntax).
+    pub frontend_addr: String,
+    /// eMQP backend endpoint.
+    pub backend_addr: String,
+    /// Admin endpoint.
+    pub admin_addr: String,
+    /// Text protocol listen address; `None` = text front end off.
+    pub text_addr: Option<SocketAddr>,
+    /// Number of dispatcher shards, ≥ 1.
+    pub shards: usize,
+    /// Pin threads to cores where the machine has enough of them.
+    pub pin_threads: bool,
+    /// Heartbeat send period.
+    pub heartbeat_interval: Duration,
+    /// Peer expiry.
+    pub heartbeat_timeout: Duration,
+    /// Most waiting jobs per queue.
+    pub max_queue_len: usize,
+    /// `(weight, queue)` pairs for an INFORM with an empty queue list.
+    pub default_queues: Vec<(i64, String)>,
+    /// In-flight grace of a worker after its KBYE.
+    pub kbye_grace: Duration,
+    /// Shutdown drain limit.
+    pub drain_timeout: Duration,
+    /// ZeroMQ HWM per peer pipe.
+    pub zmq_hwm: i32,
+    /// Text protocol limits.
+    pub text: TextConfig,
+    /// Latency reporter settings.
+    pub latency: LatencyConfig,
+}
+
+/// Text protocol limits (text-protocol.md "Limits").
+#[derive(Debug, Clone)]
+pub struct TextConfig {
+    /// Longest line in bytes (not counting LF and a CR before it).
+    pub max_line_bytes: usize,
+    /// Unanswered offers go back to the front after this.
+    pub offer_timeout: Duration,
+    /// A partial line idle this long closes the connection.
+    pub idle_timeout: Duration,
+    /// Connection cap.
+    pub max_connections: usize,
+    /// Acceptor threads.
+    pub acceptors: usize,
+}
+
+/// Latency reporter settings.
+#[derive(Debug, Clone)]
+pub struct LatencyConfig {
+    /// Log line period; `None` = no periodic line.
+    pub report_interval: Option<Duration>,
+    /// Where to write `.hgrm` files per interval, if anywhere.
+    pub hgrm_dir: Option<PathBuf>,
+}
+
+/// The commented default configuration; `--print-config` prints it with the
+/// resolved values ([`super::template::resolved`]).
+pub const DEFAULT_TOML: &str = include_str!("default.toml");
+
+impl RawRouterConfig {
+    /// Validates into a [`RouterConfig`], applying defaults; warns when the
+    /// heartbeat settings will lose Python EventMQ peers.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the setting.
+    pub fn validate(self) -> Result<RouterConfig, ConfigError> {
+        let config = self.build()?;
+        let (interval, timeout) = (config.heartbeat_interval, config.heartbeat_timeout);
+        if interval.is_zero() || timeout <= interval {
+            return Err(ConfigError::Invalid {
+                name: "heartbeat_timeout",
+                why: "must be longer than a non-zero heartbeat_interval".into(),
+            });
+        }
+        if timeout < limits::PYTHON_PEER_HEARTBEAT + limits::PYTHON_PEER_HEARTBEAT_SLACK
+            || interval > limits::PYTHON_PEER_SILENCE / 3
+        {
+            tracing::warn!(
+                heartbeat_interval = ?interval,
+                heartbeat_timeout = ?timeout,
+                "Python EventMQ peers heartbeat every 3 s and reconnect after ~15 s of router silence: \
+                 these settings will expire or lose them"
+            );
+        }
+        Ok(config)
+    }
+}
+
+impl Default for RouterConfig {
+    fn default() -> RouterConfig {
+        match RawRouterConfig::default().validate() {
+            Ok(c) => c,
+            Err(e) => unreachable!("built-in defaults are valid: {e}"),
+        }
+    }
+}
+
+/// Default shard count: one per two cores, at least one, so that the I/O
+/// thread and the shards do not oversubscribe small machines (2 cores → 1).
+pub fn default_shards() -> usize {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    (cores / 2).max(1)
+}
+
+/// Dispatcher shards: 0 picks [`default_shards`]; at most
+/// [`limits::MAX_SHARDS`].
+pub struct Shards;
+
+impl Kind for Shards {
+    type Raw = usize;
+    type Value = usize;
+
+    fn check(n: usize) -> Result<usize, String> {
+        match n {
+            0 => Ok(default_shards()),
+            n if n > limits::MAX_SHARDS => Err(format!("at most {}", limits::MAX_SHARDS)),
+            n => Ok(n),
+        }
+    }
+}
+
+/// An eMQP queue list as JSON, `[[weight, "name"], …]` (spec §3.2 INFORM).
+pub struct QueueList;
+
+impl Kind for QueueList {
+    type Raw = String;
+    type Value = Vec<(i64, String)>;
+
+    fn check(json: String) -> Result<Vec<(i64, String)>, String> {
+        crate::protocol::queues::parse_queue_list(json.as_bytes()).map_err(|e| e.to_string())
+    }
+}
+
+/// EventMQ's `QUEUES = [(10, "default")]` as JSON.
+fn default_queues_json() -> String {
+    serde_json::json!([[limits::DEFAULT_QUEUE_WEIGHT, limits::DEFAULT_QUEUE]]).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::ffi::OsString;
+
+    use super::*;
+
+    fn env(vars: &[(&str, &str)]) -> RawRouterConfig {
+        let vars: HashMap<String, OsString> = vars.iter().map(|(k, v)| (k.to_string(), v.into())).collect();
+        RawRouterConfig::from_env(&|name| vars.get(name).cloned()).unwrap()
+    }
+
+    #[test]
+    fn default_toml_matches_the_table() {
+        assert_eq!(super::super::template::problems::<RawRouterConfig>(DEFAULT_TOML), Vec::<String>::new());
+        let c = toml::from_str::<RawRouterConfig>(DEFAULT_TOML).unwrap().validate().unwrap();
+        assert_eq!(c.default_queues, vec![(10, "default".to_string())]);
+        assert_eq!(c.text.max_line_bytes, limits::TEXT_MAX_LINE_BYTES);
+    }
+
+    #[test]
+    fn template_check_catches_each_kind_of_drift() {
+        let problems = |from: &str, to: &str| {
+            assert!(DEFAULT_TOML.contains(from), "{from}");
+            super::super::template::problems::<RawRouterConfig>(&DEFAULT_TOML.replacen(from, to, 1))
+        };
+        assert_eq!(problems("shards = 0 ", "shards = 2 "), ["shards: not the default"]);
+        assert_eq!(problems("kbye_grace = \"300s\"", "kbye_grace = \"5m\""), Vec::<String>::new());
+        let commented = problems("zmq_hwm = 100000", "# zmq_hwm = 100000");
+        assert_eq!(commented, ["zmq_hwm: write a setting commented out if and only if it has no default"]);
+        assert_eq!(problems("\nzmq_hwm = 100000", "\n# zmq = 1"), ["zmq_hwm: missing", "zmq: not a setting"]);
+        assert_eq!(problems("(EMQ_ZMQ_HWM)", "(EMQ_HWM)"), ["zmq_hwm: comment lacks EMQ_ZMQ_HWM"]);
+        let old = problems("text_max_line_bytes = ", "text_max_line = ");
+        assert_eq!(old, ["text_max_line_bytes: missing", "text_max_line: deprecated name of text_max_line_bytes"]);
+        assert!(problems("\nzmq_hwm", "\nzmq_hwm_x")[0].starts_with("does not parse"));
+    }
+
+    #[test]
+    fn flags_win_over_env_over_file() {
+        let flags = RawRouterConfig { shards: Some(3), ..Default::default() };
+        let env = env(&[("EMQ_SHARDS", "2"), ("EMQ_ZMQ_HWM", "5"), ("EMQ_KBYE_GRACE", "1s")]);
+        let file = RawRouterConfig { shards: Some(1), zmq_hwm: Some(4), max_queue_len: Some(7), ..Default::default() };
+        let c = flags.or(env).or(file).validate().unwrap();
+        assert_eq!((c.shards, c.zmq_hwm, c.max_queue_len, c.kbye_grace), (3, 5, 7, Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn deprecated_text_max_line_still_works_and_loses_to_the_new_name() {
+        let file: RawRouterConfig = toml::from_str("text_max_line = 64").unwrap();
+        assert_eq!(file.validate().unwrap().text.max_line_bytes, 64);
+        let old_env = env(&[("EMQ_TEXT_MAX_LINE", "65")]);
+        assert_eq!(old_env.clone().validate().unwrap().text.max_line_bytes, 65);
+        let new_env = env(&[("EMQ_TEXT_MAX_LINE", "65"), ("EMQ_TEXT_MAX_LINE_BYTES", "66")]);
+        assert_eq!(new_env.validate().unwrap().text.max_line_bytes, 66);
+        let flags = RawRouterConfig { text_max_line: Some(67), ..Default::default() };
+        let log = Log::default();
+        let subscriber = tracing_subscriber::fmt().with_writer(log.clone()).with_ansi(false).finish();
+        let c = tracing::subscriber::with_default(subscriber, || flags.or(old_env).validate().unwrap());
+        assert_eq!(c.text.max_line_bytes, 67, "an old flag beats a variable");
+        let log = String::from_utf8(log.0.lock().clone()).unwrap();
+        assert!(log.contains("WARN"), "{log}");
+        assert!(log.contains("setting text_max_line (--text-max-line, EMQ_TEXT_MAX_LINE) is deprecated: use text_max_line_bytes (--text-max-line-bytes, EMQ_TEXT_MAX_LINE_BYTES)"), "{log}");
+    }
+
+    /// Log lines, captured.
+    #[derive(Clone, Default)]
+    struct Log(std::sync::Arc<parking_lot::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Log {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
+        type Writer = Log;
+
+        fn make_writer(&'a self) -> Log {
+            self.clone()
+        }
+    }
+
+    #[test]
+    fn bad_values_name_the_setting() {
+        let message = |raw: RawRouterConfig| raw.validate().unwrap_err().to_string();
+        let raw = RawRouterConfig { heartbeat_timeout: Some("1s".into()), ..Default::default() };
+        assert!(message(raw).contains("heartbeat_timeout"));
+        let raw = RawRouterConfig { text_addr: Some("nowhere".into()), ..Default::default() };
+        assert!(message(raw).contains("setting text_addr: "));
+        let raw = RawRouterConfig { text_max_line_bytes: Some(0), ..Default::default() };
+        assert_eq!(message(raw), "setting text_max_line_bytes: must be at least 1");
+        let raw = RawRouterConfig { text_max_line: Some(0), ..Default::default() };
+        assert_eq!(message(raw), "setting text_max_line_bytes: must be at least 1");
+        let raw = RawRouterConfig { shards: Some(limits::MAX_SHARDS + 1), ..Default::default() };
+        assert_eq!(message(raw), "setting shards: at most 65535");
+        let raw = RawRouterConfig { drain_timeout: Some("10 parsecs".into()), ..Default::default() };
+        assert!(message(raw).starts_with("setting drain_timeout: \"10 parsecs\""));
+        let vars: HashMap<&str, OsString> = [("EMQ_SHARDS", OsString::from("two"))].into();
+        let err = RawRouterConfig::from_env(&|name| vars.get(name).cloned()).unwrap_err().to_string();
+        assert!(err.starts_with("setting shards: EMQ_SHARDS=\"two\": "), "{err}");
+    }
+
+    #[test]
+    fn print_config_shows_what_was_given_with_its_comment() {
+        let defaults = super::super::template::resolved(&RawRouterConfig::default(), DEFAULT_TOML).unwrap();
+        assert_eq!(defaults, DEFAULT_TOML);
+        let raw = env(&[("EMQ_TEXT_MAX_LINE", "64"), ("EMQ_LATENCY_DIR", "/tmp/l")]).or(RawRouterConfig::default());
+        let out = super::super::template::resolved(&raw, DEFAULT_TOML).unwrap();
+        assert!(out.starts_with("# Resolved: text_max_line_bytes, latency_dir given by"), "{out}");
+        assert!(out.contains("\ntext_max_line_bytes = 64 "), "{out}");
+        assert!(out.contains("\nlatency_dir = \"/tmp/l\"  "), "{out}");
+        let reread: RawRouterConfig = toml::from_str(&out).unwrap();
+        assert!(reread.differing_keys(&raw).is_empty());
+    }
+}

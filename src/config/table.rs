@@ -1,0 +1,278 @@
+//! One table per program declares each setting once; `settings!` turns it
+//! into everything that used to name the setting separately:
+//!
+//! * the raw struct: an `Option` field per setting, which is the TOML key
+//!   (serde, unknown keys rejected) and the `--flag` (clap);
+//! * [`Settings::from_env`]: the setting's `EMQ_*` variable;
+//! * [`Settings::or`]: the merge, flag over variable over file;
+//! * [`Settings::build`]: defaults applied and each value checked by its
+//!   [`Kind`] into the program's typed config, nested as the table nests;
+//! * [`Settings::NAMES`], [`Settings::set_values`] and
+//!   [`Settings::differing_keys`]: what `--print-config` and the test of the
+//!   commented default file ([`crate::config::template`]) need.
+//!
+//! A table entry reads
+//!
+//! ```text
+//! /// Doc: the flag's help and the raw field's doc.
+//! key: Kind = default, env "EMQ_KEY";
+//! ```
+//!
+//! `= default` may be left out (the kind's [`Kind::absent`] then decides);
+//! the default is anything that converts `Into` the kind's raw type. A
+//! renamed setting keeps its old name working with
+//! `, was old_key "EMQ_OLD_KEY"` (a hidden `--old-key` flag, the old
+//! variable and the old file key, each logging a deprecation warning).
+//! Entries of a nested config struct go in a group `field: Struct { … }`
+//! after the top-level ones, each written `key => field: Kind …`.
+//!
+//! Checks that involve several settings stay hand-written, after
+//! [`Settings::build`] (see the router's `validate`).
+
+use std::ffi::OsString;
+
+use serde::de::DeserializeOwned;
+
+use super::kinds::Kind;
+use super::ConfigError;
+
+/// The names of one setting.
+#[derive(Debug, Clone, Copy)]
+pub struct Names {
+    /// TOML key, and the flag with `-` for `_`.
+    pub key: &'static str,
+    /// Environment variable.
+    pub env: &'static str,
+    /// Deprecated names still accepted: `(key, env)`.
+    pub was: &'static [(&'static str, &'static str)],
+}
+
+/// A program's raw settings, as `settings!` generates them.
+pub trait Settings: Sized + Clone + Default + DeserializeOwned {
+    /// The typed configuration [`Settings::build`] returns.
+    type Config;
+    /// Every setting's names, in table order.
+    const NAMES: &'static [Names];
+
+    /// Reads every setting's environment variable (deprecated ones too)
+    /// through `lookup` (`std::env::var_os` outside tests). A set but empty
+    /// variable is a value, as with clap.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the setting and the variable, for a
+    /// value that does not parse or is not UTF-8.
+    fn from_env(lookup: &dyn Fn(&str) -> Option<OsString>) -> Result<Self, ConfigError>;
+
+    /// Every setting at its built-in default (unset where there is none).
+    fn defaults() -> Self;
+
+    /// Fills every setting that `self` leaves unset from `lower`: flags
+    /// `.or(env).or(file)`. Values given under a deprecated name first move
+    /// to their setting (the current name wins), with a warning.
+    fn or(self, lower: Self) -> Self;
+
+    /// Applies the defaults and checks each setting with its kind.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad setting.
+    fn build(self) -> Result<Self::Config, ConfigError>;
+
+    /// The settings given (not defaulted), as TOML values, in table order.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for a value TOML cannot hold (an integer
+    /// above `i64::MAX`).
+    fn set_values(&self) -> Result<Vec<(&'static str, toml::Value)>, ConfigError>;
+
+    /// The keys whose checked values differ between `self` and `other`,
+    /// defaults applied to both.
+    fn differing_keys(&self, other: &Self) -> Vec<&'static str>;
+}
+
+/// Checks one setting's value (or its absence) with its kind.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming `key`.
+pub fn check<K: Kind>(key: &'static str, raw: Option<K::Raw>) -> Result<K::Value, ConfigError> {
+    match raw {
+        Some(raw) => K::check(raw),
+        None => K::absent(),
+    }
+    .map_err(|why| ConfigError::Invalid { name: key, why })
+}
+
+/// Reads and parses environment variable `var` of setting `key`.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the setting and the variable.
+pub fn env_value<K: Kind>(
+    key: &'static str,
+    var: &str,
+    lookup: &dyn Fn(&str) -> Option<OsString>,
+) -> Result<Option<K::Raw>, ConfigError> {
+    let Some(value) = lookup(var) else { return Ok(None) };
+    let text =
+        value.into_string().map_err(|_| ConfigError::Invalid { name: key, why: format!("{var} is not UTF-8") })?;
+    text.parse().map(Some).map_err(|e| ConfigError::Invalid { name: key, why: format!("{var}={text:?}: {e}") })
+}
+
+/// A given value as TOML.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming `key` when TOML cannot hold the value.
+pub fn toml_value<T: serde::Serialize>(key: &'static str, value: &T) -> Result<toml::Value, ConfigError> {
+    toml::Value::try_from(value)
+        .map_err(|e| ConfigError::Invalid { name: key, why: format!("not printable as TOML: {e}") })
+}
+
+/// A flag's help: its doc lines joined, without a final period as clap
+/// writes it, then its variable (clap shows an `[env: …]` note only for
+/// variables it reads itself).
+pub fn flag_help(doc: &[&str], env: &str) -> String {
+    let text: Vec<&str> = doc.iter().map(|line| line.trim()).collect();
+    let text = text.join(" ");
+    format!("{} [env: {env}]", text.strip_suffix('.').unwrap_or(&text))
+}
+
+/// Logs that setting `key` was given under its deprecated name `old`.
+pub fn warn_deprecated(old: &str, old_env: &str, key: &str, env: &str) {
+    let flag = |name: &str| name.replace('_', "-");
+    tracing::warn!("setting {old} (--{}, {old_env}) is deprecated: use {key} (--{}, {env})", flag(old), flag(key));
+}
+
+/// Declares a program's settings once; see the module docs.
+macro_rules! settings {
+    (@common [$($raw_attr:tt)*] $vis:vis $Raw:ident $Config:ident
+        $( [$($doc:literal)+] $key:ident $kind:ty [$($default:expr)?] $env:literal [$($old:ident $old_env:literal)?] )*
+    ) => {
+        $($raw_attr)*
+        #[derive(Debug, Default, Clone, serde::Deserialize, clap::Args)]
+        #[serde(default, deny_unknown_fields)]
+        $vis struct $Raw {
+            $(
+                $(#[doc = $doc])+
+                #[arg(long, help = $crate::config::table::flag_help(&[$($doc),+], $env))]
+                pub $key: Option<<$kind as $crate::config::Kind>::Raw>,
+                $(
+                    #[doc = concat!("Deprecated name of `", stringify!($key), "`.")]
+                    #[arg(long, hide = true)]
+                    pub $old: Option<<$kind as $crate::config::Kind>::Raw>,
+                )?
+            )*
+        }
+
+        impl $Raw {
+            /// Moves values given under a deprecated name to their setting
+            /// (the current name wins), with a warning.
+            #[allow(unused_mut, reason = "mutates only when the table has deprecated names")]
+            fn fold_deprecated(mut self) -> $Raw {
+                $($(
+                    if let Some(value) = self.$old.take() {
+                        $crate::config::table::warn_deprecated(stringify!($old), $old_env, stringify!($key), $env);
+                        self.$key = self.$key.or(Some(value));
+                    }
+                )?)*
+                self
+            }
+
+            /// Every unset setting at its default.
+            fn with_defaults(self) -> $Raw {
+                <$Raw as $crate::config::Settings>::or(self, <$Raw as $crate::config::Settings>::defaults())
+            }
+        }
+
+        impl $crate::config::Settings for $Raw {
+            type Config = $Config;
+            const NAMES: &'static [$crate::config::table::Names] = &[
+                $( $crate::config::table::Names {
+                    key: stringify!($key),
+                    env: $env,
+                    was: &[$( (stringify!($old), $old_env) )?],
+                }, )*
+            ];
+
+            fn from_env(
+                lookup: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+            ) -> Result<$Raw, $crate::config::ConfigError> {
+                use $crate::config::table::env_value;
+                Ok($Raw { $(
+                    $key: env_value::<$kind>(stringify!($key), $env, lookup)?,
+                    $( $old: env_value::<$kind>(stringify!($key), $old_env, lookup)?, )?
+                )* })
+            }
+
+            fn defaults() -> $Raw {
+                $Raw { $( $key: None $(.or(Some(Into::into($default))))?, $( $old: None, )? )* }
+            }
+
+            fn or(self, lower: $Raw) -> $Raw {
+                let (high, low) = (self.fold_deprecated(), lower.fold_deprecated());
+                $Raw { $( $key: high.$key.or(low.$key), $( $old: high.$old.or(low.$old), )? )* }
+            }
+
+            fn build(self) -> Result<$Config, $crate::config::ConfigError> {
+                self.with_defaults().build_checked()
+            }
+
+            fn set_values(&self) -> Result<Vec<(&'static str, toml::Value)>, $crate::config::ConfigError> {
+                let mut values = Vec::new();
+                $(
+                    if let Some(v) = self.$key.as_ref()$(.or(self.$old.as_ref()))? {
+                        values.push((stringify!($key), $crate::config::table::toml_value(stringify!($key), v)?));
+                    }
+                )*
+                Ok(values)
+            }
+
+            fn differing_keys(&self, other: &$Raw) -> Vec<&'static str> {
+                use $crate::config::table::check;
+                let (a, b) = (self.clone().with_defaults(), other.clone().with_defaults());
+                let mut keys = Vec::new();
+                $(
+                    let differ = check::<$kind>(stringify!($key), a.$key).map_err(|e| e.to_string())
+                        != check::<$kind>(stringify!($key), b.$key).map_err(|e| e.to_string());
+                    if differ {
+                        keys.push(stringify!($key));
+                    }
+                )*
+                keys
+            }
+        }
+    };
+    (
+        $(#[doc = $raw_doc:literal])*
+        $vis:vis struct $Raw:ident => $Config:ident {
+            $(
+                $(#[doc = $doc:literal])+
+                $key:ident: $kind:ty $(= $default:expr)?, env $env:literal $(, was $old:ident $old_env:literal)?;
+            )*
+            $(
+                $group:ident: $Group:ident {
+                    $(
+                        $(#[doc = $gdoc:literal])+
+                        $gkey:ident => $gfield:ident: $gkind:ty $(= $gdefault:expr)?, env $genv:literal
+                            $(, was $gold:ident $gold_env:literal)?;
+                    )*
+                }
+            )*
+        }
+    ) => {
+        $crate::config::table::settings!(@common [$(#[doc = $raw_doc])*] $vis $Raw $Config
+            $( [$($doc)+] $key $kind [$($default)?] $env [$($old $old_env)?] )*
+            $( $( [$($gdoc)+] $gkey $gkind [$($gdefault)?] $genv [$($gold $gold_env)?] )* )*
+        );
+
+        impl $Raw {
+            /// Checks every setting of a raw config whose defaults are applied.
+            fn build_checked(self) -> Result<$Config, $crate::config::ConfigError> {
+                use $crate::config::table::check;
+                Ok($Config {
+                    $( $key: check::<$kind>(stringify!($key), self.$key)?, )*
+                    $( $group: $Group { $( $gfield: check::<$gkind>(stringify!($gkey), self.$gkey)?, )* }, )*
+                })
+            }
+        }
+    };
+}
+
+pub(crate) use settings;
