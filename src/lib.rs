@@ -13,25 +13,31 @@
 //!  workers ─────────────► │ zmq I/O      │ owns the ROUTER sockets, decodes
 //!  emq-cli ─────────────► │ thread       │ frames, never holds queue state
 //!                         └──────┬───────┘
-//!                                │ crossbeam channels    ▲ inproc PUSH/PULL (egress)
-//!                                ▼                       │
+//!          ShardMsg over channels │      ▲ typed Outgoing + eventfd wake-up
+//!                                 ▼      │
 //!                         ┌──────────────┐ per-queue FIFOs, weighted worker
 //!                         │ dispatcher   │ selection, in-flight table,
-//!                         │ shard 0..N-1 │ heartbeat/expiry timers
+//!                         │ shard 0..N-1 │ heartbeat/expiry timers, text offers
 //!                         └──────┬───────┘
-//!                                ▲ crossbeam channels
+//!          TextCmd batches ▲     │ TextReply per port
 //!  text clients ─► acceptor pool ─► connection threads (std::net, blocking)
 //! ```
 //!
-//! Modules:
-//! * [`protocol`]: pure codecs (eMQP frames, headers, queue lists, text lines).
-//! * [`broker`]: dispatcher shards: queues, workers, selection, in-flight, timers.
-//! * [`zmq_io`]: the only code that calls the zmq crate on the router side.
+//! Modules, lowest layer first:
+//! * [`ids`] and [`limits`]: identifier newtypes and every limit, shared by all layers.
+//! * [`protocol`]: pure codecs (eMQP frames, headers, queue lists, text lines, Python JSON).
+//! * [`metrics`]: counters and latency histograms over plain keys.
+//! * [`broker`]: dispatcher shards as deterministic state machines: queues,
+//!   workers, selection, in-flight, timers, text offers.
+//! * [`zmq_io`]: the only code that calls the zmq crate on the router side
+//!   (I/O thread, egress, socket set-up).
 //! * [`text`]: the text protocol server (acceptors, connection threads) behind
 //!   the [`text::TextBackend`] trait.
+//! * [`router`]: builds, starts, drains and stops the router; admin thread;
+//!   latency reporter.
 //! * [`client`]: Rust client libraries (eMQP client, admin client, worker, text client).
 //! * [`scheduler`]: emq-scheduler (SCHEDULE/UNSCHEDULE, timers, persistence).
-//! * [`config`] and [`limits`]: settings, validated once; every default with its reason.
+//! * [`config`]: settings, declared once and validated once.
 //! * [`zmq_error`]: [`zmq_error::ZmqError`], the error of a failed zmq call, for every layer.
 
 #![warn(missing_docs)]
