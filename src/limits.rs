@@ -46,6 +46,18 @@ pub const DEFAULT_QUEUE: &str = "default";
 /// Weight of the default queue for an INFORM with an empty queue list:
 /// EventMQ's `QUEUES = [(10, "default")]`.
 pub const DEFAULT_QUEUE_WEIGHT: i64 = 10;
+/// Most frames in one eMQP message (identity included): a REQUEST has 8
+/// and may carry a few extra; a message with more is read, dropped and
+/// counted as malformed.
+pub const MAX_FRAMES: usize = 64;
+/// Longest msgid (REQUEST D3) the broker accepts, in bytes: Python peers
+/// send 36-byte uuids; the job record keeps the length in one byte.
+pub const MAX_MSGID_BYTES: usize = 255;
+/// Longest queue name in bytes, for both protocols (the text protocol's
+/// rule; an eMQP REQUEST naming a longer queue gets `ERROR BAD_REQUEST`).
+pub const MAX_QUEUE_NAME_BYTES: usize = 255;
+/// Longest REQUEST headers frame (D5) in bytes: headers are a short CSV.
+pub const MAX_HEADERS_BYTES: usize = 65_535;
 /// Waiting jobs per queue before REQUEST/SCHED is rejected. EventMQ uses
 /// 10,000 (`HWM`) and a RAM-sized limit for `default` (D9); we use one
 /// explicit bound large enough for bursts (100,000-line pipelines).

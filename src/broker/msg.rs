@@ -8,8 +8,9 @@ use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
+use super::job::{Job, JobFrames};
 use super::snapshot::ShardSnapshot;
-use super::types::{Job, NewJob, WorkerShared};
+use super::types::WorkerShared;
 use crate::ids::{ConnId, MsgId, OfferId, PeerId, QueueName, WorkerKey};
 use crate::metrics::latency::Taken;
 use crate::protocol::emqp::Frame;
@@ -21,11 +22,12 @@ use crate::protocol::text::ErrorCode;
 pub enum ShardMsg {
     /// A client REQUEST (I/O thread → the queue's shard).
     Request {
-        /// The queue named in D4, or `default` after the fallback.
-        queue: QueueName,
-        /// The job as received.
-        job: NewJob,
-        /// Set once the unknown-queue fallback to `default` was applied.
+        /// The client, for the acceptance REPLY or the ERROR.
+        client: PeerId,
+        /// The job's frames as received.
+        frames: JobFrames,
+        /// Set once the unknown-queue fallback to `default` was applied:
+        /// the job then waits in `default` (and is sent to that shard).
         fallback_done: bool,
     },
     /// INFORM from a worker (I/O thread → the worker's home shard).
@@ -121,9 +123,7 @@ pub enum ShardMsg {
     Dispatched {
         /// The worker registration.
         key: WorkerKey,
-        /// The queue it was taken from.
-        queue: QueueName,
-        /// The job.
+        /// The job (its queue is [`Job::queue`]).
         job: Job,
     },
     /// Jobs back to the front of their queue, keeping their order: the first
@@ -161,6 +161,9 @@ pub enum ShardMsg {
         /// Where the snapshot goes.
         reply: Sender<ShardSnapshot>,
     },
+    /// Several messages from the I/O thread, to be handled in order (one
+    /// channel operation for a whole read batch).
+    Batch(Vec<ShardMsg>),
     /// Stop: KBYE to peers, log what remains, exit.
     Shutdown,
 }
@@ -289,17 +292,65 @@ pub enum OnFail {
     Unschedule,
 }
 
-/// Frames for one peer on one socket.
+/// A message for one peer on one socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outgoing {
     /// The socket.
     pub dest: Dest,
     /// The peer's identity.
     pub peer: PeerId,
-    /// D-frames.
-    pub frames: Vec<Frame>,
+    /// What to send.
+    pub msg: OutMsg,
     /// What to do if the send fails.
     pub on_fail: OnFail,
+}
+
+/// What to send, typed so the I/O thread builds the ZeroMQ frames straight
+/// from the job's buffer (no intermediate frame lists on the hot path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutMsg {
+    /// A job for a worker: `["", "eMQP/1.0", "REQUEST", msgid, queue,
+    /// headers with "reply-requested" first, body, extra…]`.
+    Job(JobFrames),
+    /// The acceptance REPLY of a REQUEST: `["", "eMQP/1.0", "REPLY", <fresh
+    /// msgid>, <the REQUEST's msgid>]`.
+    Accepted(JobFrames),
+    /// `["", "eMQP/1.0", "HEARTBEAT", <fresh msgid>, <wall clock>]`, stamped
+    /// when sent.
+    Heartbeat,
+    /// Any other message, as D-frames.
+    Frames(Vec<Frame>),
+}
+
+impl OutMsg {
+    /// The D-frames this stands for (a fresh msgid where one is made at send
+    /// time), for tests, logs and failed sends.
+    pub fn to_frames(&self) -> Vec<Frame> {
+        use crate::protocol::emqp::{heartbeat_timestamp, new_msgid, VERSION};
+        let head = |word: &[u8]| vec![Vec::new(), VERSION.to_vec(), word.to_vec()];
+        match self {
+            OutMsg::Job(f) => {
+                let mut out = head(b"REQUEST");
+                out.push(f.msgid().to_vec());
+                out.push(f.queue().to_vec());
+                out.push(crate::protocol::headers::with_reply_requested(f.headers()));
+                out.push(f.body().to_vec());
+                out.extend(f.extra().map(<[u8]>::to_vec));
+                out
+            }
+            OutMsg::Accepted(f) => {
+                let mut out = head(b"REPLY");
+                out.extend([new_msgid(), f.msgid().to_vec()]);
+                out
+            }
+            OutMsg::Heartbeat => {
+                let mut out = head(b"HEARTBEAT");
+                out.extend([new_msgid(), heartbeat_timestamp()]);
+                out
+            }
+            OutMsg::Frames(frames) => frames.clone(),
+        }
+    }
 }
 
 /// Where a shard's handlers put what they produce. The router's

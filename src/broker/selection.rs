@@ -85,7 +85,7 @@ mod tests {
     use crate::ids::{PeerId, QueueName};
 
     fn worker(key: u64, name: &str) -> Arc<WorkerShared> {
-        Arc::new(WorkerShared::new(WorkerKey(key), PeerId(name.into()), 0, vec![(10, QueueName::named("q"))]))
+        Arc::new(WorkerShared::new(WorkerKey(key), PeerId::from(name.as_bytes()), 0, vec![(10, QueueName::named("q"))]))
     }
 
     fn order(c: &Candidates) -> Vec<String> {

@@ -49,6 +49,9 @@ counters! {
     rejected_shutting_down,
     /// SCHEDULE/UNSCHEDULE refused because no scheduler is connected.
     rejected_no_scheduler,
+    /// REQUESTs refused before admission (a frame past its limit: msgid,
+    /// queue name, headers).
+    rejected_bad_request,
     /// INFORMs refused (bad queue list, wrong socket for the peer type).
     rejected_inform,
     /// Workers removed after missing heartbeats.

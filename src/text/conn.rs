@@ -99,8 +99,8 @@ impl Connection<'_> {
 
     fn handle(&mut self, command: TextCommand) -> Flow {
         match command {
-            TextCommand::Sched { data, queue } => self.handle_sched(QueueName(queue.into_bytes()), data),
-            TextCommand::Ask { queue } => self.handle_ask(QueueName(queue.into_bytes())),
+            TextCommand::Sched { data, queue } => self.handle_sched(QueueName::from(queue.into_bytes()), data),
+            TextCommand::Ask { queue } => self.handle_ask(QueueName::from(queue.into_bytes())),
             TextCommand::Ack => self.handle_answer(TextAnswer::Ack),
             TextCommand::Dcl => self.handle_answer(TextAnswer::Dcl),
             TextCommand::Del => self.handle_answer(TextAnswer::Del),

@@ -39,11 +39,11 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use super::msg::{Dest, OnFail, Outbox, Outgoing, ShardMsg};
+use super::msg::{Dest, OnFail, OutMsg, Outbox, Outgoing, ShardMsg};
 use super::snapshot::ShardSnapshot;
 use super::timers::Timers;
 use crate::config::RouterConfig;
-use crate::ids::{ConnId, MsgId, PeerId, QueueName, WorkerKey};
+use crate::ids::{ConnId, MsgId, PeerId, WorkerKey};
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::ShardLatency;
@@ -221,7 +221,9 @@ impl Shard {
     /// The dispatcher: a `match` whose arms call the handlers.
     fn dispatch(&mut self, msg: ShardMsg, cx: &mut Cx) {
         match msg {
-            ShardMsg::Request { queue, job, fallback_done } => self.handle_request(queue, job, fallback_done, cx),
+            ShardMsg::Request { client, frames, fallback_done } => {
+                self.handle_request(client, frames, fallback_done, cx)
+            }
             ShardMsg::WorkerInform { id, msgid, queues } => self.handle_inform(id, msgid, queues, cx),
             ShardMsg::WorkerReady { id } => self.handle_ready(id, cx),
             ShardMsg::WorkerReply { id, request_msgid } => self.handle_job_reply(id, request_msgid, cx),
@@ -237,7 +239,7 @@ impl Shard {
             ShardMsg::AddCandidate { queue, weight, worker } => self.handle_add_candidate(queue, weight, worker, cx),
             ShardMsg::RemoveCandidate { queue, key } => self.queues.remove_candidate(&queue, key),
             ShardMsg::Wake { worker } => self.handle_wake(&worker, cx),
-            ShardMsg::Dispatched { key, queue, job } => self.handle_dispatched(key, queue, job, cx),
+            ShardMsg::Dispatched { key, job } => self.handle_dispatched(key, job, cx),
             ShardMsg::Requeue { queue, jobs } => self.handle_requeue(queue, jobs, cx),
             ShardMsg::SendFailed { key, msgid, unreachable } => self.handle_send_failed(key, msgid, unreachable, cx),
             ShardMsg::Text { port, cmds } => self.handle_text(&port, cmds, cx),
@@ -246,6 +248,12 @@ impl Shard {
             }
             ShardMsg::Snapshot { reply } => {
                 let _ = reply.send(self.snapshot(cx.now));
+            }
+            ShardMsg::Batch(msgs) => {
+                for msg in msgs {
+                    self.dispatch(msg, cx);
+                    self.drain_local(cx);
+                }
             }
             ShardMsg::Shutdown => self.shutdown(cx),
         }
@@ -267,20 +275,25 @@ impl Shard {
         }
     }
 
-    fn shard_of(&self, queue: &QueueName) -> usize {
-        super::types::shard_of(&queue.0, self.ctx.shards)
+    fn shard_of(&self, key: &[u8]) -> usize {
+        super::types::shard_of(key, self.ctx.shards)
     }
 
     /// Sends `command` with a fresh msgid to `peer` on `dest`.
     fn send(&self, dest: Dest, peer: &PeerId, command: Command, on_fail: OnFail, cx: &mut Cx) {
-        let frames = Message::new(command).encode();
-        cx.out.emqp(Outgoing { dest, peer: peer.clone(), frames, on_fail });
+        let msg = OutMsg::Frames(Message::new(command).encode());
+        cx.out.emqp(Outgoing { dest, peer: peer.clone(), msg, on_fail });
+    }
+
+    /// Sends a HEARTBEAT (stamped by the I/O thread when it goes out).
+    fn send_heartbeat(&self, dest: Dest, peer: &PeerId, cx: &mut Cx) {
+        cx.out.emqp(Outgoing { dest, peer: peer.clone(), msg: OutMsg::Heartbeat, on_fail: OnFail::Count });
     }
 
     /// Sends an ERROR (emq extension) about `refers_to` to a frontend peer.
     fn send_error(&self, peer: &PeerId, refers_to: MsgId, code: &str, text: String, cx: &mut Cx) {
         let command =
-            Command::Error { refers_to: refers_to.0, code: code.as_bytes().to_vec(), text: text.into_bytes() };
+            Command::Error { refers_to: refers_to.0.to_vec(), code: code.as_bytes().to_vec(), text: text.into_bytes() };
         self.send(Dest::Frontend, peer, command, OnFail::Count, cx);
     }
 
@@ -300,14 +313,15 @@ impl Shard {
     fn log_remaining(&self) {
         use crate::ids::{cut, show};
         for (queue, job) in self.queues.waiting_jobs() {
-            tracing::warn!(shard = self.index, %queue, msgid = %show(&job.msgid.0), body = %cut(&job.body), "queued job not run");
+            let (msgid, body) = (show(job.frames.msgid()), cut(job.frames.body()));
+            tracing::warn!(shard = self.index, %queue, %msgid, %body, "queued job not run");
         }
         for (worker, f) in self.workers.inflight() {
-            let (msgid, body) = (show(&f.job.msgid.0), cut(&f.job.body));
-            tracing::warn!(%worker, queue = %f.queue, %msgid, %body, "job still in flight at shutdown");
+            let (msgid, body) = (show(f.job.frames.msgid()), cut(f.job.frames.body()));
+            tracing::warn!(%worker, queue = %f.job.queue(), %msgid, %body, "job still in flight at shutdown");
         }
         for (conn, o) in self.offers.iter() {
-            tracing::warn!(%conn, queue = %o.queue, body = %cut(&o.job.body), "text offer unanswered at shutdown");
+            tracing::warn!(%conn, queue = %o.queue, body = %cut(o.job.frames.body()), "text offer unanswered at shutdown");
         }
     }
 }

@@ -2,13 +2,14 @@
 //! jobs, its candidate workers in selection order, and its figures. Data
 //! and its rules only: the handlers in `flow.rs` decide what to do.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
+use crate::broker::job::Job;
 use crate::broker::selection::Candidates;
 use crate::broker::snapshot::QueueSnap;
-use crate::broker::types::{Job, WorkerShared};
-use crate::ids::{QueueName, WorkerKey};
+use crate::broker::types::WorkerShared;
+use crate::ids::{FastMap, QueueName, WorkerKey};
 use crate::limits;
 
 /// One queue.
@@ -27,7 +28,7 @@ struct QueueState {
 /// The queues of one shard, by name.
 #[derive(Debug, Default)]
 pub struct QueueTable {
-    map: HashMap<QueueName, QueueState>,
+    map: FastMap<QueueName, QueueState>,
 }
 
 impl QueueTable {
@@ -37,13 +38,13 @@ impl QueueTable {
     /// is known once any worker has declared it in an INFORM (for the life of
     /// the broker, so a restarting worker's jobs wait for it instead of
     /// running elsewhere), or while it holds jobs. `default` is always known.
-    pub fn is_known(&self, queue: &QueueName) -> bool {
-        queue.0 == limits::DEFAULT_QUEUE.as_bytes()
+    pub fn is_known(&self, queue: &[u8]) -> bool {
+        queue == limits::DEFAULT_QUEUE.as_bytes()
             || self.map.get(queue).is_some_and(|q| q.declared || !q.waiting.is_empty())
     }
 
     /// Jobs waiting in `queue`.
-    pub fn waiting(&self, queue: &QueueName) -> usize {
+    pub fn waiting(&self, queue: &[u8]) -> usize {
         self.map.get(queue).map_or(0, |q| q.waiting.len())
     }
 
@@ -62,7 +63,7 @@ impl QueueTable {
     }
 
     /// Takes the oldest waiting job of `queue`.
-    pub fn pop(&mut self, queue: &QueueName) -> Option<Job> {
+    pub fn pop(&mut self, queue: &[u8]) -> Option<Job> {
         self.map.get_mut(queue)?.waiting.pop_front()
     }
 
@@ -70,7 +71,7 @@ impl QueueTable {
     /// slot has been claimed for it (EventMQ's selection rule, see
     /// [`Candidates::select`]). `None` when nothing waits or no candidate
     /// has a slot; then nothing changes.
-    pub fn next_dispatch(&mut self, queue: &QueueName) -> Option<(Arc<WorkerShared>, Job)> {
+    pub fn next_dispatch(&mut self, queue: &[u8]) -> Option<(Arc<WorkerShared>, Job)> {
         let q = self.map.get_mut(queue)?;
         if q.waiting.is_empty() {
             return None;
@@ -115,7 +116,7 @@ impl QueueTable {
     }
 
     /// The waiting jobs of `queue`, front first.
-    pub fn jobs(&self, queue: &QueueName) -> impl Iterator<Item = &Job> {
+    pub fn jobs(&self, queue: &[u8]) -> impl Iterator<Item = &Job> {
         self.map.get(queue).into_iter().flat_map(|q| q.waiting.iter())
     }
 
@@ -125,13 +126,7 @@ impl QueueTable {
     }
 
     fn entry(&mut self, queue: &QueueName) -> &mut QueueState {
-        // Look up first: no key clone on the hot path.
-        if !self.map.contains_key(queue) {
-            self.map.insert(queue.clone(), QueueState::default());
-        }
-        match self.map.get_mut(queue) {
-            Some(q) => q,
-            None => unreachable!("inserted above"),
-        }
+        // A queue name is inline bytes: the clone costs no allocation.
+        self.map.entry(queue.clone()).or_default()
     }
 }

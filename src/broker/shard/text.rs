@@ -7,8 +7,8 @@
 
 use super::offers::OfferCheck;
 use super::{Cx, Shard, Timer};
+use crate::broker::job::{Job, JobFrames, Origin};
 use crate::broker::msg::{TextAnswer, TextCmd, TextOutcome, TextPort, TextReply, TextRequest};
-use crate::broker::types::NewJob;
 use crate::ids::{ConnId, OfferId, QueueName};
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
@@ -32,17 +32,29 @@ impl Shard {
     }
 
     fn text_sched(&mut self, queue: QueueName, data: Vec<u8>, cx: &mut Cx) -> TextOutcome {
-        let job = NewJob::text(&queue, data);
-        match self.accept(queue, job, cx) {
-            Ok(_) => TextOutcome::Done,
-            Err(code) => TextOutcome::Refused(code),
+        if let Err(code) = self.admit(&queue) {
+            return TextOutcome::Refused(code);
         }
+        let id = self.next_job_id();
+        // A text job's msgid (what an eMQP worker sees in D3): short and
+        // unique, derived from the job id.
+        let msgid = format!("emq-text-{:x}", id.0);
+        let none: &[&[u8]] = &[];
+        let frames = match JobFrames::new(msgid.as_bytes(), &queue.0, b"", &data, none) {
+            Ok(frames) => frames,
+            // The text decoder bounds lines and names well below these limits.
+            Err(_) => return TextOutcome::Refused(ErrorCode::TooBig),
+        };
+        let job = Job::new(id, frames, Origin::Text, false, self.ctx.started, cx.now);
+        self.enqueue_new(&queue, job, cx);
+        TextOutcome::Done
     }
 
     fn text_ask(&mut self, conn: ConnId, queue: QueueName, cx: &mut Cx) -> TextOutcome {
-        let Some(job) = self.queues.pop(&queue) else { return TextOutcome::Nope };
-        self.latency.record(&queue, Kind::QueueWait, cx.now.saturating_duration_since(job.accepted_at));
-        let data = job.body.clone();
+        let Some(job) = self.queues.pop(&queue.0) else { return TextOutcome::Nope };
+        let waited = cx.now.saturating_duration_since(job.accepted_at(self.ctx.started));
+        self.latency.record(&queue.0, Kind::QueueWait, waited);
+        let data = job.frames.body().to_vec();
         let deadline = cx.now + self.ctx.config.text.offer_timeout;
         let (id, arm, displaced) = self.offers.offer(conn, queue, job, cx.now, deadline);
         if arm {
@@ -51,7 +63,7 @@ impl Shard {
         if let Some(old) = displaced {
             // The front end sends one ASK at a time per connection; never
             // lose an offer anyway.
-            self.enqueue_again(old.queue, old.job, true, cx);
+            self.enqueue_again(old.job, true, cx);
         }
         TextOutcome::Offer { id, data, deadline }
     }
@@ -61,14 +73,14 @@ impl Shard {
         match answer {
             TextAnswer::Ack => {
                 Counters::bump(&self.ctx.counters.text_acked);
-                self.latency.record(&offer.queue, Kind::Service, cx.now.saturating_duration_since(offer.since));
-                let end_to_end = cx.now.saturating_duration_since(offer.job.accepted_at);
-                self.latency.record(&offer.queue, Kind::EndToEnd, end_to_end);
+                self.latency.record(&offer.queue.0, Kind::Service, cx.now.saturating_duration_since(offer.since));
+                let end_to_end = cx.now.saturating_duration_since(offer.job.accepted_at(self.ctx.started));
+                self.latency.record(&offer.queue.0, Kind::EndToEnd, end_to_end);
             }
             TextAnswer::Del => Counters::bump(&self.ctx.counters.text_deleted),
             TextAnswer::Dcl => {
                 Counters::bump(&self.ctx.counters.text_declined);
-                self.enqueue_again(offer.queue, offer.job, false, cx);
+                self.enqueue_again(offer.job, false, cx);
             }
         }
         TextOutcome::Done
@@ -78,7 +90,7 @@ impl Shard {
     fn text_release(&mut self, conn: ConnId, offer: OfferId, cx: &mut Cx) {
         let Some(offer) = self.offers.take(conn, offer) else { return };
         Counters::bump(&self.ctx.counters.text_returned_disconnect);
-        self.enqueue_again(offer.queue, offer.job, true, cx);
+        self.enqueue_again(offer.job, true, cx);
     }
 
     pub(super) fn offer_timeout_due(&mut self, conn: ConnId, cx: &mut Cx) {
@@ -88,8 +100,7 @@ impl Shard {
             OfferCheck::Lapsed(offer) => {
                 Counters::bump(&self.ctx.counters.text_returned_timeout);
                 tracing::info!(%conn, queue = %offer.queue, "text offer timed out; back to the front");
-                let offer = *offer;
-                self.enqueue_again(offer.queue, offer.job, true, cx);
+                self.enqueue_again(offer.job, true, cx);
             }
         }
     }

@@ -4,8 +4,9 @@
 use super::ErrorCode;
 use crate::limits;
 
-/// Longest queue name in bytes (text-protocol.md: 1 to 255 bytes).
-pub const MAX_QUEUE_NAME_BYTES: usize = 255;
+/// Longest queue name in bytes (text-protocol.md: 1 to 255 bytes), the
+/// same for both protocols.
+pub const MAX_QUEUE_NAME_BYTES: usize = limits::MAX_QUEUE_NAME_BYTES;
 
 /// Most bytes of an unknown keyword quoted back in the error text.
 const QUOTED_KEYWORD_BYTES: usize = 32;

@@ -7,11 +7,12 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::broker::job::JobFrames;
 use crate::broker::msg::{
-    Dest, Outgoing, ShardMsg, TextAnswer, TextCmd, TextOutcome, TextPort, TextReply, TextRequest, VecOutbox,
+    Dest, OutMsg, Outgoing, ShardMsg, TextAnswer, TextCmd, TextOutcome, TextPort, TextReply, TextRequest, VecOutbox,
 };
 use crate::broker::shard::{Shard, ShardContext};
-use crate::broker::types::{shard_of, NewJob, Origin};
+use crate::broker::types::shard_of;
 use crate::config::RouterConfig;
 use crate::ids::{ConnId, MsgId, OfferId, PeerId, QueueName};
 use crate::protocol::emqp::{decode, Command, Frame, Message, Socket};
@@ -125,7 +126,8 @@ impl Harness {
     /// INFORM from worker `id` serving `queues` (`(weight, name)`).
     pub fn inform(&mut self, id: &str, queues: &[(i64, &str)]) {
         let queues = queues.iter().map(|(w, q)| (*w, QueueName::named(q))).collect();
-        let msg = ShardMsg::WorkerInform { id: peer(id), msgid: MsgId(format!("inform-{id}").into_bytes()), queues };
+        let msg =
+            ShardMsg::WorkerInform { id: peer(id), msgid: MsgId::from(format!("inform-{id}").into_bytes()), queues };
         self.send(self.shard_of(id), msg);
     }
 
@@ -138,7 +140,7 @@ impl Harness {
 
     /// A job-result REPLY from worker `id` for `msgid`.
     pub fn reply(&mut self, id: &str, msgid: &str) {
-        let msg = ShardMsg::WorkerReply { id: peer(id), request_msgid: MsgId(msgid.as_bytes().to_vec()) };
+        let msg = ShardMsg::WorkerReply { id: peer(id), request_msgid: MsgId::from(msgid.as_bytes()) };
         self.send(self.shard_of(id), msg);
     }
 
@@ -154,15 +156,10 @@ impl Harness {
 
     /// A REQUEST from client `client` with `msgid` for `queue`.
     pub fn request(&mut self, client: &str, msgid: &str, queue: &str, body: &str) {
-        let job = NewJob {
-            msgid: MsgId(msgid.as_bytes().to_vec()),
-            queue_frame: queue.as_bytes().to_vec(),
-            headers: b"guarantee".to_vec(),
-            body: body.as_bytes().to_vec(),
-            extra: Vec::new(),
-            origin: Origin::Emqp(peer(client)),
-        };
-        let msg = ShardMsg::Request { queue: QueueName::named(queue), job, fallback_done: false };
+        let none: &[&[u8]] = &[];
+        let frames = JobFrames::new(msgid.as_bytes(), queue.as_bytes(), b"guarantee", body.as_bytes(), none)
+            .expect("frames within limits");
+        let msg = ShardMsg::Request { client: peer(client), frames, fallback_done: false };
         self.send(self.shard_of(queue), msg);
     }
 
@@ -200,15 +197,16 @@ impl Harness {
     /// Bodies of the jobs waiting in `queue`, front first.
     pub fn waiting(&self, queue: &str) -> Vec<String> {
         let shard = &self.shards[self.shard_of(queue)];
-        shard.queues.jobs(&QueueName::named(queue)).map(|j| String::from_utf8_lossy(&j.body).into_owned()).collect()
+        shard.queues.jobs(queue.as_bytes()).map(|j| String::from_utf8_lossy(j.frames.body()).into_owned()).collect()
     }
 
     /// Msgids of the jobs in flight on worker `id`, in dispatch order.
     pub fn inflight(&self, id: &str) -> Vec<String> {
         let shard = &self.shards[self.shard_of(id)];
-        let mut jobs: Vec<_> = shard.workers.inflight().filter(|(w, _)| w.0 == id.as_bytes()).map(|(_, f)| f).collect();
+        let mut jobs: Vec<_> =
+            shard.workers.inflight().filter(|(w, _)| w.as_bytes() == id.as_bytes()).map(|(_, f)| f).collect();
         jobs.sort_by_key(|f| f.seq);
-        jobs.iter().map(|f| String::from_utf8_lossy(&f.job.msgid.0).into_owned()).collect()
+        jobs.iter().map(|f| String::from_utf8_lossy(f.job.frames.msgid()).into_owned()).collect()
     }
 
     /// Free slots of worker `id` (0 when unknown).
@@ -220,29 +218,30 @@ impl Harness {
 
     /// Takes the frames sent to `peer` so far (any socket).
     pub fn take_to(&mut self, peer_id: &str) -> Vec<Outgoing> {
-        let (mine, rest) = std::mem::take(&mut self.emqp).into_iter().partition(|o| o.peer.0 == peer_id.as_bytes());
+        let (mine, rest) =
+            std::mem::take(&mut self.emqp).into_iter().partition(|o| o.peer.as_bytes() == peer_id.as_bytes());
         self.emqp = rest;
         mine
     }
 
     /// The command words sent to `peer` so far, taken.
     pub fn take_commands(&mut self, peer_id: &str) -> Vec<String> {
-        self.take_to(peer_id).iter().map(|o| String::from_utf8_lossy(&o.frames[2]).into_owned()).collect()
+        self.take_to(peer_id).iter().map(|o| String::from_utf8_lossy(&o.msg.to_frames()[2]).into_owned()).collect()
     }
 
     /// The REQUESTs sent to worker `id` so far, taken (other frames dropped).
     pub fn take_requests(&mut self, id: &str) -> Vec<Message> {
         self.take_to(id)
             .into_iter()
-            .filter(|o| o.dest == Dest::Backend && o.frames[2] == b"REQUEST")
-            .map(|o| decode(&o.frames, Socket::WorkerSide).expect("a REQUEST decodes"))
+            .filter(|o| o.dest == Dest::Backend && matches!(o.msg, OutMsg::Job(_)))
+            .map(|o| decode(&o.msg.to_frames(), Socket::WorkerSide).expect("a REQUEST decodes"))
             .collect()
     }
 }
 
 /// A peer identity from text.
 pub fn peer(id: &str) -> PeerId {
-    PeerId(id.as_bytes().to_vec())
+    PeerId::from(id.as_bytes())
 }
 
 /// The body of a REQUEST message.
