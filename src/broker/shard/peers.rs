@@ -66,15 +66,10 @@ impl Shard {
             return;
         }
         worker.add_slot();
-        let mut shards: Vec<usize> = Vec::new();
-        for (_, q) in &worker.queues {
-            let index = self.shard_of(q);
-            if !shards.contains(&index) {
-                shards.push(index);
-            }
-        }
-        for index in shards {
-            self.send_to_shard(index, ShardMsg::Wake { worker: worker.clone() }, cx);
+        // The wake walks the queues in INFORM order, shard to shard.
+        if let Some((_, first)) = worker.queues.first() {
+            let index = self.shard_of(first);
+            self.send_to_shard(index, ShardMsg::Wake { worker: worker.clone(), from: 0 }, cx);
         }
     }
 

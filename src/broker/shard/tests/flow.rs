@@ -168,6 +168,29 @@ fn ready_dispatches_waiting_jobs_oldest_first() {
     }
 }
 
+/// For every placement of queues `a` and `b` on the shards (and `w`'s home
+/// among them, in order or interleaved), a worker serving `[(10, a), (5, b)]` with jobs waiting in
+/// both takes `a`'s first on READY (EventMQ walks the INFORM order).
+#[test]
+fn ready_prefers_the_first_queue_in_inform_order() {
+    for shards in SHARDS {
+        let placements = (0..shards).flat_map(|x| (0..shards).map(move |y| (x, y)));
+        for ((sa, sb), seed) in placements.flat_map(|p| [(p, None), (p, Some(7))]) {
+            let mut h = Harness::new(shards);
+            h.seed = seed;
+            let (a, b) = (h.name_on(sa, "a"), h.name_on(sb, "b"));
+            h.inform("w", &[(10, &a), (5, &b)]);
+            h.request("c1", "mb", &b, "job-b");
+            h.request("c1", "ma", &a, "job-a");
+            h.ready("w", 1);
+            let sent: Vec<String> = h.take_requests("w").iter().map(body).collect();
+            assert_eq!(sent, ["job-a"], "{shards} shards, a on {sa}, b on {sb}, w on {}, {seed:?}", h.shard_of("w"));
+            h.ready("w", 1);
+            assert_eq!(h.take_requests("w").iter().map(body).collect::<Vec<_>>(), ["job-b"]);
+        }
+    }
+}
+
 #[test]
 fn ready_wakes_only_the_workers_own_queues() {
     for shards in SHARDS {
