@@ -64,6 +64,26 @@ impl Harness {
         }
     }
 
+    /// Every setup a test runs on: 1 shard, 3 shards, 3 shards with a
+    /// seeded interleaving; each on the default configuration changed by
+    /// `edit`.
+    pub fn setups(edit: impl Fn(&mut RouterConfig)) -> Vec<Harness> {
+        let setups = [(1, None), (3, None), (3, Some(0x5eed))];
+        setups
+            .into_iter()
+            .map(|(shards, seed)| {
+                let mut h = Harness::with_config(shards, &edit);
+                h.seed = seed;
+                h
+            })
+            .collect()
+    }
+
+    /// What [`Harness::setups`] this is, for assertion messages.
+    pub fn setup(&self) -> String {
+        format!("{} shards, seed {:?}", self.shards.len(), self.seed)
+    }
+
     /// The shard that owns `key` (a queue name or a worker identity).
     pub fn shard_of(&self, key: &str) -> usize {
         shard_of(key.as_bytes(), self.shards.len())

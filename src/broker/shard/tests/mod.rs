@@ -6,6 +6,8 @@
 mod flow;
 mod harness;
 mod observe;
+mod peers;
+mod schedulers;
 
 use std::time::Duration;
 
