@@ -147,3 +147,20 @@ fn a_failed_unschedule_or_a_kbye_drops_the_scheduler() {
         assert_eq!(forwards(&mut h)[0].1.frames, schedule_frames("m1", false));
     }
 }
+
+/// A scheduler leaving (KBYE, failed forward) does not make the
+/// round-robin skip the one whose turn is next.
+#[test]
+fn round_robin_goes_on_with_the_next_after_a_scheduler_leaves() {
+    for mut h in with_schedulers(4) {
+        h.schedule("c1", "m1", false);
+        h.scheduler_kbye("s1");
+        h.schedule("c1", "m2", false);
+        h.schedule("c1", "m3", false);
+        h.scheduler_send_failed("s3", None);
+        h.schedule("c1", "m4", false);
+        h.schedule("c1", "m5", false);
+        let to: Vec<String> = forwards(&mut h).into_iter().map(|(s, _)| s).collect();
+        assert_eq!(to, ["s1", "s2", "s3", "s4", "s2"], "{}", h.setup());
+    }
+}
