@@ -8,6 +8,7 @@ mod harness;
 mod observe;
 mod peers;
 mod schedulers;
+mod text;
 
 use std::time::Duration;
 
