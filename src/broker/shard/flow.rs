@@ -76,7 +76,7 @@ impl Shard {
     /// always taken back, above the queue limit too.
     pub(super) fn enqueue_again(&mut self, queue: QueueName, job: Job, front: bool, cx: &mut Cx) {
         if front {
-            self.queues.push_front(&queue, std::iter::once(job));
+            self.queues.push_front(&queue, vec![job]);
         } else {
             self.queues.push_back(&queue, job);
         }
@@ -84,7 +84,7 @@ impl Shard {
     }
 
     pub(super) fn handle_requeue(&mut self, queue: QueueName, jobs: Vec<Job>, cx: &mut Cx) {
-        self.queues.push_front(&queue, jobs.into_iter());
+        self.queues.push_front(&queue, jobs);
         self.pump(&queue, cx);
     }
 

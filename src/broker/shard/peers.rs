@@ -100,7 +100,10 @@ impl Shard {
     }
 
     pub(super) fn handle_dispatched(&mut self, key: WorkerKey, queue: QueueName, job: Job, cx: &mut Cx) {
-        if let Some(job) = self.workers.record_dispatch(key, queue.clone(), job, cx.now) {
+        // The worker was removed while the job was on its way: it goes back
+        // behind the jobs the removal sent back (QueueTable::push_front).
+        if let Some(mut job) = self.workers.record_dispatch(key, queue.clone(), job, cx.now) {
+            job.back_from = Some(key);
             self.requeue(queue, vec![job], cx);
         }
     }
@@ -134,6 +137,7 @@ impl Shard {
         let mut by_queue: Vec<(QueueName, Vec<Job>)> = Vec::new();
         for InFlight { queue, mut job, .. } in removed.jobs {
             job.redeliveries += 1;
+            job.back_from = Some(key);
             if job.redeliveries > limits::MAX_DELIVERIES {
                 Counters::bump(&self.ctx.counters.dead_lettered);
                 let (msgid, body) = (show(&job.msgid.0), cut(&job.body));

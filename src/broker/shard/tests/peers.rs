@@ -286,3 +286,28 @@ fn a_job_dispatched_to_a_worker_gone_meanwhile_is_requeued() {
         assert_eq!(h.waiting("q"), ["late", "x"], "{}", h.setup());
     }
 }
+
+/// Worker `a` dies holding two jobs, which go to worker `b`; `b` dies in
+/// the same instant, maybe before its home shard recorded them (then each
+/// comes back on its own). For every placement of `a`, `b` and the queue,
+/// the two jobs end up waiting in their order.
+#[test]
+fn jobs_bounced_from_a_worker_that_died_meanwhile_keep_their_order() {
+    for shards in [1, 2, 3] {
+        let placements = (0..shards).flat_map(|x| (0..shards).flat_map(move |y| (0..shards).map(move |z| (x, y, z))));
+        for (sa, sb, sq) in placements {
+            let mut h = Harness::new(shards);
+            let (a, b, q) = (h.name_on(sa, "a"), h.name_on(sb, "b"), h.name_on(sq, "q"));
+            h.inform(&a, &[(10, &q)]);
+            h.inform(&b, &[(0, &q)]);
+            h.ready(&a, 2);
+            h.request("c1", "m1", &q, "j1");
+            h.request("c1", "m2", &q, "j2");
+            h.ready(&b, 2);
+            h.advance(HEARTBEAT_TIMEOUT);
+            let at = format!("{shards} shards: a on {sa}, b on {sb}, q on {sq}");
+            assert_eq!((h.key_of(&a), h.key_of(&b)), (None, None), "{at}");
+            assert_eq!(h.waiting(&q), ["j1", "j2"], "{at}");
+        }
+    }
+}
