@@ -1,7 +1,7 @@
 //! REQUEST, admission, selection, READY credit and the unknown-queue
 //! fallback (flow.rs), each on 1 and 3 shards.
 
-use super::harness::{body, Harness};
+use super::harness::Harness;
 use super::observe::shape;
 use crate::broker::msg::{Dest, OnFail};
 use crate::protocol::text::ErrorCode;
@@ -162,7 +162,7 @@ fn ready_dispatches_waiting_jobs_oldest_first() {
             h.request("c1", &format!("m{n}"), "q", &format!("j{n}"));
         }
         h.ready("w1", 2);
-        let sent: Vec<String> = h.take_requests("w1").iter().map(body).collect();
+        let sent = h.take_bodies("w1");
         assert_eq!(sent, ["j0", "j1"]);
         assert_eq!((h.waiting("q"), h.slots("w1")), (vec!["j2".to_string()], 0));
     }
@@ -183,10 +183,10 @@ fn ready_prefers_the_first_queue_in_inform_order() {
             h.request("c1", "mb", &b, "job-b");
             h.request("c1", "ma", &a, "job-a");
             h.ready("w", 1);
-            let sent: Vec<String> = h.take_requests("w").iter().map(body).collect();
+            let sent = h.take_bodies("w");
             assert_eq!(sent, ["job-a"], "{shards} shards, a on {sa}, b on {sb}, w on {}, {seed:?}", h.shard_of("w"));
             h.ready("w", 1);
-            assert_eq!(h.take_requests("w").iter().map(body).collect::<Vec<_>>(), ["job-b"]);
+            assert_eq!(h.take_bodies("w"), ["job-b"]);
         }
     }
 }
@@ -202,7 +202,7 @@ fn ready_wakes_only_the_workers_own_queues() {
         assert!(h.take_requests("w1").is_empty(), "w1 does not serve b");
         assert_eq!((h.waiting("b"), h.slots("w1")), (vec!["job-b".to_string()], 1));
         h.ready("w2", 1);
-        assert_eq!(h.take_requests("w2").iter().map(body).collect::<Vec<_>>(), ["job-b"]);
+        assert_eq!(h.take_bodies("w2"), ["job-b"]);
     }
 }
 

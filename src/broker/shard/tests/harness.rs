@@ -313,6 +313,12 @@ impl Harness {
         self.take_to(peer_id).iter().map(|o| String::from_utf8_lossy(&o.frames[2]).into_owned()).collect()
     }
 
+    /// The bodies of the REQUESTs sent to worker `id` so far, taken (other
+    /// frames dropped).
+    pub fn take_bodies(&mut self, id: &str) -> Vec<String> {
+        self.take_requests(id).iter().map(body).collect()
+    }
+
     /// The REQUESTs sent to worker `id` so far, taken (other frames dropped).
     pub fn take_requests(&mut self, id: &str) -> Vec<Message> {
         self.take_to(id)

@@ -5,6 +5,7 @@
 
 mod flow;
 mod harness;
+mod model;
 mod observe;
 mod peers;
 mod schedulers;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::harness::{body, Harness};
+use super::harness::Harness;
 use super::observe::shape;
 use crate::broker::msg::{Dest, ShardMsg};
 use crate::ids::{JobId, MsgId, QueueName};
@@ -247,7 +247,7 @@ fn a_job_whose_workers_keep_dying_is_dead_lettered_after_max_deliveries() {
             let id = format!("w{death}");
             h.inform(&id, &[(10, "q")]);
             h.ready(&id, 1);
-            assert_eq!(h.take_requests(&id).iter().map(body).collect::<Vec<_>>(), ["poison"], "{}", h.setup());
+            assert_eq!(h.take_bodies(&id), ["poison"], "{}", h.setup());
             kill(&mut h, &id, death);
             let back = if death < MAX_DELIVERIES { vec!["poison".to_string()] } else { vec![] };
             assert_eq!(h.waiting("q"), back, "after {} deaths", death + 1);
