@@ -67,6 +67,7 @@ impl NewJob {
             accepted_at: now,
             origin: self.origin,
             redeliveries: 0,
+            back_from: None,
         }
     }
 }
@@ -94,6 +95,12 @@ pub struct Job {
     /// How many times it went back to its queue because the worker holding
     /// it died (see [`crate::limits::MAX_DELIVERIES`]).
     pub redeliveries: u32,
+    /// While the job waits at the front of its queue again because worker
+    /// registration `key` was removed holding it (or while it was on its way
+    /// to it): `Some(key)`, so the jobs that registration sends back keep
+    /// their order (see [`crate::broker::shard::queues::QueueTable::push_front`]).
+    /// `None` for every other waiting job.
+    pub back_from: Option<WorkerKey>,
 }
 
 /// A worker's life stage, shared between its home shard and the shards of

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::{Cx, Shard};
 use crate::broker::msg::{Dest, OnFail, Outgoing, ShardMsg};
-use crate::broker::types::{Job, NewJob, Origin, WorkerShared};
+use crate::broker::types::{Job, NewJob, Origin, WorkerShared, WorkerState};
 use crate::ids::{JobId, QueueName};
 use crate::limits;
 use crate::metrics::counters::Counters;
@@ -76,7 +76,7 @@ impl Shard {
     /// always taken back, above the queue limit too.
     pub(super) fn enqueue_again(&mut self, queue: QueueName, job: Job, front: bool, cx: &mut Cx) {
         if front {
-            self.queues.push_front(&queue, std::iter::once(job));
+            self.queues.push_front(&queue, vec![job]);
         } else {
             self.queues.push_back(&queue, job);
         }
@@ -84,7 +84,7 @@ impl Shard {
     }
 
     pub(super) fn handle_requeue(&mut self, queue: QueueName, jobs: Vec<Job>, cx: &mut Cx) {
-        self.queues.push_front(&queue, jobs.into_iter());
+        self.queues.push_front(&queue, jobs);
         self.pump(&queue, cx);
     }
 
@@ -131,17 +131,22 @@ impl Shard {
         self.pump(&queue, cx);
     }
 
-    /// `worker` got a free slot: try its queues owned here, in INFORM order
-    /// (EventMQ 0.3.13: the first queue with waiting jobs takes the slot;
-    /// docs/emqp.md, "Selection").
-    pub(super) fn handle_wake(&mut self, worker: &Arc<WorkerShared>, cx: &mut Cx) {
-        for (_, queue) in &worker.queues {
-            if worker.slots() <= 0 {
+    /// `worker` got a free slot: try its queues in INFORM order from
+    /// position `from` (EventMQ 0.3.13: the first queue with waiting jobs
+    /// takes the slot; spec §5.4). Queues owned here are pumped; at the
+    /// first one owned by another shard the wake is handed on to that shard,
+    /// so a later queue never takes the slot before an earlier one had its
+    /// turn, whatever shards they live on.
+    pub(super) fn handle_wake(&mut self, worker: &Arc<WorkerShared>, from: usize, cx: &mut Cx) {
+        for (at, (_, queue)) in worker.queues.iter().enumerate().skip(from) {
+            if worker.slots() <= 0 || worker.state() != WorkerState::Live {
                 return;
             }
-            if self.shard_of(queue) == self.index {
-                self.pump(queue, cx);
+            let index = self.shard_of(queue);
+            if index != self.index {
+                return self.send_to_shard(index, ShardMsg::Wake { worker: worker.clone(), from: at }, cx);
             }
+            self.pump(queue, cx);
         }
     }
 }

@@ -66,15 +66,10 @@ impl Shard {
             return;
         }
         worker.add_slot();
-        let mut shards: Vec<usize> = Vec::new();
-        for (_, q) in &worker.queues {
-            let index = self.shard_of(q);
-            if !shards.contains(&index) {
-                shards.push(index);
-            }
-        }
-        for index in shards {
-            self.send_to_shard(index, ShardMsg::Wake { worker: worker.clone() }, cx);
+        // The wake walks the queues in INFORM order, shard to shard.
+        if let Some((_, first)) = worker.queues.first() {
+            let index = self.shard_of(first);
+            self.send_to_shard(index, ShardMsg::Wake { worker: worker.clone(), from: 0 }, cx);
         }
     }
 
@@ -105,7 +100,10 @@ impl Shard {
     }
 
     pub(super) fn handle_dispatched(&mut self, key: WorkerKey, queue: QueueName, job: Job, cx: &mut Cx) {
-        if let Some(job) = self.workers.record_dispatch(key, queue.clone(), job, cx.now) {
+        // The worker was removed while the job was on its way: it goes back
+        // behind the jobs the removal sent back (QueueTable::push_front).
+        if let Some(mut job) = self.workers.record_dispatch(key, queue.clone(), job, cx.now) {
+            job.back_from = Some(key);
             self.requeue(queue, vec![job], cx);
         }
     }
@@ -139,6 +137,7 @@ impl Shard {
         let mut by_queue: Vec<(QueueName, Vec<Job>)> = Vec::new();
         for InFlight { queue, mut job, .. } in removed.jobs {
             job.redeliveries += 1;
+            job.back_from = Some(key);
             if job.redeliveries > limits::MAX_DELIVERIES {
                 Counters::bump(&self.ctx.counters.dead_lettered);
                 let (msgid, body) = (show(&job.msgid.0), cut(&job.body));
