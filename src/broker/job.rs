@@ -186,13 +186,31 @@ pub struct Job {
     pub origin: Origin,
     /// It runs on `default` because its own queue was unknown.
     pub fallback: bool,
+    /// See [`Job::back_from`]: the low 32 bits of a worker registration
+    /// (never 0), or 0 for none, to keep the record at 40 bytes.
+    back_from: u32,
 }
 
 impl Job {
     /// A job accepted as `id` at `now` by a router started at `epoch`.
     pub fn new(id: JobId, frames: JobFrames, origin: Origin, fallback: bool, epoch: Instant, now: Instant) -> Job {
         let accepted_ns = now.saturating_duration_since(epoch).as_nanos().min(u64::MAX as u128) as u64;
-        Job { id, frames, accepted_ns, redeliveries: 0, origin, fallback }
+        Job { id, frames, accepted_ns, redeliveries: 0, origin, fallback, back_from: 0 }
+    }
+
+    /// While the job waits at the front of its queue again because worker
+    /// registration `key` was removed holding it (or while it was on its
+    /// way to it): `Some(key)`, so the jobs that registration sends back keep
+    /// their order (see `QueueTable::push_front`); `None` for every other
+    /// waiting job. The key is kept to 32 bits: two registrations 2³²
+    /// apart would only share the ordering rule, never lose a job.
+    pub fn back_from(&self) -> Option<u32> {
+        (self.back_from != 0).then_some(self.back_from)
+    }
+
+    /// Sets or clears [`Job::back_from`].
+    pub fn set_back_from(&mut self, key: Option<crate::ids::WorkerKey>) {
+        self.back_from = key.map_or(0, |k| (k.0 as u32).max(1));
     }
 
     /// When the job was accepted, for a router started at `epoch`.

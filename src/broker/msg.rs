@@ -112,11 +112,15 @@ pub enum ShardMsg {
         /// The worker registration.
         key: WorkerKey,
     },
-    /// The worker got a free slot: try its queues owned by the receiving
-    /// shard (home shard → shards of its queues).
+    /// The worker got a free slot: try its queues in INFORM order from
+    /// position `from`, those owned by the receiving shard here, handing the
+    /// rest on to the shard of the next one (home shard → the shard of its
+    /// first queue → …, while the worker has a free slot).
     Wake {
         /// The worker.
         worker: Arc<WorkerShared>,
+        /// The position in `worker.queues` to start at.
+        from: usize,
     },
     /// A queue's shard dispatched `job` to a worker (→ the worker's home
     /// shard, which records it in flight).
@@ -303,6 +307,13 @@ pub struct Outgoing {
     pub msg: OutMsg,
     /// What to do if the send fails.
     pub on_fail: OnFail,
+}
+
+impl Outgoing {
+    /// The D-frames of [`Outgoing::msg`] (see [`OutMsg::to_frames`]).
+    pub fn frames(&self) -> Vec<Frame> {
+        self.msg.to_frames()
+    }
 }
 
 /// What to send, typed so the I/O thread builds the ZeroMQ frames straight

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{Cx, Shard};
 use crate::broker::job::{Job, JobFrames, Origin};
 use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, ShardMsg};
-use crate::broker::types::WorkerShared;
+use crate::broker::types::{WorkerShared, WorkerState};
 use crate::ids::{JobId, MsgId, PeerId, QueueName};
 use crate::limits;
 use crate::metrics::counters::Counters;
@@ -72,7 +72,7 @@ impl Shard {
     pub(super) fn enqueue_again(&mut self, job: Job, front: bool, cx: &mut Cx) {
         let queue = job.queue();
         if front {
-            self.queues.push_front(&queue, std::iter::once(job));
+            self.queues.push_front(&queue, vec![job]);
         } else {
             self.queues.push_back(&queue, job);
         }
@@ -80,7 +80,7 @@ impl Shard {
     }
 
     pub(super) fn handle_requeue(&mut self, queue: QueueName, jobs: Vec<Job>, cx: &mut Cx) {
-        self.queues.push_front(&queue, jobs.into_iter());
+        self.queues.push_front(&queue, jobs);
         self.pump(&queue, cx);
     }
 
@@ -122,17 +122,22 @@ impl Shard {
         self.pump(&queue, cx);
     }
 
-    /// `worker` got a free slot: try its queues owned here, in INFORM order
-    /// (EventMQ 0.3.13: the first queue with waiting jobs takes the slot;
-    /// docs/emqp.md, "Selection").
-    pub(super) fn handle_wake(&mut self, worker: &Arc<WorkerShared>, cx: &mut Cx) {
-        for (_, queue) in &worker.queues {
-            if worker.slots() <= 0 {
+    /// `worker` got a free slot: try its queues in INFORM order from
+    /// position `from` (EventMQ 0.3.13: the first queue with waiting jobs
+    /// takes the slot; spec §5.4). Queues owned here are pumped; at the
+    /// first one owned by another shard the wake is handed on to that shard,
+    /// so a later queue never takes the slot before an earlier one had its
+    /// turn, whatever shards they live on.
+    pub(super) fn handle_wake(&mut self, worker: &Arc<WorkerShared>, from: usize, cx: &mut Cx) {
+        for (at, (_, queue)) in worker.queues.iter().enumerate().skip(from) {
+            if worker.slots() <= 0 || worker.state() != WorkerState::Live {
                 return;
             }
-            if self.shard_of(&queue.0) == self.index {
-                self.pump(queue, cx);
+            let index = self.shard_of(&queue.0);
+            if index != self.index {
+                return self.send_to_shard(index, ShardMsg::Wake { worker: worker.clone(), from: at }, cx);
             }
+            self.pump(queue, cx);
         }
     }
 }

@@ -67,15 +67,10 @@ impl Shard {
             return;
         }
         worker.add_slot();
-        let mut shards: Vec<usize> = Vec::new();
-        for (_, q) in &worker.queues {
-            let index = self.shard_of(&q.0);
-            if !shards.contains(&index) {
-                shards.push(index);
-            }
-        }
-        for index in shards {
-            self.send_to_shard(index, ShardMsg::Wake { worker: worker.clone() }, cx);
+        // The wake walks the queues in INFORM order, shard to shard.
+        if let Some((_, first)) = worker.queues.first() {
+            let index = self.shard_of(&first.0);
+            self.send_to_shard(index, ShardMsg::Wake { worker: worker.clone(), from: 0 }, cx);
         }
     }
 
@@ -108,7 +103,10 @@ impl Shard {
     }
 
     pub(super) fn handle_dispatched(&mut self, key: WorkerKey, job: Job, cx: &mut Cx) {
-        if let Some(job) = self.workers.record_dispatch(key, job, cx.now) {
+        // The worker was removed while the job was on its way: it goes back
+        // behind the jobs the removal sent back (QueueTable::push_front).
+        if let Some(mut job) = self.workers.record_dispatch(key, job, cx.now) {
+            job.set_back_from(Some(key));
             self.requeue(job.queue(), vec![job], cx);
         }
     }
@@ -142,6 +140,7 @@ impl Shard {
         let mut by_queue: Vec<(QueueName, Vec<Job>)> = Vec::new();
         for InFlight { mut job, .. } in removed.jobs {
             job.redeliveries = job.redeliveries.saturating_add(1);
+            job.set_back_from(Some(key));
             let queue = job.queue();
             if u32::from(job.redeliveries) > limits::MAX_DELIVERIES {
                 Counters::bump(&self.ctx.counters.dead_lettered);

@@ -31,6 +31,15 @@ pub struct QueueTable {
     map: FastMap<QueueName, QueueState>,
 }
 
+impl QueueState {
+    /// The position right behind the last job sent back by registration
+    /// `key` among the sent-back jobs that lead the queue; 0 when none is.
+    fn behind_sent_back_by(&self, key: u32) -> usize {
+        let leading = self.waiting.iter().take_while(|j| j.back_from().is_some());
+        leading.enumerate().filter(|(_, j)| j.back_from() == Some(key)).last().map_or(0, |(i, _)| i + 1)
+    }
+}
+
 impl QueueTable {
     /// Whether a REQUEST for `queue` stays on it rather than falling back to
     /// `default` (EventMQ 0.3.13 falls back for every queue no connected
@@ -49,22 +58,41 @@ impl QueueTable {
     }
 
     /// Puts `job` at the back of `queue`.
-    pub fn push_back(&mut self, queue: &QueueName, job: Job) {
+    pub fn push_back(&mut self, queue: &QueueName, mut job: Job) {
+        job.set_back_from(None);
         self.entry(queue).waiting.push_back(job);
     }
 
     /// Puts `jobs` at the front of `queue`, in their order (the first of
     /// `jobs` ends up first in line).
-    pub fn push_front(&mut self, queue: &QueueName, jobs: impl DoubleEndedIterator<Item = Job>) {
+    ///
+    /// Jobs sent back by the removal of worker registration `k` (all of
+    /// `jobs` then carry [`Job::back_from`] `== Some(k)`) go right behind the
+    /// jobs `k` sent back before, if some still wait among the sent-back
+    /// jobs that lead the queue. A worker removed while jobs were on their
+    /// way to it sends its recorded jobs back in one batch, then each job
+    /// still on its way on its own as its home shard hears of it: without
+    /// this, each of those would jump ahead of the one before and their
+    /// order would be reversed.
+    pub fn push_front(&mut self, queue: &QueueName, jobs: Vec<Job>) {
         let q = self.entry(queue);
-        for job in jobs.rev() {
-            q.waiting.push_front(job);
+        let at = jobs.first().and_then(Job::back_from).map_or(0, |key| q.behind_sent_back_by(key));
+        if at == 0 {
+            for job in jobs.into_iter().rev() {
+                q.waiting.push_front(job);
+            }
+        } else {
+            for (i, job) in jobs.into_iter().enumerate() {
+                q.waiting.insert(at + i, job);
+            }
         }
     }
 
     /// Takes the oldest waiting job of `queue`.
     pub fn pop(&mut self, queue: &[u8]) -> Option<Job> {
-        self.map.get_mut(queue)?.waiting.pop_front()
+        let mut job = self.map.get_mut(queue)?.waiting.pop_front()?;
+        job.set_back_from(None);
+        Some(job)
     }
 
     /// The next dispatch of `queue`: its oldest job and a worker whose free
@@ -77,7 +105,8 @@ impl QueueTable {
             return None;
         }
         let worker = q.candidates.select()?;
-        let job = q.waiting.pop_front()?;
+        let mut job = q.waiting.pop_front()?;
+        job.set_back_from(None);
         q.dispatched += 1;
         Some((worker, job))
     }

@@ -37,9 +37,14 @@ impl Schedulers {
         }
     }
 
-    /// Forgets a scheduler (KBYE, expiry, unreachable).
+    /// Forgets a scheduler (KBYE, expiry, unreachable). The cursor keeps
+    /// pointing at the scheduler whose turn is next.
     pub fn remove(&mut self, id: &PeerId) {
-        self.list.retain(|e| &e.id != id);
+        let Some(at) = self.list.iter().position(|e| &e.id == id) else { return };
+        self.list.remove(at);
+        if at < self.next {
+            self.next -= 1;
+        }
     }
 
     /// The next scheduler in turn, counted as having been given a SCHEDULE.
@@ -61,14 +66,11 @@ impl Schedulers {
 
     /// Removes and returns the schedulers silent for `timeout` or longer.
     pub fn expire(&mut self, now: Instant, timeout: Duration) -> Vec<PeerId> {
-        let mut gone = Vec::new();
-        self.list.retain(|e| {
-            let alive = now.saturating_duration_since(e.last_seen) < timeout;
-            if !alive {
-                gone.push(e.id.clone());
-            }
-            alive
-        });
+        let silent = |e: &&Entry| now.saturating_duration_since(e.last_seen) >= timeout;
+        let gone: Vec<PeerId> = self.list.iter().filter(silent).map(|e| e.id.clone()).collect();
+        for id in &gone {
+            self.remove(id);
+        }
         gone
     }
 

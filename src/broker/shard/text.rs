@@ -36,9 +36,10 @@ impl Shard {
             return TextOutcome::Refused(code);
         }
         let id = self.next_job_id();
-        // A text job's msgid (what an eMQP worker sees in D3): short and
-        // unique, derived from the job id.
-        let msgid = format!("emq-text-{:x}", id.0);
+        // A text job's msgid (what an eMQP worker sees in D3): a fresh uuid4,
+        // like every msgid EventMQ peers make.
+        let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        let msgid = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buf);
         let none: &[&[u8]] = &[];
         let frames = match JobFrames::new(msgid.as_bytes(), &queue.0, b"", &data, none) {
             Ok(frames) => frames,

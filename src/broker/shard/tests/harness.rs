@@ -15,7 +15,7 @@ use crate::broker::shard::{Shard, ShardContext};
 use crate::broker::types::shard_of;
 use crate::config::RouterConfig;
 use crate::ids::{ConnId, MsgId, OfferId, PeerId, QueueName};
-use crate::protocol::emqp::{decode, Command, Frame, Message, Socket};
+use crate::protocol::emqp::{decode, Command, Frame, Message, ScheduleBody, Socket};
 use crate::protocol::text::ErrorCode;
 
 /// Shards under test with their inboxes, outputs and clock.
@@ -63,6 +63,26 @@ impl Harness {
             port: TextPort { id: 1, tx },
             port_rx,
         }
+    }
+
+    /// Every setup a test runs on: 1 shard, 3 shards, 3 shards with a
+    /// seeded interleaving; each on the default configuration changed by
+    /// `edit`.
+    pub fn setups(edit: impl Fn(&mut RouterConfig)) -> Vec<Harness> {
+        let setups = [(1, None), (3, None), (3, Some(0x5eed))];
+        setups
+            .into_iter()
+            .map(|(shards, seed)| {
+                let mut h = Harness::with_config(shards, &edit);
+                h.seed = seed;
+                h
+            })
+            .collect()
+    }
+
+    /// What [`Harness::setups`] this is, for assertion messages.
+    pub fn setup(&self) -> String {
+        format!("{} shards, seed {:?}", self.shards.len(), self.seed)
     }
 
     /// The shard that owns `key` (a queue name or a worker identity).
@@ -154,13 +174,78 @@ impl Harness {
         self.send(self.shard_of(id), ShardMsg::WorkerKbye { id: peer(id) });
     }
 
-    /// A REQUEST from client `client` with `msgid` for `queue`.
+    /// A REQUEST from client `client` with `msgid` for `queue`, headers
+    /// `guarantee` and no extra frames.
     pub fn request(&mut self, client: &str, msgid: &str, queue: &str, body: &str) {
-        let none: &[&[u8]] = &[];
-        let frames = JobFrames::new(msgid.as_bytes(), queue.as_bytes(), b"guarantee", body.as_bytes(), none)
+        self.request_with(client, msgid, queue, body, b"guarantee", &[]);
+    }
+
+    /// A REQUEST with the given headers (D5) and frames after the body.
+    pub fn request_with(
+        &mut self,
+        client: &str,
+        msgid: &str,
+        queue: &str,
+        body: &str,
+        headers: &[u8],
+        extra: &[&[u8]],
+    ) {
+        let frames = JobFrames::new(msgid.as_bytes(), queue.as_bytes(), headers, body.as_bytes(), extra)
             .expect("frames within limits");
         let msg = ShardMsg::Request { client: peer(client), frames, fallback_done: false };
         self.send(self.shard_of(queue), msg);
+    }
+
+    /// Sending a job with `msgid` to worker `id` failed (its current
+    /// registration; nothing when it has none).
+    pub fn send_failed(&mut self, id: &str, msgid: &str, unreachable: bool) {
+        let Some(key) = self.key_of(id) else { return };
+        let msg = ShardMsg::SendFailed { key, msgid: MsgId::from(msgid.as_bytes()), unreachable };
+        self.send(self.shard_of(id), msg);
+    }
+
+    /// INFORM from scheduler `id` (shard 0).
+    pub fn scheduler_inform(&mut self, id: &str) {
+        self.send(
+            0,
+            ShardMsg::SchedulerInform { id: peer(id), msgid: MsgId::from(format!("inform-{id}").into_bytes()) },
+        );
+    }
+
+    /// A HEARTBEAT from frontend peer `id` (shard 0).
+    pub fn scheduler_heartbeat(&mut self, id: &str) {
+        self.send(0, ShardMsg::SchedulerHeartbeat { id: peer(id) });
+    }
+
+    /// A KBYE from frontend peer `id` (shard 0).
+    pub fn scheduler_kbye(&mut self, id: &str) {
+        self.send(0, ShardMsg::SchedulerKbye { id: peer(id) });
+    }
+
+    /// A SCHEDULE (or UNSCHEDULE) from `client` with `msgid` (shard 0);
+    /// returns the frames it carries.
+    pub fn schedule(&mut self, client: &str, msgid: &str, unschedule: bool) -> Vec<Frame> {
+        let frames = schedule_frames(msgid, unschedule);
+        let msg = ShardMsg::Schedule {
+            client: peer(client),
+            msgid: MsgId::from(msgid.as_bytes()),
+            frames: frames.clone(),
+            unschedule,
+        };
+        self.send(0, msg);
+        frames
+    }
+
+    /// A forward to scheduler `id` failed; `retry` is the SCHEDULE to route
+    /// again: `(client, frames)`.
+    pub fn scheduler_send_failed(&mut self, id: &str, retry: Option<(&str, Vec<Frame>)>) {
+        let retry = retry.map(|(client, frames)| (peer(client), frames));
+        self.send(0, ShardMsg::SchedulerSendFailed { id: peer(id), retry });
+    }
+
+    /// Sets the broker-wide draining flag (shutdown: new work refused).
+    pub fn set_draining(&mut self, on: bool) {
+        self.ctx.draining.store(on, std::sync::atomic::Ordering::Release);
     }
 
     /// A text command from connection `conn` to shard `index`; its answer.
@@ -226,7 +311,13 @@ impl Harness {
 
     /// The command words sent to `peer` so far, taken.
     pub fn take_commands(&mut self, peer_id: &str) -> Vec<String> {
-        self.take_to(peer_id).iter().map(|o| String::from_utf8_lossy(&o.msg.to_frames()[2]).into_owned()).collect()
+        self.take_to(peer_id).iter().map(|o| String::from_utf8_lossy(&o.frames()[2]).into_owned()).collect()
+    }
+
+    /// The bodies of the REQUESTs sent to worker `id` so far, taken (other
+    /// frames dropped).
+    pub fn take_bodies(&mut self, id: &str) -> Vec<String> {
+        self.take_requests(id).iter().map(body).collect()
     }
 
     /// The REQUESTs sent to worker `id` so far, taken (other frames dropped).
@@ -237,6 +328,19 @@ impl Harness {
             .map(|o| decode(&o.msg.to_frames(), Socket::WorkerSide).expect("a REQUEST decodes"))
             .collect()
     }
+}
+
+/// The D-frames of a SCHEDULE (or UNSCHEDULE) with `msgid`.
+pub fn schedule_frames(msgid: &str, unschedule: bool) -> Vec<Frame> {
+    let body = ScheduleBody {
+        queue: b"default".to_vec(),
+        headers: b"guarantee".to_vec(),
+        interval: b"60".to_vec(),
+        body: b"{}".to_vec(),
+        cron: Some(Vec::new()),
+    };
+    let command = if unschedule { Command::Unschedule(body) } else { Command::Schedule(body) };
+    Message { msgid: msgid.as_bytes().to_vec(), command }.encode()
 }
 
 /// A peer identity from text.

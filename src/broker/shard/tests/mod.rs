@@ -3,7 +3,13 @@
 //! send each other like the router does, and collects their frames and text
 //! answers for exact checks.
 
+mod flow;
 mod harness;
+mod model;
+mod observe;
+mod peers;
+mod schedulers;
+mod text;
 
 use std::time::Duration;
 
