@@ -11,6 +11,8 @@
 //!   latency by percentile.
 //! * [`idle`]: many idle workers that only heartbeat, with the broker's CPU
 //!   read from `/proc/<pid>/stat`.
+//! * [`fill`]: a queue filled with N jobs, with the broker's resident memory
+//!   per queued job.
 //!
 //! What is measured (both modes): the send timestamp travels in the job body
 //! (nanoseconds since the run's start, taken from the *intended* send time
@@ -25,6 +27,7 @@ pub mod baseline;
 pub mod beanstalk;
 pub mod body;
 pub mod emqp;
+pub mod fill;
 pub mod idle;
 pub mod lines;
 pub mod plot;

@@ -121,6 +121,12 @@ enum Cmd {
         #[command(flatten)]
         output: Output,
     },
+    /// Fills one queue with N jobs and reports the broker's resident memory
+    /// per queued job (`--pid`).
+    Fill {
+        #[command(flatten)]
+        settings: emq::bench::fill::FillSettings,
+    },
     /// Overlays `.hgrm` files in one SVG.
     Plot {
         /// The .hgrm files.
@@ -232,6 +238,11 @@ fn main_inner() -> anyhow::Result<()> {
             let mut result = idle::run(&settings, Arc::default())?;
             result.target = target_name;
             finish("idle", settings_json(&settings, serde_json::json!({})), vec![result], &output)
+        }
+        Cmd::Fill { settings } => {
+            let r = emq::bench::fill::run(&settings)?;
+            println!("{}", serde_json::to_string(&r)?);
+            Ok(())
         }
         Cmd::Plot { files, output, title } => {
             let series = files.iter().map(|f| plot::Series::read(f)).collect::<Result<Vec<_>, _>>()?;

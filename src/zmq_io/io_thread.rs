@@ -222,7 +222,7 @@ impl Loop {
         }
     }
 
-    fn to_shard(&mut self, index: usize, msg: ShardMsg) {
+    fn for_shard(&mut self, index: usize, msg: ShardMsg) {
         self.pending[index].push(msg);
     }
 
@@ -256,7 +256,7 @@ impl Loop {
         match msg.command {
             Command::Request { queue, headers, body, extra } => {
                 match JobFrames::new(msg.msgid, queue, headers, body, &extra) {
-                    Ok(job) => self.to_shard(
+                    Ok(job) => self.for_shard(
                         shard_of(queue, self.io.shards.len()),
                         ShardMsg::Request { client: peer, frames: job, fallback_done: false },
                     ),
@@ -268,17 +268,17 @@ impl Loop {
                 }
             }
             Command::Inform { peer: PeerType::Scheduler, .. } => {
-                self.to_shard(0, ShardMsg::SchedulerInform { id: peer, msgid: MsgId::from(msg.msgid) })
+                self.for_shard(0, ShardMsg::SchedulerInform { id: peer, msgid: MsgId::from(msg.msgid) })
             }
             Command::Inform { peer: PeerType::Worker, .. } => self.wrong_socket(Socket::Frontend, &peer, msg.msgid),
             Command::Schedule(_) | Command::Unschedule(_) => {
                 let unschedule = matches!(msg.command, Command::Unschedule(_));
                 let frames = frames.iter().map(|f| f.as_ref().to_vec()).collect();
                 let msgid = MsgId::from(msg.msgid);
-                self.to_shard(0, ShardMsg::Schedule { client: peer, msgid, frames, unschedule })
+                self.for_shard(0, ShardMsg::Schedule { client: peer, msgid, frames, unschedule })
             }
-            Command::Heartbeat { .. } => self.to_shard(0, ShardMsg::SchedulerHeartbeat { id: peer }),
-            Command::Kbye => self.to_shard(0, ShardMsg::SchedulerKbye { id: peer }),
+            Command::Heartbeat { .. } => self.for_shard(0, ShardMsg::SchedulerHeartbeat { id: peer }),
+            Command::Kbye => self.for_shard(0, ShardMsg::SchedulerKbye { id: peer }),
             Command::Error { refers_to, code, text } => {
                 // A scheduler refusing a SCHEDULE/UNSCHEDULE (emq-scheduler).
                 // The router does not track which client sent it, so it is
@@ -310,7 +310,7 @@ impl Loop {
             Command::Kbye => ShardMsg::WorkerKbye { id: peer },
             _ => return,
         };
-        self.to_shard(home, shard_msg);
+        self.for_shard(home, shard_msg);
     }
 
     /// The queues of an INFORM: the router defaults for an empty frame.
