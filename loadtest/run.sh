@@ -6,7 +6,9 @@
 #   loadtest/run.sh emqp-64b idle-10k
 #
 # Builds emq-bench and emq-router (release), starts a fresh router per run
-# on free loopback ports (the Python EventMQ router from .venv (override: EMQ_BENCH_VENV),
+# on free loopback ports (the zero-logic forwarder as a process of its own
+# (`emq-bench forwarder`) for the "forwarder" target; the Python EventMQ router
+# from .venv (override: EMQ_BENCH_VENV),
 # created if missing, for the "python" target; a beanstalkd, installed with
 # apt-get when missing and running as root, for the "beanstalkd" target),
 # runs emq-bench, and stops everything it started by PID.
@@ -90,6 +92,9 @@ try_router() {
       "$ROUTER" --log warn --frontend-addr "$FE" --backend-addr "$BE" --admin-addr "tcp://127.0.0.1:$p3" \
         --text-addr "$TEXT" >>"$OUT/router-emq.log" 2>&1 &
       ;;
+    forwarder)
+      "$BENCH" forwarder --frontend-addr "$FE" --backend-addr "$BE" >/dev/null 2>&1 &
+      ;;
     python)
       ensure_venv
       EVENTMQ_FRONTEND_ADDR=$FE EVENTMQ_BACKEND_ADDR=$BE EVENTMQ_ADMINISTRATIVE_ADDR=tcp://127.0.0.1:$p3 \
@@ -122,7 +127,8 @@ run_one() { # SCENARIO TARGET RUN
     emqp:baseline) bench "$name" baseline $ARGS ;;
     emqp:*)
       start_router "$2" || return 0
-      bench "$name" emqp --frontend "$FE" --backend "$BE" --target-name "$2" --probe-timeout 10s $ARGS
+      bench "$name" emqp --frontend "$FE" --backend "$BE" --target-name "$2" --probe-timeout 10s \
+        --pid "$ROUTER_PID" $ARGS
       stop "$ROUTER_PID" ;;
     text:beanstalkd)
       ensure_beanstalkd "$name" || return 0
