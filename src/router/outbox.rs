@@ -53,8 +53,8 @@ impl Outbox for ShardOutbox {
             self.egress.wake();
         }
         for (port, replies) in self.text.drain(..) {
-            // A connection that went away no longer reads its port.
-            let _ = port.tx.send(replies);
+            // Only a stopped text front end no longer reads its port.
+            let _ = port.send(self.index, replies);
         }
     }
 }

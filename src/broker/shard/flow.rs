@@ -17,7 +17,7 @@ use crate::protocol::text::ErrorCode;
 
 impl Shard {
     pub(super) fn handle_request(&mut self, queue: QueueName, job: NewJob, fallback_done: bool, cx: &mut Cx) {
-        if !fallback_done && !self.queues.is_known(&queue) {
+        if !fallback_done && !self.queue_known(&queue, cx) {
             let default = QueueName::named(limits::DEFAULT_QUEUE);
             let index = self.shard_of(&default);
             return self.send_to_shard(index, ShardMsg::Request { queue: default, job, fallback_done: true }, cx);
@@ -95,11 +95,15 @@ impl Shard {
         self.send_to_shard(index, ShardMsg::Requeue { queue, jobs }, cx);
     }
 
-    /// Dispatches waiting jobs of `queue` while a candidate has a free slot.
+    /// Dispatches waiting jobs of `queue` while a candidate has a free slot,
+    /// then offers what is left to long-poll ASKs waiting on it.
     pub(super) fn pump(&mut self, queue: &QueueName, cx: &mut Cx) {
         while let Some((worker, job)) = self.queues.next_dispatch(queue) {
             self.latency.record(queue, Kind::QueueWait, cx.now.saturating_duration_since(job.accepted_at));
             self.dispatch_job(&worker, queue.clone(), job, cx);
+        }
+        if !self.waits.is_empty() {
+            self.serve_waits(queue, cx);
         }
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::broker::msg::{
-    Dest, Outgoing, ShardMsg, TextAnswer, TextCmd, TextOutcome, TextPort, TextReply, TextRequest, VecOutbox,
+    Dest, Outgoing, ShardMsg, TextAnswer, TextBatch, TextCmd, TextOutcome, TextPort, TextReply, TextRequest, VecOutbox,
 };
 use crate::broker::shard::{Shard, ShardContext};
 use crate::broker::types::{shard_of, NewJob, Origin};
@@ -35,7 +35,7 @@ pub struct Harness {
     /// the lowest index first; `Some(seed)` a reproducible random one.
     pub seed: Option<u64>,
     port: TextPort,
-    port_rx: crossbeam_channel::Receiver<Vec<TextReply>>,
+    port_rx: crossbeam_channel::Receiver<TextBatch>,
 }
 
 impl Harness {
@@ -59,7 +59,7 @@ impl Harness {
             now,
             ctx,
             seed: None,
-            port: TextPort { id: 1, tx },
+            port: TextPort { id: 1, tx, wake: None },
             port_rx,
         }
     }
@@ -117,8 +117,8 @@ impl Harness {
             self.inbox[index].push_back(msg);
         }
         self.text.extend(out.text.into_iter().map(|(_, reply)| reply));
-        while let Ok(replies) = self.port_rx.try_recv() {
-            self.text.extend(replies);
+        while let Ok(batch) = self.port_rx.try_recv() {
+            self.text.extend(batch.replies);
         }
     }
 
