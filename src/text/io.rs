@@ -148,7 +148,7 @@ impl IoThread {
                 }
             }
             if armed {
-                self.wake.disarm();
+                self.wake.unarm();
             }
             for event in events.iter() {
                 self.on_event(event);
@@ -167,7 +167,8 @@ impl IoThread {
         }
         self.wake.arm();
         if !self.conns_rx.is_empty() || !self.replies_rx.is_empty() || self.shared.stopping.load(Ordering::Acquire) {
-            self.wake.disarm();
+            // A wake-up written meanwhile shows in the next poll as WAKE.
+            self.wake.unarm();
             return (Some(Duration::ZERO), false);
         }
         let retry = self.acceptor.as_ref().and_then(|a| a.retry_at());
@@ -180,7 +181,7 @@ impl IoThread {
 
     fn on_event(&mut self, event: &mio::event::Event) {
         match event.token() {
-            WAKE => {}
+            WAKE => self.wake.clear(),
             LISTENER => {
                 if let Some(a) = self.acceptor.as_mut() {
                     a.set_ready();

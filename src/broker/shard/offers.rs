@@ -3,7 +3,7 @@
 //! the connection's end, or the offer timeout. Data and its rules only: the
 //! handlers in `text.rs` decide what to do.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::broker::types::Job;
@@ -39,20 +39,29 @@ pub enum Due<T> {
 /// What the offer timer of a connection finds.
 pub type OfferCheck = Due<Offer>;
 
-/// Connections with an armed timer of one kind: at most one timer per
-/// connection, re-armed when it fires early, so entries answered before
-/// their deadline leave no timers behind to pile up.
+/// The timers of one kind armed per connection: at most one per
+/// connection at a time (a new one only when it must fire earlier), re-armed
+/// when it fires early, so entries answered before their deadline leave no
+/// timers behind to pile up.
 #[derive(Debug, Default)]
-pub struct ConnTimers(HashSet<ConnId>);
+pub struct ConnTimers(HashMap<ConnId, Instant>);
 
 impl ConnTimers {
-    /// Notes a timer for `conn`; whether one must be armed (none was).
-    pub fn arm(&mut self, conn: ConnId) -> bool {
-        self.0.insert(conn)
+    /// Notes that `conn` needs its timer at `deadline`; whether a timer must
+    /// be armed (none is armed, or only a later one).
+    pub fn arm(&mut self, conn: ConnId, deadline: Instant) -> bool {
+        match self.0.get(&conn) {
+            Some(armed) if *armed <= deadline => false,
+            _ => {
+                self.0.insert(conn, deadline);
+                true
+            }
+        }
     }
 
     /// `conn`'s timer fired at `now`; `deadline` is that of what it holds
-    /// (if anything), and `take` takes it out of its table once due.
+    /// (if anything), and `take` takes it out of its table once due. A timer
+    /// replaced by an earlier one finds nothing to do.
     pub fn fired<T>(
         &mut self,
         conn: ConnId,
@@ -60,10 +69,13 @@ impl ConnTimers {
         deadline: Option<Instant>,
         take: impl FnOnce() -> Option<T>,
     ) -> Due<T> {
-        self.0.remove(&conn);
+        match self.0.get(&conn) {
+            Some(armed) if *armed <= now => self.0.remove(&conn),
+            _ => return Due::None,
+        };
         let Some(deadline) = deadline else { return Due::None };
         if deadline > now {
-            self.0.insert(conn);
+            self.0.insert(conn, deadline);
             return Due::NotBefore(deadline);
         }
         take().map_or(Due::None, |t| Due::Lapsed(Box::new(t)))
@@ -113,7 +125,7 @@ impl OfferTable {
         if let Some(old) = &displaced {
             self.uncount(&old.queue);
         }
-        (id, self.timed.arm(conn), displaced)
+        (id, self.timed.arm(conn, deadline), displaced)
     }
 
     /// Offers held now on `queue`.

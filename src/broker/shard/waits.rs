@@ -67,7 +67,7 @@ impl WaitTable {
         line.places.push_back((conn, ticket));
         line.live += 1;
         self.by_conn.insert(conn, Waiter { conn, queue, port, deadline, ticket });
-        (self.timed.arm(conn), displaced)
+        (self.timed.arm(conn, deadline), displaced)
     }
 
     /// Whether a connection waits on `queue`.
@@ -140,12 +140,20 @@ mod tests {
         }
         assert!(w.remove(ConnId(2)).is_some());
         assert_eq!(w.pop(&q).map(|x| x.conn), Some(ConnId(1)));
-        assert!(matches!(w.check(ConnId(3), t0), WaitCheck::NotBefore(_)));
+        assert!(matches!(w.check(ConnId(3), t0), WaitCheck::None), "not its time: a replaced timer");
         assert!(matches!(w.check(ConnId(3), t0 + Duration::from_secs(3)), WaitCheck::Lapsed(_)));
+        w.add(ConnId(4), r.clone(), port(), t0 + Duration::from_secs(1));
+        w.remove(ConnId(4));
+        assert!(!w.add(ConnId(4), r.clone(), port(), t0 + Duration::from_secs(5)).0, "its timer is armed");
+        let due = w.check(ConnId(4), t0 + Duration::from_secs(1));
+        assert!(matches!(due, WaitCheck::NotBefore(d) if d == t0 + Duration::from_secs(5)));
+        assert!(w.remove(ConnId(4)).is_some());
         assert!(!w.has(&q) && w.is_empty(), "the line goes with its last wait");
         let (arm, displaced) = w.add(ConnId(1), r.clone(), port(), t0);
-        assert!(!arm, "conn 1's first timer is still armed; it re-arms itself when it fires");
+        assert!(arm, "an earlier deadline than the armed one needs its own timer");
         assert!(displaced.is_none());
+        let (arm, _) = w.add(ConnId(1), r.clone(), port(), t0 + Duration::from_secs(9));
+        assert!(!arm, "a later one is re-armed when the earlier fires");
         let (_, displaced) = w.add(ConnId(1), q.clone(), port(), t0);
         assert_eq!(displaced.map(|x| x.queue), Some(r.clone()));
         assert!(!w.has(&r) && w.has(&q) && w.len() == 1);

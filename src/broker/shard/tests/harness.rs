@@ -171,8 +171,10 @@ impl Harness {
         let before = self.text.len();
         let msg = ShardMsg::Text { port: self.port.clone(), cmds: vec![TextRequest { conn: ConnId(conn), cmd }] };
         self.send(index, msg);
-        let reply = self.text.drain(before..).find(|r| r.conn == ConnId(conn));
-        reply.map(|r| r.outcome)
+        // Only this command's answer: answers to others (long polls served
+        // by it) stay for `text_answers`.
+        let at = self.text[before..].iter().position(|r| r.conn == ConnId(conn))?;
+        Some(self.text.remove(before + at).outcome)
     }
 
     /// `SCHED data@queue` from `conn`.
@@ -185,6 +187,30 @@ impl Harness {
     pub fn text_ask(&mut self, conn: u64, queue: &str) -> TextOutcome {
         let cmd = TextCmd::Ask { queue: QueueName::named(queue) };
         self.text_cmd(self.shard_of(queue), conn, cmd).expect("ASK is answered")
+    }
+
+    /// `ASK queue ms` (long poll) from `conn`: its answer now, or `None`
+    /// while it waits (its answer then shows in [`Harness::text_answers`]).
+    pub fn text_ask_wait(&mut self, conn: u64, queue: &str, wait: Duration) -> Option<TextOutcome> {
+        let cmd = TextCmd::AskWait { queue: QueueName::named(queue), wait };
+        self.text_cmd(self.shard_of(queue), conn, cmd)
+    }
+
+    /// The connection `conn` stopped waiting on shard `index` (it closed).
+    pub fn text_cancel(&mut self, index: usize, conn: u64) {
+        let msg = ShardMsg::Text {
+            port: self.port.clone(),
+            cmds: vec![TextRequest { conn: ConnId(conn), cmd: TextCmd::Cancel }],
+        };
+        self.send(index, msg);
+    }
+
+    /// Takes the text answers given so far to `conn` (for long polls
+    /// answered later), in order.
+    pub fn text_answers(&mut self, conn: u64) -> Vec<TextOutcome> {
+        let (mine, rest) = std::mem::take(&mut self.text).into_iter().partition(|r| r.conn == ConnId(conn));
+        self.text = rest;
+        mine.into_iter().map(|r: TextReply| r.outcome).collect()
     }
 
     /// `ACK`, `DCL` or `DEL` of `offer` from `conn`.

@@ -4,6 +4,7 @@
 //! answers for exact checks.
 
 mod harness;
+mod text;
 
 use std::time::Duration;
 
