@@ -39,6 +39,11 @@ struct LineArgs {
     /// `/proc/<pid>/stat`) over the run is reported per job received.
     #[arg(long)]
     pid: Option<u32>,
+    /// Producers only: pipelined submission, `--batch` jobs per write, at
+    /// most `--in-flight` unacknowledged per producer; throughput is jobs
+    /// stored per second.
+    #[arg(long)]
+    pipeline: bool,
     #[command(flatten)]
     load: LoadSettings,
     #[command(flatten)]
@@ -126,9 +131,17 @@ fn baseline_run(load: &LoadSettings) -> anyhow::Result<RunResult> {
 
 type LineLoad = fn(&str, &LoadSettings, Arc<AtomicU64>) -> Result<Tally, BenchError>;
 
+/// A line protocol's two loads: consumers and producers, and pipelined
+/// producers only.
+struct LineLoads {
+    full: LineLoad,
+    pipeline: LineLoad,
+}
+
 /// A text or beanstalk run; with `--pid`, the broker's CPU per job received
 /// (warm-up included) goes into the result's `extra`.
-fn line_run(mode: &str, name: &str, a: &LineArgs, load: LineLoad) -> anyhow::Result<()> {
+fn line_run(mode: &str, name: &str, a: &LineArgs, loads: LineLoads) -> anyhow::Result<()> {
+    let load = if a.pipeline { loads.pipeline } else { loads.full };
     let cpu0 = a.pid.map(idle::cpu_seconds).transpose()?;
     let tally = with_progress(name, &a.load, |p| load(&a.addr, &a.load, p))?;
     let mut result = RunResult::from_tally(name, &tally);
@@ -137,7 +150,7 @@ fn line_run(mode: &str, name: &str, a: &LineArgs, load: LineLoad) -> anyhow::Res
         let per_job_us = cpu / tally.received_all.max(1) as f64 * 1e6;
         result.extra = Some(serde_json::json!({"broker_cpu_s": cpu, "broker_cpu_us_per_job": per_job_us}));
     }
-    let settings = settings_json(&a.load, serde_json::json!({"addr": a.addr, "pid": a.pid}));
+    let settings = settings_json(&a.load, serde_json::json!({"addr": a.addr, "pid": a.pid, "pipeline": a.pipeline}));
     finish(mode, settings, vec![result], &a.output)
 }
 
@@ -187,8 +200,13 @@ fn main_inner() -> anyhow::Result<()> {
             let results = vec![baseline_run(&load)?];
             finish("baseline", settings_json(&load, serde_json::json!({})), results, &output)
         }
-        Cmd::Text { target_name, line } => line_run("text", &target_name, &line, text::run),
-        Cmd::Beanstalk { target_name, line } => line_run("beanstalk", &target_name, &line, beanstalk::run),
+        Cmd::Text { target_name, line } => {
+            line_run("text", &target_name, &line, LineLoads { full: text::run, pipeline: text::pipeline })
+        }
+        Cmd::Beanstalk { target_name, line } => {
+            let loads = LineLoads { full: beanstalk::run, pipeline: beanstalk::pipeline };
+            line_run("beanstalk", &target_name, &line, loads)
+        }
         Cmd::Idle { target_name, settings, output } => {
             let mut result = idle::run(&settings, Arc::default())?;
             result.target = target_name;
