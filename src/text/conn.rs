@@ -425,3 +425,16 @@ fn offer_of(outcome: &TextOutcome) -> Option<OfferId> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection is a small struct, not a thread (README "How it works").
+    #[test]
+    fn a_connection_is_small() {
+        let size = std::mem::size_of::<Conn>();
+        println!("size_of::<Conn>() = {size} bytes");
+        assert!(size <= 320, "{size}");
+    }
+}
