@@ -67,8 +67,8 @@ pub(super) enum Close {
 /// One text connection.
 #[derive(Debug)]
 pub(super) struct Conn {
-    /// Its id (unique for the router's life; the low 32 bits are its slot
-    /// in the I/O thread's table).
+    /// Its id (unique for the router's life; the low bits are its slot in
+    /// the I/O thread's table).
     pub id: ConnId,
     /// The socket (its only descriptor).
     pub stream: TcpStream,

@@ -38,6 +38,15 @@ pub(super) const WAKE: Token = Token(0);
 pub(super) const LISTENER: Token = Token(1);
 /// Connection tokens start here: token = slot + `FIRST_CONN`.
 const FIRST_CONN: usize = 2;
+/// A [`ConnId`] is `(sequence << SLOT_BITS) | slot`: the slot finds the
+/// connection in its thread's table, the sequence (40 bits: 10^12
+/// connections) tells it from earlier holders of the slot.
+const SLOT_BITS: u32 = 24;
+
+/// The slot of connection `id` in its I/O thread's table.
+fn slot_of(id: ConnId) -> usize {
+    (id.0 & ((1 << SLOT_BITS) - 1)) as usize
+}
 
 /// What the commands of one loop turn produce for the shards: one batch
 /// per shard, and the count of answers the shards owe this thread.
@@ -233,8 +242,14 @@ impl IoThread {
             self.conns.push(None);
             self.conns.len() - 1
         });
+        if slot >> SLOT_BITS != 0 {
+            tracing::error!(slot, "more text connections in one I/O thread than ids can tell apart; closed");
+            self.free.push(slot);
+            TextStats::dec(&self.shared.stats.connections_open);
+            return;
+        }
         let seq = self.shared.next_conn.fetch_add(1, Ordering::Relaxed);
-        let id = ConnId((seq << 32) | slot as u64);
+        let id = ConnId((seq << SLOT_BITS) | slot as u64);
         let interest = Interest::READABLE | Interest::WRITABLE;
         if let Err(e) = self.poll.registry().register(&mut stream, Token(slot + FIRST_CONN), interest) {
             tracing::warn!(conn = %id, error = %e, "cannot watch text connection; closed");
@@ -255,7 +270,7 @@ impl IoThread {
         let mut round = Round { now, shared: &self.shared, batches: &mut self.batches, owed: &mut self.owed };
         for TextReply { conn: id, outcome } in replies {
             *round.owed = round.owed.saturating_sub(1);
-            let slot = (id.0 & u64::from(u32::MAX)) as usize;
+            let slot = slot_of(id);
             let back = match self.conns.get_mut(slot).and_then(Option::as_mut).filter(|c| c.id == id) {
                 Some(conn) => {
                     let back = conn.apply(shard, outcome, &self.shared.stats);
@@ -316,7 +331,7 @@ impl IoThread {
     }
 
     fn on_timer(&mut self, id: ConnId, now: Instant) {
-        let slot = (id.0 & u64::from(u32::MAX)) as usize;
+        let slot = slot_of(id);
         let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut).filter(|c| c.id == id) else { return };
         if conn.timer_at.is_some_and(|at| at <= now) {
             conn.timer_at = None;
