@@ -188,31 +188,43 @@ fn an_offer_returned_too_often_is_dead_lettered_and_the_queue_moves_on() {
     assert_eq!(status["emq"]["counters"]["dead_lettered"], 1, "{status}");
 }
 
-#[test]
-fn with_few_descriptors_text_gets_busy_and_emqp_and_admin_are_still_served() {
-    let _w = Watchdog::new("text_descriptor_reserve", 60);
-    let dir = TestDir::new("text_descriptor_reserve");
+/// Starts `emq-router` under `ulimit -n fds` with `args`; returns it with
+/// its admin endpoint, backend endpoint and text address.
+fn router_with_fds(dir: &TestDir, fds: u32, args: &str) -> (Child, String, String, std::net::SocketAddr) {
     let (fp, bp, ap, tp) = (free_port(), free_port(), free_port(), free_port());
     let (frontend, backend, admin_addr) = (zmq_endpoint(fp), zmq_endpoint(bp), zmq_endpoint(ap));
     let script = format!(
-        "ulimit -n 256 && exec {} --frontend-addr {frontend} --backend-addr {backend} --admin-addr {admin_addr} \
-         --text-addr 127.0.0.1:{tp} --text-reserved-fds 64",
+        "ulimit -n {fds} && exec {} --frontend-addr {frontend} --backend-addr {backend} --admin-addr {admin_addr} \
+         --text-addr 127.0.0.1:{tp} {args}",
         rust_router_bin().display()
     );
-    let _router = Child::spawn("router", Command::new("sh").args(["-c", &script]), &dir.join("router.log"));
+    let router = Child::spawn("router", Command::new("sh").args(["-c", &script]), &dir.join("router.log"));
     eventually(10, "text port", || crate::common::ports::is_listening(tp));
-    let addr = format!("127.0.0.1:{tp}").parse().unwrap();
+    (router, admin_addr, backend, format!("127.0.0.1:{tp}").parse().unwrap())
+}
+
+/// Opens text connections (each answering `ASK` with `NOPE`) until one is
+/// refused; returns them and the refusal.
+fn fill(addr: std::net::SocketAddr, most: usize) -> (Vec<TextConn>, Vec<u8>) {
     let mut open = Vec::new();
-    let refused = loop {
-        assert!(open.len() < 256, "never refused");
+    loop {
+        assert!(open.len() < most, "never refused");
         let mut c = TextConn::connect(addr);
         c.send(b"ASK\n");
         let line = c.line();
         if line != b"NOPE\n" {
-            break line;
+            return (open, line);
         }
         open.push(c);
-    };
+    }
+}
+
+#[test]
+fn with_few_descriptors_text_gets_busy_and_emqp_and_admin_are_still_served() {
+    let _w = Watchdog::new("text_descriptor_reserve", 60);
+    let dir = TestDir::new("text_descriptor_reserve");
+    let (_router, admin_addr, backend, addr) = router_with_fds(&dir, 256, "--text-reserved-fds 64");
+    let (open, refused) = fill(addr, 256);
     assert_eq!(refused, b"ERR BUSY too few descriptors left\n");
     assert!(open.len() > 100, "{} connections before the reserve", open.len());
     let status = crate::common::admin::request(&admin_addr, "STATUS").expect("admin answers");
@@ -220,4 +232,20 @@ fn with_few_descriptors_text_gets_busy_and_emqp_and_admin_are_still_served() {
     assert_eq!(status["emq"]["text"]["fd_limit"], 256, "{status}");
     let worker = Peer::new(&backend, b"w-after-text-filled");
     worker.inform_worker(r#"[[10, "default"]]"#);
+}
+
+#[test]
+fn out_of_descriptors_a_client_is_still_told_busy() {
+    let _w = Watchdog::new("text_out_of_descriptors", 60);
+    let dir = TestDir::new("text_out_of_descriptors");
+    // No reserve: accept itself runs out, and the spare descriptor answers.
+    let (_router, admin_addr, _, addr) = router_with_fds(&dir, 128, "--text-reserved-fds 0");
+    let (open, refused) = fill(addr, 128);
+    assert_eq!(refused, b"ERR BUSY too few descriptors left\n");
+    drop(open);
+    eventually(10, "STATUS once descriptors are free", || {
+        crate::common::admin::request(&admin_addr, "STATUS").is_ok_and(|s| {
+            s["emq"]["text"]["accept_errors"].as_u64() >= Some(1) && s["emq"]["text"]["refused_fds"] == 1
+        })
+    });
 }
