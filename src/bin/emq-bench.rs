@@ -47,6 +47,11 @@ struct LineArgs {
     addr: String,
     #[command(flatten)]
     broker: BrokerPid,
+    /// Producers only: pipelined submission, `--batch` jobs per write, at
+    /// most `--in-flight` unacknowledged per producer; throughput is jobs
+    /// stored per second.
+    #[arg(long)]
+    pipeline: bool,
     #[command(flatten)]
     load: LoadSettings,
     #[command(flatten)]
@@ -171,11 +176,20 @@ fn baseline_run(load: &LoadSettings) -> anyhow::Result<RunResult> {
 
 type LineLoad = fn(&str, &LoadSettings, Arc<AtomicU64>) -> Result<Tally, BenchError>;
 
+/// A line protocol's two loads: consumers and producers, and pipelined
+/// producers only.
+struct LineLoads {
+    full: LineLoad,
+    pipeline: LineLoad,
+}
+
 /// A text or beanstalk run; with `--pid`, the broker's CPU per job received
 /// (warm-up included) goes into the result's `extra`.
-fn line_run(mode: &str, name: &str, a: &LineArgs, load: LineLoad) -> anyhow::Result<()> {
+fn line_run(mode: &str, name: &str, a: &LineArgs, loads: LineLoads) -> anyhow::Result<()> {
+    let load = if a.pipeline { loads.pipeline } else { loads.full };
     let result = measured(name, &a.load, a.broker, |p| load(&a.addr, &a.load, p))?;
-    let settings = settings_json(&a.load, serde_json::json!({"addr": a.addr, "pid": a.broker.pid}));
+    let settings =
+        settings_json(&a.load, serde_json::json!({"addr": a.addr, "pid": a.broker.pid, "pipeline": a.pipeline}));
     finish(mode, settings, vec![result], &a.output)
 }
 
@@ -232,8 +246,13 @@ fn main_inner() -> anyhow::Result<()> {
             let _ = signals.forever().next();
             Ok(())
         }
-        Cmd::Text { target_name, line } => line_run("text", &target_name, &line, text::run),
-        Cmd::Beanstalk { target_name, line } => line_run("beanstalk", &target_name, &line, beanstalk::run),
+        Cmd::Text { target_name, line } => {
+            line_run("text", &target_name, &line, LineLoads { full: text::run, pipeline: text::pipeline })
+        }
+        Cmd::Beanstalk { target_name, line } => {
+            let loads = LineLoads { full: beanstalk::run, pipeline: beanstalk::pipeline };
+            line_run("beanstalk", &target_name, &line, loads)
+        }
         Cmd::Idle { target_name, settings, output } => {
             let mut result = idle::run(&settings, Arc::default())?;
             result.target = target_name;

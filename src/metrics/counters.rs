@@ -72,6 +72,14 @@ counters! {
     text_returned_disconnect,
     /// Text offers returned by the offer timeout.
     text_returned_timeout,
+    /// Text offers returned (disconnect, timeout) past `MAX_DELIVERIES`
+    /// deliveries and dropped instead (also counted in `dead_lettered`).
+    text_dead_lettered,
+    /// Long-poll ASKs answered `NOPE` because their wait ran out.
+    text_ask_waits_expired,
+    /// ASKs naming a new queue refused with `QUEUE_LIMIT` (the table of
+    /// queues known only through ASKs was full).
+    rejected_queue_limit,
 }
 
 impl Counters {

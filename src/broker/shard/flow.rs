@@ -16,7 +16,7 @@ use crate::protocol::text::ErrorCode;
 
 impl Shard {
     pub(super) fn handle_request(&mut self, client: PeerId, frames: JobFrames, fallback_done: bool, cx: &mut Cx) {
-        if !fallback_done && !self.queues.is_known(frames.queue()) {
+        if !fallback_done && !self.queue_known(frames.queue(), cx) {
             let index = self.shard_of(limits::DEFAULT_QUEUE.as_bytes());
             return self.send_to_shard(index, ShardMsg::Request { client, frames, fallback_done: true }, cx);
         }
@@ -91,12 +91,16 @@ impl Shard {
         self.send_to_shard(index, ShardMsg::Requeue { queue, jobs }, cx);
     }
 
-    /// Dispatches waiting jobs of `queue` while a candidate has a free slot.
+    /// Dispatches waiting jobs of `queue` while a candidate has a free slot,
+    /// then offers what is left to long-poll ASKs waiting on it.
     pub(super) fn pump(&mut self, queue: &QueueName, cx: &mut Cx) {
         while let Some((worker, job)) = self.queues.next_dispatch(&queue.0) {
             let waited = cx.now.saturating_duration_since(job.accepted_at(self.ctx.started));
             self.latency.record(&queue.0, Kind::QueueWait, waited);
             self.dispatch_job(&worker, job, cx);
+        }
+        if !self.waits.is_empty() {
+            self.serve_waits(queue, cx);
         }
     }
 

@@ -16,17 +16,21 @@
 //!
 //! State, each owned by one table with methods, not fields:
 //! [`queues::QueueTable`], [`workers::WorkerTable`], [`offers::OfferTable`],
-//! [`schedulers::Schedulers`], the timers and the latency histograms.
+//! [`waits::WaitTable`] (long-poll ASKs), [`asked::AskedQueues`] (queues
+//! kept known by ASKs), [`schedulers::Schedulers`], the timers and the
+//! latency histograms.
 //! Handlers, by concern: `flow.rs` (REQUEST, admission, FIFO, selection,
 //! dispatch, requeue), `peers.rs` (workers and schedulers), `text.rs` (text
 //! commands and offers). `Shard::dispatch` is a short `match` calling them.
 
+pub mod asked;
 mod flow;
 pub mod offers;
 mod peers;
 pub mod queues;
 pub mod schedulers;
 mod text;
+pub mod waits;
 pub mod workers;
 
 #[cfg(test)]
@@ -49,9 +53,11 @@ use crate::metrics::counters::Counters;
 use crate::metrics::latency::ShardLatency;
 use crate::protocol::emqp::{Command, Message};
 
+use asked::AskedQueues;
 use offers::OfferTable;
 use queues::QueueTable;
 use schedulers::Schedulers;
+use waits::WaitTable;
 use workers::WorkerTable;
 
 /// Timer events of a shard.
@@ -68,6 +74,9 @@ pub enum Timer {
     /// Check the offer held by the connection against its deadline (at most
     /// one such timer per connection is armed).
     OfferTimeout(ConnId),
+    /// Check the long-poll ASK of the connection against its deadline (at
+    /// most one such timer per connection is armed).
+    AskTimeout(ConnId),
 }
 
 /// What every shard shares with the rest of the broker.
@@ -118,6 +127,8 @@ pub struct Shard {
     queues: QueueTable,
     workers: WorkerTable,
     offers: OfferTable,
+    waits: WaitTable,
+    asked: AskedQueues,
     schedulers: Schedulers,
     latency: ShardLatency,
     /// Messages this shard sent itself, handled after the current message.
@@ -130,6 +141,7 @@ impl Shard {
     /// Shard `index` of `ctx.shards`, created at `now` (shard 0 arms the
     /// scheduler timers from then).
     pub fn new(index: usize, ctx: ShardContext, now: Instant) -> Shard {
+        let asked_cap = ctx.config.text.max_asked_queues / ctx.shards.max(1);
         let mut shard = Shard {
             index,
             ctx,
@@ -137,6 +149,8 @@ impl Shard {
             queues: QueueTable::default(),
             workers: WorkerTable::default(),
             offers: OfferTable::new(index),
+            waits: WaitTable::default(),
+            asked: AskedQueues::new(asked_cap),
             schedulers: Schedulers::default(),
             latency: ShardLatency::default(),
             local: VecDeque::new(),
@@ -199,6 +213,7 @@ impl Shard {
                 Timer::SchedulerHeartbeats => self.scheduler_heartbeats_due(&mut cx),
                 Timer::SchedulerExpiry => self.scheduler_expiry_due(&mut cx),
                 Timer::OfferTimeout(conn) => self.offer_timeout_due(conn, &mut cx),
+                Timer::AskTimeout(conn) => self.ask_timeout_due(conn, &mut cx),
             }
             self.drain_local(&mut cx);
         }
@@ -254,6 +269,9 @@ impl Shard {
                     self.dispatch(msg, cx);
                     self.drain_local(cx);
                 }
+            }
+            ShardMsg::Waiting { queue, reply } => {
+                let _ = reply.send(self.queues.jobs(&queue.0).map(|j| j.frames.body().to_vec()).collect());
             }
             ShardMsg::Shutdown => self.shutdown(cx),
         }

@@ -10,6 +10,7 @@ mod observe;
 mod peers;
 mod schedulers;
 mod text;
+mod text_ext;
 
 use std::time::Duration;
 
