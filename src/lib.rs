@@ -37,7 +37,8 @@
 //!   latency reporter.
 //! * [`client`]: Rust client libraries (eMQP client, admin client, worker, text client).
 //! * [`scheduler`]: emq-scheduler (SCHEDULE/UNSCHEDULE, timers, persistence).
-//! * [`config`]: settings, declared once and validated once.
+//! * [`config`]: settings, declared once and validated once; [`logging`]
+//!   and [`program`]: what every binary does at its start and end.
 //! * [`zmq_error`]: [`zmq_error::ZmqError`], the error of a failed zmq call, for every layer.
 
 #![warn(missing_docs)]
@@ -50,6 +51,7 @@ pub mod ids;
 pub mod limits;
 pub mod logging;
 pub mod metrics;
+pub mod program;
 pub mod protocol;
 pub mod pubsub;
 pub mod router;

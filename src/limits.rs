@@ -17,6 +17,14 @@ pub const PUBSUB_IN_ADDR: &str = "tcp://127.0.0.1:47298";
 /// Pub/sub device, outgoing PUB: EventMQ's `PUBLISHER_OUTGOING_ADDR`.
 pub const PUBSUB_OUT_ADDR: &str = "tcp://127.0.0.1:47299";
 
+/// Log filter of the long-running programs (router, scheduler, worker,
+/// pub/sub device): start, stop, peers coming and going, problems; nothing
+/// per job (`emq=debug` adds each job's steps).
+pub const LOG: &str = "info";
+/// Log filter of the one-shot tools (`emq-cli`, `emq-bench`): their output
+/// is their answer, so only warnings and errors are logged.
+pub const TOOL_LOG: &str = "warn";
+
 /// Heartbeat send period to every worker and scheduler. EventMQ's
 /// `HEARTBEAT_INTERVAL` (3 s); Python peers reconnect after ~15 s of silence.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
@@ -120,6 +128,16 @@ pub const LATENCY_MAX_US: u64 = 3_600_000_000;
 /// after KBYE before it closes. EventMQ waits up to 300 s
 /// (`KILL_GRACE_PERIOD`); 30 s fits an orchestrator's stop grace period.
 pub const WORKER_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// `emq-worker`'s time limit for a job without a `timeout:N` header:
+/// EventMQ's `GLOBAL_TIMEOUT`.
+pub const WORKER_JOB_TIMEOUT: Duration = Duration::from_secs(300);
+/// Jobs an `emq-worker` runs at once unless told: EventMQ's `CONCURRENT_JOBS`.
+pub const WORKER_CONCURRENCY: usize = 4;
+/// `emq-worker` reconnects under a new identity after this much router
+/// silence: EventMQ's jobmanager allows 3 × `HEARTBEAT_TIMEOUT`.
+pub const WORKER_SILENCE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Period of `emq-worker`'s `jobs ok=… failed=…` log line.
+pub const WORKER_STATS_INTERVAL: Duration = Duration::from_secs(60);
 /// Most bytes of a child's stdout `emq-worker` keeps as the job result.
 pub const WORKER_MAX_RESULT_BYTES: usize = 16 << 20;
 /// emq-scheduler's own admin socket (`SCHEDULES` query). The next free port
