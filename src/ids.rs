@@ -99,6 +99,13 @@ macro_rules! show_bytes {
 
 show_bytes!(QueueName, PeerId, MsgId);
 
+/// `<shard>-<seq>`, as logs show it (`job=0-17`).
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.0 & 0xffff, self.0 >> 16)
+    }
+}
+
 impl fmt::Display for ConnId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "text-{}", self.0)
@@ -121,5 +128,6 @@ mod tests {
     fn job_ids_of_two_shards_differ() {
         assert_ne!(JobId::new(0, 1), JobId::new(1, 1));
         assert_eq!(JobId::new(3, 5).0 & 0xffff, 3);
+        assert_eq!(JobId::new(3, 5).to_string(), "3-5");
     }
 }

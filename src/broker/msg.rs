@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
+use super::counts::QueueCounter;
 use super::snapshot::ShardSnapshot;
 use super::types::{Job, NewJob, WorkerShared};
 use crate::ids::{ConnId, MsgId, OfferId, PeerId, QueueName, WorkerKey};
@@ -48,6 +49,8 @@ pub enum ShardMsg {
         id: PeerId,
         /// The msgid of the REQUEST it answers (D5).
         request_msgid: MsgId,
+        /// Whether the worker said the job failed.
+        failed: bool,
     },
     /// HEARTBEAT from a worker (home shard).
     WorkerHeartbeat {
@@ -133,6 +136,14 @@ pub enum ShardMsg {
         queue: QueueName,
         /// The jobs, oldest dispatch first.
         jobs: Vec<Job>,
+    },
+    /// A job of `queue` ended on another shard (a worker's home): count it
+    /// (→ the queue's shard).
+    Count {
+        /// The queue.
+        queue: QueueName,
+        /// What to count.
+        counter: QueueCounter,
     },
     /// Sending a job to a worker failed (I/O thread → home shard).
     SendFailed {

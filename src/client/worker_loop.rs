@@ -325,7 +325,8 @@ impl Loop {
         counter.fetch_add(1, Ordering::Relaxed);
         let current = done.epoch == self.epoch && matches!(self.state, State::Ready);
         if done.reply_requested && current {
-            if self.send(Command::JobReply { result: value, request_msgid: done.msgid }) {
+            let failed = done.result.is_err();
+            if self.send(Command::JobReply { result: value, request_msgid: done.msgid, failed }) {
                 self.p.counters.replies_sent.fetch_add(1, Ordering::Relaxed);
             }
         } else if done.reply_requested {

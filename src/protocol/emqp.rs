@@ -19,6 +19,10 @@ use std::fmt;
 /// senders always write it.
 pub const VERSION: &[u8] = b"eMQP/1.0";
 
+/// The last frame of a job-result REPLY whose job failed (emq extension;
+/// docs/emqp.md "Job results").
+pub const FAILED: &[u8] = b"failed";
+
 /// A frame: opaque bytes.
 pub type Frame = Vec<u8>;
 
@@ -170,6 +174,9 @@ pub enum Command {
         result: Frame,
         /// D5: the msgid (D3) of the REQUEST this answers.
         request_msgid: Frame,
+        /// D6 is [`FAILED`] (emq extension): the job failed. EventMQ's
+        /// router reads only D5, and a Python jobmanager never sends it.
+        failed: bool,
     },
     /// HEARTBEAT (spec §3.5).
     Heartbeat {
@@ -323,9 +330,11 @@ pub fn decode<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Message, D
             body: body.get(6, "the job body")?,
             extra: body.rest(7),
         },
-        "REPLY" if socket == Socket::Backend => {
-            Command::JobReply { result: body.get(4, "the result")?, request_msgid: body.get(5, "the REQUEST msgid")? }
-        }
+        "REPLY" if socket == Socket::Backend => Command::JobReply {
+            result: body.get(4, "the result")?,
+            request_msgid: body.get(5, "the REQUEST msgid")?,
+            failed: body.opt(6).is_some_and(|f| f == FAILED),
+        },
         "REPLY" => Command::Reply { body: body.get(4, "the reply body")? },
         "HEARTBEAT" => Command::Heartbeat { timestamp: body.opt(4).unwrap_or_default() },
         "KBYE" => Command::Kbye,
@@ -438,7 +447,12 @@ impl Message {
                 out.extend(extra.iter().cloned());
             }
             Command::Reply { body } => out.push(body.clone()),
-            Command::JobReply { result, request_msgid } => out.extend([result.clone(), request_msgid.clone()]),
+            Command::JobReply { result, request_msgid, failed } => {
+                out.extend([result.clone(), request_msgid.clone()]);
+                if *failed {
+                    out.push(FAILED.to_vec());
+                }
+            }
             Command::Heartbeat { timestamp } => out.push(timestamp.clone()),
             Command::Schedule(s) | Command::Unschedule(s) => {
                 out.extend([s.queue.clone(), s.headers.clone(), s.interval.clone(), s.body.clone()]);
@@ -507,6 +521,23 @@ mod tests {
         assert_eq!(e, DecodeError::MissingFrame { command: "INFORM", index: 5, what: "the peer type", frames: 5 });
         assert!(e.to_string().starts_with("frame 5:"));
         assert_eq!(decode(&frames(&[b"", VERSION]), Socket::Backend), Err(DecodeError::TooShort { frames: 2 }));
+    }
+
+    #[test]
+    fn job_reply_may_say_the_job_failed() {
+        let base = frames(&[b"", VERSION, b"REPLY", b"m", br#"{"value": "x"}"#, b"job-1"]);
+        let failed_of = |last: Option<&[u8]>| {
+            let mut f = base.clone();
+            f.extend(last.map(<[u8]>::to_vec));
+            match decode(&f, Socket::Backend).unwrap().command {
+                Command::JobReply { failed, .. } => failed,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!([failed_of(None), failed_of(Some(FAILED)), failed_of(Some(b"other"))], [false, true, false]);
+        let mut f = base.clone();
+        f.push(FAILED.to_vec());
+        assert_eq!(decode(&f, Socket::Backend).unwrap().encode(), f);
     }
 
     #[test]

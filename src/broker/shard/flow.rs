@@ -4,10 +4,12 @@
 
 use std::sync::Arc;
 
+use super::workers::InFlight;
 use super::{Cx, Shard};
+use crate::broker::counts::QueueCounter;
 use crate::broker::msg::{Dest, OnFail, Outgoing, ShardMsg};
 use crate::broker::types::{Job, NewJob, Origin, WorkerShared};
-use crate::ids::{JobId, QueueName};
+use crate::ids::{JobId, PeerId, QueueName};
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
@@ -18,6 +20,7 @@ use crate::protocol::text::ErrorCode;
 impl Shard {
     pub(super) fn handle_request(&mut self, queue: QueueName, job: NewJob, fallback_done: bool, cx: &mut Cx) {
         if !fallback_done && !self.queues.is_known(&queue) {
+            tracing::debug!(%queue, msgid = %job.msgid, "no worker serves the queue: the job goes to default");
             let default = QueueName::named(limits::DEFAULT_QUEUE);
             let index = self.shard_of(&default);
             return self.send_to_shard(index, ShardMsg::Request { queue: default, job, fallback_done: true }, cx);
@@ -66,7 +69,11 @@ impl Shard {
         Counters::bump(&self.ctx.counters.accepted_jobs);
         self.accepted += 1;
         let id = JobId::new(self.index, self.accepted);
+        let (msgid, text) = (job.msgid.clone(), job.origin == Origin::Text);
         self.queues.push_back(&queue, job.accept(id, cx.now));
+        let waiting = self.queues.waiting(&queue);
+        let from = if text { "text" } else { "emqp" };
+        tracing::debug!(%queue, job = %id, %msgid, %from, waiting, "job accepted and queued");
         self.pump(&queue, cx);
         id
     }
@@ -75,6 +82,8 @@ impl Shard {
     /// front of `queue`, then dispatches. Never refused: a job coming back is
     /// always taken back, above the queue limit too.
     pub(super) fn enqueue_again(&mut self, queue: QueueName, job: Job, front: bool, cx: &mut Cx) {
+        let to = if front { "front" } else { "back" };
+        tracing::debug!(%queue, job = %job.id, msgid = %job.msgid, %to, "job requeued");
         if front {
             self.queues.push_front(&queue, std::iter::once(job));
         } else {
@@ -90,6 +99,9 @@ impl Shard {
 
     /// Puts jobs back at the front of their queue, on whichever shard owns it.
     pub(super) fn requeue(&mut self, queue: QueueName, jobs: Vec<Job>, cx: &mut Cx) {
+        for job in &jobs {
+            tracing::debug!(%queue, job = %job.id, msgid = %job.msgid, to = %"front", "job requeued");
+        }
         self.ctx.counters.requeued_jobs.fetch_add(jobs.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let index = self.shard_of(&queue);
         self.send_to_shard(index, ShardMsg::Requeue { queue, jobs }, cx);
@@ -115,9 +127,19 @@ impl Shard {
         };
         let frames = Message { msgid: job.msgid.0.clone(), command }.encode();
         Counters::bump(&self.ctx.counters.dispatched_jobs);
+        tracing::debug!(%queue, job = %job.id, msgid = %job.msgid, worker = %worker.id, "job dispatched");
         self.send_to_shard(worker.home, ShardMsg::Dispatched { key: worker.key, queue, job }, cx);
         let on_fail = OnFail::Job { home: worker.home, key: worker.key };
         cx.out.emqp(Outgoing { dest: Dest::Backend, peer: worker.id.clone(), frames, on_fail });
+    }
+
+    /// Worker `worker` answered in-flight job `f`: counted as completed or
+    /// failed on the queue's shard.
+    pub(super) fn job_ended(&mut self, worker: &PeerId, f: InFlight, failed: bool, cx: &mut Cx) {
+        let (counter, what) =
+            if failed { (QueueCounter::Failed, "failed") } else { (QueueCounter::Completed, "completed") };
+        tracing::debug!(queue = %f.queue, job = %f.job.id, msgid = %f.job.msgid, %worker, "job {what}");
+        self.count(f.queue, counter, cx);
     }
 
     pub(super) fn handle_add_candidate(

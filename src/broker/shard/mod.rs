@@ -39,6 +39,7 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
+use super::counts::QueueCounter;
 use super::msg::{Dest, OnFail, Outbox, Outgoing, ShardMsg};
 use super::snapshot::ShardSnapshot;
 use super::timers::Timers;
@@ -224,7 +225,7 @@ impl Shard {
             ShardMsg::Request { queue, job, fallback_done } => self.handle_request(queue, job, fallback_done, cx),
             ShardMsg::WorkerInform { id, msgid, queues } => self.handle_inform(id, msgid, queues, cx),
             ShardMsg::WorkerReady { id } => self.handle_ready(id, cx),
-            ShardMsg::WorkerReply { id, request_msgid } => self.handle_job_reply(id, request_msgid, cx),
+            ShardMsg::WorkerReply { id, request_msgid, failed } => self.handle_job_reply(id, request_msgid, failed, cx),
             ShardMsg::WorkerHeartbeat { id } => self.handle_worker_heartbeat(id, cx),
             ShardMsg::WorkerKbye { id } => self.handle_worker_kbye(id, cx),
             ShardMsg::SchedulerInform { id, msgid } => self.handle_scheduler_inform(id, msgid, cx),
@@ -239,6 +240,7 @@ impl Shard {
             ShardMsg::Wake { worker } => self.handle_wake(&worker, cx),
             ShardMsg::Dispatched { key, queue, job } => self.handle_dispatched(key, queue, job, cx),
             ShardMsg::Requeue { queue, jobs } => self.handle_requeue(queue, jobs, cx),
+            ShardMsg::Count { queue, counter } => self.queues.count(&queue, counter),
             ShardMsg::SendFailed { key, msgid, unreachable } => self.handle_send_failed(key, msgid, unreachable, cx),
             ShardMsg::Text { port, cmds } => self.handle_text(&port, cmds, cx),
             ShardMsg::LatencyTake { reply } => {
@@ -269,6 +271,14 @@ impl Shard {
 
     fn shard_of(&self, queue: &QueueName) -> usize {
         super::types::shard_of(&queue.0, self.ctx.shards)
+    }
+
+    /// Adds one to `queue`'s `counter`, on the shard that owns the queue.
+    fn count(&mut self, queue: QueueName, counter: QueueCounter, cx: &mut Cx) {
+        match self.shard_of(&queue) {
+            index if index == self.index => self.queues.count(&queue, counter),
+            index => cx.out.shard(index, ShardMsg::Count { queue, counter }),
+        }
     }
 
     /// Sends `command` with a fresh msgid to `peer` on `dest`.

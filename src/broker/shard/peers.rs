@@ -78,7 +78,7 @@ impl Shard {
         }
     }
 
-    pub(super) fn handle_job_reply(&mut self, id: PeerId, request_msgid: MsgId, cx: &mut Cx) {
+    pub(super) fn handle_job_reply(&mut self, id: PeerId, request_msgid: MsgId, failed: bool, cx: &mut Cx) {
         if self.touch_worker(&id, cx).is_none() {
             return;
         }
@@ -86,6 +86,7 @@ impl Shard {
             Counters::bump(&self.ctx.counters.completed_jobs);
             self.latency.record(&f.queue, Kind::Service, cx.now.saturating_duration_since(f.since));
             self.latency.record(&f.queue, Kind::EndToEnd, cx.now.saturating_duration_since(f.job.accepted_at));
+            self.job_ended(&id, f, failed, cx);
         }
     }
 

@@ -5,6 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use crate::broker::counts::{QueueCounter, QueueCounts};
 use crate::broker::selection::Candidates;
 use crate::broker::snapshot::QueueSnap;
 use crate::broker::types::{Job, WorkerShared};
@@ -22,6 +23,8 @@ struct QueueState {
     declared: bool,
     /// Jobs dispatched to eMQP workers since start.
     dispatched: u64,
+    /// Both protocols' job counts since start.
+    counts: QueueCounts,
 }
 
 /// The queues of one shard, by name.
@@ -78,7 +81,13 @@ impl QueueTable {
         let worker = q.candidates.select()?;
         let job = q.waiting.pop_front()?;
         q.dispatched += 1;
+        q.counts.bump(QueueCounter::Dispatched);
         Some((worker, job))
+    }
+
+    /// Adds one to `queue`'s `counter`.
+    pub fn count(&mut self, queue: &QueueName, counter: QueueCounter) {
+        self.entry(queue).counts.bump(counter);
     }
 
     /// Adds (or re-weights) a candidate of `queue` and marks the queue
@@ -107,6 +116,8 @@ impl QueueTable {
                 waiting: q.waiting.len(),
                 offered: offered(name),
                 processed: q.dispatched,
+                counts: q.counts,
+                served: q.declared,
                 candidates: q.candidates.iter().map(|(w, x)| (*w, x.id.to_string())).collect(),
             })
             .collect();

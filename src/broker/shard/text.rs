@@ -7,6 +7,7 @@
 
 use super::offers::OfferCheck;
 use super::{Cx, Shard, Timer};
+use crate::broker::counts::QueueCounter;
 use crate::broker::msg::{TextAnswer, TextCmd, TextOutcome, TextPort, TextReply, TextRequest};
 use crate::broker::types::NewJob;
 use crate::ids::{ConnId, OfferId, QueueName};
@@ -41,6 +42,8 @@ impl Shard {
 
     fn text_ask(&mut self, conn: ConnId, queue: QueueName, cx: &mut Cx) -> TextOutcome {
         let Some(job) = self.queues.pop(&queue) else { return TextOutcome::Nope };
+        self.queues.count(&queue, QueueCounter::Dispatched);
+        tracing::debug!(%queue, job = %job.id, msgid = %job.msgid, %conn, "job offered");
         self.latency.record(&queue, Kind::QueueWait, cx.now.saturating_duration_since(job.accepted_at));
         let data = job.body.clone();
         let deadline = cx.now + self.ctx.config.text.offer_timeout;
@@ -61,11 +64,17 @@ impl Shard {
         match answer {
             TextAnswer::Ack => {
                 Counters::bump(&self.ctx.counters.text_acked);
+                self.queues.count(&offer.queue, QueueCounter::Completed);
+                tracing::debug!(queue = %offer.queue, job = %offer.job.id, %conn, "job completed (ACK)");
                 self.latency.record(&offer.queue, Kind::Service, cx.now.saturating_duration_since(offer.since));
                 let end_to_end = cx.now.saturating_duration_since(offer.job.accepted_at);
                 self.latency.record(&offer.queue, Kind::EndToEnd, end_to_end);
             }
-            TextAnswer::Del => Counters::bump(&self.ctx.counters.text_deleted),
+            TextAnswer::Del => {
+                Counters::bump(&self.ctx.counters.text_deleted);
+                self.queues.count(&offer.queue, QueueCounter::Failed);
+                tracing::debug!(queue = %offer.queue, job = %offer.job.id, %conn, "job failed (DEL)");
+            }
             TextAnswer::Dcl => {
                 Counters::bump(&self.ctx.counters.text_declined);
                 self.enqueue_again(offer.queue, offer.job, false, cx);

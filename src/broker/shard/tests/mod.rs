@@ -3,7 +3,9 @@
 //! send each other like the router does, and collects their frames and text
 //! answers for exact checks.
 
+mod counts;
 mod harness;
+mod lifecycle;
 
 use std::time::Duration;
 
