@@ -179,6 +179,10 @@ pub const SCHEDULER_COMPACT_MIN_LINES: usize = 1_000;
 /// waits for a connection and an answer unless told otherwise: long enough
 /// for a loaded broker nearby, short enough for an interactive command.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long `emq-cli request` and `sched` wait for the STATUS that tells
+/// them whether the job's queue is served (their note about a misspelled
+/// queue): short, so an admin socket out of reach delays nothing much.
+pub const CLIENT_NOTE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Most early answers an eMQP `Client` keeps for later `wait` calls before it
 /// drops them all: bounds memory when a caller never waits.
 pub const CLIENT_MAX_STASHED_ANSWERS: usize = 65_536;

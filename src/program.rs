@@ -36,3 +36,11 @@ pub fn exit_on_error<E: AsRef<dyn Error + Send + Sync + 'static>>(program: &str,
         std::process::exit(1);
     }
 }
+
+/// Lets SIGPIPE end the process, as it does other Unix tools: output piped
+/// into `head` then stops quietly instead of failing with "Broken pipe"
+/// (Rust ignores SIGPIPE by default).
+pub fn exit_on_broken_pipe() {
+    // SAFETY: signal(2) with SIG_DFL only resets the disposition; no handler runs our code.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}

@@ -1,4 +1,5 @@
 mod bench;
+mod cli;
 mod client;
 mod common;
 mod emqp_router;
@@ -9,4 +10,5 @@ mod scheduler;
 mod scheduler_e2e;
 mod text;
 mod text_broker;
+mod walkthrough;
 mod worker_e2e;

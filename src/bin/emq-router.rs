@@ -25,7 +25,7 @@ fn main() {
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     let Some(config) = config::start(&args.config, args.raw)? else { return Ok(()) };
-    let handle = emq::router::start(config).context("emq-router could not start")?;
+    let handle = emq::router::start(config).context("cannot start")?;
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).context("installing signal handlers")?;
     let signal_handle = signals.handle();
     let stopper = handle.stop_handle();

@@ -81,6 +81,16 @@ impl PythonCall {
         PyJson::Array(vec![PyJson::Str(py_str("run")), params]).dumps(false).into_bytes()
     }
 
+    /// The call as people write it: `mymod.report`, `pkg.mod:Class.method`.
+    ///
+    /// ```
+    /// use emq::client::body::PythonCall;
+    /// assert_eq!(PythonCall::new("pkg.mod:Report", "daily").name(), "pkg.mod:Report.daily");
+    /// ```
+    pub fn name(&self) -> String {
+        format!("{}.{}", self.path, self.callable)
+    }
+
     /// Reads the params object (element 1) of a body; missing optional keys
     /// default to empty like the Python worker. `None` when the body is not
     /// a JSON array of at least 2 elements or lacks `path`/`callable`.

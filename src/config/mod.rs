@@ -136,6 +136,12 @@ pub fn start<P: Program>(args: &ConfigArgs, flags: P) -> Result<Option<P::Checke
     Ok(Some(checked))
 }
 
+/// The variable read when `name` is not set: `RUST_LOG` for `EMQ_LOG`, the
+/// usual variable of Rust programs' log filters.
+fn fallback(name: &str) -> Option<std::ffi::OsString> {
+    (name == "EMQ_LOG").then(|| std::env::var_os("RUST_LOG")).flatten()
+}
+
 /// Stacks a program's sources: `flags` over the process's environment
 /// variables over the file at `file` (if any). Defaults come later, in
 /// [`Settings::build`].
@@ -144,7 +150,7 @@ pub fn start<P: Program>(args: &ConfigArgs, flags: P) -> Result<Option<P::Checke
 /// [`ConfigError`] from the variables or the file, naming the setting or
 /// the file.
 pub fn layered<S: Settings>(flags: S, file: Option<&Path>) -> Result<S, ConfigError> {
-    let env = S::from_env(&|name| std::env::var_os(name))?;
+    let env = S::from_env(&|name| std::env::var_os(name).or_else(|| fallback(name)))?;
     let file = match file {
         Some(path) => from_file(path)?,
         None => S::default(),

@@ -13,6 +13,7 @@ use super::key::{key_body, KeyError, ScheduleKey};
 use super::schedule::{Definition, ScheduleError};
 use super::store::{Store, StoreError, Stored};
 use super::timetable::{Change, Fire, Outcome, Timetable};
+use crate::client::body::PythonCall;
 use crate::protocol::emqp::ScheduleBody;
 
 /// Timetable + store. See the module docs.
@@ -117,8 +118,8 @@ impl Service {
 
     /// The `SCHEDULES` admin reply: a JSON array of
     /// `{"key", "queue", "kind": "interval"|"cron", "interval_secs"|"cron",
-    /// "next_fire" (RFC 3339 UTC), "runs_left" (null = unlimited)}`, earliest
-    /// next fire first.
+    /// "next_fire" (RFC 3339 UTC), "runs_left" (null = unlimited),
+    /// "callable" (`module.function`)}`, earliest next fire first.
     pub fn schedules_json(&self) -> String {
         let rows: Vec<serde_json::Value> = self
             .timetable
@@ -140,6 +141,7 @@ impl Service {
                 }
                 row.insert("next_fire".into(), j.next_fire.to_rfc3339_opts(SecondsFormat::Secs, true).into());
                 row.insert("runs_left".into(), j.runs_left.into());
+                row.insert("callable".into(), PythonCall::parse(j.body.as_bytes()).map(|c| c.name()).into());
                 serde_json::Value::Object(row)
             })
             .collect();

@@ -73,6 +73,8 @@ pub struct JobInfo {
     pub next_fire: DateTime<Utc>,
     /// Runs left (`None`: unlimited).
     pub runs_left: Option<u64>,
+    /// The REQUEST body each run sends.
+    pub body: String,
 }
 
 #[derive(Debug)]
@@ -252,6 +254,7 @@ impl Timetable {
                 },
                 next_fire: j.next,
                 runs_left: j.runs_left,
+                body: j.def.request_body.clone(),
             })
             .collect();
         rows.sort_by(|a, b| (a.next_fire, &a.key).cmp(&(b.next_fire, &b.key)));
