@@ -87,8 +87,8 @@ try_router() {
   local listen=$p1
   case $1 in
     emq)
-      "$ROUTER" --log warn --frontend-addr "$FE" --backend-addr "$BE" --admin-addr "tcp://127.0.0.1:$p3" \
-        --text-addr "$TEXT" >>"$OUT/router-emq.log" 2>&1 &
+      "$ROUTER" --log warn --frontend "$FE" --backend "$BE" --admin "tcp://127.0.0.1:$p3" \
+        --text "$TEXT" >>"$OUT/router-emq.log" 2>&1 &
       ;;
     python)
       ensure_venv

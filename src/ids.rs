@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-/// A queue name: bytes as they arrive in REQUEST D4 or a text `@queue`.
+/// A queue name: bytes as they arrive in REQUEST frame 4 or a text `@queue`.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct QueueName(pub Vec<u8>);
 
@@ -21,7 +21,7 @@ impl QueueName {
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct PeerId(pub Vec<u8>);
 
-/// An eMQP message id (frame D3): opaque bytes chosen by the sender (a uuid4
+/// An eMQP message id (frame 3): opaque bytes chosen by the sender (a uuid4
 /// text for Python peers). Not unique: clients may repeat them, so the
 /// broker tracks jobs by [`JobId`].
 #[derive(Clone, Default, PartialEq, Eq, Hash)]

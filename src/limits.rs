@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-/// eMQP frontend (clients, schedulers): EventMQ's `FRONTEND_ADDR` (spec §1).
+/// eMQP frontend (clients, schedulers): EventMQ's `FRONTEND_ADDR` (docs/emqp.md "Sockets").
 pub const FRONTEND_ADDR: &str = "tcp://127.0.0.1:47291";
-/// eMQP backend (workers): EventMQ's `BACKEND_ADDR` (spec §1).
+/// eMQP backend (workers): EventMQ's `BACKEND_ADDR` (docs/emqp.md "Sockets").
 pub const BACKEND_ADDR: &str = "tcp://127.0.0.1:47290";
-/// Admin socket (emq-cli): EventMQ's `ADMINISTRATIVE_ADDR` (spec §1).
+/// Admin socket (emq-cli): EventMQ's `ADMINISTRATIVE_ADDR` (docs/emqp.md "Sockets").
 pub const ADMIN_ADDR: &str = "tcp://127.0.0.1:47293";
-/// Text protocol listener (spec text-protocol.md).
+/// Text protocol listener (docs/text-protocol.md).
 pub const TEXT_ADDR: &str = "127.0.0.1:47294";
 /// Pub/sub device, incoming ROUTER: EventMQ's `PUBLISHER_INCOMING_ADDR`.
 pub const PUBSUB_IN_ADDR: &str = "tcp://127.0.0.1:47298";
@@ -31,13 +31,13 @@ pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
 /// A worker or scheduler silent this long is dead. EventMQ's
 /// `HEARTBEAT_TIMEOUT` (5 s); Python peers heartbeat every 3 s.
 pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Python EventMQ peers send a HEARTBEAT this often (spec §3.5), whatever
+/// Python EventMQ peers send a HEARTBEAT this often (docs/emqp.md "HEARTBEAT"), whatever
 /// the router's settings: a shorter `heartbeat_timeout` expires them.
 pub const PYTHON_PEER_HEARTBEAT: Duration = Duration::from_secs(3);
 /// How late a Python peer's heartbeat may arrive (its loop and the network):
 /// `heartbeat_timeout` should be at least [`PYTHON_PEER_HEARTBEAT`] plus this.
 pub const PYTHON_PEER_HEARTBEAT_SLACK: Duration = Duration::from_millis(500);
-/// Python EventMQ peers reconnect after this much router silence (spec §6.6),
+/// Python EventMQ peers reconnect after this much router silence (docs/emqp.md "Liveness"),
 /// so the router must heartbeat them at least three times as often.
 pub const PYTHON_PEER_SILENCE: Duration = Duration::from_secs(15);
 /// How long a worker that said KBYE keeps its in-flight jobs before they
@@ -55,7 +55,7 @@ pub const DEFAULT_QUEUE: &str = "default";
 /// EventMQ's `QUEUES = [(10, "default")]`.
 pub const DEFAULT_QUEUE_WEIGHT: i64 = 10;
 /// Waiting jobs per queue before REQUEST/SCHED is rejected. EventMQ uses
-/// 10,000 (`HWM`) and a RAM-sized limit for `default` (D9); we use one
+/// 10,000 (`HWM`) and a RAM-sized limit for `default`; we use one
 /// explicit bound large enough for bursts (100,000-line pipelines).
 pub const MAX_QUEUE_LEN: usize = 1_000_000;
 /// How long shutdown waits for queued and in-flight jobs to finish before it
@@ -79,15 +79,15 @@ pub const BATCH: usize = 512;
 pub const SHARD_ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Longest text-protocol line, not counting LF or a CR before it
-/// (text-protocol.md: 1 MiB).
+/// (docs/text-protocol.md: 1 MiB).
 pub const TEXT_MAX_LINE_BYTES: usize = 1 << 20;
 /// An offer not answered within this time goes back to the front of its
-/// queue (text-protocol.md: 300 s).
+/// queue (docs/text-protocol.md: 300 s).
 pub const TEXT_OFFER_TIMEOUT: Duration = Duration::from_secs(300);
 /// A connection holding a partial line this long is closed
-/// (text-protocol.md: 60 s).
+/// (docs/text-protocol.md: 60 s).
 pub const TEXT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Most open text connections; past it `ERR BUSY` (text-protocol.md: 10,000).
+/// Most open text connections; past it `ERR BUSY` (docs/text-protocol.md: 10,000).
 pub const TEXT_MAX_CONNECTIONS: usize = 10_000;
 /// How long a text connection waits for its shard's answer before it
 /// reports the broker as shutting down (shards answer in microseconds
@@ -151,10 +151,10 @@ pub const SCHEDULER_TIMEZONE: &str = "UTC";
 /// longer periods are better written as cron expressions.
 pub const SCHEDULER_MAX_INTERVAL_SECS: u64 = 10 * 366 * 24 * 3600;
 /// The scheduler re-registers under a new identity after this much router
-/// silence: EventMQ's peers use 3 × `HEARTBEAT_TIMEOUT` (~15 s, spec §6.6).
+/// silence: EventMQ's peers use 3 × `HEARTBEAT_TIMEOUT` (~15 s, docs/emqp.md "Liveness").
 pub const SCHEDULER_ROUTER_TIMEOUT: Duration = Duration::from_secs(15);
 /// While waiting for the ACK of its INFORM, the scheduler re-sends INFORM
-/// this often (EventMQ never re-sent it and hung: J18).
+/// this often (EventMQ never re-sent it and hung).
 pub const SCHEDULER_INFORM_RETRY: Duration = Duration::from_secs(5);
 /// Attempts to take the scheduler data directory's lock before giving up: a
 /// copy of a just-closed lock descriptor can live on in a child between its

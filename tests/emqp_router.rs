@@ -457,10 +457,10 @@ fn sigterm_drains_and_logs_what_remains() {
     let port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let (fe, be, ad) = (port(), port(), port());
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_emq-router"))
-        .args(["--frontend-addr", &format!("tcp://127.0.0.1:{fe}")])
-        .args(["--backend-addr", &format!("tcp://127.0.0.1:{be}")])
-        .args(["--admin-addr", &format!("tcp://127.0.0.1:{ad}")])
-        .args(["--text-addr", "off", "--drain-timeout", "300ms"])
+        .args(["--frontend", &format!("tcp://127.0.0.1:{fe}")])
+        .args(["--backend", &format!("tcp://127.0.0.1:{be}")])
+        .args(["--admin", &format!("tcp://127.0.0.1:{ad}")])
+        .args(["--text", "off", "--drain-timeout", "300ms"])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();

@@ -22,7 +22,7 @@ use crate::protocol::text::ErrorCode;
 pub enum ShardMsg {
     /// A client REQUEST (I/O thread → the queue's shard).
     Request {
-        /// The queue named in D4, or `default` after the fallback.
+        /// The queue named in frame 4, or `default` after the fallback.
         queue: QueueName,
         /// The job as received.
         job: NewJob,
@@ -47,7 +47,7 @@ pub enum ShardMsg {
     WorkerReply {
         /// The worker's identity.
         id: PeerId,
-        /// The msgid of the REQUEST it answers (D5).
+        /// The msgid of the REQUEST it answers (frame 5).
         request_msgid: MsgId,
         /// Whether the worker said the job failed.
         failed: bool,
@@ -85,7 +85,7 @@ pub enum ShardMsg {
         client: PeerId,
         /// Its msgid (the ERROR reply refers to it).
         msgid: MsgId,
-        /// The D-frames as received.
+        /// The frames as received.
         frames: Vec<Frame>,
         /// UNSCHEDULE (to every scheduler) rather than SCHEDULE (to one).
         unschedule: bool,
@@ -94,7 +94,7 @@ pub enum ShardMsg {
     SchedulerSendFailed {
         /// The scheduler that could not be reached.
         id: PeerId,
-        /// A SCHEDULE to route to another scheduler: `(client, D-frames)`.
+        /// A SCHEDULE to route to another scheduler: `(client, frames)`.
         retry: Option<(PeerId, Vec<Frame>)>,
     },
     /// A worker serving `queue` (home shard → the queue's shard).
@@ -176,7 +176,7 @@ pub enum ShardMsg {
     Shutdown,
 }
 
-/// A text client's answer to an offer (text-protocol.md "The offer").
+/// A text client's answer to an offer (docs/text-protocol.md "The offer").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TextAnswer {
     /// `ACK`: the task is done as far as the broker is concerned.
@@ -307,7 +307,7 @@ pub struct Outgoing {
     pub dest: Dest,
     /// The peer's identity.
     pub peer: PeerId,
-    /// D-frames.
+    /// The frames.
     pub frames: Vec<Frame>,
     /// What to do if the send fails.
     pub on_fail: OnFail,

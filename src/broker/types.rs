@@ -7,8 +7,8 @@ use std::time::Instant;
 use crate::ids::{JobId, MsgId, PeerId, QueueName, WorkerKey};
 use crate::protocol::emqp::Frame;
 
-/// The shard that owns `queue`: `hash(queue) % shards` (DESIGN "Queue state
-/// lives on one shard"). Deterministic across runs.
+/// The shard that owns `queue`: `hash(queue) % shards` (README, "How it works":
+/// a queue lives on one shard). Deterministic across runs.
 pub fn shard_of(bytes: &[u8], shards: usize) -> usize {
     let mut h = std::hash::DefaultHasher::new();
     bytes.hash(&mut h);
@@ -29,14 +29,14 @@ pub enum Origin {
 pub struct NewJob {
     /// The REQUEST msgid (a fresh uuid4 for text SCHEDs).
     pub msgid: MsgId,
-    /// REQUEST D4 as the client sent it (kept even after the `default`
+    /// REQUEST frame 4 as the client sent it (kept even after the `default`
     /// fallback: EventMQ 0.3.13; docs/emqp.md, REQUEST).
     pub queue_frame: Frame,
-    /// REQUEST D5, the headers CSV as the client sent it.
+    /// REQUEST frame 5, the headers CSV as the client sent it.
     pub headers: Frame,
-    /// REQUEST D6 (the text protocol's data).
+    /// REQUEST frame 6 (the text protocol's data).
     pub body: Frame,
-    /// Frames after D6, forwarded unchanged.
+    /// Frames after frame 6, forwarded unchanged.
     pub extra: Vec<Frame>,
     /// Who sent it.
     pub origin: Origin,
@@ -79,13 +79,13 @@ pub struct Job {
     pub id: JobId,
     /// The REQUEST msgid (a fresh uuid4 for text SCHEDs).
     pub msgid: MsgId,
-    /// REQUEST D4 as the client sent it.
+    /// REQUEST frame 4 as the client sent it.
     pub queue_frame: Frame,
-    /// REQUEST D5, the headers CSV as the client sent it.
+    /// REQUEST frame 5, the headers CSV as the client sent it.
     pub headers: Frame,
-    /// REQUEST D6 (the text protocol's data).
+    /// REQUEST frame 6 (the text protocol's data).
     pub body: Frame,
-    /// Frames after D6, forwarded unchanged.
+    /// Frames after frame 6, forwarded unchanged.
     pub extra: Vec<Frame>,
     /// When the broker took responsibility for the job.
     pub accepted_at: Instant,
@@ -111,8 +111,8 @@ pub enum WorkerState {
 
 /// The part of a worker that every shard of its queues can see: its free
 /// slots (READY credits) and state. One pool of slots per worker, claimed by
-/// compare-and-swap, so credit stays exact across shards (DESIGN "Worker
-/// credit crosses shards").
+/// compare-and-swap, so credit stays exact across shards (README,
+/// "How it works").
 #[derive(Debug)]
 pub struct WorkerShared {
     /// Registration key.

@@ -63,7 +63,7 @@ impl Dealer {
         Ok(Dealer { socket, addr: addr.to_string() })
     }
 
-    /// Sends D-frames, waiting up to `timeout` for a connection.
+    /// Sends frames, waiting up to `timeout` for a connection.
     ///
     /// # Errors
     /// [`ClientError::Unreachable`] when no connection came up in time.

@@ -157,3 +157,30 @@ pub fn layered<S: Settings>(flags: S, file: Option<&Path>) -> Result<S, ConfigEr
     };
     Ok(flags.or(env).or(file))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/configuration.md names every setting of every program, with its variable.
+    #[test]
+    fn the_configuration_page_names_every_setting() {
+        let page = include_str!("../../docs/configuration.md");
+        let mut missing = Vec::new();
+        let mut check = |names: &[table::Names]| {
+            for n in names {
+                for word in [format!("`{}`", n.key), format!("`{}`", n.env)] {
+                    if !page.contains(&word) {
+                        missing.push(word);
+                    }
+                }
+            }
+        };
+        check(RawRouterConfig::NAMES);
+        check(RawWorkerConfig::NAMES);
+        check(RawCliConfig::NAMES);
+        check(RawPubSubConfig::NAMES);
+        check(crate::scheduler::config::RawSchedulerConfig::NAMES);
+        assert_eq!(missing, Vec::<String>::new());
+    }
+}

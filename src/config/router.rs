@@ -108,7 +108,7 @@ pub struct RouterConfig {
     pub log: String,
 }
 
-/// Text protocol limits (text-protocol.md "Limits").
+/// Text protocol limits (docs/text-protocol.md "Limits").
 #[derive(Debug, Clone)]
 pub struct TextConfig {
     /// Longest line in bytes (not counting LF and a CR before it).
@@ -202,7 +202,7 @@ impl Kind for Shards {
     }
 }
 
-/// An eMQP queue list as JSON, `[[weight, "name"], …]` (spec §3.2 INFORM).
+/// An eMQP queue list as JSON, `[[weight, "name"], …]` (docs/emqp.md "INFORM").
 pub struct QueueList;
 
 impl Kind for QueueList {

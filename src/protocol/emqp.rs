@@ -1,21 +1,21 @@
-//! The eMQP codec: EventMQ 0.3.13 multipart messages as values (spec §2, §3).
+//! The eMQP codec: EventMQ 0.3.13 multipart messages as values (docs/emqp.md "Frames").
 //!
 //! Pure code: no sockets, no clocks. A message is a list of frames; each frame
 //! is an opaque byte string (never assumed to be UTF-8, identities included).
-//! Frames here are **D-frames** (spec §0): the DEALER's view, starting with the
+//! Frames are numbered as in docs/emqp.md "Frames": the DEALER's view, starting with the
 //! empty delimiter. A ROUTER peer strips the identity frame before decoding and
 //! prepends it after encoding.
 //!
-//! * [`decode`] turns D-frames into a [`Message`], checking the command against
+//! * [`decode`] turns frames into a [`Message`], checking the command against
 //!   a per-socket whitelist ([`Socket`]) and the frame count the command needs.
-//! * [`Message::encode`] turns a [`Message`] back into D-frames, byte-exact with
-//!   what the Python peers send (spec §13 test vectors).
+//! * [`Message::encode`] turns a [`Message`] back into frames, byte-exact with
+//!   what the Python peers send (docs/emqp.md "Messages").
 //!
 //! Errors ([`DecodeError`]) name the frame index that was wrong.
 
 use std::fmt;
 
-/// The protocol version frame (D1). Receivers never check it (spec §2.1);
+/// The protocol version frame (frame 1). Receivers never check it (docs/emqp.md "Frames");
 /// senders always write it.
 pub const VERSION: &[u8] = b"eMQP/1.0";
 
@@ -27,8 +27,8 @@ pub const FAILED: &[u8] = b"failed";
 pub type Frame = Vec<u8>;
 
 /// Which socket (and which side of it) a message was read from. Each socket
-/// accepts a fixed set of commands (spec §3.11); everything else is
-/// [`DecodeError::NotAllowed`] (fixes EventMQ defect D2).
+/// accepts a fixed set of commands (docs/emqp.md "Frames"); everything else is
+/// [`DecodeError::NotAllowed`] (EventMQ let a worker call any handler: docs/emqp.md "Differences from EventMQ").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Socket {
     /// Router frontend (clients, schedulers → router).
@@ -44,7 +44,7 @@ pub enum Socket {
     /// What a client DEALER receives from the router frontend (acceptance
     /// REPLY, ERROR) or admin socket (admin REPLY, ACK).
     ClientSide,
-    /// The pub/sub device's incoming ROUTER (spec §3.9).
+    /// The pub/sub device's incoming ROUTER (docs/emqp.md "PUBLISH").
     PubIn,
 }
 
@@ -80,7 +80,7 @@ impl Socket {
     }
 }
 
-/// The peer type named in INFORM's D5 (spec §3.1).
+/// The peer type named in INFORM's frame 5 (docs/emqp.md "INFORM").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PeerType {
     /// `worker`: a jobmanager; ACKed on the backend.
@@ -89,7 +89,7 @@ pub enum PeerType {
     Scheduler,
 }
 
-/// An admin query (spec §3.10), plus emq's `LATENCY` extension.
+/// An admin query (docs/emqp.md "Admin"), plus emq's `LATENCY` extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdminQuery {
     /// `STATUS`
@@ -114,73 +114,73 @@ impl AdminQuery {
     }
 }
 
-/// The body of a SCHEDULE or UNSCHEDULE (spec §3.8): D4..D8.
+/// The body of a SCHEDULE or UNSCHEDULE (docs/emqp.md "SCHEDULE and UNSCHEDULE"): frames 4..8.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScheduleBody {
-    /// D4: queue name the job runs on.
+    /// frame 4: queue name the job runs on.
     pub queue: Frame,
-    /// D5: headers CSV (`guarantee`, `nohaste`, `run_count:N`).
+    /// frame 5: headers CSV (`guarantee`, `nohaste`, `run_count:N`).
     pub headers: Frame,
-    /// D6: interval in seconds as decimal text; `-1` for cron jobs.
+    /// frame 6: interval in seconds as decimal text; `-1` for cron jobs.
     pub interval: Frame,
-    /// D7: job body JSON.
+    /// frame 7: job body JSON.
     pub body: Frame,
-    /// D8: cron expression, empty for interval jobs. `None` when the frame is
-    /// missing (tolerated for UNSCHEDULE, which needs only D4-D7).
+    /// frame 8: cron expression, empty for interval jobs. `None` when the frame is
+    /// missing (tolerated for UNSCHEDULE, which needs only frames 4-7).
     pub cron: Option<Frame>,
 }
 
-/// One eMQP command with its body frames (spec §3). Field names follow the
-/// frame tables of the spec; each field says which D-frame it is.
+/// One eMQP command with its body frames (docs/emqp.md "Messages"). Field names follow the
+/// frame tables of docs/emqp.md "Messages"; each field says which frame it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    /// INFORM: a worker or scheduler registers (spec §3.1).
+    /// INFORM: a worker or scheduler registers (docs/emqp.md "INFORM").
     Inform {
-        /// D4: the queue list as JSON, `[[weight, "name"], ...]`
+        /// frame 4: the queue list as JSON, `[[weight, "name"], ...]`
         /// ([`crate::protocol::queues`]); empty means the router's defaults.
         queues: Frame,
-        /// D5: who is registering.
+        /// frame 5: who is registering.
         peer: PeerType,
     },
     /// ACK: the router accepted an INFORM (or an admin DISCONNECT).
     Ack {
-        /// D4: the msgid (D3) of the message being acknowledged.
+        /// frame 4: the msgid (frame 3) of the message being acknowledged.
         acked: Frame,
     },
     /// READY: no body; one more free slot.
     Ready,
     /// REQUEST: a job, from a client to the router and from the router to
-    /// a worker (spec §3.3).
+    /// a worker (docs/emqp.md "REQUEST").
     Request {
-        /// D4: the queue name.
+        /// frame 4: the queue name.
         queue: Frame,
-        /// D5: headers CSV (`reply-requested`, `guarantee`, `timeout:N`, ...;
+        /// frame 5: headers CSV (`reply-requested`, `guarantee`, `timeout:N`, ...;
         /// see [`crate::protocol::headers`]).
         headers: Frame,
-        /// D6: the job body (a Python body `["run", {...}]` or any bytes).
+        /// frame 6: the job body (a Python body `["run", {...}]` or any bytes).
         body: Frame,
-        /// D7 and later: any extra frames, kept and forwarded unchanged.
+        /// frame 7 and later: any extra frames, kept and forwarded unchanged.
         extra: Vec<Frame>,
     },
     /// REPLY with one body frame: the acceptance REPLY or the admin REPLY.
     Reply {
-        /// D4: the accepted message's msgid (acceptance REPLY) or the
+        /// frame 4: the accepted message's msgid (acceptance REPLY) or the
         /// answer's JSON (admin REPLY).
         body: Frame,
     },
-    /// Job-result REPLY from a worker (spec §4.4).
+    /// Job-result REPLY from a worker (docs/emqp.md "Job results").
     JobReply {
-        /// D4: the result JSON, `{"value": ...}`.
+        /// frame 4: the result JSON, `{"value": ...}`.
         result: Frame,
-        /// D5: the msgid (D3) of the REQUEST this answers.
+        /// frame 5: the msgid (frame 3) of the REQUEST this answers.
         request_msgid: Frame,
-        /// D6 is [`FAILED`] (emq extension): the job failed. EventMQ's
-        /// router reads only D5, and a Python jobmanager never sends it.
+        /// frame 6 is [`FAILED`] (emq extension): the job failed. EventMQ's
+        /// router reads only frame 5, and a Python jobmanager never sends it.
         failed: bool,
     },
-    /// HEARTBEAT (spec §3.5).
+    /// HEARTBEAT (docs/emqp.md "HEARTBEAT").
     Heartbeat {
-        /// D4: the sender's wall clock in seconds as decimal text (never read).
+        /// frame 4: the sender's wall clock in seconds as decimal text (never read).
         timestamp: Frame,
     },
     /// KBYE: no body.
@@ -191,11 +191,11 @@ pub enum Command {
     Schedule(ScheduleBody),
     /// UNSCHEDULE: at least 8 frames.
     Unschedule(ScheduleBody),
-    /// PUBLISH to the pub/sub device (spec §3.9).
+    /// PUBLISH to the pub/sub device (docs/emqp.md "PUBLISH").
     Publish {
-        /// D4: the topic, sent as the first frame of the PUB message.
+        /// frame 4: the topic, sent as the first frame of the PUB message.
         topic: Frame,
-        /// D5: the message, sent as the second frame.
+        /// frame 5: the message, sent as the second frame.
         message: Frame,
     },
     /// An admin query (no body).
@@ -205,17 +205,17 @@ pub enum Command {
     /// ERROR (emq extension): a message was rejected. Old Python clients
     /// never read it; old schedulers log it as unhandled.
     Error {
-        /// D4: the msgid (D3) of the rejected message.
+        /// frame 4: the msgid (frame 3) of the rejected message.
         refers_to: Frame,
-        /// D5: an error code token, e.g. `QUEUE_FULL`.
+        /// frame 5: an error code token, e.g. `QUEUE_FULL`.
         code: Frame,
-        /// D6: human-readable text.
+        /// frame 6: human-readable text.
         text: Frame,
     },
 }
 
 impl Command {
-    /// The command word on the wire (D2).
+    /// The command word on the wire (frame 2).
     pub fn word(&self) -> &'static [u8] {
         match self {
             Command::Inform { .. } => b"INFORM",
@@ -236,12 +236,12 @@ impl Command {
     }
 }
 
-/// A decoded message: the msgid (D3) and the command.
+/// A decoded message: the msgid (frame 3) and the command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
-    /// D3: this message's id (a uuid4 text for Python peers; opaque here).
+    /// frame 3: this message's id (a uuid4 text for Python peers; opaque here).
     pub msgid: Frame,
-    /// D2 and the body frames.
+    /// frame 2 and the body frames.
     pub command: Command,
 }
 
@@ -249,13 +249,13 @@ pub struct Message {
 /// that was wrong, so logs point at the byte that broke it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
-    /// Fewer than 4 D-frames: no command or msgid.
+    /// Fewer than 4 frames: no command or msgid.
     #[error("message has {frames} frame(s); eMQP needs at least 4 (empty, version, command, msgid)")]
     TooShort {
-        /// Number of D-frames received.
+        /// Number of frames received.
         frames: usize,
     },
-    /// The command word (D2) is not an eMQP command at all.
+    /// The command word (frame 2) is not an eMQP command at all.
     #[error("frame 2: unknown command {word:?}")]
     UnknownCommand {
         /// The command frame, lossily shown as text.
@@ -278,10 +278,10 @@ pub enum DecodeError {
         index: usize,
         /// What that frame should hold.
         what: &'static str,
-        /// Number of D-frames received.
+        /// Number of frames received.
         frames: usize,
     },
-    /// INFORM's peer type (D5) is neither `worker` nor `scheduler`.
+    /// INFORM's peer type (frame 5) is neither `worker` nor `scheduler`.
     #[error("frame 5: INFORM peer type {0:?} is neither \"worker\" nor \"scheduler\"")]
     BadPeerType(String),
 }
@@ -290,9 +290,9 @@ fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// Decodes D-frames read from `socket`.
+/// Decodes frames read from `socket`.
 ///
-/// Positional, like EventMQ (spec §2.4): D0 and D1 are not checked. The
+/// Positional, like EventMQ (docs/emqp.md "Frames"): frame 0 and frame 1 are not checked. The
 /// command word is matched exactly (upper case), then checked against the
 /// socket's whitelist, then its body frames are counted.
 ///
@@ -424,12 +424,12 @@ impl<F: AsRef<[u8]>> Body<'_, F> {
 }
 
 impl Message {
-    /// Builds a message with a fresh uuid4 msgid (spec §2.2).
+    /// Builds a message with a fresh uuid4 msgid (docs/emqp.md "Frames").
     pub fn new(command: Command) -> Message {
         Message { msgid: new_msgid(), command }
     }
 
-    /// Encodes as D-frames: `["", "eMQP/1.0", WORD, msgid, body…]`.
+    /// Encodes as frames: `["", "eMQP/1.0", WORD, msgid, body…]`.
     pub fn encode(&self) -> Vec<Frame> {
         let mut out = vec![Vec::new(), VERSION.to_vec(), self.command.word().to_vec(), self.msgid.clone()];
         match &self.command {
@@ -465,13 +465,13 @@ impl Message {
     }
 }
 
-/// A fresh msgid: a lowercase hyphenated uuid4, 36 bytes (spec §2.2).
+/// A fresh msgid: a lowercase hyphenated uuid4, 36 bytes (docs/emqp.md "Frames").
 pub fn new_msgid() -> Frame {
     uuid::Uuid::new_v4().hyphenated().to_string().into_bytes()
 }
 
 /// The HEARTBEAT timestamp frame: the wall clock in seconds as decimal text,
-/// like Python's `str(time.time())` (spec §3.5). Receivers never read it.
+/// like Python's `str(time.time())` (docs/emqp.md "HEARTBEAT"). Receivers never read it.
 pub fn heartbeat_timestamp() -> Frame {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     format!("{}.{:06}", now.as_secs(), now.subsec_micros()).into_bytes()

@@ -1,6 +1,6 @@
-//! INFORM queue lists (spec §3.1): a JSON array of `[weight, name]` pairs,
+//! INFORM queue lists (docs/emqp.md "INFORM"): a JSON array of `[weight, name]` pairs,
 //! e.g. `[[10, "default"], [5, "email"]]`. EventMQ accepts anything and
-//! crashes later (D3); this parser validates every element.
+//! crashes later; this parser validates every element.
 
 /// The queue-name rule both protocols share, as users read it.
 pub const QUEUE_NAME_RULE: &str = "1 to 255 characters from A-Z a-z 0-9 _ - . :";

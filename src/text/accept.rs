@@ -76,7 +76,7 @@ fn admit(shared: &Arc<Shared>, stream: TcpStream) {
     }
 }
 
-/// Writes `ERR BUSY` once and closes (text-protocol.md "Limits on connections").
+/// Writes `ERR BUSY` once and closes (docs/text-protocol.md "Limits").
 fn refuse(shared: &Shared, mut stream: TcpStream) {
     shared.stats.count_error(ErrorCode::Busy);
     let mut line = Vec::new();

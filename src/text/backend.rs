@@ -6,7 +6,7 @@
 use crate::broker::msg::{TextCmd, TextOutcome};
 use crate::ids::{ConnId, OfferId};
 
-/// The queue operations behind the text protocol (text-protocol.md).
+/// The queue operations behind the text protocol (docs/text-protocol.md).
 ///
 /// # Contract
 ///

@@ -1,5 +1,5 @@
 //! One text connection: a blocking thread that reads, decodes, runs the
-//! commands in order and writes the answers (text-protocol.md).
+//! commands in order and writes the answers (docs/text-protocol.md).
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};

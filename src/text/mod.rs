@@ -1,4 +1,4 @@
-//! The text protocol front end (text-protocol.md): an acceptor pool on one
+//! The text protocol front end (docs/text-protocol.md): an acceptor pool on one
 //! listener and one blocking thread per connection.
 //!
 //! Queue operations go through [`TextBackend`], the broker's text contract

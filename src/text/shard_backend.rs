@@ -1,7 +1,7 @@
 //! The broker's [`TextBackend`]: every command goes to the shard that owns
 //! its queue (or holds its offer), as a [`ShardMsg::Text`], and the
 //! connection waits for the answer on a port of its own. Offers live on
-//! that shard (text-protocol.md "The offer"), which also owns their
+//! that shard (docs/text-protocol.md "The offer"), which also owns their
 //! timeout and returns the deadline with the offer.
 
 use std::sync::atomic::{AtomicU64, Ordering};

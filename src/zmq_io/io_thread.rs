@@ -139,7 +139,7 @@ impl IoThread {
         }
     }
 
-    /// Sends `[identity, D-frames…]`; on failure does what `on_fail` says.
+    /// Sends `[identity, frames…]`; on failure does what `on_fail` says.
     fn send_out(&mut self, out: Outgoing) {
         let socket = match out.dest {
             Dest::Frontend => &self.frontend,

@@ -2,8 +2,8 @@
 //! workers whose identity hashes to it (their liveness and in-flight jobs),
 //! the text offers of its queues and, on shard 0, the schedulers.
 //!
-//! A shard is a deterministic state machine (DESIGN "A shard is a state
-//! machine"): [`Shard::handle`] takes a message and `now` and writes what it
+//! A shard is a deterministic state machine (README,
+//! "How it works"): [`Shard::handle`] takes a message and `now` and writes what it
 //! produces to an [`Outbox`]; [`Shard::fire_timers`] does the same for its
 //! timers. Nothing in here reads a clock, a socket or a channel, so a test
 //! drives a shard with a `Vec` outbox and a hand-made clock
@@ -152,7 +152,7 @@ impl Shard {
 
     /// Runs until [`ShardMsg::Shutdown`] or until every sender is gone:
     /// blocks for one message or the next timer, then drains a bounded
-    /// batch (DESIGN "Block for one event, then drain a bounded batch").
+    /// batch (block for one event, then drain a bounded batch).
     pub fn run(mut self, rx: Receiver<ShardMsg>, out: &mut dyn Outbox) {
         loop {
             let first = match self.timers.next_deadline() {

@@ -1,4 +1,4 @@
-//! Text-protocol handlers on the queue's shard (text-protocol.md; emq's
+//! Text-protocol handlers on the queue's shard (docs/text-protocol.md; emq's
 //! contract in docs/text-protocol.md): SCHED, ASK and the offer. An offered
 //! job is held in the [`super::offers::OfferTable`], keyed by connection,
 //! until ACK/DCL/DEL, the connection ends, or the offer timeout, which this

@@ -1,10 +1,10 @@
-//! One line → one command (text-protocol.md "Commands", "Queue names and the
+//! One line → one command (docs/text-protocol.md "Commands", "Queue names and the
 //! `@` rule").
 
 use super::ErrorCode;
 use crate::limits;
 
-/// Longest queue name in bytes (text-protocol.md: 1 to 255 bytes).
+/// Longest queue name in bytes (docs/text-protocol.md: 1 to 255 bytes).
 pub const MAX_QUEUE_NAME_BYTES: usize = 255;
 
 /// Most bytes of an unknown keyword quoted back in the error text.
@@ -73,7 +73,7 @@ impl TextError {
 }
 
 /// Whether `name` is a valid queue name: 1 to 255 bytes from
-/// `A-Z a-z 0-9 _ - . :` (text-protocol.md "Queue names").
+/// `A-Z a-z 0-9 _ - . :` (docs/text-protocol.md "Queue names").
 pub fn valid_queue_name(name: &[u8]) -> bool {
     !name.is_empty()
         && name.len() <= MAX_QUEUE_NAME_BYTES
