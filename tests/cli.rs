@@ -21,6 +21,7 @@ fn bin(name: &str) -> Command {
         "emq-cli" => env!("CARGO_BIN_EXE_emq-cli"),
         "emq-scheduler" => env!("CARGO_BIN_EXE_emq-scheduler"),
         "emq-pubsub" => env!("CARGO_BIN_EXE_emq-pubsub"),
+        "emq-bench" => env!("CARGO_BIN_EXE_emq-bench"),
         other => panic!("no binary {other}"),
     };
     let mut cmd = Command::new(path);
@@ -195,6 +196,9 @@ fn every_program_takes_config_variables_and_flags_the_same_way() {
         let again = print_config(bin(program).arg("--config").arg(&file)).0;
         assert_eq!(again.split_once('\n').map(|(_, rest)| rest), printed.split_once('\n').map(|(_, rest)| rest));
     }
+    std::fs::write(&file, "log = \"info\"\n").expect("write");
+    let (printed, _) = print_config(bin("emq-bench").arg("--config").arg(&file));
+    assert!(printed.starts_with("# Resolved: log given by") && printed.contains("\nlog = \"info\""), "{printed}");
     let flag_over_variable = print_config(
         bin("emq-cli").env("EMQ_FRONTEND_ADDR", "tcp://127.0.0.1:2").args(["--frontend", "tcp://127.0.0.1:3"]),
     );

@@ -12,7 +12,8 @@
 //! given with `--config` (or `EMQ_CONFIG`), then the defaults of
 //! [`crate::limits`]. Every program has a table: the router
 //! ([`RawRouterConfig`]), `emq-worker` ([`RawWorkerConfig`]), `emq-cli`
-//! ([`RawCliConfig`]), `emq-pubsub` ([`RawPubSubConfig`]) and
+//! ([`RawCliConfig`]), `emq-pubsub` ([`RawPubSubConfig`]), `emq-bench`
+//! ([`RawBenchConfig`]) and
 //! `emq-scheduler` ([`crate::scheduler::config::RawSchedulerConfig`]), each
 //! with a `log` key and with [`ConfigArgs`] (`--config`, `--print-config`).
 //! A socket has the same key, flag and variable in every program that uses
@@ -24,6 +25,7 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 
 pub mod addr;
+mod bench;
 mod cli;
 pub mod kinds;
 mod pubsub;
@@ -32,6 +34,7 @@ pub mod table;
 pub mod template;
 mod worker;
 
+pub use bench::{BenchSettings, RawBenchConfig, BENCH_TOML};
 pub use cli::{CliSettings, RawCliConfig, CLI_TOML};
 pub use kinds::Kind;
 pub use pubsub::{PubSubSettings, RawPubSubConfig, PUBSUB_TOML};
@@ -180,6 +183,7 @@ mod tests {
         check(RawWorkerConfig::NAMES);
         check(RawCliConfig::NAMES);
         check(RawPubSubConfig::NAMES);
+        check(RawBenchConfig::NAMES);
         check(crate::scheduler::config::RawSchedulerConfig::NAMES);
         assert_eq!(missing, Vec::<String>::new());
     }
