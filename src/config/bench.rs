@@ -4,7 +4,6 @@
 
 use super::kinds::LogFilter;
 use super::table::{settings, Settings};
-use super::ConfigError;
 use crate::limits;
 
 settings! {
@@ -26,18 +25,7 @@ pub struct BenchSettings {
 /// The commented default configuration of emq-bench.
 pub const BENCH_TOML: &str = include_str!("bench.toml");
 
-impl super::Program for RawBenchConfig {
-    type Checked = BenchSettings;
-    const TEMPLATE: &'static str = BENCH_TOML;
-
-    fn check(self) -> Result<BenchSettings, ConfigError> {
-        self.build()
-    }
-
-    fn log(c: &BenchSettings) -> &str {
-        &c.log
-    }
-}
+super::table::program!(RawBenchConfig => BenchSettings, BENCH_TOML, Settings::build);
 
 #[cfg(test)]
 mod tests {

@@ -63,18 +63,7 @@ impl RawCliConfig {
     }
 }
 
-impl super::Program for RawCliConfig {
-    type Checked = CliSettings;
-    const TEMPLATE: &'static str = CLI_TOML;
-
-    fn check(self) -> Result<CliSettings, ConfigError> {
-        self.validate()
-    }
-
-    fn log(c: &CliSettings) -> &str {
-        &c.log
-    }
-}
+super::table::program!(RawCliConfig => CliSettings, CLI_TOML, RawCliConfig::validate);
 
 #[cfg(test)]
 mod tests {

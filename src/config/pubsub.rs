@@ -43,18 +43,7 @@ impl RawPubSubConfig {
     }
 }
 
-impl super::Program for RawPubSubConfig {
-    type Checked = PubSubSettings;
-    const TEMPLATE: &'static str = PUBSUB_TOML;
-
-    fn check(self) -> Result<PubSubSettings, ConfigError> {
-        self.validate()
-    }
-
-    fn log(c: &PubSubSettings) -> &str {
-        &c.log
-    }
-}
+super::table::program!(RawPubSubConfig => PubSubSettings, PUBSUB_TOML, RawPubSubConfig::validate);
 
 #[cfg(test)]
 mod tests {

@@ -223,18 +223,7 @@ fn default_queues_json() -> String {
     serde_json::json!([[limits::DEFAULT_QUEUE_WEIGHT, limits::DEFAULT_QUEUE]]).to_string()
 }
 
-impl super::Program for RawRouterConfig {
-    type Checked = RouterConfig;
-    const TEMPLATE: &'static str = DEFAULT_TOML;
-
-    fn check(self) -> Result<RouterConfig, ConfigError> {
-        self.validate()
-    }
-
-    fn log(c: &RouterConfig) -> &str {
-        &c.log
-    }
-}
+super::table::program!(RawRouterConfig => RouterConfig, DEFAULT_TOML, RawRouterConfig::validate);
 
 #[cfg(test)]
 mod tests {

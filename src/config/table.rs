@@ -381,3 +381,24 @@ macro_rules! settings {
 }
 
 pub(crate) use settings;
+
+/// Implements [`crate::config::Program`] for a settings table whose checked
+/// config has a `log` field: `program!(RawX => X, X_TOML, check_fn)`.
+macro_rules! program {
+    ($Raw:ty => $Checked:ty, $template:expr, $check:path) => {
+        impl $crate::config::Program for $Raw {
+            type Checked = $Checked;
+            const TEMPLATE: &'static str = $template;
+
+            fn check(self) -> Result<$Checked, $crate::config::ConfigError> {
+                $check(self)
+            }
+
+            fn log(c: &$Checked) -> &str {
+                &c.log
+            }
+        }
+    };
+}
+
+pub(crate) use program;

@@ -97,18 +97,7 @@ impl Kind for QueueSpec {
     }
 }
 
-impl super::Program for RawWorkerConfig {
-    type Checked = WorkerSettings;
-    const TEMPLATE: &'static str = WORKER_TOML;
-
-    fn check(self) -> Result<WorkerSettings, ConfigError> {
-        self.validate()
-    }
-
-    fn log(c: &WorkerSettings) -> &str {
-        &c.log
-    }
-}
+super::table::program!(RawWorkerConfig => WorkerSettings, WORKER_TOML, RawWorkerConfig::validate);
 
 #[cfg(test)]
 mod tests {

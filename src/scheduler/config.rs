@@ -134,18 +134,7 @@ pub fn default_data_dir() -> PathBuf {
     PathBuf::from("emq-scheduler-data")
 }
 
-impl crate::config::Program for RawSchedulerConfig {
-    type Checked = SchedulerConfig;
-    const TEMPLATE: &'static str = SCHEDULER_TOML;
-
-    fn check(self) -> Result<SchedulerConfig, ConfigError> {
-        self.validate()
-    }
-
-    fn log(c: &SchedulerConfig) -> &str {
-        &c.log
-    }
-}
+crate::config::table::program!(RawSchedulerConfig => SchedulerConfig, SCHEDULER_TOML, RawSchedulerConfig::validate);
 
 #[cfg(test)]
 mod tests {
