@@ -286,16 +286,16 @@ fn request(s: &CliSettings, out: Out, queue: &str, body: &[u8], headers: &str) -
             let id = String::from_utf8_lossy(&msgid).into_owned();
             // The job is in `queue` if a worker serves it or it held jobs
             // (now at least this one); otherwise the router put it on default.
-            let fell_back = queue != limits::DEFAULT_QUEUE
-                && queue_state(s, queue).is_some_and(|(served, waiting)| !served && waiting == 0);
-            let note = fell_back.then(|| {
+            let state = if queue == limits::DEFAULT_QUEUE { Some((true, 0)) } else { queue_state(s, queue) };
+            let fell_back = state.map(|(served, waiting)| !served && waiting == 0);
+            let note = (fell_back == Some(true)).then(|| {
                 format!(
                     "no worker has declared queue {queue:?} since the router started, so the router put the job \
                      on {:?} (check the name, or start a worker for {queue:?} first)",
                     limits::DEFAULT_QUEUE
                 )
             });
-            let went = if fell_back { limits::DEFAULT_QUEUE } else { queue };
+            let went = fell_back.map(|back| if back { limits::DEFAULT_QUEUE } else { queue });
             out.line(
                 json!({"status": "accepted", "msgid": id, "queue": went, "note": note.as_deref()}),
                 format!("accepted {id}"),

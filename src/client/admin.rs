@@ -25,7 +25,7 @@ impl AdminClient {
     /// Connects (never blocks) with [`limits::CLIENT_TIMEOUT`].
     ///
     /// # Errors
-    /// [`ClientError::Zmq`] for a malformed address.
+    /// [`ClientError::Address`] for a malformed address.
     pub fn connect(addr: &str) -> Result<AdminClient, ClientError> {
         let ctx = zmq::Context::new();
         let dealer = Dealer::connect(&ctx, addr, limits::ADMIN_LINGER_MS)?;

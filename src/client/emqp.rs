@@ -78,7 +78,7 @@ impl Client {
     /// shows up as [`ClientError::Unreachable`] on the first send.
     ///
     /// # Errors
-    /// [`ClientError::Zmq`] for a malformed address.
+    /// [`ClientError::Address`] for a malformed address.
     pub fn connect(addr: &str) -> Result<Client, ClientError> {
         let ctx = zmq::Context::new();
         let dealer = Dealer::connect(&ctx, addr, limits::CLIENT_LINGER_MS)?;
@@ -219,7 +219,7 @@ impl Publisher {
     /// Connects (never blocks; see [`Client::connect`]).
     ///
     /// # Errors
-    /// [`ClientError::Zmq`] for a malformed address.
+    /// [`ClientError::Address`] for a malformed address.
     pub fn connect(addr: &str) -> Result<Publisher, ClientError> {
         let ctx = zmq::Context::new();
         let dealer = Dealer::connect(&ctx, addr, limits::CLIENT_LINGER_MS)?;
