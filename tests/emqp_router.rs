@@ -1,4 +1,4 @@
-//! emq-router over eMQP with raw ZeroMQ peers: exact frames (spec §13),
+//! emq-router over eMQP with raw ZeroMQ peers: exact frames (docs/emqp.md "Messages"),
 //! each scenario with one shard and with several.
 
 use std::sync::atomic::Ordering;
@@ -59,7 +59,7 @@ impl Peer {
         items[0].is_readable().then(|| self.sock.recv_multipart(0).unwrap())
     }
 
-    /// Next message whose command (D2) is `cmd`, skipping heartbeats and
+    /// Next message whose command (frame 2) is `cmd`, skipping heartbeats and
     /// anything else; panics after 5 s.
     pub fn expect(&self, cmd: &str) -> Frames {
         let end = Instant::now() + Duration::from_secs(5);

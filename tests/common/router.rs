@@ -141,7 +141,7 @@ fn python_cmd(dir: &TestDir, frontend: &str, backend: &str, admin: &str) -> Comm
     cmd.env("EVENTMQ_FRONTEND_ADDR", frontend)
         .env("EVENTMQ_BACKEND_ADDR", backend)
         .env("EVENTMQ_ADMINISTRATIVE_ADDR", admin)
-        // the router creates the WAL's directory even with the WAL off (spec §12 D19)
+        // the Python router creates the WAL's directory even with the WAL off
         .env("EVENTMQ_WAL", dir.join("wal").join("wal.log"));
     cmd
 }
