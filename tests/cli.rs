@@ -312,3 +312,33 @@ fn status_counts_what_workers_and_text_consumers_did() {
     worker.terminate(Duration::from_secs(10));
     assert!(worker.log_text().contains("jobs ok=3 failed=2 timed_out=0"), "{}", worker.log_tail(5));
 }
+
+#[test]
+fn refusals_are_one_line_on_stderr_and_exit_1() {
+    let _w = watchdog::Watchdog::new("refusals", 60);
+    let dir = TestDir::new("refusals");
+    let (fe, be, ad) = (zmq_endpoint(free_port()), zmq_endpoint(free_port()), zmq_endpoint(free_port()));
+    let text_addr = format!("127.0.0.1:{}", free_port());
+    let mut cmd = bin("emq-router");
+    cmd.args(["--frontend", &fe, "--backend", &be, "--admin", &ad, "--text", &text_addr, "--max-queue-len", "1"]);
+    let router = Child::spawn("router", &mut cmd, &dir.join("router.log"));
+    let cli = |args: &[&str]| {
+        let out = bin("emq-cli").args(["--frontend", &fe, "--admin", &ad, "--text", &text_addr]).args(args).output();
+        let out = out.expect("runs");
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let up = wait::until_ok(Duration::from_secs(20), || match cli(&["sched", "a", "--queue", "default"]) {
+        (Some(0), out, _) => Ok(out),
+        other => Err(format!("{other:?}")),
+    });
+    assert_eq!(up.unwrap_or_else(|e| panic!("{e}\n{}", router.log_tail(20))), "accepted on queue default\n");
+    let (code, out, err) = cli(&["sched", "b"]);
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (Some(1), "", "emq-cli: SCHED refused: QUEUE_FULL the queue is full\n")
+    );
+    let (code, out, err) = cli(&["request", "default", "c"]);
+    assert_eq!((code, out.as_str()), (Some(1), ""));
+    let id = err.strip_prefix("emq-cli: request ").and_then(|e| e.split(' ').next()).unwrap_or("");
+    assert_eq!(err, format!("emq-cli: request {id} rejected: QUEUE_FULL queue default holds 1 jobs, its limit\n"));
+}

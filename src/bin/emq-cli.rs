@@ -9,7 +9,7 @@ use clap::{CommandFactory, FromArgMatches, Subcommand};
 use emq::client::admin::AdminClient;
 use emq::client::body::PythonCall;
 use emq::client::emqp::{Client, Outcome, Publisher, Schedule};
-use emq::client::text::TextClient;
+use emq::client::text::{TextClient, TextClientError};
 use emq::config::{self, CliSettings, ConfigArgs, RawCliConfig};
 use emq::limits;
 use emq::protocol::queues::check_queue_name;
@@ -335,7 +335,12 @@ fn sched(s: &CliSettings, out: Out, data: &str, queue: &str) -> anyhow::Result<(
     check_queue_name(queue).map_err(|e| anyhow!(e))?;
     let mut c = text_client(s)?;
     c.sched(data.as_bytes(), Some(queue))?;
-    c.end()?;
+    match c.end() {
+        Err(TextClientError::Deferred(errors)) if !errors.is_empty() => {
+            bail!("SCHED refused: {} {}", errors[0].code, errors[0].text)
+        }
+        other => other?,
+    }
     let note = match queue_state(s, queue) {
         Some((false, _)) if queue != limits::DEFAULT_QUEUE => Some(format!(
             "no worker serves queue {queue:?}: the task waits there until a worker declares the queue or a text \
