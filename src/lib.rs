@@ -23,6 +23,11 @@
 //!  text clients ─► acceptor pool ─► connection threads (std::net, blocking)
 //! ```
 //!
+//! What users read: `docs/emqp.md` (eMQP as emq speaks it and how it
+//! differs from EventMQ), `docs/text-protocol.md`, `docs/configuration.md`
+//! (every setting and limit of every program). Comments in the code point
+//! there by section name, e.g. docs/emqp.md "Unknown queues".
+//!
 //! Modules, lowest layer first:
 //! * [`ids`] and [`limits`]: identifier newtypes and every limit, shared by all layers.
 //! * [`protocol`]: pure codecs (eMQP frames, headers, queue lists, text lines, Python JSON).
