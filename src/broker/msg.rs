@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
+use super::counts::QueueCounter;
 use super::job::{Job, JobFrames};
 use super::snapshot::ShardSnapshot;
 use super::types::WorkerShared;
@@ -49,8 +50,10 @@ pub enum ShardMsg {
     WorkerReply {
         /// The worker's identity.
         id: PeerId,
-        /// The msgid of the REQUEST it answers (D5).
+        /// The msgid of the REQUEST it answers (frame 5).
         request_msgid: MsgId,
+        /// Whether the worker said the job failed.
+        failed: bool,
     },
     /// HEARTBEAT from a worker (home shard).
     WorkerHeartbeat {
@@ -85,7 +88,7 @@ pub enum ShardMsg {
         client: PeerId,
         /// Its msgid (the ERROR reply refers to it).
         msgid: MsgId,
-        /// The D-frames as received.
+        /// The frames as received.
         frames: Vec<Frame>,
         /// UNSCHEDULE (to every scheduler) rather than SCHEDULE (to one).
         unschedule: bool,
@@ -94,7 +97,7 @@ pub enum ShardMsg {
     SchedulerSendFailed {
         /// The scheduler that could not be reached.
         id: PeerId,
-        /// A SCHEDULE to route to another scheduler: `(client, D-frames)`.
+        /// A SCHEDULE to route to another scheduler: `(client, frames)`.
         retry: Option<(PeerId, Vec<Frame>)>,
     },
     /// A worker serving `queue` (home shard → the queue's shard).
@@ -139,6 +142,14 @@ pub enum ShardMsg {
         /// The jobs, oldest dispatch first.
         jobs: Vec<Job>,
     },
+    /// A job of `queue` ended on another shard (a worker's home): count it
+    /// (→ the queue's shard).
+    Count {
+        /// The queue.
+        queue: QueueName,
+        /// What to count.
+        counter: QueueCounter,
+    },
     /// Sending a job to a worker failed (I/O thread → home shard).
     SendFailed {
         /// The worker registration.
@@ -181,7 +192,7 @@ pub enum ShardMsg {
     Shutdown,
 }
 
-/// A text client's answer to an offer (text-protocol.md "The offer").
+/// A text client's answer to an offer (docs/text-protocol.md "The offer").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TextAnswer {
     /// `ACK`: the task is done as far as the broker is concerned.
