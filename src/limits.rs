@@ -12,6 +12,18 @@ pub const BACKEND_ADDR: &str = "tcp://127.0.0.1:47290";
 pub const ADMIN_ADDR: &str = "tcp://127.0.0.1:47293";
 /// Text protocol listener (docs/text-protocol.md).
 pub const TEXT_ADDR: &str = "127.0.0.1:47294";
+/// HTTP listener of the Prometheus metrics and the status page (README
+/// "Metrics and the status page"); `metrics = ""` turns it off.
+pub const METRICS_ADDR: &str = "127.0.0.1:47296";
+/// Most queues labelled in `/metrics` and listed on the status page: the
+/// rest are summed under `queue="_other"` (and counted in
+/// `emq_metrics_queues_folded`), so a scrape stays bounded however many
+/// queues there are.
+pub const METRICS_MAX_QUEUES: usize = 1_000;
+/// Prometheus histogram bucket bounds of the latency figures, in seconds
+/// (1 ms to 5 min; `+Inf` is added).
+pub const METRICS_LATENCY_BUCKETS_SECS: &[f64] =
+    &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
 /// Pub/sub device, incoming ROUTER: EventMQ's `PUBLISHER_INCOMING_ADDR`.
 pub const PUBSUB_IN_ADDR: &str = "tcp://127.0.0.1:47298";
 /// Pub/sub device, outgoing PUB: EventMQ's `PUBLISHER_OUTGOING_ADDR`.

@@ -55,6 +55,7 @@ fn bench_emqp_against_router_and_baseline_writes_outputs() {
         backend_addr: Some("tcp://127.0.0.1:*".into()),
         admin_addr: Some("tcp://127.0.0.1:*".into()),
         text_addr: Some("off".into()),
+        metrics: Some(String::new()),
         shards: Some(2),
         drain_timeout: Some("200ms".into()),
         ..Default::default()

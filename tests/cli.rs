@@ -159,7 +159,7 @@ fn errors_are_printed_once() {
     let port = taken.local_addr().expect("addr").port();
     let (fe, be, ad) = (zmq_endpoint(port), zmq_endpoint(free_port()), zmq_endpoint(free_port()));
     refused(
-        bin("emq-router").args(["--frontend", &fe, "--backend", &be, "--admin", &ad, "--text", "off"]),
+        bin("emq-router").args(["--frontend", &fe, "--backend", &be, "--admin", &ad, "--text", "off", "--metrics", ""]),
         &format!("emq-router: cannot start: zmq bind frontend {fe} failed: Address already in use"),
     );
 }
@@ -297,15 +297,15 @@ fn status_counts_what_workers_and_text_consumers_did() {
     let rows: Vec<String> = table
         .lines()
         .take_while(|l| !l.is_empty())
-        .map(|l| l.split_whitespace().take(6).collect::<Vec<_>>().join(" "))
+        .map(|l| l.split_whitespace().take(8).collect::<Vec<_>>().join(" "))
         .collect();
     assert_eq!(
         rows,
         [
-            "QUEUE WAITING IN-FLIGHT DISPATCHED COMPLETED FAILED",
-            "default 1 0 0 0 0",
-            "jobs 0 0 5 3 2",
-            "tasks 1 0 3 1 1",
+            "QUEUE WAITING IN-FLIGHT ACCEPTED DISPATCHED COMPLETED FAILED DEAD",
+            "default 1 0 1 0 0 0 0",
+            "jobs 0 0 5 5 3 2 0",
+            "tasks 1 0 3 3 1 1 0",
         ],
         "{table}"
     );
@@ -321,6 +321,7 @@ fn refusals_are_one_line_on_stderr_and_exit_1() {
     let text_addr = format!("127.0.0.1:{}", free_port());
     let mut cmd = bin("emq-router");
     cmd.args(["--frontend", &fe, "--backend", &be, "--admin", &ad, "--text", &text_addr, "--max-queue-len", "1"]);
+    cmd.args(["--metrics", &format!("127.0.0.1:{}", free_port())]);
     let router = Child::spawn("router", &mut cmd, &dir.join("router.log"));
     let cli = |args: &[&str]| {
         let out = bin("emq-cli").args(["--frontend", &fe, "--admin", &ad, "--text", &text_addr]).args(args).output();

@@ -18,6 +18,7 @@ pub fn config(shards: usize, tweak: impl FnOnce(&mut RawRouterConfig)) -> Router
         backend_addr: Some("tcp://127.0.0.1:*".into()),
         admin_addr: Some("tcp://127.0.0.1:*".into()),
         text_addr: Some("off".into()),
+        metrics: Some(String::new()),
         shards: Some(shards),
         drain_timeout: Some("200ms".into()),
         ..Default::default()
@@ -460,7 +461,7 @@ fn sigterm_drains_and_logs_what_remains() {
         .args(["--frontend", &format!("tcp://127.0.0.1:{fe}")])
         .args(["--backend", &format!("tcp://127.0.0.1:{be}")])
         .args(["--admin", &format!("tcp://127.0.0.1:{ad}")])
-        .args(["--text", "off", "--drain-timeout", "300ms"])
+        .args(["--text", "off", "--metrics", "", "--drain-timeout", "300ms"])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();

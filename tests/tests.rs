@@ -6,6 +6,7 @@ mod emqp_router;
 mod interop;
 mod interop_pubsub;
 mod interop_scheduler;
+mod ops;
 mod scheduler;
 mod scheduler_e2e;
 mod text;

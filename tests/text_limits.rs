@@ -191,11 +191,11 @@ fn an_offer_returned_too_often_is_dead_lettered_and_the_queue_moves_on() {
 /// Starts `emq-router` under `ulimit -n fds` with `args`; returns it with
 /// its admin endpoint, backend endpoint and text address.
 fn router_with_fds(dir: &TestDir, fds: u32, args: &str) -> (Child, String, String, std::net::SocketAddr) {
-    let (fp, bp, ap, tp) = (free_port(), free_port(), free_port(), free_port());
+    let (fp, bp, ap, tp, mp) = (free_port(), free_port(), free_port(), free_port(), free_port());
     let (frontend, backend, admin_addr) = (zmq_endpoint(fp), zmq_endpoint(bp), zmq_endpoint(ap));
     let script = format!(
         "ulimit -n {fds} && exec {} --frontend-addr {frontend} --backend-addr {backend} --admin-addr {admin_addr} \
-         --text-addr 127.0.0.1:{tp} {args}",
+         --text-addr 127.0.0.1:{tp} --metrics 127.0.0.1:{mp} {args}",
         rust_router_bin().display()
     );
     let router = Child::spawn("router", Command::new("sh").args(["-c", &script]), &dir.join("router.log"));

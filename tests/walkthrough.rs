@@ -23,7 +23,7 @@ const README: &str = include_str!("../README.md");
 const EXPORT: &str =
     "export EMQ_FRONTEND_ADDR=tcp://127.0.0.1:47291 EMQ_BACKEND_ADDR=tcp://127.0.0.1:47290 \\\n       \
                       EMQ_ADMIN_ADDR=tcp://127.0.0.1:47293 EMQ_TEXT_ADDR=127.0.0.1:47294 \\\n       \
-                      EMQ_SCHEDULER_ADMIN_ADDR=tcp://127.0.0.1:47295";
+                      EMQ_SCHEDULER_ADMIN_ADDR=tcp://127.0.0.1:47295 EMQ_METRICS_ADDR=127.0.0.1:47296";
 const ROUTER: &str = "emq-router &";
 const SCRIPT: &str = "cat > \"$dir/handle-job.sh\" <<'EOF'\n#!/bin/sh\npayload=$(cat)\n\
                       echo \"handled: $payload\" >> \"$(dirname \"$0\")/jobs.log\"\necho \"ok\"\nEOF\n\
@@ -58,6 +58,7 @@ struct Walk {
     admin: String,
     text: String,
     scheduler_admin: String,
+    metrics: String,
     children: Vec<Child>,
 }
 
@@ -74,6 +75,7 @@ impl Walk {
             admin: zmq_endpoint(free_port()),
             text: format!("127.0.0.1:{}", free_port()),
             scheduler_admin: zmq_endpoint(free_port()),
+            metrics: format!("127.0.0.1:{}", free_port()),
             children: Vec::new(),
         }
     }
@@ -86,7 +88,7 @@ impl Walk {
         }
         let (f, b, a, t, s) = (&self.frontend, &self.backend, &self.admin, &self.text, &self.scheduler_admin);
         let flags = [
-            ("emq-router", format!("--frontend {f} --backend {b} --admin {a} --text {t}")),
+            ("emq-router", format!("--frontend {f} --backend {b} --admin {a} --text {t} --metrics {}", self.metrics)),
             ("emq-worker", format!("--backend {b}")),
             ("emq-scheduler", format!("--frontend {f} --scheduler-admin {s}")),
             ("emq-cli", format!("--frontend {f} --admin {a} --text {t} --scheduler-admin {s}")),
@@ -120,6 +122,7 @@ impl Walk {
                 ("EMQ_ADMIN_ADDR", &self.admin),
                 ("EMQ_TEXT_ADDR", &self.text),
                 ("EMQ_SCHEDULER_ADMIN_ADDR", &self.scheduler_admin),
+                ("EMQ_METRICS_ADDR", &self.metrics),
             ];
             cmd.envs(vars);
         }
@@ -268,9 +271,9 @@ fn walkthrough(given: Given) {
     let (table, summary) = status.split_once("\n\n").expect("a table, then the router's figures");
     assert_eq!(
         mask(table, &["P50-MS", "P99-MS"]),
-        "QUEUE | WAITING | IN-FLIGHT | DISPATCHED | COMPLETED | FAILED | P50-MS | P99-MS\n\
-         default | 0 | 0 | 2 | 2 | 0 | * | *\n\
-         email | 0 | 0 | 3 | 3 | 0 | * | *",
+        "QUEUE | WAITING | IN-FLIGHT | ACCEPTED | DISPATCHED | COMPLETED | FAILED | DEAD | P50-MS | P99-MS\n\
+         default | 0 | 0 | 2 | 2 | 2 | 0 | 0 | * | *\n\
+         email | 0 | 0 | 3 | 3 | 3 | 0 | 0 | * | *",
     );
     assert!(summary.starts_with("emq ") && summary.contains(", accepting jobs\n"), "{summary}");
     assert!(summary.contains("counters: accepted_jobs=5 dispatched_jobs=5 completed_jobs=5"), "{summary}");

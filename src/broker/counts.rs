@@ -31,6 +31,9 @@ macro_rules! queue_counters {
 }
 
 queue_counters! {
+    /// Jobs the queue accepted (REQUEST or SCHED admitted; a job put on
+    /// `default` counts there).
+    Accepted => "accepted_messages_by_queue", "ACCEPTED";
     /// Jobs handed to an eMQP worker or offered to a text consumer (`WANT?`);
     /// a job handed out again after a requeue counts again.
     Dispatched => "dispatched_messages_by_queue", "DISPATCHED";
@@ -41,6 +44,9 @@ queue_counters! {
     /// `failed`; a Python jobmanager's failures cannot be told from
     /// results) or that a text consumer deleted (`DEL`).
     Failed => "failed_messages_by_queue", "FAILED";
+    /// Jobs dead-lettered: returned by their workers or text consumers past
+    /// `MAX_DELIVERIES`.
+    DeadLettered => "dead_lettered_messages_by_queue", "DEAD";
 }
 
 /// The counts of one queue since the router started.
@@ -51,6 +57,11 @@ impl QueueCounts {
     /// Adds one to `counter`.
     pub fn bump(&mut self, counter: QueueCounter) {
         self.0[counter as usize] += 1;
+    }
+
+    /// Adds `n` to `counter`.
+    pub fn add(&mut self, counter: QueueCounter, n: u64) {
+        self.0[counter as usize] += n;
     }
 
     /// The count of `counter`.

@@ -24,6 +24,12 @@ settings! {
         admin => admin_addr: EmqpAddr = limits::ADMIN_ADDR, env "EMQ_ADMIN_ADDR", was admin_addr;
         /// Text protocol listen address (`ip:port`), or `off`.
         text => text_addr: TextListen = limits::TEXT_ADDR, env "EMQ_TEXT_ADDR", was text_addr;
+        /// HTTP listener for `/metrics` (Prometheus) and the status page
+        /// (`ip:port`), or `""` (or `off`) for none.
+        metrics => metrics_addr: HttpListen = limits::METRICS_ADDR, env "EMQ_METRICS_ADDR";
+        /// Most queues labelled in `/metrics` and shown on the status page;
+        /// the rest are summed as `queue="_other"`.
+        metrics_max_queues: AtLeastOne = limits::METRICS_MAX_QUEUES, env "EMQ_METRICS_MAX_QUEUES";
         /// Dispatcher shards (queue-owning threads). 0 = pick from the core count.
         shards: Shards = 0usize, env "EMQ_SHARDS";
         /// Pin the I/O and shard threads to cores when there are enough cores.
@@ -98,6 +104,10 @@ pub struct RouterConfig {
     pub admin_addr: String,
     /// Text protocol listen address; `None` = text front end off.
     pub text_addr: Option<SocketAddr>,
+    /// Metrics and status page listener; `None` = off.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Most queues labelled in `/metrics` and on the status page.
+    pub metrics_max_queues: usize,
     /// Number of dispatcher shards, ≥ 1.
     pub shards: usize,
     /// Pin threads to cores where the machine has enough of them.
@@ -248,6 +258,27 @@ impl Kind for TextThreads {
             || std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             limits::MAX_TEXT_THREADS,
         )
+    }
+}
+
+/// The metrics listener: an IP address and port, or `""`/`off` for none
+/// (read like [`TextListen`], with its own error text).
+pub struct HttpListen;
+
+impl Kind for HttpListen {
+    type Raw = <TextListen as Kind>::Raw;
+    type Value = <TextListen as Kind>::Value;
+
+    fn parse(text: &str) -> Result<String, String> {
+        TextListen::parse(text)
+    }
+
+    fn check(text: String) -> Result<Option<SocketAddr>, String> {
+        if text.is_empty() || text == "off" {
+            return Ok(None);
+        }
+        let why = || format!("{text:?} is not an IP address and port (e.g. 127.0.0.1:47296), or \"\" for none");
+        text.parse().map(Some).map_err(|_| why())
     }
 }
 

@@ -80,6 +80,10 @@ counters! {
     /// ASKs naming a new queue refused with `QUEUE_LIMIT` (the table of
     /// queues known only through ASKs was full).
     rejected_queue_limit,
+    /// HTTP requests to the metrics server (`/metrics`, the status page).
+    http_requests,
+    /// HTTP requests answered 404 or 405 (the server is read-only).
+    http_refused,
 }
 
 impl Counters {

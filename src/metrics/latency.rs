@@ -37,6 +37,9 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind, in index order.
+    pub const ALL: [Kind; 3] = [Kind::QueueWait, Kind::Service, Kind::EndToEnd];
+
     /// The JSON key and file-name part.
     pub fn name(self) -> &'static str {
         match self {
@@ -113,6 +116,11 @@ impl LatencyStore {
     /// Takes the interval histograms (for the periodic report).
     pub fn take_interval(&mut self) -> BTreeMap<(String, Kind), Histogram<u64>> {
         std::mem::take(&mut self.interval)
+    }
+
+    /// Every histogram since start, by queue and kind.
+    pub fn cumulative(&self) -> &BTreeMap<(String, Kind), Histogram<u64>> {
+        &self.cumulative
     }
 
     /// Per queue, the cumulative end-to-end p50 and p99 in milliseconds.

@@ -1,5 +1,5 @@
 //! The control thread: waits for a stop request, drains, then stops every
-//! thread in order (text front end, reporter, shards, I/O thread, admin).
+//! thread in order (text front end, HTTP server, reporter, shards, I/O thread, admin).
 
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
@@ -15,6 +15,7 @@ use crate::zmq_io::io_thread::StopReason;
 /// Every thread the control thread stops, in the order it stops them.
 pub(super) struct Threads {
     pub text: Option<TextServer>,
+    pub http: Option<super::http::HttpServer>,
     pub reporter: JoinHandle<()>,
     pub reporter_stop: Sender<()>,
     pub shards: Shards,
@@ -32,6 +33,9 @@ pub(super) fn run(stop_rx: Receiver<StopReason>, broker: Broker, threads: Thread
     drain(&broker);
     if let Some(text) = threads.text {
         text.shutdown();
+    }
+    if let Some(http) = threads.http {
+        http.shutdown();
     }
     drop(threads.reporter_stop);
     let _ = threads.reporter.join();

@@ -10,8 +10,12 @@
 pub mod admin;
 pub mod ask;
 mod control;
+pub mod http;
 pub mod outbox;
+pub mod prometheus;
 pub mod reporter;
+pub mod scrape;
+pub mod status_page;
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -159,6 +163,8 @@ pub struct Endpoints {
     pub admin: String,
     /// Text protocol listener, when on.
     pub text: Option<std::net::SocketAddr>,
+    /// HTTP server of `/metrics` and the status page, when on.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// What runs once the router has stopped.
@@ -362,6 +368,15 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let (admin_egress, admin_broker, admin_latency) = (egress_tx.clone(), broker.clone(), latency.clone());
     let admin_thread =
         spawn("emq-admin".into(), move || admin::run(admin_rx, admin_egress, admin_broker, extra, admin_latency))?;
+    let http = match config.metrics_addr {
+        Some(addr) => {
+            let sources =
+                scrape::Sources { broker: broker.clone(), latency: latency.clone(), text: text_stats.clone() };
+            Some(http::HttpServer::start(addr, sources, config.metrics_max_queues)?)
+        }
+        None => None,
+    };
+    let metrics_addr = http.as_ref().map(|h| h.local_addr());
     let (reporter_stop, reporter_rx) = crossbeam_channel::bounded::<()>(1);
     let (rep_broker, rep_cfg) = (broker.clone(), config.latency.clone());
     let reporter = spawn("emq-latency".into(), move || reporter::run(rep_broker, latency, rep_cfg, reporter_rx))?;
@@ -386,6 +401,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let stopped = Arc::new(Mutex::new(Stopped::default()));
     let threads = control::Threads {
         text,
+        http,
         reporter,
         reporter_stop,
         shards,
@@ -414,6 +430,6 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         broker,
         text_stats,
         stopped,
-        endpoints: Endpoints { frontend: fe, backend: be, admin: ad, text: text_addr },
+        endpoints: Endpoints { frontend: fe, backend: be, admin: ad, text: text_addr, metrics: metrics_addr },
     })
 }

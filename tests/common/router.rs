@@ -133,6 +133,7 @@ fn rust_cmd(bin: &PathBuf, frontend: &str, backend: &str, admin: &str, text: &st
         }
     }
     cmd.args(["--frontend", frontend, "--backend", backend, "--admin", admin, "--text", text]);
+    cmd.args(["--metrics", &format!("127.0.0.1:{}", free_port())]);
     cmd
 }
 

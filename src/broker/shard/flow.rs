@@ -66,6 +66,7 @@ impl Shard {
     /// `queue` and dispatches what can be.
     pub(super) fn enqueue_new(&mut self, queue: &QueueName, job: Job, cx: &mut Cx) {
         Counters::bump(&self.ctx.counters.accepted_jobs);
+        self.queues.count(queue, QueueCounter::Accepted);
         let (id, msgid, from) = (job.id, crate::ids::show(job.frames.msgid()), job.origin);
         self.queues.push_back(queue, job);
         let waiting = self.queues.waiting(&queue.0);

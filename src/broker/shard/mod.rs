@@ -21,9 +21,11 @@
 //! latency histograms.
 //! Handlers, by concern: `flow.rs` (REQUEST, admission, FIFO, selection,
 //! dispatch, requeue), `peers.rs` (workers and schedulers), `text.rs` (text
-//! commands and offers). `Shard::dispatch` is a short `match` calling them.
+//! commands and offers), `dead.rs` (dead-lettering). `Shard::dispatch` is
+//! a short `match` calling them.
 
 pub mod asked;
+mod dead;
 mod flow;
 pub mod offers;
 mod peers;

@@ -23,7 +23,7 @@ use super::{Cx, Shard, Timer};
 use crate::broker::job::Job;
 use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, ShardMsg};
 use crate::broker::types::{WorkerShared, WorkerState};
-use crate::ids::{cut, show, MsgId, PeerId, QueueName, WorkerKey};
+use crate::ids::{MsgId, PeerId, QueueName, WorkerKey};
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
@@ -144,9 +144,7 @@ impl Shard {
             job.set_back_from(Some(key));
             let queue = job.queue();
             if u32::from(job.redeliveries) > limits::MAX_DELIVERIES {
-                Counters::bump(&self.ctx.counters.dead_lettered);
-                let (msgid, body) = (show(job.frames.msgid()), cut(job.frames.body()));
-                tracing::error!(%queue, %msgid, %body, "job dropped: every worker that took it died");
+                self.dead_letter(job, "every worker that took it died", cx);
                 continue;
             }
             match by_queue.iter_mut().find(|(q, _)| *q == queue) {

@@ -223,11 +223,8 @@ impl Shard {
         });
         job.redeliveries = job.redeliveries.saturating_add(1);
         if u32::from(job.redeliveries) > limits::MAX_DELIVERIES {
-            Counters::bump(&counters.dead_lettered);
             Counters::bump(&counters.text_dead_lettered);
-            let (job_id, msgid, bytes) = (job.id.0, crate::ids::show(job.frames.msgid()), job.frames.body().len());
-            tracing::error!(%queue, job_id, %msgid, bytes, ?why, "text task dropped: returned by its consumers too often");
-            return;
+            return self.dead_letter(job, "returned by its text consumers too often", cx);
         }
         self.enqueue_again(job, true, cx);
     }

@@ -1,0 +1,223 @@
+//! `/metrics`: a [`Scrape`] in the Prometheus text exposition format
+//! (0.0.4), written by the `prometheus-client` crate's encoder. Names follow
+//! Prometheus conventions (`emq_` prefix, units in names, `_total` on
+//! counters); the only labels are `queue` (at most `metrics_max_queues`
+//! values plus `_other`), `reason`, `state`, `kind`, `event` and `code`,
+//! each from a fixed set, so the series count is bounded. The metrics are
+//! listed in the README ("Metrics and the status page").
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::scrape::{latencies, QueueRow, Scrape};
+use crate::broker::counts::QueueCounter;
+use crate::limits;
+use crate::metrics::latency::Kind;
+
+/// The `Content-Type` of the answer.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// The exposition text of `scrape`.
+pub fn render(scrape: Scrape) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Exposition(scrape)));
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut out, &registry) {
+        tracing::warn!(error = %e, "cannot encode the metrics");
+    }
+    out
+}
+
+/// A [`Scrape`] as a collector: encoded once, on the scrape that made it.
+#[derive(Debug)]
+struct Exposition(Scrape);
+
+/// The per-queue counters: `(metric name without _total, help, counter)`.
+const QUEUE_COUNTERS: &[(&str, &str, QueueCounter)] = &[
+    ("emq_jobs_accepted", "Jobs the queue accepted (REQUEST or SCHED admitted).", QueueCounter::Accepted),
+    (
+        "emq_jobs_dispatched",
+        "Jobs handed to an eMQP worker or offered to a text consumer (again after a requeue).",
+        QueueCounter::Dispatched,
+    ),
+    (
+        "emq_jobs_completed",
+        "Jobs whose worker reported a result, or that a text consumer ACKed.",
+        QueueCounter::Completed,
+    ),
+    ("emq_jobs_failed", "Jobs reported failed by an emq worker, or DELeted by a text consumer.", QueueCounter::Failed),
+    ("emq_jobs_dead_lettered", "Jobs dead-lettered (returned past MAX_DELIVERIES).", QueueCounter::DeadLettered),
+];
+
+/// Refusals by reason: `(reason label, broker counter)`.
+const REFUSALS: &[(&str, &str)] = &[
+    ("queue_full", "rejected_queue_full"),
+    ("shutting_down", "rejected_shutting_down"),
+    ("no_scheduler", "rejected_no_scheduler"),
+    ("bad_request", "rejected_bad_request"),
+    ("queue_limit", "rejected_queue_limit"),
+];
+
+type Res = Result<(), std::fmt::Error>;
+
+fn gauge<V: EncodeGaugeValue + std::fmt::Debug + Send + Sync>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    v: V,
+) -> Res {
+    ConstGauge::new(v).encode(enc.encode_descriptor(name, help, unit, MetricType::Gauge)?)
+}
+
+fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> Res {
+    ConstCounter::new(v).encode(enc.encode_descriptor(name, help, None, MetricType::Counter)?)
+}
+
+/// A family of one label: `(label value, value)` rows.
+fn family<V: Copy>(
+    enc: &mut DescriptorEncoder,
+    (name, help, ty): (&str, &str, MetricType),
+    label: &str,
+    rows: impl Iterator<Item = (String, V)>,
+    write: impl Fn(V, prometheus_client::encoding::MetricEncoder) -> Res,
+) -> Res {
+    let mut m = enc.encode_descriptor(name, help, None, ty)?;
+    for (value, v) in rows {
+        let labels = [(label, value.as_str())];
+        write(v, m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn per_queue(
+    enc: &mut DescriptorEncoder,
+    head: (&str, &str, MetricType),
+    queues: &[QueueRow],
+    pick: impl Fn(&QueueRow) -> u64,
+) -> Res {
+    let rows = queues.iter().map(|q| (q.name.clone(), pick(q)));
+    match head.2 {
+        MetricType::Counter => family(enc, head, "queue", rows, |v, m| ConstCounter::new(v).encode(m)),
+        _ => family(enc, head, "queue", rows, |v, m| ConstGauge::new(v as i64).encode(m)),
+    }
+}
+
+/// Prometheus buckets (cumulative counts at each bound in seconds) of a
+/// histogram in microseconds, its sum in seconds and its count.
+///
+/// The encoder takes each bucket's own count (it adds them up), so the
+/// counts handed over are per bucket.
+fn buckets(h: &hdrhistogram::Histogram<u64>) -> (Vec<(f64, u64)>, f64, u64) {
+    let mut out = Vec::with_capacity(limits::METRICS_LATENCY_BUCKETS_SECS.len() + 1);
+    let mut below = 0;
+    for &bound in limits::METRICS_LATENCY_BUCKETS_SECS {
+        let upto = h.count_between(0, (bound * 1e6) as u64);
+        out.push((bound, upto.saturating_sub(below)));
+        below = upto;
+    }
+    out.push((f64::INFINITY, h.len().saturating_sub(below)));
+    (out, h.mean() * h.len() as f64 / 1e6, h.len())
+}
+
+impl Collector for Exposition {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Res {
+        let s = &self.0;
+        let e = &mut enc;
+        gauge(e, "emq_up", "1 while the router runs.", None, 1i64)?;
+        gauge(e, "emq_uptime", "Time since the router started.", Some(&Unit::Seconds), s.uptime_secs)?;
+        gauge(e, "emq_draining", "1 while the router drains (refuses new work).", None, i64::from(s.draining))?;
+        gauge(e, "emq_shards", "Dispatcher shards.", None, s.shards as i64)?;
+        gauge(e, "emq_shards_silent", "Shards that did not answer this scrape in time.", None, s.shards_silent as i64)?;
+        let info = [("version", env!("CARGO_PKG_VERSION"))];
+        e.encode_descriptor("emq_build", "The router's version.", None, MetricType::Info)?.encode_info(&info)?;
+
+        let q = &s.queues;
+        per_queue(e, ("emq_jobs_waiting", "Jobs waiting in the queue.", MetricType::Gauge), q, |r| r.waiting)?;
+        let in_flight = "Jobs held by eMQP workers or offered to text consumers.";
+        per_queue(e, ("emq_jobs_in_flight", in_flight, MetricType::Gauge), q, |r| r.in_flight)?;
+        for &(name, help, c) in QUEUE_COUNTERS {
+            per_queue(e, (name, help, MetricType::Counter), q, |r| r.counts.get(c))?;
+        }
+        let refused = REFUSALS.iter().map(|(reason, c)| (reason.to_string(), s.counter(c)));
+        let head = ("emq_jobs_refused", "Jobs (and ASKs: queue_limit) refused, by reason.", MetricType::Counter);
+        family(e, head, "reason", refused, |v, m| ConstCounter::new(v).encode(m))?;
+        counter(e, "emq_jobs_requeued", "Jobs put back at the front of their queue.", s.counter("requeued_jobs"))?;
+        let folded = "Queues past metrics_max_queues, summed under queue=\"_other\".";
+        gauge(e, "emq_metrics_queues_folded", folded, None, s.folded as i64)?;
+
+        for kind in Kind::ALL {
+            let (name, help) = match kind {
+                Kind::QueueWait => ("emq_job_queue_wait", "Accepted to dispatched (or offered)."),
+                Kind::Service => ("emq_job_service", "Dispatched to the worker's result (or the text ACK)."),
+                Kind::EndToEnd => ("emq_job_end_to_end", "Accepted to the worker's result (or the text ACK)."),
+            };
+            let mut m = e.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+            for row in q {
+                if let Some((_, h)) = latencies(row).find(|(k, _)| *k == kind) {
+                    let (b, sum, count) = buckets(h);
+                    let labels = [("queue", row.name.as_str())];
+                    m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(sum, count, &b, None)?;
+                }
+            }
+        }
+
+        let states =
+            ["live", "draining"].map(|st| (st.to_string(), s.workers.iter().filter(|w| w.state == st).count()));
+        let head = ("emq_workers", "Registered eMQP workers, by state.", MetricType::Gauge);
+        family(e, head, "state", states.into_iter(), |v, m| ConstGauge::new(v as i64).encode(m))?;
+        let slots: i64 = s.workers.iter().map(|w| w.slots.max(0)).sum();
+        gauge(e, "emq_worker_free_slots", "Free job slots (READY credits) over every worker.", None, slots)?;
+        gauge(e, "emq_schedulers", "Registered schedulers.", None, s.schedulers.len() as i64)?;
+        if let Some(t) = &s.text {
+            gauge(e, "emq_text_connections", "Open text protocol connections.", None, t.connections_open as i64)?;
+            let total = "Text protocol connections accepted (BUSY refusals included).";
+            counter(e, "emq_text_connections_accepted", total, t.connections_total)?;
+            gauge(e, "emq_text_offers_held", "Text offers unanswered.", None, t.offers_held as i64)?;
+            let errors = t.errors.iter().map(|(code, n)| (code.to_string(), *n));
+            let head = ("emq_text_errors", "ERR replies to text clients, by code.", MetricType::Counter);
+            family(e, head, "code", errors, |v, m| ConstCounter::new(v).encode(m))?;
+        }
+        let events = s.counters.iter().map(|(k, v)| (k.clone(), *v));
+        let head = ("emq_events", "The router's event counters (STATUS emq.counters), by name.", MetricType::Counter);
+        family(e, head, "event", events, |v, m| ConstCounter::new(v).encode(m))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::latency::new_histogram;
+
+    #[test]
+    fn names_labels_and_histogram_buckets() {
+        let mut h = new_histogram();
+        for ms in [2u64, 20, 200] {
+            h.record(ms * 1000).unwrap();
+        }
+        let mut row = QueueRow { name: "mail".into(), waiting: 3, in_flight: 1, ..QueueRow::default() };
+        row.counts.add(QueueCounter::Accepted, 7);
+        row.latency[Kind::EndToEnd as usize] = Some(h);
+        let scrape =
+            Scrape { queues: vec![row], counters: vec![("rejected_queue_full".into(), 2)], ..Scrape::default() };
+        let text = render(scrape);
+        for line in [
+            "emq_jobs_accepted_total{queue=\"mail\"} 7",
+            "emq_jobs_waiting{queue=\"mail\"} 3",
+            "emq_jobs_in_flight{queue=\"mail\"} 1",
+            "emq_jobs_refused_total{reason=\"queue_full\"} 2",
+            "# TYPE emq_job_end_to_end_seconds histogram",
+            "emq_job_end_to_end_seconds_bucket{queue=\"mail\",le=\"0.001\"} 0",
+            "emq_job_end_to_end_seconds_bucket{queue=\"mail\",le=\"0.0025\"} 1",
+            "emq_job_end_to_end_seconds_bucket{queue=\"mail\",le=\"0.25\"} 3",
+            "emq_job_end_to_end_seconds_bucket{queue=\"mail\",le=\"+Inf\"} 3",
+            "emq_job_end_to_end_seconds_count{queue=\"mail\"} 3",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+    }
+}
