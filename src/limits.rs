@@ -20,6 +20,12 @@ pub const METRICS_ADDR: &str = "127.0.0.1:47296";
 /// `emq_metrics_queues_folded`), so a scrape stays bounded however many
 /// queues there are.
 pub const METRICS_MAX_QUEUES: usize = 1_000;
+/// The status page reloads itself this often.
+pub const STATUS_PAGE_REFRESH: std::time::Duration = std::time::Duration::from_secs(5);
+/// Most queues drawn in the status page's latency plot (the busiest).
+pub const STATUS_PAGE_MAX_SERIES: usize = 12;
+/// Most workers listed on the status page (the rest are counted).
+pub const STATUS_PAGE_MAX_ROWS: usize = 200;
 /// Prometheus histogram bucket bounds of the latency figures, in seconds
 /// (1 ms to 5 min; `+Inf` is added).
 pub const METRICS_LATENCY_BUCKETS_SECS: &[f64] =

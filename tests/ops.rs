@@ -13,6 +13,7 @@ use emq::router::RouterHandle;
 use serde_json::Value;
 
 use crate::common::ports::free_port;
+use crate::common::proc::{self, TestDir};
 use crate::common::python;
 use crate::emqp_router::{admin, config, Watchdog};
 
@@ -169,4 +170,38 @@ fn metrics_fold_queues_past_the_limit_and_can_be_off() {
     assert!(!text.contains("queue=\"c\""), "{text}");
     let off = emq::router::start(config(1, |_| {})).expect("router starts");
     assert_eq!(off.endpoints.metrics, None);
+}
+
+/// Headless Chromium (Debian's `chromium`, installed by `.ci/run`) with a
+/// fresh profile in `dir`, loading `url` with `args`: `(stdout, stderr)`.
+pub fn chromium(dir: &TestDir, url: &str, args: &[&str]) -> (String, String) {
+    let mut cmd = Command::new("chromium");
+    cmd.args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-dev-shm-usage"])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        .args(args)
+        .arg(url);
+    let (status, out, err) = proc::run("chromium", &mut cmd, &dir.path, Duration::from_secs(60));
+    assert!(status.is_some_and(|s| s.success()), "chromium {args:?} {url}: {status:?}\n{err}");
+    (out, err)
+}
+
+#[test]
+fn status_page_renders_in_headless_chromium() {
+    let _w = Watchdog::new("status_page_chromium", 120);
+    let dir = TestDir::new("status-page");
+    let h = router_with_http(|r| r.max_queue_len = Some(3));
+    scripted_run(&h);
+    let url = format!("http://{}/", h.endpoints.metrics.expect("metrics on"));
+    let (dom, _) = chromium(&dir, &url, &["--dump-dom"]);
+    for want in ["<td>mail</td>", "<td>reports</td>", "<table id=\"workers\">", "<table id=\"dead\">"] {
+        assert!(dom.contains(want), "{want} missing in the rendered page:\n{dom}");
+    }
+    let figure = dom.split("<figure id=\"latency\">").nth(1).unwrap_or("");
+    assert!(figure.trim_start().starts_with("<svg"), "no latency SVG:\n{dom}");
+    for queue in ["mail", "reports"] {
+        let legend = figure.split("</text>").any(|t| t.rsplit('>').next().is_some_and(|l| l.trim() == queue));
+        assert!(legend, "{queue} not in the plot's legend:\n{figure}");
+    }
+    let (status_line, _) = http_get(h.endpoints.metrics.expect("metrics on"), "/");
+    assert!(status_line.contains(" 200"), "{status_line}");
 }

@@ -73,14 +73,26 @@ fn percentile_label(x: f64) -> String {
 /// [`BenchError::Io`] when the directory cannot be made;
 /// [`BenchError::Invalid`] carrying the drawing error (e.g. unwritable path).
 pub fn svg(series: &[Series], title: &str, path: &Path) -> Result<(), BenchError> {
-    let err = |e: &dyn std::fmt::Display| BenchError::Invalid(format!("plot {}: {e}", path.display()));
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(ioerr(format!("create {}", dir.display())))?;
     }
+    let text = svg_string(series, title, (960, 560))
+        .map_err(|e| BenchError::Invalid(format!("plot {}: {e}", path.display())))?;
+    std::fs::write(path, text).map_err(ioerr(format!("write {}", path.display())))
+}
+
+/// Draws `series` as an SVG document of `size` pixels (the status page
+/// shows it inline).
+///
+/// # Errors
+/// [`BenchError::Invalid`] carrying the drawing error.
+pub fn svg_string(series: &[Series], title: &str, size: (u32, u32)) -> Result<String, BenchError> {
+    let err = |e: &dyn std::fmt::Display| BenchError::Invalid(e.to_string());
     let all = || series.iter().flat_map(|s| s.points.iter());
     let xmax = all().map(|p| p.0).fold(100.0, f64::max) * 1.5;
     let ymax = all().map(|p| p.1).fold(0.001, f64::max) * 1.1;
-    let root = SVGBackend::new(path, (960, 560)).into_drawing_area();
+    let mut out = String::new();
+    let root = SVGBackend::with_string(&mut out, size).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))
@@ -111,7 +123,10 @@ pub fn svg(series: &[Series], title: &str, path: &Path) -> Result<(), BenchError
         .border_style(BLACK)
         .draw()
         .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))
+    root.present().map_err(|e| err(&e))?;
+    drop(chart);
+    drop(root);
+    Ok(out)
 }
 
 #[cfg(test)]

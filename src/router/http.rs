@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use tiny_http::{Header, Method, Request, Response, Server};
 
 use super::scrape::Sources;
+use super::status_page::Rates;
 use super::StartError;
 use crate::metrics::counters::Counters;
 
@@ -41,8 +42,9 @@ impl HttpServer {
         let server = Arc::new(server);
         let serving = server.clone();
         let thread = super::spawn("emq-http".into(), move || {
+            let mut rates = Rates::default();
             for req in serving.incoming_requests() {
-                answer(req, &sources, max_queues);
+                answer(req, &sources, max_queues, &mut rates);
             }
         })?;
         tracing::info!(%addr, "metrics and status page served");
@@ -65,7 +67,7 @@ fn header(name: &str, value: &str) -> Option<Header> {
     Header::from_bytes(name.as_bytes(), value.as_bytes()).ok()
 }
 
-fn answer(req: Request, sources: &Sources, max_queues: usize) {
+fn answer(req: Request, sources: &Sources, max_queues: usize, rates: &mut Rates) {
     let counters = &sources.broker.ctx.counters;
     Counters::bump(&counters.http_requests);
     let path = req.url().split('?').next().unwrap_or("").to_string();
@@ -74,7 +76,7 @@ fn answer(req: Request, sources: &Sources, max_queues: usize) {
             (200, super::prometheus::render(sources.read(max_queues)), super::prometheus::CONTENT_TYPE)
         }
         (Method::Get | Method::Head, "/" | "/index.html") => {
-            (200, super::status_page::render(&sources.read(max_queues)), "text/html; charset=utf-8")
+            (200, super::status_page::render(&sources.read(max_queues), rates), "text/html; charset=utf-8")
         }
         (Method::Get | Method::Head, _) => {
             Counters::bump(&counters.http_refused);

@@ -1,17 +1,56 @@
 //! The status page (`GET /` of the HTTP server): one self-contained HTML
-//! page of a [`Scrape`].
+//! page of a [`Scrape`] (no script, no external asset: style inline, the
+//! latency plot inline SVG). It reloads itself every
+//! [`limits::STATUS_PAGE_REFRESH`] and is read-only.
+//!
+//! Sections: the router (version, uptime, state), queues (counts, rates
+//! since the page's previous load, end-to-end percentiles), the end-to-end
+//! latency of each queue by percentile as SVG (the plot of `emq-bench
+//! plot`, [`crate::bench::plot`]), workers, and the dead set.
 
-use super::scrape::Scrape;
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::time::Instant;
 
-/// The page of `scrape`.
-pub fn render(scrape: &Scrape) -> String {
-    let mut out =
-        String::from("<!doctype html><html><head><meta charset=\"utf-8\"><title>emq</title></head><body><ul>");
-    for q in &scrape.queues {
-        out.push_str(&format!("<li>{}</li>", escape(&q.name)));
+use super::scrape::{QueueRow, Scrape};
+use crate::bench::plot::{self, Series};
+use crate::broker::counts::QueueCounter;
+use crate::limits;
+use crate::metrics::latency::Kind;
+
+/// Totals of the previous load, to show rates: `(when, queue → (accepted,
+/// completed, failed))`.
+#[derive(Debug, Default)]
+pub struct Rates {
+    last: Option<(Instant, HashMap<String, [u64; 3]>)>,
+}
+
+impl Rates {
+    /// Per queue `[accepted, completed, failed]` per second since the last
+    /// call (`None` on the first), and remembers `scrape` for the next.
+    fn per_second(&mut self, scrape: &Scrape, now: Instant) -> HashMap<String, [f64; 3]> {
+        let totals: HashMap<String, [u64; 3]> = scrape
+            .queues
+            .iter()
+            .map(|q| {
+                let c = |k| q.counts.get(k);
+                (q.name.clone(), [c(QueueCounter::Accepted), c(QueueCounter::Completed), c(QueueCounter::Failed)])
+            })
+            .collect();
+        let mut out = HashMap::new();
+        if let Some((then, before)) = &self.last {
+            let secs = now.saturating_duration_since(*then).as_secs_f64();
+            if secs > 0.0 {
+                for (q, now_n) in &totals {
+                    let was = before.get(q).copied().unwrap_or_default();
+                    let r = |i: usize| now_n[i].saturating_sub(was[i]) as f64 / secs;
+                    out.insert(q.clone(), [r(0), r(1), r(2)]);
+                }
+            }
+        }
+        self.last = Some((now, totals));
+        out
     }
-    out.push_str("</ul></body></html>");
-    out
 }
 
 /// `text` with the HTML special characters escaped.
@@ -28,4 +67,180 @@ pub fn escape(text: &str) -> String {
         }
     }
     out
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:1.5em;color:#222}\
+h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em}\
+table{border-collapse:collapse;font-size:.9em}th,td{padding:.25em .6em;border-bottom:1px solid #ddd;text-align:right}\
+th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}\
+.note{color:#666;font-size:.9em}.bad{color:#b00}";
+
+/// Milliseconds of a histogram in µs at quantile `q`, as text.
+fn ms(h: &hdrhistogram::Histogram<u64>, q: f64) -> String {
+    format!("{:.2}", h.value_at_quantile(q) as f64 / 1000.0)
+}
+
+fn end_to_end(row: &QueueRow) -> Option<&hdrhistogram::Histogram<u64>> {
+    row.latency[Kind::EndToEnd as usize].as_ref().filter(|h| !h.is_empty())
+}
+
+/// The page of `scrape`; `rates` holds the previous load's totals.
+pub fn render(scrape: &Scrape, rates: &mut Rates) -> String {
+    let per_second = rates.per_second(scrape, Instant::now());
+    let mut o = String::with_capacity(limits::STATUS_PAGE_MAX_ROWS * 256);
+    let refresh = limits::STATUS_PAGE_REFRESH.as_secs();
+    let _ = write!(
+        o,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"{refresh}\"><title>emq status</title><style>{STYLE}</style></head><body>"
+    );
+    let state = if scrape.draining { "<span class=\"bad\">draining</span>" } else { "accepting jobs" };
+    let _ = write!(
+        o,
+        "<h1>emq {}</h1><p id=\"router\">{} shard(s), up {:.0} s, {state}; {} worker(s), {} scheduler(s){}. \
+         <span class=\"note\">Reloads every {refresh} s; <a href=\"/metrics\">/metrics</a>.</span></p>",
+        env!("CARGO_PKG_VERSION"),
+        scrape.shards,
+        scrape.uptime_secs,
+        scrape.workers.len(),
+        scrape.schedulers.len(),
+        scrape.text.as_ref().map_or(String::new(), |t| format!(", {} text connection(s)", t.connections_open)),
+    );
+    if scrape.shards_silent > 0 {
+        let _ = write!(o, "<p class=\"bad\">{} shard(s) did not answer in time.</p>", scrape.shards_silent);
+    }
+    queues(&mut o, scrape, &per_second);
+    latency_plot(&mut o, scrape);
+    workers(&mut o, scrape);
+    dead(&mut o, scrape);
+    o.push_str("</body></html>\n");
+    o
+}
+
+fn queues(o: &mut String, scrape: &Scrape, per_second: &HashMap<String, [f64; 3]>) {
+    o.push_str(
+        "<h2>Queues</h2><table id=\"queues\"><tr><th>queue</th><th>waiting</th><th>in flight</th>\
+         <th>accepted</th><th>completed</th><th>failed</th><th>dead</th>\
+         <th>accepted/s</th><th>completed/s</th><th>failed/s</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th></tr>",
+    );
+    for q in &scrape.queues {
+        let c = |k| q.counts.get(k);
+        let r =
+            per_second.get(&q.name).map_or(["-".to_string(), "-".into(), "-".into()], |r| r.map(|x| format!("{x:.1}")));
+        let p =
+            end_to_end(q).map_or(["-".to_string(), "-".into(), "-".into()], |h| [ms(h, 0.5), ms(h, 0.9), ms(h, 0.99)]);
+        let _ = write!(
+            o,
+            "<tr class=\"queue\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&q.name),
+            q.waiting,
+            q.in_flight,
+            c(QueueCounter::Accepted),
+            c(QueueCounter::Completed),
+            c(QueueCounter::Failed),
+            c(QueueCounter::DeadLettered),
+            r[0],
+            r[1],
+            r[2],
+            p[0],
+            p[1],
+            p[2],
+        );
+    }
+    o.push_str("</table>");
+    if scrape.folded > 0 {
+        let _ =
+            write!(o, "<p class=\"note\">{} more queue(s) summed as _other (metrics_max_queues).</p>", scrape.folded);
+    }
+}
+
+/// End-to-end latency by percentile, one line per queue (the busiest
+/// [`limits::STATUS_PAGE_MAX_SERIES`]), as inline SVG.
+fn latency_plot(o: &mut String, scrape: &Scrape) {
+    o.push_str("<h2>End-to-end latency by percentile</h2>");
+    let mut rows: Vec<(&QueueRow, &hdrhistogram::Histogram<u64>)> =
+        scrape.queues.iter().filter_map(|q| end_to_end(q).map(|h| (q, h))).collect();
+    rows.sort_by_key(|(_, h)| std::cmp::Reverse(h.len()));
+    rows.truncate(limits::STATUS_PAGE_MAX_SERIES);
+    let series: Vec<Series> = rows.iter().map(|(q, h)| Series::from_histogram(&q.name, h)).collect();
+    if series.is_empty() {
+        o.push_str("<p class=\"note\">No job has completed yet.</p>");
+        return;
+    }
+    match plot::svg_string(&series, "end to end, since start", (900, 420)) {
+        Ok(svg) => {
+            o.push_str("<figure id=\"latency\">");
+            // The XML declaration plotters writes is not allowed inside HTML.
+            o.push_str(svg.find("<svg").map_or(svg.as_str(), |at| &svg[at..]));
+            o.push_str("</figure>");
+        }
+        Err(e) => {
+            let _ = write!(o, "<p class=\"bad\">latency plot: {}</p>", escape(&e.to_string()));
+        }
+    }
+}
+
+fn workers(o: &mut String, scrape: &Scrape) {
+    o.push_str(
+        "<h2>Workers</h2><table id=\"workers\"><tr><th>worker</th><th>state</th><th>free slots</th>\
+         <th>in flight</th><th>jobs taken</th><th>last heard</th><th>queues</th></tr>",
+    );
+    for w in scrape.workers.iter().take(limits::STATUS_PAGE_MAX_ROWS) {
+        let queues: Vec<String> = w.queues.iter().map(|(wt, q)| format!("{}:{wt}", escape(q))).collect();
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1} s ago</td><td>{}</td></tr>",
+            escape(&w.id),
+            w.state,
+            w.slots,
+            w.inflight.len(),
+            w.processed,
+            (scrape.uptime_secs - w.hb).max(0.0),
+            queues.join(", "),
+        );
+    }
+    o.push_str("</table>");
+    if scrape.workers.len() > limits::STATUS_PAGE_MAX_ROWS {
+        let more = scrape.workers.len() - limits::STATUS_PAGE_MAX_ROWS;
+        let _ = write!(o, "<p class=\"note\">{more} more worker(s) not shown.</p>");
+    }
+}
+
+fn dead(o: &mut String, scrape: &Scrape) {
+    o.push_str("<h2>Dead set</h2><table id=\"dead\"><tr><th>queue</th><th>dead-lettered</th></tr>");
+    let dead = || scrape.queues.iter().filter(|q| q.counts.get(QueueCounter::DeadLettered) > 0);
+    for q in dead() {
+        let _ = write!(o, "<tr><td>{}</td><td>{}</td></tr>", escape(&q.name), q.counts.get(QueueCounter::DeadLettered));
+    }
+    o.push_str("</table>");
+    if dead().next().is_none() {
+        o.push_str("<p class=\"note\">No job has been dead-lettered.</p>");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::latency::new_histogram;
+
+    #[test]
+    fn page_lists_queues_escaped_with_the_plot_and_rates() {
+        let mut h = new_histogram();
+        for us in [1_000u64, 2_000, 40_000] {
+            h.record(us).unwrap();
+        }
+        let mut row = QueueRow { name: "mail<x>".into(), waiting: 2, ..QueueRow::default() };
+        row.counts.add(QueueCounter::Accepted, 4);
+        row.latency[Kind::EndToEnd as usize] = Some(h);
+        let mut scrape = Scrape { queues: vec![row], shards: 1, ..Scrape::default() };
+        let mut rates = Rates::default();
+        let page = render(&scrape, &mut rates);
+        assert!(page.contains("<td>mail&lt;x&gt;</td><td>2</td>"), "{page}");
+        assert!(page.contains("<figure id=\"latency\"><svg"), "{page}");
+        assert!(!page.contains("<?xml"));
+        scrape.queues[0].counts.add(QueueCounter::Accepted, 1000);
+        let page = render(&scrape, &mut rates);
+        assert!(!page.contains("<td>-</td><td>-</td><td>-</td><td>"), "a second load shows rates: {page}");
+    }
 }
