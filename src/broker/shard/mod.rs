@@ -300,11 +300,11 @@ impl Shard {
     fn log_remaining(&self) {
         use crate::ids::{cut, show};
         for (queue, job) in self.queues.waiting_jobs() {
-            tracing::warn!(shard = self.index, %queue, msgid = %show(&job.msgid.0), body = %cut(&job.body), "queued job not run");
+            tracing::warn!(shard = self.index, job = %job.id, %queue, msgid = %show(&job.msgid.0), body = %cut(&job.body), "queued job not run");
         }
         for (worker, f) in self.workers.inflight() {
             let (msgid, body) = (show(&f.job.msgid.0), cut(&f.job.body));
-            tracing::warn!(%worker, queue = %f.queue, %msgid, %body, "job still in flight at shutdown");
+            tracing::warn!(%worker, job = %f.job.id, queue = %f.queue, %msgid, %body, "job still in flight at shutdown");
         }
         for (conn, o) in self.offers.iter() {
             tracing::warn!(%conn, queue = %o.queue, body = %cut(&o.job.body), "text offer unanswered at shutdown");

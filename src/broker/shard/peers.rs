@@ -142,7 +142,7 @@ impl Shard {
             if job.redeliveries > limits::MAX_DELIVERIES {
                 Counters::bump(&self.ctx.counters.dead_lettered);
                 let (msgid, body) = (show(&job.msgid.0), cut(&job.body));
-                tracing::error!(%queue, %msgid, %body, "job dropped: every worker that took it died");
+                tracing::error!(job = %job.id, %queue, %msgid, %body, "job dropped: every worker that took it died");
                 continue;
             }
             match by_queue.iter_mut().find(|(q, _)| *q == queue) {
