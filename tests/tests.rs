@@ -2,6 +2,7 @@ mod bench;
 mod client;
 mod common;
 mod emqp_router;
+mod exact;
 mod interop;
 mod interop_pubsub;
 mod interop_scheduler;
