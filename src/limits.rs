@@ -46,6 +46,15 @@ pub const DEFAULT_QUEUE: &str = "default";
 /// Weight of the default queue for an INFORM with an empty queue list:
 /// EventMQ's `QUEUES = [(10, "default")]`.
 pub const DEFAULT_QUEUE_WEIGHT: i64 = 10;
+/// Most `[weight, name]` pairs one INFORM may list: a worker serving more
+/// queues than this is almost surely misconfigured, and each pair costs a
+/// candidate entry on its queue's shard.
+pub const MAX_INFORM_QUEUES: usize = 1024;
+/// Highest queue weight an INFORM may give (weights start at 1). Weights are
+/// priority tiers compared with each other; a million tiers is more than
+/// any deployment uses, and the bound keeps every weight a small integer in
+/// every peer's language.
+pub const MAX_QUEUE_WEIGHT: i64 = 1_000_000;
 /// Waiting jobs per queue before REQUEST/SCHED is rejected. EventMQ uses
 /// 10,000 (`HWM`) and a RAM-sized limit for `default` (D9); we use one
 /// explicit bound large enough for bursts (100,000-line pipelines).

@@ -5,3 +5,4 @@
 
 mod handover;
 mod ids;
+mod inform;

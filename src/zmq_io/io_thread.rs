@@ -241,12 +241,10 @@ impl IoThread {
     fn on_backend(&mut self, peer: PeerId, msg: Message) {
         let home = shard_of(&peer.0, self.shards.len());
         let shard_msg = match msg.command {
-            Command::Inform { peer: PeerType::Worker, queues } => {
-                let Some(queues) = self.inform_queues(&peer, &queues) else {
-                    return self.reject_inform(Dest::Backend, &peer, msg.msgid, "bad queue list");
-                };
-                ShardMsg::WorkerInform { id: peer, msgid: MsgId(msg.msgid), queues }
-            }
+            Command::Inform { peer: PeerType::Worker, queues } => match self.inform_queues(&peer, &queues) {
+                Ok(queues) => ShardMsg::WorkerInform { id: peer, msgid: MsgId(msg.msgid), queues },
+                Err(why) => return self.reject_inform(Dest::Backend, &peer, msg.msgid, &why),
+            },
             Command::Inform { peer: PeerType::Scheduler, .. } => {
                 return self.wrong_socket(Socket::Backend, &peer, msg.msgid)
             }
@@ -261,16 +259,18 @@ impl IoThread {
         self.send_to_shard(home, shard_msg);
     }
 
-    /// The queues of an INFORM: the router defaults for an empty frame.
-    fn inform_queues(&self, peer: &PeerId, frame: &[u8]) -> Option<Vec<(i64, QueueName)>> {
+    /// The queues of an INFORM: the router defaults for an empty frame;
+    /// otherwise the list, validated ([`parse_queue_list`]'s rules). The
+    /// error is the refusal's text.
+    fn inform_queues(&self, peer: &PeerId, frame: &[u8]) -> Result<Vec<(i64, QueueName)>, String> {
         if frame.is_empty() {
-            return Some(self.default_queues.clone());
+            return Ok(self.default_queues.clone());
         }
         match parse_queue_list(frame) {
-            Ok(q) => Some(q.into_iter().map(|(w, n)| (w, QueueName(n.into_bytes()))).collect()),
+            Ok(q) => Ok(q.into_iter().map(|(w, n)| (w, QueueName(n.into_bytes()))).collect()),
             Err(e) => {
                 tracing::warn!(worker = %peer, error = %e, "INFORM with a bad queue list refused");
-                None
+                Err(format!("bad queue list: {e}"))
             }
         }
     }
