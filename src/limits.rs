@@ -55,6 +55,10 @@ pub const MAX_INFORM_QUEUES: usize = 1024;
 /// any deployment uses, and the bound keeps every weight a small integer in
 /// every peer's language.
 pub const MAX_QUEUE_WEIGHT: i64 = 1_000_000;
+/// Most schedulers registered at once. Schedulers are a handful per
+/// deployment; each SCHEDULE costs one hash per live scheduler (rendezvous
+/// routing), and the table is keyed by peer identities from the network.
+pub const MAX_SCHEDULERS: usize = 256;
 /// Waiting jobs per queue before REQUEST/SCHED is rejected. EventMQ uses
 /// 10,000 (`HWM`) and a RAM-sized limit for `default` (D9); we use one
 /// explicit bound large enough for bursts (100,000-line pipelines).

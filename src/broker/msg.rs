@@ -66,10 +66,13 @@ pub enum ShardMsg {
         /// The INFORM's msgid.
         msgid: MsgId,
     },
-    /// HEARTBEAT from a frontend peer (shard 0; ignored unless a scheduler).
+    /// HEARTBEAT from a frontend peer (shard 0): a scheduler is alive; an
+    /// unknown peer is re-admitted as a scheduler.
     SchedulerHeartbeat {
         /// The peer's identity.
         id: PeerId,
+        /// The HEARTBEAT's msgid (a re-admission's ACK names it).
+        msgid: MsgId,
     },
     /// KBYE from a frontend peer (shard 0).
     SchedulerKbye {

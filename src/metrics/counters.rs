@@ -31,8 +31,14 @@ counters! {
     malformed_backend,
     /// Undecodable or not-allowed messages on the admin socket.
     malformed_admin,
-    /// Messages from workers that are not registered (dropped).
+    /// Messages from workers that are not registered (not acted on).
     unknown_worker_messages,
+    /// DISCONNECTs sent to unregistered workers (READY, HEARTBEAT or job
+    /// REPLY from a worker the router does not know): "register again".
+    disconnects_to_unknown_workers,
+    /// Schedulers registered again on a HEARTBEAT after the router had
+    /// forgotten them (expired, or registered with an earlier router).
+    readmitted_schedulers,
     /// REQUESTs and SCHEDs accepted (queued or dispatched).
     accepted_jobs,
     /// Jobs sent to eMQP workers.
@@ -49,7 +55,8 @@ counters! {
     rejected_shutting_down,
     /// SCHEDULE/UNSCHEDULE refused because no scheduler is connected.
     rejected_no_scheduler,
-    /// INFORMs refused (bad queue list, wrong socket for the peer type).
+    /// INFORMs refused (bad queue list, wrong socket for the peer type, too
+    /// many schedulers).
     rejected_inform,
     /// Workers removed after missing heartbeats.
     expired_workers,

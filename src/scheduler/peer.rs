@@ -8,11 +8,20 @@
 //! 2. once ACKed: HEARTBEAT every [`PeerConfig::heartbeat_interval`]
 //!    regardless of traffic (spec §3.5), fire due schedules as REQUESTs
 //!    (spec §7.8);
-//! 3. after [`PeerConfig::router_timeout`] without any message from the
-//!    router, or on the router's KBYE, reconnect under a new identity and
-//!    re-INFORM. Schedules live in the [`Service`] and survive;
-//! 4. on SIGTERM/SIGINT (or DISCONNECT from the router, which nobody sends)
-//!    send KBYE, sync the store and return (fixes S10).
+//! 3. after [`PeerConfig::router_timeout`] without a HEARTBEAT from the
+//!    router, reconnect under a new identity and re-INFORM; on the router's
+//!    KBYE or DISCONNECT ("I do not know you"), re-INFORM at once.
+//!    Schedules live in the [`Service`] and survive;
+//! 4. on SIGTERM/SIGINT send KBYE, sync the store and return (fixes S10).
+//!
+//! **Liveness is symmetric** (emq's rule): only the router's HEARTBEATs
+//! (and the ACK of an INFORM) count as the router being alive, as only the
+//! scheduler's own HEARTBEATs count on the router's side. The acceptance
+//! REPLYs and ERRORs of the scheduler's REQUESTs do not: any client gets
+//! those, so they do not show that the router still knows this scheduler.
+//! (Counting them kept a scheduler the router had expired after a 7 s stall
+//! from ever registering again.) An emq router re-admits a scheduler on its
+//! next HEARTBEAT anyway (see the router's `scheduling.rs`).
 //!
 //! The loop blocks in `zmq::poll` until the earliest of: the next schedule
 //! deadline, the next heartbeat/INFORM retry, the router timeout, a message,
@@ -61,7 +70,7 @@ struct Link {
 }
 
 /// Runs the scheduler until `shutdown_fd` becomes readable (a signal-hook
-/// pipe) or the router sends DISCONNECT.
+/// pipe).
 ///
 /// # Errors
 /// [`ZmqError`] when a socket cannot be created, bound or connected.
@@ -86,8 +95,8 @@ pub fn run(cfg: &PeerConfig, service: &mut Service, shutdown_fd: RawFd) -> Resul
             tracing::info!("signal received: shutting down");
             break;
         }
-        if ready_link && link.drain(service) == Flow::Stop {
-            break;
+        if ready_link {
+            link.drain(service);
         }
         if let (true, Some(admin)) = (ready_admin, admin.as_ref()) {
             drain_admin(admin, service);
@@ -145,12 +154,6 @@ fn wait(
     }
     let admin_ready = items.get(2).is_some_and(|i| i.is_readable());
     Ok((items[1].is_readable(), admin_ready, items[0].is_readable()))
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Flow {
-    Continue,
-    Stop,
 }
 
 impl Link {
@@ -219,7 +222,7 @@ impl Link {
     }
 
     /// Reads up to [`limits::BATCH`] messages without blocking.
-    fn drain(&mut self, service: &mut Service) -> Flow {
+    fn drain(&mut self, service: &mut Service) {
         for _ in 0..limits::BATCH {
             let frames = match self.socket.recv_multipart(zmq::DONTWAIT) {
                 Ok(f) => f,
@@ -229,21 +232,14 @@ impl Link {
                     break;
                 }
             };
-            self.last_heard = Instant::now();
-            if self.handle(&frames, service) == Flow::Stop {
-                return Flow::Stop;
-            }
+            self.handle(&frames, service);
         }
-        Flow::Continue
     }
 
-    fn handle(&mut self, frames: &[Frame], service: &mut Service) -> Flow {
+    fn handle(&mut self, frames: &[Frame], service: &mut Service) {
         let msg = match emqp::decode(frames, Socket::SchedulerSide) {
             Ok(m) => m,
-            Err(e) => {
-                self.reject_undecodable(frames, &e);
-                return Flow::Continue;
-            }
+            Err(e) => return self.reject_undecodable(frames, &e),
         };
         match msg.command {
             Command::Ack { .. } => self.handle_ack(),
@@ -257,19 +253,19 @@ impl Link {
                     self.send_error(&msg.msgid, "BAD_BODY", &format!("frame 7: {e}"));
                 }
             }
-            Command::Kbye => {
-                tracing::info!("router said KBYE; re-registering");
+            Command::Kbye | Command::Disconnect => {
+                let word = String::from_utf8_lossy(msg.command.word()).into_owned();
+                tracing::info!(command = %word, "router does not know this scheduler (any more); re-registering");
                 self.registered = false;
                 self.next_inform = Instant::now();
             }
-            Command::Disconnect => return Flow::Stop,
-            Command::Heartbeat { .. } => {}
+            Command::Heartbeat { .. } => self.last_heard = Instant::now(),
             other => tracing::debug!(command = ?other, "ignored message from router"),
         }
-        Flow::Continue
     }
 
     fn handle_ack(&mut self) {
+        self.last_heard = Instant::now();
         if !self.registered {
             tracing::info!(identity = %self.identity, "registered with the router (ACK)");
         }

@@ -225,7 +225,9 @@ impl IoThread {
                 let unschedule = matches!(msg.command, Command::Unschedule(_));
                 self.send_to_shard(0, ShardMsg::Schedule { client: peer, msgid: MsgId(msg.msgid), frames, unschedule })
             }
-            Command::Heartbeat { .. } => self.send_to_shard(0, ShardMsg::SchedulerHeartbeat { id: peer }),
+            Command::Heartbeat { .. } => {
+                self.send_to_shard(0, ShardMsg::SchedulerHeartbeat { id: peer, msgid: MsgId(msg.msgid) })
+            }
             Command::Kbye => self.send_to_shard(0, ShardMsg::SchedulerKbye { id: peer }),
             Command::Error { refers_to, code, text } => {
                 // A scheduler refusing a SCHEDULE/UNSCHEDULE (emq-scheduler).

@@ -96,13 +96,7 @@ fn a_worker_reconnecting_under_its_identity_while_the_old_connection_is_open_tak
     let _w = watchdog::start("worker_handover", Duration::from_secs(60));
     for shards in [1, 3] {
         let h = emq::router::start(crate::emqp_router::config(shards, |_| {})).expect("router starts");
-        let old = Peer::new(&h.endpoints.backend, b"handover-w");
-        old.inform_worker(r#"[[10, "default"]]"#);
-        old.ready(1);
-        let c = Peer::new(&h.endpoints.frontend, b"handover-c");
-        std::thread::sleep(Duration::from_millis(100));
-        c.request("j1", "default", "", "one");
-        assert_eq!(old.expect("REQUEST")[3], b"j1");
+        let (old, c) = super::worker_holding(&h, b"handover-w", b"handover-c", "j1");
         // The old connection stays open (half-open, as far as the router
         // can tell); a new one comes with the same identity and re-INFORMs.
         let new = Peer::new(&h.endpoints.backend, b"handover-w");

@@ -18,14 +18,15 @@
 //! [`queues::QueueTable`], [`workers::WorkerTable`], [`offers::OfferTable`],
 //! [`schedulers::Schedulers`], the timers and the latency histograms.
 //! Handlers, by concern: `flow.rs` (REQUEST, admission, FIFO, selection,
-//! dispatch, requeue), `peers.rs` (workers and schedulers), `text.rs` (text
-//! commands and offers). `Shard::dispatch` is a short `match` calling them.
+//! dispatch, requeue), `peers.rs` (workers), `scheduling.rs` (schedulers,
+//! SCHEDULE routing), `text.rs` (text commands and offers). `Shard::dispatch` is a short `match` calling them.
 
 mod flow;
 pub mod offers;
 mod peers;
 pub mod queues;
 pub mod schedulers;
+mod scheduling;
 mod text;
 pub mod workers;
 
@@ -228,7 +229,7 @@ impl Shard {
             ShardMsg::WorkerHeartbeat { id } => self.handle_worker_heartbeat(id, cx),
             ShardMsg::WorkerKbye { id } => self.handle_worker_kbye(id, cx),
             ShardMsg::SchedulerInform { id, msgid } => self.handle_scheduler_inform(id, msgid, cx),
-            ShardMsg::SchedulerHeartbeat { id } => self.schedulers.touch(&id, cx.now),
+            ShardMsg::SchedulerHeartbeat { id, msgid } => self.handle_scheduler_heartbeat(id, msgid, cx),
             ShardMsg::SchedulerKbye { id } => self.schedulers.remove(&id),
             ShardMsg::Schedule { client, msgid, frames, unschedule } => {
                 self.handle_schedule(client, msgid, frames, unschedule, cx)

@@ -30,11 +30,31 @@ impl Schedulers {
         self.list.push(Entry { id, last_seen: now, scheduled: 0 });
     }
 
-    /// Refreshes a scheduler's liveness; unknown peers are ignored.
-    pub fn touch(&mut self, id: &PeerId, now: Instant) {
-        if let Some(e) = self.list.iter_mut().find(|e| &e.id == id) {
-            e.last_seen = now;
+    /// Refreshes a scheduler's liveness; false (and nothing changed) when
+    /// `id` is not registered.
+    pub fn touch(&mut self, id: &PeerId, now: Instant) -> bool {
+        match self.list.iter_mut().find(|e| &e.id == id) {
+            Some(e) => {
+                e.last_seen = now;
+                true
+            }
+            None => false,
         }
+    }
+
+    /// Whether `id` is registered.
+    pub fn contains(&self, id: &PeerId) -> bool {
+        self.list.iter().any(|e| &e.id == id)
+    }
+
+    /// Registered schedulers.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether none is registered.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
     }
 
     /// Forgets a scheduler (KBYE, expiry, unreachable).
