@@ -59,6 +59,24 @@ pub const MAX_QUEUE_WEIGHT: i64 = 1_000_000;
 /// deployment; each SCHEDULE costs one hash per live scheduler (rendezvous
 /// routing), and the table is keyed by peer identities from the network.
 pub const MAX_SCHEDULERS: usize = 256;
+/// Most SCHEDULE/UNSCHEDULE messages the router remembers at once while
+/// their scheduler's answer is due (to send it back to the client that sent
+/// them); past it a SCHEDULE gets `ERROR BUSY`. Each entry is two identities
+/// and a msgid (~150 bytes): 10,000 is 1.5 MB, and more than 300
+/// SCHEDULEs a second for [`SCHEDULE_ANSWER_TIMEOUT`].
+pub const MAX_PENDING_SCHEDULE_ANSWERS: usize = 10_000;
+/// How long the router waits for a scheduler's answer to a SCHEDULE or
+/// UNSCHEDULE before it forgets who sent it. An EventMQ scheduler never
+/// answers; emq-scheduler answers at once, or after a store timeout.
+pub const SCHEDULE_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most schedule keys whose owner the router remembers (to route every
+/// SCHEDULE of a schedule to the scheduler holding it). An entry is ~150
+/// bytes: 100,000 keys are 15 MB, more schedules than any deployment the
+/// scheduler's single timer heap is built for. Past it the key routed
+/// least recently is forgotten.
+pub const MAX_ROUTED_SCHEDULE_KEYS: usize = 100_000;
+/// Longest scheduler name (INFORM D6, emq extension) the router accepts.
+pub const MAX_SCHEDULER_NAME_BYTES: usize = 128;
 /// Waiting jobs per queue before REQUEST/SCHED is rejected. EventMQ uses
 /// 10,000 (`HWM`) and a RAM-sized limit for `default` (D9); we use one
 /// explicit bound large enough for bursts (100,000-line pipelines).

@@ -6,6 +6,8 @@
 mod handover;
 mod ids;
 mod inform;
+mod refusals;
+mod schedules;
 mod written_off;
 
 use emq::router::RouterHandle;

@@ -10,7 +10,7 @@ use anyhow::{anyhow, Context};
 use clap::{Parser, Subcommand};
 use emq::client::admin::AdminClient;
 use emq::client::body::PythonCall;
-use emq::client::emqp::{Client, Outcome, Publisher, Schedule};
+use emq::client::emqp::{Client, Outcome, Publisher, Schedule, ScheduleAnswer};
 use emq::client::text::TextClient;
 use emq::limits;
 use serde_json::Value;
@@ -172,13 +172,13 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 (None, None) => return Err(anyhow!("give --every or --cron")),
             };
             let mut client = Client::connect(&cli.frontend)?.with_timeout(*cli.timeout);
-            let msgid = client.schedule(queue, &when, &build_body(body)?, headers)?;
-            sent(cli, "SCHEDULE", &msgid)
+            let answer = client.schedule_confirmed(queue, &when, &build_body(body)?, headers)?;
+            schedule_answer(cli, "SCHEDULE", answer)
         }
         Cmd::Unschedule { queue, body, headers } => {
             let mut client = Client::connect(&cli.frontend)?.with_timeout(*cli.timeout);
-            let msgid = client.unschedule(queue, &build_body(body)?, headers)?;
-            sent(cli, "UNSCHEDULE", &msgid)
+            let answer = client.unschedule_confirmed(queue, &build_body(body)?, headers)?;
+            schedule_answer(cli, "UNSCHEDULE", answer)
         }
         Cmd::Publish { topic, message } => {
             let mut p = Publisher::connect(&cli.pubsub)?.with_timeout(*cli.timeout);
@@ -241,6 +241,30 @@ fn sent(cli: &Cli, what: &str, msgid: &[u8]) -> anyhow::Result<()> {
         println!("{what} sent {id}");
     }
     Ok(())
+}
+
+/// Prints what came back for a SCHEDULE/UNSCHEDULE; a refusal is an error
+/// (exit status 1). No answer is not: EventMQ's router and scheduler never
+/// answer.
+fn schedule_answer(cli: &Cli, what: &str, answer: ScheduleAnswer) -> anyhow::Result<()> {
+    let (status, msgid, detail) = match &answer {
+        ScheduleAnswer::Accepted { msgid, detail } => ("accepted", msgid, detail.clone()),
+        ScheduleAnswer::Refused { msgid, code, text } => ("refused", msgid, format!("{code} {text}")),
+        ScheduleAnswer::Unconfirmed { msgid } => {
+            ("unconfirmed", msgid, "no answer in time (an EventMQ router or scheduler never answers)".into())
+        }
+    };
+    let id = String::from_utf8_lossy(msgid);
+    if cli.json {
+        let detail = serde_json::from_str::<Value>(&detail).unwrap_or(Value::String(detail.clone()));
+        println!("{}", serde_json::json!({"status": status, "msgid": id, "detail": detail}));
+    } else {
+        println!("{what} {status} {id} {detail}");
+    }
+    match answer {
+        ScheduleAnswer::Refused { .. } => Err(anyhow!("{what} {id} refused: {detail}")),
+        _ => Ok(()),
+    }
 }
 
 fn build_body(b: &BodyArgs) -> anyhow::Result<Vec<u8>> {

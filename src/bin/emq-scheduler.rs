@@ -27,12 +27,21 @@ fn main() -> anyhow::Result<()> {
         let w = signal_write.try_clone().context("signal pipe")?;
         signal_hook::low_level::pipe::register(sig, w).context("register signal handler")?;
     }
+    let mut cfg = cfg;
     let store: Box<dyn Store> = match &cfg.redis {
         Some(url) => Box::new(RedisStore::connect(url).with_context(|| format!("redis store {url}"))?),
         None => {
-            Box::new(FileStore::open(&cfg.data_dir).with_context(|| format!("data dir {}", cfg.data_dir.display()))?)
+            let store =
+                FileStore::open(&cfg.data_dir).with_context(|| format!("data dir {}", cfg.data_dir.display()))?;
+            if cfg.peer.name.is_none() {
+                cfg.peer.name = Some(store.stable_name().context("scheduler name")?);
+            }
+            Box::new(store)
         }
     };
+    if cfg.peer.name.is_none() {
+        cfg.peer.name = Some(uuid::Uuid::new_v4().hyphenated().to_string());
+    }
     let mut service = Service::restore(cfg.tz, store, chrono::Utc::now()).context("restoring schedules")?;
     peer::run(&cfg.peer, &mut service, signal_read.as_raw_fd()).context("scheduler stopped")?;
     Ok(())

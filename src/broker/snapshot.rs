@@ -45,6 +45,8 @@ pub struct WorkerSnap {
 pub struct SchedulerSnap {
     /// Identity (display form).
     pub id: String,
+    /// The name it gave in its INFORM (emq-scheduler), if any.
+    pub name: Option<String>,
     /// Seconds since broker start of the last message.
     pub hb: f64,
     /// SCHEDULEs routed to it.
@@ -130,7 +132,7 @@ pub fn schedulers_json(shards: &[ShardSnapshot]) -> Value {
     let s: Map<String, Value> = shards
         .iter()
         .flat_map(|s| &s.schedulers)
-        .map(|s| (s.id.clone(), json!({ "hb": s.hb, "scheduled": s.scheduled })))
+        .map(|s| (s.id.clone(), json!({ "hb": s.hb, "scheduled": s.scheduled, "name": s.name })))
         .collect();
     json!({ "connected_schedulers": s })
 }

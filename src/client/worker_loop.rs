@@ -211,7 +211,7 @@ impl Loop {
         } else {
             encode_queue_list(&self.p.config.queues).into_bytes()
         };
-        self.send(Command::Inform { queues, peer: PeerType::Worker });
+        self.send(Command::Inform { queues, peer: PeerType::Worker, name: None });
         self.state = State::Registering { sent_at: Instant::now() };
     }
 

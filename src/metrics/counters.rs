@@ -64,6 +64,19 @@ counters! {
     expired_schedulers,
     /// ERROR messages from schedulers (a SCHEDULE they refused).
     scheduler_errors,
+    /// SCHEDULE/UNSCHEDULE refused by the router with the scheduler's rules
+    /// (bad frames, body, interval, cron, headers).
+    rejected_schedule_invalid,
+    /// SCHEDULE/UNSCHEDULE refused because too many answers were pending.
+    rejected_schedule_busy,
+    /// Scheduler answers (REPLY, ERROR) forwarded to the client that sent
+    /// the SCHEDULE/UNSCHEDULE.
+    schedule_answers_forwarded,
+    /// REPLY/ERROR on the frontend that no client waits for (dropped).
+    schedule_answers_unmatched,
+    /// SCHEDULE/UNSCHEDULE whose scheduler did not answer in time
+    /// (EventMQ's scheduler never does).
+    schedule_answers_expired,
     /// Sends that failed (peer gone or pipe full), all kinds.
     send_failures,
     /// Text offers ACKed.

@@ -60,14 +60,16 @@ impl Socket {
 
     fn allows(self, cmd: &[u8]) -> bool {
         let allowed: &[&[u8]] = match self {
-            Socket::Frontend => &[b"INFORM", b"REQUEST", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"ERROR"],
+            Socket::Frontend => {
+                &[b"INFORM", b"REQUEST", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"ERROR", b"REPLY"]
+            }
             Socket::Backend => &[b"INFORM", b"READY", b"REPLY", b"HEARTBEAT", b"KBYE"],
             Socket::Admin => {
                 &[b"STATUS", b"ROUTER_SHOW_WORKERS", b"ROUTER_SHOW_SCHEDULERS", b"LATENCY", b"DISCONNECT", b"HELLO"]
             }
             Socket::WorkerSide => &[b"ACK", b"REQUEST", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"ERROR"],
             Socket::SchedulerSide => {
-                &[b"ACK", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"REPLY", b"ERROR"]
+                &[b"ACK", b"SCHEDULE", b"UNSCHEDULE", b"DROP", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"REPLY", b"ERROR"]
             }
             Socket::ClientSide => &[b"REPLY", b"ACK", b"ERROR", b"HEARTBEAT", b"KBYE"],
             Socket::PubIn => &[b"PUBLISH"],
@@ -137,6 +139,11 @@ pub enum Command {
         queues: Frame,
         /// D5: who is registering.
         peer: PeerType,
+        /// D6 (emq extension, optional): a scheduler's stable name, which
+        /// the router routes SCHEDULEs by (rendezvous hashing) so that a
+        /// restarted scheduler, connecting under a fresh identity, owns the
+        /// same schedules. EventMQ's router ignores extra INFORM frames.
+        name: Option<Frame>,
     },
     /// ACK: the router accepted an INFORM (or an admin DISCONNECT).
     Ack {
@@ -184,6 +191,11 @@ pub enum Command {
     Schedule(ScheduleBody),
     /// UNSCHEDULE: at least 8 frames.
     Unschedule(ScheduleBody),
+    /// DROP (emq extension, router → emq-scheduler): the frames of a
+    /// SCHEDULE whose key another scheduler owns now; the receiver forgets
+    /// its copy of the schedule (a shared store keeps the record). Sent
+    /// only to schedulers that named themselves in their INFORM.
+    Drop(ScheduleBody),
     /// PUBLISH to the pub/sub device (spec §3.9).
     Publish {
         /// D4: the topic, sent as the first frame of the PUB message.
@@ -221,6 +233,7 @@ impl Command {
             Command::Disconnect => b"DISCONNECT",
             Command::Schedule(_) => b"SCHEDULE",
             Command::Unschedule(_) => b"UNSCHEDULE",
+            Command::Drop(_) => b"DROP",
             Command::Publish { .. } => b"PUBLISH",
             Command::Admin(q) => q.word(),
             Command::Hello => b"HELLO",
@@ -312,9 +325,11 @@ pub fn decode<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Message, D
     }
     let body = Body { frames, command: name };
     let command = match name {
-        "INFORM" => {
-            Command::Inform { queues: body.get(4, "the queue list")?, peer: peer_type(&body.get(5, "the peer type")?)? }
-        }
+        "INFORM" => Command::Inform {
+            queues: body.get(4, "the queue list")?,
+            peer: peer_type(&body.get(5, "the peer type")?)?,
+            name: body.opt(6),
+        },
         "ACK" => Command::Ack { acked: body.get(4, "the acknowledged msgid")? },
         "READY" => Command::Ready,
         "REQUEST" => Command::Request {
@@ -332,6 +347,7 @@ pub fn decode<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Message, D
         "DISCONNECT" => Command::Disconnect,
         "SCHEDULE" => Command::Schedule(schedule_body(&body, true)?),
         "UNSCHEDULE" => Command::Unschedule(schedule_body(&body, false)?),
+        "DROP" => Command::Drop(schedule_body(&body, false)?),
         "PUBLISH" => Command::Publish { topic: body.get(4, "the topic")?, message: body.get(5, "the message")? },
         "STATUS" => Command::Admin(AdminQuery::Status),
         "ROUTER_SHOW_WORKERS" => Command::Admin(AdminQuery::ShowWorkers),
@@ -359,6 +375,7 @@ const COMMANDS: &[&str] = &[
     "DISCONNECT",
     "SCHEDULE",
     "UNSCHEDULE",
+    "DROP",
     "PUBLISH",
     "STATUS",
     "ROUTER_SHOW_WORKERS",
@@ -424,12 +441,13 @@ impl Message {
     pub fn encode(&self) -> Vec<Frame> {
         let mut out = vec![Vec::new(), VERSION.to_vec(), self.command.word().to_vec(), self.msgid.clone()];
         match &self.command {
-            Command::Inform { queues, peer } => {
+            Command::Inform { queues, peer, name } => {
                 out.push(queues.clone());
                 out.push(match peer {
                     PeerType::Worker => b"worker".to_vec(),
                     PeerType::Scheduler => b"scheduler".to_vec(),
                 });
+                out.extend(name.iter().cloned());
             }
             Command::Ack { acked } => out.push(acked.clone()),
             Command::Ready | Command::Kbye | Command::Disconnect | Command::Admin(_) | Command::Hello => {}
@@ -440,7 +458,7 @@ impl Message {
             Command::Reply { body } => out.push(body.clone()),
             Command::JobReply { result, request_msgid } => out.extend([result.clone(), request_msgid.clone()]),
             Command::Heartbeat { timestamp } => out.push(timestamp.clone()),
-            Command::Schedule(s) | Command::Unschedule(s) => {
+            Command::Schedule(s) | Command::Unschedule(s) | Command::Drop(s) => {
                 out.extend([s.queue.clone(), s.headers.clone(), s.interval.clone(), s.body.clone()]);
                 out.push(s.cron.clone().unwrap_or_default());
             }

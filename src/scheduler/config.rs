@@ -45,6 +45,13 @@ pub struct SchedulerArgs {
     /// INFORM re-send period while waiting for the router's ACK.
     #[arg(long, env = "EMQ_SCHEDULER_INFORM_RETRY", default_value_t = text(limits::SCHEDULER_INFORM_RETRY))]
     pub inform_retry: String,
+    /// This scheduler's name among several (1 to 128 printable ASCII
+    /// characters): the router routes each schedule to one scheduler by
+    /// name, so a restarted scheduler owns the same schedules. Default: a
+    /// name made at first start and kept in the data directory (file
+    /// store), or a new one per run (Redis store).
+    #[arg(long, env = "EMQ_SCHEDULER_NAME")]
+    pub name: Option<String>,
     /// Print the resolved configuration and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -61,6 +68,23 @@ pub struct SchedulerConfig {
     pub tz: Tz,
     /// Redis URL, if Redis is the store.
     pub redis: Option<String>,
+}
+
+/// Checks a scheduler name: 1 to [`limits::MAX_SCHEDULER_NAME_BYTES`]
+/// printable ASCII characters (no spaces).
+///
+/// # Errors
+/// [`ConfigError::Invalid`] saying what is wrong.
+pub fn check_name(name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= limits::MAX_SCHEDULER_NAME_BYTES
+        && name.bytes().all(|b| b.is_ascii_graphic());
+    if ok {
+        Ok(())
+    } else {
+        let why = format!("{name:?}: 1 to {} printable ASCII characters, no spaces", limits::MAX_SCHEDULER_NAME_BYTES);
+        Err(ConfigError::Invalid { name: "name", why })
+    }
 }
 
 impl SchedulerConfig {
@@ -84,6 +108,9 @@ impl SchedulerConfig {
             why: format!("unknown IANA time zone {:?}", args.timezone),
         })?;
         let admin_addr = (args.admin_addr != "off").then(|| args.admin_addr.clone());
+        if let Some(name) = &args.name {
+            check_name(name)?;
+        }
         Ok(SchedulerConfig {
             peer: PeerConfig {
                 router_addr: args.router_addr.clone(),
@@ -91,6 +118,7 @@ impl SchedulerConfig {
                 heartbeat_interval,
                 router_timeout,
                 inform_retry,
+                name: args.name.clone(),
             },
             data_dir: args.data_dir.clone().unwrap_or_else(default_data_dir),
             tz,
@@ -103,7 +131,7 @@ impl SchedulerConfig {
         let p = &self.peer;
         format!(
             "router_addr = {:?}\nadmin_addr = {:?}\ndata_dir = {:?}\ntimezone = {:?}\nredis = {:?}\n\
-             heartbeat_interval = {:?}\nrouter_timeout = {:?}\ninform_retry = {:?}\n",
+             heartbeat_interval = {:?}\nrouter_timeout = {:?}\ninform_retry = {:?}\nname = {:?}\n",
             p.router_addr,
             p.admin_addr.as_deref().unwrap_or("off"),
             self.data_dir.display().to_string(),
@@ -112,6 +140,7 @@ impl SchedulerConfig {
             humantime::format_duration(p.heartbeat_interval).to_string(),
             humantime::format_duration(p.router_timeout).to_string(),
             humantime::format_duration(p.inform_retry).to_string(),
+            p.name.as_deref().unwrap_or("(default)"),
         )
     }
 }

@@ -27,17 +27,21 @@
 //! deadline, the next heartbeat/INFORM retry, the router timeout, a message,
 //! or a signal. There is no fixed-rate polling.
 //!
-//! Malformed SCHEDULE/UNSCHEDULE messages are logged and answered with
-//! `ERROR` (D4 the message's msgid, D5 a code such as `BAD_CRON`, D6 the
-//! reason) to the router; they never stop the scheduler (fixes S6).
-//! Acceptance REPLYs and ERRORs from the router are logged at debug level.
+//! Every SCHEDULE/UNSCHEDULE is answered (emq extension; an emq router
+//! forwards the answer to the client that sent the message): `REPLY` with
+//! D4 the message's msgid and D5 the outcome as JSON, or, for a malformed
+//! one, `ERROR` (D4 the msgid, D5 a code such as `BAD_CRON`, D6 the
+//! reason). A malformed message never stops the scheduler (fixes S6).
+//! `DROP` (emq extension) makes it forget a schedule another scheduler now
+//! owns. Acceptance REPLYs and ERRORs from the router are logged at debug
+//! level.
 
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
-use super::service::Service;
+use super::service::{Answer, Service};
 use super::timetable::Fire;
 use crate::limits;
 use crate::protocol::emqp::{self, Command, DecodeError, Frame, Message, PeerType, ShowFrames, Socket};
@@ -57,12 +61,19 @@ pub struct PeerConfig {
     pub router_timeout: Duration,
     /// INFORM re-send period while waiting for the ACK.
     pub inform_retry: Duration,
+    /// This scheduler's stable name, sent as INFORM D6 (emq extension):
+    /// the router routes SCHEDULEs by it, so a restarted scheduler owns the
+    /// same schedules. `None`: no name (the router uses the identity).
+    pub name: Option<String>,
 }
 
 /// One DEALER connection with its registration state.
 struct Link {
     socket: zmq::Socket,
     identity: String,
+    name: Option<String>,
+    /// The msgid of the last INFORM sent: its ACK completes registration.
+    inform_msgid: Frame,
     registered: bool,
     last_heard: Instant,
     next_heartbeat: Instant,
@@ -167,16 +178,26 @@ impl Link {
         socket.connect(&cfg.router_addr).map_err(ZmqError::at(format!("connect to router {}", cfg.router_addr)))?;
         tracing::info!(router = %cfg.router_addr, identity = %identity, "connecting; sending INFORM");
         let now = Instant::now();
-        let link = Link {
+        let mut link = Link {
             socket,
             identity,
+            name: cfg.name.clone(),
+            inform_msgid: Vec::new(),
             registered: false,
             last_heard: now,
             next_heartbeat: now,
             next_inform: now + cfg.inform_retry,
         };
-        link.send(Command::Inform { queues: Vec::new(), peer: PeerType::Scheduler });
+        link.send_inform();
         Ok(link)
+    }
+
+    /// INFORM (D4 `""`, D5 `scheduler`, D6 the name if any).
+    fn send_inform(&mut self) {
+        let name = self.name.as_ref().map(|n| n.clone().into_bytes());
+        let msg = Message::new(Command::Inform { queues: Vec::new(), peer: PeerType::Scheduler, name });
+        self.inform_msgid = msg.msgid.clone();
+        self.send_message(&msg);
     }
 
     fn send(&self, command: Command) {
@@ -215,7 +236,7 @@ impl Link {
         }
         if !self.registered && now >= self.next_inform {
             tracing::info!(identity = %self.identity, "no ACK yet; re-sending INFORM");
-            self.send(Command::Inform { queues: Vec::new(), peer: PeerType::Scheduler });
+            self.send_inform();
             self.next_inform = now + cfg.inform_retry;
         }
         Ok(())
@@ -242,17 +263,21 @@ impl Link {
             Err(e) => return self.reject_undecodable(frames, &e),
         };
         match msg.command {
-            Command::Ack { .. } => self.handle_ack(),
+            Command::Ack { acked } => self.handle_ack(&acked),
             Command::Schedule(body) => match service.handle_schedule(&body, Utc::now()) {
-                Ok(Some(fire)) => self.send_request(&fire),
-                Ok(None) => {}
+                Ok((answer, haste)) => {
+                    self.send_answer(&msg.msgid, &answer);
+                    if let Some(fire) = haste {
+                        self.send_request(&fire);
+                    }
+                }
                 Err(e) => self.send_error(&msg.msgid, e.code(), &e.to_string()),
             },
-            Command::Unschedule(body) => {
-                if let Err(e) = service.handle_unschedule(&body) {
-                    self.send_error(&msg.msgid, "BAD_BODY", &format!("frame 7: {e}"));
-                }
-            }
+            Command::Unschedule(body) => match service.handle_unschedule(&body) {
+                Ok(answer) => self.send_answer(&msg.msgid, &answer),
+                Err(e) => self.send_error(&msg.msgid, "BAD_BODY", &format!("frame 7: {e}")),
+            },
+            Command::Drop(body) => service.handle_drop(&body),
             Command::Kbye | Command::Disconnect => {
                 let word = String::from_utf8_lossy(msg.command.word()).into_owned();
                 tracing::info!(command = %word, "router does not know this scheduler (any more); re-registering");
@@ -264,13 +289,34 @@ impl Link {
         }
     }
 
-    fn handle_ack(&mut self) {
+    /// An ACK: of our INFORM, registration is complete; of something else
+    /// while registered, an emq router has re-admitted us on a HEARTBEAT
+    /// after forgetting us, and a fresh INFORM gives it our name back.
+    fn handle_ack(&mut self, acked: &[u8]) {
         self.last_heard = Instant::now();
-        if !self.registered {
+        let ours = acked == self.inform_msgid.as_slice();
+        if self.registered && !ours {
+            tracing::info!(identity = %self.identity, "re-admitted by the router; INFORMing again with our name");
+            if self.name.is_some() {
+                self.send_inform();
+            }
+        } else if !self.registered {
             tracing::info!(identity = %self.identity, "registered with the router (ACK)");
         }
         self.registered = true;
         self.next_heartbeat = Instant::now();
+    }
+
+    /// The acceptance of a SCHEDULE/UNSCHEDULE (emq extension): `REPLY`,
+    /// D4 its msgid, D5 the outcome as JSON ([`Answer::to_json`]). The
+    /// router forwards it to the client that sent the message; an EventMQ
+    /// router ignores it.
+    fn send_answer(&self, refers_to: &[u8], answer: &Answer) {
+        let mut frames = Message::new(Command::Reply { body: refers_to.to_vec() }).encode();
+        frames.push(answer.to_json().into_bytes());
+        if let Err(e) = self.socket.send_multipart(frames, zmq::DONTWAIT) {
+            tracing::warn!(identity = %self.identity, error = %e, "answer to router failed");
+        }
     }
 
     /// Logs an undecodable message; a SCHEDULE/UNSCHEDULE with missing

@@ -146,4 +146,9 @@ impl Store for RedisStore {
     fn sync(&mut self) -> Result<(), StoreError> {
         Ok(())
     }
+
+    /// The record stays: the store is shared, and the new owner keeps it.
+    fn forget(&mut self, _key: &ScheduleKey) -> Result<(), StoreError> {
+        Ok(())
+    }
 }

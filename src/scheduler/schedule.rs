@@ -76,6 +76,14 @@ pub enum ScheduleError {
         /// Why it was rejected.
         why: String,
     },
+    /// D6 is an interval and D8 a cron expression: which one is meant?
+    #[error("frames 6 and 8: both an interval ({interval:?}) and a cron expression ({cron:?}); give one (interval -1 for a cron job)")]
+    IntervalAndCron {
+        /// D6.
+        interval: String,
+        /// D8.
+        cron: String,
+    },
     /// The `run_count:N` header is not a non-negative integer.
     #[error("frame 5: bad run_count in headers {0:?}")]
     BadRunCount(String),
@@ -91,6 +99,7 @@ impl ScheduleError {
             ScheduleError::NotUtf8 { .. } => "BAD_ENCODING",
             ScheduleError::BadInterval(_) => "BAD_INTERVAL",
             ScheduleError::BadCron { .. } => "BAD_CRON",
+            ScheduleError::IntervalAndCron { .. } => "BAD_SCHEDULE",
             ScheduleError::BadRunCount(_) => "BAD_HEADERS",
             ScheduleError::Body(_) => "BAD_BODY",
         }
@@ -144,6 +153,9 @@ impl Definition {
         let interval: i64 = record[2].trim().parse().map_err(|_| ScheduleError::BadInterval(record[2].clone()))?;
         let kind = match interval {
             0 => return Err(ScheduleError::BadInterval(record[2].clone())),
+            1.. if !record[4].trim().is_empty() => {
+                return Err(ScheduleError::IntervalAndCron { interval: record[2].clone(), cron: record[4].clone() })
+            }
             secs @ 1.. if secs as u64 <= limits::SCHEDULER_MAX_INTERVAL_SECS => Kind::Interval { secs: secs as u64 },
             1.. => return Err(ScheduleError::BadInterval(record[2].clone())),
             _ => Kind::Cron { expr: record[4].clone(), cron: Box::new(parse_cron(&record[4])?) },
@@ -213,6 +225,23 @@ impl Definition {
 
 fn interval(secs: u64) -> TimeDelta {
     TimeDelta::seconds(secs.min(limits::SCHEDULER_MAX_INTERVAL_SECS) as i64)
+}
+
+/// The checks a scheduler makes before it takes a SCHEDULE (everything
+/// [`Definition::from_body`] checks) or an UNSCHEDULE (that the body has a
+/// key). The router runs them too, before it routes the message by the key
+/// this returns, so that a message no scheduler would take is refused with
+/// the same code and reason however old the scheduler is (an EventMQ
+/// scheduler dies on such a message, spec §12 S6).
+///
+/// # Errors
+/// [`ScheduleError`] naming the bad frame.
+pub fn check_schedule(body: &ScheduleBody, unschedule: bool) -> Result<ScheduleKey, ScheduleError> {
+    if unschedule {
+        Ok(key_body(&body.body)?.key)
+    } else {
+        Ok(Definition::from_body(body)?.key)
+    }
 }
 
 /// Parses a 5-field cron expression (or an `@daily`-style nickname).

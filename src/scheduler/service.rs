@@ -15,6 +15,34 @@ use super::store::{Store, StoreError, Stored};
 use super::timetable::{Change, Fire, Outcome, Timetable};
 use crate::protocol::emqp::ScheduleBody;
 
+/// What a scheduler answers to a SCHEDULE or UNSCHEDULE it took.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The schedule key.
+    pub key: ScheduleKey,
+    /// `added`, `replaced`, `unchanged`, `removed` (`run_count:0`),
+    /// `unscheduled` or `not_found`.
+    pub outcome: &'static str,
+    /// The next fire time, if the schedule runs again.
+    pub next_fire: Option<DateTime<Utc>>,
+}
+
+impl Answer {
+    /// The REPLY's D5: `{"outcome": …, "key": …, "next_fire": RFC 3339 UTC
+    /// or null}`.
+    ///
+    /// ```
+    /// use emq::scheduler::service::Answer;
+    /// let key = emq::scheduler::key::ScheduleKey::from_hex(&"a".repeat(40)).unwrap();
+    /// let a = Answer { key, outcome: "not_found", next_fire: None };
+    /// assert_eq!(a.to_json(), format!(r#"{{"outcome":"not_found","key":"{}","next_fire":null}}"#, "a".repeat(40)));
+    /// ```
+    pub fn to_json(&self) -> String {
+        let next = self.next_fire.map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true));
+        serde_json::json!({ "outcome": self.outcome, "key": self.key.as_str(), "next_fire": next }).to_string()
+    }
+}
+
 /// Timetable + store. See the module docs.
 pub struct Service {
     timetable: Timetable,
@@ -51,11 +79,16 @@ impl Service {
     }
 
     /// Handles a SCHEDULE received at `now` (spec §7.2 with the rules of
-    /// [`Timetable::schedule`]). Returns the haste REQUEST to emit, if any.
+    /// [`Timetable::schedule`]). Returns the answer for the client and the
+    /// haste REQUEST to emit, if any.
     ///
     /// # Errors
     /// [`ScheduleError`] for a malformed SCHEDULE; nothing is changed.
-    pub fn handle_schedule(&mut self, body: &ScheduleBody, now: DateTime<Utc>) -> Result<Option<Fire>, ScheduleError> {
+    pub fn handle_schedule(
+        &mut self,
+        body: &ScheduleBody,
+        now: DateTime<Utc>,
+    ) -> Result<(Answer, Option<Fire>), ScheduleError> {
         let def = Definition::from_body(body)?;
         let key = def.key.clone();
         let (outcome, haste, changes) = self.timetable.schedule(def, now)?;
@@ -63,20 +96,45 @@ impl Service {
         if outcome != Outcome::Unchanged {
             self.persist(changes);
         }
-        Ok(haste)
+        let word = match outcome {
+            Outcome::Added => "added",
+            Outcome::Replaced => "replaced",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Removed => "removed",
+        };
+        let next_fire = self.timetable.next_of(&key);
+        Ok((Answer { key, outcome: word, next_fire }, haste))
     }
 
     /// Handles an UNSCHEDULE: removes the job with the body's key, interval
-    /// or cron (spec §7.6, fixing S4). Returns whether a job was removed.
+    /// or cron (spec §7.6, fixing S4). The answer says whether there was one
+    /// (`unscheduled` or `not_found`).
     ///
     /// # Errors
     /// [`KeyError`] when the body (D7) cannot be keyed.
-    pub fn handle_unschedule(&mut self, body: &ScheduleBody) -> Result<bool, KeyError> {
+    pub fn handle_unschedule(&mut self, body: &ScheduleBody) -> Result<Answer, KeyError> {
         let key = key_body(&body.body)?.key;
         let found = self.timetable.unschedule(&key);
         tracing::info!(key = %key, found, "UNSCHEDULE");
-        self.persist(vec![Change::Delete(key)]);
-        Ok(found)
+        self.persist(vec![Change::Delete(key.clone())]);
+        Ok(Answer { key, outcome: if found { "unscheduled" } else { "not_found" }, next_fire: None })
+    }
+
+    /// Handles a DROP (emq extension): another scheduler owns this key now,
+    /// so this one forgets its copy; the store forgets it too
+    /// ([`Store::forget`]: a file store deletes it, a shared Redis store
+    /// leaves the record to its new owner). Undecodable bodies are logged.
+    pub fn handle_drop(&mut self, body: &ScheduleBody) {
+        let key = match key_body(&body.body) {
+            Ok(k) => k.key,
+            Err(e) => return tracing::warn!(error = %e, "DROP with a bad body ignored"),
+        };
+        if self.timetable.unschedule(&key) {
+            tracing::info!(key = %key, "DROP: another scheduler owns this schedule now; forgotten here");
+            if let Err(e) = self.store.forget(&key) {
+                tracing::error!(key = %key, error = %e, "cannot forget a dropped schedule in the store");
+            }
+        }
     }
 
     /// The earliest fire time, if any job exists.

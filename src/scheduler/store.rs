@@ -89,6 +89,15 @@ pub trait Store {
     /// # Errors
     /// [`StoreError`] when the flush fails.
     fn sync(&mut self) -> Result<(), StoreError>;
+    /// Forgets a schedule that another scheduler owns now (a DROP): a
+    /// store of this scheduler's own deletes it (the default); a store
+    /// shared with the new owner keeps the record for it.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the write fails.
+    fn forget(&mut self, key: &ScheduleKey) -> Result<(), StoreError> {
+        self.delete(key)
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -181,6 +190,30 @@ impl Store for FileStore {
             self.dirty = false;
         }
         Ok(())
+    }
+}
+
+impl FileStore {
+    /// The scheduler's stable name, kept in `<data dir>/name` (made of a
+    /// fresh uuid4 at first start): what the router routes schedules by, so
+    /// this directory's schedules come back to it after a restart. The
+    /// directory is locked, so no two schedulers share the name.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] when the file cannot be read or written.
+    pub fn stable_name(&self) -> Result<String, StoreError> {
+        let path = self.dir.join("name");
+        match fs::read_to_string(&path) {
+            Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_string()),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&path)(e)),
+        }
+        let name = uuid::Uuid::new_v4().hyphenated().to_string();
+        let tmp = self.dir.join("name.tmp");
+        fs::write(&tmp, format!("{name}\n")).map_err(io_err(&tmp))?;
+        fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        Ok(name)
     }
 }
 

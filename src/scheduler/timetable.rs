@@ -114,6 +114,11 @@ impl Timetable {
         self.jobs.get(key).map(|j| (&j.def, j.runs_left))
     }
 
+    /// The next fire time of the job with `key`, if there is one.
+    pub fn next_of(&self, key: &ScheduleKey) -> Option<DateTime<Utc>> {
+        self.jobs.get(key).map(|j| j.next)
+    }
+
     /// Applies a SCHEDULE received at `now` (rules in the module docs).
     /// Returns the outcome, the haste [`Fire`] if any, and the changes to
     /// persist.

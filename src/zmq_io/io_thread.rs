@@ -10,12 +10,12 @@ use std::sync::Arc;
 use crossbeam_channel::Sender;
 
 use super::egress::{Egress, EgressRx};
-use crate::broker::msg::{Dest, OnFail, Outgoing, ShardMsg};
+use crate::broker::msg::{Dest, OnFail, Outgoing, Schedule, ShardMsg};
 use crate::broker::types::{shard_of, NewJob, Origin};
-use crate::ids::{show, MsgId, PeerId, QueueName};
+use crate::ids::{MsgId, PeerId, QueueName};
 use crate::limits;
 use crate::metrics::counters::Counters;
-use crate::protocol::emqp::{decode, AdminQuery, Command, Frame, Message, PeerType, ShowFrames, Socket};
+use crate::protocol::emqp::{decode, AdminQuery, Command, DecodeError, Frame, Message, PeerType, ShowFrames, Socket};
 use crate::protocol::queues::parse_queue_list;
 
 /// A query from the admin socket, for the admin thread.
@@ -161,7 +161,7 @@ impl IoThread {
                 (home, ShardMsg::SendFailed { key, msgid, unreachable })
             }
             OnFail::Schedule { client } => {
-                (0, ShardMsg::SchedulerSendFailed { id: out.peer, retry: Some((client, out.frames)) })
+                (0, ShardMsg::SchedulerSendFailed { id: out.peer, retry: Schedule::from_frames(client, out.frames) })
             }
             OnFail::Unschedule => (0, ShardMsg::SchedulerSendFailed { id: out.peer, retry: None }),
         };
@@ -192,6 +192,9 @@ impl IoThread {
             Err(e) => {
                 Counters::bump(self.malformed(which));
                 tracing::warn!(socket = which.name(), %peer, error = %e, frames = %ShowFrames(&frames), "malformed message dropped");
+                if which == Socket::Frontend {
+                    self.refuse_short_schedule(&peer, &frames, &e);
+                }
                 return;
             }
         };
@@ -217,24 +220,23 @@ impl IoThread {
                 let index = shard_of(&name.0, self.shards.len());
                 self.send_to_shard(index, ShardMsg::Request { queue: name, job, fallback_done: false });
             }
-            Command::Inform { peer: PeerType::Scheduler, .. } => {
-                self.send_to_shard(0, ShardMsg::SchedulerInform { id: peer, msgid: MsgId(msg.msgid) })
+            Command::Inform { peer: PeerType::Scheduler, name, .. } => {
+                self.send_to_shard(0, ShardMsg::SchedulerInform { id: peer, msgid: MsgId(msg.msgid), name })
             }
             Command::Inform { peer: PeerType::Worker, .. } => self.wrong_socket(Socket::Frontend, &peer, msg.msgid),
-            Command::Schedule(_) | Command::Unschedule(_) => {
-                let unschedule = matches!(msg.command, Command::Unschedule(_));
-                self.send_to_shard(0, ShardMsg::Schedule { client: peer, msgid: MsgId(msg.msgid), frames, unschedule })
+            Command::Schedule(body) | Command::Unschedule(body) => {
+                let unschedule = frames.get(2).is_some_and(|w| w.as_slice() == b"UNSCHEDULE");
+                let sched = Schedule { client: peer, msgid: MsgId(msg.msgid), frames, body, unschedule };
+                self.send_to_shard(0, ShardMsg::Schedule(sched))
             }
             Command::Heartbeat { .. } => {
                 self.send_to_shard(0, ShardMsg::SchedulerHeartbeat { id: peer, msgid: MsgId(msg.msgid) })
             }
             Command::Kbye => self.send_to_shard(0, ShardMsg::SchedulerKbye { id: peer }),
-            Command::Error { refers_to, code, text } => {
-                // A scheduler refusing a SCHEDULE/UNSCHEDULE (emq-scheduler).
-                // The router does not track which client sent it, so it is
-                // logged and counted, not forwarded.
-                Counters::bump(&self.counters.scheduler_errors);
-                tracing::warn!(scheduler = %peer, msgid = %show(&refers_to), code = %show(&code), text = %show(&text), "scheduler refused a message");
+            // A scheduler's answer to a SCHEDULE/UNSCHEDULE (emq-scheduler),
+            // for the client that sent it.
+            Command::Error { refers_to, .. } | Command::Reply { body: refers_to } => {
+                self.send_to_shard(0, ShardMsg::SchedulerAnswer { id: peer, refers_to: MsgId(refers_to), frames })
             }
             other => tracing::debug!(%peer, command = ?other.word().escape_ascii().to_string(), "ignored on frontend"),
         }
@@ -243,7 +245,7 @@ impl IoThread {
     fn on_backend(&mut self, peer: PeerId, msg: Message) {
         let home = shard_of(&peer.0, self.shards.len());
         let shard_msg = match msg.command {
-            Command::Inform { peer: PeerType::Worker, queues } => match self.inform_queues(&peer, &queues) {
+            Command::Inform { peer: PeerType::Worker, queues, .. } => match self.inform_queues(&peer, &queues) {
                 Ok(queues) => ShardMsg::WorkerInform { id: peer, msgid: MsgId(msg.msgid), queues },
                 Err(why) => return self.reject_inform(Dest::Backend, &peer, msg.msgid, &why),
             },
@@ -285,6 +287,20 @@ impl IoThread {
             "workers INFORM on the backend"
         };
         self.reject_inform(dest, peer, msgid, why);
+    }
+
+    /// A SCHEDULE/UNSCHEDULE with frames missing gets `ERROR BAD_FRAMES`
+    /// naming the frame (EventMQ dropped it, or killed its scheduler, S6).
+    fn refuse_short_schedule(&mut self, peer: &PeerId, frames: &[Frame], e: &DecodeError) {
+        let (DecodeError::MissingFrame { command: "SCHEDULE" | "UNSCHEDULE", .. }, Some(msgid)) = (e, frames.get(3))
+        else {
+            return;
+        };
+        Counters::bump(&self.counters.rejected_schedule_invalid);
+        let cmd =
+            Command::Error { refers_to: msgid.clone(), code: b"BAD_FRAMES".to_vec(), text: e.to_string().into_bytes() };
+        let frames = Message::new(cmd).encode();
+        self.send_out(Outgoing { dest: Dest::Frontend, peer: peer.clone(), frames, on_fail: OnFail::Count });
     }
 
     /// Answers a refused INFORM with an ERROR (EventMQ 0.3.13 stays silent).

@@ -21,8 +21,10 @@
 //! dispatch, requeue), `peers.rs` (workers), `scheduling.rs` (schedulers,
 //! SCHEDULE routing), `text.rs` (text commands and offers). `Shard::dispatch` is a short `match` calling them.
 
+pub mod answers;
 mod flow;
 pub mod offers;
+pub mod owners;
 mod peers;
 pub mod queues;
 pub mod schedulers;
@@ -50,7 +52,9 @@ use crate::metrics::counters::Counters;
 use crate::metrics::latency::ShardLatency;
 use crate::protocol::emqp::{Command, Message};
 
+use answers::PendingAnswers;
 use offers::OfferTable;
+use owners::Owners;
 use queues::QueueTable;
 use schedulers::Schedulers;
 use workers::WorkerTable;
@@ -120,6 +124,10 @@ pub struct Shard {
     workers: WorkerTable,
     offers: OfferTable,
     schedulers: Schedulers,
+    /// Who waits for which scheduler's answer (shard 0).
+    answers: PendingAnswers,
+    /// Which scheduler owns which schedule key (shard 0).
+    owners: Owners,
     latency: ShardLatency,
     /// Messages this shard sent itself, handled after the current message.
     local: VecDeque<ShardMsg>,
@@ -139,6 +147,8 @@ impl Shard {
             workers: WorkerTable::default(),
             offers: OfferTable::new(index),
             schedulers: Schedulers::default(),
+            answers: PendingAnswers::default(),
+            owners: Owners::default(),
             latency: ShardLatency::default(),
             local: VecDeque::new(),
             accepted: 0,
@@ -228,11 +238,12 @@ impl Shard {
             ShardMsg::WorkerReply { id, request_msgid } => self.handle_job_reply(id, request_msgid, cx),
             ShardMsg::WorkerHeartbeat { id } => self.handle_worker_heartbeat(id, cx),
             ShardMsg::WorkerKbye { id } => self.handle_worker_kbye(id, cx),
-            ShardMsg::SchedulerInform { id, msgid } => self.handle_scheduler_inform(id, msgid, cx),
+            ShardMsg::SchedulerInform { id, msgid, name } => self.handle_scheduler_inform(id, msgid, name, cx),
             ShardMsg::SchedulerHeartbeat { id, msgid } => self.handle_scheduler_heartbeat(id, msgid, cx),
             ShardMsg::SchedulerKbye { id } => self.schedulers.remove(&id),
-            ShardMsg::Schedule { client, msgid, frames, unschedule } => {
-                self.handle_schedule(client, msgid, frames, unschedule, cx)
+            ShardMsg::Schedule(sched) => self.handle_schedule(sched, cx),
+            ShardMsg::SchedulerAnswer { id, refers_to, frames } => {
+                self.handle_scheduler_answer(id, refers_to, frames, cx)
             }
             ShardMsg::SchedulerSendFailed { id, retry } => self.handle_scheduler_send_failed(id, retry, cx),
             ShardMsg::AddCandidate { queue, weight, worker } => self.handle_add_candidate(queue, weight, worker, cx),

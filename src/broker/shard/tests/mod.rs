@@ -4,6 +4,7 @@
 //! answers for exact checks.
 
 mod harness;
+mod scheduling;
 
 use std::time::Duration;
 
