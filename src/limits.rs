@@ -179,6 +179,10 @@ pub const SCHEDULER_LOCK_RETRY: Duration = Duration::from_millis(50);
 /// Stale timer-heap entries the scheduler tolerates beyond 2 × live jobs
 /// before it rebuilds the heap: small heaps are never rebuilt.
 pub const SCHEDULER_STALE_HEAP_ENTRIES: usize = 1024;
+/// The wall clock may move against the monotonic clock by this much (a
+/// step, or slow drift adding up) before the scheduler re-plans its cron
+/// jobs: under it, NTP's slewing; over it, a step.
+pub const SCHEDULER_CLOCK_STEP: Duration = Duration::from_secs(1);
 /// How long the scheduler waits for a Redis connection (EventMQ's store).
 pub const SCHEDULER_REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Deepest JSON nesting the scheduler's Python-compatible JSON parser

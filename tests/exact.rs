@@ -3,6 +3,8 @@
 //! one point of the issue and checks it over real sockets on fresh ports,
 //! every test under a watchdog.
 
+mod clocks;
+mod cron;
 mod handover;
 mod ids;
 mod inform;

@@ -42,7 +42,8 @@ fn main() -> anyhow::Result<()> {
     if cfg.peer.name.is_none() {
         cfg.peer.name = Some(uuid::Uuid::new_v4().hyphenated().to_string());
     }
-    let mut service = Service::restore(cfg.tz, store, chrono::Utc::now()).context("restoring schedules")?;
+    let now = emq::scheduler::timetable::Now::read();
+    let mut service = Service::restore(cfg.tz, store, now).context("restoring schedules")?;
     peer::run(&cfg.peer, &mut service, signal_read.as_raw_fd()).context("scheduler stopped")?;
     Ok(())
 }

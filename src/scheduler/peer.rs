@@ -39,10 +39,8 @@
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
-
 use super::service::{Answer, Service};
-use super::timetable::Fire;
+use super::timetable::{Fire, Now};
 use crate::limits;
 use crate::protocol::emqp::{self, Command, DecodeError, Frame, Message, PeerType, ShowFrames, Socket};
 use crate::protocol::headers;
@@ -94,7 +92,7 @@ pub fn run(cfg: &PeerConfig, service: &mut Service, shutdown_fd: RawFd) -> Resul
     let mut link = Link::connect(&ctx, cfg)?;
     loop {
         if link.registered {
-            for fire in service.fire_due(Utc::now()) {
+            for fire in service.fire_due(Now::read()) {
                 link.send_request(&fire);
             }
         }
@@ -136,8 +134,7 @@ fn poll_timeout(link: &Link, service: &mut Service, cfg: &PeerConfig) -> i64 {
     wake = wake.min(if link.registered { link.next_heartbeat } else { link.next_inform });
     let mut ms = ceil_ms(wake.saturating_duration_since(now));
     if let (true, Some(deadline)) = (link.registered, service.next_deadline()) {
-        let until = (deadline - Utc::now()).to_std().unwrap_or(Duration::ZERO);
-        ms = ms.min(ceil_ms(until));
+        ms = ms.min(ceil_ms(deadline.saturating_duration_since(now)));
     }
     ms
 }
@@ -264,7 +261,7 @@ impl Link {
         };
         match msg.command {
             Command::Ack { acked } => self.handle_ack(&acked),
-            Command::Schedule(body) => match service.handle_schedule(&body, Utc::now()) {
+            Command::Schedule(body) => match service.handle_schedule(&body, Now::read()) {
                 Ok((answer, haste)) => {
                     self.send_answer(&msg.msgid, &answer);
                     if let Some(fire) = haste {
@@ -364,7 +361,7 @@ fn drain_admin(admin: &zmq::Socket, service: &Service) {
             continue;
         };
         let command = match word.as_slice() {
-            b"SCHEDULES" => Command::Reply { body: service.schedules_json().into_bytes() },
+            b"SCHEDULES" => Command::Reply { body: service.schedules_json(Now::read()).into_bytes() },
             b"HELLO" => continue,
             _ => Command::Error {
                 refers_to: msgid.clone(),

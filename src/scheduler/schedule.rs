@@ -2,36 +2,23 @@
 //! it fires next.
 //!
 //! Decisions (each fixes a defect of EventMQ 0.3.13, spec §12):
-//! * **Interval jobs** (D6 ≥ 1) fire at a fixed rate: each fire moves the next
-//!   deadline by exactly one interval. After a stall (the process was stopped,
-//!   the machine slept) the overdue job fires **once** and the next deadline
-//!   becomes `now + interval`: no catch-up burst (fixes S12).
+//! * **Interval jobs** (D6 ≥ 1) run on the monotonic clock at a fixed rate
+//!   ([`super::timetable`] has the clock rules).
 //! * **`interval 0` is rejected** (S7 made it a REQUEST storm). Any negative
 //!   interval means "cron job" as in Python; the cron frame must then hold a
-//!   valid 5-field expression.
-//! * **Cron jobs** (D6 < 0) use a standard 5-field expression (minute, hour,
-//!   day of month, month, day of week; `@daily`-style nicknames too) evaluated
-//!   in the scheduler's time zone (UTC unless configured). When both day of
-//!   month and day of week are restricted, a day matching **either** fires
-//!   (Vixie cron and croniter semantics). After a stall a cron job fires once,
-//!   then at the first cron time after `now` (fixes S12). Cron jobs keep their
+//!   valid 5-field expression. A positive interval with a cron expression is
+//!   refused (`BAD_SCHEDULE`): EventMQ silently ignored the cron.
+//! * **Cron jobs** (D6 < 0) are read as Vixie/ISC cron reads them
+//!   ([`super::cron`]: day of month and day of week, DST) and evaluated in
+//!   the scheduler's time zone (UTC unless configured). Cron jobs keep their
 //!   queue (fixes S3) and honour `run_count` (fixes S5).
-//! * **Daylight saving time** (non-UTC zones only), as croner resolves local
-//!   times: a local time skipped by a spring-forward gap fires at the first
-//!   valid instant after the gap (e.g. `30 2 * * *` in Europe/Berlin fires at
-//!   03:00 CEST on the day of the change); a local time repeated by a
-//!   fall-back fires once, at its first (summer-time) occurrence. Minute-level
-//!   patterns therefore do not fire during the repeated hour's second pass.
 //! * **`run_count:N`** is the total number of REQUESTs, the haste run included
 //!   (spec §7.5); `run_count:0` means the job never runs, so the SCHEDULE
 //!   only removes any existing job with its key.
 //! * **`nohaste`** suppresses the immediate run on SCHEDULE. It and
 //!   `run_count` are matched as whole CSV tokens (Python used substrings).
 
-use chrono::{DateTime, TimeDelta, Utc};
-use chrono_tz::Tz;
-use croner::Cron;
-
+use super::cron::CronExpr;
 use super::key::{key_body, KeyError, KeyedBody, ScheduleKey};
 use crate::limits;
 use crate::protocol::emqp::ScheduleBody;
@@ -46,12 +33,7 @@ pub enum Kind {
         secs: u64,
     },
     /// At each time matching a 5-field cron expression.
-    Cron {
-        /// The expression as received.
-        expr: String,
-        /// The parsed expression.
-        cron: Box<Cron>,
-    },
+    Cron(Box<CronExpr>),
 }
 
 /// Why a SCHEDULE could not be accepted. The text names the frame.
@@ -158,7 +140,7 @@ impl Definition {
             }
             secs @ 1.. if secs as u64 <= limits::SCHEDULER_MAX_INTERVAL_SECS => Kind::Interval { secs: secs as u64 },
             1.. => return Err(ScheduleError::BadInterval(record[2].clone())),
-            _ => Kind::Cron { expr: record[4].clone(), cron: Box::new(parse_cron(&record[4])?) },
+            _ => Kind::Cron(Box::new(parse_cron(&record[4])?)),
         };
         let hdr = record[1].as_bytes();
         let run_count = match headers::value(hdr, b"run_count") {
@@ -184,47 +166,6 @@ impl Definition {
     pub fn same_definition(&self, other: &Definition) -> bool {
         self.record == other.record
     }
-
-    /// The first fire time strictly after `now` for a new or restored job:
-    /// `now + interval`, or the next cron time in `tz`.
-    ///
-    /// # Errors
-    /// [`ScheduleError::BadCron`] when the expression never matches again.
-    pub fn first_fire(&self, now: DateTime<Utc>, tz: Tz) -> Result<DateTime<Utc>, ScheduleError> {
-        match &self.kind {
-            Kind::Interval { secs } => Ok(now + interval(*secs)),
-            Kind::Cron { .. } => self.cron_after(now, tz),
-        }
-    }
-
-    /// The fire time after a fire that was due at `due` and happened at
-    /// `now` (`now ≥ due`): fixed rate when on time, `now + interval` after a
-    /// stall; for cron, the first cron time after `now`.
-    ///
-    /// # Errors
-    /// [`ScheduleError::BadCron`] when the expression never matches again.
-    pub fn next_fire(&self, due: DateTime<Utc>, now: DateTime<Utc>, tz: Tz) -> Result<DateTime<Utc>, ScheduleError> {
-        match &self.kind {
-            Kind::Interval { secs } => {
-                let next = due + interval(*secs);
-                Ok(if next > now { next } else { now + interval(*secs) })
-            }
-            Kind::Cron { .. } => self.cron_after(now, tz),
-        }
-    }
-
-    fn cron_after(&self, now: DateTime<Utc>, tz: Tz) -> Result<DateTime<Utc>, ScheduleError> {
-        let Kind::Cron { expr, cron } = &self.kind else {
-            return Err(ScheduleError::BadCron { expr: String::new(), why: "not a cron job".into() });
-        };
-        cron.find_next_occurrence(&now.with_timezone(&tz), false)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|e| ScheduleError::BadCron { expr: expr.clone(), why: e.to_string() })
-    }
-}
-
-fn interval(secs: u64) -> TimeDelta {
-    TimeDelta::seconds(secs.min(limits::SCHEDULER_MAX_INTERVAL_SECS) as i64)
 }
 
 /// The checks a scheduler makes before it takes a SCHEDULE (everything
@@ -248,10 +189,10 @@ pub fn check_schedule(body: &ScheduleBody, unschedule: bool) -> Result<ScheduleK
 ///
 /// # Errors
 /// [`ScheduleError::BadCron`] for an empty, 6-field or invalid expression.
-pub fn parse_cron(expr: &str) -> Result<Cron, ScheduleError> {
+pub fn parse_cron(expr: &str) -> Result<CronExpr, ScheduleError> {
     let bad = |why: String| ScheduleError::BadCron { expr: expr.to_string(), why };
     if expr.trim().is_empty() {
         return Err(bad("a cron job (negative interval) needs a cron expression".into()));
     }
-    Cron::new(expr.trim()).parse().map_err(|e| bad(e.to_string()))
+    CronExpr::parse(expr).map_err(bad)
 }

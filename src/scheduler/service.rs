@@ -12,7 +12,7 @@ use chrono_tz::Tz;
 use super::key::{key_body, KeyError, ScheduleKey};
 use super::schedule::{Definition, ScheduleError};
 use super::store::{Store, StoreError, Stored};
-use super::timetable::{Change, Fire, Outcome, Timetable};
+use super::timetable::{Change, Fire, Now, Outcome, Timetable};
 use crate::protocol::emqp::ScheduleBody;
 
 /// What a scheduler answers to a SCHEDULE or UNSCHEDULE it took.
@@ -56,7 +56,7 @@ impl Service {
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot be read.
-    pub fn restore(tz: Tz, mut store: Box<dyn Store>, now: DateTime<Utc>) -> Result<Service, StoreError> {
+    pub fn restore(tz: Tz, mut store: Box<dyn Store>, now: Now) -> Result<Service, StoreError> {
         let mut timetable = Timetable::new(tz);
         for (key, stored) in store.load()? {
             let restored = Definition::from_record(stored.record).and_then(|def| {
@@ -84,11 +84,7 @@ impl Service {
     ///
     /// # Errors
     /// [`ScheduleError`] for a malformed SCHEDULE; nothing is changed.
-    pub fn handle_schedule(
-        &mut self,
-        body: &ScheduleBody,
-        now: DateTime<Utc>,
-    ) -> Result<(Answer, Option<Fire>), ScheduleError> {
+    pub fn handle_schedule(&mut self, body: &ScheduleBody, now: Now) -> Result<(Answer, Option<Fire>), ScheduleError> {
         let def = Definition::from_body(body)?;
         let key = def.key.clone();
         let (outcome, haste, changes) = self.timetable.schedule(def, now)?;
@@ -102,7 +98,7 @@ impl Service {
             Outcome::Unchanged => "unchanged",
             Outcome::Removed => "removed",
         };
-        let next_fire = self.timetable.next_of(&key);
+        let next_fire = self.timetable.next_of(&key, now);
         Ok((Answer { key, outcome: word, next_fire }, haste))
     }
 
@@ -137,13 +133,13 @@ impl Service {
         }
     }
 
-    /// The earliest fire time, if any job exists.
-    pub fn next_deadline(&mut self) -> Option<DateTime<Utc>> {
+    /// The earliest fire time on the monotonic clock, if any job exists.
+    pub fn next_deadline(&mut self) -> Option<std::time::Instant> {
         self.timetable.next_deadline()
     }
 
     /// Fires every job due at `now` and persists run counts and finished jobs.
-    pub fn fire_due(&mut self, now: DateTime<Utc>) -> Vec<Fire> {
+    pub fn fire_due(&mut self, now: Now) -> Vec<Fire> {
         let (fires, changes) = self.timetable.fire_due(now);
         self.persist(changes);
         fires
@@ -177,10 +173,10 @@ impl Service {
     /// `{"key", "queue", "kind": "interval"|"cron", "interval_secs"|"cron",
     /// "next_fire" (RFC 3339 UTC), "runs_left" (null = unlimited)}`, earliest
     /// next fire first.
-    pub fn schedules_json(&self) -> String {
+    pub fn schedules_json(&self, now: Now) -> String {
         let rows: Vec<serde_json::Value> = self
             .timetable
-            .list()
+            .list(now)
             .into_iter()
             .map(|j| {
                 let mut row = serde_json::Map::new();
