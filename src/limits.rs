@@ -184,10 +184,29 @@ pub const SCHEDULER_STALE_HEAP_ENTRIES: usize = 1024;
 /// jobs: under it, NTP's slewing; over it, a step.
 pub const SCHEDULER_CLOCK_STEP: Duration = Duration::from_secs(1);
 /// How long the scheduler waits for a Redis connection (EventMQ's store).
-pub const SCHEDULER_REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The scheduler's loop waits meanwhile, so it is short; a refused
+/// connection fails at once anyway.
+pub const SCHEDULER_REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long one Redis command may take to be written or answered. Redis
+/// answers in well under a millisecond; a paused or overloaded one must not
+/// hold the scheduler's loop (EventMQ's had no timeout, S14).
+pub const SCHEDULER_REDIS_IO_TIMEOUT: Duration = Duration::from_millis(500);
+/// An emq-scheduler's lease on a shared Redis store: its schedules are
+/// taken over by another scheduler this long after it stops renewing it
+/// (every [`SCHEDULER_STORE_RETRY`]).
+pub const SCHEDULER_REDIS_LEASE: Duration = Duration::from_secs(15);
+/// How often the scheduler retries a store it cannot reach (it schedules
+/// from memory meanwhile), and runs the upkeep of a shared store.
+pub const SCHEDULER_STORE_RETRY: Duration = Duration::from_secs(5);
+/// Most one store-failure log line per this long: a store down for an hour
+/// must not flood the log.
+pub const SCHEDULER_STORE_LOG_EVERY: Duration = Duration::from_secs(60);
 /// Deepest JSON nesting the scheduler's Python-compatible JSON parser
 /// accepts: bounds its recursion (CPython's own limit is about 1,000).
 pub const PYJSON_MAX_DEPTH: usize = 256;
+/// Most unreadable lines of a damaged schedule log named in the log line
+/// that reports it (all are counted; the damaged file is kept).
+pub const SCHEDULER_DAMAGED_LINES_LOGGED: usize = 20;
 /// The scheduler's log store is compacted once it holds more than
 /// max(this, 2 × live schedules) lines: small logs are never rewritten.
 pub const SCHEDULER_COMPACT_MIN_LINES: usize = 1_000;

@@ -10,6 +10,7 @@ mod ids;
 mod inform;
 mod refusals;
 mod schedules;
+mod stores;
 mod written_off;
 
 use emq::router::RouterHandle;

@@ -320,11 +320,19 @@ fn file_store_survives_torn_and_damaged_writes() {
     assert_eq!(text.lines().count(), 4);
     // Damage line 1 (A's put), tear a last write, leave a half-written compaction file.
     let damaged = text.replacen("run_count:4", "run_count:5", 1) + "0badc0de {\"op\":\"put\",\"key\":";
-    std::fs::write(&log, damaged).unwrap();
+    std::fs::write(&log, &damaged).unwrap();
     std::fs::write(dir.path().join("schedules.log.tmp"), "garbage").unwrap();
     let mut s = FileStore::open(dir.path()).unwrap();
     assert_eq!(s.load().unwrap(), vec![c.clone()]);
     assert!(!dir.path().join("schedules.log.tmp").exists());
+    // The damaged original was moved aside before the compaction, intact.
+    let aside: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("schedules.log.damaged-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), damaged);
     s.put(&a.0, &a.1).unwrap();
     drop(s);
     let mut s = FileStore::open(dir.path()).unwrap();

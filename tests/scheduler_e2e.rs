@@ -360,6 +360,8 @@ fn scheduler_redis_store_uses_eventmq_layout() {
         let child = Command::new(env!("CARGO_BIN_EXE_emq-scheduler"))
             .args(["--router-addr", &router.endpoint, "--admin-addr", &format!("tcp://127.0.0.1:{admin_port}")])
             .args(["--redis", &redis_server.url])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
             .stderr(std::fs::File::create(dir.path().join(log)).unwrap())
             .spawn()
             .unwrap();

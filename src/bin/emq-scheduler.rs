@@ -11,7 +11,7 @@ use emq::scheduler::config::{SchedulerArgs, SchedulerConfig};
 use emq::scheduler::peer;
 use emq::scheduler::redis_store::RedisStore;
 use emq::scheduler::service::Service;
-use emq::scheduler::store::{FileStore, Store};
+use emq::scheduler::store::{DataDir, FileStore, Store};
 
 fn main() -> anyhow::Result<()> {
     emq::logging::init_from_env();
@@ -28,8 +28,20 @@ fn main() -> anyhow::Result<()> {
         signal_hook::low_level::pipe::register(sig, w).context("register signal handler")?;
     }
     let mut cfg = cfg;
+    // A Redis scheduler keeps only its name in its data directory (locked,
+    // so two schedulers on one host need two directories or two names).
+    let mut data_dir = None;
     let store: Box<dyn Store> = match &cfg.redis {
-        Some(url) => Box::new(RedisStore::connect(url).with_context(|| format!("redis store {url}"))?),
+        Some(url) => {
+            if cfg.peer.name.is_none() {
+                let dir =
+                    DataDir::open(&cfg.data_dir).with_context(|| format!("data dir {}", cfg.data_dir.display()))?;
+                cfg.peer.name = Some(dir.stable_name().context("scheduler name")?);
+                data_dir = Some(dir);
+            }
+            let name = cfg.peer.name.clone().unwrap_or_default();
+            Box::new(RedisStore::open(url, &name).with_context(|| format!("redis store {url}"))?)
+        }
         None => {
             let store =
                 FileStore::open(&cfg.data_dir).with_context(|| format!("data dir {}", cfg.data_dir.display()))?;
@@ -39,11 +51,9 @@ fn main() -> anyhow::Result<()> {
             Box::new(store)
         }
     };
-    if cfg.peer.name.is_none() {
-        cfg.peer.name = Some(uuid::Uuid::new_v4().hyphenated().to_string());
-    }
     let now = emq::scheduler::timetable::Now::read();
-    let mut service = Service::restore(cfg.tz, store, now).context("restoring schedules")?;
+    let mut service = Service::restore(cfg.tz, store, now);
     peer::run(&cfg.peer, &mut service, signal_read.as_raw_fd()).context("scheduler stopped")?;
+    drop(data_dir);
     Ok(())
 }

@@ -26,7 +26,8 @@ pub struct SchedulerArgs {
     /// The scheduler's own admin socket (ROUTER, answers SCHEDULES), or `off`.
     #[arg(long, env = "EMQ_SCHEDULER_ADMIN_ADDR", default_value = limits::SCHEDULER_ADMIN_ADDR)]
     pub admin_addr: String,
-    /// Directory of the embedded schedule store (default: XDG state dir).
+    /// Directory of the embedded schedule store, and of the scheduler's name
+    /// (default: XDG state dir). One scheduler per directory.
     #[arg(long, env = "EMQ_SCHEDULER_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// IANA time zone cron expressions are evaluated in (e.g. `Europe/Berlin`).
@@ -62,7 +63,8 @@ pub struct SchedulerArgs {
 pub struct SchedulerConfig {
     /// Socket settings.
     pub peer: PeerConfig,
-    /// Embedded store directory (unused with `redis`).
+    /// Embedded store directory; with `redis`, where the scheduler keeps its
+    /// name (unless `name` is given). Locked while the scheduler runs.
     pub data_dir: PathBuf,
     /// Cron time zone.
     pub tz: Tz,

@@ -96,6 +96,7 @@ pub fn run(cfg: &PeerConfig, service: &mut Service, shutdown_fd: RawFd) -> Resul
                 link.send_request(&fire);
             }
         }
+        service.maintain(Now::read());
         service.sync();
         link.tick(&ctx, cfg)?;
         let timeout_ms = poll_timeout(&link, service, cfg);
@@ -132,6 +133,7 @@ fn poll_timeout(link: &Link, service: &mut Service, cfg: &PeerConfig) -> i64 {
     let now = Instant::now();
     let mut wake = link.last_heard + cfg.router_timeout;
     wake = wake.min(if link.registered { link.next_heartbeat } else { link.next_inform });
+    wake = wake.min(service.next_maintenance());
     let mut ms = ceil_ms(wake.saturating_duration_since(now));
     if let (true, Some(deadline)) = (link.registered, service.next_deadline()) {
         ms = ms.min(ceil_ms(deadline.saturating_duration_since(now)));
