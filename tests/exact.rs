@@ -30,3 +30,72 @@ pub fn worker_holding(h: &RouterHandle, worker: &[u8], client: &[u8], msgid: &st
     assert_eq!(w.expect("REQUEST")[3], msgid.as_bytes());
     (w, c)
 }
+
+/// A raw ROUTER playing the router frontend for one `emq-scheduler` child,
+/// which it has registered (INFORM, ACK).
+pub struct FakeFrontend {
+    pub socket: zmq::Socket,
+    /// The scheduler's identity.
+    pub id: Vec<u8>,
+    pub child: crate::common::proc::Child,
+    _ctx: zmq::Context,
+}
+
+impl FakeFrontend {
+    /// Starts `emq-scheduler` (admin off, heartbeats every 300 ms, data in
+    /// `<dir>/data`, plus `args` and `env`) against a fresh ROUTER, and
+    /// ACKs its INFORM.
+    pub fn start(dir: &crate::common::proc::TestDir, args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> FakeFrontend {
+        let ctx = zmq::Context::new();
+        let socket = ctx.socket(zmq::ROUTER).expect("socket");
+        socket.set_linger(0).expect("linger");
+        socket.bind("tcp://127.0.0.1:*").expect("bind");
+        let endpoint = socket.get_last_endpoint().expect("endpoint").expect("utf-8");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_emq-scheduler"));
+        cmd.args(["--router-addr", &endpoint, "--admin-addr", "off", "--heartbeat-interval", "300ms"])
+            .args(["--router-timeout", "30s"])
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(args)
+            .env("RUST_LOG", "info");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = crate::common::proc::Child::spawn("emq-scheduler", &mut cmd, &dir.join("scheduler.log"));
+        let mut f = FakeFrontend { socket, id: Vec::new(), child, _ctx: ctx };
+        let inform = std::iter::from_fn(|| f.recv(5000)).find(|m| m[3] == b"INFORM").expect("INFORM");
+        f.id = inform[0].clone();
+        f.send(&[b"", b"eMQP/1.0", b"ACK", b"ack", &inform[4]]);
+        f
+    }
+
+    /// The next message (R-frames) within `ms`.
+    pub fn recv(&self, ms: i64) -> Option<Vec<Vec<u8>>> {
+        (self.socket.poll(zmq::POLLIN, ms).unwrap_or(0) > 0).then(|| self.socket.recv_multipart(0).ok()).flatten()
+    }
+
+    /// Sends D-frames to the scheduler.
+    pub fn send(&self, frames: &[&[u8]]) {
+        let mut all: Vec<&[u8]> = vec![&self.id];
+        all.extend_from_slice(frames);
+        self.socket.send_multipart(all, 0).expect("send");
+    }
+
+    /// For `d`, heartbeats like a router and collects what the scheduler
+    /// sends: (REQUEST arrival times with their bodies, answers as
+    /// `(refers_to, command)`).
+    pub fn run(&self, d: std::time::Duration) -> (Vec<(std::time::Instant, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>) {
+        let (end, mut fires, mut answers) = (std::time::Instant::now() + d, Vec::new(), Vec::new());
+        while std::time::Instant::now() < end {
+            self.send(&[b"", b"eMQP/1.0", b"HEARTBEAT", b"hb", b"0"]);
+            while let Some(f) = self.recv(100) {
+                match f[3].as_slice() {
+                    b"REQUEST" => fires.push((std::time::Instant::now(), f[7].clone())),
+                    b"REPLY" | b"ERROR" => answers.push((f[5].clone(), f[3].clone())),
+                    _ => {}
+                }
+            }
+        }
+        (fires, answers)
+    }
+}

@@ -2,7 +2,6 @@
 //! wall clock steps. The timetable with injected clocks, then the real
 //! `emq-scheduler` under libfaketime with its wall clock stepped back 60 s.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
@@ -10,7 +9,7 @@ use chrono_tz::Tz;
 use emq::scheduler::schedule::Definition;
 use emq::scheduler::timetable::{Now, Timetable};
 
-use crate::common::proc::{Child, TestDir};
+use crate::common::proc::TestDir;
 use crate::emqp_router::Watchdog;
 use crate::scheduler::BODY_1_2;
 
@@ -128,46 +127,16 @@ fn emq_scheduler_under_a_60_s_wall_clock_step_back_keeps_its_interval_jobs_on_ti
     let dir = TestDir::new("exact-faketime");
     let offset = dir.join("faketime.rc");
     std::fs::write(&offset, "+0\n").expect("write offset");
-    let ctx = zmq::Context::new();
-    let router = ctx.socket(zmq::ROUTER).expect("socket");
-    router.set_linger(0).expect("linger");
-    router.bind("tcp://127.0.0.1:*").expect("bind");
-    let endpoint = router.get_last_endpoint().expect("endpoint").expect("utf-8");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-scheduler"));
-    cmd.args(["--router-addr", &endpoint, "--admin-addr", "off", "--heartbeat-interval", "300ms"])
-        .args(["--router-timeout", "30s"])
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .env("RUST_LOG", "info")
-        .env("LD_PRELOAD", LIBFAKETIME)
-        .env("FAKETIME_TIMESTAMP_FILE", &offset)
-        .env("FAKETIME_NO_CACHE", "1")
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
-    let sched = Child::spawn("emq-scheduler", &mut cmd, &dir.join("scheduler.log"));
-    let recv =
-        |ms: i64| (router.poll(zmq::POLLIN, ms).unwrap_or(0) > 0).then(|| router.recv_multipart(0).ok()).flatten();
-    let inform = std::iter::from_fn(|| recv(5000)).find(|f| f[3] == b"INFORM").expect("INFORM");
-    let id = inform[0].clone();
-    let send = |frames: &[&[u8]]| {
-        let mut all: Vec<&[u8]> = vec![&id];
-        all.extend_from_slice(frames);
-        router.send_multipart(all, 0).expect("send");
-    };
-    send(&[b"", b"eMQP/1.0", b"ACK", b"ack", &inform[4]]);
-    send(&[b"", b"eMQP/1.0", b"SCHEDULE", b"s", b"q", b"nohaste", b"1", BODY_1_2.as_bytes(), b""]);
-    // Collects REQUEST arrival times for `d`, heartbeating like a router.
-    let collect = |d: Duration| {
-        let (end, mut at) = (Instant::now() + d, Vec::new());
-        while Instant::now() < end {
-            send(&[b"", b"eMQP/1.0", b"HEARTBEAT", b"hb", b"0"]);
-            while let Some(f) = recv(100) {
-                if f[3] == b"REQUEST" {
-                    at.push(Instant::now());
-                }
-            }
-        }
-        at
-    };
+    let env: [(&str, &std::ffi::OsStr); 4] = [
+        ("LD_PRELOAD", LIBFAKETIME.as_ref()),
+        ("FAKETIME_TIMESTAMP_FILE", offset.as_os_str()),
+        ("FAKETIME_NO_CACHE", "1".as_ref()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".as_ref()),
+    ];
+    let fake = super::FakeFrontend::start(&dir, &[], &env);
+    let sched = &fake.child;
+    fake.send(&[b"", b"eMQP/1.0", b"SCHEDULE", b"s", b"q", b"nohaste", b"1", BODY_1_2.as_bytes(), b""]);
+    let collect = |d: Duration| fake.run(d).0.into_iter().map(|(t, _)| t).collect::<Vec<Instant>>();
     let before = collect(Duration::from_secs(3));
     std::fs::write(&offset, "-60\n").expect("step the clock back");
     let stepped = Instant::now();

@@ -70,43 +70,8 @@ fn a_paused_redis_does_not_stop_the_scheduler_and_changes_are_stored_when_it_is_
     let _w = Watchdog::new("paused_redis", 90);
     let dir = TestDir::new("exact-paused-redis");
     let redis = Redis::start(&dir);
-    let ctx = zmq::Context::new();
-    let router = ctx.socket(zmq::ROUTER).expect("socket");
-    router.set_linger(0).expect("linger");
-    router.bind("tcp://127.0.0.1:*").expect("bind");
-    let endpoint = router.get_last_endpoint().expect("endpoint").expect("utf-8");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-scheduler"));
-    cmd.args(["--router-addr", &endpoint, "--admin-addr", "off", "--heartbeat-interval", "300ms"])
-        .args(["--router-timeout", "30s", "--redis", &redis.url])
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .env("RUST_LOG", "info");
-    let sched = Child::spawn("emq-scheduler", &mut cmd, &dir.join("scheduler.log"));
-    let recv =
-        |ms: i64| (router.poll(zmq::POLLIN, ms).unwrap_or(0) > 0).then(|| router.recv_multipart(0).ok()).flatten();
-    let inform = std::iter::from_fn(|| recv(5000)).find(|f| f[3] == b"INFORM").expect("INFORM");
-    let id = inform[0].clone();
-    let send = |frames: &[&[u8]]| {
-        let mut all: Vec<&[u8]> = vec![&id];
-        all.extend_from_slice(frames);
-        router.send_multipart(all, 0).expect("send");
-    };
-    send(&[b"", b"eMQP/1.0", b"ACK", b"ack", &inform[4]]);
-    // Heartbeats like a router for `d`; returns (REQUEST arrival times by body, answers by msgid).
-    let run = |d: Duration| {
-        let (end, mut fires, mut answers) = (Instant::now() + d, Vec::new(), Vec::new());
-        while Instant::now() < end {
-            send(&[b"", b"eMQP/1.0", b"HEARTBEAT", b"hb", b"0"]);
-            while let Some(f) = recv(100) {
-                match f[3].as_slice() {
-                    b"REQUEST" => fires.push((Instant::now(), f[7].clone())),
-                    b"REPLY" | b"ERROR" => answers.push((f[5].clone(), f[3].clone())),
-                    _ => {}
-                }
-            }
-        }
-        (fires, answers)
-    };
+    let fake = super::FakeFrontend::start(&dir, &["--redis", &redis.url], &[]);
+    let (sched, send, run) = (&fake.child, |f: &[&[u8]]| fake.send(f), |d| fake.run(d));
     let (eval_before, lpush_before) = (redis.calls("eval"), redis.calls("lpush"));
     send(&[b"", b"eMQP/1.0", b"SCHEDULE", b"s1", b"q", b"nohaste", b"1", BODY_1_2.as_bytes(), b""]);
     let (_, answers) = run(Duration::from_secs(2));
