@@ -31,6 +31,11 @@ pub fn worker_holding(h: &RouterHandle, worker: &[u8], client: &[u8], msgid: &st
     (w, c)
 }
 
+/// A REQUEST the scheduler sent: when it arrived, and its body.
+pub type Fired = (std::time::Instant, Vec<u8>);
+/// An answer the scheduler sent: `(refers_to, REPLY or ERROR)`.
+pub type Answered = (Vec<u8>, Vec<u8>);
+
 /// A raw ROUTER playing the router frontend for one `emq-scheduler` child,
 /// which it has registered (INFORM, ACK).
 pub struct FakeFrontend {
@@ -84,7 +89,7 @@ impl FakeFrontend {
     /// For `d`, heartbeats like a router and collects what the scheduler
     /// sends: (REQUEST arrival times with their bodies, answers as
     /// `(refers_to, command)`).
-    pub fn run(&self, d: std::time::Duration) -> (Vec<(std::time::Instant, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>) {
+    pub fn run(&self, d: std::time::Duration) -> (Vec<Fired>, Vec<Answered>) {
         let (end, mut fires, mut answers) = (std::time::Instant::now() + d, Vec::new(), Vec::new());
         while std::time::Instant::now() < end {
             self.send(&[b"", b"eMQP/1.0", b"HEARTBEAT", b"hb", b"0"]);
