@@ -176,6 +176,10 @@ pub const SCHEDULER_INFORM_RETRY: Duration = Duration::from_secs(5);
 pub const SCHEDULER_LOCK_TRIES: u32 = 20;
 /// Pause between two attempts to take the data directory's lock.
 pub const SCHEDULER_LOCK_RETRY: Duration = Duration::from_millis(50);
+/// Most schedules one emq-scheduler holds; past it a SCHEDULE for a new
+/// key gets `ERROR BUSY`. The same bound as the router's table of schedule
+/// owners ([`MAX_ROUTED_SCHEDULE_KEYS`]); one timer heap serves them all.
+pub const SCHEDULER_MAX_SCHEDULES: usize = 100_000;
 /// Stale timer-heap entries the scheduler tolerates beyond 2 × live jobs
 /// before it rebuilds the heap: small heaps are never rebuilt.
 pub const SCHEDULER_STALE_HEAP_ENTRIES: usize = 1024;

@@ -77,6 +77,9 @@ counters! {
     /// SCHEDULE/UNSCHEDULE whose scheduler did not answer in time
     /// (EventMQ's scheduler never does).
     schedule_answers_expired,
+    /// Schedule keys whose owner the router forgot to make room
+    /// (`MAX_ROUTED_SCHEDULE_KEYS`, least recently routed first).
+    schedule_owners_forgotten,
     /// Sends that failed (peer gone or pipe full), all kinds.
     send_failures,
     /// Text offers ACKed.

@@ -72,6 +72,9 @@ pub enum ScheduleError {
     /// D7 cannot be keyed.
     #[error("frame 7: {0}")]
     Body(#[from] KeyError),
+    /// The scheduler holds [`limits::SCHEDULER_MAX_SCHEDULES`] schedules.
+    #[error("this scheduler holds {0} schedules, its limit")]
+    TooMany(usize),
 }
 
 impl ScheduleError {
@@ -84,6 +87,7 @@ impl ScheduleError {
             ScheduleError::IntervalAndCron { .. } => "BAD_SCHEDULE",
             ScheduleError::BadRunCount(_) => "BAD_HEADERS",
             ScheduleError::Body(_) => "BAD_BODY",
+            ScheduleError::TooMany(_) => "BUSY",
         }
     }
 }

@@ -191,7 +191,8 @@ impl Timetable {
     ///
     /// # Errors
     /// [`ScheduleError::BadCron`] when a cron expression never matches after
-    /// `now`; the timetable is then unchanged.
+    /// `now`, [`ScheduleError::TooMany`] for a new key past
+    /// [`limits::SCHEDULER_MAX_SCHEDULES`]; the timetable is then unchanged.
     pub fn schedule(
         &mut self,
         def: Definition,
@@ -201,6 +202,9 @@ impl Timetable {
         let key = def.key.clone();
         if self.jobs.get(&key).is_some_and(|j| j.def.same_definition(&def)) {
             return Ok((Outcome::Unchanged, None, Vec::new()));
+        }
+        if !self.jobs.contains_key(&key) && self.jobs.len() >= limits::SCHEDULER_MAX_SCHEDULES {
+            return Err(ScheduleError::TooMany(self.jobs.len()));
         }
         let (due, wall) = self.first(&def, now)?;
         let existed = self.jobs.remove(&key).is_some();

@@ -57,18 +57,22 @@ impl Owners {
     }
 
     /// Gives `key` to `name` (replacing any earlier owner), evicting the
-    /// least recently routed key when the table is full.
-    pub fn assign(&mut self, key: &[u8], name: Name) {
+    /// least recently routed key when the table is full; true when a key
+    /// was evicted.
+    pub fn assign(&mut self, key: &[u8], name: Name) -> bool {
         self.remove(key);
+        let mut evicted = false;
         if self.by_key.len() >= limits::MAX_ROUTED_SCHEDULE_KEYS {
             if let Some((_, oldest)) = self.order.pop_first() {
                 self.forget(&oldest);
+                evicted = true;
             }
         }
         let stamp = self.bump();
         *self.load.entry(name.clone()).or_default() += 1;
         self.order.insert(stamp, key.to_vec());
         self.by_key.insert(key.to_vec(), Owned { name, stamp });
+        evicted
     }
 
     /// Forgets `key` (UNSCHEDULE).
@@ -139,7 +143,7 @@ mod tests {
             o.assign(format!("k{i}").as_bytes(), n("a"));
         }
         assert!(o.get(b"k0").is_some(), "k0 routed again: now the most recent");
-        o.assign(b"new", n("b"));
+        assert!(o.assign(b"new", n("b")), "one key evicted");
         assert_eq!(o.len(), limits::MAX_ROUTED_SCHEDULE_KEYS);
         assert!(o.get(b"k1").is_none(), "k1 was the least recently routed");
         assert!(o.get(b"k0").is_some());

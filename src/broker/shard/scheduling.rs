@@ -140,7 +140,9 @@ impl Shard {
             None => {
                 let owners = &self.owners;
                 let (id, name) = self.schedulers.pick_for(key, |n| owners.load(n))?;
-                self.owners.assign(key, name);
+                if self.owners.assign(key, name) {
+                    Counters::bump(&self.ctx.counters.schedule_owners_forgotten);
+                }
                 id
             }
         };
