@@ -1,8 +1,10 @@
 //! eMQP codec: encode and decode of the messages on the hot path
-//! (REQUEST in both directions, READY, job-result REPLY), 64 B and 1 KiB bodies.
+//! (REQUEST in both directions, READY, job-result REPLY), 64 B and 1 KiB
+//! bodies; `decode_ref` is what the router's I/O thread runs (no copies),
+//! `decode` what clients run (owned frames).
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use emq::protocol::emqp::{decode, Command, Message, Socket};
+use emq::protocol::emqp::{decode, decode_ref, Command, Message, Socket};
 
 fn request(body_len: usize) -> Message {
     let body = vec![b'x'; body_len];
@@ -24,6 +26,9 @@ fn codec(c: &mut Criterion) {
         g.bench_function(format!("decode REQUEST {len} B (frontend)"), |b| {
             b.iter(|| decode(&frames, Socket::Frontend))
         });
+        g.bench_function(format!("decode_ref REQUEST {len} B (router frontend)"), |b| {
+            b.iter(|| decode_ref(&frames, Socket::Frontend).map(|m| m.msgid.len()))
+        });
         g.bench_function(format!("decode REQUEST {len} B (worker side)"), |b| {
             b.iter_batched(|| frames.clone(), |f| decode(&f, Socket::WorkerSide), BatchSize::SmallInput)
         });
@@ -36,6 +41,9 @@ fn codec(c: &mut Criterion) {
     })
     .encode();
     g.bench_function("decode job-result REPLY", |b| b.iter(|| decode(&reply, Socket::Backend)));
+    g.bench_function("decode_ref job-result REPLY (router backend)", |b| {
+        b.iter(|| decode_ref(&reply, Socket::Backend).map(|m| m.msgid.len()))
+    });
     g.finish();
 }
 

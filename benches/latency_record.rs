@@ -17,9 +17,9 @@ fn record(c: &mut Criterion) {
             i = i.wrapping_add(1);
             let q = &queues[i % queues.len()];
             let d = Duration::from_micros((i % 50_000) as u64);
-            lat.record(q, Kind::QueueWait, d);
-            lat.record(q, Kind::Service, d);
-            lat.record(q, Kind::EndToEnd, d);
+            lat.record(q.as_bytes(), Kind::QueueWait, d);
+            lat.record(q.as_bytes(), Kind::Service, d);
+            lat.record(q.as_bytes(), Kind::EndToEnd, d);
         })
     });
 }

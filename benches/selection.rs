@@ -15,7 +15,7 @@ fn candidates(n: usize, weights: usize) -> (Candidates, Vec<Arc<WorkerShared>>) 
         .map(|i| {
             let w = Arc::new(WorkerShared::new(
                 WorkerKey(i as u64),
-                PeerId(format!("worker-{i}").into_bytes()),
+                PeerId::from(format!("worker-{i}").into_bytes()),
                 0,
                 vec![(10, QueueName::named("q"))],
             ));

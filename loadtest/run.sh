@@ -6,7 +6,9 @@
 #   loadtest/run.sh emqp-64b idle-10k
 #
 # Builds emq-bench and emq-router (release), starts a fresh router per run
-# on free loopback ports (the Python EventMQ router from .venv (override: EMQ_BENCH_VENV),
+# on free loopback ports (the zero-logic forwarder as a process of its own
+# (`emq-bench forwarder`) for the "forwarder" target; the Python EventMQ router
+# from .venv (override: EMQ_BENCH_VENV),
 # created if missing, for the "python" target; a beanstalkd, installed with
 # apt-get when missing and running as root, for the "beanstalkd" target),
 # runs emq-bench, and stops everything it started by PID.
@@ -87,8 +89,12 @@ try_router() {
   local listen=$p1
   case $1 in
     emq)
+      # shellcheck disable=SC2086
       "$ROUTER" --log warn --frontend-addr "$FE" --backend-addr "$BE" --admin-addr "tcp://127.0.0.1:$p3" \
-        --text-addr "$TEXT" >>"$OUT/router-emq.log" 2>&1 &
+        --text-addr "$TEXT" $ROUTER_ARGS >>"${ROUTER_LOG:-$OUT/router-emq.log}" 2>&1 &
+      ;;
+    forwarder)
+      "$BENCH" forwarder --frontend-addr "$FE" --backend-addr "$BE" >/dev/null 2>&1 &
       ;;
     python)
       ensure_venv
@@ -122,7 +128,8 @@ run_one() { # SCENARIO TARGET RUN
     emqp:baseline) bench "$name" baseline $ARGS ;;
     emqp:*)
       start_router "$2" || return 0
-      bench "$name" emqp --frontend "$FE" --backend "$BE" --target-name "$2" --probe-timeout 10s $ARGS
+      bench "$name" emqp --frontend "$FE" --backend "$BE" --target-name "$2" --probe-timeout 10s \
+        --pid "$ROUTER_PID" $ARGS
       stop "$ROUTER_PID" ;;
     text:beanstalkd)
       ensure_beanstalkd "$name" || return 0
@@ -151,7 +158,7 @@ run_one() { # SCENARIO TARGET RUN
 SCENARIOS=("$@")
 [ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=($(ls loadtest/scenarios | sed 's/\.sh$//'))
 for s in "${SCENARIOS[@]}"; do
-  MODE= TARGETS= RUNS=1 ARGS= IDLE_WORKERS=10000 IDLE_SECONDS=20
+  MODE= TARGETS= RUNS=1 ARGS= IDLE_WORKERS=10000 IDLE_SECONDS=20 ROUTER_ARGS= ROUTER_LOG=
   # shellcheck disable=SC1090
   . "loadtest/scenarios/$s.sh"
   # Runs interleave the targets (a1 b1 a2 b2 …) so a shift in the shared

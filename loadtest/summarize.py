@@ -2,7 +2,7 @@
 """Summarizes a loadtest results directory: summary.md with the machine,
 per scenario and target the median of the runs (throughput, p50, p99,
 p99.9, max), the broker's CPU per job where recorded, the throughput ratios
-emq/baseline, emq/python and emq/beanstalkd, and one SVG per scenario overlaying each target's median run (via `emq-bench plot`).
+emq/forwarder, emq/baseline, emq/python and emq/beanstalkd (and the CPU-per-job ratios), and one SVG per scenario overlaying each target's median run (via `emq-bench plot`).
 
 usage: summarize.py RESULTS_DIR EMQ_BENCH_BINARY
 """
@@ -54,7 +54,7 @@ def main(out, bench):
     lines += ["", "## Throughput ratios (medians)", ""]
     for scen in sorted({s for s, _ in medians}):
         emq = medians.get((scen, "emq"))
-        for other in ("baseline", "python", "beanstalkd"):
+        for other in ("forwarder", "baseline", "python", "beanstalkd"):
             if emq and medians.get((scen, other)):
                 lines.append(f"* {scen}: emq/{other} = {emq / medians[(scen, other)]:.3f}")
     if cpu:
@@ -64,6 +64,12 @@ def main(out, bench):
         for (scen, target), us in sorted(cpu.items()):
             lines.append(f"* {scen} {target}: {statistics.median(us):.1f} µs/job (runs: "
                          f"{', '.join(f'{u:.1f}' for u in us)})")
+        for scen in sorted({s for s, _ in cpu}):
+            emq = cpu.get((scen, "emq"))
+            for other in ("forwarder", "beanstalkd"):
+                if emq and cpu.get((scen, other)):
+                    ratio = statistics.median(emq) / statistics.median(cpu[(scen, other)])
+                    lines.append(f"* {scen}: emq/{other} CPU per job = {ratio:.3f}")
     failed = os.path.join(out, "failed.txt")
     if os.path.exists(failed):
         lines += ["", "## Runs that failed", ""] + [f"* {l.strip()}" for l in open(failed) if l.strip()]

@@ -2,30 +2,87 @@
 //! metrics): newtypes, not aliases, so a queue name cannot be passed where a
 //! peer identity is expected. Bytes are kept as they arrived: names and
 //! identities from the network are never assumed to be UTF-8.
+//!
+//! Names, identities and msgids are [`InlineBytes`]: up to 40 bytes live
+//! inside the value (a Python peer's identities and msgids are 36-byte uuid
+//! texts), so copying one between threads costs no allocation.
+//!
+//! Hashing: maps keyed by these use [`FastMap`], foldhash seeded at random
+//! per process. Keys come from the network, so the seed matters (an
+//! attacker cannot precompute colliding names); the broker never shows
+//! hash order (admin answers are sorted), which keeps the seed unobservable.
 
+use std::borrow::Borrow;
 use std::fmt;
 
-/// A queue name: bytes as they arrive in REQUEST D4 or a text `@queue`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct QueueName(pub Vec<u8>);
+use smallvec::SmallVec;
+
+/// Bytes kept inline up to 40 bytes, on the heap beyond.
+pub type InlineBytes = SmallVec<[u8; 40]>;
+
+/// A hash map with foldhash, seeded at random per process (see the module docs).
+pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// A hash set with foldhash, seeded at random per process.
+pub type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
+macro_rules! byte_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub InlineBytes);
+
+        impl $name {
+            /// The bytes.
+            pub fn as_bytes(&self) -> &[u8] {
+                &self.0
+            }
+        }
+
+        impl From<&[u8]> for $name {
+            fn from(bytes: &[u8]) -> $name {
+                $name(InlineBytes::from_slice(bytes))
+            }
+        }
+
+        impl From<Vec<u8>> for $name {
+            fn from(bytes: Vec<u8>) -> $name {
+                $name(InlineBytes::from_vec(bytes))
+            }
+        }
+
+        impl Borrow<[u8]> for $name {
+            fn borrow(&self) -> &[u8] {
+                &self.0
+            }
+        }
+    };
+}
+
+byte_id! {
+    /// A queue name: bytes as they arrive in REQUEST D4 or a text `@queue`.
+    QueueName
+}
+
+byte_id! {
+    /// A ZeroMQ peer identity: opaque bytes (36-byte uuid text for Python
+    /// peers, 5 binary bytes for a peer that sets none).
+    PeerId
+}
+
+byte_id! {
+    /// An eMQP message id (frame D3): opaque bytes chosen by the sender (a
+    /// uuid4 text for Python peers). Not unique: clients may repeat them, so
+    /// the broker tracks jobs by [`JobId`].
+    MsgId
+}
 
 impl QueueName {
     /// The queue named by `s`.
     pub fn named(s: &str) -> QueueName {
-        QueueName(s.as_bytes().to_vec())
+        QueueName::from(s.as_bytes())
     }
 }
-
-/// A ZeroMQ peer identity: opaque bytes (36-byte uuid text for Python
-/// peers, 5 binary bytes for a peer that sets none).
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct PeerId(pub Vec<u8>);
-
-/// An eMQP message id (frame D3): opaque bytes chosen by the sender (a uuid4
-/// text for Python peers). Not unique: clients may repeat them, so the
-/// broker tracks jobs by [`JobId`].
-#[derive(Clone, Default, PartialEq, Eq, Hash)]
-pub struct MsgId(pub Vec<u8>);
 
 /// A unique number per worker registration: a re-INFORM from the same
 /// identity gets a new key, so stale messages about the old entry are told
@@ -129,7 +186,7 @@ mod tests {
     #[test]
     fn shown_forms() {
         assert_eq!(QueueName::named("email").to_string(), "email");
-        assert_eq!(PeerId(vec![0xff, b'a']).to_string(), "\\xffa");
+        assert_eq!(PeerId::from(&[0xff, b'a'][..]).to_string(), "\\xffa");
         assert_eq!(ConnId(7).to_string(), "text-7");
         assert_eq!(cut(&[b'x'; 600]).len(), 512 + "…(600 bytes)".len());
     }

@@ -19,8 +19,9 @@
 //!                         │ dispatcher   │ selection, in-flight table,
 //!                         │ shard 0..N-1 │ heartbeat/expiry timers, text offers
 //!                         └──────┬───────┘
-//!          TextCmd batches ▲     │ TextReply per port
-//!  text clients ─► acceptor pool ─► connection threads (std::net, blocking)
+//!          TextCmd batches ▲     │ TextReply batches per I/O thread
+//!  text clients ─► text I/O threads, one per core (mio readiness loops,
+//!                  many non-blocking connections each, commands batched per shard)
 //! ```
 //!
 //! Modules, lowest layer first:
@@ -31,8 +32,8 @@
 //!   workers, selection, in-flight, timers, text offers.
 //! * [`zmq_io`]: the only code that calls the zmq crate on the router side
 //!   (I/O thread, egress, socket set-up).
-//! * [`text`]: the text protocol server (acceptors, connection threads) behind
-//!   the [`text::TextBackend`] trait.
+//! * [`text`]: the text protocol server: a fixed pool of I/O threads, each a
+//!   readiness loop over many connections, batching commands per shard.
 //! * [`router`]: builds, starts, drains and stops the router; admin thread;
 //!   latency reporter.
 //! * [`client`]: Rust client libraries (eMQP client, admin client, worker, text client).

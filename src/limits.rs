@@ -46,6 +46,18 @@ pub const DEFAULT_QUEUE: &str = "default";
 /// Weight of the default queue for an INFORM with an empty queue list:
 /// EventMQ's `QUEUES = [(10, "default")]`.
 pub const DEFAULT_QUEUE_WEIGHT: i64 = 10;
+/// Most frames in one eMQP message (identity included): a REQUEST has 8
+/// and may carry a few extra; a message with more is read, dropped and
+/// counted as malformed.
+pub const MAX_FRAMES: usize = 64;
+/// Longest msgid (REQUEST D3) the broker accepts, in bytes: Python peers
+/// send 36-byte uuids; the job record keeps the length in one byte.
+pub const MAX_MSGID_BYTES: usize = 255;
+/// Longest queue name in bytes, for both protocols (the text protocol's
+/// rule; an eMQP REQUEST naming a longer queue gets `ERROR BAD_REQUEST`).
+pub const MAX_QUEUE_NAME_BYTES: usize = 255;
+/// Longest REQUEST headers frame (D5) in bytes: headers are a short CSV.
+pub const MAX_HEADERS_BYTES: usize = 65_535;
 /// Most `[weight, name]` pairs one INFORM may list: a worker serving more
 /// queues than this is almost surely misconfigured, and each pair costs a
 /// candidate entry on its queue's shard.
@@ -107,40 +119,79 @@ pub const TEXT_MAX_LINE_BYTES: usize = 1 << 20;
 /// An offer not answered within this time goes back to the front of its
 /// queue (text-protocol.md: 300 s).
 pub const TEXT_OFFER_TIMEOUT: Duration = Duration::from_secs(300);
-/// A connection holding a partial line this long is closed
-/// (text-protocol.md: 60 s).
-pub const TEXT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// A line must be complete this long after its first byte arrived, else the
+/// connection is closed (text-protocol.md "Limits on connections": slow
+/// senders must not pin memory). 60 s lets a 1 MiB line arrive at 17 KB/s.
+pub const TEXT_LINE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most open text connections; past it `ERR BUSY` (text-protocol.md: 10,000).
 pub const TEXT_MAX_CONNECTIONS: usize = 10_000;
-/// How long a text connection waits for its shard's answer before it
-/// reports the broker as shutting down (shards answer in microseconds
-/// unless stopped).
-pub const TEXT_SHARD_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long the text server's shutdown waits for connection threads to end.
+/// Descriptors kept free for everything but text connections: while fewer
+/// than this many remain below `RLIMIT_NOFILE`, a new text connection gets
+/// `ERR BUSY`, so eMQP peers and the admin socket (one descriptor per ZeroMQ
+/// connection) always find one. 256 covers the router's own ~30 and a burst
+/// of eMQP connections.
+pub const TEXT_RESERVED_FDS: usize = 256;
+/// A connection holding more unsent reply bytes than this (it does not read
+/// its replies) is closed and its offer goes back to the front
+/// (text-protocol.md "Limits on connections"). At least one full `WANT?`
+/// line ([`TEXT_MAX_LINE_BYTES`] + 7) must fit.
+pub const TEXT_MAX_UNSENT_BYTES: usize = 4 << 20;
+/// Longest wait a long-poll `ASK <queue> <ms>` may ask for; a longer one
+/// is `ERR BAD_FORMAT`. Equal to the offer timeout: both bound how long
+/// the broker keeps something for one connection.
+pub const TEXT_MAX_ASK_WAIT: Duration = Duration::from_secs(300);
+/// An ASK keeps its queue known (an eMQP REQUEST for it waits there instead
+/// of falling back to `default`) this long after the last ASK for it: long
+/// enough for a consumer that polls with back-off, short enough that a name
+/// asked once does not stay known for ever.
+pub const TEXT_ASK_GRACE: Duration = Duration::from_secs(60);
+/// Most queue names the shards keep as known only because a text client
+/// ASKed for them within [`TEXT_ASK_GRACE`] (split evenly over the shards).
+/// An ASK naming a new queue past it gets `ERR QUEUE_LIMIT`. Each name costs
+/// about 100 bytes plus its length: 100,000 names are ~10 MB at most.
+pub const TEXT_MAX_ASKED_QUEUES: usize = 100_000;
+/// How long the text server's shutdown waits for its I/O threads to hand
+/// back held offers and for the shards' last answers.
 pub const TEXT_SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
-/// How long an acceptor waits to write `ERR BUSY` to a refused client.
-pub const TEXT_BUSY_WRITE_TIMEOUT: Duration = Duration::from_millis(200);
-/// Pause after a failed `accept` (for example out of file descriptors), so
-/// an acceptor does not spin.
-pub const TEXT_ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(20);
 /// How often the router's drain looks at the shards.
 pub const DRAIN_POLL_INTERVAL: Duration = Duration::from_millis(50);
-/// Threads calling `accept` on the text listener.
-pub const TEXT_ACCEPTORS: usize = 2;
+/// Most text I/O threads: each one is a readiness loop serving thousands of
+/// connections, so more than one per core only adds switching.
+pub const MAX_TEXT_THREADS: usize = 256;
+/// I/O threads (of `text_threads`) that also accept connections from the
+/// listener and hand them round-robin to every I/O thread. One keeps up
+/// with thousands of connections a second.
+pub const TEXT_ACCEPTORS: usize = 1;
+/// Connections one acceptor takes from the listener per loop turn before it
+/// serves its connections again.
+pub const TEXT_ACCEPT_BATCH: usize = 64;
+/// After an `accept` failure that a spare descriptor could not get past
+/// (the whole system is out of descriptors), the acceptor tries again this
+/// much later instead of spinning.
+pub const TEXT_ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// Failed `accept` calls are logged at most this often, with the count of
+/// those not logged.
+pub const TEXT_ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(1);
 /// Pending-connection queue of the text listener: absorbs connection bursts
 /// (load generators open hundreds at once) while the acceptors catch up.
 pub const TEXT_LISTEN_BACKLOG: i32 = 1024;
-/// Bytes a text connection reads at a time: one read takes a whole pipelined
-/// burst of small commands (about 4,000 SCHED lines).
+/// Bytes an I/O thread reads from one connection at a time, into a buffer
+/// it shares between its connections: one read takes a pipelined burst of
+/// about 800 64-byte SCHED lines.
 pub const TEXT_READ_BUF_BYTES: usize = 64 * 1024;
-/// A text connection's pending answers are written once they reach this
-/// size, even in the middle of a pipelined batch, so a client that
-/// pipelines many ASKs does not pin memory.
-pub const TEXT_OUT_FLUSH_BYTES: usize = 64 * 1024;
-/// Stack of a text connection thread. Its buffers live on the heap and
-/// nothing recurses, so 256 KiB is plenty; 10,000 connections then reserve
-/// 2.5 GiB of address space instead of 20 GiB with the 2 MiB default.
-pub const TEXT_CONN_STACK_BYTES: usize = 256 * 1024;
+/// A connection with this many unsent reply bytes stops being read (and its
+/// read commands wait) until the socket takes them: TCP backpressure for a
+/// client that pipelines faster than it reads.
+pub const TEXT_OUT_PAUSE_BYTES: usize = 64 * 1024;
+/// Most commands of one connection sent to the shards and not answered yet;
+/// past it the connection's next commands wait. Bounds the per-connection
+/// reply bookkeeping (~32 bytes per command).
+pub const TEXT_MAX_PENDING_COMMANDS: usize = 1024;
+/// A connection's buffers larger than this are freed once empty, so an idle
+/// connection that once sent or received a big line holds no big buffer.
+pub const TEXT_KEEP_BUFFER_BYTES: usize = 4 * 1024;
+/// Readiness events one text I/O thread takes from the OS per loop turn.
+pub const TEXT_EVENTS_PER_POLL: usize = 1024;
 
 /// Period of the latency reporter's log line.
 pub const LATENCY_REPORT_INTERVAL: Duration = Duration::from_secs(60);

@@ -1,6 +1,6 @@
 //! Log set-up shared by the binaries: tracing to stderr, one line per event
 //! with the name of the thread that wrote it (`emq-io-0`, `emq-shard-3`,
-//! `emq-text-7`, ...), so a line tells which shard or connection thread it
+//! `emq-text-7`, ...), so a line tells which shard or I/O thread it
 //! came from.
 
 /// Installs a stderr subscriber with `filter` (e.g. `info`, `emq=debug`).

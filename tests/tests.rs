@@ -10,4 +10,5 @@ mod scheduler;
 mod scheduler_e2e;
 mod text;
 mod text_broker;
+mod text_limits;
 mod worker_e2e;

@@ -26,12 +26,12 @@ pub struct Forwarder {
     thread: Option<JoinHandle<()>>,
 }
 
-fn bound(ctx: &zmq::Context, what: &str) -> Result<(zmq::Socket, String), BenchError> {
+fn bound(ctx: &zmq::Context, what: &str, addr: &str) -> Result<(zmq::Socket, String), BenchError> {
     let s = ctx.socket(zmq::ROUTER).map_err(ZmqError::at(format!("{what} socket")))?;
     s.set_linger(crate::limits::BENCH_LINGER_MS).map_err(ZmqError::at("LINGER"))?;
     s.set_sndhwm(crate::limits::ZMQ_HWM).map_err(ZmqError::at("SNDHWM"))?;
     s.set_rcvhwm(crate::limits::ZMQ_HWM).map_err(ZmqError::at("RCVHWM"))?;
-    s.bind("tcp://127.0.0.1:*").map_err(ZmqError::at(format!("bind {what}")))?;
+    s.bind(addr).map_err(ZmqError::at(format!("bind {what} {addr}")))?;
     let ep =
         s.get_last_endpoint().ok().and_then(Result::ok).ok_or_else(|| BenchError::Invalid("no endpoint".into()))?;
     Ok((s, ep))
@@ -43,9 +43,18 @@ impl Forwarder {
     /// # Errors
     /// [`BenchError::Zmq`] when a socket cannot be made or bound.
     pub fn start() -> Result<Forwarder, BenchError> {
+        Forwarder::start_on("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+    }
+
+    /// Binds the frontend and backend to the given ZeroMQ endpoints (`*` as
+    /// the port picks a free one) and starts the thread.
+    ///
+    /// # Errors
+    /// [`BenchError::Zmq`] when a socket cannot be made or bound.
+    pub fn start_on(frontend_addr: &str, backend_addr: &str) -> Result<Forwarder, BenchError> {
         let ctx = zmq::Context::new();
-        let (frontend, fe) = bound(&ctx, "frontend")?;
-        let (backend, be) = bound(&ctx, "backend")?;
+        let (frontend, fe) = bound(&ctx, "frontend", frontend_addr)?;
+        let (backend, be) = bound(&ctx, "backend", backend_addr)?;
         let stop = Arc::new(AtomicBool::new(false));
         let forwarded = Arc::new(AtomicU64::new(0));
         let (s, f) = (stop.clone(), forwarded.clone());

@@ -6,11 +6,14 @@
 //! * [`text`]: P producers (`SCHED`) and C consumers (`ASK`/`ACK`) against
 //!   any text-protocol address; [`beanstalk`]: the same load in beanstalkd's
 //!   protocol (`put`, `reserve-with-timeout 0`/`delete`); both through the
-//!   shared [`lines`] driver.
+//!   shared [`lines`] driver; [`pipeline`]: producers only, pipelined
+//!   SCHEDs or `put`s.
 //! * [`report`]: summary table, JSON record, `.hgrm` files; [`plot`]: SVG of
 //!   latency by percentile.
 //! * [`idle`]: many idle workers that only heartbeat, with the broker's CPU
 //!   read from `/proc/<pid>/stat`.
+//! * [`fill`]: a queue filled with N jobs, with the broker's resident memory
+//!   per queued job.
 //!
 //! What is measured (both modes): the send timestamp travels in the job body
 //! (nanoseconds since the run's start, taken from the *intended* send time
@@ -25,8 +28,10 @@ pub mod baseline;
 pub mod beanstalk;
 pub mod body;
 pub mod emqp;
+pub mod fill;
 pub mod idle;
 pub mod lines;
+pub mod pipeline;
 pub mod plot;
 pub mod report;
 pub mod run;
@@ -93,6 +98,16 @@ pub struct LoadSettings {
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
+    /// Pipeline mode (`--pipeline`): jobs per write; a producer keeps
+    /// `--in-flight` jobs unacknowledged.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Text and beanstalk consumers: long-poll for up to this long per ask
+    /// (`ASK <queue> <ms>`; beanstalkd `reserve-with-timeout <s>`, whole
+    /// seconds) instead of backing off after an empty answer.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    #[serde(with = "humantime_serde")]
+    pub ask_wait: Option<Duration>,
     /// Hide the progress bar (it is drawn on stderr only when stderr is a
     /// terminal, and only for runs longer than ~2 s).
     #[arg(long, default_value_t = false)]

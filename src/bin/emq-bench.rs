@@ -11,6 +11,7 @@ use emq::bench::emqp::Target;
 use emq::bench::report::{self, Record};
 use emq::bench::run::{with_progress, RunResult};
 use emq::bench::{baseline, beanstalk, emqp, idle, plot, text, BenchError, LoadSettings};
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 #[derive(Parser)]
 #[command(version, about = "Load generator for eMQP and text-protocol brokers")]
@@ -29,16 +30,28 @@ struct Output {
     name: String,
 }
 
+/// The broker's process, for its CPU time per job.
+#[derive(clap::Args, Clone, Copy)]
+struct BrokerPid {
+    /// The broker's process: its CPU time (user + system, from
+    /// `/proc/<pid>/stat`) over the run is reported per job received.
+    #[arg(long)]
+    pid: Option<u32>,
+}
+
 /// The options of the line-protocol modes (text, beanstalk).
 #[derive(clap::Args)]
 struct LineArgs {
     /// The broker's address, `HOST:PORT`.
     #[arg(long)]
     addr: String,
-    /// The broker's process: its CPU time (user + system, from
-    /// `/proc/<pid>/stat`) over the run is reported per job received.
+    #[command(flatten)]
+    broker: BrokerPid,
+    /// Producers only: pipelined submission, `--batch` jobs per write, at
+    /// most `--in-flight` unacknowledged per producer; throughput is jobs
+    /// stored per second.
     #[arg(long)]
-    pid: Option<u32>,
+    pipeline: bool,
     #[command(flatten)]
     load: LoadSettings,
     #[command(flatten)]
@@ -62,6 +75,8 @@ enum Cmd {
         #[arg(long)]
         compare_baseline: bool,
         #[command(flatten)]
+        broker: BrokerPid,
+        #[command(flatten)]
         load: LoadSettings,
         #[command(flatten)]
         output: Output,
@@ -72,6 +87,17 @@ enum Cmd {
         load: LoadSettings,
         #[command(flatten)]
         output: Output,
+    },
+    /// Runs the zero-logic baseline forwarder as a process of its own (so
+    /// its CPU per job can be read like a broker's), until SIGTERM/SIGINT.
+    /// Prints `frontend=<endpoint> backend=<endpoint>` once bound.
+    Forwarder {
+        /// Frontend endpoint (clients); port `*` picks a free one.
+        #[arg(long, default_value = "tcp://127.0.0.1:*")]
+        frontend_addr: String,
+        /// Backend endpoint (workers); port `*` picks a free one.
+        #[arg(long, default_value = "tcp://127.0.0.1:*")]
+        backend_addr: String,
     },
     /// Text-protocol producers (`--clients`, SCHED) and consumers (`--workers`, ASK/ACK).
     Text {
@@ -100,6 +126,12 @@ enum Cmd {
         #[command(flatten)]
         output: Output,
     },
+    /// Fills one queue with N jobs and reports the broker's resident memory
+    /// per queued job (`--pid`).
+    Fill {
+        #[command(flatten)]
+        settings: emq::bench::fill::FillSettings,
+    },
     /// Overlays `.hgrm` files in one SVG.
     Plot {
         /// The .hgrm files.
@@ -114,30 +146,50 @@ enum Cmd {
     },
 }
 
-fn emqp_run(name: &str, target: &Target, load: &LoadSettings) -> anyhow::Result<RunResult> {
-    let tally = with_progress(name, load, |p| emqp::run(target, load, p))?;
-    Ok(RunResult::from_tally(name, &tally))
+fn emqp_run(name: &str, target: &Target, load: &LoadSettings, broker: BrokerPid) -> anyhow::Result<RunResult> {
+    measured(name, load, broker, |p| emqp::run(target, load, p))
 }
 
-fn baseline_run(load: &LoadSettings) -> anyhow::Result<RunResult> {
-    let fwd = baseline::Forwarder::start()?;
-    emqp_run("baseline", &fwd.target, load)
-}
-
-type LineLoad = fn(&str, &LoadSettings, Arc<AtomicU64>) -> Result<Tally, BenchError>;
-
-/// A text or beanstalk run; with `--pid`, the broker's CPU per job received
-/// (warm-up included) goes into the result's `extra`.
-fn line_run(mode: &str, name: &str, a: &LineArgs, load: LineLoad) -> anyhow::Result<()> {
-    let cpu0 = a.pid.map(idle::cpu_seconds).transpose()?;
-    let tally = with_progress(name, &a.load, |p| load(&a.addr, &a.load, p))?;
+/// Runs `load_fn` and, with `--pid`, puts the broker's CPU per job received
+/// (warm-up included) into the result's `extra`.
+fn measured(
+    name: &str,
+    load: &LoadSettings,
+    broker: BrokerPid,
+    load_fn: impl FnOnce(Arc<AtomicU64>) -> Result<Tally, BenchError>,
+) -> anyhow::Result<RunResult> {
+    let cpu0 = broker.pid.map(idle::cpu_seconds).transpose()?;
+    let tally = with_progress(name, load, load_fn)?;
     let mut result = RunResult::from_tally(name, &tally);
-    if let (Some(pid), Some(c0)) = (a.pid, cpu0) {
+    if let (Some(pid), Some(c0)) = (broker.pid, cpu0) {
         let cpu = idle::cpu_seconds(pid)? - c0;
         let per_job_us = cpu / tally.received_all.max(1) as f64 * 1e6;
         result.extra = Some(serde_json::json!({"broker_cpu_s": cpu, "broker_cpu_us_per_job": per_job_us}));
     }
-    let settings = settings_json(&a.load, serde_json::json!({"addr": a.addr, "pid": a.pid}));
+    Ok(result)
+}
+
+fn baseline_run(load: &LoadSettings) -> anyhow::Result<RunResult> {
+    let fwd = baseline::Forwarder::start()?;
+    emqp_run("baseline", &fwd.target, load, BrokerPid { pid: None })
+}
+
+type LineLoad = fn(&str, &LoadSettings, Arc<AtomicU64>) -> Result<Tally, BenchError>;
+
+/// A line protocol's two loads: consumers and producers, and pipelined
+/// producers only.
+struct LineLoads {
+    full: LineLoad,
+    pipeline: LineLoad,
+}
+
+/// A text or beanstalk run; with `--pid`, the broker's CPU per job received
+/// (warm-up included) goes into the result's `extra`.
+fn line_run(mode: &str, name: &str, a: &LineArgs, loads: LineLoads) -> anyhow::Result<()> {
+    let load = if a.pipeline { loads.pipeline } else { loads.full };
+    let result = measured(name, &a.load, a.broker, |p| load(&a.addr, &a.load, p))?;
+    let settings =
+        settings_json(&a.load, serde_json::json!({"addr": a.addr, "pid": a.broker.pid, "pipeline": a.pipeline}));
     finish(mode, settings, vec![result], &a.output)
 }
 
@@ -173,9 +225,9 @@ fn settings_json(load: &impl serde::Serialize, extra: serde_json::Value) -> serd
 
 fn main_inner() -> anyhow::Result<()> {
     match Cli::parse().cmd {
-        Cmd::Emqp { frontend, backend, target_name, compare_baseline, load, output } => {
+        Cmd::Emqp { frontend, backend, target_name, compare_baseline, broker, load, output } => {
             let target = Target { frontend: frontend.clone(), backend: backend.clone() };
-            let mut results = vec![emqp_run(&target_name, &target, &load)?];
+            let mut results = vec![emqp_run(&target_name, &target, &load, broker)?];
             if compare_baseline {
                 results.push(baseline_run(&load)?);
             }
@@ -187,12 +239,29 @@ fn main_inner() -> anyhow::Result<()> {
             let results = vec![baseline_run(&load)?];
             finish("baseline", settings_json(&load, serde_json::json!({})), results, &output)
         }
-        Cmd::Text { target_name, line } => line_run("text", &target_name, &line, text::run),
-        Cmd::Beanstalk { target_name, line } => line_run("beanstalk", &target_name, &line, beanstalk::run),
+        Cmd::Forwarder { frontend_addr, backend_addr } => {
+            let fwd = baseline::Forwarder::start_on(&frontend_addr, &backend_addr)?;
+            println!("frontend={} backend={}", fwd.target.frontend, fwd.target.backend);
+            let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+            let _ = signals.forever().next();
+            Ok(())
+        }
+        Cmd::Text { target_name, line } => {
+            line_run("text", &target_name, &line, LineLoads { full: text::run, pipeline: text::pipeline })
+        }
+        Cmd::Beanstalk { target_name, line } => {
+            let loads = LineLoads { full: beanstalk::run, pipeline: beanstalk::pipeline };
+            line_run("beanstalk", &target_name, &line, loads)
+        }
         Cmd::Idle { target_name, settings, output } => {
             let mut result = idle::run(&settings, Arc::default())?;
             result.target = target_name;
             finish("idle", settings_json(&settings, serde_json::json!({})), vec![result], &output)
+        }
+        Cmd::Fill { settings } => {
+            let r = emq::bench::fill::run(&settings)?;
+            println!("{}", serde_json::to_string(&r)?);
+            Ok(())
         }
         Cmd::Plot { files, output, title } => {
             let series = files.iter().map(|f| plot::Series::read(f)).collect::<Result<Vec<_>, _>>()?;

@@ -36,16 +36,15 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let handle = emq::router::start(config).context("emq-router could not start")?;
+    // The main thread waits for the signals itself (no thread of its own);
+    // a router stopped otherwise (admin DISCONNECT) ends the wait.
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).context("installing signal handlers")?;
     let signal_handle = signals.handle();
-    let stopper = handle.stop_handle();
-    std::thread::Builder::new().name("emq-signals".into()).spawn(move || {
-        if let Some(sig) = signals.forever().next() {
-            tracing::info!(signal = sig, "signal received: shutting down");
-            stopper.shutdown();
-        }
-    })?;
+    handle.on_stopped(move || signal_handle.close());
+    if let Some(sig) = signals.forever().next() {
+        tracing::info!(signal = sig, "signal received: shutting down");
+        handle.shutdown();
+    }
     handle.wait();
-    signal_handle.close();
     Ok(())
 }

@@ -4,16 +4,18 @@
 //! connections).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
+use super::job::{Job, JobFrames};
 use super::snapshot::ShardSnapshot;
-use super::types::{Job, NewJob, WorkerShared};
+use super::types::WorkerShared;
 use crate::ids::{ConnId, MsgId, OfferId, PeerId, QueueName, WorkerKey};
 use crate::metrics::latency::Taken;
 use crate::protocol::emqp::{Command, Frame, Message, ScheduleBody};
 use crate::protocol::text::ErrorCode;
+use crate::zmq_io::wake::Wake;
 
 /// A message to a dispatcher shard. The doc of each variant names who sends
 /// it and to which shard.
@@ -21,11 +23,12 @@ use crate::protocol::text::ErrorCode;
 pub enum ShardMsg {
     /// A client REQUEST (I/O thread → the queue's shard).
     Request {
-        /// The queue named in D4, or `default` after the fallback.
-        queue: QueueName,
-        /// The job as received.
-        job: NewJob,
-        /// Set once the unknown-queue fallback to `default` was applied.
+        /// The client, for the acceptance REPLY or the ERROR.
+        client: PeerId,
+        /// The job's frames as received.
+        frames: JobFrames,
+        /// Set once the unknown-queue fallback to `default` was applied:
+        /// the job then waits in `default` (and is sent to that shard).
         fallback_done: bool,
     },
     /// INFORM from a worker (I/O thread → the worker's home shard).
@@ -117,20 +120,22 @@ pub enum ShardMsg {
         /// The worker registration.
         key: WorkerKey,
     },
-    /// The worker got a free slot: try its queues owned by the receiving
-    /// shard (home shard → shards of its queues).
+    /// The worker got a free slot: try its queues in INFORM order from
+    /// position `from`, those owned by the receiving shard here, handing the
+    /// rest on to the shard of the next one (home shard → the shard of its
+    /// first queue → …, while the worker has a free slot).
     Wake {
         /// The worker.
         worker: Arc<WorkerShared>,
+        /// The position in `worker.queues` to start at.
+        from: usize,
     },
     /// A queue's shard dispatched `job` to a worker (→ the worker's home
     /// shard, which records it in flight).
     Dispatched {
         /// The worker registration.
         key: WorkerKey,
-        /// The queue it was taken from.
-        queue: QueueName,
-        /// The job.
+        /// The job (its queue is [`Job::queue`]).
         job: Job,
     },
     /// Jobs back to the front of their queue, keeping their order: the first
@@ -168,6 +173,17 @@ pub enum ShardMsg {
         /// Where the snapshot goes.
         reply: Sender<ShardSnapshot>,
     },
+    /// Several messages from the I/O thread, to be handled in order (one
+    /// channel operation for a whole read batch).
+    Batch(Vec<ShardMsg>),
+    /// Send the bodies of `queue`'s waiting jobs, front first (tests and
+    /// tools; linear in the queue).
+    Waiting {
+        /// The queue (owned by the receiving shard).
+        queue: QueueName,
+        /// Where the bodies go.
+        reply: Sender<Vec<Vec<u8>>>,
+    },
     /// Stop: KBYE to peers, log what remains, exit.
     Shutdown,
 }
@@ -196,7 +212,7 @@ impl Schedule {
             Ok(Message { command: Command::Unschedule(body), .. }) => (body, true),
             _ => return None,
         };
-        let msgid = MsgId(frames.get(3).cloned().unwrap_or_default());
+        let msgid = MsgId::from(frames.get(3).map_or(&[][..], Vec::as_slice));
         Some(Schedule { client, msgid, frames, body, unschedule })
     }
 }
@@ -227,6 +243,16 @@ pub enum TextCmd {
         /// The queue.
         queue: QueueName,
     },
+    /// `ASK queue ms` (long poll): with a task waiting, answered like `Ask`;
+    /// otherwise the connection waits in the queue's line of waiting ASKs
+    /// (arrival order) and is answered with the first task that is not
+    /// pushed to an eMQP worker, or `Nope` once `wait` has passed.
+    AskWait {
+        /// The queue.
+        queue: QueueName,
+        /// How long to wait at most.
+        wait: Duration,
+    },
     /// `ACK`, `DCL` or `DEL` of an offer: `Done`, or `NO_TASK` when the
     /// offer has lapsed.
     Answer {
@@ -236,11 +262,16 @@ pub enum TextCmd {
         answer: TextAnswer,
     },
     /// The connection ended holding the offer: it goes back to the front
-    /// of its queue. Not answered.
+    /// of its queue (a delivery: past [`crate::limits::MAX_DELIVERIES`] it
+    /// is dead-lettered). Not answered.
     Release {
         /// The offer.
         offer: OfferId,
     },
+    /// The connection stops waiting (it closed) while its `AskWait` waits
+    /// on this shard: that `AskWait` is answered `Nope` at once. Nothing
+    /// happens when it is not waiting. Not answered itself.
+    Cancel,
 }
 
 /// A text command with the connection that sent it.
@@ -283,14 +314,41 @@ pub struct TextReply {
     pub outcome: TextOutcome,
 }
 
-/// Where a shard sends text answers: a channel of the text front end.
-/// Answers to one port arrive in the order of the commands.
+/// The answers of one shard's batch for one [`TextPort`], in order.
+#[derive(Debug)]
+pub struct TextBatch {
+    /// The shard that answers.
+    pub shard: usize,
+    /// The answers.
+    pub replies: Vec<TextReply>,
+}
+
+/// Where a shard sends text answers: a channel of one text I/O thread and
+/// the wake-up of that thread. A shard answers the commands of one
+/// connection in the order they came (an `AskWait` that waits is answered
+/// later, and the connection sends nothing else that is answered until
+/// then), so the front end matches answers to commands by order.
 #[derive(Debug, Clone)]
 pub struct TextPort {
     /// The front end's number for this port (for logs and tests).
     pub id: u64,
     /// The channel.
-    pub tx: Sender<Vec<TextReply>>,
+    pub tx: Sender<TextBatch>,
+    /// Wakes the receiving thread if it sleeps (`None`: it never sleeps on
+    /// the port, as in tests).
+    pub wake: Option<Arc<Wake>>,
+}
+
+impl TextPort {
+    /// Hands shard `shard`'s `replies` over and wakes the receiver. Returns
+    /// `false` when the receiver is gone (the text front end has stopped).
+    pub fn send(&self, shard: usize, replies: Vec<TextReply>) -> bool {
+        let sent = self.tx.send(TextBatch { shard, replies }).is_ok();
+        if let Some(wake) = &self.wake {
+            wake.wake();
+        }
+        sent
+    }
 }
 
 /// Which router socket a frame list goes out on.
@@ -327,17 +385,72 @@ pub enum OnFail {
     Unschedule,
 }
 
-/// Frames for one peer on one socket.
+/// A message for one peer on one socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outgoing {
     /// The socket.
     pub dest: Dest,
     /// The peer's identity.
     pub peer: PeerId,
-    /// D-frames.
-    pub frames: Vec<Frame>,
+    /// What to send.
+    pub msg: OutMsg,
     /// What to do if the send fails.
     pub on_fail: OnFail,
+}
+
+impl Outgoing {
+    /// The D-frames of [`Outgoing::msg`] (see [`OutMsg::to_frames`]).
+    pub fn frames(&self) -> Vec<Frame> {
+        self.msg.to_frames()
+    }
+}
+
+/// What to send, typed so the I/O thread builds the ZeroMQ frames straight
+/// from the job's buffer (no intermediate frame lists on the hot path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutMsg {
+    /// A job for a worker: `["", "eMQP/1.0", "REQUEST", msgid, queue,
+    /// headers with "reply-requested" first, body, extra…]`.
+    Job(JobFrames),
+    /// The acceptance REPLY of a REQUEST: `["", "eMQP/1.0", "REPLY", <fresh
+    /// msgid>, <the REQUEST's msgid>]`.
+    Accepted(JobFrames),
+    /// `["", "eMQP/1.0", "HEARTBEAT", <fresh msgid>, <wall clock>]`, stamped
+    /// when sent.
+    Heartbeat,
+    /// Any other message, as D-frames.
+    Frames(Vec<Frame>),
+}
+
+impl OutMsg {
+    /// The D-frames this stands for (a fresh msgid where one is made at send
+    /// time), for tests, logs and failed sends.
+    pub fn to_frames(&self) -> Vec<Frame> {
+        use crate::protocol::emqp::{heartbeat_timestamp, new_msgid, VERSION};
+        let head = |word: &[u8]| vec![Vec::new(), VERSION.to_vec(), word.to_vec()];
+        match self {
+            OutMsg::Job(f) => {
+                let mut out = head(b"REQUEST");
+                out.push(f.msgid().to_vec());
+                out.push(f.queue().to_vec());
+                out.push(crate::protocol::headers::with_reply_requested(f.headers()));
+                out.push(f.body().to_vec());
+                out.extend(f.extra().map(<[u8]>::to_vec));
+                out
+            }
+            OutMsg::Accepted(f) => {
+                let mut out = head(b"REPLY");
+                out.extend([new_msgid(), f.msgid().to_vec()]);
+                out
+            }
+            OutMsg::Heartbeat => {
+                let mut out = head(b"HEARTBEAT");
+                out.extend([new_msgid(), heartbeat_timestamp()]);
+                out
+            }
+            OutMsg::Frames(frames) => frames.clone(),
+        }
+    }
 }
 
 /// Where a shard's handlers put what they produce. The router's

@@ -10,6 +10,11 @@
 //! popped whole and keep their order. So: the highest tier with capacity
 //! wins, and workers within a tier take turns. The cost is O(entries
 //! skipped + tier size), with no sort per job.
+//!
+//! Workers that leave (KBYE, expiry) are not searched for: a worker that is
+//! not live can never claim a slot, so its entry is dropped when selection
+//! meets it, or all at once when more than half the list is stale. A KBYE
+//! storm of N workers therefore costs O(N) in total, not O(N²).
 
 use std::sync::Arc;
 
@@ -20,36 +25,45 @@ use crate::ids::WorkerKey;
 #[derive(Debug, Default)]
 pub struct Candidates {
     list: Vec<(i64, Arc<WorkerShared>)>,
+    /// Entries known to be stale (removed, not yet dropped).
+    stale: usize,
 }
 
 impl Candidates {
     /// Adds a worker with `weight`, after every entry of the same or higher
-    /// weight (a stable insert, as EventMQ's append-then-sort).
+    /// weight (a stable insert, as EventMQ's append-then-sort). Each
+    /// registration has a key of its own, so it is added once.
     pub fn add(&mut self, weight: i64, worker: Arc<WorkerShared>) {
-        self.remove(worker.key);
         let at = self.list.partition_point(|(w, _)| *w >= weight);
         self.list.insert(at, (weight, worker));
     }
 
-    /// Removes the worker registered under `key`, if present.
-    pub fn remove(&mut self, key: WorkerKey) {
-        self.list.retain(|(_, w)| w.key != key);
+    /// The worker registered under `key` leaves (it is no longer live, so
+    /// it cannot be selected): its entry is dropped lazily (see the module
+    /// docs).
+    pub fn remove(&mut self, _key: WorkerKey) {
+        self.stale += 1;
+        if self.stale * 2 > self.list.len() {
+            self.list.retain(|(_, w)| w.state() == WorkerState::Live);
+            self.stale = 0;
+        }
     }
 
     /// Claims a slot on the next worker by EventMQ's rule and returns it.
-    /// Dead workers met on the way are dropped from the list.
+    /// Workers met on the way that are no longer live are dropped.
     pub fn select(&mut self) -> Option<Arc<WorkerShared>> {
-        let mut saw_dead = false;
+        let mut saw_gone = false;
         let found = self.list.iter().position(|(_, w)| {
-            saw_dead |= w.state() == WorkerState::Dead;
+            saw_gone |= w.state() != WorkerState::Live;
             w.try_claim()
         });
         let chosen = self.list[found?].1.clone();
         let mut i = found?;
-        if saw_dead {
-            // Dead entries are dropped only when met, so a healthy list costs
+        if saw_gone {
+            // Gone entries are dropped only when met, so a healthy list costs
             // nothing extra per job.
-            self.list.retain(|(_, w)| w.state() != WorkerState::Dead);
+            self.list.retain(|(_, w)| w.state() == WorkerState::Live);
+            self.stale = 0;
             match self.list.iter().position(|(_, w)| w.key == chosen.key) {
                 Some(at) => i = at,
                 // Died since the claim: its home shard requeues the job.
@@ -63,17 +77,17 @@ impl Candidates {
         Some(chosen)
     }
 
-    /// Whether any worker serves the queue (dead ones excluded).
+    /// Whether no live worker serves the queue.
     pub fn is_empty(&self) -> bool {
-        self.list.iter().all(|(_, w)| w.state() == WorkerState::Dead)
+        self.iter().next().is_none()
     }
 
-    /// The entries in selection order: `(weight, worker)`.
+    /// The live entries in selection order: `(weight, worker)`.
     pub fn iter(&self) -> impl Iterator<Item = &(i64, Arc<WorkerShared>)> {
-        self.list.iter()
+        self.list.iter().filter(|(_, w)| w.state() == WorkerState::Live)
     }
 
-    /// Number of entries (dead ones not yet dropped included).
+    /// Number of entries (gone ones not yet dropped included).
     pub fn len(&self) -> usize {
         self.list.len()
     }
@@ -85,7 +99,7 @@ mod tests {
     use crate::ids::{PeerId, QueueName};
 
     fn worker(key: u64, name: &str) -> Arc<WorkerShared> {
-        Arc::new(WorkerShared::new(WorkerKey(key), PeerId(name.into()), 0, vec![(10, QueueName::named("q"))]))
+        Arc::new(WorkerShared::new(WorkerKey(key), PeerId::from(name.as_bytes()), 0, vec![(10, QueueName::named("q"))]))
     }
 
     fn order(c: &Candidates) -> Vec<String> {

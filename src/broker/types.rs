@@ -1,100 +1,20 @@
-//! The job record and the worker state shared by the shards.
+//! Routing to shards and the worker state shared by the shards. The job
+//! record is in [`super::job`].
 
-use std::hash::{Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
-use std::time::Instant;
 
-use crate::ids::{JobId, MsgId, PeerId, QueueName, WorkerKey};
-use crate::protocol::emqp::Frame;
+use crate::ids::{PeerId, QueueName, WorkerKey};
 
-/// The shard that owns `queue`: `hash(queue) % shards` (DESIGN "Queue state
-/// lives on one shard"). Deterministic across runs.
-pub fn shard_of(bytes: &[u8], shards: usize) -> usize {
-    let mut h = std::hash::DefaultHasher::new();
-    bytes.hash(&mut h);
-    (h.finish() % shards.max(1) as u64) as usize
+/// The shard that owns `key` (a queue name or a worker identity):
+/// `hash(key) % shards` (DESIGN "Queue state lives on one shard"). A fixed
+/// seed, so the same on every run of the same build; an attacker choosing
+/// names can only unbalance shards, which no map depends on.
+pub fn shard_of(key: &[u8], shards: usize) -> usize {
+    (foldhash::fast::FixedState::with_seed(0).hash_one(key) % shards.max(1) as u64) as usize
 }
 
-/// Where a job came from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Origin {
-    /// An eMQP REQUEST from this frontend peer.
-    Emqp(PeerId),
-    /// A text-protocol SCHED.
-    Text,
-}
-
-/// A job as a front end hands it to its queue's shard, before acceptance.
-#[derive(Clone, Debug)]
-pub struct NewJob {
-    /// The REQUEST msgid (a fresh uuid4 for text SCHEDs).
-    pub msgid: MsgId,
-    /// REQUEST D4 as the client sent it (kept even after the `default`
-    /// fallback: EventMQ 0.3.13; docs/emqp.md, REQUEST).
-    pub queue_frame: Frame,
-    /// REQUEST D5, the headers CSV as the client sent it.
-    pub headers: Frame,
-    /// REQUEST D6 (the text protocol's data).
-    pub body: Frame,
-    /// Frames after D6, forwarded unchanged.
-    pub extra: Vec<Frame>,
-    /// Who sent it.
-    pub origin: Origin,
-}
-
-impl NewJob {
-    /// A text-protocol SCHED of `data` on `queue`, with a fresh msgid.
-    pub fn text(queue: &QueueName, data: Vec<u8>) -> NewJob {
-        NewJob {
-            msgid: MsgId(crate::protocol::emqp::new_msgid()),
-            queue_frame: queue.0.clone(),
-            headers: Vec::new(),
-            body: data,
-            extra: Vec::new(),
-            origin: Origin::Text,
-        }
-    }
-
-    /// The job once its shard has accepted it as `id` at `now`.
-    pub fn accept(self, id: JobId, now: Instant) -> Job {
-        Job {
-            id,
-            msgid: self.msgid,
-            queue_frame: self.queue_frame,
-            headers: self.headers,
-            body: self.body,
-            extra: self.extra,
-            accepted_at: now,
-            origin: self.origin,
-            redeliveries: 0,
-        }
-    }
-}
-
-/// One accepted job as the broker holds it. The frames are kept as they
-/// arrived so a worker receives the client's REQUEST unchanged.
-#[derive(Clone, Debug)]
-pub struct Job {
-    /// The broker's id: unique, unlike the msgid.
-    pub id: JobId,
-    /// The REQUEST msgid (a fresh uuid4 for text SCHEDs).
-    pub msgid: MsgId,
-    /// REQUEST D4 as the client sent it.
-    pub queue_frame: Frame,
-    /// REQUEST D5, the headers CSV as the client sent it.
-    pub headers: Frame,
-    /// REQUEST D6 (the text protocol's data).
-    pub body: Frame,
-    /// Frames after D6, forwarded unchanged.
-    pub extra: Vec<Frame>,
-    /// When the broker took responsibility for the job.
-    pub accepted_at: Instant,
-    /// Who sent it.
-    pub origin: Origin,
-    /// How many times it went back to its queue because the worker holding
-    /// it died (see [`crate::limits::MAX_DELIVERIES`]).
-    pub redeliveries: u32,
-}
+pub use super::job::{Job, JobFrames, Origin};
 
 /// A worker's life stage, shared between its home shard and the shards of
 /// its queues.

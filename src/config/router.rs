@@ -51,13 +51,29 @@ settings! {
             /// Text offer timeout (e.g. `300s`).
             text_offer_timeout => offer_timeout: Humantime = limits::TEXT_OFFER_TIMEOUT,
                 env "EMQ_TEXT_OFFER_TIMEOUT";
-            /// Text partial-line idle timeout (e.g. `60s`).
-            text_idle_timeout => idle_timeout: Humantime = limits::TEXT_IDLE_TIMEOUT, env "EMQ_TEXT_IDLE_TIMEOUT";
+            /// A text line must be complete this long after its first byte (e.g. `60s`).
+            text_line_timeout => line_timeout: Humantime = limits::TEXT_LINE_TIMEOUT, env "EMQ_TEXT_LINE_TIMEOUT",
+                was text_idle_timeout "EMQ_TEXT_IDLE_TIMEOUT";
             /// Most open text connections.
             text_max_connections => max_connections: AtLeastOne = limits::TEXT_MAX_CONNECTIONS,
                 env "EMQ_TEXT_MAX_CONNECTIONS";
-            /// Threads accepting text connections.
+            /// Text I/O threads, each serving many connections. 0 = one per core.
+            text_threads => threads: TextThreads = 0usize, env "EMQ_TEXT_THREADS";
+            /// Text I/O threads that also accept connections (at most text_threads).
             text_acceptors => acceptors: AtLeastOne = limits::TEXT_ACCEPTORS, env "EMQ_TEXT_ACCEPTORS";
+            /// Descriptors kept free for eMQP and admin: text connections get ERR BUSY below it.
+            text_reserved_fds => reserved_fds: Plain<usize> = limits::TEXT_RESERVED_FDS,
+                env "EMQ_TEXT_RESERVED_FDS";
+            /// A text connection holding more unsent reply bytes than this is closed.
+            text_max_unsent_bytes => max_unsent_bytes: AtLeastOne = limits::TEXT_MAX_UNSENT_BYTES,
+                env "EMQ_TEXT_MAX_UNSENT_BYTES";
+            /// Longest wait of a long-poll `ASK <queue> <ms>` (e.g. `300s`).
+            text_max_ask_wait => max_ask_wait: Humantime = limits::TEXT_MAX_ASK_WAIT, env "EMQ_TEXT_MAX_ASK_WAIT";
+            /// An ASK keeps its queue known for eMQP REQUESTs this long (e.g. `60s`).
+            text_ask_grace => ask_grace: Humantime = limits::TEXT_ASK_GRACE, env "EMQ_TEXT_ASK_GRACE";
+            /// Most queue names kept known only by ASKs; past it ASK gets ERR QUEUE_LIMIT.
+            text_max_asked_queues => max_asked_queues: AtLeastOne = limits::TEXT_MAX_ASKED_QUEUES,
+                env "EMQ_TEXT_MAX_ASKED_QUEUES";
         }
         latency: LatencyConfig {
             /// Period of the latency log line (e.g. `60s`; `0s` = off).
@@ -104,19 +120,32 @@ pub struct RouterConfig {
     pub latency: LatencyConfig,
 }
 
-/// Text protocol limits (text-protocol.md "Limits").
+/// Text protocol limits (text-protocol.md "Limits on connections") and the
+/// text front end's threads.
 #[derive(Debug, Clone)]
 pub struct TextConfig {
     /// Longest line in bytes (not counting LF and a CR before it).
     pub max_line_bytes: usize,
     /// Unanswered offers go back to the front after this.
     pub offer_timeout: Duration,
-    /// A partial line idle this long closes the connection.
-    pub idle_timeout: Duration,
+    /// A line not complete this long after its first byte closes the connection.
+    pub line_timeout: Duration,
     /// Connection cap.
     pub max_connections: usize,
-    /// Acceptor threads.
+    /// Text I/O threads, ≥ 1.
+    pub threads: usize,
+    /// I/O threads that also accept (clamped to `threads`).
     pub acceptors: usize,
+    /// Descriptors kept free for eMQP and admin.
+    pub reserved_fds: usize,
+    /// Unsent reply bytes past which a connection is closed.
+    pub max_unsent_bytes: usize,
+    /// Longest long-poll wait.
+    pub max_ask_wait: Duration,
+    /// How long an ASK keeps its queue known.
+    pub ask_grace: Duration,
+    /// Most queue names known only through ASKs, over all shards.
+    pub max_asked_queues: usize,
 }
 
 /// Latency reporter settings.
@@ -140,6 +169,15 @@ impl RawRouterConfig {
     /// [`ConfigError::Invalid`] naming the setting.
     pub fn validate(self) -> Result<RouterConfig, ConfigError> {
         let config = self.build()?;
+        if config.text.max_unsent_bytes < config.text.max_line_bytes + WANT_LINE_OVERHEAD_BYTES {
+            return Err(ConfigError::Invalid {
+                name: "text_max_unsent_bytes",
+                why: format!(
+                    "must hold one full WANT? line: at least text_max_line_bytes + {WANT_LINE_OVERHEAD_BYTES} ({})",
+                    config.text.max_line_bytes + WANT_LINE_OVERHEAD_BYTES
+                ),
+            });
+        }
         let (interval, timeout) = (config.heartbeat_interval, config.heartbeat_timeout);
         if interval.is_zero() || timeout <= interval {
             return Err(ConfigError::Invalid {
@@ -177,6 +215,34 @@ pub fn default_shards() -> usize {
     (cores / 2).max(1)
 }
 
+/// A thread count: 0 picks `auto()`; at most `max`.
+fn count_or_auto(n: usize, auto: impl FnOnce() -> usize, max: usize) -> Result<usize, String> {
+    match n {
+        0 => Ok(auto()),
+        n if n > max => Err(format!("at most {max}")),
+        n => Ok(n),
+    }
+}
+
+/// `WANT? ` and the LF around an offered task's data.
+const WANT_LINE_OVERHEAD_BYTES: usize = 7;
+
+/// Text I/O threads: 0 picks one per core; at most [`limits::MAX_TEXT_THREADS`].
+pub struct TextThreads;
+
+impl Kind for TextThreads {
+    type Raw = usize;
+    type Value = usize;
+
+    fn check(n: usize) -> Result<usize, String> {
+        count_or_auto(
+            n,
+            || std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            limits::MAX_TEXT_THREADS,
+        )
+    }
+}
+
 /// Dispatcher shards: 0 picks [`default_shards`]; at most
 /// [`limits::MAX_SHARDS`].
 pub struct Shards;
@@ -186,11 +252,7 @@ impl Kind for Shards {
     type Value = usize;
 
     fn check(n: usize) -> Result<usize, String> {
-        match n {
-            0 => Ok(default_shards()),
-            n if n > limits::MAX_SHARDS => Err(format!("at most {}", limits::MAX_SHARDS)),
-            n => Ok(n),
-        }
+        count_or_auto(n, default_shards, limits::MAX_SHARDS)
     }
 }
 

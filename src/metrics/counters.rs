@@ -55,6 +55,9 @@ counters! {
     rejected_shutting_down,
     /// SCHEDULE/UNSCHEDULE refused because no scheduler is connected.
     rejected_no_scheduler,
+    /// REQUESTs refused before admission (a frame past its limit: msgid,
+    /// queue name, headers).
+    rejected_bad_request,
     /// INFORMs refused (bad queue list, wrong socket for the peer type, too
     /// many schedulers).
     rejected_inform,
@@ -92,6 +95,14 @@ counters! {
     text_returned_disconnect,
     /// Text offers returned by the offer timeout.
     text_returned_timeout,
+    /// Text offers returned (disconnect, timeout) past `MAX_DELIVERIES`
+    /// deliveries and dropped instead (also counted in `dead_lettered`).
+    text_dead_lettered,
+    /// Long-poll ASKs answered `NOPE` because their wait ran out.
+    text_ask_waits_expired,
+    /// ASKs naming a new queue refused with `QUEUE_LIMIT` (the table of
+    /// queues known only through ASKs was full).
+    rejected_queue_limit,
 }
 
 impl Counters {

@@ -14,7 +14,7 @@
 //! The broker measures from its own vantage point: it cannot see the
 //! client → broker and broker → worker network hops that emq-bench includes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
@@ -22,7 +22,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
-use crate::ids::QueueName;
+use crate::ids::{FastMap, QueueName};
 use crate::limits;
 
 /// Which latency.
@@ -60,7 +60,7 @@ pub fn new_histogram() -> Histogram<u64> {
 #[derive(Debug, Default)]
 pub struct ShardLatency {
     /// Per queue, one histogram per [`Kind`] (indexed by `Kind as usize`).
-    hists: HashMap<QueueName, [Histogram<u64>; 3]>,
+    hists: FastMap<QueueName, [Histogram<u64>; 3]>,
 }
 
 /// What a shard hands over: `((queue, kind), histogram)`.
@@ -68,7 +68,7 @@ pub type Taken = Vec<((String, Kind), Histogram<u64>)>;
 
 impl ShardLatency {
     /// Records `d` for `queue`. Values past the maximum are clamped.
-    pub fn record(&mut self, queue: &QueueName, kind: Kind, d: Duration) {
+    pub fn record(&mut self, queue: &[u8], kind: Kind, d: Duration) {
         let us = (d.as_micros() as u64).clamp(1, limits::LATENCY_MAX_US);
         // Look up before inserting: no allocation per record.
         if let Some(h) = self.hists.get_mut(queue) {
@@ -77,7 +77,7 @@ impl ShardLatency {
         }
         let mut h = [new_histogram(), new_histogram(), new_histogram()];
         let _ = h[kind as usize].record(us);
-        self.hists.insert(queue.clone(), h);
+        self.hists.insert(QueueName::from(queue), h);
     }
 
     /// Hands over everything recorded so far and starts afresh.
@@ -190,7 +190,7 @@ mod tests {
         let mut s = ShardLatency::default();
         let q = QueueName::named("default");
         for ms in 1..=100 {
-            s.record(&q, Kind::EndToEnd, Duration::from_millis(ms));
+            s.record(&q.0, Kind::EndToEnd, Duration::from_millis(ms));
         }
         let mut store = LatencyStore::default();
         store.merge(s.take());

@@ -112,43 +112,47 @@ impl AdminQuery {
     }
 }
 
-/// The body of a SCHEDULE or UNSCHEDULE (spec §3.8): D4..D8.
+/// The body of a SCHEDULE or UNSCHEDULE (spec §3.8): D4..D8. `B` is how a
+/// frame is held: owned [`Frame`]s by default, `&[u8]` borrowed from the
+/// received frames by [`decode_ref`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScheduleBody {
+pub struct ScheduleBody<B = Frame> {
     /// D4: queue name the job runs on.
-    pub queue: Frame,
+    pub queue: B,
     /// D5: headers CSV (`guarantee`, `nohaste`, `run_count:N`).
-    pub headers: Frame,
+    pub headers: B,
     /// D6: interval in seconds as decimal text; `-1` for cron jobs.
-    pub interval: Frame,
+    pub interval: B,
     /// D7: job body JSON.
-    pub body: Frame,
+    pub body: B,
     /// D8: cron expression, empty for interval jobs. `None` when the frame is
     /// missing (tolerated for UNSCHEDULE, which needs only D4-D7).
-    pub cron: Option<Frame>,
+    pub cron: Option<B>,
 }
 
 /// One eMQP command with its body frames (spec §3). Field names follow the
-/// frame tables of the spec; each field says which D-frame it is.
+/// frame tables of the spec; each field says which D-frame it is. `B` is how
+/// a frame is held: owned [`Frame`]s by default, `&[u8]` borrowed from the
+/// received frames by [`decode_ref`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
+pub enum Command<B = Frame> {
     /// INFORM: a worker or scheduler registers (spec §3.1).
     Inform {
         /// D4: the queue list as JSON, `[[weight, "name"], ...]`
         /// ([`crate::protocol::queues`]); empty means the router's defaults.
-        queues: Frame,
+        queues: B,
         /// D5: who is registering.
         peer: PeerType,
         /// D6 (emq extension, optional): a scheduler's stable name, which
         /// the router routes SCHEDULEs by (rendezvous hashing) so that a
         /// restarted scheduler, connecting under a fresh identity, owns the
         /// same schedules. EventMQ's router ignores extra INFORM frames.
-        name: Option<Frame>,
+        name: Option<B>,
     },
     /// ACK: the router accepted an INFORM (or an admin DISCONNECT).
     Ack {
         /// D4: the msgid (D3) of the message being acknowledged.
-        acked: Frame,
+        acked: B,
     },
     /// READY: no body; one more free slot.
     Ready,
@@ -156,52 +160,52 @@ pub enum Command {
     /// a worker (spec §3.3).
     Request {
         /// D4: the queue name.
-        queue: Frame,
+        queue: B,
         /// D5: headers CSV (`reply-requested`, `guarantee`, `timeout:N`, ...;
         /// see [`crate::protocol::headers`]).
-        headers: Frame,
+        headers: B,
         /// D6: the job body (a Python body `["run", {...}]` or any bytes).
-        body: Frame,
+        body: B,
         /// D7 and later: any extra frames, kept and forwarded unchanged.
-        extra: Vec<Frame>,
+        extra: Vec<B>,
     },
     /// REPLY with one body frame: the acceptance REPLY or the admin REPLY.
     Reply {
         /// D4: the accepted message's msgid (acceptance REPLY) or the
         /// answer's JSON (admin REPLY).
-        body: Frame,
+        body: B,
     },
     /// Job-result REPLY from a worker (spec §4.4).
     JobReply {
         /// D4: the result JSON, `{"value": ...}`.
-        result: Frame,
+        result: B,
         /// D5: the msgid (D3) of the REQUEST this answers.
-        request_msgid: Frame,
+        request_msgid: B,
     },
     /// HEARTBEAT (spec §3.5).
     Heartbeat {
         /// D4: the sender's wall clock in seconds as decimal text (never read).
-        timestamp: Frame,
+        timestamp: B,
     },
     /// KBYE: no body.
     Kbye,
     /// DISCONNECT: no body (extra frames ignored).
     Disconnect,
     /// SCHEDULE: 9 frames.
-    Schedule(ScheduleBody),
+    Schedule(ScheduleBody<B>),
     /// UNSCHEDULE: at least 8 frames.
-    Unschedule(ScheduleBody),
+    Unschedule(ScheduleBody<B>),
     /// DROP (emq extension, router → emq-scheduler): the frames of a
     /// SCHEDULE whose key another scheduler owns now; the receiver forgets
     /// its copy of the schedule (a shared store keeps the record). Sent
     /// only to schedulers that named themselves in their INFORM.
-    Drop(ScheduleBody),
+    Drop(ScheduleBody<B>),
     /// PUBLISH to the pub/sub device (spec §3.9).
     Publish {
         /// D4: the topic, sent as the first frame of the PUB message.
-        topic: Frame,
+        topic: B,
         /// D5: the message, sent as the second frame.
-        message: Frame,
+        message: B,
     },
     /// An admin query (no body).
     Admin(AdminQuery),
@@ -211,15 +215,15 @@ pub enum Command {
     /// never read it; old schedulers log it as unhandled.
     Error {
         /// D4: the msgid (D3) of the rejected message.
-        refers_to: Frame,
+        refers_to: B,
         /// D5: an error code token, e.g. `QUEUE_FULL`.
-        code: Frame,
+        code: B,
         /// D6: human-readable text.
-        text: Frame,
+        text: B,
     },
 }
 
-impl Command {
+impl<B> Command<B> {
     /// The command word on the wire (D2).
     pub fn word(&self) -> &'static [u8] {
         match self {
@@ -242,13 +246,14 @@ impl Command {
     }
 }
 
-/// A decoded message: the msgid (D3) and the command.
+/// A decoded message: the msgid (D3) and the command, with frames held as
+/// `B` (see [`Command`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Message {
+pub struct Message<B = Frame> {
     /// D3: this message's id (a uuid4 text for Python peers; opaque here).
-    pub msgid: Frame,
+    pub msgid: B,
     /// D2 and the body frames.
-    pub command: Command,
+    pub command: Command<B>,
 }
 
 /// Why a message could not be decoded. Every variant names the frame (D-index)
@@ -315,6 +320,16 @@ fn lossy(b: &[u8]) -> String {
 /// assert!(decode(&frames, Socket::Frontend).is_err()); // READY is a backend command
 /// ```
 pub fn decode<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Message, DecodeError> {
+    decode_ref(frames, socket).map(|m| m.to_owned_frames())
+}
+
+/// [`decode`] without copying: the message's frames borrow from `frames`.
+/// The router's I/O thread decodes every inbound message this way and
+/// copies only what it hands on.
+///
+/// # Errors
+/// As [`decode`].
+pub fn decode_ref<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Message<&[u8]>, DecodeError> {
     if frames.len() < 4 {
         return Err(DecodeError::TooShort { frames: frames.len() });
     }
@@ -327,7 +342,7 @@ pub fn decode<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Message, D
     let command = match name {
         "INFORM" => Command::Inform {
             queues: body.get(4, "the queue list")?,
-            peer: peer_type(&body.get(5, "the peer type")?)?,
+            peer: peer_type(body.get(5, "the peer type")?)?,
             name: body.opt(6),
         },
         "ACK" => Command::Ack { acked: body.get(4, "the acknowledged msgid")? },
@@ -361,7 +376,7 @@ pub fn decode<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Message, D
         },
         _ => return Err(DecodeError::UnknownCommand { word: lossy(word) }),
     };
-    Ok(Message { msgid: frames[3].as_ref().to_vec(), command })
+    Ok(Message { msgid: frames[3].as_ref(), command })
 }
 
 const COMMANDS: &[&str] = &[
@@ -397,7 +412,10 @@ fn peer_type(frame: &[u8]) -> Result<PeerType, DecodeError> {
     }
 }
 
-fn schedule_body<F: AsRef<[u8]>>(body: &Body<'_, F>, need_cron: bool) -> Result<ScheduleBody, DecodeError> {
+fn schedule_body<'a, F: AsRef<[u8]>>(
+    body: &Body<'a, F>,
+    need_cron: bool,
+) -> Result<ScheduleBody<&'a [u8]>, DecodeError> {
     Ok(ScheduleBody {
         queue: body.get(4, "the queue name")?,
         headers: body.get(5, "the headers")?,
@@ -412,8 +430,8 @@ struct Body<'a, F> {
     command: &'static str,
 }
 
-impl<F: AsRef<[u8]>> Body<'_, F> {
-    fn get(&self, index: usize, what: &'static str) -> Result<Frame, DecodeError> {
+impl<'a, F: AsRef<[u8]>> Body<'a, F> {
+    fn get(&self, index: usize, what: &'static str) -> Result<&'a [u8], DecodeError> {
         self.opt(index).ok_or(DecodeError::MissingFrame {
             command: self.command,
             index,
@@ -422,12 +440,12 @@ impl<F: AsRef<[u8]>> Body<'_, F> {
         })
     }
 
-    fn opt(&self, index: usize) -> Option<Frame> {
-        self.frames.get(index).map(|f| f.as_ref().to_vec())
+    fn opt(&self, index: usize) -> Option<&'a [u8]> {
+        self.frames.get(index).map(|f| f.as_ref())
     }
 
-    fn rest(&self, from: usize) -> Vec<Frame> {
-        self.frames.iter().skip(from).map(|f| f.as_ref().to_vec()).collect()
+    fn rest(&self, from: usize) -> Vec<&'a [u8]> {
+        self.frames.iter().skip(from).map(|f| f.as_ref()).collect()
     }
 }
 
@@ -436,36 +454,88 @@ impl Message {
     pub fn new(command: Command) -> Message {
         Message { msgid: new_msgid(), command }
     }
+}
+
+impl<B: AsRef<[u8]>> Message<B> {
+    /// The same message with every frame copied into an owned [`Frame`].
+    pub fn to_owned_frames(&self) -> Message {
+        let f = |b: &B| b.as_ref().to_vec();
+        let command = match &self.command {
+            Command::Inform { queues, peer, name } => {
+                Command::Inform { queues: f(queues), peer: *peer, name: name.as_ref().map(f) }
+            }
+            Command::Ack { acked } => Command::Ack { acked: f(acked) },
+            Command::Ready => Command::Ready,
+            Command::Request { queue, headers, body, extra } => Command::Request {
+                queue: f(queue),
+                headers: f(headers),
+                body: f(body),
+                extra: extra.iter().map(f).collect(),
+            },
+            Command::Reply { body } => Command::Reply { body: f(body) },
+            Command::JobReply { result, request_msgid } => {
+                Command::JobReply { result: f(result), request_msgid: f(request_msgid) }
+            }
+            Command::Heartbeat { timestamp } => Command::Heartbeat { timestamp: f(timestamp) },
+            Command::Kbye => Command::Kbye,
+            Command::Disconnect => Command::Disconnect,
+            Command::Schedule(s) => Command::Schedule(s.to_owned_frames()),
+            Command::Unschedule(s) => Command::Unschedule(s.to_owned_frames()),
+            Command::Drop(s) => Command::Drop(s.to_owned_frames()),
+            Command::Publish { topic, message } => Command::Publish { topic: f(topic), message: f(message) },
+            Command::Admin(q) => Command::Admin(*q),
+            Command::Hello => Command::Hello,
+            Command::Error { refers_to, code, text } => {
+                Command::Error { refers_to: f(refers_to), code: f(code), text: f(text) }
+            }
+        };
+        Message { msgid: f(&self.msgid), command }
+    }
 
     /// Encodes as D-frames: `["", "eMQP/1.0", WORD, msgid, body…]`.
     pub fn encode(&self) -> Vec<Frame> {
-        let mut out = vec![Vec::new(), VERSION.to_vec(), self.command.word().to_vec(), self.msgid.clone()];
+        let c = |b: &B| b.as_ref().to_vec();
+        let mut out = vec![Vec::new(), VERSION.to_vec(), self.command.word().to_vec(), c(&self.msgid)];
         match &self.command {
             Command::Inform { queues, peer, name } => {
-                out.push(queues.clone());
+                out.push(c(queues));
                 out.push(match peer {
                     PeerType::Worker => b"worker".to_vec(),
                     PeerType::Scheduler => b"scheduler".to_vec(),
                 });
-                out.extend(name.iter().cloned());
+                out.extend(name.iter().map(c));
             }
-            Command::Ack { acked } => out.push(acked.clone()),
+            Command::Ack { acked } => out.push(c(acked)),
             Command::Ready | Command::Kbye | Command::Disconnect | Command::Admin(_) | Command::Hello => {}
             Command::Request { queue, headers, body, extra } => {
-                out.extend([queue.clone(), headers.clone(), body.clone()]);
-                out.extend(extra.iter().cloned());
+                out.extend([c(queue), c(headers), c(body)]);
+                out.extend(extra.iter().map(c));
             }
-            Command::Reply { body } => out.push(body.clone()),
-            Command::JobReply { result, request_msgid } => out.extend([result.clone(), request_msgid.clone()]),
-            Command::Heartbeat { timestamp } => out.push(timestamp.clone()),
+            Command::Reply { body } => out.push(c(body)),
+            Command::JobReply { result, request_msgid } => out.extend([c(result), c(request_msgid)]),
+            Command::Heartbeat { timestamp } => out.push(c(timestamp)),
             Command::Schedule(s) | Command::Unschedule(s) | Command::Drop(s) => {
-                out.extend([s.queue.clone(), s.headers.clone(), s.interval.clone(), s.body.clone()]);
-                out.push(s.cron.clone().unwrap_or_default());
+                out.extend([c(&s.queue), c(&s.headers), c(&s.interval), c(&s.body)]);
+                out.push(s.cron.as_ref().map(c).unwrap_or_default());
             }
-            Command::Publish { topic, message } => out.extend([topic.clone(), message.clone()]),
-            Command::Error { refers_to, code, text } => out.extend([refers_to.clone(), code.clone(), text.clone()]),
+            Command::Publish { topic, message } => out.extend([c(topic), c(message)]),
+            Command::Error { refers_to, code, text } => out.extend([c(refers_to), c(code), c(text)]),
         }
         out
+    }
+}
+
+impl<B: AsRef<[u8]>> ScheduleBody<B> {
+    /// The same body with every frame copied into an owned [`Frame`].
+    pub fn to_owned_frames(&self) -> ScheduleBody {
+        let f = |b: &B| b.as_ref().to_vec();
+        ScheduleBody {
+            queue: f(&self.queue),
+            headers: f(&self.headers),
+            interval: f(&self.interval),
+            body: f(&self.body),
+            cron: self.cron.as_ref().map(f),
+        }
     }
 }
 

@@ -14,8 +14,7 @@
 //!   is refused rather than guessed at (EventMQ added a second candidate
 //!   entry, doubling the worker's share of that queue).
 
-use crate::limits::{MAX_INFORM_QUEUES, MAX_QUEUE_WEIGHT};
-use crate::protocol::text::MAX_QUEUE_NAME_BYTES;
+use crate::limits::{MAX_INFORM_QUEUES, MAX_QUEUE_NAME_BYTES, MAX_QUEUE_WEIGHT};
 
 /// Why a queue list was rejected. The text names the element.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use super::Broker;
-use crate::broker::msg::{Dest, OnFail, Outgoing};
+use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing};
 use crate::broker::snapshot::{schedulers_json, status_json, workers_json};
 use crate::metrics::latency::LatencyStore;
 use crate::protocol::emqp::{AdminQuery, Command, Message};
@@ -41,8 +41,8 @@ pub fn run(
                 latency.lock().to_json()
             }
         };
-        let frames = Message::new(Command::Reply { body: body.to_string().into_bytes() }).encode();
-        egress.send(Outgoing { dest: Dest::Admin, peer: req.peer, frames, on_fail: OnFail::Count });
+        let msg = OutMsg::Frames(Message::new(Command::Reply { body: body.to_string().into_bytes() }).encode());
+        egress.send(Outgoing { dest: Dest::Admin, peer: req.peer, msg, on_fail: OnFail::Count });
     }
 }
 

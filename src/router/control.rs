@@ -7,8 +7,7 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::Broker;
-use crate::broker::msg::ShardMsg;
+use super::{Broker, Shards};
 use crate::text::TextServer;
 use crate::zmq_io::egress::EgressTx;
 use crate::zmq_io::io_thread::StopReason;
@@ -18,7 +17,7 @@ pub(super) struct Threads {
     pub text: Option<TextServer>,
     pub reporter: JoinHandle<()>,
     pub reporter_stop: Sender<()>,
-    pub shards: Vec<JoinHandle<()>>,
+    pub shards: Shards,
     pub io: JoinHandle<()>,
     pub exit: EgressTx,
     pub admin: JoinHandle<()>,
@@ -36,12 +35,7 @@ pub(super) fn run(stop_rx: Receiver<StopReason>, broker: Broker, threads: Thread
     }
     drop(threads.reporter_stop);
     let _ = threads.reporter.join();
-    for tx in broker.shards.iter() {
-        let _ = tx.send(ShardMsg::Shutdown);
-    }
-    for t in threads.shards {
-        let _ = t.join();
-    }
+    threads.shards.stop();
     threads.exit.send_exit();
     let _ = threads.io.join();
     drop(broker);

@@ -1,8 +1,10 @@
 //! [`ShardOutbox`]: where a shard thread's output goes in the running
-//! router. Frames go into the egress channel (the I/O thread is woken once
-//! per batch, at [`Outbox::flush`]); messages for other shards go straight
-//! into their channels; text answers are gathered per port and sent as one
-//! message per port per batch.
+//! router. Messages for peers are gathered and handed to the I/O thread as
+//! one batch at [`Outbox::flush`] (one channel operation and at most one
+//! wake-up per shard batch); messages for other shards go straight into
+//! their channels, so they always arrive before frames handed over later;
+//! text answers are gathered per port and sent as one message per port per
+//! batch.
 
 use std::sync::Arc;
 
@@ -16,22 +18,21 @@ pub struct ShardOutbox {
     index: usize,
     egress: EgressTx,
     shards: Arc<[Sender<ShardMsg>]>,
-    /// Frames were handed over since the last wake-up.
-    pushed: bool,
+    /// Messages for peers, handed to the I/O thread as one batch at flush.
+    emqp: Vec<Outgoing>,
     text: Vec<(TextPort, Vec<TextReply>)>,
 }
 
 impl ShardOutbox {
     /// The outbox of shard `index`.
     pub fn new(index: usize, egress: EgressTx, shards: Arc<[Sender<ShardMsg>]>) -> ShardOutbox {
-        ShardOutbox { index, egress, shards, pushed: false, text: Vec::new() }
+        ShardOutbox { index, egress, shards, emqp: Vec::new(), text: Vec::new() }
     }
 }
 
 impl Outbox for ShardOutbox {
     fn emqp(&mut self, out: Outgoing) {
-        self.egress.push(out);
-        self.pushed = true;
+        self.emqp.push(out);
     }
 
     fn shard(&mut self, index: usize, msg: ShardMsg) {
@@ -49,12 +50,10 @@ impl Outbox for ShardOutbox {
     }
 
     fn flush(&mut self) {
-        if std::mem::take(&mut self.pushed) {
-            self.egress.wake();
-        }
+        self.egress.send_batch(std::mem::take(&mut self.emqp));
         for (port, replies) in self.text.drain(..) {
-            // A connection that went away no longer reads its port.
-            let _ = port.tx.send(replies);
+            // Only a stopped text front end no longer reads its port.
+            let _ = port.send(self.index, replies);
         }
     }
 }

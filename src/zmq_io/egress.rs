@@ -13,8 +13,8 @@ use crate::broker::msg::Outgoing;
 /// What the I/O thread is handed.
 #[derive(Debug)]
 pub enum Egress {
-    /// Frames to send.
-    Send(Outgoing),
+    /// Messages to send, in order (one channel operation per producer batch).
+    Send(Vec<Outgoing>),
     /// Exit once everything handed over before has been sent.
     Exit,
 }
@@ -44,29 +44,26 @@ pub fn channel() -> std::io::Result<(EgressTx, EgressRx)> {
 }
 
 impl EgressTx {
-    /// Hands `out` over without waking the I/O thread (call
-    /// [`EgressTx::wake`] after a batch). Never blocks.
-    pub fn push(&self, out: Outgoing) {
-        if self.tx.send(Egress::Send(out)).is_err() {
-            tracing::error!("the I/O thread is gone; outgoing message dropped");
+    /// Hands a batch over and wakes the I/O thread if it sleeps. Never blocks.
+    pub fn send_batch(&self, batch: Vec<Outgoing>) {
+        if batch.is_empty() {
+            return;
         }
+        if self.tx.send(Egress::Send(batch)).is_err() {
+            tracing::error!("the I/O thread is gone; outgoing messages dropped");
+        }
+        self.wake.wake();
     }
 
-    /// Wakes the I/O thread if it sleeps; whether a wake-up was written.
-    pub fn wake(&self) -> bool {
-        self.wake.wake()
-    }
-
-    /// [`EgressTx::push`] then [`EgressTx::wake`].
+    /// Hands one message over (see [`EgressTx::send_batch`]).
     pub fn send(&self, out: Outgoing) {
-        self.push(out);
-        self.wake();
+        self.send_batch(vec![out]);
     }
 
     /// Asks the I/O thread to exit once it has sent what came before.
     pub fn send_exit(&self) {
         let _ = self.tx.send(Egress::Exit);
-        self.wake();
+        self.wake.wake();
     }
 }
 

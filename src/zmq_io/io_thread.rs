@@ -1,8 +1,12 @@
 //! The I/O thread: owns the frontend, backend and admin ROUTER sockets. It
-//! decodes every inbound message, routes it to the shard that owns it, and
-//! sends what the shards hand it through the egress channel. It holds no
-//! queue state and blocks in `zmq::poll` with no timeout (the egress wake-up
-//! is one of the poll items): an idle broker sleeps.
+//! decodes every inbound message in place, routes it to the shard that owns
+//! it, and sends what the shards hand it through the egress channel. It
+//! holds no queue state and blocks in `zmq::poll` with no timeout (the
+//! egress wake-up is one of the poll items): an idle broker sleeps.
+//!
+//! Per read batch (up to [`limits::BATCH`] messages from one socket), the
+//! messages for each shard go out as one [`ShardMsg::Batch`]: one channel
+//! operation per shard per batch, not per message.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -10,12 +14,14 @@ use std::sync::Arc;
 use crossbeam_channel::Sender;
 
 use super::egress::{Egress, EgressRx};
-use crate::broker::msg::{Dest, OnFail, Outgoing, Schedule, ShardMsg};
-use crate::broker::types::{shard_of, NewJob, Origin};
-use crate::ids::{MsgId, PeerId, QueueName};
+use super::frames::{send_out, InFrame, Inbound, Received};
+use crate::broker::job::JobFrames;
+use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, Schedule, ShardMsg};
+use crate::broker::types::shard_of;
+use crate::ids::{show, MsgId, PeerId, QueueName};
 use crate::limits;
 use crate::metrics::counters::Counters;
-use crate::protocol::emqp::{decode, AdminQuery, Command, DecodeError, Frame, Message, PeerType, ShowFrames, Socket};
+use crate::protocol::emqp::{decode_ref, AdminQuery, Command, DecodeError, Message, PeerType, ShowFrames, Socket};
 use crate::protocol::queues::parse_queue_list;
 
 /// A query from the admin socket, for the admin thread.
@@ -60,24 +66,39 @@ pub struct IoThread {
     pub default_queues: Vec<(i64, QueueName)>,
 }
 
+/// The I/O thread's working state besides what it was given.
+struct Loop {
+    io: IoThread,
+    inbound: Inbound,
+    /// Messages for each shard gathered during the current read batch.
+    pending: Vec<Vec<ShardMsg>>,
+}
+
 impl IoThread {
     /// Runs until [`Egress::Exit`] arrives.
-    pub fn run(mut self) {
+    pub fn run(self) {
+        let pending = (0..self.shards.len()).map(|_| Vec::new()).collect();
+        Loop { io: self, inbound: Inbound::default(), pending }.run();
+    }
+}
+
+impl Loop {
+    fn run(mut self) {
         loop {
             if !self.drain_egress() {
                 return;
             }
-            let egress_fd = self.egress.fd();
+            let io = &self.io;
             let mut items = [
-                zmq::PollItem::from_fd(egress_fd, zmq::POLLIN),
-                self.frontend.as_poll_item(zmq::POLLIN),
-                self.backend.as_poll_item(zmq::POLLIN),
-                self.admin.as_poll_item(zmq::POLLIN),
+                zmq::PollItem::from_fd(io.egress.fd(), zmq::POLLIN),
+                io.frontend.as_poll_item(zmq::POLLIN),
+                io.backend.as_poll_item(zmq::POLLIN),
+                io.admin.as_poll_item(zmq::POLLIN),
             ];
             // Block only when nothing was handed over since the drain.
-            let timeout = if self.egress.arm() { -1 } else { 0 };
+            let timeout = if io.egress.arm() { -1 } else { 0 };
             let polled = zmq::poll(&mut items, timeout);
-            self.egress.disarm();
+            io.egress.disarm();
             if let Err(e) = polled {
                 tracing::error!(error = %e, "zmq poll failed");
                 std::thread::sleep(std::time::Duration::from_millis(10));
@@ -94,31 +115,57 @@ impl IoThread {
 
     fn socket(&self, which: Socket) -> &zmq::Socket {
         match which {
-            Socket::Backend => &self.backend,
-            Socket::Admin => &self.admin,
-            _ => &self.frontend,
+            Socket::Backend => &self.io.backend,
+            Socket::Admin => &self.io.admin,
+            _ => &self.io.frontend,
         }
     }
 
-    /// Reads up to a batch of messages from one router socket.
+    /// Reads up to a batch of messages from one router socket, then hands
+    /// each shard what is for it.
     fn drain_inbound(&mut self, which: Socket) {
+        let mut inbound = std::mem::take(&mut self.inbound);
         for _ in 0..limits::BATCH {
-            match self.socket(which).recv_multipart(zmq::DONTWAIT) {
-                Ok(frames) => self.on_message(which, frames),
-                Err(zmq::Error::EAGAIN) => return,
+            match inbound.recv(self.socket(which)) {
+                Ok(Received::Frames(_)) => self.on_message(which, inbound.frames()),
+                Ok(Received::TooManyFrames(n)) => {
+                    Counters::bump(self.malformed(which));
+                    tracing::warn!(
+                        socket = which.name(),
+                        frames = n,
+                        max = limits::MAX_FRAMES,
+                        "message with too many frames dropped"
+                    );
+                }
+                Ok(Received::Nothing) => break,
                 Err(e) => {
                     tracing::error!(socket = which.name(), error = %e, "recv failed");
-                    return;
+                    break;
                 }
+            }
+        }
+        self.inbound = inbound;
+        self.flush_pending();
+    }
+
+    fn flush_pending(&mut self) {
+        for (index, pending) in self.pending.iter_mut().enumerate() {
+            let msg = match pending.len() {
+                0 => continue,
+                1 => pending.pop().unwrap_or(ShardMsg::Batch(Vec::new())),
+                _ => ShardMsg::Batch(std::mem::take(pending)),
+            };
+            if self.io.shards[index].send(msg).is_err() {
+                tracing::error!(shard = index, "shard gone; messages dropped");
             }
         }
     }
 
-    /// Sends up to a batch of egress messages; `false` on [`Egress::Exit`].
+    /// Sends up to a batch of egress batches; `false` on [`Egress::Exit`].
     fn drain_egress(&mut self) -> bool {
         for _ in 0..limits::BATCH {
-            match self.egress.try_recv() {
-                Some(Egress::Send(out)) => self.send_out(out),
+            match self.io.egress.try_recv() {
+                Some(Egress::Send(batch)) => batch.into_iter().for_each(|out| self.send(out)),
                 Some(Egress::Exit) => {
                     self.flush_egress();
                     return false;
@@ -132,68 +179,71 @@ impl IoThread {
     /// At exit: sends what was handed over before the shards stopped (their
     /// KBYEs), failures only counted.
     fn flush_egress(&mut self) {
-        while let Some(e) = self.egress.try_recv() {
-            if let Egress::Send(out) = e {
-                self.send_out(Outgoing { on_fail: OnFail::Count, ..out });
+        while let Some(e) = self.io.egress.try_recv() {
+            if let Egress::Send(batch) = e {
+                for out in batch {
+                    self.send(Outgoing { on_fail: OnFail::Count, ..out });
+                }
             }
         }
     }
 
-    /// Sends `[identity, D-frames…]`; on failure does what `on_fail` says.
-    fn send_out(&mut self, out: Outgoing) {
+    /// Sends one message; on failure does what its `on_fail` says.
+    fn send(&mut self, out: Outgoing) {
         let socket = match out.dest {
-            Dest::Frontend => &self.frontend,
-            Dest::Backend => &self.backend,
-            Dest::Admin => &self.admin,
+            Dest::Frontend => &mut self.io.frontend,
+            Dest::Backend => &mut self.io.backend,
+            Dest::Admin => &mut self.io.admin,
         };
-        let frames = std::iter::once(&out.peer.0).chain(out.frames.iter());
-        let err = match socket.send_multipart(frames, zmq::DONTWAIT) {
+        let err = match send_out(socket, &out.peer.0, &out.msg) {
             Ok(()) => return,
             Err(e) => e,
         };
-        Counters::bump(&self.counters.send_failures);
+        Counters::bump(&self.io.counters.send_failures);
         let unreachable = err == zmq::Error::EHOSTUNREACH;
         tracing::debug!(peer = %out.peer, error = %err, "send failed");
-        let (index, msg) = match out.on_fail {
-            OnFail::Count => return,
-            OnFail::Job { home, key } => {
-                let msgid = MsgId(out.frames.get(3).cloned().unwrap_or_default());
+        let (index, msg) = match (out.on_fail, out.msg) {
+            (OnFail::Count, _) => return,
+            (OnFail::Job { home, key }, msg) => {
+                let msgid = match &msg {
+                    OutMsg::Job(f) => MsgId::from(f.msgid()),
+                    _ => MsgId::default(),
+                };
                 (home, ShardMsg::SendFailed { key, msgid, unreachable })
             }
-            OnFail::Schedule { client } => {
-                (0, ShardMsg::SchedulerSendFailed { id: out.peer, retry: Schedule::from_frames(client, out.frames) })
+            (OnFail::Schedule { client }, msg) => {
+                let retry = Schedule::from_frames(client, msg.to_frames());
+                (0, ShardMsg::SchedulerSendFailed { id: out.peer, retry })
             }
-            OnFail::Unschedule => (0, ShardMsg::SchedulerSendFailed { id: out.peer, retry: None }),
+            (OnFail::Unschedule, _) => (0, ShardMsg::SchedulerSendFailed { id: out.peer, retry: None }),
         };
-        self.send_to_shard(index, msg);
-    }
-
-    fn send_to_shard(&self, index: usize, msg: ShardMsg) {
-        if self.shards[index].send(msg).is_err() {
+        if self.io.shards[index].send(msg).is_err() {
             tracing::error!(shard = index, "shard gone; message dropped");
         }
     }
 
+    fn for_shard(&mut self, index: usize, msg: ShardMsg) {
+        self.pending[index].push(msg);
+    }
+
     fn malformed(&self, which: Socket) -> &AtomicU64 {
         match which {
-            Socket::Backend => &self.counters.malformed_backend,
-            Socket::Admin => &self.counters.malformed_admin,
-            _ => &self.counters.malformed_frontend,
+            Socket::Backend => &self.io.counters.malformed_backend,
+            Socket::Admin => &self.io.counters.malformed_admin,
+            _ => &self.io.counters.malformed_frontend,
         }
     }
 
-    fn on_message(&mut self, which: Socket, mut frames: Vec<Frame>) {
-        if frames.is_empty() {
-            return;
-        }
-        let peer = PeerId(frames.remove(0));
-        let msg = match decode(&frames, which) {
+    fn on_message(&mut self, which: Socket, frames: &[InFrame]) {
+        let Some((identity, frames)) = frames.split_first() else { return };
+        let peer = PeerId::from(identity.as_ref());
+        let msg = match decode_ref(frames, which) {
             Ok(msg) => msg,
             Err(e) => {
                 Counters::bump(self.malformed(which));
-                tracing::warn!(socket = which.name(), %peer, error = %e, frames = %ShowFrames(&frames), "malformed message dropped");
+                tracing::warn!(socket = which.name(), %peer, error = %e, frames = %ShowFrames(frames), "malformed message dropped");
                 if which == Socket::Frontend {
-                    self.refuse_short_schedule(&peer, &frames, &e);
+                    self.refuse_short_schedule(&peer, frames, &e);
                 }
                 return;
             }
@@ -205,48 +255,51 @@ impl IoThread {
         }
     }
 
-    fn on_frontend(&mut self, peer: PeerId, msg: Message, frames: Vec<Frame>) {
+    fn on_frontend(&mut self, peer: PeerId, msg: Message<&[u8]>, frames: &[InFrame]) {
         match msg.command {
             Command::Request { queue, headers, body, extra } => {
-                let name = QueueName(queue.clone());
-                let job = NewJob {
-                    msgid: MsgId(msg.msgid),
-                    queue_frame: queue,
-                    headers,
-                    body,
-                    extra,
-                    origin: Origin::Emqp(peer),
-                };
-                let index = shard_of(&name.0, self.shards.len());
-                self.send_to_shard(index, ShardMsg::Request { queue: name, job, fallback_done: false });
+                match JobFrames::new(msg.msgid, queue, headers, body, &extra) {
+                    Ok(job) => self.for_shard(
+                        shard_of(queue, self.io.shards.len()),
+                        ShardMsg::Request { client: peer, frames: job, fallback_done: false },
+                    ),
+                    Err(e) => {
+                        Counters::bump(&self.io.counters.rejected_bad_request);
+                        tracing::warn!(client = %peer, msgid = %show(msg.msgid), error = %e, "REQUEST refused");
+                        self.error(Dest::Frontend, &peer, msg.msgid, "BAD_REQUEST", &e.to_string());
+                    }
+                }
             }
             Command::Inform { peer: PeerType::Scheduler, name, .. } => {
-                self.send_to_shard(0, ShardMsg::SchedulerInform { id: peer, msgid: MsgId(msg.msgid), name })
+                let name = name.map(<[u8]>::to_vec);
+                self.for_shard(0, ShardMsg::SchedulerInform { id: peer, msgid: MsgId::from(msg.msgid), name })
             }
             Command::Inform { peer: PeerType::Worker, .. } => self.wrong_socket(Socket::Frontend, &peer, msg.msgid),
-            Command::Schedule(body) | Command::Unschedule(body) => {
-                let unschedule = frames.get(2).is_some_and(|w| w.as_slice() == b"UNSCHEDULE");
-                let sched = Schedule { client: peer, msgid: MsgId(msg.msgid), frames, body, unschedule };
-                self.send_to_shard(0, ShardMsg::Schedule(sched))
+            Command::Schedule(ref body) | Command::Unschedule(ref body) => {
+                let unschedule = matches!(msg.command, Command::Unschedule(_));
+                let frames = frames.iter().map(|f| f.as_ref().to_vec()).collect();
+                let (msgid, body) = (MsgId::from(msg.msgid), body.to_owned_frames());
+                self.for_shard(0, ShardMsg::Schedule(Schedule { client: peer, msgid, frames, body, unschedule }))
             }
             Command::Heartbeat { .. } => {
-                self.send_to_shard(0, ShardMsg::SchedulerHeartbeat { id: peer, msgid: MsgId(msg.msgid) })
+                self.for_shard(0, ShardMsg::SchedulerHeartbeat { id: peer, msgid: MsgId::from(msg.msgid) })
             }
-            Command::Kbye => self.send_to_shard(0, ShardMsg::SchedulerKbye { id: peer }),
+            Command::Kbye => self.for_shard(0, ShardMsg::SchedulerKbye { id: peer }),
             // A scheduler's answer to a SCHEDULE/UNSCHEDULE (emq-scheduler),
             // for the client that sent it.
             Command::Error { refers_to, .. } | Command::Reply { body: refers_to } => {
-                self.send_to_shard(0, ShardMsg::SchedulerAnswer { id: peer, refers_to: MsgId(refers_to), frames })
+                let frames = frames.iter().map(|f| f.as_ref().to_vec()).collect();
+                self.for_shard(0, ShardMsg::SchedulerAnswer { id: peer, refers_to: MsgId::from(refers_to), frames })
             }
             other => tracing::debug!(%peer, command = ?other.word().escape_ascii().to_string(), "ignored on frontend"),
         }
     }
 
-    fn on_backend(&mut self, peer: PeerId, msg: Message) {
-        let home = shard_of(&peer.0, self.shards.len());
+    fn on_backend(&mut self, peer: PeerId, msg: Message<&[u8]>) {
+        let home = shard_of(&peer.0, self.io.shards.len());
         let shard_msg = match msg.command {
-            Command::Inform { peer: PeerType::Worker, queues, .. } => match self.inform_queues(&peer, &queues) {
-                Ok(queues) => ShardMsg::WorkerInform { id: peer, msgid: MsgId(msg.msgid), queues },
+            Command::Inform { peer: PeerType::Worker, queues, .. } => match self.inform_queues(&peer, queues) {
+                Ok(queues) => ShardMsg::WorkerInform { id: peer, msgid: MsgId::from(msg.msgid), queues },
                 Err(why) => return self.reject_inform(Dest::Backend, &peer, msg.msgid, &why),
             },
             Command::Inform { peer: PeerType::Scheduler, .. } => {
@@ -254,13 +307,13 @@ impl IoThread {
             }
             Command::Ready => ShardMsg::WorkerReady { id: peer },
             Command::JobReply { request_msgid, .. } => {
-                ShardMsg::WorkerReply { id: peer, request_msgid: MsgId(request_msgid) }
+                ShardMsg::WorkerReply { id: peer, request_msgid: MsgId::from(request_msgid) }
             }
             Command::Heartbeat { .. } => ShardMsg::WorkerHeartbeat { id: peer },
             Command::Kbye => ShardMsg::WorkerKbye { id: peer },
             _ => return,
         };
-        self.send_to_shard(home, shard_msg);
+        self.for_shard(home, shard_msg);
     }
 
     /// The queues of an INFORM: the router defaults for an empty frame;
@@ -268,10 +321,10 @@ impl IoThread {
     /// error is the refusal's text.
     fn inform_queues(&self, peer: &PeerId, frame: &[u8]) -> Result<Vec<(i64, QueueName)>, String> {
         if frame.is_empty() {
-            return Ok(self.default_queues.clone());
+            return Ok(self.io.default_queues.clone());
         }
         match parse_queue_list(frame) {
-            Ok(q) => Ok(q.into_iter().map(|(w, n)| (w, QueueName(n.into_bytes()))).collect()),
+            Ok(q) => Ok(q.into_iter().map(|(w, n)| (w, QueueName::from(n.into_bytes()))).collect()),
             Err(e) => {
                 tracing::warn!(worker = %peer, error = %e, "INFORM with a bad queue list refused");
                 Err(format!("bad queue list: {e}"))
@@ -279,7 +332,18 @@ impl IoThread {
         }
     }
 
-    fn wrong_socket(&mut self, which: Socket, peer: &PeerId, msgid: Frame) {
+    /// A SCHEDULE/UNSCHEDULE with frames missing gets `ERROR BAD_FRAMES`
+    /// naming the frame (EventMQ dropped it, or killed its scheduler, S6).
+    fn refuse_short_schedule(&mut self, peer: &PeerId, frames: &[InFrame], e: &DecodeError) {
+        let (DecodeError::MissingFrame { command: "SCHEDULE" | "UNSCHEDULE", .. }, Some(msgid)) = (e, frames.get(3))
+        else {
+            return;
+        };
+        Counters::bump(&self.io.counters.rejected_schedule_invalid);
+        self.error(Dest::Frontend, peer, msgid.as_ref(), "BAD_FRAMES", &e.to_string());
+    }
+
+    fn wrong_socket(&mut self, which: Socket, peer: &PeerId, msgid: &[u8]) {
         let dest = if which == Socket::Backend { Dest::Backend } else { Dest::Frontend };
         let why = if which == Socket::Backend {
             "schedulers INFORM on the frontend"
@@ -289,45 +353,36 @@ impl IoThread {
         self.reject_inform(dest, peer, msgid, why);
     }
 
-    /// A SCHEDULE/UNSCHEDULE with frames missing gets `ERROR BAD_FRAMES`
-    /// naming the frame (EventMQ dropped it, or killed its scheduler, S6).
-    fn refuse_short_schedule(&mut self, peer: &PeerId, frames: &[Frame], e: &DecodeError) {
-        let (DecodeError::MissingFrame { command: "SCHEDULE" | "UNSCHEDULE", .. }, Some(msgid)) = (e, frames.get(3))
-        else {
-            return;
-        };
-        Counters::bump(&self.counters.rejected_schedule_invalid);
-        let cmd =
-            Command::Error { refers_to: msgid.clone(), code: b"BAD_FRAMES".to_vec(), text: e.to_string().into_bytes() };
-        let frames = Message::new(cmd).encode();
-        self.send_out(Outgoing { dest: Dest::Frontend, peer: peer.clone(), frames, on_fail: OnFail::Count });
-    }
-
     /// Answers a refused INFORM with an ERROR (EventMQ 0.3.13 stays silent).
-    fn reject_inform(&mut self, dest: Dest, peer: &PeerId, msgid: Frame, why: &str) {
-        Counters::bump(&self.counters.rejected_inform);
-        let cmd = Command::Error { refers_to: msgid, code: b"BAD_INFORM".to_vec(), text: why.as_bytes().to_vec() };
-        self.send_out(Outgoing {
-            dest,
-            peer: peer.clone(),
-            frames: Message::new(cmd).encode(),
-            on_fail: OnFail::Count,
-        });
+    fn reject_inform(&mut self, dest: Dest, peer: &PeerId, msgid: &[u8], why: &str) {
+        Counters::bump(&self.io.counters.rejected_inform);
+        self.error(dest, peer, msgid, "BAD_INFORM", why);
     }
 
-    fn on_admin(&mut self, peer: PeerId, msg: Message) {
+    /// Sends `ERROR <code> <text>` about `msgid` to `peer`.
+    fn error(&mut self, dest: Dest, peer: &PeerId, msgid: &[u8], code: &str, text: &str) {
+        let cmd = Command::Error {
+            refers_to: msgid.to_vec(),
+            code: code.as_bytes().to_vec(),
+            text: text.as_bytes().to_vec(),
+        };
+        let msg = OutMsg::Frames(Message::new(cmd).encode());
+        self.send(Outgoing { dest, peer: peer.clone(), msg, on_fail: OnFail::Count });
+    }
+
+    fn on_admin(&mut self, peer: PeerId, msg: Message<&[u8]>) {
         match msg.command {
             Command::Admin(query) => {
-                let sent = self.admin_tx.send(AdminRequest { peer, msgid: MsgId(msg.msgid), query });
+                let sent = self.io.admin_tx.send(AdminRequest { peer, msgid: MsgId::from(msg.msgid), query });
                 if sent.is_err() {
                     tracing::error!("admin thread gone");
                 }
             }
             Command::Disconnect => {
                 tracing::info!(%peer, "DISCONNECT on the admin socket: shutting down");
-                let frames = Message::new(Command::Ack { acked: msg.msgid }).encode();
-                self.send_out(Outgoing { dest: Dest::Admin, peer, frames, on_fail: OnFail::Count });
-                let _ = self.stop_tx.send(StopReason::AdminDisconnect);
+                let msg = OutMsg::Frames(Message::new(Command::Ack { acked: msg.msgid.to_vec() }).encode());
+                self.send(Outgoing { dest: Dest::Admin, peer, msg, on_fail: OnFail::Count });
+                let _ = self.io.stop_tx.send(StopReason::AdminDisconnect);
             }
             _ => {}
         }

@@ -3,6 +3,7 @@
 //! shutdown and the admin thread are in [`crate::router`].
 
 pub mod egress;
+pub mod frames;
 pub mod io_thread;
 pub mod sockets;
 pub mod wake;

@@ -118,11 +118,11 @@ mod tests {
     use super::*;
 
     fn p(s: &str) -> PeerId {
-        PeerId(s.as_bytes().to_vec())
+        PeerId::from(s.as_bytes())
     }
 
     fn m(s: &str) -> MsgId {
-        MsgId(s.as_bytes().to_vec())
+        MsgId::from(s.as_bytes())
     }
 
     #[test]

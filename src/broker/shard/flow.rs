@@ -5,38 +5,36 @@
 use std::sync::Arc;
 
 use super::{Cx, Shard};
-use crate::broker::msg::{Dest, OnFail, Outgoing, ShardMsg};
-use crate::broker::types::{Job, NewJob, Origin, WorkerShared};
-use crate::ids::{JobId, QueueName};
+use crate::broker::job::{Job, JobFrames, Origin};
+use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, ShardMsg};
+use crate::broker::types::{WorkerShared, WorkerState};
+use crate::ids::{JobId, MsgId, PeerId, QueueName};
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
-use crate::protocol::emqp::{Command, Message};
-use crate::protocol::headers;
 use crate::protocol::text::ErrorCode;
 
 impl Shard {
-    pub(super) fn handle_request(&mut self, queue: QueueName, job: NewJob, fallback_done: bool, cx: &mut Cx) {
-        if !fallback_done && !self.queues.is_known(&queue) {
-            let default = QueueName::named(limits::DEFAULT_QUEUE);
-            let index = self.shard_of(&default);
-            return self.send_to_shard(index, ShardMsg::Request { queue: default, job, fallback_done: true }, cx);
+    pub(super) fn handle_request(&mut self, client: PeerId, frames: JobFrames, fallback_done: bool, cx: &mut Cx) {
+        if !fallback_done && !self.queue_known(frames.queue(), cx) {
+            let index = self.shard_of(limits::DEFAULT_QUEUE.as_bytes());
+            return self.send_to_shard(index, ShardMsg::Request { client, frames, fallback_done: true }, cx);
         }
-        let Origin::Emqp(client) = job.origin.clone() else {
-            // Text jobs come as ShardMsg::Text; accept one anyway rather than lose it.
-            let _ = self.accept(queue, job, cx);
-            return;
-        };
+        let queue =
+            if fallback_done { QueueName::named(limits::DEFAULT_QUEUE) } else { QueueName::from(frames.queue()) };
         if let Err(code) = self.admit(&queue) {
             let text = match code {
-                ErrorCode::QueueFull => format!("queue {queue} holds {} jobs, its limit", self.queues.waiting(&queue)),
+                ErrorCode::QueueFull => {
+                    format!("queue {queue} holds {} jobs, its limit", self.queues.waiting(&queue.0))
+                }
                 _ => code.default_text().to_string(),
             };
-            return self.send_error(&client, job.msgid, code.as_str(), text, cx);
+            return self.send_error(&client, MsgId::from(frames.msgid()), code.as_str(), text, cx);
         }
-        let reply = Command::Reply { body: job.msgid.0.clone() };
-        self.send(Dest::Frontend, &client, reply, OnFail::Count, cx);
-        self.enqueue_new(queue, job, cx);
+        let accepted = OutMsg::Accepted(frames.clone());
+        cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: client, msg: accepted, on_fail: OnFail::Count });
+        let job = Job::new(self.next_job_id(), frames, Origin::Emqp, fallback_done, self.ctx.started, cx.now);
+        self.enqueue_new(&queue, job, cx);
     }
 
     /// Whether a new job may join `queue` now; the refusal (counted) says
@@ -47,36 +45,34 @@ impl Shard {
             Counters::bump(&self.ctx.counters.rejected_shutting_down);
             return Err(ErrorCode::ShuttingDown);
         }
-        if self.queues.waiting(queue) >= self.ctx.config.max_queue_len {
+        if self.queues.waiting(&queue.0) >= self.ctx.config.max_queue_len {
             Counters::bump(&self.ctx.counters.rejected_queue_full);
             return Err(ErrorCode::QueueFull);
         }
         Ok(())
     }
 
-    /// [`Shard::admit`], then [`Shard::enqueue_new`].
-    pub(super) fn accept(&mut self, queue: QueueName, job: NewJob, cx: &mut Cx) -> Result<JobId, ErrorCode> {
-        self.admit(&queue)?;
-        Ok(self.enqueue_new(queue, job, cx))
+    /// The next job id of this shard.
+    pub(super) fn next_job_id(&mut self) -> JobId {
+        self.accepted += 1;
+        JobId::new(self.index, self.accepted)
     }
 
-    /// Takes responsibility for an admitted job: gives it its id, puts it at
-    /// the back of `queue` and dispatches what can be.
-    pub(super) fn enqueue_new(&mut self, queue: QueueName, job: NewJob, cx: &mut Cx) -> JobId {
+    /// Takes responsibility for an admitted job: puts it at the back of
+    /// `queue` and dispatches what can be.
+    pub(super) fn enqueue_new(&mut self, queue: &QueueName, job: Job, cx: &mut Cx) {
         Counters::bump(&self.ctx.counters.accepted_jobs);
-        self.accepted += 1;
-        let id = JobId::new(self.index, self.accepted);
-        self.queues.push_back(&queue, job.accept(id, cx.now));
-        self.pump(&queue, cx);
-        id
+        self.queues.push_back(queue, job);
+        self.pump(queue, cx);
     }
 
     /// Puts a job that was already accepted back at the back (`DCL`) or the
-    /// front of `queue`, then dispatches. Never refused: a job coming back is
-    /// always taken back, above the queue limit too.
-    pub(super) fn enqueue_again(&mut self, queue: QueueName, job: Job, front: bool, cx: &mut Cx) {
+    /// front of its queue, then dispatches. Never refused: a job coming back
+    /// is always taken back, above the queue limit too.
+    pub(super) fn enqueue_again(&mut self, job: Job, front: bool, cx: &mut Cx) {
+        let queue = job.queue();
         if front {
-            self.queues.push_front(&queue, std::iter::once(job));
+            self.queues.push_front(&queue, vec![job]);
         } else {
             self.queues.push_back(&queue, job);
         }
@@ -84,40 +80,39 @@ impl Shard {
     }
 
     pub(super) fn handle_requeue(&mut self, queue: QueueName, jobs: Vec<Job>, cx: &mut Cx) {
-        self.queues.push_front(&queue, jobs.into_iter());
+        self.queues.push_front(&queue, jobs);
         self.pump(&queue, cx);
     }
 
-    /// Puts jobs back at the front of their queue, on whichever shard owns it.
+    /// Puts jobs of one queue back at its front, on whichever shard owns it.
     pub(super) fn requeue(&mut self, queue: QueueName, jobs: Vec<Job>, cx: &mut Cx) {
         self.ctx.counters.requeued_jobs.fetch_add(jobs.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        let index = self.shard_of(&queue);
+        let index = self.shard_of(&queue.0);
         self.send_to_shard(index, ShardMsg::Requeue { queue, jobs }, cx);
     }
 
-    /// Dispatches waiting jobs of `queue` while a candidate has a free slot.
+    /// Dispatches waiting jobs of `queue` while a candidate has a free slot,
+    /// then offers what is left to long-poll ASKs waiting on it.
     pub(super) fn pump(&mut self, queue: &QueueName, cx: &mut Cx) {
-        while let Some((worker, job)) = self.queues.next_dispatch(queue) {
-            self.latency.record(queue, Kind::QueueWait, cx.now.saturating_duration_since(job.accepted_at));
-            self.dispatch_job(&worker, queue.clone(), job, cx);
+        while let Some((worker, job)) = self.queues.next_dispatch(&queue.0) {
+            let waited = cx.now.saturating_duration_since(job.accepted_at(self.ctx.started));
+            self.latency.record(&queue.0, Kind::QueueWait, waited);
+            self.dispatch_job(&worker, job, cx);
+        }
+        if !self.waits.is_empty() {
+            self.serve_waits(queue, cx);
         }
     }
 
     /// Sends `job` to `worker` (a slot already claimed). The worker's home
     /// shard hears of it before the frames can reach the worker, so its
     /// REPLY always finds the in-flight record.
-    fn dispatch_job(&mut self, worker: &Arc<WorkerShared>, queue: QueueName, job: Job, cx: &mut Cx) {
-        let command = Command::Request {
-            queue: job.queue_frame.clone(),
-            headers: headers::with_reply_requested(&job.headers),
-            body: job.body.clone(),
-            extra: job.extra.clone(),
-        };
-        let frames = Message { msgid: job.msgid.0.clone(), command }.encode();
+    fn dispatch_job(&mut self, worker: &Arc<WorkerShared>, job: Job, cx: &mut Cx) {
         Counters::bump(&self.ctx.counters.dispatched_jobs);
-        self.send_to_shard(worker.home, ShardMsg::Dispatched { key: worker.key, queue, job }, cx);
+        let msg = OutMsg::Job(job.frames.clone());
+        self.send_to_shard(worker.home, ShardMsg::Dispatched { key: worker.key, job }, cx);
         let on_fail = OnFail::Job { home: worker.home, key: worker.key };
-        cx.out.emqp(Outgoing { dest: Dest::Backend, peer: worker.id.clone(), frames, on_fail });
+        cx.out.emqp(Outgoing { dest: Dest::Backend, peer: worker.id.clone(), msg, on_fail });
     }
 
     pub(super) fn handle_add_candidate(
@@ -131,17 +126,22 @@ impl Shard {
         self.pump(&queue, cx);
     }
 
-    /// `worker` got a free slot: try its queues owned here, in INFORM order
-    /// (EventMQ 0.3.13: the first queue with waiting jobs takes the slot;
-    /// docs/emqp.md, "Selection").
-    pub(super) fn handle_wake(&mut self, worker: &Arc<WorkerShared>, cx: &mut Cx) {
-        for (_, queue) in &worker.queues {
-            if worker.slots() <= 0 {
+    /// `worker` got a free slot: try its queues in INFORM order from
+    /// position `from` (EventMQ 0.3.13: the first queue with waiting jobs
+    /// takes the slot; spec §5.4). Queues owned here are pumped; at the
+    /// first one owned by another shard the wake is handed on to that shard,
+    /// so a later queue never takes the slot before an earlier one had its
+    /// turn, whatever shards they live on.
+    pub(super) fn handle_wake(&mut self, worker: &Arc<WorkerShared>, from: usize, cx: &mut Cx) {
+        for (at, (_, queue)) in worker.queues.iter().enumerate().skip(from) {
+            if worker.slots() <= 0 || worker.state() != WorkerState::Live {
                 return;
             }
-            if self.shard_of(queue) == self.index {
-                self.pump(queue, cx);
+            let index = self.shard_of(&queue.0);
+            if index != self.index {
+                return self.send_to_shard(index, ShardMsg::Wake { worker: worker.clone(), from: at }, cx);
             }
+            self.pump(queue, cx);
         }
     }
 }

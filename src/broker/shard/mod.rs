@@ -16,12 +16,15 @@
 //!
 //! State, each owned by one table with methods, not fields:
 //! [`queues::QueueTable`], [`workers::WorkerTable`], [`offers::OfferTable`],
-//! [`schedulers::Schedulers`], the timers and the latency histograms.
+//! [`waits::WaitTable`] (long-poll ASKs), [`asked::AskedQueues`] (queues
+//! kept known by ASKs), [`schedulers::Schedulers`], the timers and the
+//! latency histograms.
 //! Handlers, by concern: `flow.rs` (REQUEST, admission, FIFO, selection,
 //! dispatch, requeue), `peers.rs` (workers), `scheduling.rs` (schedulers,
 //! SCHEDULE routing), `text.rs` (text commands and offers). `Shard::dispatch` is a short `match` calling them.
 
 pub mod answers;
+pub mod asked;
 mod flow;
 pub mod offers;
 pub mod owners;
@@ -30,6 +33,7 @@ pub mod queues;
 pub mod schedulers;
 mod scheduling;
 mod text;
+pub mod waits;
 pub mod workers;
 
 #[cfg(test)]
@@ -42,21 +46,23 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use super::msg::{Dest, OnFail, Outbox, Outgoing, ShardMsg};
+use super::msg::{Dest, OnFail, OutMsg, Outbox, Outgoing, ShardMsg};
 use super::snapshot::ShardSnapshot;
 use super::timers::Timers;
 use crate::config::RouterConfig;
-use crate::ids::{ConnId, MsgId, PeerId, QueueName, WorkerKey};
+use crate::ids::{ConnId, MsgId, PeerId, WorkerKey};
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::ShardLatency;
 use crate::protocol::emqp::{Command, Message};
 
 use answers::PendingAnswers;
+use asked::AskedQueues;
 use offers::OfferTable;
 use owners::Owners;
 use queues::QueueTable;
 use schedulers::Schedulers;
+use waits::WaitTable;
 use workers::WorkerTable;
 
 /// Timer events of a shard.
@@ -73,6 +79,9 @@ pub enum Timer {
     /// Check the offer held by the connection against its deadline (at most
     /// one such timer per connection is armed).
     OfferTimeout(ConnId),
+    /// Check the long-poll ASK of the connection against its deadline (at
+    /// most one such timer per connection is armed).
+    AskTimeout(ConnId),
 }
 
 /// What every shard shares with the rest of the broker.
@@ -123,6 +132,8 @@ pub struct Shard {
     queues: QueueTable,
     workers: WorkerTable,
     offers: OfferTable,
+    waits: WaitTable,
+    asked: AskedQueues,
     schedulers: Schedulers,
     /// Who waits for which scheduler's answer (shard 0).
     answers: PendingAnswers,
@@ -139,6 +150,7 @@ impl Shard {
     /// Shard `index` of `ctx.shards`, created at `now` (shard 0 arms the
     /// scheduler timers from then).
     pub fn new(index: usize, ctx: ShardContext, now: Instant) -> Shard {
+        let asked_cap = ctx.config.text.max_asked_queues / ctx.shards.max(1);
         let mut shard = Shard {
             index,
             ctx,
@@ -146,6 +158,8 @@ impl Shard {
             queues: QueueTable::default(),
             workers: WorkerTable::default(),
             offers: OfferTable::new(index),
+            waits: WaitTable::default(),
+            asked: AskedQueues::new(asked_cap),
             schedulers: Schedulers::default(),
             answers: PendingAnswers::default(),
             owners: Owners::default(),
@@ -210,6 +224,7 @@ impl Shard {
                 Timer::SchedulerHeartbeats => self.scheduler_heartbeats_due(&mut cx),
                 Timer::SchedulerExpiry => self.scheduler_expiry_due(&mut cx),
                 Timer::OfferTimeout(conn) => self.offer_timeout_due(conn, &mut cx),
+                Timer::AskTimeout(conn) => self.ask_timeout_due(conn, &mut cx),
             }
             self.drain_local(&mut cx);
         }
@@ -232,7 +247,9 @@ impl Shard {
     /// The dispatcher: a `match` whose arms call the handlers.
     fn dispatch(&mut self, msg: ShardMsg, cx: &mut Cx) {
         match msg {
-            ShardMsg::Request { queue, job, fallback_done } => self.handle_request(queue, job, fallback_done, cx),
+            ShardMsg::Request { client, frames, fallback_done } => {
+                self.handle_request(client, frames, fallback_done, cx)
+            }
             ShardMsg::WorkerInform { id, msgid, queues } => self.handle_inform(id, msgid, queues, cx),
             ShardMsg::WorkerReady { id } => self.handle_ready(id, cx),
             ShardMsg::WorkerReply { id, request_msgid } => self.handle_job_reply(id, request_msgid, cx),
@@ -248,8 +265,8 @@ impl Shard {
             ShardMsg::SchedulerSendFailed { id, retry } => self.handle_scheduler_send_failed(id, retry, cx),
             ShardMsg::AddCandidate { queue, weight, worker } => self.handle_add_candidate(queue, weight, worker, cx),
             ShardMsg::RemoveCandidate { queue, key } => self.queues.remove_candidate(&queue, key),
-            ShardMsg::Wake { worker } => self.handle_wake(&worker, cx),
-            ShardMsg::Dispatched { key, queue, job } => self.handle_dispatched(key, queue, job, cx),
+            ShardMsg::Wake { worker, from } => self.handle_wake(&worker, from, cx),
+            ShardMsg::Dispatched { key, job } => self.handle_dispatched(key, job, cx),
             ShardMsg::Requeue { queue, jobs } => self.handle_requeue(queue, jobs, cx),
             ShardMsg::SendFailed { key, msgid, unreachable } => self.handle_send_failed(key, msgid, unreachable, cx),
             ShardMsg::Text { port, cmds } => self.handle_text(&port, cmds, cx),
@@ -258,6 +275,15 @@ impl Shard {
             }
             ShardMsg::Snapshot { reply } => {
                 let _ = reply.send(self.snapshot(cx.now));
+            }
+            ShardMsg::Batch(msgs) => {
+                for msg in msgs {
+                    self.dispatch(msg, cx);
+                    self.drain_local(cx);
+                }
+            }
+            ShardMsg::Waiting { queue, reply } => {
+                let _ = reply.send(self.queues.jobs(&queue.0).map(|j| j.frames.body().to_vec()).collect());
             }
             ShardMsg::Shutdown => self.shutdown(cx),
         }
@@ -279,20 +305,25 @@ impl Shard {
         }
     }
 
-    fn shard_of(&self, queue: &QueueName) -> usize {
-        super::types::shard_of(&queue.0, self.ctx.shards)
+    fn shard_of(&self, key: &[u8]) -> usize {
+        super::types::shard_of(key, self.ctx.shards)
     }
 
     /// Sends `command` with a fresh msgid to `peer` on `dest`.
     fn send(&self, dest: Dest, peer: &PeerId, command: Command, on_fail: OnFail, cx: &mut Cx) {
-        let frames = Message::new(command).encode();
-        cx.out.emqp(Outgoing { dest, peer: peer.clone(), frames, on_fail });
+        let msg = OutMsg::Frames(Message::new(command).encode());
+        cx.out.emqp(Outgoing { dest, peer: peer.clone(), msg, on_fail });
+    }
+
+    /// Sends a HEARTBEAT (stamped by the I/O thread when it goes out).
+    fn send_heartbeat(&self, dest: Dest, peer: &PeerId, cx: &mut Cx) {
+        cx.out.emqp(Outgoing { dest, peer: peer.clone(), msg: OutMsg::Heartbeat, on_fail: OnFail::Count });
     }
 
     /// Sends an ERROR (emq extension) about `refers_to` to a frontend peer.
     fn send_error(&self, peer: &PeerId, refers_to: MsgId, code: &str, text: String, cx: &mut Cx) {
         let command =
-            Command::Error { refers_to: refers_to.0, code: code.as_bytes().to_vec(), text: text.into_bytes() };
+            Command::Error { refers_to: refers_to.0.to_vec(), code: code.as_bytes().to_vec(), text: text.into_bytes() };
         self.send(Dest::Frontend, peer, command, OnFail::Count, cx);
     }
 
@@ -312,14 +343,15 @@ impl Shard {
     fn log_remaining(&self) {
         use crate::ids::{cut, show};
         for (queue, job) in self.queues.waiting_jobs() {
-            tracing::warn!(shard = self.index, job = %job.id, %queue, msgid = %show(&job.msgid.0), body = %cut(&job.body), "queued job not run");
+            let (msgid, body) = (show(job.frames.msgid()), cut(job.frames.body()));
+            tracing::warn!(shard = self.index, job = %job.id, %queue, %msgid, %body, "queued job not run");
         }
         for (worker, f) in self.workers.inflight() {
-            let (msgid, body) = (show(&f.job.msgid.0), cut(&f.job.body));
-            tracing::warn!(%worker, job = %f.job.id, queue = %f.queue, %msgid, %body, "job still in flight at shutdown");
+            let (msgid, body) = (show(f.job.frames.msgid()), cut(f.job.frames.body()));
+            tracing::warn!(%worker, job = %f.job.id, queue = %f.job.queue(), %msgid, %body, "job still in flight at shutdown");
         }
         for (conn, o) in self.offers.iter() {
-            tracing::warn!(%conn, queue = %o.queue, body = %cut(&o.job.body), "text offer unanswered at shutdown");
+            tracing::warn!(%conn, queue = %o.queue, body = %cut(o.job.frames.body()), "text offer unanswered at shutdown");
         }
     }
 }

@@ -26,13 +26,14 @@ use std::sync::Arc;
 
 use super::workers::{Expiry, InFlight, Kbye};
 use super::{Cx, Shard, Timer};
+use crate::broker::job::Job;
 use crate::broker::msg::{Dest, OnFail, ShardMsg};
-use crate::broker::types::{Job, WorkerShared, WorkerState};
+use crate::broker::types::{WorkerShared, WorkerState};
 use crate::ids::{cut, show, MsgId, PeerId, QueueName, WorkerKey};
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
-use crate::protocol::emqp::{heartbeat_timestamp, Command};
+use crate::protocol::emqp::Command;
 
 impl Shard {
     pub(super) fn handle_inform(&mut self, id: PeerId, msgid: MsgId, queues: Vec<(i64, QueueName)>, cx: &mut Cx) {
@@ -44,12 +45,12 @@ impl Shard {
         let shared = Arc::new(WorkerShared::new(key, id.clone(), self.index, queues.clone()));
         self.workers.register(shared.clone(), cx.now);
         tracing::info!(worker = %id, queues = ?queues, "worker registered");
-        self.send(Dest::Backend, &id, Command::Ack { acked: msgid.0 }, OnFail::Count, cx);
+        self.send(Dest::Backend, &id, Command::Ack { acked: msgid.0.to_vec() }, OnFail::Count, cx);
         // A Python jobmanager starts its pool, and so sends its READYs, only
         // after the first HEARTBEAT: send it at once.
-        self.send(Dest::Backend, &id, Command::Heartbeat { timestamp: heartbeat_timestamp() }, OnFail::Count, cx);
+        self.send_heartbeat(Dest::Backend, &id, cx);
         for (weight, queue) in queues {
-            let index = self.shard_of(&queue);
+            let index = self.shard_of(&queue.0);
             self.send_to_shard(index, ShardMsg::AddCandidate { queue, weight, worker: shared.clone() }, cx);
         }
         self.timers.arm(cx.now + self.ctx.config.heartbeat_interval, Timer::WorkerHeartbeat(key));
@@ -75,15 +76,10 @@ impl Shard {
             return;
         }
         worker.add_slot();
-        let mut shards: Vec<usize> = Vec::new();
-        for (_, q) in &worker.queues {
-            let index = self.shard_of(q);
-            if !shards.contains(&index) {
-                shards.push(index);
-            }
-        }
-        for index in shards {
-            self.send_to_shard(index, ShardMsg::Wake { worker: worker.clone() }, cx);
+        // The wake walks the queues in INFORM order, shard to shard.
+        if let Some((_, first)) = worker.queues.first() {
+            let index = self.shard_of(&first.0);
+            self.send_to_shard(index, ShardMsg::Wake { worker: worker.clone(), from: 0 }, cx);
         }
     }
 
@@ -91,10 +87,12 @@ impl Shard {
         if self.touch_worker(&id, cx).is_none() {
             return;
         }
-        if let Some(f) = self.workers.complete(&id, &request_msgid) {
+        if let Some(f) = self.workers.complete(&id, &request_msgid.0) {
             Counters::bump(&self.ctx.counters.completed_jobs);
-            self.latency.record(&f.queue, Kind::Service, cx.now.saturating_duration_since(f.since));
-            self.latency.record(&f.queue, Kind::EndToEnd, cx.now.saturating_duration_since(f.job.accepted_at));
+            let queue = f.job.queue_bytes();
+            self.latency.record(queue, Kind::Service, cx.now.saturating_duration_since(f.since));
+            let end_to_end = cx.now.saturating_duration_since(f.job.accepted_at(self.ctx.started));
+            self.latency.record(queue, Kind::EndToEnd, end_to_end);
         }
     }
 
@@ -113,9 +111,12 @@ impl Shard {
         self.timers.arm(cx.now + self.ctx.config.heartbeat_timeout, Timer::WorkerExpiry(worker.key));
     }
 
-    pub(super) fn handle_dispatched(&mut self, key: WorkerKey, queue: QueueName, job: Job, cx: &mut Cx) {
-        if let Some(job) = self.workers.record_dispatch(key, queue.clone(), job, cx.now) {
-            self.requeue(queue, vec![job], cx);
+    pub(super) fn handle_dispatched(&mut self, key: WorkerKey, job: Job, cx: &mut Cx) {
+        // The worker was removed while the job was on its way: it goes back
+        // behind the jobs the removal sent back (QueueTable::push_front).
+        if let Some(mut job) = self.workers.record_dispatch(key, job, cx.now) {
+            job.set_back_from(Some(key));
+            self.requeue(job.queue(), vec![job], cx);
         }
     }
 
@@ -132,7 +133,7 @@ impl Shard {
 
     fn remove_candidates(&mut self, worker: &WorkerShared, cx: &mut Cx) {
         for (_, queue) in &worker.queues {
-            let index = self.shard_of(queue);
+            let index = self.shard_of(&queue.0);
             self.send_to_shard(index, ShardMsg::RemoveCandidate { queue: queue.clone(), key: worker.key }, cx);
         }
     }
@@ -146,11 +147,13 @@ impl Shard {
         self.remove_candidates(&removed.shared, cx);
         tracing::info!(worker = %removed.shared.id, why, requeued = removed.jobs.len(), "worker removed");
         let mut by_queue: Vec<(QueueName, Vec<Job>)> = Vec::new();
-        for InFlight { queue, mut job, .. } in removed.jobs {
-            job.redeliveries += 1;
-            if job.redeliveries > limits::MAX_DELIVERIES {
+        for InFlight { mut job, .. } in removed.jobs {
+            job.redeliveries = job.redeliveries.saturating_add(1);
+            job.set_back_from(Some(key));
+            let queue = job.queue();
+            if u32::from(job.redeliveries) > limits::MAX_DELIVERIES {
                 Counters::bump(&self.ctx.counters.dead_lettered);
-                let (msgid, body) = (show(&job.msgid.0), cut(&job.body));
+                let (msgid, body) = (show(job.frames.msgid()), cut(job.frames.body()));
                 tracing::error!(job = %job.id, %queue, %msgid, %body, "job dropped: every worker that took it died");
                 continue;
             }
@@ -166,7 +169,7 @@ impl Shard {
 
     pub(super) fn worker_heartbeat_due(&mut self, key: WorkerKey, cx: &mut Cx) {
         let Some(id) = self.workers.id_of(key).cloned() else { return };
-        self.send(Dest::Backend, &id, Command::Heartbeat { timestamp: heartbeat_timestamp() }, OnFail::Count, cx);
+        self.send_heartbeat(Dest::Backend, &id, cx);
         self.timers.arm(cx.now + self.ctx.config.heartbeat_interval, Timer::WorkerHeartbeat(key));
     }
 

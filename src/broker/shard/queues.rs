@@ -2,13 +2,14 @@
 //! jobs, its candidate workers in selection order, and its figures. Data
 //! and its rules only: the handlers in `flow.rs` decide what to do.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
+use crate::broker::job::Job;
 use crate::broker::selection::Candidates;
 use crate::broker::snapshot::QueueSnap;
-use crate::broker::types::{Job, WorkerShared};
-use crate::ids::{QueueName, WorkerKey};
+use crate::broker::types::WorkerShared;
+use crate::ids::{FastMap, QueueName, WorkerKey};
 use crate::limits;
 
 /// One queue.
@@ -27,7 +28,16 @@ struct QueueState {
 /// The queues of one shard, by name.
 #[derive(Debug, Default)]
 pub struct QueueTable {
-    map: HashMap<QueueName, QueueState>,
+    map: FastMap<QueueName, QueueState>,
+}
+
+impl QueueState {
+    /// The position right behind the last job sent back by registration
+    /// `key` among the sent-back jobs that lead the queue; 0 when none is.
+    fn behind_sent_back_by(&self, key: u32) -> usize {
+        let leading = self.waiting.iter().take_while(|j| j.back_from().is_some());
+        leading.enumerate().filter(|(_, j)| j.back_from() == Some(key)).last().map_or(0, |(i, _)| i + 1)
+    }
 }
 
 impl QueueTable {
@@ -37,46 +47,66 @@ impl QueueTable {
     /// is known once any worker has declared it in an INFORM (for the life of
     /// the broker, so a restarting worker's jobs wait for it instead of
     /// running elsewhere), or while it holds jobs. `default` is always known.
-    pub fn is_known(&self, queue: &QueueName) -> bool {
-        queue.0 == limits::DEFAULT_QUEUE.as_bytes()
+    pub fn is_known(&self, queue: &[u8]) -> bool {
+        queue == limits::DEFAULT_QUEUE.as_bytes()
             || self.map.get(queue).is_some_and(|q| q.declared || !q.waiting.is_empty())
     }
 
     /// Jobs waiting in `queue`.
-    pub fn waiting(&self, queue: &QueueName) -> usize {
+    pub fn waiting(&self, queue: &[u8]) -> usize {
         self.map.get(queue).map_or(0, |q| q.waiting.len())
     }
 
     /// Puts `job` at the back of `queue`.
-    pub fn push_back(&mut self, queue: &QueueName, job: Job) {
+    pub fn push_back(&mut self, queue: &QueueName, mut job: Job) {
+        job.set_back_from(None);
         self.entry(queue).waiting.push_back(job);
     }
 
     /// Puts `jobs` at the front of `queue`, in their order (the first of
     /// `jobs` ends up first in line).
-    pub fn push_front(&mut self, queue: &QueueName, jobs: impl DoubleEndedIterator<Item = Job>) {
+    ///
+    /// Jobs sent back by the removal of worker registration `k` (all of
+    /// `jobs` then carry [`Job::back_from`] `== Some(k)`) go right behind the
+    /// jobs `k` sent back before, if some still wait among the sent-back
+    /// jobs that lead the queue. A worker removed while jobs were on their
+    /// way to it sends its recorded jobs back in one batch, then each job
+    /// still on its way on its own as its home shard hears of it: without
+    /// this, each of those would jump ahead of the one before and their
+    /// order would be reversed.
+    pub fn push_front(&mut self, queue: &QueueName, jobs: Vec<Job>) {
         let q = self.entry(queue);
-        for job in jobs.rev() {
-            q.waiting.push_front(job);
+        let at = jobs.first().and_then(Job::back_from).map_or(0, |key| q.behind_sent_back_by(key));
+        if at == 0 {
+            for job in jobs.into_iter().rev() {
+                q.waiting.push_front(job);
+            }
+        } else {
+            for (i, job) in jobs.into_iter().enumerate() {
+                q.waiting.insert(at + i, job);
+            }
         }
     }
 
     /// Takes the oldest waiting job of `queue`.
-    pub fn pop(&mut self, queue: &QueueName) -> Option<Job> {
-        self.map.get_mut(queue)?.waiting.pop_front()
+    pub fn pop(&mut self, queue: &[u8]) -> Option<Job> {
+        let mut job = self.map.get_mut(queue)?.waiting.pop_front()?;
+        job.set_back_from(None);
+        Some(job)
     }
 
     /// The next dispatch of `queue`: its oldest job and a worker whose free
     /// slot has been claimed for it (EventMQ's selection rule, see
     /// [`Candidates::select`]). `None` when nothing waits or no candidate
     /// has a slot; then nothing changes.
-    pub fn next_dispatch(&mut self, queue: &QueueName) -> Option<(Arc<WorkerShared>, Job)> {
+    pub fn next_dispatch(&mut self, queue: &[u8]) -> Option<(Arc<WorkerShared>, Job)> {
         let q = self.map.get_mut(queue)?;
         if q.waiting.is_empty() {
             return None;
         }
         let worker = q.candidates.select()?;
-        let job = q.waiting.pop_front()?;
+        let mut job = q.waiting.pop_front()?;
+        job.set_back_from(None);
         q.dispatched += 1;
         Some((worker, job))
     }
@@ -115,7 +145,7 @@ impl QueueTable {
     }
 
     /// The waiting jobs of `queue`, front first.
-    pub fn jobs(&self, queue: &QueueName) -> impl Iterator<Item = &Job> {
+    pub fn jobs(&self, queue: &[u8]) -> impl Iterator<Item = &Job> {
         self.map.get(queue).into_iter().flat_map(|q| q.waiting.iter())
     }
 
@@ -125,13 +155,7 @@ impl QueueTable {
     }
 
     fn entry(&mut self, queue: &QueueName) -> &mut QueueState {
-        // Look up first: no key clone on the hot path.
-        if !self.map.contains_key(queue) {
-            self.map.insert(queue.clone(), QueueState::default());
-        }
-        match self.map.get_mut(queue) {
-            Some(q) => q,
-            None => unreachable!("inserted above"),
-        }
+        // A queue name is inline bytes: the clone costs no allocation.
+        self.map.entry(queue.clone()).or_default()
     }
 }

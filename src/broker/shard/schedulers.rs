@@ -56,7 +56,7 @@ impl Schedulers {
     pub fn add(&mut self, id: PeerId, name: Option<Vec<u8>>, now: Instant) -> Option<PeerId> {
         self.remove(&id);
         let named = name.is_some();
-        let name: Name = Arc::from(name.unwrap_or_else(|| id.0.clone()));
+        let name: Name = Arc::from(name.unwrap_or_else(|| id.0.to_vec()));
         let replaced = self.list.iter().position(|e| e.name == name).map(|i| self.list.remove(i).id);
         self.list.push(Entry { id, name, named, last_seen: now, scheduled: 0 });
         replaced
@@ -160,7 +160,7 @@ mod tests {
     use super::*;
 
     fn p(s: &str) -> PeerId {
-        PeerId(s.as_bytes().to_vec())
+        PeerId::from(s.as_bytes())
     }
 
     fn table(names: &[&str]) -> Schedulers {

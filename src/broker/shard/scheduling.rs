@@ -51,7 +51,7 @@
 //! [`crate::limits::MAX_SCHEDULERS`] like INFORM.
 
 use super::{Cx, Shard, Timer};
-use crate::broker::msg::{Dest, OnFail, Outgoing, Schedule};
+use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, Schedule};
 use crate::ids::{show, MsgId, PeerId};
 use crate::limits;
 use crate::metrics::counters::Counters;
@@ -96,8 +96,8 @@ impl Shard {
         if let Some(old) = self.schedulers.add(id.clone(), name, cx.now) {
             tracing::info!(scheduler = %id, replaced = %old, "the name's earlier registration is replaced");
         }
-        self.send(Dest::Frontend, id, Command::Ack { acked: msgid.0 }, OnFail::Count, cx);
-        self.send(Dest::Frontend, id, Command::Heartbeat { timestamp: heartbeat_timestamp() }, OnFail::Count, cx);
+        self.send(Dest::Frontend, id, Command::Ack { acked: msgid.0.to_vec() }, OnFail::Count, cx);
+        self.send_heartbeat(Dest::Frontend, id, cx);
         true
     }
 
@@ -127,7 +127,7 @@ impl Shard {
         let _ = self.answers.insert(owner.clone(), sched.msgid.clone(), sched.client.clone(), cx.now);
         self.copy_to_others(&owner, &sched, cx);
         let on_fail = OnFail::Schedule { client: sched.client.clone() };
-        cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: owner, frames: sched.frames, on_fail });
+        cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: owner, msg: OutMsg::Frames(sched.frames), on_fail });
     }
 
     /// The scheduler that owns `key` ([`super::owners`] rules), counted as
@@ -171,7 +171,8 @@ impl Shard {
                 frames[2] = word.to_vec();
                 frames[3] = new_msgid();
             }
-            cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: id, frames, on_fail: OnFail::Unschedule });
+            let msg = OutMsg::Frames(frames);
+            cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: id, msg, on_fail: OnFail::Unschedule });
         }
     }
 
@@ -193,7 +194,8 @@ impl Shard {
         match self.answers.take(&id, &refers_to) {
             Some(client) => {
                 Counters::bump(&self.ctx.counters.schedule_answers_forwarded);
-                cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: client, frames, on_fail: OnFail::Count });
+                let msg = OutMsg::Frames(frames);
+                cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: client, msg, on_fail: OnFail::Count });
             }
             None => {
                 Counters::bump(&self.ctx.counters.schedule_answers_unmatched);

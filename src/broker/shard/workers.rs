@@ -4,25 +4,26 @@
 //!
 //! In-flight jobs are found by the msgid a job-result REPLY carries. Client
 //! msgids are not unique, so a worker may hold two jobs with one msgid: the
-//! first is kept in the main map, later ones in a per-msgid overflow list,
-//! and a REPLY completes the oldest. No job shadows another, and the common
-//! case (unique msgids) costs one map entry per job.
+//! table keeps every job (keyed by the hash of the msgid in the job's own
+//! buffer, so no key is copied), and a REPLY completes the oldest job with
+//! that msgid. No job shadows another.
 
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hashbrown::HashTable;
+
+use crate::broker::job::Job;
 use crate::broker::snapshot::WorkerSnap;
-use crate::broker::types::{Job, WorkerShared, WorkerState};
-use crate::ids::{MsgId, PeerId, QueueName, WorkerKey};
+use crate::broker::types::{WorkerShared, WorkerState};
+use crate::ids::{FastMap, PeerId, WorkerKey};
 
 /// A job sent to a worker and not yet answered.
 #[derive(Debug)]
 pub struct InFlight {
-    /// The queue it was taken from (after the fallback).
-    pub queue: QueueName,
-    /// The job, kept to be requeued if the worker dies.
+    /// The job, kept to be requeued if the worker dies (its queue is
+    /// [`Job::queue`]).
     pub job: Job,
     /// When it was dispatched.
     pub since: Instant,
@@ -35,19 +36,11 @@ pub struct InFlight {
 struct HomeWorker {
     shared: Arc<WorkerShared>,
     last_seen: Instant,
-    /// The oldest in-flight job per msgid.
-    inflight: HashMap<MsgId, InFlight>,
-    /// Younger in-flight jobs whose msgid is already in `inflight`, oldest first.
-    repeated: HashMap<MsgId, VecDeque<InFlight>>,
+    /// In-flight jobs, by the hash of their msgid.
+    inflight: HashTable<InFlight>,
     /// Jobs sent to it since it registered (also the next [`InFlight::seq`]).
     dispatched: u64,
     kbye_at: Option<Instant>,
-}
-
-impl HomeWorker {
-    fn held(&self) -> usize {
-        self.inflight.len() + self.repeated.values().map(VecDeque::len).sum::<usize>()
-    }
 }
 
 /// What the expiry timer of a worker finds.
@@ -86,8 +79,10 @@ pub struct Removed {
 /// The workers of one home shard.
 #[derive(Debug, Default)]
 pub struct WorkerTable {
-    by_id: HashMap<PeerId, HomeWorker>,
-    by_key: HashMap<WorkerKey, PeerId>,
+    by_id: FastMap<PeerId, HomeWorker>,
+    by_key: FastMap<WorkerKey, PeerId>,
+    /// Hashes msgids for the in-flight tables (seeded per process).
+    msgid_hash: foldhash::fast::RandomState,
 }
 
 impl WorkerTable {
@@ -104,14 +99,7 @@ impl WorkerTable {
     /// Adds a live worker (its identity must not be registered).
     pub fn register(&mut self, shared: Arc<WorkerShared>, now: Instant) {
         self.by_key.insert(shared.key, shared.id.clone());
-        let w = HomeWorker {
-            shared,
-            last_seen: now,
-            inflight: HashMap::new(),
-            repeated: HashMap::new(),
-            dispatched: 0,
-            kbye_at: None,
-        };
+        let w = HomeWorker { shared, last_seen: now, inflight: HashTable::new(), dispatched: 0, kbye_at: None };
         self.by_id.insert(w.shared.id.clone(), w);
     }
 
@@ -125,35 +113,28 @@ impl WorkerTable {
 
     /// Records `job` as in flight on worker `key`. Gives the job back when
     /// the worker is gone or dead (the caller requeues it).
-    pub fn record_dispatch(&mut self, key: WorkerKey, queue: QueueName, job: Job, now: Instant) -> Option<Job> {
+    pub fn record_dispatch(&mut self, key: WorkerKey, job: Job, now: Instant) -> Option<Job> {
         let Some(w) = self.by_key.get(&key).and_then(|id| self.by_id.get_mut(id)) else { return Some(job) };
         if w.shared.state() == WorkerState::Dead {
             return Some(job);
         }
         w.dispatched += 1;
-        let f = InFlight { queue, since: now, seq: w.dispatched, job };
-        match w.inflight.entry(f.job.msgid.clone()) {
-            Entry::Vacant(slot) => {
-                slot.insert(f);
-            }
-            Entry::Occupied(held) => w.repeated.entry(held.key().clone()).or_default().push_back(f),
-        }
+        let hash = self.msgid_hash.hash_one(job.frames.msgid());
+        let hasher = &self.msgid_hash;
+        w.inflight.insert_unique(hash, InFlight { job, since: now, seq: w.dispatched }, |f| {
+            hasher.hash_one(f.job.frames.msgid())
+        });
         None
     }
 
     /// Completes the oldest job with `msgid` held by worker `id`.
-    pub fn complete(&mut self, id: &PeerId, msgid: &MsgId) -> Option<InFlight> {
+    pub fn complete(&mut self, id: &PeerId, msgid: &[u8]) -> Option<InFlight> {
         let w = self.by_id.get_mut(id)?;
-        let done = w.inflight.remove(msgid)?;
-        if let Some(list) = w.repeated.get_mut(msgid) {
-            if let Some(next) = list.pop_front() {
-                w.inflight.insert(msgid.clone(), next);
-            }
-            if list.is_empty() {
-                w.repeated.remove(msgid);
-            }
-        }
-        Some(done)
+        let hash = self.msgid_hash.hash_one(msgid);
+        let same = |f: &InFlight| f.job.frames.msgid() == msgid;
+        let oldest = w.inflight.iter_hash(hash).filter(|f| same(f)).map(|f| f.seq).min()?;
+        let found = w.inflight.find_entry(hash, |f| f.seq == oldest && same(f)).ok()?;
+        Some(found.remove().0)
     }
 
     /// Notes a KBYE from `id` at `now` and marks it draining; repeats
@@ -172,10 +153,9 @@ impl WorkerTable {
     /// Forgets registration `key`: marks it dead and hands back what it held.
     pub fn remove(&mut self, key: WorkerKey) -> Option<Removed> {
         let id = self.by_key.remove(&key)?;
-        let mut w = self.by_id.remove(&id)?;
+        let w = self.by_id.remove(&id)?;
         w.shared.set_state(WorkerState::Dead);
-        let mut jobs: Vec<InFlight> = w.inflight.into_values().collect();
-        jobs.extend(w.repeated.drain().flat_map(|(_, list)| list));
+        let mut jobs: Vec<InFlight> = w.inflight.into_iter().collect();
         jobs.sort_by_key(|f| f.seq);
         Some(Removed { shared: w.shared, jobs })
     }
@@ -207,14 +187,12 @@ impl WorkerTable {
 
     /// Every in-flight job with its worker's identity (shutdown log, tests).
     pub fn inflight(&self) -> impl Iterator<Item = (&PeerId, &InFlight)> {
-        self.by_id
-            .iter()
-            .flat_map(|(id, w)| w.inflight.values().chain(w.repeated.values().flatten()).map(move |f| (id, f)))
+        self.by_id.iter().flat_map(|(id, w)| w.inflight.iter().map(move |f| (id, f)))
     }
 
     /// Jobs in flight on every worker of this shard.
     pub fn inflight_count(&self) -> usize {
-        self.by_id.values().map(HomeWorker::held).sum()
+        self.by_id.values().map(|w| w.inflight.len()).sum()
     }
 
     /// Every worker's figures, sorted by identity; `hb` in seconds since
@@ -232,9 +210,8 @@ impl WorkerTable {
                 processed: w.dispatched,
                 inflight: w
                     .inflight
-                    .values()
-                    .chain(w.repeated.values().flatten())
-                    .map(|f| (f.queue.to_string(), now.saturating_duration_since(f.since)))
+                    .iter()
+                    .map(|f| (f.job.queue().to_string(), now.saturating_duration_since(f.since)))
                     .collect(),
             })
             .collect();

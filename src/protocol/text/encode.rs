@@ -66,6 +66,10 @@ pub fn encode_command(out: &mut Vec<u8>, command: &TextCommand) -> Result<(), En
             out.extend_from_slice(b"ASK ");
             out.extend_from_slice(queue.as_bytes());
         }
+        TextCommand::AskWait { queue, wait_ms } => {
+            check_queue(queue)?;
+            out.extend_from_slice(format!("ASK {queue} {wait_ms}").as_bytes());
+        }
         TextCommand::Ack => out.extend_from_slice(b"ACK"),
         TextCommand::Dcl => out.extend_from_slice(b"DCL"),
         TextCommand::Del => out.extend_from_slice(b"DEL"),
@@ -216,6 +220,7 @@ mod tests {
         round_trip(sched(b"a@b@c", "q.1"));
         round_trip(sched(b" \xff ", "default"));
         round_trip(TextCommand::Ask { queue: "EMAILSERVICE".into() });
+        round_trip(TextCommand::AskWait { queue: "q".into(), wait_ms: 250 });
         for c in [TextCommand::Ack, TextCommand::Dcl, TextCommand::Del, TextCommand::End] {
             round_trip(c);
         }

@@ -7,14 +7,16 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::broker::job::JobFrames;
 use crate::broker::msg::{
-    Dest, Outgoing, ShardMsg, TextAnswer, TextCmd, TextOutcome, TextPort, TextReply, TextRequest, VecOutbox,
+    Dest, OutMsg, Outgoing, Schedule, ShardMsg, TextAnswer, TextBatch, TextCmd, TextOutcome, TextPort, TextReply,
+    TextRequest, VecOutbox,
 };
 use crate::broker::shard::{Shard, ShardContext};
-use crate::broker::types::{shard_of, NewJob, Origin};
+use crate::broker::types::shard_of;
 use crate::config::RouterConfig;
 use crate::ids::{ConnId, MsgId, OfferId, PeerId, QueueName};
-use crate::protocol::emqp::{decode, Command, Frame, Message, Socket};
+use crate::protocol::emqp::{decode, Command, Frame, Message, ScheduleBody, Socket};
 use crate::protocol::text::ErrorCode;
 
 /// Shards under test with their inboxes, outputs and clock.
@@ -35,7 +37,7 @@ pub struct Harness {
     /// the lowest index first; `Some(seed)` a reproducible random one.
     pub seed: Option<u64>,
     port: TextPort,
-    port_rx: crossbeam_channel::Receiver<Vec<TextReply>>,
+    port_rx: crossbeam_channel::Receiver<TextBatch>,
 }
 
 impl Harness {
@@ -59,9 +61,29 @@ impl Harness {
             now,
             ctx,
             seed: None,
-            port: TextPort { id: 1, tx },
+            port: TextPort { id: 1, tx, wake: None },
             port_rx,
         }
+    }
+
+    /// Every setup a test runs on: 1 shard, 3 shards, 3 shards with a
+    /// seeded interleaving; each on the default configuration changed by
+    /// `edit`.
+    pub fn setups(edit: impl Fn(&mut RouterConfig)) -> Vec<Harness> {
+        let setups = [(1, None), (3, None), (3, Some(0x5eed))];
+        setups
+            .into_iter()
+            .map(|(shards, seed)| {
+                let mut h = Harness::with_config(shards, &edit);
+                h.seed = seed;
+                h
+            })
+            .collect()
+    }
+
+    /// What [`Harness::setups`] this is, for assertion messages.
+    pub fn setup(&self) -> String {
+        format!("{} shards, seed {:?}", self.shards.len(), self.seed)
     }
 
     /// The shard that owns `key` (a queue name or a worker identity).
@@ -117,15 +139,16 @@ impl Harness {
             self.inbox[index].push_back(msg);
         }
         self.text.extend(out.text.into_iter().map(|(_, reply)| reply));
-        while let Ok(replies) = self.port_rx.try_recv() {
-            self.text.extend(replies);
+        while let Ok(batch) = self.port_rx.try_recv() {
+            self.text.extend(batch.replies);
         }
     }
 
     /// INFORM from worker `id` serving `queues` (`(weight, name)`).
     pub fn inform(&mut self, id: &str, queues: &[(i64, &str)]) {
         let queues = queues.iter().map(|(w, q)| (*w, QueueName::named(q))).collect();
-        let msg = ShardMsg::WorkerInform { id: peer(id), msgid: MsgId(format!("inform-{id}").into_bytes()), queues };
+        let msg =
+            ShardMsg::WorkerInform { id: peer(id), msgid: MsgId::from(format!("inform-{id}").into_bytes()), queues };
         self.send(self.shard_of(id), msg);
     }
 
@@ -138,7 +161,7 @@ impl Harness {
 
     /// A job-result REPLY from worker `id` for `msgid`.
     pub fn reply(&mut self, id: &str, msgid: &str) {
-        let msg = ShardMsg::WorkerReply { id: peer(id), request_msgid: MsgId(msgid.as_bytes().to_vec()) };
+        let msg = ShardMsg::WorkerReply { id: peer(id), request_msgid: MsgId::from(msgid.as_bytes()) };
         self.send(self.shard_of(id), msg);
     }
 
@@ -152,18 +175,80 @@ impl Harness {
         self.send(self.shard_of(id), ShardMsg::WorkerKbye { id: peer(id) });
     }
 
-    /// A REQUEST from client `client` with `msgid` for `queue`.
+    /// A REQUEST from client `client` with `msgid` for `queue`, headers
+    /// `guarantee` and no extra frames.
     pub fn request(&mut self, client: &str, msgid: &str, queue: &str, body: &str) {
-        let job = NewJob {
-            msgid: MsgId(msgid.as_bytes().to_vec()),
-            queue_frame: queue.as_bytes().to_vec(),
-            headers: b"guarantee".to_vec(),
-            body: body.as_bytes().to_vec(),
-            extra: Vec::new(),
-            origin: Origin::Emqp(peer(client)),
-        };
-        let msg = ShardMsg::Request { queue: QueueName::named(queue), job, fallback_done: false };
+        self.request_with(client, msgid, queue, body, b"guarantee", &[]);
+    }
+
+    /// A REQUEST with the given headers (D5) and frames after the body.
+    pub fn request_with(
+        &mut self,
+        client: &str,
+        msgid: &str,
+        queue: &str,
+        body: &str,
+        headers: &[u8],
+        extra: &[&[u8]],
+    ) {
+        let frames = JobFrames::new(msgid.as_bytes(), queue.as_bytes(), headers, body.as_bytes(), extra)
+            .expect("frames within limits");
+        let msg = ShardMsg::Request { client: peer(client), frames, fallback_done: false };
         self.send(self.shard_of(queue), msg);
+    }
+
+    /// Sending a job with `msgid` to worker `id` failed (its current
+    /// registration; nothing when it has none).
+    pub fn send_failed(&mut self, id: &str, msgid: &str, unreachable: bool) {
+        let Some(key) = self.key_of(id) else { return };
+        let msg = ShardMsg::SendFailed { key, msgid: MsgId::from(msgid.as_bytes()), unreachable };
+        self.send(self.shard_of(id), msg);
+    }
+
+    /// INFORM from scheduler `id` (shard 0).
+    pub fn scheduler_inform(&mut self, id: &str) {
+        self.send(
+            0,
+            ShardMsg::SchedulerInform {
+                id: peer(id),
+                msgid: MsgId::from(format!("inform-{id}").into_bytes()),
+                name: None,
+            },
+        );
+    }
+
+    /// A HEARTBEAT from frontend peer `id` (shard 0).
+    pub fn scheduler_heartbeat(&mut self, id: &str) {
+        self.send(
+            0,
+            ShardMsg::SchedulerHeartbeat { id: peer(id), msgid: MsgId::from(format!("hb-{id}").into_bytes()) },
+        );
+    }
+
+    /// A KBYE from frontend peer `id` (shard 0).
+    pub fn scheduler_kbye(&mut self, id: &str) {
+        self.send(0, ShardMsg::SchedulerKbye { id: peer(id) });
+    }
+
+    /// A SCHEDULE (or UNSCHEDULE) from `client` with `msgid` (shard 0);
+    /// returns the frames it carries.
+    pub fn schedule(&mut self, client: &str, msgid: &str, unschedule: bool) -> Vec<Frame> {
+        let frames = schedule_frames(msgid, unschedule);
+        let sched = Schedule::from_frames(peer(client), frames.clone()).expect("a SCHEDULE or UNSCHEDULE");
+        self.send(0, ShardMsg::Schedule(sched));
+        frames
+    }
+
+    /// A forward to scheduler `id` failed; `retry` is the SCHEDULE to route
+    /// again: `(client, frames)`.
+    pub fn scheduler_send_failed(&mut self, id: &str, retry: Option<(&str, Vec<Frame>)>) {
+        let retry = retry.and_then(|(client, frames)| Schedule::from_frames(peer(client), frames));
+        self.send(0, ShardMsg::SchedulerSendFailed { id: peer(id), retry });
+    }
+
+    /// Sets the broker-wide draining flag (shutdown: new work refused).
+    pub fn set_draining(&mut self, on: bool) {
+        self.ctx.draining.store(on, std::sync::atomic::Ordering::Release);
     }
 
     /// A text command from connection `conn` to shard `index`; its answer.
@@ -171,8 +256,10 @@ impl Harness {
         let before = self.text.len();
         let msg = ShardMsg::Text { port: self.port.clone(), cmds: vec![TextRequest { conn: ConnId(conn), cmd }] };
         self.send(index, msg);
-        let reply = self.text.drain(before..).find(|r| r.conn == ConnId(conn));
-        reply.map(|r| r.outcome)
+        // Only this command's answer: answers to others (long polls served
+        // by it) stay for `text_answers`.
+        let at = self.text[before..].iter().position(|r| r.conn == ConnId(conn))?;
+        Some(self.text.remove(before + at).outcome)
     }
 
     /// `SCHED data@queue` from `conn`.
@@ -185,6 +272,30 @@ impl Harness {
     pub fn text_ask(&mut self, conn: u64, queue: &str) -> TextOutcome {
         let cmd = TextCmd::Ask { queue: QueueName::named(queue) };
         self.text_cmd(self.shard_of(queue), conn, cmd).expect("ASK is answered")
+    }
+
+    /// `ASK queue ms` (long poll) from `conn`: its answer now, or `None`
+    /// while it waits (its answer then shows in [`Harness::text_answers`]).
+    pub fn text_ask_wait(&mut self, conn: u64, queue: &str, wait: Duration) -> Option<TextOutcome> {
+        let cmd = TextCmd::AskWait { queue: QueueName::named(queue), wait };
+        self.text_cmd(self.shard_of(queue), conn, cmd)
+    }
+
+    /// The connection `conn` stopped waiting on shard `index` (it closed).
+    pub fn text_cancel(&mut self, index: usize, conn: u64) {
+        let msg = ShardMsg::Text {
+            port: self.port.clone(),
+            cmds: vec![TextRequest { conn: ConnId(conn), cmd: TextCmd::Cancel }],
+        };
+        self.send(index, msg);
+    }
+
+    /// Takes the text answers given so far to `conn` (for long polls
+    /// answered later), in order.
+    pub fn text_answers(&mut self, conn: u64) -> Vec<TextOutcome> {
+        let (mine, rest) = std::mem::take(&mut self.text).into_iter().partition(|r| r.conn == ConnId(conn));
+        self.text = rest;
+        mine.into_iter().map(|r: TextReply| r.outcome).collect()
     }
 
     /// `ACK`, `DCL` or `DEL` of `offer` from `conn`.
@@ -200,15 +311,16 @@ impl Harness {
     /// Bodies of the jobs waiting in `queue`, front first.
     pub fn waiting(&self, queue: &str) -> Vec<String> {
         let shard = &self.shards[self.shard_of(queue)];
-        shard.queues.jobs(&QueueName::named(queue)).map(|j| String::from_utf8_lossy(&j.body).into_owned()).collect()
+        shard.queues.jobs(queue.as_bytes()).map(|j| String::from_utf8_lossy(j.frames.body()).into_owned()).collect()
     }
 
     /// Msgids of the jobs in flight on worker `id`, in dispatch order.
     pub fn inflight(&self, id: &str) -> Vec<String> {
         let shard = &self.shards[self.shard_of(id)];
-        let mut jobs: Vec<_> = shard.workers.inflight().filter(|(w, _)| w.0 == id.as_bytes()).map(|(_, f)| f).collect();
+        let mut jobs: Vec<_> =
+            shard.workers.inflight().filter(|(w, _)| w.as_bytes() == id.as_bytes()).map(|(_, f)| f).collect();
         jobs.sort_by_key(|f| f.seq);
-        jobs.iter().map(|f| String::from_utf8_lossy(&f.job.msgid.0).into_owned()).collect()
+        jobs.iter().map(|f| String::from_utf8_lossy(f.job.frames.msgid()).into_owned()).collect()
     }
 
     /// Free slots of worker `id` (0 when unknown).
@@ -220,29 +332,54 @@ impl Harness {
 
     /// Takes the frames sent to `peer` so far (any socket).
     pub fn take_to(&mut self, peer_id: &str) -> Vec<Outgoing> {
-        let (mine, rest) = std::mem::take(&mut self.emqp).into_iter().partition(|o| o.peer.0 == peer_id.as_bytes());
+        let (mine, rest) =
+            std::mem::take(&mut self.emqp).into_iter().partition(|o| o.peer.as_bytes() == peer_id.as_bytes());
         self.emqp = rest;
         mine
     }
 
     /// The command words sent to `peer` so far, taken.
     pub fn take_commands(&mut self, peer_id: &str) -> Vec<String> {
-        self.take_to(peer_id).iter().map(|o| String::from_utf8_lossy(&o.frames[2]).into_owned()).collect()
+        self.take_to(peer_id).iter().map(|o| String::from_utf8_lossy(&o.frames()[2]).into_owned()).collect()
+    }
+
+    /// The bodies of the REQUESTs sent to worker `id` so far, taken (other
+    /// frames dropped).
+    pub fn take_bodies(&mut self, id: &str) -> Vec<String> {
+        self.take_requests(id).iter().map(body).collect()
     }
 
     /// The REQUESTs sent to worker `id` so far, taken (other frames dropped).
     pub fn take_requests(&mut self, id: &str) -> Vec<Message> {
         self.take_to(id)
             .into_iter()
-            .filter(|o| o.dest == Dest::Backend && o.frames[2] == b"REQUEST")
-            .map(|o| decode(&o.frames, Socket::WorkerSide).expect("a REQUEST decodes"))
+            .filter(|o| o.dest == Dest::Backend && matches!(o.msg, OutMsg::Job(_)))
+            .map(|o| decode(&o.msg.to_frames(), Socket::WorkerSide).expect("a REQUEST decodes"))
             .collect()
     }
 }
 
+/// The D-frames of a SCHEDULE (or UNSCHEDULE) with `msgid`.
+pub fn schedule_frames(msgid: &str, unschedule: bool) -> Vec<Frame> {
+    let body = ScheduleBody {
+        queue: b"default".to_vec(),
+        headers: b"guarantee".to_vec(),
+        interval: b"60".to_vec(),
+        body: SCHEDULE_BODY.to_vec(),
+        cron: Some(Vec::new()),
+    };
+    let command = if unschedule { Command::Unschedule(body) } else { Command::Schedule(body) };
+    Message { msgid: msgid.as_bytes().to_vec(), command }.encode()
+}
+
+/// The job body of [`schedule_frames`]: a Python call, as schedules need
+/// (the scheduler keys a schedule by it).
+pub const SCHEDULE_BODY: &[u8] =
+    br#"["run", {"callable": "f", "path": "m", "args": [], "kwargs": {}, "class_args": [], "class_kwargs": {}}]"#;
+
 /// A peer identity from text.
 pub fn peer(id: &str) -> PeerId {
-    PeerId(id.as_bytes().to_vec())
+    PeerId::from(id.as_bytes())
 }
 
 /// The body of a REQUEST message.

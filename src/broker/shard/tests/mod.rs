@@ -3,8 +3,15 @@
 //! send each other like the router does, and collects their frames and text
 //! answers for exact checks.
 
+mod flow;
 mod harness;
+mod model;
+mod observe;
+mod peers;
+mod schedulers;
 mod scheduling;
+mod text;
+mod text_ext;
 
 use std::time::Duration;
 

@@ -27,7 +27,7 @@ fn frames(word: &str, msgid: &str, interval: &str, body: &str, cron: &str) -> Ve
 fn inform(h: &mut Harness, id: &str, name: Option<&str>) {
     let msg = ShardMsg::SchedulerInform {
         id: peer(id),
-        msgid: MsgId(format!("inform-{id}").into_bytes()),
+        msgid: MsgId::from(format!("inform-{id}").into_bytes()),
         name: name.map(|n| n.as_bytes().to_vec()),
     };
     h.send(0, msg);
@@ -46,7 +46,8 @@ fn sent(h: &mut Harness) -> Vec<(String, String, String)> {
         .map(|o: Outgoing| {
             assert_eq!(o.dest, Dest::Frontend);
             let s = |f: &Frame| String::from_utf8_lossy(f).into_owned();
-            (s(&o.peer.0), s(&o.frames[2]), s(&o.frames[3]))
+            let f = o.frames();
+            (s(&o.peer.0.to_vec()), s(&f[2]), s(&f[3]))
         })
         .collect()
 }
@@ -112,15 +113,15 @@ fn answers_go_back_to_the_client_that_sent_the_schedule() {
     sent(&mut h);
     let reply = [&b""[..], b"eMQP/1.0", b"REPLY", b"r1", b"dup", b"{\"outcome\":\"added\"}"];
     let reply: Vec<Frame> = reply.iter().map(|f| f.to_vec()).collect();
-    h.send(0, ShardMsg::SchedulerAnswer { id: peer("s1"), refers_to: MsgId(b"dup".to_vec()), frames: reply.clone() });
+    h.send(0, ShardMsg::SchedulerAnswer { id: peer("s1"), refers_to: MsgId::from(&b"dup"[..]), frames: reply.clone() });
     let to_c1 = h.take_to("c1");
     assert_eq!(to_c1.len(), 1);
-    assert_eq!(to_c1[0].frames, reply, "forwarded verbatim to the first sender");
+    assert_eq!(to_c1[0].frames(), reply, "forwarded verbatim to the first sender");
     let error = [&b""[..], b"eMQP/1.0", b"ERROR", b"e1", b"dup", b"BAD_CRON", b"never matches"];
     let error: Vec<Frame> = error.iter().map(|f| f.to_vec()).collect();
-    h.send(0, ShardMsg::SchedulerAnswer { id: peer("s1"), refers_to: MsgId(b"dup".to_vec()), frames: error.clone() });
-    assert_eq!(h.take_to("c2")[0].frames, error);
-    h.send(0, ShardMsg::SchedulerAnswer { id: peer("s1"), refers_to: MsgId(b"dup".to_vec()), frames: error });
+    h.send(0, ShardMsg::SchedulerAnswer { id: peer("s1"), refers_to: MsgId::from(&b"dup"[..]), frames: error.clone() });
+    assert_eq!(h.take_to("c2")[0].frames(), error);
+    h.send(0, ShardMsg::SchedulerAnswer { id: peer("s1"), refers_to: MsgId::from(&b"dup"[..]), frames: error });
     assert!(h.emqp.is_empty(), "nobody waits any more");
     assert_eq!(counter(&h, |c| &c.schedule_answers_forwarded), 2);
     assert_eq!(counter(&h, |c| &c.schedule_answers_unmatched), 1);
@@ -131,7 +132,7 @@ fn what_a_scheduler_would_refuse_is_refused_by_the_router_with_its_reason() {
     let mut h = Harness::new(1);
     schedule(&mut h, "c", frames("SCHEDULE", "none", "60", &body("[1]"), ""));
     let e = h.take_to("c");
-    assert_eq!((e[0].frames[2].as_slice(), e[0].frames[5].as_slice()), (&b"ERROR"[..], &b"NO_SCHEDULER"[..]));
+    assert_eq!((e[0].frames()[2].as_slice(), e[0].frames()[5].as_slice()), (&b"ERROR"[..], &b"NO_SCHEDULER"[..]));
     inform(&mut h, "s1", None);
     let cases = [
         (frames("SCHEDULE", "a", "-1", &body("[1]"), "61 * * * *"), "BAD_CRON"),
@@ -145,8 +146,8 @@ fn what_a_scheduler_would_refuse_is_refused_by_the_router_with_its_reason() {
         schedule(&mut h, "c", f);
         let out = h.take_to("c");
         assert_eq!(out.len(), 1, "{code}");
-        assert_eq!((out[0].frames[4].clone(), out[0].frames[5].clone()), (msgid, code.as_bytes().to_vec()));
-        let text = String::from_utf8_lossy(&out[0].frames[6]).into_owned();
+        assert_eq!((out[0].frames()[4].clone(), out[0].frames()[5].clone()), (msgid, code.as_bytes().to_vec()));
+        let text = String::from_utf8_lossy(&out[0].frames()[6]).into_owned();
         assert!(text.starts_with("frame"), "the reason names the frame: {text}");
     }
     assert!(h.take_to("s1").is_empty(), "nothing reached the scheduler");
@@ -168,7 +169,7 @@ fn a_returning_scheduler_gets_its_keys_back_by_name_and_a_moved_key_stays_moved(
     // k1's owner goes silent and expires; the survivor keeps heartbeating.
     for _ in 0..4 {
         h.advance(Duration::from_secs(2));
-        h.send(0, ShardMsg::SchedulerHeartbeat { id: peer(&alive), msgid: MsgId(b"hb".to_vec()) });
+        h.send(0, ShardMsg::SchedulerHeartbeat { id: peer(&alive), msgid: MsgId::from(&b"hb"[..]) });
     }
     h.emqp.clear();
     assert_eq!(counter(&h, |c| &c.expired_schedulers), 1);
@@ -205,26 +206,26 @@ fn a_returning_scheduler_owns_the_keys_nobody_moved() {
 #[test]
 fn an_unknown_scheduler_heartbeat_re_admits_it_within_the_limit() {
     let mut h = Harness::new(1);
-    h.send(0, ShardMsg::SchedulerHeartbeat { id: peer("ghost"), msgid: MsgId(b"hb-1".to_vec()) });
+    h.send(0, ShardMsg::SchedulerHeartbeat { id: peer("ghost"), msgid: MsgId::from(&b"hb-1"[..]) });
     let out = h.take_to("ghost");
     assert_eq!(out.len(), 2);
-    assert_eq!((out[0].frames[2].as_slice(), out[0].frames[4].as_slice()), (&b"ACK"[..], &b"hb-1"[..]));
-    assert_eq!(out[1].frames[2], b"HEARTBEAT");
-    h.send(0, ShardMsg::SchedulerHeartbeat { id: peer("ghost"), msgid: MsgId(b"hb-2".to_vec()) });
+    assert_eq!((out[0].frames()[2].as_slice(), out[0].frames()[4].as_slice()), (&b"ACK"[..], &b"hb-1"[..]));
+    assert_eq!(out[1].frames()[2], b"HEARTBEAT");
+    h.send(0, ShardMsg::SchedulerHeartbeat { id: peer("ghost"), msgid: MsgId::from(&b"hb-2"[..]) });
     assert!(h.take_to("ghost").is_empty(), "a known scheduler's heartbeat is only noted");
     assert_eq!(counter(&h, |c| &c.readmitted_schedulers), 1);
     for i in 1..crate::limits::MAX_SCHEDULERS {
-        h.send(0, ShardMsg::SchedulerHeartbeat { id: peer(&format!("s{i}")), msgid: MsgId(b"hb".to_vec()) });
+        h.send(0, ShardMsg::SchedulerHeartbeat { id: peer(&format!("s{i}")), msgid: MsgId::from(&b"hb"[..]) });
     }
     h.emqp.clear();
     inform_refused(&mut h);
 }
 
 fn inform_refused(h: &mut Harness) {
-    let msg = ShardMsg::SchedulerInform { id: peer("late"), msgid: MsgId(b"i".to_vec()), name: None };
+    let msg = ShardMsg::SchedulerInform { id: peer("late"), msgid: MsgId::from(&b"i"[..]), name: None };
     h.send(0, msg);
     let out = h.take_to("late");
-    assert_eq!((out.len(), out[0].frames[5].as_slice()), (1, &b"BUSY"[..]));
+    assert_eq!((out.len(), out[0].frames()[5].as_slice()), (1, &b"BUSY"[..]));
     assert_eq!(counter(h, |c| &c.rejected_inform), 1);
 }
 

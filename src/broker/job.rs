@@ -1,0 +1,270 @@
+//! A job as the broker holds it: [`JobFrames`], the job's frames in one
+//! shared allocation, and [`Job`], the small record a queue holds.
+//!
+//! Layout of the allocation (one `Arc<[u8]>`):
+//!
+//! ```text
+//! [total u32][msgid len u8][queue len u8][headers len u16][body len u32]
+//! msgid | queue | headers | body | (extra frame: len u32, bytes)*
+//! ```
+//!
+//! All integers little-endian. The frames are copied once, from the
+//! received ZeroMQ messages into this buffer; from then on they are shared,
+//! never copied: the in-flight record and the frames on their way to a
+//! worker hold the same allocation (see `src/zmq_io/frames.rs`). A 64-byte
+//! job with a 36-byte msgid costs one 144-byte allocation and a 40-byte
+//! [`Job`] (README "Performance" has the measured bytes per queued job).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::ids::{JobId, QueueName};
+use crate::limits;
+
+const HEADER: usize = 12;
+
+/// Why frames cannot become a job (each a limit of [`crate::limits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum JobFramesError {
+    /// The msgid is longer than [`limits::MAX_MSGID_BYTES`].
+    #[error("the msgid has {0} bytes; at most {max} are accepted", max = limits::MAX_MSGID_BYTES)]
+    MsgIdTooLong(usize),
+    /// The queue name is longer than [`limits::MAX_QUEUE_NAME_BYTES`].
+    #[error("the queue name has {0} bytes; at most {max} are accepted", max = limits::MAX_QUEUE_NAME_BYTES)]
+    QueueTooLong(usize),
+    /// The headers are longer than [`limits::MAX_HEADERS_BYTES`].
+    #[error("the headers have {0} bytes; at most {max} are accepted", max = limits::MAX_HEADERS_BYTES)]
+    HeadersTooLong(usize),
+    /// The frames together pass 4 GiB.
+    #[error("the job has {0} bytes; at most 4 GiB are accepted")]
+    TooBig(usize),
+}
+
+/// A job's frames in one shared buffer (see the module docs). Cloning is a
+/// reference count increment.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JobFrames(Arc<[u8]>);
+
+impl JobFrames {
+    /// Copies the frames of a REQUEST into one buffer.
+    ///
+    /// # Errors
+    /// [`JobFramesError`] naming the frame past its limit.
+    pub fn new<F: AsRef<[u8]>>(
+        msgid: &[u8],
+        queue: &[u8],
+        headers: &[u8],
+        body: &[u8],
+        extra: &[F],
+    ) -> Result<JobFrames, JobFramesError> {
+        if msgid.len() > limits::MAX_MSGID_BYTES {
+            return Err(JobFramesError::MsgIdTooLong(msgid.len()));
+        }
+        if queue.len() > limits::MAX_QUEUE_NAME_BYTES {
+            return Err(JobFramesError::QueueTooLong(queue.len()));
+        }
+        if headers.len() > limits::MAX_HEADERS_BYTES {
+            return Err(JobFramesError::HeadersTooLong(headers.len()));
+        }
+        let extra_len: usize = extra.iter().map(|f| 4 + f.as_ref().len()).sum();
+        let total = HEADER + msgid.len() + queue.len() + headers.len() + body.len() + extra_len;
+        let total32 = u32::try_from(total).map_err(|_| JobFramesError::TooBig(total))?;
+        let mut buf = Vec::with_capacity(total);
+        buf.extend_from_slice(&total32.to_le_bytes());
+        buf.push(msgid.len() as u8);
+        buf.push(queue.len() as u8);
+        buf.extend_from_slice(&(headers.len() as u16).to_le_bytes());
+        buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        for part in [msgid, queue, headers, body] {
+            buf.extend_from_slice(part);
+        }
+        for f in extra {
+            let f = f.as_ref();
+            buf.extend_from_slice(&(f.len() as u32).to_le_bytes());
+            buf.extend_from_slice(f);
+        }
+        Ok(JobFrames(Arc::from(buf)))
+    }
+
+    fn lens(&self) -> (usize, usize, usize, usize) {
+        let b = &self.0;
+        let body = u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize;
+        (b[4] as usize, b[5] as usize, u16::from_le_bytes([b[6], b[7]]) as usize, body)
+    }
+
+    /// REQUEST D3, the client's msgid.
+    pub fn msgid(&self) -> &[u8] {
+        let (m, ..) = self.lens();
+        &self.0[HEADER..HEADER + m]
+    }
+
+    /// REQUEST D4, the queue as the client named it.
+    pub fn queue(&self) -> &[u8] {
+        let (m, q, ..) = self.lens();
+        &self.0[HEADER + m..HEADER + m + q]
+    }
+
+    /// REQUEST D5, the headers CSV as the client sent it.
+    pub fn headers(&self) -> &[u8] {
+        let (m, q, h, _) = self.lens();
+        &self.0[HEADER + m + q..HEADER + m + q + h]
+    }
+
+    /// Where the body lies in [`JobFrames::bytes`].
+    pub fn body_range(&self) -> std::ops::Range<usize> {
+        let (m, q, h, b) = self.lens();
+        let start = HEADER + m + q + h;
+        start..start + b
+    }
+
+    /// REQUEST D6, the body.
+    pub fn body(&self) -> &[u8] {
+        &self.0[self.body_range()]
+    }
+
+    /// REQUEST D7 and later, forwarded unchanged.
+    pub fn extra(&self) -> impl Iterator<Item = &[u8]> {
+        let mut at = self.body_range().end;
+        std::iter::from_fn(move || {
+            let len = self.0.get(at..at + 4)?;
+            let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            let frame = self.0.get(at + 4..at + 4 + len)?;
+            at += 4 + len;
+            Some(frame)
+        })
+    }
+
+    /// The whole buffer (its length is its first four bytes, little-endian).
+    pub fn bytes(&self) -> &Arc<[u8]> {
+        &self.0
+    }
+
+    /// Bytes held by the buffer (what a queue's byte limit counts).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Never true: a buffer holds at least its header.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl std::fmt::Debug for JobFrames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobFrames")
+            .field("msgid", &crate::ids::show(self.msgid()))
+            .field("queue", &crate::ids::show(self.queue()))
+            .field("body_bytes", &self.body().len())
+            .finish()
+    }
+}
+
+/// Where a job came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// An eMQP REQUEST.
+    Emqp,
+    /// A text-protocol SCHED.
+    Text,
+}
+
+/// One accepted job: 40 bytes and its [`JobFrames`].
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// The broker's id: unique, unlike the msgid.
+    pub id: JobId,
+    /// The frames.
+    pub frames: JobFrames,
+    /// When the broker took responsibility for it, in nanoseconds since the
+    /// router started (see [`Job::accepted_at`]).
+    accepted_ns: u64,
+    /// How many times it went back to its queue because the worker or the
+    /// text connection holding it went away (see [`limits::MAX_DELIVERIES`]).
+    pub redeliveries: u16,
+    /// Who sent it.
+    pub origin: Origin,
+    /// It runs on `default` because its own queue was unknown.
+    pub fallback: bool,
+    /// See [`Job::back_from`]: the low 32 bits of a worker registration
+    /// (never 0), or 0 for none, to keep the record at 40 bytes.
+    back_from: u32,
+}
+
+impl Job {
+    /// A job accepted as `id` at `now` by a router started at `epoch`.
+    pub fn new(id: JobId, frames: JobFrames, origin: Origin, fallback: bool, epoch: Instant, now: Instant) -> Job {
+        let accepted_ns = now.saturating_duration_since(epoch).as_nanos().min(u64::MAX as u128) as u64;
+        Job { id, frames, accepted_ns, redeliveries: 0, origin, fallback, back_from: 0 }
+    }
+
+    /// While the job waits at the front of its queue again because worker
+    /// registration `key` was removed holding it (or while it was on its
+    /// way to it): `Some(key)`, so the jobs that registration sends back keep
+    /// their order (see `QueueTable::push_front`); `None` for every other
+    /// waiting job. The key is kept to 32 bits: two registrations 2³²
+    /// apart would only share the ordering rule, never lose a job.
+    pub fn back_from(&self) -> Option<u32> {
+        (self.back_from != 0).then_some(self.back_from)
+    }
+
+    /// Sets or clears [`Job::back_from`].
+    pub fn set_back_from(&mut self, key: Option<crate::ids::WorkerKey>) {
+        self.back_from = key.map_or(0, |k| (k.0 as u32).max(1));
+    }
+
+    /// When the job was accepted, for a router started at `epoch`.
+    pub fn accepted_at(&self, epoch: Instant) -> Instant {
+        epoch + std::time::Duration::from_nanos(self.accepted_ns)
+    }
+
+    /// The queue it waits in: its own, or `default` after the fallback.
+    pub fn queue(&self) -> QueueName {
+        if self.fallback {
+            QueueName::named(limits::DEFAULT_QUEUE)
+        } else {
+            QueueName::from(self.frames.queue())
+        }
+    }
+
+    /// The queue's name as bytes (no copy).
+    pub fn queue_bytes(&self) -> &[u8] {
+        if self.fallback {
+            limits::DEFAULT_QUEUE.as_bytes()
+        } else {
+            self.frames.queue()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip() {
+        let f =
+            JobFrames::new(b"m-1", b"email", b"guarantee", &[7u8; 64], &[b"x1".as_slice(), b"".as_slice()]).unwrap();
+        assert_eq!(f.msgid(), b"m-1");
+        assert_eq!(f.queue(), b"email");
+        assert_eq!(f.headers(), b"guarantee");
+        assert_eq!(f.body(), &[7u8; 64][..]);
+        assert_eq!(f.extra().collect::<Vec<_>>(), [b"x1".as_slice(), b"".as_slice()]);
+        assert_eq!(f.len(), u32::from_le_bytes(f.bytes()[..4].try_into().unwrap()) as usize);
+        let none: &[&[u8]] = &[];
+        assert_eq!(JobFrames::new(b"", b"q", b"", b"", none).unwrap().extra().count(), 0);
+    }
+
+    #[test]
+    fn limits_refuse_with_the_frame_named() {
+        let none: &[&[u8]] = &[];
+        let long = vec![b'q'; 256];
+        assert_eq!(JobFrames::new(b"m", &long, b"", b"", none), Err(JobFramesError::QueueTooLong(256)));
+        assert_eq!(JobFrames::new(&long, b"q", b"", b"", none), Err(JobFramesError::MsgIdTooLong(256)));
+    }
+
+    #[test]
+    fn a_job_is_small() {
+        assert!(std::mem::size_of::<Job>() <= 40, "{}", std::mem::size_of::<Job>());
+    }
+}

@@ -1,0 +1,258 @@
+//! REQUEST, admission, selection, READY credit and the unknown-queue
+//! fallback (flow.rs), each on 1 and 3 shards.
+
+use super::harness::Harness;
+use super::observe::shape;
+use crate::broker::msg::{Dest, OnFail};
+use crate::protocol::text::ErrorCode;
+
+/// The shard counts most tests run on.
+const SHARDS: [usize; 2] = [1, 3];
+
+/// One worker `w1` serving `q` with `slots` READYs, on `shards` shards.
+fn one_worker(shards: usize, slots: usize) -> Harness {
+    let mut h = Harness::new(shards);
+    h.inform("w1", &[(10, "q")]);
+    h.ready("w1", slots);
+    h.take_commands("w1");
+    h
+}
+
+#[test]
+fn acceptance_reply_frames_are_exact() {
+    for shards in SHARDS {
+        let mut h = one_worker(shards, 0);
+        h.request("c1", "m1", "q", "job");
+        let out = h.take_to("c1");
+        assert_eq!(out.len(), 1, "{shards} shards");
+        assert_eq!(shape(&out[0]), ["", "eMQP/1.0", "REPLY", "*", "m1"]);
+        assert_eq!((out[0].dest, &out[0].on_fail), (Dest::Frontend, &OnFail::Count));
+        assert_ne!(out[0].frames()[3], b"m1", "the REPLY has a msgid of its own");
+    }
+}
+
+#[test]
+fn dispatched_request_keeps_frames_and_adds_reply_requested() {
+    let cases: [(&[u8], &str); 3] = [
+        (b"guarantee,timeout:30", "reply-requested,guarantee,timeout:30"),
+        (b"", "reply-requested"),
+        (b"guarantee,reply-requested", "guarantee,reply-requested"),
+    ];
+    for shards in SHARDS {
+        for (sent, forwarded) in cases {
+            let mut h = one_worker(shards, 1);
+            h.request_with("c1", "m1", "q", "job", sent, &[b"x1", b""]);
+            let out = h.take_to("w1");
+            assert_eq!(out.len(), 1);
+            assert_eq!(shape(&out[0]), ["", "eMQP/1.0", "REQUEST", "*", "q", forwarded, "job", "x1", ""]);
+            assert_eq!(out[0].frames()[3], b"m1", "D3 is the client's msgid");
+            let key = h.key_of("w1").expect("registered");
+            let home = h.shard_of("w1");
+            assert_eq!((out[0].dest, &out[0].on_fail), (Dest::Backend, &OnFail::Job { home, key }));
+        }
+    }
+}
+
+/// Checks that `client` got exactly one ERROR for `msgid` with `code` and `text`.
+fn assert_error(h: &mut Harness, client: &str, msgid: &str, code: &str, text: &str) {
+    let out = h.take_to(client);
+    assert_eq!(out.len(), 1, "one answer to {client}");
+    assert_eq!(shape(&out[0]), ["", "eMQP/1.0", "ERROR", "*", msgid, code, text]);
+    assert_eq!(out[0].dest, Dest::Frontend);
+}
+
+#[test]
+fn full_queue_refuses_with_queue_full() {
+    for shards in SHARDS {
+        let mut h = Harness::with_config(shards, |c| c.max_queue_len = 2);
+        h.inform("w1", &[(10, "q")]);
+        h.request("c1", "m1", "q", "a");
+        h.request("c1", "m2", "q", "b");
+        assert_eq!(h.take_commands("c1"), ["REPLY", "REPLY"]);
+        h.request("c1", "m3", "q", "c");
+        assert_error(&mut h, "c1", "m3", "QUEUE_FULL", "queue q holds 2 jobs, its limit");
+        assert_eq!(h.waiting("q"), ["a", "b"]);
+        assert_eq!(h.counter(|c| &c.rejected_queue_full), 1);
+        assert_eq!(h.counter(|c| &c.accepted_jobs), 2);
+    }
+}
+
+#[test]
+fn draining_refuses_with_shutting_down() {
+    for shards in SHARDS {
+        let mut h = one_worker(shards, 1);
+        h.set_draining(true);
+        h.request("c1", "m1", "q", "a");
+        assert_error(&mut h, "c1", "m1", "SHUTTING_DOWN", ErrorCode::ShuttingDown.default_text());
+        assert!(h.take_requests("w1").is_empty());
+        assert_eq!(h.counter(|c| &c.rejected_shutting_down), 1);
+        assert_eq!(h.counter(|c| &c.accepted_jobs), 0);
+    }
+}
+
+#[test]
+fn jobs_taken_back_may_exceed_the_queue_limit() {
+    for shards in SHARDS {
+        let mut h = Harness::with_config(shards, |c| c.max_queue_len = 1);
+        h.inform("w1", &[(10, "q")]);
+        h.ready("w1", 1);
+        h.request("c1", "m1", "q", "a");
+        h.request("c1", "m2", "q", "b");
+        h.send_failed("w1", "m1", true);
+        assert_eq!(h.waiting("q"), ["a", "b"], "the requeued job is stored above the limit");
+    }
+}
+
+/// Workers `(id, weight, READYs)` on queue `q`, then `jobs` REQUESTs; the
+/// workers the jobs went to, in order.
+fn picks(shards: usize, workers: &[(&str, i64, usize)], jobs: usize) -> Vec<String> {
+    let mut h = Harness::new(shards);
+    for (id, weight, _) in workers {
+        h.inform(id, &[(*weight, "q")]);
+    }
+    for (id, _, slots) in workers {
+        h.ready(id, *slots);
+    }
+    let mut order = Vec::new();
+    for n in 0..jobs {
+        h.request("c1", &format!("m{n}"), "q", &format!("j{n}"));
+        let got: Vec<&str> = workers.iter().map(|(id, ..)| *id).filter(|id| !h.take_requests(id).is_empty()).collect();
+        order.push(got.join("+"));
+    }
+    order
+}
+
+#[test]
+fn selection_takes_the_highest_tier_with_a_free_slot() {
+    for shards in SHARDS {
+        let workers = [("w1", 10, 2), ("w2", 10, 2), ("w3", 5, 2), ("w4", 0, 1)];
+        let order = picks(shards, &workers, 8);
+        assert_eq!(order, ["w1", "w2", "w1", "w2", "w3", "w3", "w4", ""], "{shards} shards");
+    }
+}
+
+#[test]
+fn selection_rotates_within_a_tier_and_skips_workers_without_slots() {
+    for shards in SHARDS {
+        let workers = [("w1", 5, 3), ("w2", 5, 0), ("w3", 5, 3)];
+        assert_eq!(picks(shards, &workers, 5), ["w1", "w3", "w1", "w3", "w1"]);
+    }
+}
+
+#[test]
+fn ready_gives_credit_and_dispatch_takes_it() {
+    for shards in SHARDS {
+        let mut h = one_worker(shards, 3);
+        assert_eq!(h.slots("w1"), 3);
+        h.request("c1", "m1", "q", "a");
+        assert_eq!(h.slots("w1"), 2);
+        h.kbye("w1");
+        h.ready("w1", 2);
+        assert_eq!(h.slots("w1"), 2, "READY after KBYE gives no credit");
+        h.ready("nobody", 1);
+        assert_eq!(h.counter(|c| &c.unknown_worker_messages), 1);
+    }
+}
+
+#[test]
+fn ready_dispatches_waiting_jobs_oldest_first() {
+    for shards in SHARDS {
+        let mut h = one_worker(shards, 0);
+        for n in 0..3 {
+            h.request("c1", &format!("m{n}"), "q", &format!("j{n}"));
+        }
+        h.ready("w1", 2);
+        let sent = h.take_bodies("w1");
+        assert_eq!(sent, ["j0", "j1"]);
+        assert_eq!((h.waiting("q"), h.slots("w1")), (vec!["j2".to_string()], 0));
+    }
+}
+
+/// For every placement of queues `a` and `b` on the shards (and `w`'s home
+/// among them, in order or interleaved), a worker serving `[(10, a), (5, b)]` with jobs waiting in
+/// both takes `a`'s first on READY (EventMQ walks the INFORM order).
+#[test]
+fn ready_prefers_the_first_queue_in_inform_order() {
+    for shards in SHARDS {
+        let placements = (0..shards).flat_map(|x| (0..shards).map(move |y| (x, y)));
+        for ((sa, sb), seed) in placements.flat_map(|p| [(p, None), (p, Some(7))]) {
+            let mut h = Harness::new(shards);
+            h.seed = seed;
+            let (a, b) = (h.name_on(sa, "a"), h.name_on(sb, "b"));
+            h.inform("w", &[(10, &a), (5, &b)]);
+            h.request("c1", "mb", &b, "job-b");
+            h.request("c1", "ma", &a, "job-a");
+            h.ready("w", 1);
+            let sent = h.take_bodies("w");
+            assert_eq!(sent, ["job-a"], "{shards} shards, a on {sa}, b on {sb}, w on {}, {seed:?}", h.shard_of("w"));
+            h.ready("w", 1);
+            assert_eq!(h.take_bodies("w"), ["job-b"]);
+        }
+    }
+}
+
+#[test]
+fn ready_wakes_only_the_workers_own_queues() {
+    for shards in SHARDS {
+        let mut h = Harness::new(shards);
+        h.inform("w1", &[(10, "a")]);
+        h.inform("w2", &[(10, "b")]);
+        h.request("c1", "m1", "b", "job-b");
+        h.ready("w1", 1);
+        assert!(h.take_requests("w1").is_empty(), "w1 does not serve b");
+        assert_eq!((h.waiting("b"), h.slots("w1")), (vec!["job-b".to_string()], 1));
+        h.ready("w2", 1);
+        assert_eq!(h.take_bodies("w2"), ["job-b"]);
+    }
+}
+
+#[test]
+fn unknown_queue_falls_back_to_default_keeping_d4() {
+    for shards in SHARDS {
+        let mut h = Harness::new(shards);
+        h.inform("w1", &[(10, "default")]);
+        h.ready("w1", 1);
+        h.request("c1", "m1", "nosuch", "job");
+        assert_eq!(h.take_commands("c1"), ["REPLY"]);
+        let sent = h.take_requests("w1");
+        assert_eq!(sent.len(), 1, "{shards} shards");
+        let crate::protocol::emqp::Command::Request { queue, .. } = &sent[0].command else { unreachable!() };
+        assert_eq!(queue, b"nosuch", "D4 keeps the queue the client named");
+        let snaps: Vec<_> = (0..shards).flat_map(|i| h.snapshot(i).queues).collect();
+        assert!(snaps.iter().all(|q| q.name != "nosuch"), "no queue is made for it");
+    }
+}
+
+#[test]
+fn declared_queue_keeps_its_jobs_after_its_workers_left() {
+    for shards in SHARDS {
+        let mut h = Harness::new(shards);
+        h.inform("w1", &[(10, "reports")]);
+        h.inform("w2", &[(10, "default")]);
+        h.kbye("w1");
+        h.advance(crate::limits::HEARTBEAT_TIMEOUT);
+        assert_eq!(h.key_of("w1"), None, "w1 is forgotten");
+        h.ready("w2", 1);
+        h.request("c1", "m1", "reports", "r1");
+        assert_eq!(h.waiting("reports"), ["r1"], "waits for a reports worker");
+        assert!(h.take_requests("w2").is_empty());
+    }
+}
+
+#[test]
+fn queue_holding_jobs_stays_and_falls_back_once_empty() {
+    for shards in SHARDS {
+        let mut h = Harness::new(shards);
+        assert_eq!(h.text_sched(1, "t", "t1"), super::harness::done());
+        h.request("c1", "m1", "t", "r1");
+        assert_eq!(h.waiting("t"), ["t1", "r1"], "a queue holding jobs is known");
+        for _ in 0..2 {
+            let id = super::harness::offer_id(&h.text_ask(1, "t")).expect("an offer");
+            h.text_answer(1, id, crate::broker::msg::TextAnswer::Ack);
+        }
+        // The ASKs keep `t` known for the ASK grace; after it, `t` is unknown.
+        h.advance(h.ctx.config.text.ask_grace);
+        h.request("c1", "m2", "t", "r2");
+        assert_eq!((h.waiting("t"), h.waiting("default")), (vec![], vec!["r2".to_string()]));
+    }
+}
