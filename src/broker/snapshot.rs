@@ -68,6 +68,8 @@ pub struct ShardSnapshot {
     pub workers: Vec<WorkerSnap>,
     /// Schedulers (shard 0).
     pub schedulers: Vec<SchedulerSnap>,
+    /// Long-poll ASKs (`ASK <queue> <ms>`) waiting on the shard now.
+    pub asks_waiting: usize,
 }
 
 impl ShardSnapshot {

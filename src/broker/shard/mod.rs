@@ -231,6 +231,7 @@ impl Shard {
             queues: self.queues.snaps(|q| self.offers.held(q)),
             workers: self.workers.snaps(now, self.ctx.started),
             schedulers: self.schedulers.snaps(self.ctx.started),
+            asks_waiting: self.waits.len(),
         }
     }
 
