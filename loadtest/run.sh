@@ -90,8 +90,8 @@ try_router() {
   case $1 in
     emq)
       # shellcheck disable=SC2086
-      "$ROUTER" --log warn --frontend-addr "$FE" --backend-addr "$BE" --admin-addr "tcp://127.0.0.1:$p3" \
-        --text-addr "$TEXT" $ROUTER_ARGS >>"${ROUTER_LOG:-$OUT/router-emq.log}" 2>&1 &
+      "$ROUTER" --log warn --frontend "$FE" --backend "$BE" --admin "tcp://127.0.0.1:$p3" \
+        --text "$TEXT" $ROUTER_ARGS >>"${ROUTER_LOG:-$OUT/router-emq.log}" 2>&1 &
       ;;
     forwarder)
       "$BENCH" forwarder --frontend-addr "$FE" --backend-addr "$BE" >/dev/null 2>&1 &

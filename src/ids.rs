@@ -119,10 +119,10 @@ impl JobId {
     }
 }
 
-/// Shown as `<shard>.<seq>` (log field `job`), e.g. `0.17`.
+/// `<shard>-<seq>`, as logs show it (`job=0-17`).
 impl fmt::Display for JobId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.shard(), self.seq())
+        write!(f, "{}-{}", self.shard(), self.seq())
     }
 }
 
@@ -196,6 +196,6 @@ mod tests {
         assert_ne!(JobId::new(0, 1), JobId::new(1, 1));
         assert_eq!(JobId::new(3, 5).0 & 0xffff, 3);
         assert_eq!((JobId::new(3, 5).shard(), JobId::new(3, 5).seq()), (3, 5));
-        assert_eq!(JobId::new(3, 5).to_string(), "3.5");
+        assert_eq!(JobId::new(3, 5).to_string(), "3-5");
     }
 }

@@ -24,6 +24,11 @@
 //!                  many non-blocking connections each, commands batched per shard)
 //! ```
 //!
+//! What users read: `docs/emqp.md` (eMQP as emq speaks it and how it
+//! differs from EventMQ), `docs/text-protocol.md`, `docs/configuration.md`
+//! (every setting and limit of every program). Comments in the code point
+//! there by section name, e.g. docs/emqp.md "Unknown queues".
+//!
 //! Modules, lowest layer first:
 //! * [`ids`] and [`limits`]: identifier newtypes and every limit, shared by all layers.
 //! * [`protocol`]: pure codecs (eMQP frames, headers, queue lists, text lines, Python JSON).
@@ -38,7 +43,8 @@
 //!   latency reporter.
 //! * [`client`]: Rust client libraries (eMQP client, admin client, worker, text client).
 //! * [`scheduler`]: emq-scheduler (SCHEDULE/UNSCHEDULE, timers, persistence).
-//! * [`config`]: settings, declared once and validated once.
+//! * [`config`]: settings, declared once and validated once; [`logging`]
+//!   and [`program`]: what every binary does at its start and end.
 //! * [`zmq_error`]: [`zmq_error::ZmqError`], the error of a failed zmq call, for every layer.
 
 #![warn(missing_docs)]
@@ -51,6 +57,7 @@ pub mod ids;
 pub mod limits;
 pub mod logging;
 pub mod metrics;
+pub mod program;
 pub mod protocol;
 pub mod pubsub;
 pub mod router;

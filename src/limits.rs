@@ -4,18 +4,26 @@
 
 use std::time::Duration;
 
-/// eMQP frontend (clients, schedulers): EventMQ's `FRONTEND_ADDR` (spec §1).
+/// eMQP frontend (clients, schedulers): EventMQ's `FRONTEND_ADDR` (docs/emqp.md "Sockets").
 pub const FRONTEND_ADDR: &str = "tcp://127.0.0.1:47291";
-/// eMQP backend (workers): EventMQ's `BACKEND_ADDR` (spec §1).
+/// eMQP backend (workers): EventMQ's `BACKEND_ADDR` (docs/emqp.md "Sockets").
 pub const BACKEND_ADDR: &str = "tcp://127.0.0.1:47290";
-/// Admin socket (emq-cli): EventMQ's `ADMINISTRATIVE_ADDR` (spec §1).
+/// Admin socket (emq-cli): EventMQ's `ADMINISTRATIVE_ADDR` (docs/emqp.md "Sockets").
 pub const ADMIN_ADDR: &str = "tcp://127.0.0.1:47293";
-/// Text protocol listener (spec text-protocol.md).
+/// Text protocol listener (docs/text-protocol.md).
 pub const TEXT_ADDR: &str = "127.0.0.1:47294";
 /// Pub/sub device, incoming ROUTER: EventMQ's `PUBLISHER_INCOMING_ADDR`.
 pub const PUBSUB_IN_ADDR: &str = "tcp://127.0.0.1:47298";
 /// Pub/sub device, outgoing PUB: EventMQ's `PUBLISHER_OUTGOING_ADDR`.
 pub const PUBSUB_OUT_ADDR: &str = "tcp://127.0.0.1:47299";
+
+/// Log filter of the long-running programs (router, scheduler, worker,
+/// pub/sub device): start, stop, peers coming and going, problems; nothing
+/// per job (`emq=debug` adds each job's steps).
+pub const LOG: &str = "info";
+/// Log filter of the one-shot tools (`emq-cli`, `emq-bench`): their output
+/// is their answer, so only warnings and errors are logged.
+pub const TOOL_LOG: &str = "warn";
 
 /// Heartbeat send period to every worker and scheduler. EventMQ's
 /// `HEARTBEAT_INTERVAL` (3 s); Python peers reconnect after ~15 s of silence.
@@ -23,13 +31,13 @@ pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
 /// A worker or scheduler silent this long is dead. EventMQ's
 /// `HEARTBEAT_TIMEOUT` (5 s); Python peers heartbeat every 3 s.
 pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Python EventMQ peers send a HEARTBEAT this often (spec §3.5), whatever
+/// Python EventMQ peers send a HEARTBEAT this often (docs/emqp.md "HEARTBEAT"), whatever
 /// the router's settings: a shorter `heartbeat_timeout` expires them.
 pub const PYTHON_PEER_HEARTBEAT: Duration = Duration::from_secs(3);
 /// How late a Python peer's heartbeat may arrive (its loop and the network):
 /// `heartbeat_timeout` should be at least [`PYTHON_PEER_HEARTBEAT`] plus this.
 pub const PYTHON_PEER_HEARTBEAT_SLACK: Duration = Duration::from_millis(500);
-/// Python EventMQ peers reconnect after this much router silence (spec §6.6),
+/// Python EventMQ peers reconnect after this much router silence (docs/emqp.md "Liveness"),
 /// so the router must heartbeat them at least three times as often.
 pub const PYTHON_PEER_SILENCE: Duration = Duration::from_secs(15);
 /// How long a worker that said KBYE keeps its in-flight jobs before they
@@ -90,7 +98,7 @@ pub const MAX_ROUTED_SCHEDULE_KEYS: usize = 100_000;
 /// Longest scheduler name (INFORM D6, emq extension) the router accepts.
 pub const MAX_SCHEDULER_NAME_BYTES: usize = 128;
 /// Waiting jobs per queue before REQUEST/SCHED is rejected. EventMQ uses
-/// 10,000 (`HWM`) and a RAM-sized limit for `default` (D9); we use one
+/// 10,000 (`HWM`) and a RAM-sized limit for `default`; we use one
 /// explicit bound large enough for bursts (100,000-line pipelines).
 pub const MAX_QUEUE_LEN: usize = 1_000_000;
 /// How long shutdown waits for queued and in-flight jobs to finish before it
@@ -114,16 +122,16 @@ pub const BATCH: usize = 512;
 pub const SHARD_ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Longest text-protocol line, not counting LF or a CR before it
-/// (text-protocol.md: 1 MiB).
+/// (docs/text-protocol.md: 1 MiB).
 pub const TEXT_MAX_LINE_BYTES: usize = 1 << 20;
 /// An offer not answered within this time goes back to the front of its
-/// queue (text-protocol.md: 300 s).
+/// queue (docs/text-protocol.md: 300 s).
 pub const TEXT_OFFER_TIMEOUT: Duration = Duration::from_secs(300);
 /// A line must be complete this long after its first byte arrived, else the
-/// connection is closed (text-protocol.md "Limits on connections": slow
+/// connection is closed (docs/text-protocol.md "Limits on connections": slow
 /// senders must not pin memory). 60 s lets a 1 MiB line arrive at 17 KB/s.
 pub const TEXT_LINE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Most open text connections; past it `ERR BUSY` (text-protocol.md: 10,000).
+/// Most open text connections; past it `ERR BUSY` (docs/text-protocol.md: 10,000).
 pub const TEXT_MAX_CONNECTIONS: usize = 10_000;
 /// Descriptors kept free for everything but text connections: while fewer
 /// than this many remain below `RLIMIT_NOFILE`, a new text connection gets
@@ -202,6 +210,16 @@ pub const LATENCY_MAX_US: u64 = 3_600_000_000;
 /// after KBYE before it closes. EventMQ waits up to 300 s
 /// (`KILL_GRACE_PERIOD`); 30 s fits an orchestrator's stop grace period.
 pub const WORKER_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// `emq-worker`'s time limit for a job without a `timeout:N` header:
+/// EventMQ's `GLOBAL_TIMEOUT`.
+pub const WORKER_JOB_TIMEOUT: Duration = Duration::from_secs(300);
+/// Jobs an `emq-worker` runs at once unless told: EventMQ's `CONCURRENT_JOBS`.
+pub const WORKER_CONCURRENCY: usize = 4;
+/// `emq-worker` reconnects under a new identity after this much router
+/// silence: EventMQ's jobmanager allows 3 × `HEARTBEAT_TIMEOUT`.
+pub const WORKER_SILENCE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Period of `emq-worker`'s `jobs ok=… failed=…` log line.
+pub const WORKER_STATS_INTERVAL: Duration = Duration::from_secs(60);
 /// Most bytes of a child's stdout `emq-worker` keeps as the job result.
 pub const WORKER_MAX_RESULT_BYTES: usize = 16 << 20;
 /// emq-scheduler's own admin socket (`SCHEDULES` query). The next free port
@@ -215,10 +233,10 @@ pub const SCHEDULER_TIMEZONE: &str = "UTC";
 /// longer periods are better written as cron expressions.
 pub const SCHEDULER_MAX_INTERVAL_SECS: u64 = 10 * 366 * 24 * 3600;
 /// The scheduler re-registers under a new identity after this much router
-/// silence: EventMQ's peers use 3 × `HEARTBEAT_TIMEOUT` (~15 s, spec §6.6).
+/// silence: EventMQ's peers use 3 × `HEARTBEAT_TIMEOUT` (~15 s, docs/emqp.md "Liveness").
 pub const SCHEDULER_ROUTER_TIMEOUT: Duration = Duration::from_secs(15);
 /// While waiting for the ACK of its INFORM, the scheduler re-sends INFORM
-/// this often (EventMQ never re-sent it and hung: J18).
+/// this often (EventMQ never re-sent it and hung).
 pub const SCHEDULER_INFORM_RETRY: Duration = Duration::from_secs(5);
 /// Attempts to take the scheduler data directory's lock before giving up: a
 /// copy of a just-closed lock descriptor can live on in a child between its
@@ -270,6 +288,10 @@ pub const SCHEDULER_COMPACT_MIN_LINES: usize = 1_000;
 /// waits for a connection and an answer unless told otherwise: long enough
 /// for a loaded broker nearby, short enough for an interactive command.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long `emq-cli request` and `sched` wait for the STATUS that tells
+/// them whether the job's queue is served (their note about a misspelled
+/// queue): short, so an admin socket out of reach delays nothing much.
+pub const CLIENT_NOTE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Most early answers an eMQP `Client` keeps for later `wait` calls before it
 /// drops them all: bounds memory when a caller never waits.
 pub const CLIENT_MAX_STASHED_ANSWERS: usize = 65_536;

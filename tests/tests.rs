@@ -1,4 +1,5 @@
 mod bench;
+mod cli;
 mod client;
 mod common;
 mod emqp_router;
@@ -11,4 +12,5 @@ mod scheduler_e2e;
 mod text;
 mod text_broker;
 mod text_limits;
+mod walkthrough;
 mod worker_e2e;

@@ -1,4 +1,4 @@
-//! Text-protocol load (text-protocol.md) through the shared [`lines`]
+//! Text-protocol load (docs/text-protocol.md) through the shared [`lines`]
 //! driver: producers send `SCHED <body>@<queue>` lines, consumers loop
 //! `ASK <queue>` → `WANT? <body>` → `ACK`, backing off after `NOPE`.
 //! Producers count `ERR` lines. With `--ask-wait`, consumers long-poll
@@ -12,7 +12,7 @@ use super::body::Tally;
 use super::lines::{self, Dialect, Reply};
 use super::{BenchError, LoadSettings};
 
-/// The text protocol's words (text-protocol.md, "Commands" and "Replies").
+/// The text protocol's words (docs/text-protocol.md, "Commands" and "Answers and errors").
 #[derive(Debug, Clone, Copy)]
 pub struct Text;
 

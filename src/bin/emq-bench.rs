@@ -5,19 +5,26 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 use emq::bench::body::Tally;
 use emq::bench::emqp::Target;
 use emq::bench::report::{self, Record};
 use emq::bench::run::{with_progress, RunResult};
 use emq::bench::{baseline, beanstalk, emqp, idle, plot, text, BenchError, LoadSettings};
+use emq::config::{self, ConfigArgs, RawBenchConfig};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-#[derive(Parser)]
-#[command(version, about = "Load generator for eMQP and text-protocol brokers")]
+/// Load generator for eMQP and text-protocol brokers (emq, EventMQ,
+/// beanstalkd), with a zero-logic baseline, HdrHistogram output and plots.
+#[derive(clap::Parser)]
+#[command(version)]
 struct Cli {
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(flatten)]
+    raw: RawBenchConfig,
     #[command(subcommand)]
-    cmd: Cmd,
+    cmd: Option<Cmd>,
 }
 
 #[derive(clap::Args, serde::Serialize)]
@@ -224,7 +231,13 @@ fn settings_json(load: &impl serde::Serialize, extra: serde_json::Value) -> serd
 }
 
 fn main_inner() -> anyhow::Result<()> {
-    match Cli::parse().cmd {
+    let matches = Cli::command().mut_args(|a| a.global(true)).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if config::start(&cli.config, cli.raw)?.is_none() {
+        return Ok(());
+    }
+    let Some(cmd) = cli.cmd else { anyhow::bail!("give a mode, e.g. emq-bench emqp (see emq-bench --help)") };
+    match cmd {
         Cmd::Emqp { frontend, backend, target_name, compare_baseline, broker, load, output } => {
             let target = Target { frontend: frontend.clone(), backend: backend.clone() };
             let mut results = vec![emqp_run(&target_name, &target, &load, broker)?];
@@ -273,9 +286,5 @@ fn main_inner() -> anyhow::Result<()> {
 }
 
 fn main() {
-    emq::logging::init(&std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
-    if let Err(e) = main_inner() {
-        eprintln!("emq-bench: {e:#}");
-        std::process::exit(1);
-    }
+    emq::program::exit_on_error("emq-bench", main_inner());
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
+use super::counts::QueueCounter;
 use super::job::{Job, JobFrames};
 use super::snapshot::ShardSnapshot;
 use super::types::WorkerShared;
@@ -49,8 +50,10 @@ pub enum ShardMsg {
     WorkerReply {
         /// The worker's identity.
         id: PeerId,
-        /// The msgid of the REQUEST it answers (D5).
+        /// The msgid of the REQUEST it answers (frame 5).
         request_msgid: MsgId,
+        /// Whether the worker said the job failed.
+        failed: bool,
     },
     /// HEARTBEAT from a worker (home shard).
     WorkerHeartbeat {
@@ -146,6 +149,14 @@ pub enum ShardMsg {
         /// The jobs, oldest dispatch first.
         jobs: Vec<Job>,
     },
+    /// A job of `queue` ended on another shard (a worker's home): count it
+    /// (→ the queue's shard).
+    Count {
+        /// The queue.
+        queue: QueueName,
+        /// What to count.
+        counter: QueueCounter,
+    },
     /// Sending a job to a worker failed (I/O thread → home shard).
     SendFailed {
         /// The worker registration.
@@ -217,7 +228,7 @@ impl Schedule {
     }
 }
 
-/// A text client's answer to an offer (text-protocol.md "The offer").
+/// A text client's answer to an offer (docs/text-protocol.md "The offer").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TextAnswer {
     /// `ACK`: the task is done as far as the broker is concerned.

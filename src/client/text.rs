@@ -1,4 +1,4 @@
-//! A blocking Rust client for the text protocol (text-protocol.md).
+//! A blocking Rust client for the text protocol (docs/text-protocol.md).
 //!
 //! # How errors of write-only commands surface
 //!

@@ -1,4 +1,4 @@
-//! The text protocol's pure parts (text-protocol.md): the incremental line
+//! The text protocol's pure parts (docs/text-protocol.md): the incremental line
 //! decoder, command parsing, and the encoders and decoders for both
 //! directions. No sockets, no clocks.
 //!
@@ -18,8 +18,8 @@ pub use encode::{
 };
 pub use line::LineDecoder;
 
-/// The stable error tokens of `ERR <CODE> <text>` (text-protocol.md, "Error
-/// codes"). The first three come from the decoder; the others from the
+/// The stable error tokens of `ERR <CODE> <text>` (docs/text-protocol.md,
+/// "Answers and errors"). The first three come from the decoder; the others from the
 /// server and its queues.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorCode {

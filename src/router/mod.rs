@@ -1,7 +1,7 @@
 //! The router as a whole: builds the sockets, channels and threads, starts
 //! them, and stops them on request (DISCONNECT, a signal, [`RouterHandle`]).
 //!
-//! Threads (DESIGN "Threads and data flow"): one I/O thread
+//! Threads (README, "How it works"): one I/O thread
 //! ([`crate::zmq_io`]) owning the ROUTER sockets; N dispatcher shards
 //! ([`crate::broker::shard`]); the text front end ([`crate::text`]); the
 //! admin thread ([`admin`]); the latency reporter ([`reporter`]); and the
@@ -262,7 +262,7 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<(
 }
 
 /// Cores to pin to, when there are strictly more cores than pinned threads
-/// (one spare for everything else); `None` on small machines (DESIGN).
+/// (one spare for everything else); `None` on small machines.
 fn pin_plan(config: &RouterConfig) -> Option<Vec<core_affinity::CoreId>> {
     let cores = core_affinity::get_core_ids()?;
     let needed = config.shards + 1;

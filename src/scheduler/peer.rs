@@ -1,18 +1,18 @@
-//! The scheduler's eMQP peer: a DEALER to the router frontend (spec §7.1),
+//! The scheduler's eMQP peer: a DEALER to the router frontend (docs/emqp.md "The scheduler"),
 //! plus the scheduler's own admin ROUTER. The only module that touches zmq.
 //!
 //! Lifecycle:
 //! 1. connect a DEALER under a fresh uuid4 identity and send INFORM
-//!    (D4 `""`, D5 `scheduler`, spec §3.1); re-send it every
-//!    [`PeerConfig::inform_retry`] until the ACK arrives (fixes J18);
+//!    (frame 4 `""`, frame 5 `scheduler`, docs/emqp.md "INFORM"); re-send it every
+//!    [`PeerConfig::inform_retry`] until the ACK arrives (EventMQ waited forever);
 //! 2. once ACKed: HEARTBEAT every [`PeerConfig::heartbeat_interval`]
-//!    regardless of traffic (spec §3.5), fire due schedules as REQUESTs
-//!    (spec §7.8);
+//!    regardless of traffic (docs/emqp.md "HEARTBEAT"), fire due schedules as REQUESTs
+//!    (docs/emqp.md "The scheduler");
 //! 3. after [`PeerConfig::router_timeout`] without a HEARTBEAT from the
 //!    router, reconnect under a new identity and re-INFORM; on the router's
 //!    KBYE or DISCONNECT ("I do not know you"), re-INFORM at once.
 //!    Schedules live in the [`Service`] and survive;
-//! 4. on SIGTERM/SIGINT send KBYE, sync the store and return (fixes S10).
+//! 4. on SIGTERM/SIGINT send KBYE, sync the store and return (EventMQ sent no KBYE).
 //!
 //! **Liveness is symmetric** (emq's rule): only the router's HEARTBEATs
 //! (and the ACK of an INFORM) count as the router being alive, as only the
@@ -29,9 +29,10 @@
 //!
 //! Every SCHEDULE/UNSCHEDULE is answered (emq extension; an emq router
 //! forwards the answer to the client that sent the message): `REPLY` with
-//! D4 the message's msgid and D5 the outcome as JSON, or, for a malformed
-//! one, `ERROR` (D4 the msgid, D5 a code such as `BAD_CRON`, D6 the
-//! reason). A malformed message never stops the scheduler (fixes S6).
+//! frame 4 the message's msgid and frame 5 the outcome as JSON, or, for a
+//! malformed one, `ERROR` (frame 4 the msgid, frame 5 a code such as
+//! `BAD_CRON`, frame 6 the reason). A malformed message never stops the
+//! scheduler (it killed EventMQ's).
 //! `DROP` (emq extension) makes it forget a schedule another scheduler now
 //! owns. Acceptance REPLYs and ERRORs from the router are logged at debug
 //! level.
@@ -357,7 +358,7 @@ fn drain_admin(admin: &zmq::Socket, service: &Service) {
             Ok(f) => f,
             Err(_) => break,
         };
-        // R-frames: identity, then D-frames ["", version, command, msgid].
+        // R-frames: identity, then frames ["", version, command, msgid].
         let (Some(identity), Some(word), Some(msgid)) = (frames.first(), frames.get(3), frames.get(4)) else {
             tracing::warn!(frames = %ShowFrames(&frames), "short admin request");
             continue;

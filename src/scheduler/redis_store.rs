@@ -1,4 +1,4 @@
-//! Redis persistence with EventMQ 0.3.13's key layout (spec §7.7, V21), so a
+//! Redis persistence with EventMQ 0.3.13's key layout (docs/emqp.md "The scheduler"), so a
 //! Python scheduler and emq-scheduler can read each other's schedules:
 //!
 //! * a LIST `interval_jobs` holding the keys of interval **and** cron jobs;
@@ -6,13 +6,13 @@
 //!   cron])` (Python formatting, body double-encoded);
 //! * after each run of a `run_count` job the headers are rewritten with
 //!   `run_count:<remaining>` (as Python does; the haste run's decrement is
-//!   persisted too, fixing S8).
+//!   persisted too; EventMQ did not).
 //!
-//! Differences from Python, all fixes: restore works (S1); the LIST gets no
-//! duplicate keys (S8); every command has a timeout (connect
+//! Differences from Python, all fixes: restore works; the LIST gets no
+//! duplicate keys; every command has a timeout (connect
 //! [`limits::SCHEDULER_REDIS_CONNECT_TIMEOUT`], read and write
 //! [`limits::SCHEDULER_REDIS_IO_TIMEOUT`]), so a paused Redis cannot block
-//! the scheduler (S14); a put and a delete are each one Lua script
+//! the scheduler (EventMQ's blocked); a put and a delete are each one Lua script
 //! (`EVAL`), which Redis runs atomically like a `MULTI`/`EXEC` transaction,
 //! so a crash between two commands cannot leave a record without its place
 //! in the list (or the other way round). A script has one reply, so a
@@ -146,7 +146,7 @@ impl RedisStore {
         let mut seen = HashSet::new();
         for key in keys {
             if !seen.insert(key.clone()) {
-                continue; // EventMQ's duplicates (S8)
+                continue; // EventMQ's duplicates
             }
             let claim = redis::cmd("EVAL")
                 .arg(CLAIM)
@@ -187,7 +187,7 @@ impl RedisStore {
 
 /// The STRING value EventMQ stores for a schedule: Python's `json.dumps` of
 /// the five frames, with the headers' `run_count:` token set to `runs_left`
-/// when the job has a run count (spec §13 V21).
+/// when the job has a run count (docs/emqp.md "The scheduler").
 ///
 /// ```
 /// use emq::scheduler::redis_store::encode_record;

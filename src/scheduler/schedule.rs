@@ -1,19 +1,20 @@
-//! One schedule: what a SCHEDULE message defines (spec §3.8, §7.2) and when
+//! One schedule: what a SCHEDULE message defines (docs/emqp.md "SCHEDULE and UNSCHEDULE") and when
 //! it fires next.
 //!
-//! Decisions (each fixes a defect of EventMQ 0.3.13, spec §12):
-//! * **Interval jobs** (D6 ≥ 1) run on the monotonic clock at a fixed rate
+//! Decisions (each fixes a defect of EventMQ 0.3.13, docs/emqp.md "Differences from EventMQ"):
+//! * **Interval jobs** (frame 6 ≥ 1) run on the monotonic clock at a fixed rate
 //!   ([`super::timetable`] has the clock rules).
-//! * **`interval 0` is rejected** (S7 made it a REQUEST storm). Any negative
+//! * **`interval 0` is rejected** (EventMQ fired it every millisecond). Any negative
 //!   interval means "cron job" as in Python; the cron frame must then hold a
 //!   valid 5-field expression. A positive interval with a cron expression is
 //!   refused (`BAD_SCHEDULE`): EventMQ silently ignored the cron.
-//! * **Cron jobs** (D6 < 0) are read as Vixie/ISC cron reads them
+//! * **Cron jobs** (frame 6 < 0) are read as Vixie/ISC cron reads them
 //!   ([`super::cron`]: day of month and day of week, DST) and evaluated in
 //!   the scheduler's time zone (UTC unless configured). Cron jobs keep their
-//!   queue (fixes S3) and honour `run_count` (fixes S5).
+//!   queue and honour `run_count` (EventMQ sent later runs to `default` and
+//!   crashed on a cron `run_count`).
 //! * **`run_count:N`** is the total number of REQUESTs, the haste run included
-//!   (spec §7.5); `run_count:0` means the job never runs, so the SCHEDULE
+//!   (docs/emqp.md "The scheduler"); `run_count:0` means the job never runs, so the SCHEDULE
 //!   only removes any existing job with its key.
 //! * **`nohaste`** suppresses the immediate run on SCHEDULE. It and
 //!   `run_count` are matched as whole CSV tokens (Python used substrings).
@@ -47,10 +48,10 @@ pub enum ScheduleError {
         /// What the frame holds.
         what: &'static str,
     },
-    /// D6 is not an integer, is 0, or is too large.
+    /// frame 6 is not an integer, is 0, or is too large.
     #[error("frame 6: bad interval {0:?} (seconds ≥ 1, or negative for a cron job)")]
     BadInterval(String),
-    /// D8 is missing, empty or not a valid 5-field cron expression.
+    /// frame 8 is missing, empty or not a valid 5-field cron expression.
     #[error("frame 8: bad cron expression {expr:?}: {why}")]
     BadCron {
         /// The expression.
@@ -69,7 +70,7 @@ pub enum ScheduleError {
     /// The `run_count:N` header is not a non-negative integer.
     #[error("frame 5: bad run_count in headers {0:?}")]
     BadRunCount(String),
-    /// D7 cannot be keyed.
+    /// frame 7 cannot be keyed.
     #[error("frame 7: {0}")]
     Body(#[from] KeyError),
     /// The scheduler holds [`limits::SCHEDULER_MAX_SCHEDULES`] schedules.
@@ -95,12 +96,12 @@ impl ScheduleError {
 /// A validated SCHEDULE: the five body frames as text plus what they mean.
 #[derive(Debug, Clone)]
 pub struct Definition {
-    /// The five frames D4..D8 as received: the record EventMQ persists
-    /// (spec §7.7: queue, headers, interval text, body JSON, cron).
+    /// Frames 4..8 as received: the record EventMQ persists
+    /// (docs/emqp.md "The scheduler": queue, headers, interval text, body JSON, cron).
     pub record: [String; 5],
-    /// The job key (spec §7.3).
+    /// The job key (docs/emqp.md "The scheduler").
     pub key: ScheduleKey,
-    /// The REQUEST body to emit (spec §7.8).
+    /// The REQUEST body to emit (docs/emqp.md "The scheduler").
     pub request_body: String,
     /// Interval or cron.
     pub kind: Kind,
@@ -111,7 +112,7 @@ pub struct Definition {
 }
 
 impl Definition {
-    /// Validates a SCHEDULE body (D4..D8).
+    /// Validates a SCHEDULE body (frames 4..8).
     ///
     /// # Errors
     /// [`ScheduleError`] naming the bad frame. A missing cron frame is
@@ -160,7 +161,7 @@ impl Definition {
         Ok(Definition { record, key, request_body, kind, run_count, nohaste })
     }
 
-    /// The queue jobs go to (D4; cron jobs keep it too, fixing S3).
+    /// The queue jobs go to (frame 4; cron jobs keep it too).
     pub fn queue(&self) -> &str {
         &self.record[0]
     }
@@ -177,7 +178,7 @@ impl Definition {
 /// key). The router runs them too, before it routes the message by the key
 /// this returns, so that a message no scheduler would take is refused with
 /// the same code and reason however old the scheduler is (an EventMQ
-/// scheduler dies on such a message, spec §12 S6).
+/// scheduler dies on such a message).
 ///
 /// # Errors
 /// [`ScheduleError`] naming the bad frame.

@@ -3,7 +3,7 @@
 //! ([`super::peer`]) feeds it messages and sends what it returns.
 //!
 //! **Store failures never stop scheduling** (emq's rule; EventMQ only
-//! logged Redis errors and lost the change, S14): the in-memory timetable
+//! logged Redis errors and lost the change): the in-memory timetable
 //! stays authoritative; a change the store cannot take is remembered (by
 //! key: the latest state of each schedule is what gets written) and the
 //! store is tried again every [`limits::SCHEDULER_STORE_RETRY`], not on
@@ -23,6 +23,7 @@ use super::key::{key_body, KeyError, ScheduleKey};
 use super::schedule::{Definition, ScheduleError};
 use super::store::{Store, StoreError, Stored};
 use super::timetable::{Change, Fire, Now, Outcome, Timetable};
+use crate::client::body::PythonCall;
 use crate::limits;
 use crate::protocol::emqp::ScheduleBody;
 
@@ -72,7 +73,7 @@ pub struct Service {
 
 impl Service {
     /// Restores every stored schedule (no haste runs; first fires computed
-    /// from `now`, spec §7.7). Records that no longer validate are logged
+    /// from `now`, docs/emqp.md "The scheduler"). Records that no longer validate are logged
     /// and skipped. A store that cannot be read is logged and tried again
     /// later (module docs).
     pub fn restore(tz: Tz, mut store: Box<dyn Store>, now: Now) -> Service {
@@ -117,7 +118,7 @@ impl Service {
         &self.timetable
     }
 
-    /// Handles a SCHEDULE received at `now` (spec §7.2 with the rules of
+    /// Handles a SCHEDULE received at `now` (docs/emqp.md "The scheduler" with the rules of
     /// [`Timetable::schedule`]). Returns the answer for the client and the
     /// haste REQUEST to emit, if any.
     ///
@@ -142,11 +143,11 @@ impl Service {
     }
 
     /// Handles an UNSCHEDULE: removes the job with the body's key, interval
-    /// or cron (spec §7.6, fixing S4). The answer says whether there was one
+    /// or cron (EventMQ kept cron jobs running). The answer says whether there was one
     /// (`unscheduled` or `not_found`).
     ///
     /// # Errors
-    /// [`KeyError`] when the body (D7) cannot be keyed.
+    /// [`KeyError`] when the body (frame 7) cannot be keyed.
     pub fn handle_unschedule(&mut self, body: &ScheduleBody) -> Result<Answer, KeyError> {
         let key = key_body(&body.body)?.key;
         let found = self.timetable.unschedule(&key);
@@ -307,8 +308,8 @@ impl Service {
 
     /// The `SCHEDULES` admin reply: a JSON array of
     /// `{"key", "queue", "kind": "interval"|"cron", "interval_secs"|"cron",
-    /// "next_fire" (RFC 3339 UTC), "runs_left" (null = unlimited)}`, earliest
-    /// next fire first.
+    /// "next_fire" (RFC 3339 UTC), "runs_left" (null = unlimited),
+    /// "callable" (`module.function`)}`, earliest next fire first.
     pub fn schedules_json(&self, now: Now) -> String {
         let rows: Vec<serde_json::Value> = self
             .timetable
@@ -330,6 +331,7 @@ impl Service {
                 }
                 row.insert("next_fire".into(), j.next_fire.to_rfc3339_opts(SecondsFormat::Secs, true).into());
                 row.insert("runs_left".into(), j.runs_left.into());
+                row.insert("callable".into(), PythonCall::parse(j.body.as_bytes()).map(|c| c.name()).into());
                 serde_json::Value::Object(row)
             })
             .collect();

@@ -3,7 +3,7 @@
 //! earliest one and 10,000 idle schedules cost nothing between fires. Pure
 //! logic: every call takes the time ([`Now`], both clocks).
 //!
-//! Replacement rules (fixing S9, spec §7.2 step 7):
+//! Replacement rules (docs/emqp.md "The scheduler"; EventMQ re-ran a job on every repeated SCHEDULE):
 //! * a SCHEDULE whose key is new adds the job and, unless `nohaste`, runs it
 //!   once at once (the "haste" run);
 //! * a SCHEDULE identical to the stored one (same key and same five frames:
@@ -14,7 +14,7 @@
 //!   new timer from `now`, run count from its headers, haste rule as for a
 //!   new job.
 //!
-//! UNSCHEDULE removes the job whatever its kind (fixes S4).
+//! UNSCHEDULE removes the job whatever its kind (EventMQ kept cron jobs running).
 //!
 //! Clocks (emq's rules; EventMQ kept interval deadlines in UTC, so a clock
 //! step back of an hour silenced every interval job for an hour):
@@ -22,7 +22,7 @@
 //!   moves the deadline by exactly one interval), and after a stall (the
 //!   process was stopped, the machine slept) the overdue job fires **once**
 //!   and the next deadline becomes `now + interval`: no catch-up burst
-//!   (fixes S12). Wall-clock steps do not touch them.
+//!   (EventMQ burst). Wall-clock steps do not touch them.
 //! * **Cron jobs run on the wall clock**: each is planned for a wall time,
 //!   which the loop waits for on the monotonic clock. Every call compares
 //!   the two clocks; when they have drifted or stepped apart by more than
@@ -86,9 +86,9 @@ impl Now {
 pub struct Fire {
     /// The job's key.
     pub key: ScheduleKey,
-    /// D4 of the REQUEST.
+    /// frame 4 of the REQUEST.
     pub queue: String,
-    /// D6 of the REQUEST (spec §7.8).
+    /// frame 6 of the REQUEST (docs/emqp.md "The scheduler").
     pub body: String,
 }
 
@@ -131,6 +131,8 @@ pub struct JobInfo {
     pub next_fire: DateTime<Utc>,
     /// Runs left (`None`: unlimited).
     pub runs_left: Option<u64>,
+    /// The REQUEST body each run sends.
+    pub body: String,
 }
 
 #[derive(Debug)]
@@ -227,7 +229,7 @@ impl Timetable {
     }
 
     /// Re-adds a persisted job after a restart: no haste run, first fire
-    /// computed from `now` (spec §7.7 "restore", which 0.3.13 never ran: S1).
+    /// computed from `now` (docs/emqp.md "The scheduler"; EventMQ 0.3.13 never restored).
     ///
     /// # Errors
     /// As [`Timetable::schedule`].
@@ -241,7 +243,7 @@ impl Timetable {
         Ok(())
     }
 
-    /// Removes the job with `key`, interval or cron (fixes S4). Returns
+    /// Removes the job with `key`, interval or cron. Returns
     /// whether there was one.
     pub fn unschedule(&mut self, key: &ScheduleKey) -> bool {
         self.jobs.remove(key).is_some()
@@ -411,6 +413,7 @@ impl Timetable {
                 },
                 next_fire: j.wall.unwrap_or_else(|| now.wall_at(j.due)),
                 runs_left: j.runs_left,
+                body: j.def.request_body.clone(),
             })
             .collect();
         rows.sort_by(|a, b| (a.next_fire, &a.key).cmp(&(b.next_fire, &b.key)));

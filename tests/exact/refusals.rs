@@ -119,15 +119,40 @@ fn shell_words(line: &str) -> Vec<String> {
     words
 }
 
+/// The README's `emq-cli schedule …`, `unschedule …` and `schedules`
+/// commands, each once, in order: whole lines (the walkthrough) and
+/// `` `…` `` spans in the text.
+fn readme_schedule_commands(readme: &str) -> Vec<String> {
+    let is_command = |c: &str| {
+        c == "emq-cli schedules" || c.starts_with("emq-cli schedule ") || c.starts_with("emq-cli unschedule ")
+    };
+    let mut found: Vec<String> = Vec::new();
+    for line in readme.lines() {
+        let spans = line.split('`').skip(1).step_by(2);
+        for command in std::iter::once(line.trim()).chain(spans) {
+            if is_command(command) && !found.iter().any(|f| f == command) {
+                found.push(command.to_string());
+            }
+        }
+    }
+    found
+}
+
 #[test]
 fn the_readme_schedule_examples_run_as_written() {
     let _w = Watchdog::new("readme_schedule_examples", 90);
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
-    let lines: Vec<&str> = readme
-        .lines()
-        .filter(|l| ["emq-cli schedule ", "emq-cli schedules", "emq-cli unschedule "].iter().any(|p| l.starts_with(p)))
-        .collect();
-    assert_eq!(lines.len(), 4, "the README's schedule examples: {lines:?}");
+    let lines = readme_schedule_commands(&readme);
+    assert_eq!(
+        lines,
+        [
+            "emq-cli schedule default --every 60s --callable mymod.report",
+            "emq-cli schedule email --cron '*/5 * * * *' --headers nohaste --callable mymod.digest",
+            "emq-cli schedules",
+            "emq-cli unschedule default --callable mymod.report",
+        ],
+        "the README's schedule examples"
+    );
     let dir = TestDir::new("exact-readme-schedules");
     let (h, sched) = router_and_scheduler(&dir);
     let mut outputs = Vec::new();

@@ -2,8 +2,8 @@
 //! workers whose identity hashes to it (their liveness and in-flight jobs),
 //! the text offers of its queues and, on shard 0, the schedulers.
 //!
-//! A shard is a deterministic state machine (DESIGN "A shard is a state
-//! machine"): [`Shard::handle`] takes a message and `now` and writes what it
+//! A shard is a deterministic state machine (README,
+//! "How it works"): [`Shard::handle`] takes a message and `now` and writes what it
 //! produces to an [`Outbox`]; [`Shard::fire_timers`] does the same for its
 //! timers. Nothing in here reads a clock, a socket or a channel, so a test
 //! drives a shard with a `Vec` outbox and a hand-made clock
@@ -46,11 +46,12 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
+use super::counts::QueueCounter;
 use super::msg::{Dest, OnFail, OutMsg, Outbox, Outgoing, ShardMsg};
 use super::snapshot::ShardSnapshot;
 use super::timers::Timers;
 use crate::config::RouterConfig;
-use crate::ids::{ConnId, MsgId, PeerId, WorkerKey};
+use crate::ids::{ConnId, MsgId, PeerId, QueueName, WorkerKey};
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::ShardLatency;
@@ -176,7 +177,7 @@ impl Shard {
 
     /// Runs until [`ShardMsg::Shutdown`] or until every sender is gone:
     /// blocks for one message or the next timer, then drains a bounded
-    /// batch (DESIGN "Block for one event, then drain a bounded batch").
+    /// batch (block for one event, then drain a bounded batch).
     pub fn run(mut self, rx: Receiver<ShardMsg>, out: &mut dyn Outbox) {
         loop {
             let first = match self.timers.next_deadline() {
@@ -241,6 +242,7 @@ impl Shard {
             queues: self.queues.snaps(|q| self.offers.held(q)),
             workers: self.workers.snaps(now, self.ctx.started),
             schedulers: self.schedulers.snaps(self.ctx.started),
+            asks_waiting: self.waits.len(),
         }
     }
 
@@ -252,7 +254,7 @@ impl Shard {
             }
             ShardMsg::WorkerInform { id, msgid, queues } => self.handle_inform(id, msgid, queues, cx),
             ShardMsg::WorkerReady { id } => self.handle_ready(id, cx),
-            ShardMsg::WorkerReply { id, request_msgid } => self.handle_job_reply(id, request_msgid, cx),
+            ShardMsg::WorkerReply { id, request_msgid, failed } => self.handle_job_reply(id, request_msgid, failed, cx),
             ShardMsg::WorkerHeartbeat { id } => self.handle_worker_heartbeat(id, cx),
             ShardMsg::WorkerKbye { id } => self.handle_worker_kbye(id, cx),
             ShardMsg::SchedulerInform { id, msgid, name } => self.handle_scheduler_inform(id, msgid, name, cx),
@@ -268,6 +270,7 @@ impl Shard {
             ShardMsg::Wake { worker, from } => self.handle_wake(&worker, from, cx),
             ShardMsg::Dispatched { key, job } => self.handle_dispatched(key, job, cx),
             ShardMsg::Requeue { queue, jobs } => self.handle_requeue(queue, jobs, cx),
+            ShardMsg::Count { queue, counter } => self.queues.count(&queue, counter),
             ShardMsg::SendFailed { key, msgid, unreachable } => self.handle_send_failed(key, msgid, unreachable, cx),
             ShardMsg::Text { port, cmds } => self.handle_text(&port, cmds, cx),
             ShardMsg::LatencyTake { reply } => {
@@ -307,6 +310,14 @@ impl Shard {
 
     fn shard_of(&self, key: &[u8]) -> usize {
         super::types::shard_of(key, self.ctx.shards)
+    }
+
+    /// Adds one to `queue`'s `counter`, on the shard that owns the queue.
+    fn count(&mut self, queue: QueueName, counter: QueueCounter, cx: &mut Cx) {
+        match self.shard_of(&queue.0) {
+            index if index == self.index => self.queues.count(&queue, counter),
+            index => cx.out.shard(index, ShardMsg::Count { queue, counter }),
+        }
     }
 
     /// Sends `command` with a fresh msgid to `peer` on `dest`.

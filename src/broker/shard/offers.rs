@@ -1,5 +1,5 @@
 //! [`OfferTable`]: jobs this shard has offered to text connections
-//! (text-protocol.md "The offer"), one per connection, until ACK/DCL/DEL,
+//! (docs/text-protocol.md "The offer"), one per connection, until ACK/DCL/DEL,
 //! the connection's end, or the offer timeout. Data and its rules only: the
 //! handlers in `text.rs` decide what to do.
 

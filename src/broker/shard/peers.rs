@@ -83,7 +83,7 @@ impl Shard {
         }
     }
 
-    pub(super) fn handle_job_reply(&mut self, id: PeerId, request_msgid: MsgId, cx: &mut Cx) {
+    pub(super) fn handle_job_reply(&mut self, id: PeerId, request_msgid: MsgId, failed: bool, cx: &mut Cx) {
         if self.touch_worker(&id, cx).is_none() {
             return;
         }
@@ -93,6 +93,7 @@ impl Shard {
             self.latency.record(queue, Kind::Service, cx.now.saturating_duration_since(f.since));
             let end_to_end = cx.now.saturating_duration_since(f.job.accepted_at(self.ctx.started));
             self.latency.record(queue, Kind::EndToEnd, end_to_end);
+            self.job_ended(&id, f, failed, cx);
         }
     }
 

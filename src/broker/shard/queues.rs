@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use crate::broker::counts::{QueueCounter, QueueCounts};
 use crate::broker::job::Job;
 use crate::broker::selection::Candidates;
 use crate::broker::snapshot::QueueSnap;
@@ -23,6 +24,8 @@ struct QueueState {
     declared: bool,
     /// Jobs dispatched to eMQP workers since start.
     dispatched: u64,
+    /// Both protocols' job counts since start.
+    counts: QueueCounts,
 }
 
 /// The queues of one shard, by name.
@@ -108,7 +111,13 @@ impl QueueTable {
         let mut job = q.waiting.pop_front()?;
         job.set_back_from(None);
         q.dispatched += 1;
+        q.counts.bump(QueueCounter::Dispatched);
         Some((worker, job))
+    }
+
+    /// Adds one to `queue`'s `counter`.
+    pub fn count(&mut self, queue: &QueueName, counter: QueueCounter) {
+        self.entry(queue).counts.bump(counter);
     }
 
     /// Adds (or re-weights) a candidate of `queue` and marks the queue
@@ -137,6 +146,8 @@ impl QueueTable {
                 waiting: q.waiting.len(),
                 offered: offered(name),
                 processed: q.dispatched,
+                counts: q.counts,
+                served: q.declared,
                 candidates: q.candidates.iter().map(|(w, x)| (*w, x.id.to_string())).collect(),
             })
             .collect();

@@ -20,6 +20,7 @@ use std::time::Duration;
 use super::offers::OfferCheck;
 use super::waits::WaitCheck;
 use super::{Cx, Shard, Timer};
+use crate::broker::counts::QueueCounter;
 use crate::broker::job::{Job, JobFrames, Origin};
 use crate::broker::msg::{TextAnswer, TextCmd, TextOutcome, TextPort, TextReply, TextRequest};
 use crate::ids::{ConnId, OfferId, QueueName};
@@ -144,6 +145,8 @@ impl Shard {
     fn offer_job(&mut self, conn: ConnId, queue: QueueName, job: Job, cx: &mut Cx) -> TextOutcome {
         let waited = cx.now.saturating_duration_since(job.accepted_at(self.ctx.started));
         self.latency.record(&queue.0, Kind::QueueWait, waited);
+        self.queues.count(&queue, QueueCounter::Dispatched);
+        tracing::debug!(%queue, job = %job.id, msgid = %crate::ids::show(job.frames.msgid()), %conn, "job offered");
         let data = job.frames.body().to_vec();
         let deadline = cx.now + self.ctx.config.text.offer_timeout;
         let (id, arm, displaced) = self.offers.offer(conn, queue, job, cx.now, deadline);
@@ -174,11 +177,17 @@ impl Shard {
         match answer {
             TextAnswer::Ack => {
                 Counters::bump(&self.ctx.counters.text_acked);
+                self.queues.count(&offer.queue, QueueCounter::Completed);
+                tracing::debug!(queue = %offer.queue, job = %offer.job.id, %conn, "job completed (ACK)");
                 self.latency.record(&offer.queue.0, Kind::Service, cx.now.saturating_duration_since(offer.since));
                 let end_to_end = cx.now.saturating_duration_since(offer.job.accepted_at(self.ctx.started));
                 self.latency.record(&offer.queue.0, Kind::EndToEnd, end_to_end);
             }
-            TextAnswer::Del => Counters::bump(&self.ctx.counters.text_deleted),
+            TextAnswer::Del => {
+                Counters::bump(&self.ctx.counters.text_deleted);
+                self.queues.count(&offer.queue, QueueCounter::Failed);
+                tracing::debug!(queue = %offer.queue, job = %offer.job.id, %conn, "job failed (DEL)");
+            }
             TextAnswer::Dcl => {
                 Counters::bump(&self.ctx.counters.text_declined);
                 self.enqueue_again(offer.job, false, cx);

@@ -1,12 +1,12 @@
 //! Writing lines in both directions, and reading server lines on the client
-//! side (text-protocol.md "Server → client lines", "Line breaks in data").
+//! side (docs/text-protocol.md "Answers and errors", "Line breaks in data").
 
 use super::command::{split_queue, valid_queue_name, TextCommand};
 use super::ErrorCode;
 use crate::limits;
 
 /// Appends `WANT? <data>\n`, writing each CR and LF byte of `data` as a
-/// space (text-protocol.md "Line breaks in data"). Returns whether any byte
+/// space (docs/text-protocol.md "Line breaks in data"). Returns whether any byte
 /// was rewritten, for the STATUS counter.
 pub fn encode_want(out: &mut Vec<u8>, data: &[u8]) -> bool {
     out.extend_from_slice(b"WANT? ");

@@ -1,4 +1,4 @@
-//! The incremental line decoder (text-protocol.md "Framing").
+//! The incremental line decoder (docs/text-protocol.md "Lines").
 
 use std::collections::VecDeque;
 

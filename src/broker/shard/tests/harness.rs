@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::broker::counts::QueueCounts;
 use crate::broker::job::JobFrames;
 use crate::broker::msg::{
     Dest, OutMsg, Outgoing, Schedule, ShardMsg, TextAnswer, TextBatch, TextCmd, TextOutcome, TextPort, TextReply,
@@ -161,7 +162,12 @@ impl Harness {
 
     /// A job-result REPLY from worker `id` for `msgid`.
     pub fn reply(&mut self, id: &str, msgid: &str) {
-        let msg = ShardMsg::WorkerReply { id: peer(id), request_msgid: MsgId::from(msgid.as_bytes()) };
+        self.reply_failed(id, msgid, false);
+    }
+
+    /// A job-result REPLY from worker `id` for `msgid`, `failed` or not.
+    pub fn reply_failed(&mut self, id: &str, msgid: &str, failed: bool) {
+        let msg = ShardMsg::WorkerReply { id: peer(id), request_msgid: MsgId::from(msgid.as_bytes()), failed };
         self.send(self.shard_of(id), msg);
     }
 
@@ -321,6 +327,12 @@ impl Harness {
             shard.workers.inflight().filter(|(w, _)| w.as_bytes() == id.as_bytes()).map(|(_, f)| f).collect();
         jobs.sort_by_key(|f| f.seq);
         jobs.iter().map(|f| String::from_utf8_lossy(f.job.frames.msgid()).into_owned()).collect()
+    }
+
+    /// The counts of `queue` on the shard that owns it.
+    pub fn counts(&self, queue: &str) -> QueueCounts {
+        let snap = self.shards[self.shard_of(queue)].snapshot(self.now);
+        snap.queues.iter().find(|q| q.name == queue).map(|q| q.counts).unwrap_or_default()
     }
 
     /// Free slots of worker `id` (0 when unknown).

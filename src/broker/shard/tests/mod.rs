@@ -3,8 +3,10 @@
 //! send each other like the router does, and collects their frames and text
 //! answers for exact checks.
 
+mod counts;
 mod flow;
 mod harness;
+mod lifecycle;
 mod model;
 mod observe;
 mod peers;
