@@ -114,7 +114,11 @@ impl Peer {
 }
 
 pub fn admin(h: &RouterHandle, cmd: &str) -> Value {
-    let a = Peer::new(&h.endpoints.admin, b"admin-peer");
+    // A fresh identity per call, as emq-cli uses: a reused one may reach the
+    // router while its previous connection is still open there.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = format!("admin-peer-{}", CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let a = Peer::new(&h.endpoints.admin, id.as_bytes());
     a.send(&[b"", b"eMQP/1.0", cmd.as_bytes(), b"admin:1"]);
     let reply = a.expect("REPLY");
     serde_json::from_slice(&reply[4]).expect("admin reply is JSON")
