@@ -8,6 +8,7 @@ mod cron;
 mod handover;
 mod ids;
 mod inform;
+mod offers;
 mod refusals;
 mod schedules;
 mod stores;
@@ -23,12 +24,21 @@ pub fn worker_holding(h: &RouterHandle, worker: &[u8], client: &[u8], msgid: &st
     let w = Peer::new(&h.endpoints.backend, worker);
     w.inform_worker(r#"[[10, "default"]]"#);
     w.ready(1);
+    wait_slots(h, worker, 1);
     let c = Peer::new(&h.endpoints.frontend, client);
-    // Let the READY land before the REQUEST (different sockets, no order).
-    std::thread::sleep(std::time::Duration::from_millis(100));
     c.request(msgid, "default", "", msgid);
     assert_eq!(w.expect("REQUEST")[3], msgid.as_bytes());
     (w, c)
+}
+
+/// Waits until the router shows worker `id` with `slots` free slots: the
+/// READYs sent on the backend have landed before a REQUEST is sent on the
+/// frontend (two sockets, no order between them).
+pub fn wait_slots(h: &RouterHandle, id: &[u8], slots: u64) {
+    let id = String::from_utf8_lossy(id).into_owned();
+    crate::emqp_router::eventually(10, &format!("worker {id} has {slots} free slots"), || {
+        crate::emqp_router::admin(h, "ROUTER_SHOW_WORKERS")["connected_workers"][&id]["available_slots"] == slots
+    });
 }
 
 /// A REQUEST the scheduler sent: when it arrived, and its body.

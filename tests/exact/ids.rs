@@ -18,8 +18,8 @@ fn two_jobs_with_one_msgid_on_one_worker_both_come_back_when_it_dies() {
         let w1 = Peer::new(&h.endpoints.backend, b"dup-w1");
         w1.inform_worker(r#"[[10, "default"]]"#);
         w1.ready(2);
+        super::wait_slots(&h, b"dup-w1", 2);
         let c = Peer::new(&h.endpoints.frontend, b"dup-client");
-        std::thread::sleep(Duration::from_millis(100));
         c.request("same-msgid", "default", "", "first");
         c.request("same-msgid", "default", "", "second");
         assert_eq!(c.expect("REPLY")[4], b"same-msgid");
@@ -54,8 +54,13 @@ fn two_jobs_with_one_msgid_on_one_worker_both_come_back_when_it_dies() {
         assert_eq!(status["inflight_messages_by_queue"]["default"], 1, "{status}");
         w2.job_reply(b"same-msgid");
         eventually(5, "both completed", || h.counters().completed_jobs.load(Ordering::Relaxed) == 2);
+        // A third REPLY completes nothing. Barrier: a READY sent after it on
+        // the same connection is handled after it, and a job dispatched on
+        // that READY shows it has been.
         w2.job_reply(b"same-msgid");
-        std::thread::sleep(Duration::from_millis(200));
+        w2.ready(1);
+        c.request("barrier", "default", "", "barrier");
+        assert_eq!(w2.expect("REQUEST")[3], b"barrier");
         assert_eq!(h.counters().completed_jobs.load(Ordering::Relaxed), 2, "a third REPLY completes nothing");
     }
 }
