@@ -41,6 +41,24 @@ pub fn wait_slots(h: &RouterHandle, id: &[u8], slots: u64) {
     });
 }
 
+/// An `emq-scheduler` command against the router frontend `frontend`:
+/// its admin socket `admin` (or `off`), its store in `data`, heartbeats
+/// every 300 ms (the routers under test use short timeouts) and
+/// `router_timeout` of router silence before it registers again.
+pub fn scheduler_cmd(
+    frontend: &str,
+    admin: &str,
+    data: &std::path::Path,
+    router_timeout: &str,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_emq-scheduler"));
+    cmd.args(["--frontend", frontend, "--scheduler-admin", admin, "--heartbeat-interval", "300ms"])
+        .args(["--router-timeout", router_timeout])
+        .arg("--data-dir")
+        .arg(data);
+    cmd
+}
+
 /// A REQUEST the scheduler sent: when it arrived, and its body.
 pub type Fired = (std::time::Instant, Vec<u8>);
 /// An answer the scheduler sent: `(refers_to, REPLY or ERROR)`.
@@ -66,13 +84,8 @@ impl FakeFrontend {
         socket.set_linger(0).expect("linger");
         socket.bind("tcp://127.0.0.1:*").expect("bind");
         let endpoint = socket.get_last_endpoint().expect("endpoint").expect("utf-8");
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_emq-scheduler"));
-        cmd.args(["--router-addr", &endpoint, "--admin-addr", "off", "--heartbeat-interval", "300ms"])
-            .args(["--router-timeout", "30s"])
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .args(args)
-            .env("RUST_LOG", "info");
+        let mut cmd = scheduler_cmd(&endpoint, "off", &dir.join("data"), "30s");
+        cmd.args(args);
         for (k, v) in env {
             cmd.env(k, v);
         }

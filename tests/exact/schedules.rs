@@ -5,7 +5,6 @@
 //! client that sent the message.
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -30,12 +29,7 @@ impl Sched {
     /// and fast heartbeats (the router under test uses a short timeout).
     pub fn start(dir: &TestDir, frontend: &str, data: &Path, name: &str) -> Sched {
         let admin = zmq_endpoint(free_port());
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-scheduler"));
-        cmd.args(["--router-addr", frontend, "--admin-addr", &admin, "--heartbeat-interval", "300ms"])
-            .args(["--router-timeout", "30s"])
-            .arg("--data-dir")
-            .arg(data)
-            .env("RUST_LOG", "info");
+        let mut cmd = super::scheduler_cmd(frontend, &admin, data, "30s");
         let child = Child::spawn(name, &mut cmd, &dir.join(&format!("{name}.log")));
         Sched { child, admin }
     }

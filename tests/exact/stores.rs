@@ -120,12 +120,8 @@ fn two_schedulers_sharing_redis_the_survivor_takes_a_dead_ones_schedules_over() 
     .expect("router starts");
     let start = |i: usize| {
         let admin = zmq_endpoint(free_port());
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-scheduler"));
-        cmd.args(["--router-addr", &h.endpoints.frontend, "--admin-addr", &admin, "--heartbeat-interval", "300ms"])
-            .args(["--router-timeout", "30s", "--redis", &redis.url])
-            .arg("--data-dir")
-            .arg(dir.join(&format!("data-{i}")))
-            .env("RUST_LOG", "info");
+        let mut cmd = super::scheduler_cmd(&h.endpoints.frontend, &admin, &dir.join(&format!("data-{i}")), "30s");
+        cmd.args(["--redis", &redis.url]);
         Sched { child: Child::spawn(&format!("sched-{i}"), &mut cmd, &dir.join(&format!("sched-{i}.log"))), admin }
     };
     let mut scheds = [start(0), start(1)];

@@ -184,12 +184,7 @@ fn emq_scheduler_paused_past_its_timeout_is_registered_again_within_a_heartbeat_
     }))
     .expect("router starts");
     let dir = TestDir::new("exact-paused-rs-sched");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-scheduler"));
-    cmd.args(["--router-addr", &h.endpoints.frontend, "--admin-addr", "off", "--heartbeat-interval", "300ms"])
-        .args(["--router-timeout", "30s"])
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .env("RUST_LOG", "info");
+    let mut cmd = super::scheduler_cmd(&h.endpoints.frontend, "off", &dir.join("data"), "30s");
     let sched = Child::spawn("emq-scheduler", &mut cmd, &dir.join("scheduler.log"));
     let listed = || admin(&h, "ROUTER_SHOW_SCHEDULERS")["connected_schedulers"].clone();
     eventually(20, "registered", || listed().as_object().is_some_and(|m| m.len() == 1));
@@ -217,11 +212,7 @@ fn emq_scheduler_counts_only_router_heartbeats_as_the_router_being_alive() {
     router.bind("tcp://127.0.0.1:*").expect("bind");
     let endpoint = router.get_last_endpoint().expect("endpoint").expect("utf-8");
     let dir = TestDir::new("exact-rs-sched-liveness");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-scheduler"));
-    cmd.args(["--router-addr", &endpoint, "--admin-addr", "off", "--heartbeat-interval", "300ms"])
-        .args(["--router-timeout", "1500ms"])
-        .arg("--data-dir")
-        .arg(dir.join("data"));
+    let mut cmd = super::scheduler_cmd(&endpoint, "off", &dir.join("data"), "1500ms");
     let sched = Child::spawn("emq-scheduler", &mut cmd, &dir.join("scheduler.log"));
     let recv = |ms: i64| -> Option<Vec<Vec<u8>>> {
         (router.poll(zmq::POLLIN, ms).unwrap_or(0) > 0).then(|| router.recv_multipart(0).expect("recv"))
