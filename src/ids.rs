@@ -60,7 +60,7 @@ macro_rules! byte_id {
 }
 
 byte_id! {
-    /// A queue name: bytes as they arrive in REQUEST D4 or a text `@queue`.
+    /// A queue name: bytes as they arrive in REQUEST frame 4 or a text `@queue`.
     QueueName
 }
 
@@ -71,7 +71,7 @@ byte_id! {
 }
 
 byte_id! {
-    /// An eMQP message id (frame D3): opaque bytes chosen by the sender (a
+    /// An eMQP message id (frame frame 3): opaque bytes chosen by the sender (a
     /// uuid4 text for Python peers). Not unique: clients may repeat them, so
     /// the broker tracks jobs by [`JobId`].
     MsgId

@@ -58,13 +58,13 @@ pub const DEFAULT_QUEUE_WEIGHT: i64 = 10;
 /// and may carry a few extra; a message with more is read, dropped and
 /// counted as malformed.
 pub const MAX_FRAMES: usize = 64;
-/// Longest msgid (REQUEST D3) the broker accepts, in bytes: Python peers
+/// Longest msgid (REQUEST frame 3) the broker accepts, in bytes: Python peers
 /// send 36-byte uuids; the job record keeps the length in one byte.
 pub const MAX_MSGID_BYTES: usize = 255;
 /// Longest queue name in bytes, for both protocols (the text protocol's
 /// rule; an eMQP REQUEST naming a longer queue gets `ERROR BAD_REQUEST`).
 pub const MAX_QUEUE_NAME_BYTES: usize = 255;
-/// Longest REQUEST headers frame (D5) in bytes: headers are a short CSV.
+/// Longest REQUEST headers frame (frame 5) in bytes: headers are a short CSV.
 pub const MAX_HEADERS_BYTES: usize = 65_535;
 /// Most `[weight, name]` pairs one INFORM may list: a worker serving more
 /// queues than this is almost surely misconfigured, and each pair costs a
@@ -95,7 +95,7 @@ pub const SCHEDULE_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 /// scheduler's single timer heap is built for. Past it the key routed
 /// least recently is forgotten.
 pub const MAX_ROUTED_SCHEDULE_KEYS: usize = 100_000;
-/// Longest scheduler name (INFORM D6, emq extension) the router accepts.
+/// Longest scheduler name (INFORM frame 6, emq extension) the router accepts.
 pub const MAX_SCHEDULER_NAME_BYTES: usize = 128;
 /// Waiting jobs per queue before REQUEST/SCHED is rejected. EventMQ uses
 /// 10,000 (`HWM`) and a RAM-sized limit for `default`; we use one

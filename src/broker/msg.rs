@@ -71,7 +71,7 @@ pub enum ShardMsg {
         id: PeerId,
         /// The INFORM's msgid.
         msgid: MsgId,
-        /// INFORM D6 (emq extension): the scheduler's stable name, if sent.
+        /// INFORM frame 6 (emq extension): the scheduler's stable name, if sent.
         name: Option<Vec<u8>>,
     },
     /// HEARTBEAT from a frontend peer (shard 0): a scheduler is alive; an
@@ -95,9 +95,9 @@ pub enum ShardMsg {
     SchedulerAnswer {
         /// The peer that answered.
         id: PeerId,
-        /// D4: the msgid the answer is about.
+        /// frame 4: the msgid the answer is about.
         refers_to: MsgId,
-        /// The D-frames as received, forwarded verbatim.
+        /// The frames as received, forwarded verbatim.
         frames: Vec<Frame>,
     },
     /// A forward to a scheduler failed (I/O thread → shard 0).
@@ -206,16 +206,16 @@ pub struct Schedule {
     pub client: PeerId,
     /// Its msgid (answers refer to it).
     pub msgid: MsgId,
-    /// The D-frames as received, forwarded verbatim to the owner.
+    /// The frames as received, forwarded verbatim to the owner.
     pub frames: Vec<Frame>,
-    /// D4..D8.
+    /// frames 4..8.
     pub body: ScheduleBody,
     /// UNSCHEDULE rather than SCHEDULE.
     pub unschedule: bool,
 }
 
 impl Schedule {
-    /// The SCHEDULE or UNSCHEDULE in D-frames `frames` (as a router
+    /// The SCHEDULE or UNSCHEDULE in frames `frames` (as a router
     /// forwards it) from `client`; `None` for any other message.
     pub fn from_frames(client: PeerId, frames: Vec<Frame>) -> Option<Schedule> {
         let (body, unschedule) = match crate::protocol::emqp::decode(&frames, crate::protocol::emqp::Socket::Frontend) {
@@ -410,7 +410,7 @@ pub struct Outgoing {
 }
 
 impl Outgoing {
-    /// The D-frames of [`Outgoing::msg`] (see [`OutMsg::to_frames`]).
+    /// The frames of [`Outgoing::msg`] (see [`OutMsg::to_frames`]).
     pub fn frames(&self) -> Vec<Frame> {
         self.msg.to_frames()
     }
@@ -429,12 +429,12 @@ pub enum OutMsg {
     /// `["", "eMQP/1.0", "HEARTBEAT", <fresh msgid>, <wall clock>]`, stamped
     /// when sent.
     Heartbeat,
-    /// Any other message, as D-frames.
+    /// Any other message, as frames.
     Frames(Vec<Frame>),
 }
 
 impl OutMsg {
-    /// The D-frames this stands for (a fresh msgid where one is made at send
+    /// The frames this stands for (a fresh msgid where one is made at send
     /// time), for tests, logs and failed sends.
     pub fn to_frames(&self) -> Vec<Frame> {
         use crate::protocol::emqp::{heartbeat_timestamp, new_msgid, VERSION};

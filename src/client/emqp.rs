@@ -59,7 +59,7 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScheduleAnswer {
     /// The scheduler took it (emq-scheduler's `REPLY`, forwarded by an emq
-    /// router): D5, the outcome as JSON text, e.g.
+    /// router): frame 5, the outcome as JSON text, e.g.
     /// `{"outcome":"added","key":"9e1e…","next_fire":"2026-01-01T00:05:00Z"}`.
     Accepted {
         /// The message's msgid.

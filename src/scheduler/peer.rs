@@ -60,7 +60,7 @@ pub struct PeerConfig {
     pub router_timeout: Duration,
     /// INFORM re-send period while waiting for the ACK.
     pub inform_retry: Duration,
-    /// This scheduler's stable name, sent as INFORM D6 (emq extension):
+    /// This scheduler's stable name, sent as INFORM frame 6 (emq extension):
     /// the router routes SCHEDULEs by it, so a restarted scheduler owns the
     /// same schedules. `None`: no name (the router uses the identity).
     pub name: Option<String>,
@@ -192,7 +192,7 @@ impl Link {
         Ok(link)
     }
 
-    /// INFORM (D4 `""`, D5 `scheduler`, D6 the name if any).
+    /// INFORM (frame 4 `""`, frame 5 `scheduler`, frame 6 the name if any).
     fn send_inform(&mut self) {
         let name = self.name.as_ref().map(|n| n.clone().into_bytes());
         let msg = Message::new(Command::Inform { queues: Vec::new(), peer: PeerType::Scheduler, name });
@@ -308,7 +308,7 @@ impl Link {
     }
 
     /// The acceptance of a SCHEDULE/UNSCHEDULE (emq extension): `REPLY`,
-    /// D4 its msgid, D5 the outcome as JSON ([`Answer::to_json`]). The
+    /// frame 4 its msgid, frame 5 the outcome as JSON ([`Answer::to_json`]). The
     /// router forwards it to the client that sent the message; an EventMQ
     /// router ignores it.
     fn send_answer(&self, refers_to: &[u8], answer: &Answer) {

@@ -59,12 +59,12 @@ pub enum ScheduleError {
         /// Why it was rejected.
         why: String,
     },
-    /// D6 is an interval and D8 a cron expression: which one is meant?
+    /// frame 6 is an interval and frame 8 a cron expression: which one is meant?
     #[error("frames 6 and 8: both an interval ({interval:?}) and a cron expression ({cron:?}); give one (interval -1 for a cron job)")]
     IntervalAndCron {
-        /// D6.
+        /// frame 6.
         interval: String,
-        /// D8.
+        /// frame 8.
         cron: String,
     },
     /// The `run_count:N` header is not a non-negative integer.

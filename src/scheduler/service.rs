@@ -40,7 +40,7 @@ pub struct Answer {
 }
 
 impl Answer {
-    /// The REPLY's D5: `{"outcome": …, "key": …, "next_fire": RFC 3339 UTC
+    /// The REPLY's frame 5: `{"outcome": …, "key": …, "next_fire": RFC 3339 UTC
     /// or null}`.
     ///
     /// ```

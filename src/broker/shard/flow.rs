@@ -153,7 +153,7 @@ impl Shard {
 
     /// `worker` got a free slot: try its queues in INFORM order from
     /// position `from` (EventMQ 0.3.13: the first queue with waiting jobs
-    /// takes the slot; spec §5.4). Queues owned here are pumped; at the
+    /// takes the slot; docs/emqp.md "Selection"). Queues owned here are pumped; at the
     /// first one owned by another shard the wake is handed on to that shard,
     /// so a later queue never takes the slot before an earlier one had its
     /// turn, whatever shards they live on.

@@ -7,7 +7,7 @@
 //! since restarted), other than INFORM and KBYE, is answered with
 //! `DISCONNECT`: that is what makes a real EventMQ 0.3.13 jobmanager
 //! register again at once (its DISCONNECT handler raises on an `unbind` of
-//! its connected socket, spec §12 J6, and its loop reconnects under a new
+//! its connected socket, docs/emqp.md "Differences from EventMQ", and its loop reconnects under a new
 //! identity, INFORMs and sends its READYs: measured 16 ms), and emq's
 //! worker library re-INFORMs on it. EventMQ dropped such messages, so a
 //! jobmanager paused past the heartbeat timeout sat idle until its own

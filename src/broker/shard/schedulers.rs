@@ -23,7 +23,7 @@ use crate::ids::PeerId;
 #[derive(Debug)]
 struct Entry {
     id: PeerId,
-    /// Its INFORM D6, else its identity.
+    /// Its INFORM frame 6, else its identity.
     name: Name,
     /// Whether it sent a name (an emq-scheduler: it understands DROP).
     named: bool,

@@ -44,7 +44,7 @@
 //! registration carries no data, so nothing is lost by taking the
 //! heartbeat as its INFORM. It is the only thing that brings a real
 //! EventMQ 0.3.13 scheduler back at once: it dies on `DISCONNECT` (its
-//! handler raises, spec §12 S10), ignores `KBYE`, and any message from the
+//! handler raises, docs/emqp.md "Differences from EventMQ"), ignores `KBYE`, and any message from the
 //! router (the acceptance REPLYs of its own REQUESTs included) resets its
 //! 15 s liveness check, so a scheduler the router had expired after a
 //! 7 s stall never registered again. Bounded by

@@ -69,7 +69,7 @@ impl Shard {
             return TextOutcome::Refused(code);
         }
         let id = self.next_job_id();
-        // A text job's msgid (what an eMQP worker sees in D3): a fresh uuid4,
+        // A text job's msgid (what an eMQP worker sees in frame 3): a fresh uuid4,
         // like every msgid EventMQ peers make.
         let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
         let msgid = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buf);

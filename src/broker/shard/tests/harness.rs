@@ -187,7 +187,7 @@ impl Harness {
         self.request_with(client, msgid, queue, body, b"guarantee", &[]);
     }
 
-    /// A REQUEST with the given headers (D5) and frames after the body.
+    /// A REQUEST with the given headers (frame 5) and frames after the body.
     pub fn request_with(
         &mut self,
         client: &str,
@@ -371,7 +371,7 @@ impl Harness {
     }
 }
 
-/// The D-frames of a SCHEDULE (or UNSCHEDULE) with `msgid`.
+/// The frames of a SCHEDULE (or UNSCHEDULE) with `msgid`.
 pub fn schedule_frames(msgid: &str, unschedule: bool) -> Vec<Frame> {
     let body = ScheduleBody {
         queue: b"default".to_vec(),

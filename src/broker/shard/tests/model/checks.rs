@@ -54,7 +54,7 @@ impl Model {
         let (msgid, body) = (text(&o.msg.to_frames()[3]), text(&o.msg.to_frames()[6]));
         let job = self.accepted.get(&body).unwrap_or_else(|| panic!("{body} sent but never accepted"));
         assert!(!self.ended.contains(&body), "{body} sent after it ended");
-        assert_eq!(text(&o.msg.to_frames()[4]), job.named, "D4 is the queue the client named");
+        assert_eq!(text(&o.msg.to_frames()[4]), job.named, "frame 4 is the queue the client named");
         assert!(reg.queues.contains(&job.queue), "{body} of {} sent to {peer} serving {:?}", job.queue, reg.queues);
         assert!(headers::has(&o.msg.to_frames()[5], headers::REPLY_REQUESTED));
         reg.held.push((body.clone(), msgid));
