@@ -172,6 +172,21 @@ pub enum ShardMsg {
     Shutdown,
 }
 
+impl ShardMsg {
+    /// How many front-end messages this stands for, as counted against the
+    /// shard's inbox limit (`shard_inbox_messages`): the messages of a
+    /// [`ShardMsg::Batch`], the commands of a [`ShardMsg::Text`], 0 for
+    /// messages between shards and from the router's own threads (those are
+    /// bounded by the work already admitted).
+    pub fn inbox_weight(&self) -> usize {
+        match self {
+            ShardMsg::Batch(msgs) => msgs.len(),
+            ShardMsg::Text { cmds, .. } => cmds.len(),
+            _ => 0,
+        }
+    }
+}
+
 /// A text client's answer to an offer (text-protocol.md "The offer").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TextAnswer {

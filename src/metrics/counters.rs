@@ -45,6 +45,12 @@ counters! {
     dead_lettered,
     /// REQUESTs and SCHEDs refused because the queue was full.
     rejected_queue_full,
+    /// SCHEDs, ASKs and INFORMs refused because the broker holds `max_queues`.
+    rejected_queue_limit,
+    /// eMQP messages refused for their size (`max_message_bytes`).
+    rejected_too_big,
+    /// Idle queues forgotten (see `queue_idle_grace`).
+    queues_reclaimed,
     /// REQUESTs and SCHEDs refused while draining.
     rejected_shutting_down,
     /// SCHEDULE/UNSCHEDULE refused because no scheduler is connected.
@@ -60,6 +66,9 @@ counters! {
     expired_schedulers,
     /// ERROR messages from schedulers (a SCHEDULE they refused).
     scheduler_errors,
+    /// Answers (acceptance REPLYs, ERRORs, HEARTBEATs, admin answers) that
+    /// could not be delivered: the peer is gone or does not read its socket.
+    undelivered_answers,
     /// Sends that failed (peer gone or pipe full), all kinds.
     send_failures,
     /// Text offers ACKed.

@@ -63,6 +63,10 @@ pub struct ShardLatency {
     hists: FastMap<QueueName, [Histogram<u64>; 3]>,
 }
 
+/// The name under which queues past [`limits::LATENCY_MAX_QUEUES_PER_SHARD`]
+/// are recorded together.
+pub const OTHER_QUEUES: &[u8] = b"*";
+
 /// What a shard hands over: `((queue, kind), histogram)`.
 pub type Taken = Vec<((String, Kind), Histogram<u64>)>;
 
@@ -75,9 +79,18 @@ impl ShardLatency {
             let _ = h[kind as usize].record(us);
             return;
         }
-        let mut h = [new_histogram(), new_histogram(), new_histogram()];
+        // Past the per-shard cap, further queues share one entry, `*`.
+        let name = if self.hists.len() < limits::LATENCY_MAX_QUEUES_PER_SHARD { queue } else { OTHER_QUEUES };
+        let h = self
+            .hists
+            .entry(QueueName::from(name))
+            .or_insert_with(|| [new_histogram(), new_histogram(), new_histogram()]);
         let _ = h[kind as usize].record(us);
-        self.hists.insert(QueueName::from(queue), h);
+    }
+
+    /// Drops what was recorded for `queue` (a forgotten queue).
+    pub fn forget(&mut self, queue: &[u8]) {
+        self.hists.remove(queue);
     }
 
     /// Hands over everything recorded so far and starts afresh.
@@ -93,7 +106,9 @@ impl ShardLatency {
     }
 }
 
-/// Merged histograms: cumulative since start and the current interval.
+/// Merged histograms: cumulative since start and the current interval, for
+/// at most [`limits::LATENCY_MAX_QUEUES`] queues each (past it the queues
+/// with the fewest jobs recorded are dropped).
 #[derive(Debug, Default)]
 pub struct LatencyStore {
     cumulative: BTreeMap<(String, Kind), Histogram<u64>>,
@@ -107,6 +122,9 @@ impl LatencyStore {
             for map in [&mut self.cumulative, &mut self.interval] {
                 let _ = map.entry(key.clone()).or_insert_with(new_histogram).add(&h);
             }
+        }
+        for map in [&mut self.cumulative, &mut self.interval] {
+            keep_busiest(map, limits::LATENCY_MAX_QUEUES);
         }
     }
 
@@ -124,6 +142,23 @@ impl LatencyStore {
         }
         json!({ "unit": "us", "queues": queues })
     }
+}
+
+/// Drops the queues with the fewest jobs recorded until `map` holds at most
+/// `max` queues.
+fn keep_busiest(map: &mut BTreeMap<(String, Kind), Histogram<u64>>, max: usize) {
+    let mut jobs: BTreeMap<&str, u64> = BTreeMap::new();
+    for ((q, _), h) in map.iter() {
+        *jobs.entry(q.as_str()).or_default() += h.len();
+    }
+    if jobs.len() <= max {
+        return;
+    }
+    let mut by_jobs: Vec<(u64, String)> = jobs.into_iter().map(|(q, n)| (n, q.to_string())).collect();
+    by_jobs.sort_unstable();
+    let excess = by_jobs.len() - max;
+    let fewest: std::collections::HashSet<String> = by_jobs.into_iter().take(excess).map(|(_, q)| q).collect();
+    map.retain(|(q, _), _| !fewest.contains(q));
 }
 
 /// Count, mean and percentiles of `h` as JSON (microseconds).
@@ -184,6 +219,23 @@ pub fn write_interval_files(dir: &Path, hists: &BTreeMap<(String, Kind), Histogr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_store_keeps_the_busiest_queues() {
+        let mut s = ShardLatency::default();
+        for (q, jobs) in [("a", 3), ("b", 1), ("c", 2)] {
+            for _ in 0..jobs {
+                s.record(q.as_bytes(), Kind::EndToEnd, Duration::from_millis(1));
+            }
+        }
+        let mut map = BTreeMap::new();
+        for (key, h) in s.take() {
+            map.insert(key, h);
+        }
+        keep_busiest(&mut map, 2);
+        let names: Vec<&str> = map.keys().map(|(q, _)| q.as_str()).collect();
+        assert_eq!(names, ["a", "c"]);
+    }
 
     #[test]
     fn record_take_merge() {

@@ -39,11 +39,14 @@ pub enum ErrorCode {
     ShuttingDown,
     /// Too many connections; sent once, then the connection is closed.
     Busy,
+    /// SCHED or ASK naming a new queue while the broker holds its maximum
+    /// number of queues; nothing is stored.
+    QueueLimit,
 }
 
 impl ErrorCode {
     /// Every code, in the spec's table order (for counters indexed by code).
-    pub const ALL: [ErrorCode; 8] = [
+    pub const ALL: [ErrorCode; 9] = [
         ErrorCode::UnknownCommand,
         ErrorCode::BadFormat,
         ErrorCode::TooBig,
@@ -52,6 +55,7 @@ impl ErrorCode {
         ErrorCode::QueueFull,
         ErrorCode::ShuttingDown,
         ErrorCode::Busy,
+        ErrorCode::QueueLimit,
     ];
 
     /// The token as written on the wire, e.g. `"NO_TASK"`.
@@ -65,6 +69,7 @@ impl ErrorCode {
             ErrorCode::QueueFull => "QUEUE_FULL",
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
             ErrorCode::Busy => "BUSY",
+            ErrorCode::QueueLimit => "QUEUE_LIMIT",
         }
     }
 
@@ -73,7 +78,7 @@ impl ErrorCode {
         ErrorCode::ALL.into_iter().find(|c| c.as_str().as_bytes() == token)
     }
 
-    /// Position in [`ErrorCode::ALL`] (0..8).
+    /// Position in [`ErrorCode::ALL`] (0..9).
     pub fn index(self) -> usize {
         self as usize
     }
@@ -90,6 +95,7 @@ impl ErrorCode {
             ErrorCode::QueueFull => "the queue is full",
             ErrorCode::ShuttingDown => "the broker is shutting down",
             ErrorCode::Busy => "too many connections",
+            ErrorCode::QueueLimit => "the broker holds its maximum number of queues",
         }
     }
 }
@@ -112,8 +118,17 @@ mod tests {
         }
         assert_eq!(ErrorCode::from_token(b"no_task"), None);
         let tokens: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
-        let want =
-            ["UNKNOWN_COMMAND", "BAD_FORMAT", "TOO_BIG", "NO_TASK", "PENDING", "QUEUE_FULL", "SHUTTING_DOWN", "BUSY"];
+        let want = [
+            "UNKNOWN_COMMAND",
+            "BAD_FORMAT",
+            "TOO_BIG",
+            "NO_TASK",
+            "PENDING",
+            "QUEUE_FULL",
+            "SHUTTING_DOWN",
+            "BUSY",
+            "QUEUE_LIMIT",
+        ];
         assert_eq!(tokens, want);
     }
 }

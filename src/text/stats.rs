@@ -22,7 +22,7 @@ pub struct TextStats {
     /// Connections closed because a partial line sat idle too long.
     pub idle_closed: AtomicU64,
     /// `ERR` lines written, by code ([`ErrorCode::index`]).
-    pub errors: [AtomicU64; 8],
+    pub errors: [AtomicU64; ErrorCode::ALL.len()],
 }
 
 /// A plain copy of [`TextStats`] at one moment.

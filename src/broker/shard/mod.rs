@@ -33,7 +33,7 @@ pub mod workers;
 mod tests;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -68,6 +68,8 @@ pub enum Timer {
     /// Check the offer held by the connection against its deadline (at most
     /// one such timer per connection is armed).
     OfferTimeout(ConnId),
+    /// Forget idle queues (every half `queue_idle_grace`).
+    QueueSweep,
 }
 
 /// What every shard shares with the rest of the broker.
@@ -85,18 +87,36 @@ pub struct ShardContext {
     pub draining: Arc<AtomicBool>,
     /// Broker start, the zero of the `hb` figures.
     pub started: Instant,
+    /// Queues of every shard together (checked against `max_queues`).
+    pub queue_count: Arc<AtomicUsize>,
+    /// Bytes of every waiting and in-flight job (checked against the
+    /// memory limit).
+    pub job_bytes: Arc<AtomicUsize>,
+    /// Registered workers of every shard together (checked against `max_workers`).
+    pub worker_count: Arc<AtomicUsize>,
+    /// The broker-wide byte limit ([`RouterConfig::memory_limit_bytes`]).
+    pub memory_limit: usize,
+    /// Per shard: front-end messages handed over and not taken yet
+    /// ([`ShardMsg::inbox_weight`]); the front ends stop reading their
+    /// sockets while a shard's count is at `shard_inbox_messages`.
+    pub inbox_load: Arc<[AtomicUsize]>,
 }
 
 impl ShardContext {
     /// A context for `shards` shards on `config`, started at `started`.
     pub fn new(config: Arc<RouterConfig>, shards: usize, started: Instant) -> ShardContext {
         ShardContext {
+            memory_limit: config.memory_limit_bytes(),
             config,
             shards,
             counters: Arc::new(Counters::default()),
             next_key: Arc::new(AtomicU64::new(1)),
             draining: Arc::new(AtomicBool::new(false)),
             started,
+            queue_count: Arc::default(),
+            job_bytes: Arc::default(),
+            worker_count: Arc::default(),
+            inbox_load: (0..shards).map(|_| AtomicUsize::new(0)).collect(),
         }
     }
 }
@@ -130,11 +150,12 @@ impl Shard {
     /// Shard `index` of `ctx.shards`, created at `now` (shard 0 arms the
     /// scheduler timers from then).
     pub fn new(index: usize, ctx: ShardContext, now: Instant) -> Shard {
+        let queues = QueueTable::new(ctx.queue_count.clone());
         let mut shard = Shard {
             index,
             ctx,
             timers: Timers::default(),
-            queues: QueueTable::default(),
+            queues,
             workers: WorkerTable::default(),
             offers: OfferTable::new(index),
             schedulers: Schedulers::default(),
@@ -146,6 +167,7 @@ impl Shard {
             shard.timers.arm(now + shard.ctx.config.heartbeat_interval, Timer::SchedulerHeartbeats);
             shard.timers.arm(now + shard.ctx.config.heartbeat_timeout, Timer::SchedulerExpiry);
         }
+        shard.timers.arm(now + shard.sweep_period(), Timer::QueueSweep);
         shard
     }
 
@@ -164,6 +186,10 @@ impl Shard {
                 Err(RecvTimeoutError::Disconnected) => return,
             };
             for msg in msg.into_iter().chain(rx.try_iter().take(limits::BATCH)) {
+                let weight = msg.inbox_weight();
+                if weight > 0 {
+                    self.ctx.inbox_load[self.index].fetch_sub(weight, Ordering::Relaxed);
+                }
                 if matches!(msg, ShardMsg::Shutdown) {
                     // Jobs still travelling between shards land here first,
                     // so the shutdown log lists them too.
@@ -199,6 +225,7 @@ impl Shard {
                 Timer::SchedulerHeartbeats => self.scheduler_heartbeats_due(&mut cx),
                 Timer::SchedulerExpiry => self.scheduler_expiry_due(&mut cx),
                 Timer::OfferTimeout(conn) => self.offer_timeout_due(conn, &mut cx),
+                Timer::QueueSweep => self.queue_sweep_due(&mut cx),
             }
             self.drain_local(&mut cx);
         }

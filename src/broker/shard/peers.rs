@@ -80,6 +80,7 @@ impl Shard {
         }
         if let Some(f) = self.workers.complete(&id, &request_msgid.0) {
             Counters::bump(&self.ctx.counters.completed_jobs);
+            self.job_done(&f.job);
             let queue = f.job.queue_bytes();
             self.latency.record(queue, Kind::Service, cx.now.saturating_duration_since(f.since));
             let end_to_end = cx.now.saturating_duration_since(f.job.accepted_at(self.ctx.started));
@@ -144,6 +145,7 @@ impl Shard {
             let queue = job.queue();
             if u32::from(job.redeliveries) > limits::MAX_DELIVERIES {
                 Counters::bump(&self.ctx.counters.dead_lettered);
+                self.job_done(&job);
                 let (msgid, body) = (show(job.frames.msgid()), cut(job.frames.body()));
                 tracing::error!(%queue, %msgid, %body, "job dropped: every worker that took it died");
                 continue;

@@ -32,10 +32,6 @@ impl Shard {
     }
 
     fn text_sched(&mut self, queue: QueueName, data: Vec<u8>, cx: &mut Cx) -> TextOutcome {
-        if let Err(code) = self.admit(&queue) {
-            return TextOutcome::Refused(code);
-        }
-        let id = self.next_job_id();
         // A text job's msgid (what an eMQP worker sees in D3): a fresh uuid4,
         // like every msgid EventMQ peers make.
         let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
@@ -46,13 +42,23 @@ impl Shard {
             // The text decoder bounds lines and names well below these limits.
             Err(_) => return TextOutcome::Refused(ErrorCode::TooBig),
         };
-        let job = Job::new(id, frames, Origin::Text, false, self.ctx.started, cx.now);
+        if let Err(code) = self.admit(&queue, frames.len()) {
+            return TextOutcome::Refused(code);
+        }
+        let job = Job::new(self.next_job_id(), frames, Origin::Text, false, self.ctx.started, cx.now);
         self.enqueue_new(&queue, job, cx);
         TextOutcome::Done
     }
 
     fn text_ask(&mut self, conn: ConnId, queue: QueueName, cx: &mut Cx) -> TextOutcome {
-        let Some(job) = self.queues.pop(&queue.0) else { return TextOutcome::Nope };
+        let Some(job) = self.queues.pop(&queue.0) else {
+            let unknown = !self.queues.exists(&queue.0);
+            if unknown && self.queues.total() >= self.ctx.config.max_queues {
+                Counters::bump(&self.ctx.counters.rejected_queue_limit);
+                return TextOutcome::Refused(ErrorCode::QueueLimit);
+            }
+            return TextOutcome::Nope;
+        };
         let waited = cx.now.saturating_duration_since(job.accepted_at(self.ctx.started));
         self.latency.record(&queue.0, Kind::QueueWait, waited);
         let data = job.frames.body().to_vec();
@@ -74,11 +80,15 @@ impl Shard {
         match answer {
             TextAnswer::Ack => {
                 Counters::bump(&self.ctx.counters.text_acked);
+                self.job_done(&offer.job);
                 self.latency.record(&offer.queue.0, Kind::Service, cx.now.saturating_duration_since(offer.since));
                 let end_to_end = cx.now.saturating_duration_since(offer.job.accepted_at(self.ctx.started));
                 self.latency.record(&offer.queue.0, Kind::EndToEnd, end_to_end);
             }
-            TextAnswer::Del => Counters::bump(&self.ctx.counters.text_deleted),
+            TextAnswer::Del => {
+                Counters::bump(&self.ctx.counters.text_deleted);
+                self.job_done(&offer.job);
+            }
             TextAnswer::Dcl => {
                 Counters::bump(&self.ctx.counters.text_declined);
                 self.enqueue_again(offer.job, false, cx);
