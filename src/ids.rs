@@ -109,6 +109,13 @@ impl JobId {
     }
 }
 
+/// `<shard>-<seq>`, as logs show it (`job=0-17`).
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.0 & 0xffff, self.0 >> 16)
+    }
+}
+
 /// A text offer: the shard holding it and that shard's offer number, so an
 /// answer finds its shard and a stale answer is told apart from a newer
 /// offer to the same connection.
@@ -178,5 +185,6 @@ mod tests {
     fn job_ids_of_two_shards_differ() {
         assert_ne!(JobId::new(0, 1), JobId::new(1, 1));
         assert_eq!(JobId::new(3, 5).0 & 0xffff, 3);
+        assert_eq!(JobId::new(3, 5).to_string(), "3-5");
     }
 }

@@ -1,4 +1,4 @@
-//! emq-router over eMQP with raw ZeroMQ peers: exact frames (spec §13),
+//! emq-router over eMQP with raw ZeroMQ peers: exact frames (docs/emqp.md "Messages"),
 //! each scenario with one shard and with several.
 
 use std::sync::atomic::Ordering;
@@ -59,7 +59,7 @@ impl Peer {
         items[0].is_readable().then(|| self.sock.recv_multipart(0).unwrap())
     }
 
-    /// Next message whose command (D2) is `cmd`, skipping heartbeats and
+    /// Next message whose command (frame 2) is `cmd`, skipping heartbeats and
     /// anything else; panics after 5 s.
     pub fn expect(&self, cmd: &str) -> Frames {
         let end = Instant::now() + Duration::from_secs(5);
@@ -457,10 +457,10 @@ fn sigterm_drains_and_logs_what_remains() {
     let port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let (fe, be, ad) = (port(), port(), port());
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_emq-router"))
-        .args(["--frontend-addr", &format!("tcp://127.0.0.1:{fe}")])
-        .args(["--backend-addr", &format!("tcp://127.0.0.1:{be}")])
-        .args(["--admin-addr", &format!("tcp://127.0.0.1:{ad}")])
-        .args(["--text-addr", "off", "--drain-timeout", "300ms"])
+        .args(["--frontend", &format!("tcp://127.0.0.1:{fe}")])
+        .args(["--backend", &format!("tcp://127.0.0.1:{be}")])
+        .args(["--admin", &format!("tcp://127.0.0.1:{ad}")])
+        .args(["--text", "off", "--drain-timeout", "300ms"])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();

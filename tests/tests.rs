@@ -1,4 +1,5 @@
 mod bench;
+mod cli;
 mod client;
 mod common;
 mod emqp_router;
@@ -9,4 +10,6 @@ mod scheduler;
 mod scheduler_e2e;
 mod text;
 mod text_broker;
+mod text_limits;
+mod walkthrough;
 mod worker_e2e;

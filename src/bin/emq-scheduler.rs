@@ -7,20 +7,32 @@ use std::os::unix::net::UnixStream;
 
 use anyhow::Context;
 use clap::Parser;
-use emq::scheduler::config::{SchedulerArgs, SchedulerConfig};
+use emq::config::{self, ConfigArgs};
+use emq::scheduler::config::RawSchedulerConfig;
 use emq::scheduler::peer;
 use emq::scheduler::redis_store::RedisStore;
 use emq::scheduler::service::Service;
 use emq::scheduler::store::{FileStore, Store};
 
-fn main() -> anyhow::Result<()> {
-    emq::logging::init_from_env();
-    let args = SchedulerArgs::parse();
-    let cfg = SchedulerConfig::from_args(&args).context("invalid configuration")?;
-    if args.print_config {
-        print!("{}", cfg.render());
-        return Ok(());
-    }
+/// Runs scheduled jobs for an emq (or EventMQ) router: interval and cron
+/// schedules sent with SCHEDULE (`emq-cli schedule`), kept across restarts,
+/// each firing sent as a REQUEST to its queue. EventMQ 0.3.13 compatible.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(flatten)]
+    raw: RawSchedulerConfig,
+}
+
+fn main() {
+    emq::program::exit_on_error("emq-scheduler", run());
+}
+
+fn run() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let Some(cfg) = config::start(&args.config, args.raw)? else { return Ok(()) };
     let (signal_read, signal_write) = UnixStream::pair().context("signal pipe")?;
     signal_read.set_nonblocking(true).context("signal pipe")?;
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {

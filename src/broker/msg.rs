@@ -4,10 +4,11 @@
 //! connections).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
+use super::counts::QueueCounter;
 use super::job::{Job, JobFrames};
 use super::snapshot::ShardSnapshot;
 use super::types::WorkerShared;
@@ -15,6 +16,7 @@ use crate::ids::{ConnId, MsgId, OfferId, PeerId, QueueName, WorkerKey};
 use crate::metrics::latency::Taken;
 use crate::protocol::emqp::Frame;
 use crate::protocol::text::ErrorCode;
+use crate::zmq_io::wake::Wake;
 
 /// A message to a dispatcher shard. The doc of each variant names who sends
 /// it and to which shard.
@@ -48,8 +50,10 @@ pub enum ShardMsg {
     WorkerReply {
         /// The worker's identity.
         id: PeerId,
-        /// The msgid of the REQUEST it answers (D5).
+        /// The msgid of the REQUEST it answers (frame 5).
         request_msgid: MsgId,
+        /// Whether the worker said the job failed.
+        failed: bool,
     },
     /// HEARTBEAT from a worker (home shard).
     WorkerHeartbeat {
@@ -84,7 +88,7 @@ pub enum ShardMsg {
         client: PeerId,
         /// Its msgid (the ERROR reply refers to it).
         msgid: MsgId,
-        /// The D-frames as received.
+        /// The frames as received.
         frames: Vec<Frame>,
         /// UNSCHEDULE (to every scheduler) rather than SCHEDULE (to one).
         unschedule: bool,
@@ -93,7 +97,7 @@ pub enum ShardMsg {
     SchedulerSendFailed {
         /// The scheduler that could not be reached.
         id: PeerId,
-        /// A SCHEDULE to route to another scheduler: `(client, D-frames)`.
+        /// A SCHEDULE to route to another scheduler: `(client, frames)`.
         retry: Option<(PeerId, Vec<Frame>)>,
     },
     /// A worker serving `queue` (home shard → the queue's shard).
@@ -138,6 +142,14 @@ pub enum ShardMsg {
         /// The jobs, oldest dispatch first.
         jobs: Vec<Job>,
     },
+    /// A job of `queue` ended on another shard (a worker's home): count it
+    /// (→ the queue's shard).
+    Count {
+        /// The queue.
+        queue: QueueName,
+        /// What to count.
+        counter: QueueCounter,
+    },
     /// Sending a job to a worker failed (I/O thread → home shard).
     SendFailed {
         /// The worker registration.
@@ -168,6 +180,14 @@ pub enum ShardMsg {
     /// Several messages from the I/O thread, to be handled in order (one
     /// channel operation for a whole read batch).
     Batch(Vec<ShardMsg>),
+    /// Send the bodies of `queue`'s waiting jobs, front first (tests and
+    /// tools; linear in the queue).
+    Waiting {
+        /// The queue (owned by the receiving shard).
+        queue: QueueName,
+        /// Where the bodies go.
+        reply: Sender<Vec<Vec<u8>>>,
+    },
     /// Stop: KBYE to peers, log what remains, exit.
     Shutdown,
 }
@@ -187,7 +207,7 @@ impl ShardMsg {
     }
 }
 
-/// A text client's answer to an offer (text-protocol.md "The offer").
+/// A text client's answer to an offer (docs/text-protocol.md "The offer").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TextAnswer {
     /// `ACK`: the task is done as far as the broker is concerned.
@@ -213,6 +233,16 @@ pub enum TextCmd {
         /// The queue.
         queue: QueueName,
     },
+    /// `ASK queue ms` (long poll): with a task waiting, answered like `Ask`;
+    /// otherwise the connection waits in the queue's line of waiting ASKs
+    /// (arrival order) and is answered with the first task that is not
+    /// pushed to an eMQP worker, or `Nope` once `wait` has passed.
+    AskWait {
+        /// The queue.
+        queue: QueueName,
+        /// How long to wait at most.
+        wait: Duration,
+    },
     /// `ACK`, `DCL` or `DEL` of an offer: `Done`, or `NO_TASK` when the
     /// offer has lapsed.
     Answer {
@@ -222,11 +252,16 @@ pub enum TextCmd {
         answer: TextAnswer,
     },
     /// The connection ended holding the offer: it goes back to the front
-    /// of its queue. Not answered.
+    /// of its queue (a delivery: past [`crate::limits::MAX_DELIVERIES`] it
+    /// is dead-lettered). Not answered.
     Release {
         /// The offer.
         offer: OfferId,
     },
+    /// The connection stops waiting (it closed) while its `AskWait` waits
+    /// on this shard: that `AskWait` is answered `Nope` at once. Nothing
+    /// happens when it is not waiting. Not answered itself.
+    Cancel,
 }
 
 /// A text command with the connection that sent it.
@@ -269,14 +304,41 @@ pub struct TextReply {
     pub outcome: TextOutcome,
 }
 
-/// Where a shard sends text answers: a channel of the text front end.
-/// Answers to one port arrive in the order of the commands.
+/// The answers of one shard's batch for one [`TextPort`], in order.
+#[derive(Debug)]
+pub struct TextBatch {
+    /// The shard that answers.
+    pub shard: usize,
+    /// The answers.
+    pub replies: Vec<TextReply>,
+}
+
+/// Where a shard sends text answers: a channel of one text I/O thread and
+/// the wake-up of that thread. A shard answers the commands of one
+/// connection in the order they came (an `AskWait` that waits is answered
+/// later, and the connection sends nothing else that is answered until
+/// then), so the front end matches answers to commands by order.
 #[derive(Debug, Clone)]
 pub struct TextPort {
     /// The front end's number for this port (for logs and tests).
     pub id: u64,
     /// The channel.
-    pub tx: Sender<Vec<TextReply>>,
+    pub tx: Sender<TextBatch>,
+    /// Wakes the receiving thread if it sleeps (`None`: it never sleeps on
+    /// the port, as in tests).
+    pub wake: Option<Arc<Wake>>,
+}
+
+impl TextPort {
+    /// Hands shard `shard`'s `replies` over and wakes the receiver. Returns
+    /// `false` when the receiver is gone (the text front end has stopped).
+    pub fn send(&self, shard: usize, replies: Vec<TextReply>) -> bool {
+        let sent = self.tx.send(TextBatch { shard, replies }).is_ok();
+        if let Some(wake) = &self.wake {
+            wake.wake();
+        }
+        sent
+    }
 }
 
 /// Which router socket a frame list goes out on.

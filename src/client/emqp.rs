@@ -1,9 +1,9 @@
 //! eMQP client: REQUEST, SCHEDULE, UNSCHEDULE to the router frontend, and
-//! PUBLISH to the pub/sub device (EventMQ 0.3.13, spec §3.3, §3.8, §3.9).
+//! PUBLISH to the pub/sub device (EventMQ 0.3.13, docs/emqp.md "REQUEST").
 //!
-//! Unlike the Python client (C4: one fire-and-forget socket per call), a
+//! Unlike the Python client (one fire-and-forget socket per call), a
 //! [`Client`] keeps one DEALER and can wait for the broker's answer:
-//! * emq's router answers every REQUEST: an acceptance REPLY (D4 = the
+//! * emq's router answers every REQUEST: an acceptance REPLY (frame 4 = the
 //!   REQUEST msgid) whether the job was dispatched or queued, or an `ERROR`
 //!   (`QUEUE_FULL`, `NO_SCHEDULER`, `SHUTTING_DOWN`, …).
 //! * An EventMQ Python router sends the acceptance REPLY **only** when it
@@ -33,7 +33,7 @@ use crate::protocol::emqp::{decode, Command, Frame, Message, ScheduleBody, Socke
 /// What the broker said about a REQUEST.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// An acceptance REPLY whose D4 is this REQUEST's msgid.
+    /// An acceptance REPLY whose frame 4 is this REQUEST's msgid.
     Accepted {
         /// The REQUEST msgid (the job id).
         msgid: Frame,
@@ -55,10 +55,10 @@ pub enum Outcome {
     },
 }
 
-/// When a scheduled job runs (spec §3.8 D6/D8).
+/// When a scheduled job runs (docs/emqp.md "SCHEDULE and UNSCHEDULE" frames 6 and 8).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Schedule {
-    /// Every N seconds (N > 0; EventMQ fires `interval 0` every loop, S7).
+    /// Every N seconds (N > 0; EventMQ fires `interval 0` every loop).
     Interval(u64),
     /// A 5-field cron expression, evaluated in UTC.
     Cron(String),
@@ -78,7 +78,7 @@ impl Client {
     /// shows up as [`ClientError::Unreachable`] on the first send.
     ///
     /// # Errors
-    /// [`ClientError::Zmq`] for a malformed address.
+    /// [`ClientError::Address`] for a malformed address.
     pub fn connect(addr: &str) -> Result<Client, ClientError> {
         let ctx = zmq::Context::new();
         let dealer = Dealer::connect(&ctx, addr, limits::CLIENT_LINGER_MS)?;
@@ -91,7 +91,7 @@ impl Client {
         self
     }
 
-    /// Sends a REQUEST (7 D-frames, spec §3.3 / V5) and waits up to the
+    /// Sends a REQUEST (7 frames, docs/emqp.md "REQUEST") and waits up to the
     /// timeout for the acceptance REPLY or ERROR naming its msgid.
     ///
     /// # Errors
@@ -140,7 +140,7 @@ impl Client {
         }
     }
 
-    /// Sends SCHEDULE (9 D-frames, spec §3.8 / V12, V13). EventMQ sends no
+    /// Sends SCHEDULE (9 frames, docs/emqp.md "SCHEDULE and UNSCHEDULE"). EventMQ sends no
     /// acknowledgement; returns the msgid.
     ///
     /// # Errors
@@ -158,8 +158,8 @@ impl Client {
         self.send_schedule(false, queue, headers, &interval, body, &cron)
     }
 
-    /// Sends UNSCHEDULE for the job with this body (9 D-frames, interval
-    /// `-1`, cron empty: spec V14; the scheduler matches on the body only).
+    /// Sends UNSCHEDULE for the job with this body (9 frames, interval
+    /// `-1`, cron empty; the scheduler matches on the body only).
     ///
     /// # Errors
     /// [`ClientError::Unreachable`].
@@ -219,7 +219,7 @@ impl Publisher {
     /// Connects (never blocks; see [`Client::connect`]).
     ///
     /// # Errors
-    /// [`ClientError::Zmq`] for a malformed address.
+    /// [`ClientError::Address`] for a malformed address.
     pub fn connect(addr: &str) -> Result<Publisher, ClientError> {
         let ctx = zmq::Context::new();
         let dealer = Dealer::connect(&ctx, addr, limits::CLIENT_LINGER_MS)?;
@@ -232,7 +232,7 @@ impl Publisher {
         self
     }
 
-    /// Sends PUBLISH (6 D-frames, spec §3.9 / V19). The message goes as
+    /// Sends PUBLISH (6 frames, docs/emqp.md "PUBLISH"). The message goes as
     /// given; Python's `send_publish_request` JSON-encodes its argument, so
     /// pass JSON text to talk to Python subscribers. Returns the msgid.
     ///

@@ -155,7 +155,7 @@ impl Loop {
     /// `inform_retry`) or router silence (after `silence_timeout`) both
     /// reconnect under a new identity to the next address: re-sending INFORM
     /// on the same identity would make an EventMQ router reset its slots
-    /// (D12), and a new identity also moves on to the failover address (J3).
+    /// (an EventMQ router would reset its slots), and a new identity also moves on to the failover address.
     fn timers(&mut self) -> Result<(), WorkerError> {
         if self.drain_deadline.is_some() {
             return Ok(());
@@ -325,7 +325,8 @@ impl Loop {
         counter.fetch_add(1, Ordering::Relaxed);
         let current = done.epoch == self.epoch && matches!(self.state, State::Ready);
         if done.reply_requested && current {
-            if self.send(Command::JobReply { result: value, request_msgid: done.msgid }) {
+            let failed = done.result.is_err();
+            if self.send(Command::JobReply { result: value, request_msgid: done.msgid, failed }) {
                 self.p.counters.replies_sent.fetch_add(1, Ordering::Relaxed);
             }
         } else if done.reply_requested {

@@ -45,7 +45,9 @@ counters! {
     dead_lettered,
     /// REQUESTs and SCHEDs refused because the queue was full.
     rejected_queue_full,
-    /// SCHEDs, ASKs and INFORMs refused because the broker holds `max_queues`.
+    /// SCHEDs, ASKs and INFORMs refused with `QUEUE_LIMIT`: the broker holds
+    /// `max_queues` queues, or (ASK) `text_max_asked_queues` names known
+    /// only through ASKs.
     rejected_queue_limit,
     /// eMQP messages refused for their size (`max_message_bytes`).
     rejected_too_big,
@@ -60,6 +62,10 @@ counters! {
     rejected_bad_request,
     /// INFORMs refused (bad queue list, wrong socket for the peer type).
     rejected_inform,
+    /// Worker INFORMs refused because `max_workers` workers are registered.
+    rejected_worker_limit,
+    /// Scheduler INFORMs refused because `max_schedulers` are registered.
+    rejected_scheduler_limit,
     /// Workers removed after missing heartbeats.
     expired_workers,
     /// Schedulers removed after missing heartbeats.
@@ -81,6 +87,11 @@ counters! {
     text_returned_disconnect,
     /// Text offers returned by the offer timeout.
     text_returned_timeout,
+    /// Text offers returned (disconnect, timeout) past `MAX_DELIVERIES`
+    /// deliveries and dropped instead (also counted in `dead_lettered`).
+    text_dead_lettered,
+    /// Long-poll ASKs answered `NOPE` because their wait ran out.
+    text_ask_waits_expired,
 }
 
 impl Counters {

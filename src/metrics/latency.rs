@@ -133,6 +133,16 @@ impl LatencyStore {
         std::mem::take(&mut self.interval)
     }
 
+    /// Per queue, the cumulative end-to-end p50 and p99 in milliseconds.
+    pub fn end_to_end_ms(&self) -> BTreeMap<String, (f64, f64)> {
+        let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+        self.cumulative
+            .iter()
+            .filter(|((_, kind), _)| *kind == Kind::EndToEnd)
+            .map(|((queue, _), h)| (queue.clone(), (ms(h, 0.5), ms(h, 0.99))))
+            .collect()
+    }
+
     /// Cumulative percentiles as JSON: `{"queues": {q: {kind: {count,
     /// mean_us, p50_us, p90_us, p99_us, p999_us, max_us}}}, "unit": "us"}`.
     pub fn to_json(&self) -> Value {
@@ -247,6 +257,8 @@ mod tests {
         let mut store = LatencyStore::default();
         store.merge(s.take());
         assert!(s.take().is_empty());
+        let (p50_ms, _) = store.end_to_end_ms()["default"];
+        assert!((49.0..=51.0).contains(&p50_ms), "{p50_ms}");
         let j = store.to_json();
         let e = &j["queues"]["default"]["end_to_end"];
         assert_eq!(e["count"], 100);

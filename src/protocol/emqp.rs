@@ -19,6 +19,10 @@ use std::fmt;
 /// senders always write it.
 pub const VERSION: &[u8] = b"eMQP/1.0";
 
+/// The optional last frame of a job-result REPLY by which an emq worker says
+/// the job failed (docs/emqp.md "Job-result REPLY").
+pub const FAILED: &[u8] = b"failed";
+
 /// A frame: opaque bytes.
 pub type Frame = Vec<u8>;
 
@@ -170,6 +174,10 @@ pub enum Command<B = Frame> {
     },
     /// Job-result REPLY from a worker (spec §4.4).
     JobReply {
+        /// Frame 6 (emq extension, optional): [`FAILED`] when the worker
+        /// reports the job failed. EventMQ's router reads only frame 5, so
+        /// old routers ignore it; Python jobmanagers never send it.
+        failed: bool,
         /// D4: the result JSON, `{"value": ...}`.
         result: B,
         /// D5: the msgid (D3) of the REQUEST this answers.
@@ -338,9 +346,11 @@ pub fn decode_ref<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Messag
             body: body.get(6, "the job body")?,
             extra: body.rest(7),
         },
-        "REPLY" if socket == Socket::Backend => {
-            Command::JobReply { result: body.get(4, "the result")?, request_msgid: body.get(5, "the REQUEST msgid")? }
-        }
+        "REPLY" if socket == Socket::Backend => Command::JobReply {
+            result: body.get(4, "the result")?,
+            request_msgid: body.get(5, "the REQUEST msgid")?,
+            failed: body.opt(6).is_some_and(|f| f == FAILED),
+        },
         "REPLY" => Command::Reply { body: body.get(4, "the reply body")? },
         "HEARTBEAT" => Command::Heartbeat { timestamp: body.opt(4).unwrap_or_default() },
         "KBYE" => Command::Kbye,
@@ -454,8 +464,8 @@ impl<B: AsRef<[u8]>> Message<B> {
                 extra: extra.iter().map(f).collect(),
             },
             Command::Reply { body } => Command::Reply { body: f(body) },
-            Command::JobReply { result, request_msgid } => {
-                Command::JobReply { result: f(result), request_msgid: f(request_msgid) }
+            Command::JobReply { result, request_msgid, failed } => {
+                Command::JobReply { result: f(result), request_msgid: f(request_msgid), failed: *failed }
             }
             Command::Heartbeat { timestamp } => Command::Heartbeat { timestamp: f(timestamp) },
             Command::Kbye => Command::Kbye,
@@ -491,7 +501,12 @@ impl<B: AsRef<[u8]>> Message<B> {
                 out.extend(extra.iter().map(c));
             }
             Command::Reply { body } => out.push(c(body)),
-            Command::JobReply { result, request_msgid } => out.extend([c(result), c(request_msgid)]),
+            Command::JobReply { result, request_msgid, failed } => {
+                out.extend([c(result), c(request_msgid)]);
+                if *failed {
+                    out.push(FAILED.to_vec());
+                }
+            }
             Command::Heartbeat { timestamp } => out.push(c(timestamp)),
             Command::Schedule(s) | Command::Unschedule(s) => {
                 out.extend([c(&s.queue), c(&s.headers), c(&s.interval), c(&s.body)]);
@@ -558,6 +573,23 @@ mod tests {
 
     fn frames(parts: &[&[u8]]) -> Vec<Frame> {
         parts.iter().map(|p| p.to_vec()).collect()
+    }
+
+    #[test]
+    fn job_reply_may_say_the_job_failed() {
+        let base = frames(&[b"", VERSION, b"REPLY", b"m", br#"{"value": "x"}"#, b"job-1"]);
+        let failed_of = |last: Option<&[u8]>| {
+            let mut f = base.clone();
+            f.extend(last.map(<[u8]>::to_vec));
+            match decode(&f, Socket::Backend).unwrap().command {
+                Command::JobReply { failed, .. } => failed,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!([failed_of(None), failed_of(Some(FAILED)), failed_of(Some(b"other"))], [false, true, false]);
+        let mut f = base.clone();
+        f.push(FAILED.to_vec());
+        assert_eq!(decode(&f, Socket::Backend).unwrap().encode(), f);
     }
 
     #[test]

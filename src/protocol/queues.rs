@@ -1,6 +1,29 @@
-//! INFORM queue lists (spec §3.1): a JSON array of `[weight, name]` pairs,
+//! INFORM queue lists (docs/emqp.md "INFORM"): a JSON array of `[weight, name]` pairs,
 //! e.g. `[[10, "default"], [5, "email"]]`. EventMQ accepts anything and
-//! crashes later (D3); this parser validates every element.
+//! crashes later; this parser validates every element.
+
+/// The queue-name rule both protocols share, as users read it.
+pub const QUEUE_NAME_RULE: &str = "1 to 255 characters from A-Z a-z 0-9 _ - . :";
+
+/// Checks a queue name a user typed against the rule of both protocols
+/// ([`crate::protocol::text::valid_queue_name`]: the text protocol's `@queue`
+/// rule, which eMQP names should follow too so that text clients reach them).
+///
+/// # Errors
+/// The name and the rule, e.g. `queue name "bad queue" is not valid: use 1
+/// to 255 characters from A-Z a-z 0-9 _ - . :`.
+///
+/// ```
+/// use emq::protocol::queues::check_queue_name;
+/// assert!(check_queue_name("email.high-1").is_ok());
+/// assert!(check_queue_name("a@b").unwrap_err().contains("A-Z a-z 0-9 _ - . :"));
+/// ```
+pub fn check_queue_name(name: &str) -> Result<(), String> {
+    if crate::protocol::text::valid_queue_name(name.as_bytes()) {
+        return Ok(());
+    }
+    Err(format!("queue name {name:?} is not valid: use {QUEUE_NAME_RULE}"))
+}
 
 /// Why a queue list was rejected. The text names the element.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

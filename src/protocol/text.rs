@@ -1,4 +1,4 @@
-//! The text protocol's pure parts (text-protocol.md): the incremental line
+//! The text protocol's pure parts (docs/text-protocol.md): the incremental line
 //! decoder, command parsing, and the encoders and decoders for both
 //! directions. No sockets, no clocks.
 //!
@@ -18,8 +18,8 @@ pub use encode::{
 };
 pub use line::LineDecoder;
 
-/// The stable error tokens of `ERR <CODE> <text>` (text-protocol.md, "Error
-/// codes"). The first three come from the decoder; the others from the
+/// The stable error tokens of `ERR <CODE> <text>` (docs/text-protocol.md,
+/// "Answers and errors"). The first three come from the decoder; the others from the
 /// server and its queues.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorCode {
@@ -37,10 +37,11 @@ pub enum ErrorCode {
     QueueFull,
     /// The broker is draining; the task is not stored.
     ShuttingDown,
-    /// Too many connections; sent once, then the connection is closed.
+    /// Too many connections (or too few descriptors left); sent once, then
+    /// the connection is closed.
     Busy,
-    /// SCHED or ASK naming a new queue while the broker holds its maximum
-    /// number of queues; nothing is stored.
+    /// ASK (or SCHED) naming a new queue while the broker holds its most
+    /// queue names; nothing is stored.
     QueueLimit,
 }
 
@@ -95,7 +96,7 @@ impl ErrorCode {
             ErrorCode::QueueFull => "the queue is full",
             ErrorCode::ShuttingDown => "the broker is shutting down",
             ErrorCode::Busy => "too many connections",
-            ErrorCode::QueueLimit => "the broker holds its maximum number of queues",
+            ErrorCode::QueueLimit => "too many queue names",
         }
     }
 }

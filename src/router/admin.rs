@@ -32,10 +32,15 @@ pub fn run(
     latency: Arc<Mutex<LatencyStore>>,
 ) {
     for req in rx {
+        let uptime = || broker.ctx.started.elapsed().as_secs_f64();
         let body = match req.query {
-            AdminQuery::Status => status_json(&broker.snapshots(), status_extras(&broker, &extra)),
-            AdminQuery::ShowWorkers => workers_json(&broker.snapshots()),
-            AdminQuery::ShowSchedulers => schedulers_json(&broker.snapshots()),
+            AdminQuery::Status => {
+                super::reporter::collect(&broker, &latency);
+                let end_to_end = latency.lock().end_to_end_ms();
+                status_json(&broker.snapshots(), &end_to_end, status_extras(&broker, &extra))
+            }
+            AdminQuery::ShowWorkers => workers_json(&broker.snapshots(), uptime()),
+            AdminQuery::ShowSchedulers => schedulers_json(&broker.snapshots(), uptime()),
             AdminQuery::Latency => {
                 super::reporter::collect(&broker, &latency);
                 latency.lock().to_json()

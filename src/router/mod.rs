@@ -1,7 +1,7 @@
 //! The router as a whole: builds the sockets, channels and threads, starts
 //! them, and stops them on request (DISCONNECT, a signal, [`RouterHandle`]).
 //!
-//! Threads (DESIGN "Threads and data flow"): one I/O thread
+//! Threads (README, "How it works"): one I/O thread
 //! ([`crate::zmq_io`]) owning the ROUTER sockets; N dispatcher shards
 //! ([`crate::broker::shard`]); the text front end ([`crate::text`]); the
 //! admin thread ([`admin`]); the latency reporter ([`reporter`]); and the
@@ -28,10 +28,9 @@ use crate::ids::QueueName;
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::LatencyStore;
-use crate::text::shard_backend::ShardBackend;
-use crate::text::{TextServer, TextStats};
+use crate::text::{fds, TextServer, TextStats};
 use crate::zmq_error::ZmqError;
-use crate::zmq_io::egress;
+use crate::zmq_io::egress::{self, EgressRx, EgressTx};
 use crate::zmq_io::io_thread::{IoLimits, IoThread, StopReason};
 use crate::zmq_io::sockets::router_socket;
 use admin::ExtraStatus;
@@ -69,6 +68,84 @@ impl Broker {
     pub fn snapshots(&self) -> Vec<ShardSnapshot> {
         ask::ask_shards(&self.shards, limits::SHARD_ANSWER_TIMEOUT, |reply| ShardMsg::Snapshot { reply }).answers
     }
+
+    /// The bodies of the jobs waiting in `queue`, front first (for tests
+    /// and tools; linear in the queue). Empty when its shard does not
+    /// answer within [`limits::SHARD_ANSWER_TIMEOUT`].
+    pub fn waiting(&self, queue: &str) -> Vec<Vec<u8>> {
+        let queue = QueueName::named(queue);
+        let Some(tx) = self.shards.get(crate::broker::types::shard_of(&queue.0, self.shards.len())) else {
+            return Vec::new();
+        };
+        let (reply, rx) = crossbeam_channel::bounded(1);
+        if tx.send(ShardMsg::Waiting { queue, reply }).is_err() {
+            return Vec::new();
+        }
+        rx.recv_timeout(limits::SHARD_ANSWER_TIMEOUT).unwrap_or_default()
+    }
+}
+
+/// The dispatcher shards on their threads (`emq-shard-N`): the broker
+/// without its front ends. The router starts them with the rest; tests of
+/// the text front end start them alone ([`Shards::start_alone`]).
+pub struct Shards {
+    /// Their context and channels.
+    pub broker: Broker,
+    threads: Vec<JoinHandle<()>>,
+    /// The egress of shards started alone (nobody sends their frames).
+    _egress: Option<EgressRx>,
+}
+
+impl Shards {
+    /// Starts `config.shards` shards whose frames for ZeroMQ peers go to
+    /// `egress`, each pinned to core `i + 1` of `plan` when given.
+    ///
+    /// # Errors
+    /// [`StartError::Io`] when a thread cannot be spawned.
+    pub fn start(
+        config: Arc<RouterConfig>,
+        egress: &EgressTx,
+        plan: Option<Vec<core_affinity::CoreId>>,
+    ) -> Result<Shards, StartError> {
+        let (txs, rxs): (Vec<Sender<ShardMsg>>, Vec<Receiver<ShardMsg>>) =
+            (0..config.shards).map(|_| crossbeam_channel::unbounded()).unzip();
+        let started = Instant::now();
+        let broker = Broker { ctx: ShardContext::new(config.clone(), config.shards, started), shards: txs.into() };
+        let mut threads = Vec::new();
+        for (i, rx) in rxs.into_iter().enumerate() {
+            let shard = Shard::new(i, broker.ctx.clone(), started);
+            let mut out = ShardOutbox::new(i, egress.clone(), broker.shards.clone());
+            let plan = plan.clone();
+            threads.push(spawn(format!("emq-shard-{i}"), move || {
+                pin(&plan, i + 1);
+                shard.run(rx, &mut out)
+            })?);
+        }
+        Ok(Shards { broker, threads, _egress: None })
+    }
+
+    /// Starts the shards of `config` with no ZeroMQ side: frames they would
+    /// send to eMQP peers are dropped (there are none). For the text front
+    /// end's tests.
+    ///
+    /// # Errors
+    /// The eventfd of the egress, or a thread, cannot be made.
+    pub fn start_alone(config: RouterConfig) -> Result<Shards, StartError> {
+        let (tx, rx) = egress::channel().map_err(|source| StartError::Io { what: "egress eventfd".into(), source })?;
+        let mut shards = Shards::start(Arc::new(config), &tx, None)?;
+        shards._egress = Some(rx);
+        Ok(shards)
+    }
+
+    /// Stops every shard ([`ShardMsg::Shutdown`]) and waits for its thread.
+    pub fn stop(self) {
+        for tx in self.broker.shards.iter() {
+            let _ = tx.send(ShardMsg::Shutdown);
+        }
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
 }
 
 /// The endpoints the router actually bound (port 0 / `*` resolved).
@@ -84,11 +161,23 @@ pub struct Endpoints {
     pub text: Option<std::net::SocketAddr>,
 }
 
+/// What runs once the router has stopped.
+type StoppedHook = Box<dyn FnOnce() + Send>;
+
+/// Whether the router has stopped, and what to run when it does.
+#[derive(Default)]
+struct Stopped {
+    done: bool,
+    hook: Option<StoppedHook>,
+}
+
 /// A running router. Dropping it shuts the router down and waits.
 pub struct RouterHandle {
     stop_tx: Sender<StopReason>,
     control: Option<JoinHandle<()>>,
     broker: Broker,
+    text_stats: Option<Arc<TextStats>>,
+    stopped: Arc<Mutex<Stopped>>,
     /// The bound endpoints.
     pub endpoints: Endpoints,
 }
@@ -121,6 +210,29 @@ impl RouterHandle {
     pub fn counters(&self) -> &Counters {
         &self.broker.ctx.counters
     }
+
+    /// The shards' context and channels (for tests and tools).
+    pub fn broker(&self) -> &Broker {
+        &self.broker
+    }
+
+    /// The text front end's counters, when it is on.
+    pub fn text_stats(&self) -> Option<&Arc<TextStats>> {
+        self.text_stats.as_ref()
+    }
+
+    /// Runs `f` once the router has stopped, on the thread that stopped it
+    /// (at once when it already has). `emq-router` closes its signal
+    /// iterator this way when a DISCONNECT stops the router.
+    pub fn on_stopped(&self, f: impl FnOnce() + Send + 'static) {
+        let mut stopped = self.stopped.lock();
+        if stopped.done {
+            drop(stopped);
+            f();
+        } else {
+            stopped.hook = Some(Box::new(f));
+        }
+    }
 }
 
 impl Drop for RouterHandle {
@@ -150,7 +262,7 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<(
 }
 
 /// Cores to pin to, when there are strictly more cores than pinned threads
-/// (one spare for everything else); `None` on small machines (DESIGN).
+/// (one spare for everything else); `None` on small machines.
 fn pin_plan(config: &RouterConfig) -> Option<Vec<core_affinity::CoreId>> {
     let cores = core_affinity::get_core_ids()?;
     let needed = config.shards + 1;
@@ -178,12 +290,15 @@ pub fn start(config: RouterConfig) -> Result<RouterHandle, StartError> {
     start_with(config, Arc::new(Vec::new))
 }
 
-/// Starts the text front end over the shards, if configured.
+/// Starts the text front end over the shards, if configured, after raising
+/// the descriptor limit (each text connection is one descriptor).
 fn start_text(config: &RouterConfig, broker: &Broker) -> Result<Option<TextServer>, StartError> {
     let Some(addr) = config.text_addr else { return Ok(None) };
-    let backend = ShardBackend::new(broker.shards.clone());
+    if let Err(e) = fds::raise_nofile_limit() {
+        tracing::warn!(error = %e, "cannot raise the descriptor limit");
+    }
     let stats = Arc::new(TextStats::default());
-    TextServer::start(addr, config.text.clone(), Arc::new(backend), stats)
+    TextServer::start(addr, config.text.clone(), broker.shards.clone(), broker.ctx.inbox_load.clone(), stats)
         .map(Some)
         .map_err(|source| StartError::Io { what: format!("text listener {addr}"), source })
 }
@@ -200,7 +315,13 @@ fn text_status(stats: &TextStats, counters: &Counters) -> serde_json::Value {
         "offers_returned_disconnect": count(&counters.text_returned_disconnect),
         "offers_returned_timeout": count(&counters.text_returned_timeout),
         "offers_rewritten": s.offers_rewritten,
-        "idle_closed": s.idle_closed,
+        "offers_dead_lettered": count(&counters.text_dead_lettered),
+        "ask_waits_expired": count(&counters.text_ask_waits_expired),
+        "line_timeout_closed": s.line_timeout_closed,
+        "slow_reader_closed": s.slow_reader_closed,
+        "refused_fds": s.refused_fds,
+        "accept_errors": s.accept_errors,
+        "fd_limit": s.fd_limit,
         "errors_by_code": s.errors.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
     })
 }
@@ -222,13 +343,13 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let (egress_tx, egress_rx) =
         egress::channel().map_err(|source| StartError::Io { what: "egress eventfd".into(), source })?;
 
-    let (txs, rxs): (Vec<Sender<ShardMsg>>, Vec<Receiver<ShardMsg>>) =
-        (0..config.shards).map(|_| crossbeam_channel::unbounded()).unzip();
-    let started = Instant::now();
-    let broker = Broker { ctx: ShardContext::new(config.clone(), config.shards, started), shards: txs.into() };
+    let plan = pin_plan(&config);
+    let shards = Shards::start(config.clone(), &egress_tx, plan.clone())?;
+    let broker = shards.broker.clone();
     let text = start_text(&config, &broker)?;
     let text_addr = text.as_ref().map(|t| t.local_addr());
-    let extra: ExtraStatus = match text.as_ref().map(|t| t.stats().clone()) {
+    let text_stats = text.as_ref().map(|t| t.stats().clone());
+    let extra: ExtraStatus = match text_stats.clone() {
         Some(stats) => {
             let counters = broker.ctx.counters.clone();
             Arc::new(move || {
@@ -239,17 +360,6 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         }
         None => extra,
     };
-    let plan = pin_plan(&config);
-    let mut shard_threads = Vec::new();
-    for (i, rx) in rxs.into_iter().enumerate() {
-        let shard = Shard::new(i, broker.ctx.clone(), started);
-        let mut out = ShardOutbox::new(i, egress_tx.clone(), broker.shards.clone());
-        let plan = plan.clone();
-        shard_threads.push(spawn(format!("emq-shard-{i}"), move || {
-            pin(&plan, i + 1);
-            shard.run(rx, &mut out)
-        })?);
-    }
     let (admin_tx, admin_rx) = crossbeam_channel::unbounded();
     let latency = Arc::new(Mutex::new(LatencyStore::default()));
     let (admin_egress, admin_broker, admin_latency) = (egress_tx.clone(), broker.clone(), latency.clone());
@@ -282,23 +392,37 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         pin(&io_plan, 0);
         io.run()
     })?;
+    let stopped = Arc::new(Mutex::new(Stopped::default()));
     let threads = control::Threads {
         text,
         reporter,
         reporter_stop,
-        shards: shard_threads,
+        shards,
         io: io_thread,
         exit: egress_tx,
         admin: admin_thread,
         zctx,
     };
     let control_broker = broker.clone();
-    let control = spawn("emq-control".into(), move || control::run(stop_rx, control_broker, threads))?;
+    let control_stopped = stopped.clone();
+    let control = spawn("emq-control".into(), move || {
+        control::run(stop_rx, control_broker, threads);
+        let hook = {
+            let mut s = control_stopped.lock();
+            s.done = true;
+            s.hook.take()
+        };
+        if let Some(hook) = hook {
+            hook();
+        }
+    })?;
     tracing::info!(frontend = %fe, backend = %be, admin = %ad, shards = config.shards, "emq-router started");
     Ok(RouterHandle {
         stop_tx,
         control: Some(control),
         broker,
+        text_stats,
+        stopped,
         endpoints: Endpoints { frontend: fe, backend: be, admin: ad, text: text_addr },
     })
 }

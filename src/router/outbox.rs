@@ -52,8 +52,8 @@ impl Outbox for ShardOutbox {
     fn flush(&mut self) {
         self.egress.send_batch(std::mem::take(&mut self.emqp));
         for (port, replies) in self.text.drain(..) {
-            // A connection that went away no longer reads its port.
-            let _ = port.tx.send(replies);
+            // Only a stopped text front end no longer reads its port.
+            let _ = port.send(self.index, replies);
         }
     }
 }

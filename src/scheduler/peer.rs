@@ -1,26 +1,26 @@
-//! The scheduler's eMQP peer: a DEALER to the router frontend (spec §7.1),
+//! The scheduler's eMQP peer: a DEALER to the router frontend (docs/emqp.md "The scheduler"),
 //! plus the scheduler's own admin ROUTER. The only module that touches zmq.
 //!
 //! Lifecycle:
 //! 1. connect a DEALER under a fresh uuid4 identity and send INFORM
-//!    (D4 `""`, D5 `scheduler`, spec §3.1); re-send it every
-//!    [`PeerConfig::inform_retry`] until the ACK arrives (fixes J18);
+//!    (frame 4 `""`, frame 5 `scheduler`, docs/emqp.md "INFORM"); re-send it every
+//!    [`PeerConfig::inform_retry`] until the ACK arrives (EventMQ waited forever);
 //! 2. once ACKed: HEARTBEAT every [`PeerConfig::heartbeat_interval`]
-//!    regardless of traffic (spec §3.5), fire due schedules as REQUESTs
-//!    (spec §7.8);
+//!    regardless of traffic (docs/emqp.md "HEARTBEAT"), fire due schedules as REQUESTs
+//!    (docs/emqp.md "The scheduler");
 //! 3. after [`PeerConfig::router_timeout`] without any message from the
 //!    router, or on the router's KBYE, reconnect under a new identity and
 //!    re-INFORM. Schedules live in the [`Service`] and survive;
 //! 4. on SIGTERM/SIGINT (or DISCONNECT from the router, which nobody sends)
-//!    send KBYE, sync the store and return (fixes S10).
+//!    send KBYE, sync the store and return (EventMQ sent no KBYE).
 //!
 //! The loop blocks in `zmq::poll` until the earliest of: the next schedule
 //! deadline, the next heartbeat/INFORM retry, the router timeout, a message,
 //! or a signal. There is no fixed-rate polling.
 //!
 //! Malformed SCHEDULE/UNSCHEDULE messages are logged and answered with
-//! `ERROR` (D4 the message's msgid, D5 a code such as `BAD_CRON`, D6 the
-//! reason) to the router; they never stop the scheduler (fixes S6).
+//! `ERROR` (frame 4 the message's msgid, frame 5 a code such as `BAD_CRON`, frame 6 the
+//! reason) to the router; they never stop the scheduler (they killed EventMQ's).
 //! Acceptance REPLYs and ERRORs from the router are logged at debug level.
 
 use std::os::fd::RawFd;
@@ -316,7 +316,7 @@ fn drain_admin(admin: &zmq::Socket, service: &Service) {
             Ok(f) => f,
             Err(_) => break,
         };
-        // R-frames: identity, then D-frames ["", version, command, msgid].
+        // R-frames: identity, then frames ["", version, command, msgid].
         let (Some(identity), Some(word), Some(msgid)) = (frames.first(), frames.get(3), frames.get(4)) else {
             tracing::warn!(frames = %ShowFrames(&frames), "short admin request");
             continue;

@@ -1,4 +1,4 @@
-//! Redis persistence with EventMQ 0.3.13's key layout (spec §7.7, V21), so a
+//! Redis persistence with EventMQ 0.3.13's key layout (docs/emqp.md "The scheduler"), so a
 //! Python scheduler and emq-scheduler can read each other's schedules:
 //!
 //! * a LIST `interval_jobs` holding the keys of interval **and** cron jobs;
@@ -6,10 +6,10 @@
 //!   cron])` (Python formatting, body double-encoded);
 //! * after each run of a `run_count` job the headers are rewritten with
 //!   `run_count:<remaining>` (as Python does; the haste run's decrement is
-//!   persisted too, fixing S8).
+//!   persisted too; EventMQ did not).
 //!
-//! Differences from Python, all fixes: restore works (S1); the LIST gets no
-//! duplicate keys (S8); an unreachable server is an error at startup (S14).
+//! Differences from Python, all fixes: restore works; the LIST gets no
+//! duplicate keys; an unreachable server is an error at startup.
 //! Limitation: since only the rewritten headers are stored, a client that
 //! re-sends the original `run_count:N` SCHEDULE after a restart counts as a
 //! changed definition (replaced, with a haste run). The embedded
@@ -70,7 +70,7 @@ impl RedisStore {
 
 /// The STRING value EventMQ stores for a schedule: Python's `json.dumps` of
 /// the five frames, with the headers' `run_count:` token set to `runs_left`
-/// when the job has a run count (spec §13 V21).
+/// when the job has a run count (docs/emqp.md "The scheduler").
 ///
 /// ```
 /// use emq::scheduler::redis_store::encode_record;
@@ -112,7 +112,7 @@ impl Store for RedisStore {
         let mut out = Vec::new();
         for key in keys {
             if !self.listed.insert(key.clone()) {
-                continue; // EventMQ's duplicates (S8)
+                continue; // EventMQ's duplicates
             }
             let value: Option<String> = self.run(redis::cmd("GET").arg(&key))?;
             let (Some(k), Some(value)) = (ScheduleKey::from_hex(&key), value) else {

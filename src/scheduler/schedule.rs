@@ -1,21 +1,21 @@
-//! One schedule: what a SCHEDULE message defines (spec §3.8, §7.2) and when
+//! One schedule: what a SCHEDULE message defines (docs/emqp.md "SCHEDULE and UNSCHEDULE") and when
 //! it fires next.
 //!
-//! Decisions (each fixes a defect of EventMQ 0.3.13, spec §12):
-//! * **Interval jobs** (D6 ≥ 1) fire at a fixed rate: each fire moves the next
+//! Decisions (each fixes a defect of EventMQ 0.3.13, docs/emqp.md "Differences from EventMQ"):
+//! * **Interval jobs** (frame 6 ≥ 1) fire at a fixed rate: each fire moves the next
 //!   deadline by exactly one interval. After a stall (the process was stopped,
 //!   the machine slept) the overdue job fires **once** and the next deadline
-//!   becomes `now + interval`: no catch-up burst (fixes S12).
-//! * **`interval 0` is rejected** (S7 made it a REQUEST storm). Any negative
+//!   becomes `now + interval`: no catch-up burst (EventMQ burst).
+//! * **`interval 0` is rejected** (EventMQ fired it every millisecond). Any negative
 //!   interval means "cron job" as in Python; the cron frame must then hold a
 //!   valid 5-field expression.
-//! * **Cron jobs** (D6 < 0) use a standard 5-field expression (minute, hour,
+//! * **Cron jobs** (frame 6 < 0) use a standard 5-field expression (minute, hour,
 //!   day of month, month, day of week; `@daily`-style nicknames too) evaluated
 //!   in the scheduler's time zone (UTC unless configured). When both day of
 //!   month and day of week are restricted, a day matching **either** fires
 //!   (Vixie cron and croniter semantics). After a stall a cron job fires once,
-//!   then at the first cron time after `now` (fixes S12). Cron jobs keep their
-//!   queue (fixes S3) and honour `run_count` (fixes S5).
+//!   then at the first cron time after `now`. Cron jobs keep their
+//!   queue and honour `run_count` (EventMQ sent later runs to `default` and crashed on a cron `run_count`).
 //! * **Daylight saving time** (non-UTC zones only), as croner resolves local
 //!   times: a local time skipped by a spring-forward gap fires at the first
 //!   valid instant after the gap (e.g. `30 2 * * *` in Europe/Berlin fires at
@@ -23,7 +23,7 @@
 //!   fall-back fires once, at its first (summer-time) occurrence. Minute-level
 //!   patterns therefore do not fire during the repeated hour's second pass.
 //! * **`run_count:N`** is the total number of REQUESTs, the haste run included
-//!   (spec §7.5); `run_count:0` means the job never runs, so the SCHEDULE
+//!   (docs/emqp.md "The scheduler"); `run_count:0` means the job never runs, so the SCHEDULE
 //!   only removes any existing job with its key.
 //! * **`nohaste`** suppresses the immediate run on SCHEDULE. It and
 //!   `run_count` are matched as whole CSV tokens (Python used substrings).
@@ -65,10 +65,10 @@ pub enum ScheduleError {
         /// What the frame holds.
         what: &'static str,
     },
-    /// D6 is not an integer, is 0, or is too large.
+    /// frame 6 is not an integer, is 0, or is too large.
     #[error("frame 6: bad interval {0:?} (seconds ≥ 1, or negative for a cron job)")]
     BadInterval(String),
-    /// D8 is missing, empty or not a valid 5-field cron expression.
+    /// frame 8 is missing, empty or not a valid 5-field cron expression.
     #[error("frame 8: bad cron expression {expr:?}: {why}")]
     BadCron {
         /// The expression.
@@ -79,7 +79,7 @@ pub enum ScheduleError {
     /// The `run_count:N` header is not a non-negative integer.
     #[error("frame 5: bad run_count in headers {0:?}")]
     BadRunCount(String),
-    /// D7 cannot be keyed.
+    /// frame 7 cannot be keyed.
     #[error("frame 7: {0}")]
     Body(#[from] KeyError),
 }
@@ -100,12 +100,12 @@ impl ScheduleError {
 /// A validated SCHEDULE: the five body frames as text plus what they mean.
 #[derive(Debug, Clone)]
 pub struct Definition {
-    /// The five frames D4..D8 as received: the record EventMQ persists
-    /// (spec §7.7: queue, headers, interval text, body JSON, cron).
+    /// Frames 4..8 as received: the record EventMQ persists
+    /// (docs/emqp.md "The scheduler": queue, headers, interval text, body JSON, cron).
     pub record: [String; 5],
-    /// The job key (spec §7.3).
+    /// The job key (docs/emqp.md "The scheduler").
     pub key: ScheduleKey,
-    /// The REQUEST body to emit (spec §7.8).
+    /// The REQUEST body to emit (docs/emqp.md "The scheduler").
     pub request_body: String,
     /// Interval or cron.
     pub kind: Kind,
@@ -116,7 +116,7 @@ pub struct Definition {
 }
 
 impl Definition {
-    /// Validates a SCHEDULE body (D4..D8).
+    /// Validates a SCHEDULE body (frames 4..8).
     ///
     /// # Errors
     /// [`ScheduleError`] naming the bad frame. A missing cron frame is
@@ -162,7 +162,7 @@ impl Definition {
         Ok(Definition { record, key, request_body, kind, run_count, nohaste })
     }
 
-    /// The queue jobs go to (D4; cron jobs keep it too, fixing S3).
+    /// The queue jobs go to (frame 4; cron jobs keep it too).
     pub fn queue(&self) -> &str {
         &self.record[0]
     }

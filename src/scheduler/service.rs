@@ -4,7 +4,7 @@
 //!
 //! Store failures are logged and never stop scheduling: the in-memory
 //! timetable stays authoritative for this run (EventMQ logged Redis errors
-//! the same way, S14).
+//! the same way).
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use chrono_tz::Tz;
@@ -13,6 +13,7 @@ use super::key::{key_body, KeyError, ScheduleKey};
 use super::schedule::{Definition, ScheduleError};
 use super::store::{Store, StoreError, Stored};
 use super::timetable::{Change, Fire, Outcome, Timetable};
+use crate::client::body::PythonCall;
 use crate::protocol::emqp::ScheduleBody;
 
 /// Timetable + store. See the module docs.
@@ -23,7 +24,7 @@ pub struct Service {
 
 impl Service {
     /// Restores every stored schedule (no haste runs; first fires computed
-    /// from `now`, spec §7.7). Records that no longer validate are logged
+    /// from `now`, docs/emqp.md "The scheduler"). Records that no longer validate are logged
     /// and skipped.
     ///
     /// # Errors
@@ -50,7 +51,7 @@ impl Service {
         &self.timetable
     }
 
-    /// Handles a SCHEDULE received at `now` (spec §7.2 with the rules of
+    /// Handles a SCHEDULE received at `now` (docs/emqp.md "The scheduler" with the rules of
     /// [`Timetable::schedule`]). Returns the haste REQUEST to emit, if any.
     ///
     /// # Errors
@@ -67,10 +68,10 @@ impl Service {
     }
 
     /// Handles an UNSCHEDULE: removes the job with the body's key, interval
-    /// or cron (spec §7.6, fixing S4). Returns whether a job was removed.
+    /// or cron (docs/emqp.md "The scheduler"). Returns whether a job was removed.
     ///
     /// # Errors
-    /// [`KeyError`] when the body (D7) cannot be keyed.
+    /// [`KeyError`] when the body (frame 7) cannot be keyed.
     pub fn handle_unschedule(&mut self, body: &ScheduleBody) -> Result<bool, KeyError> {
         let key = key_body(&body.body)?.key;
         let found = self.timetable.unschedule(&key);
@@ -117,8 +118,8 @@ impl Service {
 
     /// The `SCHEDULES` admin reply: a JSON array of
     /// `{"key", "queue", "kind": "interval"|"cron", "interval_secs"|"cron",
-    /// "next_fire" (RFC 3339 UTC), "runs_left" (null = unlimited)}`, earliest
-    /// next fire first.
+    /// "next_fire" (RFC 3339 UTC), "runs_left" (null = unlimited),
+    /// "callable" (`module.function`)}`, earliest next fire first.
     pub fn schedules_json(&self) -> String {
         let rows: Vec<serde_json::Value> = self
             .timetable
@@ -140,6 +141,7 @@ impl Service {
                 }
                 row.insert("next_fire".into(), j.next_fire.to_rfc3339_opts(SecondsFormat::Secs, true).into());
                 row.insert("runs_left".into(), j.runs_left.into());
+                row.insert("callable".into(), PythonCall::parse(j.body.as_bytes()).map(|c| c.name()).into());
                 serde_json::Value::Object(row)
             })
             .collect();

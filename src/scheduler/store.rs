@@ -1,4 +1,4 @@
-//! Persistence of schedules across restarts (fixes S1): the [`Store`] trait,
+//! Persistence of schedules across restarts (EventMQ 0.3.13 never restored its own): the [`Store`] trait,
 //! and [`FileStore`], the embedded default.
 //!
 //! # FileStore format
@@ -32,11 +32,11 @@ use serde::{Deserialize, Serialize};
 use super::key::ScheduleKey;
 use crate::limits;
 
-/// A persisted schedule: the five SCHEDULE frames D4..D8 as received and the
+/// A persisted schedule: SCHEDULE frames 4..8 as received and the
 /// runs left (`None`: unlimited).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stored {
-    /// `[queue, headers, interval, body, cron]` (spec §7.7's record).
+    /// `[queue, headers, interval, body, cron]` (the record of docs/emqp.md "The scheduler").
     pub record: [String; 5],
     /// Runs left of a `run_count` job.
     pub runs_left: Option<u64>,

@@ -2,7 +2,7 @@
 //! deadlines, so the scheduler sleeps until the earliest one and 10,000 idle
 //! schedules cost nothing between fires. Pure logic: every call takes `now`.
 //!
-//! Replacement rules (fixing S9, spec §7.2 step 7):
+//! Replacement rules (docs/emqp.md "The scheduler"; EventMQ re-ran a job on every repeated SCHEDULE):
 //! * a SCHEDULE whose key is new adds the job and, unless `nohaste`, runs it
 //!   once at once (the "haste" run);
 //! * a SCHEDULE identical to the stored one (same key and same five frames:
@@ -13,7 +13,7 @@
 //!   new timer from `now`, run count from its headers, haste rule as for a
 //!   new job.
 //!
-//! UNSCHEDULE removes the job whatever its kind (fixes S4).
+//! UNSCHEDULE removes the job whatever its kind (EventMQ kept cron jobs running).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -29,9 +29,9 @@ use super::schedule::{Definition, Kind, ScheduleError};
 pub struct Fire {
     /// The job's key.
     pub key: ScheduleKey,
-    /// D4 of the REQUEST.
+    /// frame 4 of the REQUEST.
     pub queue: String,
-    /// D6 of the REQUEST (spec §7.8).
+    /// frame 6 of the REQUEST (docs/emqp.md "The scheduler").
     pub body: String,
 }
 
@@ -73,6 +73,8 @@ pub struct JobInfo {
     pub next_fire: DateTime<Utc>,
     /// Runs left (`None`: unlimited).
     pub runs_left: Option<u64>,
+    /// The REQUEST body each run sends.
+    pub body: String,
 }
 
 #[derive(Debug)]
@@ -151,7 +153,7 @@ impl Timetable {
     }
 
     /// Re-adds a persisted job after a restart: no haste run, first fire
-    /// computed from `now` (spec §7.7 "restore", which 0.3.13 never ran: S1).
+    /// computed from `now` (docs/emqp.md "The scheduler"; EventMQ 0.3.13 never restored).
     ///
     /// # Errors
     /// As [`Timetable::schedule`].
@@ -169,7 +171,7 @@ impl Timetable {
         Ok(())
     }
 
-    /// Removes the job with `key`, interval or cron (fixes S4). Returns
+    /// Removes the job with `key`, interval or cron. Returns
     /// whether there was one.
     pub fn unschedule(&mut self, key: &ScheduleKey) -> bool {
         self.jobs.remove(key).is_some()
@@ -252,6 +254,7 @@ impl Timetable {
                 },
                 next_fire: j.next,
                 runs_left: j.runs_left,
+                body: j.def.request_body.clone(),
             })
             .collect();
         rows.sort_by(|a, b| (a.next_fire, &a.key).cmp(&(b.next_fire, &b.key)));

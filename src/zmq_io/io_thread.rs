@@ -384,8 +384,8 @@ impl Loop {
                 return self.wrong_socket(Socket::Backend, &peer, msg.msgid)
             }
             Command::Ready => ShardMsg::WorkerReady { id: peer },
-            Command::JobReply { request_msgid, .. } => {
-                ShardMsg::WorkerReply { id: peer, request_msgid: MsgId::from(request_msgid) }
+            Command::JobReply { request_msgid, failed, .. } => {
+                ShardMsg::WorkerReply { id: peer, request_msgid: MsgId::from(request_msgid), failed }
             }
             Command::Heartbeat { .. } => ShardMsg::WorkerHeartbeat { id: peer },
             Command::Kbye => ShardMsg::WorkerKbye { id: peer },

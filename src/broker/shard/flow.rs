@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use std::sync::atomic::Ordering;
 
+use super::workers::InFlight;
 use super::{Cx, Shard, Timer};
+use crate::broker::counts::QueueCounter;
 use crate::broker::job::{Job, JobFrames, Origin};
 use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, ShardMsg};
 use crate::broker::types::{WorkerShared, WorkerState};
@@ -18,7 +20,9 @@ use crate::protocol::text::ErrorCode;
 
 impl Shard {
     pub(super) fn handle_request(&mut self, client: PeerId, frames: JobFrames, fallback_done: bool, cx: &mut Cx) {
-        if !fallback_done && !self.queues.is_known(frames.queue()) {
+        if !fallback_done && !self.queue_known(frames.queue(), cx) {
+            let (queue, msgid) = (crate::ids::show(frames.queue()), crate::ids::show(frames.msgid()));
+            tracing::debug!(%queue, %msgid, "no worker serves the queue: the job goes to default");
             let index = self.shard_of(limits::DEFAULT_QUEUE.as_bytes());
             return self.send_to_shard(index, ShardMsg::Request { client, frames, fallback_done: true }, cx);
         }
@@ -122,7 +126,10 @@ impl Shard {
     pub(super) fn enqueue_new(&mut self, queue: &QueueName, job: Job, cx: &mut Cx) {
         Counters::bump(&self.ctx.counters.accepted_jobs);
         self.ctx.job_bytes.fetch_add(job.frames.len(), Ordering::Relaxed);
+        let (id, msgid, from) = (job.id, crate::ids::show(job.frames.msgid()), job.origin);
         self.queues.push_back(queue, job);
+        let waiting = self.queues.waiting(&queue.0);
+        tracing::debug!(%queue, job = %id, %msgid, ?from, waiting, "job accepted and queued");
         self.pump(queue, cx);
     }
 
@@ -131,6 +138,8 @@ impl Shard {
     /// is always taken back, above the queue limit too.
     pub(super) fn enqueue_again(&mut self, job: Job, front: bool, cx: &mut Cx) {
         let queue = job.queue();
+        let to = if front { "front" } else { "back" };
+        tracing::debug!(%queue, job = %job.id, msgid = %crate::ids::show(job.frames.msgid()), %to, "job requeued");
         if front {
             self.queues.push_front(&queue, vec![job]);
         } else {
@@ -146,17 +155,25 @@ impl Shard {
 
     /// Puts jobs of one queue back at its front, on whichever shard owns it.
     pub(super) fn requeue(&mut self, queue: QueueName, jobs: Vec<Job>, cx: &mut Cx) {
+        for job in &jobs {
+            let msgid = crate::ids::show(job.frames.msgid());
+            tracing::debug!(%queue, job = %job.id, %msgid, to = %"front", "job requeued");
+        }
         self.ctx.counters.requeued_jobs.fetch_add(jobs.len() as u64, Ordering::Relaxed);
         let index = self.shard_of(&queue.0);
         self.send_to_shard(index, ShardMsg::Requeue { queue, jobs }, cx);
     }
 
-    /// Dispatches waiting jobs of `queue` while a candidate has a free slot.
+    /// Dispatches waiting jobs of `queue` while a candidate has a free slot,
+    /// then offers what is left to long-poll ASKs waiting on it.
     pub(super) fn pump(&mut self, queue: &QueueName, cx: &mut Cx) {
         while let Some((worker, job)) = self.queues.next_dispatch(&queue.0) {
             let waited = cx.now.saturating_duration_since(job.accepted_at(self.ctx.started));
             self.latency.record(&queue.0, Kind::QueueWait, waited);
             self.dispatch_job(&worker, job, cx);
+        }
+        if !self.waits.is_empty() {
+            self.serve_waits(queue, cx);
         }
     }
 
@@ -166,9 +183,21 @@ impl Shard {
     fn dispatch_job(&mut self, worker: &Arc<WorkerShared>, job: Job, cx: &mut Cx) {
         Counters::bump(&self.ctx.counters.dispatched_jobs);
         let msg = OutMsg::Job(job.frames.clone());
+        let msgid = crate::ids::show(job.frames.msgid());
+        tracing::debug!(queue = %job.queue(), job = %job.id, %msgid, worker = %worker.id, "job dispatched");
         self.send_to_shard(worker.home, ShardMsg::Dispatched { key: worker.key, job }, cx);
         let on_fail = OnFail::Job { home: worker.home, key: worker.key };
         cx.out.emqp(Outgoing { dest: Dest::Backend, peer: worker.id.clone(), msg, on_fail });
+    }
+
+    /// Worker `worker` answered in-flight job `f`: counted as completed or
+    /// failed on the queue's shard.
+    pub(super) fn job_ended(&mut self, worker: &PeerId, f: InFlight, failed: bool, cx: &mut Cx) {
+        let (counter, what) =
+            if failed { (QueueCounter::Failed, "failed") } else { (QueueCounter::Completed, "completed") };
+        let (queue, msgid) = (f.job.queue(), crate::ids::show(f.job.frames.msgid()));
+        tracing::debug!(%queue, job = %f.job.id, %msgid, %worker, "job {what}");
+        self.count(queue, counter, cx);
     }
 
     pub(super) fn handle_add_candidate(

@@ -2,8 +2,8 @@
 //! workers whose identity hashes to it (their liveness and in-flight jobs),
 //! the text offers of its queues and, on shard 0, the schedulers.
 //!
-//! A shard is a deterministic state machine (DESIGN "A shard is a state
-//! machine"): [`Shard::handle`] takes a message and `now` and writes what it
+//! A shard is a deterministic state machine (README,
+//! "How it works"): [`Shard::handle`] takes a message and `now` and writes what it
 //! produces to an [`Outbox`]; [`Shard::fire_timers`] does the same for its
 //! timers. Nothing in here reads a clock, a socket or a channel, so a test
 //! drives a shard with a `Vec` outbox and a hand-made clock
@@ -16,17 +16,21 @@
 //!
 //! State, each owned by one table with methods, not fields:
 //! [`queues::QueueTable`], [`workers::WorkerTable`], [`offers::OfferTable`],
-//! [`schedulers::Schedulers`], the timers and the latency histograms.
+//! [`waits::WaitTable`] (long-poll ASKs), [`asked::AskedQueues`] (queues
+//! kept known by ASKs), [`schedulers::Schedulers`], the timers and the
+//! latency histograms.
 //! Handlers, by concern: `flow.rs` (REQUEST, admission, FIFO, selection,
 //! dispatch, requeue), `peers.rs` (workers and schedulers), `text.rs` (text
 //! commands and offers). `Shard::dispatch` is a short `match` calling them.
 
+pub mod asked;
 mod flow;
 pub mod offers;
 mod peers;
 pub mod queues;
 pub mod schedulers;
 mod text;
+pub mod waits;
 pub mod workers;
 
 #[cfg(test)]
@@ -39,19 +43,22 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
+use super::counts::QueueCounter;
 use super::msg::{Dest, OnFail, OutMsg, Outbox, Outgoing, ShardMsg};
 use super::snapshot::ShardSnapshot;
 use super::timers::Timers;
 use crate::config::RouterConfig;
-use crate::ids::{ConnId, MsgId, PeerId, WorkerKey};
+use crate::ids::{ConnId, MsgId, PeerId, QueueName, WorkerKey};
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::ShardLatency;
 use crate::protocol::emqp::{Command, Message};
 
+use asked::AskedQueues;
 use offers::OfferTable;
 use queues::QueueTable;
 use schedulers::Schedulers;
+use waits::WaitTable;
 use workers::WorkerTable;
 
 /// Timer events of a shard.
@@ -70,6 +77,9 @@ pub enum Timer {
     OfferTimeout(ConnId),
     /// Forget idle queues (every half `queue_idle_grace`).
     QueueSweep,
+    /// Check the long-poll ASK of the connection against its deadline (at
+    /// most one such timer per connection is armed).
+    AskTimeout(ConnId),
 }
 
 /// What every shard shares with the rest of the broker.
@@ -138,6 +148,8 @@ pub struct Shard {
     queues: QueueTable,
     workers: WorkerTable,
     offers: OfferTable,
+    waits: WaitTable,
+    asked: AskedQueues,
     schedulers: Schedulers,
     latency: ShardLatency,
     /// Messages this shard sent itself, handled after the current message.
@@ -151,13 +163,17 @@ impl Shard {
     /// scheduler timers from then).
     pub fn new(index: usize, ctx: ShardContext, now: Instant) -> Shard {
         let queues = QueueTable::new(ctx.queue_count.clone());
+        let workers = WorkerTable::new(ctx.worker_count.clone());
+        let asked_cap = ctx.config.text.max_asked_queues / ctx.shards.max(1);
         let mut shard = Shard {
             index,
             ctx,
             timers: Timers::default(),
             queues,
-            workers: WorkerTable::default(),
+            workers,
             offers: OfferTable::new(index),
+            waits: WaitTable::default(),
+            asked: AskedQueues::new(asked_cap),
             schedulers: Schedulers::default(),
             latency: ShardLatency::default(),
             local: VecDeque::new(),
@@ -173,7 +189,7 @@ impl Shard {
 
     /// Runs until [`ShardMsg::Shutdown`] or until every sender is gone:
     /// blocks for one message or the next timer, then drains a bounded
-    /// batch (DESIGN "Block for one event, then drain a bounded batch").
+    /// batch (block for one event, then drain a bounded batch).
     pub fn run(mut self, rx: Receiver<ShardMsg>, out: &mut dyn Outbox) {
         loop {
             let first = match self.timers.next_deadline() {
@@ -226,6 +242,7 @@ impl Shard {
                 Timer::SchedulerExpiry => self.scheduler_expiry_due(&mut cx),
                 Timer::OfferTimeout(conn) => self.offer_timeout_due(conn, &mut cx),
                 Timer::QueueSweep => self.queue_sweep_due(&mut cx),
+                Timer::AskTimeout(conn) => self.ask_timeout_due(conn, &mut cx),
             }
             self.drain_local(&mut cx);
         }
@@ -253,7 +270,7 @@ impl Shard {
             }
             ShardMsg::WorkerInform { id, msgid, queues } => self.handle_inform(id, msgid, queues, cx),
             ShardMsg::WorkerReady { id } => self.handle_ready(id, cx),
-            ShardMsg::WorkerReply { id, request_msgid } => self.handle_job_reply(id, request_msgid, cx),
+            ShardMsg::WorkerReply { id, request_msgid, failed } => self.handle_job_reply(id, request_msgid, failed, cx),
             ShardMsg::WorkerHeartbeat { id } => self.handle_worker_heartbeat(id, cx),
             ShardMsg::WorkerKbye { id } => self.handle_worker_kbye(id, cx),
             ShardMsg::SchedulerInform { id, msgid } => self.handle_scheduler_inform(id, msgid, cx),
@@ -268,6 +285,7 @@ impl Shard {
             ShardMsg::Wake { worker, from } => self.handle_wake(&worker, from, cx),
             ShardMsg::Dispatched { key, job } => self.handle_dispatched(key, job, cx),
             ShardMsg::Requeue { queue, jobs } => self.handle_requeue(queue, jobs, cx),
+            ShardMsg::Count { queue, counter } => self.queues.count(&queue, counter),
             ShardMsg::SendFailed { key, msgid, unreachable } => self.handle_send_failed(key, msgid, unreachable, cx),
             ShardMsg::Text { port, cmds } => self.handle_text(&port, cmds, cx),
             ShardMsg::LatencyTake { reply } => {
@@ -281,6 +299,9 @@ impl Shard {
                     self.dispatch(msg, cx);
                     self.drain_local(cx);
                 }
+            }
+            ShardMsg::Waiting { queue, reply } => {
+                let _ = reply.send(self.queues.jobs(&queue.0).map(|j| j.frames.body().to_vec()).collect());
             }
             ShardMsg::Shutdown => self.shutdown(cx),
         }
@@ -306,6 +327,14 @@ impl Shard {
         super::types::shard_of(key, self.ctx.shards)
     }
 
+    /// Adds one to `queue`'s `counter`, on the shard that owns the queue.
+    fn count(&mut self, queue: QueueName, counter: QueueCounter, cx: &mut Cx) {
+        match self.shard_of(&queue.0) {
+            index if index == self.index => self.queues.count(&queue, counter),
+            index => cx.out.shard(index, ShardMsg::Count { queue, counter }),
+        }
+    }
+
     /// Sends `command` with a fresh msgid to `peer` on `dest`.
     fn send(&self, dest: Dest, peer: &PeerId, command: Command, on_fail: OnFail, cx: &mut Cx) {
         let msg = OutMsg::Frames(Message::new(command).encode());
@@ -319,9 +348,14 @@ impl Shard {
 
     /// Sends an ERROR (emq extension) about `refers_to` to a frontend peer.
     fn send_error(&self, peer: &PeerId, refers_to: MsgId, code: &str, text: String, cx: &mut Cx) {
+        self.send_error_to(Dest::Frontend, peer, refers_to, code, text, cx);
+    }
+
+    /// Sends an ERROR (emq extension) about `refers_to` to `peer` on `dest`.
+    fn send_error_to(&self, dest: Dest, peer: &PeerId, refers_to: MsgId, code: &str, text: String, cx: &mut Cx) {
         let command =
             Command::Error { refers_to: refers_to.0.to_vec(), code: code.as_bytes().to_vec(), text: text.into_bytes() };
-        self.send(Dest::Frontend, peer, command, OnFail::Count, cx);
+        self.send(dest, peer, command, OnFail::Count, cx);
     }
 
     fn is_draining(&self) -> bool {
@@ -336,19 +370,28 @@ impl Shard {
         self.log_remaining();
     }
 
-    /// Logs what is left at shutdown: queued, in-flight and offered jobs.
+    /// Logs what is left at shutdown: one summary line (warn) with the
+    /// counts of queued, in-flight and offered jobs, and each job at debug
+    /// by id, msgid and body length (bodies are never logged).
     fn log_remaining(&self) {
-        use crate::ids::{cut, show};
+        use crate::ids::show;
+        let (mut queued, mut inflight, mut offered) = (0usize, 0usize, 0usize);
         for (queue, job) in self.queues.waiting_jobs() {
-            let (msgid, body) = (show(job.frames.msgid()), cut(job.frames.body()));
-            tracing::warn!(shard = self.index, %queue, %msgid, %body, "queued job not run");
+            queued += 1;
+            let (msgid, bytes) = (show(job.frames.msgid()), job.frames.body().len());
+            tracing::debug!(shard = self.index, %queue, %msgid, bytes, "queued job not run");
         }
         for (worker, f) in self.workers.inflight() {
-            let (msgid, body) = (show(f.job.frames.msgid()), cut(f.job.frames.body()));
-            tracing::warn!(%worker, queue = %f.job.queue(), %msgid, %body, "job still in flight at shutdown");
+            inflight += 1;
+            let (msgid, bytes) = (show(f.job.frames.msgid()), f.job.frames.body().len());
+            tracing::debug!(%worker, queue = %f.job.queue(), %msgid, bytes, "job still in flight at shutdown");
         }
         for (conn, o) in self.offers.iter() {
-            tracing::warn!(%conn, queue = %o.queue, body = %cut(o.job.frames.body()), "text offer unanswered at shutdown");
+            offered += 1;
+            tracing::debug!(%conn, queue = %o.queue, bytes = o.job.frames.body().len(), "text offer unanswered at shutdown");
+        }
+        if queued + inflight + offered > 0 {
+            tracing::warn!(shard = self.index, queued, inflight, offered, "jobs left at shutdown (listed at debug)");
         }
     }
 }

@@ -23,7 +23,7 @@ use super::{Cx, Shard, Timer};
 use crate::broker::job::Job;
 use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, ShardMsg};
 use crate::broker::types::{WorkerShared, WorkerState};
-use crate::ids::{cut, show, MsgId, PeerId, QueueName, WorkerKey};
+use crate::ids::{show, MsgId, PeerId, QueueName, WorkerKey};
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
@@ -34,6 +34,13 @@ impl Shard {
         if let Some(old) = self.workers.key_of(&id) {
             tracing::info!(worker = %id, "re-INFORM: replacing the earlier registration");
             self.remove_worker(old, "re-INFORM", cx);
+        }
+        let max = self.ctx.config.max_workers;
+        if self.workers.full(max) {
+            Counters::bump(&self.ctx.counters.rejected_worker_limit);
+            crate::log_limited!(warn, worker = %id, max, "INFORM refused: max_workers reached");
+            let text = format!("the router holds max_workers ({max}) workers");
+            return self.send_error_to(Dest::Backend, &id, msgid, "BAD_INFORM", text, cx);
         }
         let key = WorkerKey(self.ctx.next_key.fetch_add(1, Ordering::Relaxed));
         let shared = Arc::new(WorkerShared::new(key, id.clone(), self.index, queues.clone()));
@@ -74,7 +81,7 @@ impl Shard {
         }
     }
 
-    pub(super) fn handle_job_reply(&mut self, id: PeerId, request_msgid: MsgId, cx: &mut Cx) {
+    pub(super) fn handle_job_reply(&mut self, id: PeerId, request_msgid: MsgId, failed: bool, cx: &mut Cx) {
         if self.touch_worker(&id, cx).is_none() {
             return;
         }
@@ -85,6 +92,7 @@ impl Shard {
             self.latency.record(queue, Kind::Service, cx.now.saturating_duration_since(f.since));
             let end_to_end = cx.now.saturating_duration_since(f.job.accepted_at(self.ctx.started));
             self.latency.record(queue, Kind::EndToEnd, end_to_end);
+            self.job_ended(&id, f, failed, cx);
         }
     }
 
@@ -146,8 +154,8 @@ impl Shard {
             if u32::from(job.redeliveries) > limits::MAX_DELIVERIES {
                 Counters::bump(&self.ctx.counters.dead_lettered);
                 self.job_done(&job);
-                let (msgid, body) = (show(job.frames.msgid()), cut(job.frames.body()));
-                tracing::error!(%queue, %msgid, %body, "job dropped: every worker that took it died");
+                let (msgid, bytes) = (show(job.frames.msgid()), job.frames.body().len());
+                crate::log_limited!(error, %queue, %msgid, bytes, "job dropped: every worker that took it died");
                 continue;
             }
             match by_queue.iter_mut().find(|(q, _)| *q == queue) {
@@ -187,6 +195,13 @@ impl Shard {
     }
 
     pub(super) fn handle_scheduler_inform(&mut self, id: PeerId, msgid: MsgId, cx: &mut Cx) {
+        let max = self.ctx.config.max_schedulers;
+        if !self.schedulers.has(&id) && self.schedulers.len() >= max {
+            Counters::bump(&self.ctx.counters.rejected_scheduler_limit);
+            crate::log_limited!(warn, scheduler = %id, max, "INFORM refused: max_schedulers reached");
+            let text = format!("the router holds max_schedulers ({max}) schedulers");
+            return self.send_error(&id, msgid, "BAD_INFORM", text, cx);
+        }
         tracing::info!(scheduler = %id, "scheduler registered");
         self.schedulers.add(id.clone(), cx.now);
         self.send(Dest::Frontend, &id, Command::Ack { acked: msgid.0.to_vec() }, OnFail::Count, cx);

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::broker::counts::{QueueCounter, QueueCounts};
 use crate::broker::job::Job;
 use crate::broker::selection::Candidates;
 use crate::broker::snapshot::QueueSnap;
@@ -35,6 +36,8 @@ struct QueueState {
     bytes: usize,
     /// Since when a sweep has found the queue idle (cleared by any use).
     idle_since: Option<Instant>,
+    /// Both protocols' job counts since start.
+    counts: QueueCounts,
 }
 
 /// The queues of one shard, by name.
@@ -150,7 +153,13 @@ impl QueueTable {
         q.bytes -= job.frames.len();
         job.set_back_from(None);
         q.dispatched += 1;
+        q.counts.bump(QueueCounter::Dispatched);
         Some((worker, job))
+    }
+
+    /// Adds one to `queue`'s `counter`.
+    pub fn count(&mut self, queue: &QueueName, counter: QueueCounter) {
+        self.entry(queue).counts.bump(counter);
     }
 
     /// Adds (or re-weights) a candidate of `queue` and marks the queue
@@ -204,6 +213,8 @@ impl QueueTable {
                 waiting: q.waiting.len(),
                 offered: offered(name),
                 processed: q.dispatched,
+                counts: q.counts,
+                served: q.declared,
                 candidates: q.candidates.iter().map(|(w, x)| (*w, x.id.to_string())).collect(),
             })
             .collect();

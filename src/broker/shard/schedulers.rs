@@ -59,6 +59,16 @@ impl Schedulers {
         Some(e.id.clone())
     }
 
+    /// Registered schedulers.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether `id` is registered.
+    pub fn has(&self, id: &PeerId) -> bool {
+        self.list.iter().any(|e| &e.id == id)
+    }
+
     /// Every scheduler's identity, in INFORM order.
     pub fn ids(&self) -> Vec<PeerId> {
         self.list.iter().map(|e| e.id.clone()).collect()

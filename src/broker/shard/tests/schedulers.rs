@@ -164,3 +164,15 @@ fn round_robin_goes_on_with_the_next_after_a_scheduler_leaves() {
         assert_eq!(to, ["s1", "s2", "s3", "s4", "s2"], "{}", h.setup());
     }
 }
+
+#[test]
+fn past_max_schedulers_an_inform_is_refused_but_a_repeat_is_not() {
+    let mut h = super::harness::Harness::with_config(1, |c| c.max_schedulers = 1);
+    h.scheduler_inform("s1");
+    h.scheduler_inform("s2");
+    assert_eq!(h.take_commands("s2"), ["ERROR"]);
+    assert_eq!(h.ctx.counters.rejected_scheduler_limit.load(std::sync::atomic::Ordering::Relaxed), 1);
+    h.take_commands("s1");
+    h.scheduler_inform("s1");
+    assert_eq!(h.take_commands("s1"), ["ACK", "HEARTBEAT"]);
+}
