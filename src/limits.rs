@@ -66,6 +66,37 @@ pub const MAX_MSGID_BYTES: usize = 255;
 pub const MAX_QUEUE_NAME_BYTES: usize = 255;
 /// Longest REQUEST headers frame (D5) in bytes: headers are a short CSV.
 pub const MAX_HEADERS_BYTES: usize = 65_535;
+/// Most `[weight, name]` pairs one INFORM may list: a worker serving more
+/// queues than this is almost surely misconfigured, and each pair costs a
+/// candidate entry on its queue's shard.
+pub const MAX_INFORM_QUEUES: usize = 1024;
+/// Highest queue weight an INFORM may give (weights start at 1). Weights are
+/// priority tiers compared with each other; a million tiers is more than
+/// any deployment uses, and the bound keeps every weight a small integer in
+/// every peer's language.
+pub const MAX_QUEUE_WEIGHT: i64 = 1_000_000;
+/// Most schedulers registered at once. Schedulers are a handful per
+/// deployment; each SCHEDULE costs one hash per live scheduler (rendezvous
+/// routing), and the table is keyed by peer identities from the network.
+pub const MAX_SCHEDULERS: usize = 256;
+/// Most SCHEDULE/UNSCHEDULE messages the router remembers at once while
+/// their scheduler's answer is due (to send it back to the client that sent
+/// them); past it a SCHEDULE gets `ERROR BUSY`. Each entry is two identities
+/// and a msgid (~150 bytes): 10,000 is 1.5 MB, and more than 300
+/// SCHEDULEs a second for [`SCHEDULE_ANSWER_TIMEOUT`].
+pub const MAX_PENDING_SCHEDULE_ANSWERS: usize = 10_000;
+/// How long the router waits for a scheduler's answer to a SCHEDULE or
+/// UNSCHEDULE before it forgets who sent it. An EventMQ scheduler never
+/// answers; emq-scheduler answers at once, or after a store timeout.
+pub const SCHEDULE_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most schedule keys whose owner the router remembers (to route every
+/// SCHEDULE of a schedule to the scheduler holding it). An entry is ~150
+/// bytes: 100,000 keys are 15 MB, more schedules than any deployment the
+/// scheduler's single timer heap is built for. Past it the key routed
+/// least recently is forgotten.
+pub const MAX_ROUTED_SCHEDULE_KEYS: usize = 100_000;
+/// Longest scheduler name (INFORM D6, emq extension) the router accepts.
+pub const MAX_SCHEDULER_NAME_BYTES: usize = 128;
 /// Waiting jobs per queue before REQUEST/SCHED is rejected. EventMQ uses
 /// 10,000 (`HWM`) and a RAM-sized limit for `default`; we use one
 /// explicit bound large enough for bursts (100,000-line pipelines).
@@ -85,8 +116,6 @@ pub const MAX_QUEUES_PER_WORKER: usize = 1_000;
 /// Most registered workers (every shard together); an INFORM past it gets
 /// `ERROR BAD_INFORM`.
 pub const MAX_WORKERS: usize = 100_000;
-/// Most registered schedulers; an INFORM past it gets `ERROR BAD_INFORM`.
-pub const MAX_SCHEDULERS: usize = 1_000;
 /// Largest eMQP message the broker takes, all frames together, in bytes:
 /// past it `ERROR TOO_BIG`. ZeroMQ itself drops the connection of a peer
 /// sending a single frame over twice this (`ZMQ_MAXMSGSIZE`), so that such a
@@ -270,14 +299,41 @@ pub const SCHEDULER_INFORM_RETRY: Duration = Duration::from_secs(5);
 pub const SCHEDULER_LOCK_TRIES: u32 = 20;
 /// Pause between two attempts to take the data directory's lock.
 pub const SCHEDULER_LOCK_RETRY: Duration = Duration::from_millis(50);
+/// Most schedules one emq-scheduler holds; past it a SCHEDULE for a new
+/// key gets `ERROR BUSY`. The same bound as the router's table of schedule
+/// owners ([`MAX_ROUTED_SCHEDULE_KEYS`]); one timer heap serves them all.
+pub const SCHEDULER_MAX_SCHEDULES: usize = 100_000;
 /// Stale timer-heap entries the scheduler tolerates beyond 2 × live jobs
 /// before it rebuilds the heap: small heaps are never rebuilt.
 pub const SCHEDULER_STALE_HEAP_ENTRIES: usize = 1024;
+/// The wall clock may move against the monotonic clock by this much (a
+/// step, or slow drift adding up) before the scheduler re-plans its cron
+/// jobs: under it, NTP's slewing; over it, a step.
+pub const SCHEDULER_CLOCK_STEP: Duration = Duration::from_secs(1);
 /// How long the scheduler waits for a Redis connection (EventMQ's store).
-pub const SCHEDULER_REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The scheduler's loop waits meanwhile, so it is short; a refused
+/// connection fails at once anyway.
+pub const SCHEDULER_REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long one Redis command may take to be written or answered. Redis
+/// answers in well under a millisecond; a paused or overloaded one must not
+/// hold the scheduler's loop (EventMQ's had no timeout, S14).
+pub const SCHEDULER_REDIS_IO_TIMEOUT: Duration = Duration::from_millis(500);
+/// An emq-scheduler's lease on a shared Redis store: its schedules are
+/// taken over by another scheduler this long after it stops renewing it
+/// (every [`SCHEDULER_STORE_RETRY`]).
+pub const SCHEDULER_REDIS_LEASE: Duration = Duration::from_secs(15);
+/// How often the scheduler retries a store it cannot reach (it schedules
+/// from memory meanwhile), and runs the upkeep of a shared store.
+pub const SCHEDULER_STORE_RETRY: Duration = Duration::from_secs(5);
+/// Most one store-failure log line per this long: a store down for an hour
+/// must not flood the log.
+pub const SCHEDULER_STORE_LOG_EVERY: Duration = Duration::from_secs(60);
 /// Deepest JSON nesting the scheduler's Python-compatible JSON parser
 /// accepts: bounds its recursion (CPython's own limit is about 1,000).
 pub const PYJSON_MAX_DEPTH: usize = 256;
+/// Most unreadable lines of a damaged schedule log named in the log line
+/// that reports it (all are counted; the damaged file is kept).
+pub const SCHEDULER_DAMAGED_LINES_LOGGED: usize = 20;
 /// The scheduler's log store is compacted once it holds more than
 /// max(this, 2 × live schedules) lines: small logs are never rewritten.
 pub const SCHEDULER_COMPACT_MIN_LINES: usize = 1_000;

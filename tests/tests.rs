@@ -3,6 +3,7 @@ mod cli;
 mod client;
 mod common;
 mod emqp_router;
+mod exact;
 mod interop;
 mod interop_pubsub;
 mod interop_scheduler;

@@ -14,7 +14,7 @@ use super::snapshot::ShardSnapshot;
 use super::types::WorkerShared;
 use crate::ids::{ConnId, MsgId, OfferId, PeerId, QueueName, WorkerKey};
 use crate::metrics::latency::Taken;
-use crate::protocol::emqp::Frame;
+use crate::protocol::emqp::{Command, Frame, Message, ScheduleBody};
 use crate::protocol::text::ErrorCode;
 use crate::zmq_io::wake::Wake;
 
@@ -71,34 +71,41 @@ pub enum ShardMsg {
         id: PeerId,
         /// The INFORM's msgid.
         msgid: MsgId,
+        /// INFORM D6 (emq extension): the scheduler's stable name, if sent.
+        name: Option<Vec<u8>>,
     },
-    /// HEARTBEAT from a frontend peer (shard 0; ignored unless a scheduler).
+    /// HEARTBEAT from a frontend peer (shard 0): a scheduler is alive; an
+    /// unknown peer is re-admitted as a scheduler.
     SchedulerHeartbeat {
         /// The peer's identity.
         id: PeerId,
+        /// The HEARTBEAT's msgid (a re-admission's ACK names it).
+        msgid: MsgId,
     },
     /// KBYE from a frontend peer (shard 0).
     SchedulerKbye {
         /// The peer's identity.
         id: PeerId,
     },
-    /// SCHEDULE or UNSCHEDULE from a client, forwarded verbatim (shard 0).
-    Schedule {
-        /// The client that sent it.
-        client: PeerId,
-        /// Its msgid (the ERROR reply refers to it).
-        msgid: MsgId,
-        /// The frames as received.
+    /// SCHEDULE or UNSCHEDULE from a client, routed to the owner of its
+    /// key (shard 0).
+    Schedule(Schedule),
+    /// A REPLY or ERROR from a frontend peer: a scheduler's answer to a
+    /// SCHEDULE/UNSCHEDULE, for the client that sent it (shard 0).
+    SchedulerAnswer {
+        /// The peer that answered.
+        id: PeerId,
+        /// D4: the msgid the answer is about.
+        refers_to: MsgId,
+        /// The D-frames as received, forwarded verbatim.
         frames: Vec<Frame>,
-        /// UNSCHEDULE (to every scheduler) rather than SCHEDULE (to one).
-        unschedule: bool,
     },
     /// A forward to a scheduler failed (I/O thread → shard 0).
     SchedulerSendFailed {
         /// The scheduler that could not be reached.
         id: PeerId,
-        /// A SCHEDULE to route to another scheduler: `(client, frames)`.
-        retry: Option<(PeerId, Vec<Frame>)>,
+        /// A SCHEDULE/UNSCHEDULE it owned, to route again.
+        retry: Option<Schedule>,
     },
     /// A worker serving `queue` (home shard → the queue's shard).
     AddCandidate {
@@ -204,6 +211,35 @@ impl ShardMsg {
             ShardMsg::Text { cmds, .. } => cmds.len(),
             _ => 0,
         }
+    }
+}
+
+/// A SCHEDULE or UNSCHEDULE as the router received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// The client that sent it.
+    pub client: PeerId,
+    /// Its msgid (answers refer to it).
+    pub msgid: MsgId,
+    /// The D-frames as received, forwarded verbatim to the owner.
+    pub frames: Vec<Frame>,
+    /// D4..D8.
+    pub body: ScheduleBody,
+    /// UNSCHEDULE rather than SCHEDULE.
+    pub unschedule: bool,
+}
+
+impl Schedule {
+    /// The SCHEDULE or UNSCHEDULE in D-frames `frames` (as a router
+    /// forwards it) from `client`; `None` for any other message.
+    pub fn from_frames(client: PeerId, frames: Vec<Frame>) -> Option<Schedule> {
+        let (body, unschedule) = match crate::protocol::emqp::decode(&frames, crate::protocol::emqp::Socket::Frontend) {
+            Ok(Message { command: Command::Schedule(body), .. }) => (body, false),
+            Ok(Message { command: Command::Unschedule(body), .. }) => (body, true),
+            _ => return None,
+        };
+        let msgid = MsgId::from(frames.get(3).map_or(&[][..], Vec::as_slice));
+        Some(Schedule { client, msgid, frames, body, unschedule })
     }
 }
 
@@ -364,12 +400,14 @@ pub enum OnFail {
         /// The worker registration.
         key: WorkerKey,
     },
-    /// A SCHEDULE to a scheduler: route it to another one.
+    /// A SCHEDULE or UNSCHEDULE to its owner: drop that scheduler and
+    /// route the message again ([`Schedule::from_frames`] rebuilds it).
     Schedule {
-        /// The client that sent the SCHEDULE.
+        /// The client that sent it.
         client: PeerId,
     },
-    /// An UNSCHEDULE to a scheduler: drop that scheduler.
+    /// A copy for a scheduler that does not own the key (UNSCHEDULE, DROP):
+    /// drop that scheduler.
     Unschedule,
 }
 

@@ -52,7 +52,7 @@ settings! {
         max_queues_per_worker: AtLeastOne = limits::MAX_QUEUES_PER_WORKER, env "EMQ_MAX_QUEUES_PER_WORKER";
         /// Most registered workers; past it `ERROR BAD_INFORM`.
         max_workers: AtLeastOne = limits::MAX_WORKERS, env "EMQ_MAX_WORKERS";
-        /// Most registered schedulers; past it `ERROR BAD_INFORM`.
+        /// Most registered schedulers; past it `ERROR BUSY`.
         max_schedulers: AtLeastOne = limits::MAX_SCHEDULERS, env "EMQ_MAX_SCHEDULERS";
         /// Messages handed to a shard and not taken yet before the I/O thread
         /// stops reading its sockets (backpressure).

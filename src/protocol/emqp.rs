@@ -64,14 +64,16 @@ impl Socket {
 
     fn allows(self, cmd: &[u8]) -> bool {
         let allowed: &[&[u8]] = match self {
-            Socket::Frontend => &[b"INFORM", b"REQUEST", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"ERROR"],
+            Socket::Frontend => {
+                &[b"INFORM", b"REQUEST", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"ERROR", b"REPLY"]
+            }
             Socket::Backend => &[b"INFORM", b"READY", b"REPLY", b"HEARTBEAT", b"KBYE"],
             Socket::Admin => {
                 &[b"STATUS", b"ROUTER_SHOW_WORKERS", b"ROUTER_SHOW_SCHEDULERS", b"LATENCY", b"DISCONNECT", b"HELLO"]
             }
-            Socket::WorkerSide => &[b"ACK", b"REQUEST", b"HEARTBEAT", b"KBYE", b"DISCONNECT"],
+            Socket::WorkerSide => &[b"ACK", b"REQUEST", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"ERROR"],
             Socket::SchedulerSide => {
-                &[b"ACK", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"REPLY", b"ERROR"]
+                &[b"ACK", b"SCHEDULE", b"UNSCHEDULE", b"DROP", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"REPLY", b"ERROR"]
             }
             Socket::ClientSide => &[b"REPLY", b"ACK", b"ERROR", b"HEARTBEAT", b"KBYE"],
             Socket::PubIn => &[b"PUBLISH"],
@@ -145,6 +147,11 @@ pub enum Command<B = Frame> {
         queues: B,
         /// D5: who is registering.
         peer: PeerType,
+        /// D6 (emq extension, optional): a scheduler's stable name, which
+        /// the router routes SCHEDULEs by (rendezvous hashing) so that a
+        /// restarted scheduler, connecting under a fresh identity, owns the
+        /// same schedules. EventMQ's router ignores extra INFORM frames.
+        name: Option<B>,
     },
     /// ACK: the router accepted an INFORM (or an admin DISCONNECT).
     Ack {
@@ -196,6 +203,11 @@ pub enum Command<B = Frame> {
     Schedule(ScheduleBody<B>),
     /// UNSCHEDULE: at least 8 frames.
     Unschedule(ScheduleBody<B>),
+    /// DROP (emq extension, router → emq-scheduler): the frames of a
+    /// SCHEDULE whose key another scheduler owns now; the receiver forgets
+    /// its copy of the schedule (a shared store keeps the record). Sent
+    /// only to schedulers that named themselves in their INFORM.
+    Drop(ScheduleBody<B>),
     /// PUBLISH to the pub/sub device (spec §3.9).
     Publish {
         /// D4: the topic, sent as the first frame of the PUB message.
@@ -233,6 +245,7 @@ impl<B> Command<B> {
             Command::Disconnect => b"DISCONNECT",
             Command::Schedule(_) => b"SCHEDULE",
             Command::Unschedule(_) => b"UNSCHEDULE",
+            Command::Drop(_) => b"DROP",
             Command::Publish { .. } => b"PUBLISH",
             Command::Admin(q) => q.word(),
             Command::Hello => b"HELLO",
@@ -335,9 +348,11 @@ pub fn decode_ref<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Messag
     }
     let body = Body { frames, command: name };
     let command = match name {
-        "INFORM" => {
-            Command::Inform { queues: body.get(4, "the queue list")?, peer: peer_type(body.get(5, "the peer type")?)? }
-        }
+        "INFORM" => Command::Inform {
+            queues: body.get(4, "the queue list")?,
+            peer: peer_type(body.get(5, "the peer type")?)?,
+            name: body.opt(6),
+        },
         "ACK" => Command::Ack { acked: body.get(4, "the acknowledged msgid")? },
         "READY" => Command::Ready,
         "REQUEST" => Command::Request {
@@ -357,6 +372,7 @@ pub fn decode_ref<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Messag
         "DISCONNECT" => Command::Disconnect,
         "SCHEDULE" => Command::Schedule(schedule_body(&body, true)?),
         "UNSCHEDULE" => Command::Unschedule(schedule_body(&body, false)?),
+        "DROP" => Command::Drop(schedule_body(&body, false)?),
         "PUBLISH" => Command::Publish { topic: body.get(4, "the topic")?, message: body.get(5, "the message")? },
         "STATUS" => Command::Admin(AdminQuery::Status),
         "ROUTER_SHOW_WORKERS" => Command::Admin(AdminQuery::ShowWorkers),
@@ -384,6 +400,7 @@ const COMMANDS: &[&str] = &[
     "DISCONNECT",
     "SCHEDULE",
     "UNSCHEDULE",
+    "DROP",
     "PUBLISH",
     "STATUS",
     "ROUTER_SHOW_WORKERS",
@@ -454,7 +471,9 @@ impl<B: AsRef<[u8]>> Message<B> {
     pub fn to_owned_frames(&self) -> Message {
         let f = |b: &B| b.as_ref().to_vec();
         let command = match &self.command {
-            Command::Inform { queues, peer } => Command::Inform { queues: f(queues), peer: *peer },
+            Command::Inform { queues, peer, name } => {
+                Command::Inform { queues: f(queues), peer: *peer, name: name.as_ref().map(f) }
+            }
             Command::Ack { acked } => Command::Ack { acked: f(acked) },
             Command::Ready => Command::Ready,
             Command::Request { queue, headers, body, extra } => Command::Request {
@@ -472,6 +491,7 @@ impl<B: AsRef<[u8]>> Message<B> {
             Command::Disconnect => Command::Disconnect,
             Command::Schedule(s) => Command::Schedule(s.to_owned_frames()),
             Command::Unschedule(s) => Command::Unschedule(s.to_owned_frames()),
+            Command::Drop(s) => Command::Drop(s.to_owned_frames()),
             Command::Publish { topic, message } => Command::Publish { topic: f(topic), message: f(message) },
             Command::Admin(q) => Command::Admin(*q),
             Command::Hello => Command::Hello,
@@ -487,12 +507,13 @@ impl<B: AsRef<[u8]>> Message<B> {
         let c = |b: &B| b.as_ref().to_vec();
         let mut out = vec![Vec::new(), VERSION.to_vec(), self.command.word().to_vec(), c(&self.msgid)];
         match &self.command {
-            Command::Inform { queues, peer } => {
+            Command::Inform { queues, peer, name } => {
                 out.push(c(queues));
                 out.push(match peer {
                     PeerType::Worker => b"worker".to_vec(),
                     PeerType::Scheduler => b"scheduler".to_vec(),
                 });
+                out.extend(name.iter().map(c));
             }
             Command::Ack { acked } => out.push(c(acked)),
             Command::Ready | Command::Kbye | Command::Disconnect | Command::Admin(_) | Command::Hello => {}
@@ -508,7 +529,7 @@ impl<B: AsRef<[u8]>> Message<B> {
                 }
             }
             Command::Heartbeat { timestamp } => out.push(c(timestamp)),
-            Command::Schedule(s) | Command::Unschedule(s) => {
+            Command::Schedule(s) | Command::Unschedule(s) | Command::Drop(s) => {
                 out.extend([c(&s.queue), c(&s.headers), c(&s.interval), c(&s.body)]);
                 out.push(s.cron.as_ref().map(c).unwrap_or_default());
             }

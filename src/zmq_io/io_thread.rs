@@ -16,12 +16,12 @@ use crossbeam_channel::Sender;
 use super::egress::{Egress, EgressRx};
 use super::frames::{send_out, InFrame, Inbound, Received};
 use crate::broker::job::JobFrames;
-use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, ShardMsg};
+use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, Schedule, ShardMsg};
 use crate::broker::types::shard_of;
 use crate::ids::{show, MsgId, PeerId, QueueName};
 use crate::limits;
 use crate::metrics::counters::Counters;
-use crate::protocol::emqp::{decode_ref, AdminQuery, Command, Message, PeerType, ShowFrames, Socket};
+use crate::protocol::emqp::{decode_ref, AdminQuery, Command, DecodeError, Message, PeerType, ShowFrames, Socket};
 use crate::protocol::queues::parse_queue_list;
 
 /// A query from the admin socket, for the admin thread.
@@ -275,7 +275,7 @@ impl Loop {
                 (home, ShardMsg::SendFailed { key, msgid, unreachable })
             }
             (OnFail::Schedule { client }, msg) => {
-                let retry = Some((client, msg.to_frames()));
+                let retry = Schedule::from_frames(client, msg.to_frames());
                 (0, ShardMsg::SchedulerSendFailed { id: out.peer, retry })
             }
             (OnFail::Unschedule, _) => (0, ShardMsg::SchedulerSendFailed { id: out.peer, retry: None }),
@@ -309,6 +309,9 @@ impl Loop {
             Err(e) => {
                 Counters::bump(self.malformed(which));
                 crate::log_limited!(warn, socket = which.name(), %peer, error = %e, frames = %ShowFrames(frames), "malformed message dropped");
+                if which == Socket::Frontend {
+                    self.refuse_short_schedule(&peer, frames, &e);
+                }
                 return;
             }
         };
@@ -346,25 +349,26 @@ impl Loop {
                     }
                 }
             }
-            Command::Inform { peer: PeerType::Scheduler, .. } => {
-                self.for_shard(0, ShardMsg::SchedulerInform { id: peer, msgid: MsgId::from(msg.msgid) })
+            Command::Inform { peer: PeerType::Scheduler, name, .. } => {
+                let name = name.map(<[u8]>::to_vec);
+                self.for_shard(0, ShardMsg::SchedulerInform { id: peer, msgid: MsgId::from(msg.msgid), name })
             }
             Command::Inform { peer: PeerType::Worker, .. } => self.wrong_socket(Socket::Frontend, &peer, msg.msgid),
-            Command::Schedule(_) | Command::Unschedule(_) => {
+            Command::Schedule(ref body) | Command::Unschedule(ref body) => {
                 let unschedule = matches!(msg.command, Command::Unschedule(_));
                 let frames = frames.iter().map(|f| f.as_ref().to_vec()).collect();
-                let msgid = MsgId::from(msg.msgid);
-                self.for_shard(0, ShardMsg::Schedule { client: peer, msgid, frames, unschedule })
+                let (msgid, body) = (MsgId::from(msg.msgid), body.to_owned_frames());
+                self.for_shard(0, ShardMsg::Schedule(Schedule { client: peer, msgid, frames, body, unschedule }))
             }
-            Command::Heartbeat { .. } => self.for_shard(0, ShardMsg::SchedulerHeartbeat { id: peer }),
+            Command::Heartbeat { .. } => {
+                self.for_shard(0, ShardMsg::SchedulerHeartbeat { id: peer, msgid: MsgId::from(msg.msgid) })
+            }
             Command::Kbye => self.for_shard(0, ShardMsg::SchedulerKbye { id: peer }),
-            Command::Error { refers_to, code, text } => {
-                // A scheduler refusing a SCHEDULE/UNSCHEDULE (emq-scheduler).
-                // The router does not track which client sent it, so it is
-                // logged and counted, not forwarded.
-                Counters::bump(&self.io.counters.scheduler_errors);
-                let (code, text) = (crate::ids::cut(&code[..code.len().min(64)]), crate::ids::cut(text));
-                crate::log_limited!(warn, scheduler = %peer, msgid = %show(refers_to), %code, %text, "scheduler refused a message");
+            // A scheduler's answer to a SCHEDULE/UNSCHEDULE (emq-scheduler),
+            // for the client that sent it.
+            Command::Error { refers_to, .. } | Command::Reply { body: refers_to } => {
+                let frames = frames.iter().map(|f| f.as_ref().to_vec()).collect();
+                self.for_shard(0, ShardMsg::SchedulerAnswer { id: peer, refers_to: MsgId::from(refers_to), frames })
             }
             other => tracing::debug!(%peer, command = ?other.word().escape_ascii().to_string(), "ignored on frontend"),
         }
@@ -373,7 +377,7 @@ impl Loop {
     fn on_backend(&mut self, peer: PeerId, msg: Message<&[u8]>) {
         let home = shard_of(&peer.0, self.io.shards.len());
         let shard_msg = match msg.command {
-            Command::Inform { peer: PeerType::Worker, queues } => match self.inform_queues(queues) {
+            Command::Inform { peer: PeerType::Worker, queues, .. } => match self.inform_queues(queues) {
                 Ok(queues) => ShardMsg::WorkerInform { id: peer, msgid: MsgId::from(msg.msgid), queues },
                 Err(why) => {
                     crate::log_limited!(warn, worker = %peer, why = %why, "INFORM refused");
@@ -414,6 +418,17 @@ impl Loop {
             return Err(format!("queue name of {} bytes; at most {}", long.len(), limits::MAX_QUEUE_NAME_BYTES));
         }
         Ok(queues.into_iter().map(|(w, n)| (w, QueueName::from(n.into_bytes()))).collect())
+    }
+
+    /// A SCHEDULE/UNSCHEDULE with frames missing gets `ERROR BAD_FRAMES`
+    /// naming the frame (EventMQ dropped it, or killed its scheduler, S6).
+    fn refuse_short_schedule(&mut self, peer: &PeerId, frames: &[InFrame], e: &DecodeError) {
+        let (DecodeError::MissingFrame { command: "SCHEDULE" | "UNSCHEDULE", .. }, Some(msgid)) = (e, frames.get(3))
+        else {
+            return;
+        };
+        Counters::bump(&self.io.counters.rejected_schedule_invalid);
+        self.error(Dest::Frontend, peer, msgid.as_ref(), "BAD_FRAMES", &e.to_string());
     }
 
     fn wrong_socket(&mut self, which: Socket, peer: &PeerId, msgid: &[u8]) {

@@ -20,15 +20,18 @@
 //! kept known by ASKs), [`schedulers::Schedulers`], the timers and the
 //! latency histograms.
 //! Handlers, by concern: `flow.rs` (REQUEST, admission, FIFO, selection,
-//! dispatch, requeue), `peers.rs` (workers and schedulers), `text.rs` (text
-//! commands and offers). `Shard::dispatch` is a short `match` calling them.
+//! dispatch, requeue), `peers.rs` (workers), `scheduling.rs` (schedulers,
+//! SCHEDULE routing), `text.rs` (text commands and offers). `Shard::dispatch` is a short `match` calling them.
 
+pub mod answers;
 pub mod asked;
 mod flow;
 pub mod offers;
+pub mod owners;
 mod peers;
 pub mod queues;
 pub mod schedulers;
+mod scheduling;
 mod text;
 pub mod waits;
 pub mod workers;
@@ -54,8 +57,10 @@ use crate::metrics::counters::Counters;
 use crate::metrics::latency::ShardLatency;
 use crate::protocol::emqp::{Command, Message};
 
+use answers::PendingAnswers;
 use asked::AskedQueues;
 use offers::OfferTable;
+use owners::Owners;
 use queues::QueueTable;
 use schedulers::Schedulers;
 use waits::WaitTable;
@@ -151,6 +156,10 @@ pub struct Shard {
     waits: WaitTable,
     asked: AskedQueues,
     schedulers: Schedulers,
+    /// Who waits for which scheduler's answer (shard 0).
+    answers: PendingAnswers,
+    /// Which scheduler owns which schedule key (shard 0).
+    owners: Owners,
     latency: ShardLatency,
     /// Messages this shard sent itself, handled after the current message.
     local: VecDeque<ShardMsg>,
@@ -175,6 +184,8 @@ impl Shard {
             waits: WaitTable::default(),
             asked: AskedQueues::new(asked_cap),
             schedulers: Schedulers::default(),
+            answers: PendingAnswers::default(),
+            owners: Owners::default(),
             latency: ShardLatency::default(),
             local: VecDeque::new(),
             accepted: 0,
@@ -259,6 +270,7 @@ impl Shard {
             queues: self.queues.snaps(|q| self.offers.held(q)),
             workers: self.workers.snaps(now, self.ctx.started),
             schedulers: self.schedulers.snaps(self.ctx.started),
+            asks_waiting: self.waits.len(),
         }
     }
 
@@ -273,11 +285,12 @@ impl Shard {
             ShardMsg::WorkerReply { id, request_msgid, failed } => self.handle_job_reply(id, request_msgid, failed, cx),
             ShardMsg::WorkerHeartbeat { id } => self.handle_worker_heartbeat(id, cx),
             ShardMsg::WorkerKbye { id } => self.handle_worker_kbye(id, cx),
-            ShardMsg::SchedulerInform { id, msgid } => self.handle_scheduler_inform(id, msgid, cx),
-            ShardMsg::SchedulerHeartbeat { id } => self.schedulers.touch(&id, cx.now),
+            ShardMsg::SchedulerInform { id, msgid, name } => self.handle_scheduler_inform(id, msgid, name, cx),
+            ShardMsg::SchedulerHeartbeat { id, msgid } => self.handle_scheduler_heartbeat(id, msgid, cx),
             ShardMsg::SchedulerKbye { id } => self.schedulers.remove(&id),
-            ShardMsg::Schedule { client, msgid, frames, unschedule } => {
-                self.handle_schedule(client, msgid, frames, unschedule, cx)
+            ShardMsg::Schedule(sched) => self.handle_schedule(sched, cx),
+            ShardMsg::SchedulerAnswer { id, refers_to, frames } => {
+                self.handle_scheduler_answer(id, refers_to, frames, cx)
             }
             ShardMsg::SchedulerSendFailed { id, retry } => self.handle_scheduler_send_failed(id, retry, cx),
             ShardMsg::AddCandidate { queue, weight, worker } => self.handle_add_candidate(queue, weight, worker, cx),
@@ -379,12 +392,12 @@ impl Shard {
         for (queue, job) in self.queues.waiting_jobs() {
             queued += 1;
             let (msgid, bytes) = (show(job.frames.msgid()), job.frames.body().len());
-            tracing::debug!(shard = self.index, %queue, %msgid, bytes, "queued job not run");
+            tracing::debug!(shard = self.index, job = %job.id, %queue, %msgid, bytes, "queued job not run");
         }
         for (worker, f) in self.workers.inflight() {
             inflight += 1;
             let (msgid, bytes) = (show(f.job.frames.msgid()), f.job.frames.body().len());
-            tracing::debug!(%worker, queue = %f.job.queue(), %msgid, bytes, "job still in flight at shutdown");
+            tracing::debug!(%worker, job = %f.job.id, queue = %f.job.queue(), %msgid, bytes, "job still in flight at shutdown");
         }
         for (conn, o) in self.offers.iter() {
             offered += 1;
