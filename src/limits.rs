@@ -145,12 +145,13 @@ pub const UNDELIVERED_PEERS: usize = 10_000;
 /// Undelivered answers to one peer are logged at most this often.
 pub const UNDELIVERED_LOG_EVERY: Duration = Duration::from_secs(60);
 /// Most queues a shard keeps latency histograms for between two reporter
-/// takes (each queue's three histograms take ~75 KiB); jobs of further
-/// queues are recorded under the queue name `*`.
-pub const LATENCY_MAX_QUEUES_PER_SHARD: usize = 1_000;
-/// Most queues the reporter keeps cumulative latency for, and the `LATENCY`
-/// answer lists (the busiest, by jobs recorded).
-pub const LATENCY_MAX_QUEUES: usize = 1_000;
+/// takes (each queue's three histograms take ~75 KiB, so at most ~10 MiB
+/// per shard); jobs of further queues are recorded under the queue name `*`.
+pub const LATENCY_MAX_QUEUES_PER_SHARD: usize = 128;
+/// Most histograms (queue × figure) the reporter keeps cumulative, and the
+/// `LATENCY` answer lists (the busiest, by jobs recorded): ~26 KiB each,
+/// so at most ~20 MiB for the cumulative and the interval sets together.
+pub const LATENCY_MAX_QUEUES: usize = 384;
 /// How long shutdown waits for queued and in-flight jobs to finish before it
 /// logs what remains and exits.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);

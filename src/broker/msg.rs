@@ -115,6 +115,8 @@ pub enum ShardMsg {
         weight: i64,
         /// The worker.
         worker: Arc<WorkerShared>,
+        /// Its INFORM's msgid (a refusal refers to it).
+        inform: MsgId,
     },
     /// A worker no longer serving `queue` (home shard → the queue's shard).
     RemoveCandidate {

@@ -61,14 +61,28 @@ pub fn new_histogram() -> Histogram<u64> {
 pub struct ShardLatency {
     /// Per queue, one histogram per [`Kind`] (indexed by `Kind as usize`).
     hists: FastMap<QueueName, [Histogram<u64>; 3]>,
+    /// Queues forgotten since the last take, for the store to drop too (at
+    /// most [`FORGOTTEN_MAX`]; past it the store keeps a few stale entries,
+    /// still bounded by [`limits::LATENCY_MAX_QUEUES`]).
+    forgotten: Vec<QueueName>,
 }
+
+/// Most forgotten queue names a shard keeps for the next take.
+pub const FORGOTTEN_MAX: usize = 10_000;
 
 /// The name under which queues past [`limits::LATENCY_MAX_QUEUES_PER_SHARD`]
 /// are recorded together.
 pub const OTHER_QUEUES: &[u8] = b"*";
 
-/// What a shard hands over: `((queue, kind), histogram)`.
-pub type Taken = Vec<((String, Kind), Histogram<u64>)>;
+/// What a shard hands over: what it recorded, `((queue, kind), histogram)`,
+/// and the queues it forgot since (the store drops their figures first).
+#[derive(Debug, Default)]
+pub struct Taken {
+    /// Recorded since the last take.
+    pub hists: Vec<((String, Kind), Histogram<u64>)>,
+    /// Queues forgotten since the last take.
+    pub forgotten: Vec<String>,
+}
 
 impl ShardLatency {
     /// Records `d` for `queue`. Values past the maximum are clamped.
@@ -91,18 +105,24 @@ impl ShardLatency {
     /// Drops what was recorded for `queue` (a forgotten queue).
     pub fn forget(&mut self, queue: &[u8]) {
         self.hists.remove(queue);
+        if self.forgotten.len() < FORGOTTEN_MAX {
+            self.forgotten.push(QueueName::from(queue));
+        }
     }
 
     /// Hands over everything recorded so far and starts afresh.
     pub fn take(&mut self) -> Taken {
         let kinds = [Kind::QueueWait, Kind::Service, Kind::EndToEnd];
-        self.hists
+        let forgotten = self.forgotten.drain(..).map(|q| q.to_string()).collect();
+        let hists = self
+            .hists
             .drain()
             .flat_map(|(q, hs)| {
                 let name = q.to_string();
                 kinds.into_iter().zip(hs).filter(|(_, h)| !h.is_empty()).map(move |(k, h)| ((name.clone(), k), h))
             })
-            .collect()
+            .collect();
+        Taken { hists, forgotten }
     }
 }
 
@@ -116,9 +136,18 @@ pub struct LatencyStore {
 }
 
 impl LatencyStore {
-    /// Adds what shards handed over.
+    /// Drops the figures of queues the shard forgot, then adds what it
+    /// handed over.
     pub fn merge(&mut self, taken: Taken) {
-        for (key, h) in taken {
+        for mut queue in taken.forgotten {
+            for kind in [Kind::QueueWait, Kind::Service, Kind::EndToEnd] {
+                let key = (queue, kind);
+                self.cumulative.remove(&key);
+                self.interval.remove(&key);
+                queue = key.0;
+            }
+        }
+        for (key, h) in taken.hists {
             for map in [&mut self.cumulative, &mut self.interval] {
                 let _ = map.entry(key.clone()).or_insert_with(new_histogram).add(&h);
             }
@@ -239,12 +268,25 @@ mod tests {
             }
         }
         let mut map = BTreeMap::new();
-        for (key, h) in s.take() {
+        for (key, h) in s.take().hists {
             map.insert(key, h);
         }
         keep_busiest(&mut map, 2);
         let names: Vec<&str> = map.keys().map(|(q, _)| q.as_str()).collect();
         assert_eq!(names, ["a", "c"]);
+    }
+
+    #[test]
+    fn a_forgotten_queue_leaves_the_store_at_the_next_take() {
+        let mut s = ShardLatency::default();
+        s.record(b"gone", Kind::EndToEnd, Duration::from_millis(1));
+        s.record(b"kept", Kind::EndToEnd, Duration::from_millis(1));
+        let mut store = LatencyStore::default();
+        store.merge(s.take());
+        s.forget(b"gone");
+        store.merge(s.take());
+        assert_eq!(store.end_to_end_ms().keys().collect::<Vec<_>>(), ["kept"]);
+        assert!(store.take_interval().keys().all(|(q, _)| q == "kept"));
     }
 
     #[test]
@@ -256,7 +298,7 @@ mod tests {
         }
         let mut store = LatencyStore::default();
         store.merge(s.take());
-        assert!(s.take().is_empty());
+        assert!(s.take().hists.is_empty());
         let (p50_ms, _) = store.end_to_end_ms()["default"];
         assert!((49.0..=51.0).contains(&p50_ms), "{p50_ms}");
         let j = store.to_json();

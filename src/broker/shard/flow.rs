@@ -102,6 +102,7 @@ impl Shard {
     pub(super) fn queue_sweep_due(&mut self, cx: &mut Cx) {
         let grace = self.ctx.config.queue_idle_grace;
         let gone = self.queues.sweep(cx.now, grace, |q| self.offers.held(q));
+        self.asked.sweep(cx.now);
         for name in &gone {
             self.latency.forget(&name.0);
         }
@@ -205,8 +206,20 @@ impl Shard {
         queue: QueueName,
         weight: i64,
         worker: Arc<WorkerShared>,
+        inform: MsgId,
         cx: &mut Cx,
     ) {
+        // A declared name is a queue like any other: past `max_queues` the
+        // worker is told (ERROR QUEUE_LIMIT about its INFORM) and does not
+        // serve it; its other queues are unaffected.
+        let max = self.ctx.config.max_queues;
+        let new_name = !self.queues.exists(&queue.0) && queue.as_bytes() != limits::DEFAULT_QUEUE.as_bytes();
+        if new_name && self.queues.total() >= max {
+            Counters::bump(&self.ctx.counters.rejected_queue_limit);
+            crate::log_limited!(warn, worker = %worker.id, %queue, max, "declared queue refused: max_queues reached");
+            let text = format!("queue {queue} not served: the broker holds {max} queues, its limit");
+            return self.send_error_to(Dest::Backend, &worker.id, inform, ErrorCode::QueueLimit.as_str(), text, cx);
+        }
         self.queues.add_candidate(&queue, weight, worker);
         self.pump(&queue, cx);
     }

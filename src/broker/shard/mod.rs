@@ -293,7 +293,9 @@ impl Shard {
                 self.handle_scheduler_answer(id, refers_to, frames, cx)
             }
             ShardMsg::SchedulerSendFailed { id, retry } => self.handle_scheduler_send_failed(id, retry, cx),
-            ShardMsg::AddCandidate { queue, weight, worker } => self.handle_add_candidate(queue, weight, worker, cx),
+            ShardMsg::AddCandidate { queue, weight, worker, inform } => {
+                self.handle_add_candidate(queue, weight, worker, inform, cx)
+            }
             ShardMsg::RemoveCandidate { queue, key } => self.queues.remove_candidate(&queue, key),
             ShardMsg::Wake { worker, from } => self.handle_wake(&worker, from, cx),
             ShardMsg::Dispatched { key, job } => self.handle_dispatched(key, job, cx),

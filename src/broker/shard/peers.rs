@@ -58,7 +58,8 @@ impl Shard {
         self.send_heartbeat(Dest::Backend, &id, cx);
         for (weight, queue) in queues {
             let index = self.shard_of(&queue.0);
-            self.send_to_shard(index, ShardMsg::AddCandidate { queue, weight, worker: shared.clone() }, cx);
+            let inform = msgid.clone();
+            self.send_to_shard(index, ShardMsg::AddCandidate { queue, weight, worker: shared.clone(), inform }, cx);
         }
         self.timers.arm(cx.now + self.ctx.config.heartbeat_interval, Timer::WorkerHeartbeat(key));
         self.timers.arm(cx.now + self.ctx.config.heartbeat_timeout, Timer::WorkerExpiry(key));
