@@ -36,6 +36,16 @@ mod text;
 pub mod waits;
 pub mod workers;
 
+/// The unit tests' harness (shards driven by hand, with a hand-made clock),
+/// for the fuzz targets in `fuzz/`: only with the `fuzzing` feature.
+#[cfg(feature = "fuzzing")]
+#[path = "tests/harness.rs"]
+pub mod harness;
+/// The unit tests' read-only observers of a [`harness::Harness`], for the
+/// fuzz targets: only with the `fuzzing` feature.
+#[cfg(feature = "fuzzing")]
+#[path = "tests/observe.rs"]
+pub mod observe;
 #[cfg(test)]
 mod tests;
 
