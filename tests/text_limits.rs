@@ -114,6 +114,7 @@ fn an_emqp_request_for_a_queue_a_text_client_asked_for_is_offered_to_it() {
         default_worker.expect_none("REQUEST", 200);
         // A long poll makes it known too, and is answered at once.
         text.send(b"ACK\nASK later 20000\n");
+        eventually(5, "the long poll waits", || admin(&h, "STATUS")["emq"]["asks_waiting"] == 1);
         client.request("m2", "later", "", "soon");
         text.expect(b"WANT? soon\n");
     }
