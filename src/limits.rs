@@ -101,6 +101,57 @@ pub const MAX_SCHEDULER_NAME_BYTES: usize = 128;
 /// 10,000 (`HWM`) and a RAM-sized limit for `default`; we use one
 /// explicit bound large enough for bursts (100,000-line pipelines).
 pub const MAX_QUEUE_LEN: usize = 1_000_000;
+/// Most queues the broker holds at once (every shard together). A new name
+/// past it is refused with `QUEUE_LIMIT` (text SCHED/ASK, eMQP INFORM). An
+/// empty queue with no worker takes ~300 bytes and goes after
+/// [`QUEUE_IDLE_GRACE`], so 100,000 names cost ~30 MB at most.
+pub const MAX_QUEUES: usize = 100_000;
+/// A queue with no waiting job, no worker declaring it and no text offer is
+/// forgotten after this long idle (with everything keyed by its name). Until
+/// then it counts as known, so a restarting worker's jobs wait for it.
+pub const QUEUE_IDLE_GRACE: Duration = Duration::from_secs(300);
+/// Most queues one worker may declare in its INFORM: a READY walks the
+/// worker's queues, so this bounds its cost (~20 ns per queue).
+pub const MAX_QUEUES_PER_WORKER: usize = 1_000;
+/// Most registered workers (every shard together); an INFORM past it gets
+/// `ERROR BAD_INFORM`.
+pub const MAX_WORKERS: usize = 100_000;
+/// Largest eMQP message the broker takes, all frames together, in bytes:
+/// past it `ERROR TOO_BIG`. ZeroMQ itself drops the connection of a peer
+/// sending a single frame over twice this (`ZMQ_MAXMSGSIZE`), so that such a
+/// message is never buffered whole.
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+/// Most bytes of waiting jobs per queue (job buffers as held: frames plus a
+/// 12-byte header); past it `QUEUE_FULL`.
+pub const MAX_QUEUE_BYTES: usize = 1 << 30;
+/// Messages the I/O thread and the text front end may have handed to one
+/// shard that it has not taken yet (text commands count one each). Past it
+/// the eMQP I/O thread stops reading its sockets until the shard catches
+/// up, so ZeroMQ's HWM pushes back on senders instead of the broker's
+/// memory growing. The text front end needs no pause of its own: each
+/// connection has at most [`TEXT_MAX_PENDING_COMMANDS`] commands
+/// unanswered, then TCP pushes back.
+pub const SHARD_INBOX_MESSAGES: usize = 65_536;
+/// A sweep that forgets at least this many queues gives the freed heap
+/// back to the operating system (`malloc_trim`), so that RSS falls again
+/// after a burst of one-off queue names.
+pub const QUEUE_SWEEP_TRIM_MIN: usize = 1_000;
+/// While a shard is behind (see [`SHARD_INBOX_MESSAGES`]) the I/O thread
+/// looks at it again this often; it reads no socket meanwhile.
+pub const BACKPRESSURE_POLL: Duration = Duration::from_millis(1);
+/// Peers whose undelivered answers the I/O thread counts separately (a
+/// larger set starts afresh).
+pub const UNDELIVERED_PEERS: usize = 10_000;
+/// Undelivered answers to one peer are logged at most this often.
+pub const UNDELIVERED_LOG_EVERY: Duration = Duration::from_secs(60);
+/// Most queues a shard keeps latency histograms for between two reporter
+/// takes (each queue's three histograms take ~75 KiB, so at most ~10 MiB
+/// per shard); jobs of further queues are recorded under the queue name `*`.
+pub const LATENCY_MAX_QUEUES_PER_SHARD: usize = 128;
+/// Most histograms (queue × figure) the reporter keeps cumulative, and the
+/// `LATENCY` answer lists (the busiest, by jobs recorded): ~26 KiB each,
+/// so at most ~20 MiB for the cumulative and the interval sets together.
+pub const LATENCY_MAX_QUEUES: usize = 384;
 /// How long shutdown waits for queued and in-flight jobs to finish before it
 /// logs what remains and exits.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -201,6 +252,10 @@ pub const TEXT_KEEP_BUFFER_BYTES: usize = 4 * 1024;
 /// Readiness events one text I/O thread takes from the OS per loop turn.
 pub const TEXT_EVENTS_PER_POLL: usize = 1024;
 
+/// Log lines one call site may write per second when input can trigger it
+/// (malformed frames, refusals); past it lines are counted and reported as
+/// `suppressed = N` on the next line let through.
+pub const LOG_BURST: u64 = 10;
 /// Period of the latency reporter's log line.
 pub const LATENCY_REPORT_INTERVAL: Duration = Duration::from_secs(60);
 /// Largest latency an HdrHistogram records (1 hour, in microseconds).

@@ -468,7 +468,7 @@ fn sigterm_drains_and_logs_what_remains() {
         .args(["--frontend", &format!("tcp://127.0.0.1:{fe}")])
         .args(["--backend", &format!("tcp://127.0.0.1:{be}")])
         .args(["--admin", &format!("tcp://127.0.0.1:{ad}")])
-        .args(["--text", "off", "--drain-timeout", "300ms"])
+        .args(["--text", "off", "--drain-timeout", "300ms", "--log", "info,emq::broker::shard=debug"])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -484,7 +484,10 @@ fn sigterm_drains_and_logs_what_remains() {
     assert!(status.success(), "{status}");
     let mut log = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
-    assert!(log.contains("queued job not run") && log.contains("left-behind-1"), "{log}");
+    // One summary line at warn; each job (ids and length, never the body)
+    // at debug.
+    assert!(log.contains("jobs left at shutdown") && log.contains("queued=1"), "{log}");
+    assert!(log.contains("queued job not run") && log.contains("left-behind-1") && log.contains("bytes=1"), "{log}");
 }
 
 fn fast_heartbeats(r: &mut RawRouterConfig) {

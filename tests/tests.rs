@@ -1,4 +1,5 @@
 mod bench;
+mod bounds;
 mod cli;
 mod client;
 mod common;

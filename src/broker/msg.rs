@@ -115,6 +115,8 @@ pub enum ShardMsg {
         weight: i64,
         /// The worker.
         worker: Arc<WorkerShared>,
+        /// Its INFORM's msgid (a refusal refers to it).
+        inform: MsgId,
     },
     /// A worker no longer serving `queue` (home shard → the queue's shard).
     RemoveCandidate {
@@ -197,6 +199,21 @@ pub enum ShardMsg {
     },
     /// Stop: KBYE to peers, log what remains, exit.
     Shutdown,
+}
+
+impl ShardMsg {
+    /// How many front-end messages this stands for, as counted against the
+    /// shard's inbox limit (`shard_inbox_messages`): the messages of a
+    /// [`ShardMsg::Batch`], the commands of a [`ShardMsg::Text`], 0 for
+    /// messages between shards and from the router's own threads (those are
+    /// bounded by the work already admitted).
+    pub fn inbox_weight(&self) -> usize {
+        match self {
+            ShardMsg::Batch(msgs) => msgs.len(),
+            ShardMsg::Text { cmds, .. } => cmds.len(),
+            _ => 0,
+        }
+    }
 }
 
 /// A SCHEDULE or UNSCHEDULE as the router received it.

@@ -51,6 +51,14 @@ counters! {
     dead_lettered,
     /// REQUESTs and SCHEDs refused because the queue was full.
     rejected_queue_full,
+    /// SCHEDs, ASKs and INFORMs refused with `QUEUE_LIMIT`: the broker holds
+    /// `max_queues` queues, or (ASK) `text_max_asked_queues` names known
+    /// only through ASKs.
+    rejected_queue_limit,
+    /// eMQP messages refused for their size (`max_message_bytes`).
+    rejected_too_big,
+    /// Idle queues forgotten (see `queue_idle_grace`).
+    queues_reclaimed,
     /// REQUESTs and SCHEDs refused while draining.
     rejected_shutting_down,
     /// SCHEDULE/UNSCHEDULE refused because no scheduler is connected.
@@ -61,12 +69,19 @@ counters! {
     /// INFORMs refused (bad queue list, wrong socket for the peer type, too
     /// many schedulers).
     rejected_inform,
+    /// Worker INFORMs refused because `max_workers` workers are registered.
+    rejected_worker_limit,
+    /// Scheduler INFORMs refused because `max_schedulers` are registered.
+    rejected_scheduler_limit,
     /// Workers removed after missing heartbeats.
     expired_workers,
     /// Schedulers removed after missing heartbeats.
     expired_schedulers,
     /// ERROR messages from schedulers (a SCHEDULE they refused).
     scheduler_errors,
+    /// Answers (acceptance REPLYs, ERRORs, HEARTBEATs, admin answers) that
+    /// could not be delivered: the peer is gone or does not read its socket.
+    undelivered_answers,
     /// SCHEDULE/UNSCHEDULE refused by the router with the scheduler's rules
     /// (bad frames, body, interval, cron, headers).
     rejected_schedule_invalid,
@@ -100,9 +115,6 @@ counters! {
     text_dead_lettered,
     /// Long-poll ASKs answered `NOPE` because their wait ran out.
     text_ask_waits_expired,
-    /// ASKs naming a new queue refused with `QUEUE_LIMIT` (the table of
-    /// queues known only through ASKs was full).
-    rejected_queue_limit,
 }
 
 impl Counters {

@@ -54,7 +54,8 @@ pub fn run(
 }
 
 /// STATUS's `emq` object: version, shards, uptime, drain state, counters,
-/// long-poll ASKs waiting now (all shards), and the extra figures.
+/// long-poll ASKs waiting now (all shards), queues and workers held now,
+/// and the extra figures.
 fn status_extras(broker: &Broker, extra: &ExtraStatus, asks_waiting: usize) -> Value {
     let ctx = &broker.ctx;
     let mut m = serde_json::Map::new();
@@ -64,6 +65,8 @@ fn status_extras(broker: &Broker, extra: &ExtraStatus, asks_waiting: usize) -> V
     m.insert("draining".into(), json!(ctx.draining.load(Ordering::Acquire)));
     m.insert("counters".into(), ctx.counters.to_json());
     m.insert("asks_waiting".into(), json!(asks_waiting));
+    m.insert("queues".into(), json!(ctx.queue_count.load(Ordering::Relaxed)));
+    m.insert("workers".into(), json!(ctx.worker_count.load(Ordering::Relaxed)));
     for (k, v) in extra() {
         m.insert(k.into(), v);
     }

@@ -29,7 +29,7 @@ use super::{Cx, Shard, Timer};
 use crate::broker::job::Job;
 use crate::broker::msg::{Dest, OnFail, ShardMsg};
 use crate::broker::types::{WorkerShared, WorkerState};
-use crate::ids::{cut, show, MsgId, PeerId, QueueName, WorkerKey};
+use crate::ids::{show, MsgId, PeerId, QueueName, WorkerKey};
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
@@ -41,6 +41,13 @@ impl Shard {
             tracing::info!(worker = %id, "re-INFORM: replacing the earlier registration");
             self.remove_worker(old, "re-INFORM", cx);
         }
+        let max = self.ctx.config.max_workers;
+        if self.workers.full(max) {
+            Counters::bump(&self.ctx.counters.rejected_worker_limit);
+            crate::log_limited!(warn, worker = %id, max, "INFORM refused: max_workers reached");
+            let text = format!("the router holds max_workers ({max}) workers");
+            return self.send_error_to(Dest::Backend, &id, msgid, "BAD_INFORM", text, cx);
+        }
         let key = WorkerKey(self.ctx.next_key.fetch_add(1, Ordering::Relaxed));
         let shared = Arc::new(WorkerShared::new(key, id.clone(), self.index, queues.clone()));
         self.workers.register(shared.clone(), cx.now);
@@ -51,7 +58,8 @@ impl Shard {
         self.send_heartbeat(Dest::Backend, &id, cx);
         for (weight, queue) in queues {
             let index = self.shard_of(&queue.0);
-            self.send_to_shard(index, ShardMsg::AddCandidate { queue, weight, worker: shared.clone() }, cx);
+            let inform = msgid.clone();
+            self.send_to_shard(index, ShardMsg::AddCandidate { queue, weight, worker: shared.clone(), inform }, cx);
         }
         self.timers.arm(cx.now + self.ctx.config.heartbeat_interval, Timer::WorkerHeartbeat(key));
         self.timers.arm(cx.now + self.ctx.config.heartbeat_timeout, Timer::WorkerExpiry(key));
@@ -89,6 +97,7 @@ impl Shard {
         }
         if let Some(f) = self.workers.complete(&id, &request_msgid.0) {
             Counters::bump(&self.ctx.counters.completed_jobs);
+            self.job_done(&f.job);
             let queue = f.job.queue_bytes();
             self.latency.record(queue, Kind::Service, cx.now.saturating_duration_since(f.since));
             let end_to_end = cx.now.saturating_duration_since(f.job.accepted_at(self.ctx.started));
@@ -154,8 +163,9 @@ impl Shard {
             let queue = job.queue();
             if u32::from(job.redeliveries) > limits::MAX_DELIVERIES {
                 Counters::bump(&self.ctx.counters.dead_lettered);
-                let (msgid, body) = (show(job.frames.msgid()), cut(job.frames.body()));
-                tracing::error!(job = %job.id, %queue, %msgid, %body, "job dropped: every worker that took it died");
+                self.job_done(&job);
+                let (msgid, bytes) = (show(job.frames.msgid()), job.frames.body().len());
+                crate::log_limited!(error, job = %job.id, %queue, %msgid, bytes, "job dropped: every worker that took it died");
                 continue;
             }
             match by_queue.iter_mut().find(|(q, _)| *q == queue) {

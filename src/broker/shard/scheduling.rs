@@ -83,11 +83,13 @@ impl Shard {
 
     /// Registers `id` (an INFORM, or a re-admitting HEARTBEAT whose msgid
     /// the ACK names) and sends the ACK and a first HEARTBEAT; refuses with
-    /// `ERROR BUSY` past [`limits::MAX_SCHEDULERS`]. True when registered.
+    /// `ERROR BUSY` past `max_schedulers` (counted). True when registered.
     fn admit_scheduler(&mut self, id: &PeerId, name: Option<Vec<u8>>, msgid: MsgId, what: &str, cx: &mut Cx) -> bool {
-        if !self.schedulers.contains(id) && self.schedulers.len() >= limits::MAX_SCHEDULERS {
-            tracing::warn!(scheduler = %id, limit = limits::MAX_SCHEDULERS, "scheduler refused: too many schedulers");
-            let text = format!("{} schedulers are registered, the limit", limits::MAX_SCHEDULERS);
+        let max = self.ctx.config.max_schedulers;
+        if !self.schedulers.contains(id) && self.schedulers.len() >= max {
+            Counters::bump(&self.ctx.counters.rejected_scheduler_limit);
+            crate::log_limited!(warn, scheduler = %id, limit = max, "scheduler refused: too many schedulers");
+            let text = format!("{max} schedulers are registered, the limit (max_schedulers)");
             self.send_error(id, msgid, "BUSY", text, cx);
             return false;
         }

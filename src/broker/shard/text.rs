@@ -65,10 +65,6 @@ impl Shard {
     }
 
     fn text_sched(&mut self, queue: QueueName, data: Vec<u8>, cx: &mut Cx) -> TextOutcome {
-        if let Err(code) = self.admit(&queue) {
-            return TextOutcome::Refused(code);
-        }
-        let id = self.next_job_id();
         // A text job's msgid (what an eMQP worker sees in frame 3): a fresh uuid4,
         // like every msgid EventMQ peers make.
         let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
@@ -79,7 +75,10 @@ impl Shard {
             // The text decoder bounds lines and names well below these limits.
             Err(_) => return TextOutcome::Refused(ErrorCode::TooBig),
         };
-        let job = Job::new(id, frames, Origin::Text, false, self.ctx.started, cx.now);
+        if let Err(code) = self.admit(&queue, frames.len()) {
+            return TextOutcome::Refused(code);
+        }
+        let job = Job::new(self.next_job_id(), frames, Origin::Text, false, self.ctx.started, cx.now);
         self.enqueue_new(&queue, job, cx);
         TextOutcome::Done
     }

@@ -177,3 +177,15 @@ fn a_schedule_stays_with_its_owner_until_the_owner_leaves() {
         assert!(moved != owner && moved != bystander, "{moved} ({})", h.setup());
     }
 }
+
+#[test]
+fn past_max_schedulers_an_inform_is_refused_but_a_repeat_is_not() {
+    let mut h = super::harness::Harness::with_config(1, |c| c.max_schedulers = 1);
+    h.scheduler_inform("s1");
+    h.scheduler_inform("s2");
+    assert_eq!(h.take_commands("s2"), ["ERROR"]);
+    assert_eq!(h.ctx.counters.rejected_scheduler_limit.load(std::sync::atomic::Ordering::Relaxed), 1);
+    h.take_commands("s1");
+    h.scheduler_inform("s1");
+    assert_eq!(h.take_commands("s1"), ["ACK", "HEARTBEAT"]);
+}
