@@ -60,7 +60,7 @@ macro_rules! byte_id {
 }
 
 byte_id! {
-    /// A queue name: bytes as they arrive in REQUEST D4 or a text `@queue`.
+    /// A queue name: bytes as they arrive in REQUEST frame 4 or a text `@queue`.
     QueueName
 }
 
@@ -71,7 +71,7 @@ byte_id! {
 }
 
 byte_id! {
-    /// An eMQP message id (frame D3): opaque bytes chosen by the sender (a
+    /// An eMQP message id (frame frame 3): opaque bytes chosen by the sender (a
     /// uuid4 text for Python peers). Not unique: clients may repeat them, so
     /// the broker tracks jobs by [`JobId`].
     MsgId
@@ -107,12 +107,22 @@ impl JobId {
     pub fn new(shard: usize, seq: u64) -> JobId {
         JobId((seq << 16) | (shard as u64 & 0xffff))
     }
+
+    /// The shard that accepted the job.
+    pub fn shard(self) -> usize {
+        (self.0 & 0xffff) as usize
+    }
+
+    /// The accepting shard's sequence number of the job (from 1).
+    pub fn seq(self) -> u64 {
+        self.0 >> 16
+    }
 }
 
 /// `<shard>-<seq>`, as logs show it (`job=0-17`).
 impl fmt::Display for JobId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.0 & 0xffff, self.0 >> 16)
+        write!(f, "{}-{}", self.shard(), self.seq())
     }
 }
 
@@ -185,6 +195,7 @@ mod tests {
     fn job_ids_of_two_shards_differ() {
         assert_ne!(JobId::new(0, 1), JobId::new(1, 1));
         assert_eq!(JobId::new(3, 5).0 & 0xffff, 3);
+        assert_eq!((JobId::new(3, 5).shard(), JobId::new(3, 5).seq()), (3, 5));
         assert_eq!(JobId::new(3, 5).to_string(), "3-5");
     }
 }

@@ -76,18 +76,100 @@ pub const DEFAULT_QUEUE_WEIGHT: i64 = 10;
 /// and may carry a few extra; a message with more is read, dropped and
 /// counted as malformed.
 pub const MAX_FRAMES: usize = 64;
-/// Longest msgid (REQUEST D3) the broker accepts, in bytes: Python peers
+/// Longest msgid (REQUEST frame 3) the broker accepts, in bytes: Python peers
 /// send 36-byte uuids; the job record keeps the length in one byte.
 pub const MAX_MSGID_BYTES: usize = 255;
 /// Longest queue name in bytes, for both protocols (the text protocol's
 /// rule; an eMQP REQUEST naming a longer queue gets `ERROR BAD_REQUEST`).
 pub const MAX_QUEUE_NAME_BYTES: usize = 255;
-/// Longest REQUEST headers frame (D5) in bytes: headers are a short CSV.
+/// Longest REQUEST headers frame (frame 5) in bytes: headers are a short CSV.
 pub const MAX_HEADERS_BYTES: usize = 65_535;
+/// Most `[weight, name]` pairs one INFORM may list: a worker serving more
+/// queues than this is almost surely misconfigured, and each pair costs a
+/// candidate entry on its queue's shard.
+pub const MAX_INFORM_QUEUES: usize = 1024;
+/// Highest queue weight an INFORM may give (weights start at 1). Weights are
+/// priority tiers compared with each other; a million tiers is more than
+/// any deployment uses, and the bound keeps every weight a small integer in
+/// every peer's language.
+pub const MAX_QUEUE_WEIGHT: i64 = 1_000_000;
+/// Most schedulers registered at once. Schedulers are a handful per
+/// deployment; each SCHEDULE costs one hash per live scheduler (rendezvous
+/// routing), and the table is keyed by peer identities from the network.
+pub const MAX_SCHEDULERS: usize = 256;
+/// Most SCHEDULE/UNSCHEDULE messages the router remembers at once while
+/// their scheduler's answer is due (to send it back to the client that sent
+/// them); past it a SCHEDULE gets `ERROR BUSY`. Each entry is two identities
+/// and a msgid (~150 bytes): 10,000 is 1.5 MB, and more than 300
+/// SCHEDULEs a second for [`SCHEDULE_ANSWER_TIMEOUT`].
+pub const MAX_PENDING_SCHEDULE_ANSWERS: usize = 10_000;
+/// How long the router waits for a scheduler's answer to a SCHEDULE or
+/// UNSCHEDULE before it forgets who sent it. An EventMQ scheduler never
+/// answers; emq-scheduler answers at once, or after a store timeout.
+pub const SCHEDULE_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most schedule keys whose owner the router remembers (to route every
+/// SCHEDULE of a schedule to the scheduler holding it). An entry is ~150
+/// bytes: 100,000 keys are 15 MB, more schedules than any deployment the
+/// scheduler's single timer heap is built for. Past it the key routed
+/// least recently is forgotten.
+pub const MAX_ROUTED_SCHEDULE_KEYS: usize = 100_000;
+/// Longest scheduler name (INFORM frame 6, emq extension) the router accepts.
+pub const MAX_SCHEDULER_NAME_BYTES: usize = 128;
 /// Waiting jobs per queue before REQUEST/SCHED is rejected. EventMQ uses
 /// 10,000 (`HWM`) and a RAM-sized limit for `default`; we use one
 /// explicit bound large enough for bursts (100,000-line pipelines).
 pub const MAX_QUEUE_LEN: usize = 1_000_000;
+/// Most queues the broker holds at once (every shard together). A new name
+/// past it is refused with `QUEUE_LIMIT` (text SCHED/ASK, eMQP INFORM). An
+/// empty queue with no worker takes ~300 bytes and goes after
+/// [`QUEUE_IDLE_GRACE`], so 100,000 names cost ~30 MB at most.
+pub const MAX_QUEUES: usize = 100_000;
+/// A queue with no waiting job, no worker declaring it and no text offer is
+/// forgotten after this long idle (with everything keyed by its name). Until
+/// then it counts as known, so a restarting worker's jobs wait for it.
+pub const QUEUE_IDLE_GRACE: Duration = Duration::from_secs(300);
+/// Most queues one worker may declare in its INFORM: a READY walks the
+/// worker's queues, so this bounds its cost (~20 ns per queue).
+pub const MAX_QUEUES_PER_WORKER: usize = 1_000;
+/// Most registered workers (every shard together); an INFORM past it gets
+/// `ERROR BAD_INFORM`.
+pub const MAX_WORKERS: usize = 100_000;
+/// Largest eMQP message the broker takes, all frames together, in bytes:
+/// past it `ERROR TOO_BIG`. ZeroMQ itself drops the connection of a peer
+/// sending a single frame over twice this (`ZMQ_MAXMSGSIZE`), so that such a
+/// message is never buffered whole.
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+/// Most bytes of waiting jobs per queue (job buffers as held: frames plus a
+/// 12-byte header); past it `QUEUE_FULL`.
+pub const MAX_QUEUE_BYTES: usize = 1 << 30;
+/// Messages the I/O thread and the text front end may have handed to one
+/// shard that it has not taken yet (text commands count one each). Past it
+/// the eMQP I/O thread stops reading its sockets until the shard catches
+/// up, so ZeroMQ's HWM pushes back on senders instead of the broker's
+/// memory growing. The text front end needs no pause of its own: each
+/// connection has at most [`TEXT_MAX_PENDING_COMMANDS`] commands
+/// unanswered, then TCP pushes back.
+pub const SHARD_INBOX_MESSAGES: usize = 65_536;
+/// A sweep that forgets at least this many queues gives the freed heap
+/// back to the operating system (`malloc_trim`), so that RSS falls again
+/// after a burst of one-off queue names.
+pub const QUEUE_SWEEP_TRIM_MIN: usize = 1_000;
+/// While a shard is behind (see [`SHARD_INBOX_MESSAGES`]) the I/O thread
+/// looks at it again this often; it reads no socket meanwhile.
+pub const BACKPRESSURE_POLL: Duration = Duration::from_millis(1);
+/// Peers whose undelivered answers the I/O thread counts separately (a
+/// larger set starts afresh).
+pub const UNDELIVERED_PEERS: usize = 10_000;
+/// Undelivered answers to one peer are logged at most this often.
+pub const UNDELIVERED_LOG_EVERY: Duration = Duration::from_secs(60);
+/// Most queues a shard keeps latency histograms for between two reporter
+/// takes (each queue's three histograms take ~75 KiB, so at most ~10 MiB
+/// per shard); jobs of further queues are recorded under the queue name `*`.
+pub const LATENCY_MAX_QUEUES_PER_SHARD: usize = 128;
+/// Most histograms (queue × figure) the reporter keeps cumulative, and the
+/// `LATENCY` answer lists (the busiest, by jobs recorded): ~26 KiB each,
+/// so at most ~20 MiB for the cumulative and the interval sets together.
+pub const LATENCY_MAX_QUEUES: usize = 384;
 /// How long shutdown waits for queued and in-flight jobs to finish before it
 /// logs what remains and exits.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -188,6 +270,10 @@ pub const TEXT_KEEP_BUFFER_BYTES: usize = 4 * 1024;
 /// Readiness events one text I/O thread takes from the OS per loop turn.
 pub const TEXT_EVENTS_PER_POLL: usize = 1024;
 
+/// Log lines one call site may write per second when input can trigger it
+/// (malformed frames, refusals); past it lines are counted and reported as
+/// `suppressed = N` on the next line let through.
+pub const LOG_BURST: u64 = 10;
 /// Period of the latency reporter's log line.
 pub const LATENCY_REPORT_INTERVAL: Duration = Duration::from_secs(60);
 /// Largest latency an HdrHistogram records (1 hour, in microseconds).
@@ -232,14 +318,41 @@ pub const SCHEDULER_INFORM_RETRY: Duration = Duration::from_secs(5);
 pub const SCHEDULER_LOCK_TRIES: u32 = 20;
 /// Pause between two attempts to take the data directory's lock.
 pub const SCHEDULER_LOCK_RETRY: Duration = Duration::from_millis(50);
+/// Most schedules one emq-scheduler holds; past it a SCHEDULE for a new
+/// key gets `ERROR BUSY`. The same bound as the router's table of schedule
+/// owners ([`MAX_ROUTED_SCHEDULE_KEYS`]); one timer heap serves them all.
+pub const SCHEDULER_MAX_SCHEDULES: usize = 100_000;
 /// Stale timer-heap entries the scheduler tolerates beyond 2 × live jobs
 /// before it rebuilds the heap: small heaps are never rebuilt.
 pub const SCHEDULER_STALE_HEAP_ENTRIES: usize = 1024;
+/// The wall clock may move against the monotonic clock by this much (a
+/// step, or slow drift adding up) before the scheduler re-plans its cron
+/// jobs: under it, NTP's slewing; over it, a step.
+pub const SCHEDULER_CLOCK_STEP: Duration = Duration::from_secs(1);
 /// How long the scheduler waits for a Redis connection (EventMQ's store).
-pub const SCHEDULER_REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The scheduler's loop waits meanwhile, so it is short; a refused
+/// connection fails at once anyway.
+pub const SCHEDULER_REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long one Redis command may take to be written or answered. Redis
+/// answers in well under a millisecond; a paused or overloaded one must not
+/// hold the scheduler's loop (EventMQ's had no timeout, S14).
+pub const SCHEDULER_REDIS_IO_TIMEOUT: Duration = Duration::from_millis(500);
+/// An emq-scheduler's lease on a shared Redis store: its schedules are
+/// taken over by another scheduler this long after it stops renewing it
+/// (every [`SCHEDULER_STORE_RETRY`]).
+pub const SCHEDULER_REDIS_LEASE: Duration = Duration::from_secs(15);
+/// How often the scheduler retries a store it cannot reach (it schedules
+/// from memory meanwhile), and runs the upkeep of a shared store.
+pub const SCHEDULER_STORE_RETRY: Duration = Duration::from_secs(5);
+/// Most one store-failure log line per this long: a store down for an hour
+/// must not flood the log.
+pub const SCHEDULER_STORE_LOG_EVERY: Duration = Duration::from_secs(60);
 /// Deepest JSON nesting the scheduler's Python-compatible JSON parser
 /// accepts: bounds its recursion (CPython's own limit is about 1,000).
 pub const PYJSON_MAX_DEPTH: usize = 256;
+/// Most unreadable lines of a damaged schedule log named in the log line
+/// that reports it (all are counted; the damaged file is kept).
+pub const SCHEDULER_DAMAGED_LINES_LOGGED: usize = 20;
 /// The scheduler's log store is compacted once it holds more than
 /// max(this, 2 × live schedules) lines: small logs are never rewritten.
 pub const SCHEDULER_COMPACT_MIN_LINES: usize = 1_000;

@@ -1,8 +1,10 @@
 mod bench;
+mod bounds;
 mod cli;
 mod client;
 mod common;
 mod emqp_router;
+mod exact;
 mod interop;
 mod interop_pubsub;
 mod interop_scheduler;

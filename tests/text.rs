@@ -99,7 +99,14 @@ impl TextFixture {
         let shards = Shards::start_alone(router).unwrap();
         let stats = Arc::new(TextStats::default());
         let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let server = TextServer::start(addr, config, shards.broker.shards.clone(), stats.clone()).unwrap();
+        let server = TextServer::start(
+            addr,
+            config,
+            shards.broker.shards.clone(),
+            shards.broker.ctx.inbox_load.clone(),
+            stats.clone(),
+        )
+        .unwrap();
         TextFixture { server, backend: Backend { shards: Some(shards) }, stats }
     }
 

@@ -28,10 +28,13 @@ fn long_poll_ask_gets_the_next_task_or_nope_and_old_forms_keep_their_meaning() {
     for shards in [1, 3] {
         let h = router_with_text(shards, |_| {});
         let (mut a, mut b, mut producer) = (connect(&h), connect(&h), connect(&h));
+        // Both wait; no answer yet. The first to ask gets the first task
+        // (b asks only once a's wait is registered: they may be served by
+        // different I/O threads).
         a.send(b"ASK jobs 20000\n");
+        eventually(5, "a waiting", || admin(&h, "STATUS")["emq"]["asks_waiting"] == 1);
         b.send(b"ASK jobs 20000\n");
-        // Both wait; no answer yet. The first to ask gets the first task.
-        eventually(5, "two waiting", || admin(&h, "STATUS")["emq"]["text"]["connections_open"] == 3);
+        eventually(5, "two waiting", || admin(&h, "STATUS")["emq"]["asks_waiting"] == 2);
         producer.send(b"SCHED first@jobs\nSCHED second@jobs\n");
         a.expect(b"WANT? first\n");
         b.expect(b"WANT? second\n");
@@ -111,6 +114,7 @@ fn an_emqp_request_for_a_queue_a_text_client_asked_for_is_offered_to_it() {
         default_worker.expect_none("REQUEST", 200);
         // A long poll makes it known too, and is answered at once.
         text.send(b"ACK\nASK later 20000\n");
+        eventually(5, "the long poll waits", || admin(&h, "STATUS")["emq"]["asks_waiting"] == 1);
         client.request("m2", "later", "", "soon");
         text.expect(b"WANT? soon\n");
     }

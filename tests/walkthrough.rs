@@ -240,7 +240,8 @@ fn walkthrough(given: Given) {
         (s["connected_schedulers"].as_object().map(|m| m.len()) == Some(1)).then_some(()).ok_or(s.to_string())
     });
     for schedule in SCHEDULES {
-        walk.ok(schedule);
+        let out = walk.ok(schedule);
+        assert!(out.starts_with("SCHEDULE accepted ") && out.contains(r#""outcome":"added""#), "{schedule}: {out:?}");
     }
     eventually(&walk, "the scheduler holds both", || {
         let s = walk.json("schedules")?;

@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail, Context};
 use clap::{CommandFactory, FromArgMatches, Subcommand};
 use emq::client::admin::AdminClient;
 use emq::client::body::PythonCall;
-use emq::client::emqp::{Client, Outcome, Publisher, Schedule};
+use emq::client::emqp::{Client, Outcome, Publisher, Schedule, ScheduleAnswer};
 use emq::client::text::{TextClient, TextClientError};
 use emq::config::{self, CliSettings, ConfigArgs, RawCliConfig};
 use emq::limits;
@@ -192,13 +192,13 @@ fn run() -> anyhow::Result<()> {
             };
             check_queue_name(queue).map_err(|e| anyhow!(e))?;
             let mut client = Client::connect(&s.frontend)?.with_timeout(s.timeout);
-            let msgid = client.schedule(queue, &when, &build_body(body)?, headers)?;
-            out.sent("SCHEDULE", &msgid)
+            let answer = client.schedule_confirmed(queue, &when, &build_body(body)?, headers)?;
+            out.schedule_answer("SCHEDULE", answer)
         }
         Cmd::Unschedule { queue, body, headers } => {
             let mut client = Client::connect(&s.frontend)?.with_timeout(s.timeout);
-            let msgid = client.unschedule(queue, &build_body(body)?, headers)?;
-            out.sent("UNSCHEDULE", &msgid)
+            let answer = client.unschedule_confirmed(queue, &build_body(body)?, headers)?;
+            out.schedule_answer("UNSCHEDULE", answer)
         }
         Cmd::Publish { topic, message } => {
             let mut p = Publisher::connect(&s.pubsub_in)?.with_timeout(s.timeout);
@@ -243,10 +243,27 @@ impl Out {
         }
     }
 
-    fn sent(self, what: &str, msgid: &[u8]) -> anyhow::Result<()> {
+    /// Prints what came back for a SCHEDULE/UNSCHEDULE; a refusal is an
+    /// error (exit status 1). No answer is not: EventMQ's router and
+    /// scheduler never answer.
+    fn schedule_answer(self, what: &str, answer: ScheduleAnswer) -> anyhow::Result<()> {
+        let (status, msgid, detail) = match &answer {
+            ScheduleAnswer::Accepted { msgid, detail } => ("accepted", msgid, detail.clone()),
+            ScheduleAnswer::Refused { msgid, code, text } => ("refused", msgid, format!("{code} {text}")),
+            ScheduleAnswer::Unconfirmed { msgid } => {
+                ("unconfirmed", msgid, "no answer in time (an EventMQ router or scheduler never answers)".into())
+            }
+        };
         let id = String::from_utf8_lossy(msgid);
-        self.line(json!({"sent": what, "msgid": id}), format!("{what} sent {id}"));
-        Ok(())
+        let detail_json = serde_json::from_str::<Value>(&detail).unwrap_or_else(|_| Value::String(detail.clone()));
+        self.line(
+            json!({"status": status, "msgid": id, "detail": detail_json}),
+            format!("{what} {status} {id} {detail}"),
+        );
+        match answer {
+            ScheduleAnswer::Refused { .. } => Err(anyhow!("{what} {id} refused: {detail}")),
+            _ => Ok(()),
+        }
     }
 }
 

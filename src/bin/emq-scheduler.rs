@@ -12,7 +12,7 @@ use emq::scheduler::config::RawSchedulerConfig;
 use emq::scheduler::peer;
 use emq::scheduler::redis_store::RedisStore;
 use emq::scheduler::service::Service;
-use emq::scheduler::store::{FileStore, Store};
+use emq::scheduler::store::{DataDir, FileStore, Store};
 
 /// Runs scheduled jobs for an emq (or EventMQ) router: interval and cron
 /// schedules sent with SCHEDULE (`emq-cli schedule`), kept across restarts,
@@ -39,13 +39,33 @@ fn run() -> anyhow::Result<()> {
         let w = signal_write.try_clone().context("signal pipe")?;
         signal_hook::low_level::pipe::register(sig, w).context("register signal handler")?;
     }
+    let mut cfg = cfg;
+    // A Redis scheduler keeps only its name in its data directory (locked,
+    // so two schedulers on one host need two directories or two names).
+    let mut data_dir = None;
     let store: Box<dyn Store> = match &cfg.redis {
-        Some(url) => Box::new(RedisStore::connect(url).with_context(|| format!("redis store {url}"))?),
+        Some(url) => {
+            if cfg.peer.name.is_none() {
+                let dir =
+                    DataDir::open(&cfg.data_dir).with_context(|| format!("data dir {}", cfg.data_dir.display()))?;
+                cfg.peer.name = Some(dir.stable_name().context("scheduler name")?);
+                data_dir = Some(dir);
+            }
+            let name = cfg.peer.name.clone().unwrap_or_default();
+            Box::new(RedisStore::open(url, &name).with_context(|| format!("redis store {url}"))?)
+        }
         None => {
-            Box::new(FileStore::open(&cfg.data_dir).with_context(|| format!("data dir {}", cfg.data_dir.display()))?)
+            let store =
+                FileStore::open(&cfg.data_dir).with_context(|| format!("data dir {}", cfg.data_dir.display()))?;
+            if cfg.peer.name.is_none() {
+                cfg.peer.name = Some(store.stable_name().context("scheduler name")?);
+            }
+            Box::new(store)
         }
     };
-    let mut service = Service::restore(cfg.tz, store, chrono::Utc::now()).context("restoring schedules")?;
+    let now = emq::scheduler::timetable::Now::read();
+    let mut service = Service::restore(cfg.tz, store, now);
     peer::run(&cfg.peer, &mut service, signal_read.as_raw_fd()).context("scheduler stopped")?;
+    drop(data_dir);
     Ok(())
 }

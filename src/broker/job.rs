@@ -92,19 +92,19 @@ impl JobFrames {
         (b[4] as usize, b[5] as usize, u16::from_le_bytes([b[6], b[7]]) as usize, body)
     }
 
-    /// REQUEST D3, the client's msgid.
+    /// REQUEST frame 3, the client's msgid.
     pub fn msgid(&self) -> &[u8] {
         let (m, ..) = self.lens();
         &self.0[HEADER..HEADER + m]
     }
 
-    /// REQUEST D4, the queue as the client named it.
+    /// REQUEST frame 4, the queue as the client named it.
     pub fn queue(&self) -> &[u8] {
         let (m, q, ..) = self.lens();
         &self.0[HEADER + m..HEADER + m + q]
     }
 
-    /// REQUEST D5, the headers CSV as the client sent it.
+    /// REQUEST frame 5, the headers CSV as the client sent it.
     pub fn headers(&self) -> &[u8] {
         let (m, q, h, _) = self.lens();
         &self.0[HEADER + m + q..HEADER + m + q + h]
@@ -117,12 +117,12 @@ impl JobFrames {
         start..start + b
     }
 
-    /// REQUEST D6, the body.
+    /// REQUEST frame 6, the body.
     pub fn body(&self) -> &[u8] {
         &self.0[self.body_range()]
     }
 
-    /// REQUEST D7 and later, forwarded unchanged.
+    /// REQUEST frame 7 and later, forwarded unchanged.
     pub fn extra(&self) -> impl Iterator<Item = &[u8]> {
         let mut at = self.body_range().end;
         std::iter::from_fn(move || {

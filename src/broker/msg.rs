@@ -14,7 +14,7 @@ use super::snapshot::ShardSnapshot;
 use super::types::WorkerShared;
 use crate::ids::{ConnId, MsgId, OfferId, PeerId, QueueName, WorkerKey};
 use crate::metrics::latency::Taken;
-use crate::protocol::emqp::Frame;
+use crate::protocol::emqp::{Command, Frame, Message, ScheduleBody};
 use crate::protocol::text::ErrorCode;
 use crate::zmq_io::wake::Wake;
 
@@ -71,34 +71,41 @@ pub enum ShardMsg {
         id: PeerId,
         /// The INFORM's msgid.
         msgid: MsgId,
+        /// INFORM frame 6 (emq extension): the scheduler's stable name, if sent.
+        name: Option<Vec<u8>>,
     },
-    /// HEARTBEAT from a frontend peer (shard 0; ignored unless a scheduler).
+    /// HEARTBEAT from a frontend peer (shard 0): a scheduler is alive; an
+    /// unknown peer is re-admitted as a scheduler.
     SchedulerHeartbeat {
         /// The peer's identity.
         id: PeerId,
+        /// The HEARTBEAT's msgid (a re-admission's ACK names it).
+        msgid: MsgId,
     },
     /// KBYE from a frontend peer (shard 0).
     SchedulerKbye {
         /// The peer's identity.
         id: PeerId,
     },
-    /// SCHEDULE or UNSCHEDULE from a client, forwarded verbatim (shard 0).
-    Schedule {
-        /// The client that sent it.
-        client: PeerId,
-        /// Its msgid (the ERROR reply refers to it).
-        msgid: MsgId,
-        /// The frames as received.
+    /// SCHEDULE or UNSCHEDULE from a client, routed to the owner of its
+    /// key (shard 0).
+    Schedule(Schedule),
+    /// A REPLY or ERROR from a frontend peer: a scheduler's answer to a
+    /// SCHEDULE/UNSCHEDULE, for the client that sent it (shard 0).
+    SchedulerAnswer {
+        /// The peer that answered.
+        id: PeerId,
+        /// frame 4: the msgid the answer is about.
+        refers_to: MsgId,
+        /// The frames as received, forwarded verbatim.
         frames: Vec<Frame>,
-        /// UNSCHEDULE (to every scheduler) rather than SCHEDULE (to one).
-        unschedule: bool,
     },
     /// A forward to a scheduler failed (I/O thread → shard 0).
     SchedulerSendFailed {
         /// The scheduler that could not be reached.
         id: PeerId,
-        /// A SCHEDULE to route to another scheduler: `(client, frames)`.
-        retry: Option<(PeerId, Vec<Frame>)>,
+        /// A SCHEDULE/UNSCHEDULE it owned, to route again.
+        retry: Option<Schedule>,
     },
     /// A worker serving `queue` (home shard → the queue's shard).
     AddCandidate {
@@ -108,6 +115,8 @@ pub enum ShardMsg {
         weight: i64,
         /// The worker.
         worker: Arc<WorkerShared>,
+        /// Its INFORM's msgid (a refusal refers to it).
+        inform: MsgId,
     },
     /// A worker no longer serving `queue` (home shard → the queue's shard).
     RemoveCandidate {
@@ -190,6 +199,50 @@ pub enum ShardMsg {
     },
     /// Stop: KBYE to peers, log what remains, exit.
     Shutdown,
+}
+
+impl ShardMsg {
+    /// How many front-end messages this stands for, as counted against the
+    /// shard's inbox limit (`shard_inbox_messages`): the messages of a
+    /// [`ShardMsg::Batch`], the commands of a [`ShardMsg::Text`], 0 for
+    /// messages between shards and from the router's own threads (those are
+    /// bounded by the work already admitted).
+    pub fn inbox_weight(&self) -> usize {
+        match self {
+            ShardMsg::Batch(msgs) => msgs.len(),
+            ShardMsg::Text { cmds, .. } => cmds.len(),
+            _ => 0,
+        }
+    }
+}
+
+/// A SCHEDULE or UNSCHEDULE as the router received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// The client that sent it.
+    pub client: PeerId,
+    /// Its msgid (answers refer to it).
+    pub msgid: MsgId,
+    /// The frames as received, forwarded verbatim to the owner.
+    pub frames: Vec<Frame>,
+    /// frames 4..8.
+    pub body: ScheduleBody,
+    /// UNSCHEDULE rather than SCHEDULE.
+    pub unschedule: bool,
+}
+
+impl Schedule {
+    /// The SCHEDULE or UNSCHEDULE in frames `frames` (as a router
+    /// forwards it) from `client`; `None` for any other message.
+    pub fn from_frames(client: PeerId, frames: Vec<Frame>) -> Option<Schedule> {
+        let (body, unschedule) = match crate::protocol::emqp::decode(&frames, crate::protocol::emqp::Socket::Frontend) {
+            Ok(Message { command: Command::Schedule(body), .. }) => (body, false),
+            Ok(Message { command: Command::Unschedule(body), .. }) => (body, true),
+            _ => return None,
+        };
+        let msgid = MsgId::from(frames.get(3).map_or(&[][..], Vec::as_slice));
+        Some(Schedule { client, msgid, frames, body, unschedule })
+    }
 }
 
 /// A text client's answer to an offer (docs/text-protocol.md "The offer").
@@ -349,12 +402,14 @@ pub enum OnFail {
         /// The worker registration.
         key: WorkerKey,
     },
-    /// A SCHEDULE to a scheduler: route it to another one.
+    /// A SCHEDULE or UNSCHEDULE to its owner: drop that scheduler and
+    /// route the message again ([`Schedule::from_frames`] rebuilds it).
     Schedule {
-        /// The client that sent the SCHEDULE.
+        /// The client that sent it.
         client: PeerId,
     },
-    /// An UNSCHEDULE to a scheduler: drop that scheduler.
+    /// A copy for a scheduler that does not own the key (UNSCHEDULE, DROP):
+    /// drop that scheduler.
     Unschedule,
 }
 
@@ -372,7 +427,7 @@ pub struct Outgoing {
 }
 
 impl Outgoing {
-    /// The D-frames of [`Outgoing::msg`] (see [`OutMsg::to_frames`]).
+    /// The frames of [`Outgoing::msg`] (see [`OutMsg::to_frames`]).
     pub fn frames(&self) -> Vec<Frame> {
         self.msg.to_frames()
     }
@@ -391,12 +446,12 @@ pub enum OutMsg {
     /// `["", "eMQP/1.0", "HEARTBEAT", <fresh msgid>, <wall clock>]`, stamped
     /// when sent.
     Heartbeat,
-    /// Any other message, as D-frames.
+    /// Any other message, as frames.
     Frames(Vec<Frame>),
 }
 
 impl OutMsg {
-    /// The D-frames this stands for (a fresh msgid where one is made at send
+    /// The frames this stands for (a fresh msgid where one is made at send
     /// time), for tests, logs and failed sends.
     pub fn to_frames(&self) -> Vec<Frame> {
         use crate::protocol::emqp::{heartbeat_timestamp, new_msgid, VERSION};

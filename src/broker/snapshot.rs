@@ -53,6 +53,8 @@ pub struct WorkerSnap {
 pub struct SchedulerSnap {
     /// Identity (display form).
     pub id: String,
+    /// The name it gave in its INFORM (emq-scheduler), if any.
+    pub name: Option<String>,
     /// Seconds since broker start of the last message.
     pub hb: f64,
     /// SCHEDULEs routed to it.
@@ -68,6 +70,8 @@ pub struct ShardSnapshot {
     pub workers: Vec<WorkerSnap>,
     /// Schedulers (shard 0).
     pub schedulers: Vec<SchedulerSnap>,
+    /// Long-poll ASKs (`ASK <queue> <ms>`) waiting on the shard now.
+    pub asks_waiting: usize,
 }
 
 impl ShardSnapshot {
@@ -169,14 +173,20 @@ pub fn workers_json(shards: &[ShardSnapshot], uptime: f64) -> Value {
 }
 
 /// ROUTER_SHOW_SCHEDULERS JSON (EventMQ's shape, docs/emqp.md "Admin"),
-/// with `scheduled` and `seen_secs_ago` added; `uptime` is the router's,
+/// with `scheduled`, `name` (an emq-scheduler's stable name, or null) and
+/// `seen_secs_ago` added; `uptime` is the router's,
 /// in seconds.
 pub fn schedulers_json(shards: &[ShardSnapshot], uptime: f64) -> Value {
     let s: Map<String, Value> = shards
         .iter()
         .flat_map(|s| &s.schedulers)
         .map(|s| {
-            let entry = json!({ "hb": s.hb, "scheduled": s.scheduled, "seen_secs_ago": seen_ago(uptime, s.hb) });
+            let entry = json!({
+                "hb": s.hb,
+                "scheduled": s.scheduled,
+                "name": s.name,
+                "seen_secs_ago": seen_ago(uptime, s.hb),
+            });
             (s.id.clone(), entry)
         })
         .collect();

@@ -55,6 +55,36 @@ pub enum Outcome {
     },
 }
 
+/// What came back for a SCHEDULE or UNSCHEDULE ([`Client::schedule_confirmed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScheduleAnswer {
+    /// The scheduler took it (emq-scheduler's `REPLY`, forwarded by an emq
+    /// router): frame 5, the outcome as JSON text, e.g.
+    /// `{"outcome":"added","key":"9e1e…","next_fire":"2026-01-01T00:05:00Z"}`.
+    Accepted {
+        /// The message's msgid.
+        msgid: Frame,
+        /// The scheduler's outcome JSON (empty if it sent none).
+        detail: String,
+    },
+    /// Refused with `ERROR <CODE> <text>`, by the router (no scheduler,
+    /// malformed) or the scheduler.
+    Refused {
+        /// The message's msgid.
+        msgid: Frame,
+        /// The error code token, e.g. `BAD_CRON`.
+        code: String,
+        /// The reason.
+        text: String,
+    },
+    /// No answer in time: an EventMQ router or scheduler never answers, so
+    /// this is not a refusal.
+    Unconfirmed {
+        /// The message's msgid.
+        msgid: Frame,
+    },
+}
+
 /// When a scheduled job runs (docs/emqp.md "SCHEDULE and UNSCHEDULE" frames 6 and 8).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Schedule {
@@ -140,8 +170,9 @@ impl Client {
         }
     }
 
-    /// Sends SCHEDULE (9 frames, docs/emqp.md "SCHEDULE and UNSCHEDULE"). EventMQ sends no
-    /// acknowledgement; returns the msgid.
+    /// Sends SCHEDULE (9 frames, docs/emqp.md "SCHEDULE and UNSCHEDULE")
+    /// without waiting; returns the msgid. EventMQ sends no acknowledgement;
+    /// an emq router forwards the scheduler's (see [`Client::schedule_confirmed`]).
     ///
     /// # Errors
     /// [`ClientError::Invalid`] for `Interval(0)` or an empty cron;
@@ -165,6 +196,68 @@ impl Client {
     /// [`ClientError::Unreachable`].
     pub fn unschedule(&mut self, queue: &str, body: &[u8], headers: &str) -> Result<Frame, ClientError> {
         self.send_schedule(true, queue, headers, "-1", body, "")
+    }
+
+    /// Sends SCHEDULE like [`Client::schedule`] and waits up to the timeout
+    /// for the answer the scheduler sends back through an emq router.
+    ///
+    /// # Errors
+    /// As [`Client::schedule`].
+    pub fn schedule_confirmed(
+        &mut self,
+        queue: &str,
+        when: &Schedule,
+        body: &[u8],
+        headers: &str,
+    ) -> Result<ScheduleAnswer, ClientError> {
+        let msgid = self.schedule(queue, when, body, headers)?;
+        self.wait_schedule(&msgid, Instant::now() + self.timeout)
+    }
+
+    /// Sends UNSCHEDULE like [`Client::unschedule`] and waits up to the
+    /// timeout for the scheduler's answer (outcome `unscheduled` or
+    /// `not_found`).
+    ///
+    /// # Errors
+    /// As [`Client::unschedule`].
+    pub fn unschedule_confirmed(
+        &mut self,
+        queue: &str,
+        body: &[u8],
+        headers: &str,
+    ) -> Result<ScheduleAnswer, ClientError> {
+        let msgid = self.unschedule(queue, body, headers)?;
+        self.wait_schedule(&msgid, Instant::now() + self.timeout)
+    }
+
+    /// Waits until `deadline` for the REPLY or ERROR naming SCHEDULE or
+    /// UNSCHEDULE `msgid`. Answers to REQUESTs that arrive meanwhile are
+    /// kept for [`Client::wait`].
+    ///
+    /// # Errors
+    /// [`ClientError::Zmq`] when the socket fails.
+    pub fn wait_schedule(&mut self, msgid: &[u8], deadline: Instant) -> Result<ScheduleAnswer, ClientError> {
+        loop {
+            let Some(frames) = self.dealer.recv_deadline(deadline)? else {
+                return Ok(ScheduleAnswer::Unconfirmed { msgid: msgid.to_vec() });
+            };
+            let Some(outcome) = outcome_of(&frames) else { continue };
+            match outcome {
+                Outcome::Accepted { msgid: m } if m == msgid => {
+                    let detail = frames.get(5).map(|d| String::from_utf8_lossy(d).into_owned()).unwrap_or_default();
+                    return Ok(ScheduleAnswer::Accepted { msgid: m, detail });
+                }
+                Outcome::Rejected { msgid: m, code, text } if m == msgid => {
+                    return Ok(ScheduleAnswer::Refused { msgid: m, code, text })
+                }
+                other => {
+                    if self.stash.len() >= limits::CLIENT_MAX_STASHED_ANSWERS {
+                        self.stash.clear();
+                    }
+                    self.stash.insert(outcome_msgid(&other).to_vec(), other);
+                }
+            }
+        }
     }
 
     fn send_schedule(

@@ -16,6 +16,14 @@
 //!   under a new identity to the next address (docs/emqp.md "Liveness") and INFORMs again.
 //!   (A second INFORM on the same identity would reset its slots in an
 //!   EventMQ router.)
+//! * **Told it is unknown, it registers again**: `DISCONNECT` from the
+//!   router means "I do not know you" (emq's router sends it to a worker it
+//!   has expired or forgotten, the answer that also brings a real EventMQ
+//!   jobmanager back): the worker reconnects under a new
+//!   identity and INFORMs at once, keeping its running jobs (their results
+//!   are dropped as above). While draining it ignores DISCONNECT.
+//!   `ERROR BAD_INFORM` (its queue list refused) is logged with the
+//!   router's reason.
 //! * **KBYE and drain**: [`Worker::shutdown`] sends KBYE, lets running jobs
 //!   finish (up to `drain_timeout`), sends their REPLYs, then closes.
 //! * Headers are matched as whole tokens: a job-result REPLY
@@ -117,7 +125,7 @@ impl Worker {
         self.stopper.clone()
     }
 
-    /// Whether the worker has stopped (after a stop, a DISCONNECT or an error).
+    /// Whether the worker has stopped (after a stop or an error).
     pub fn is_finished(&self) -> bool {
         self.io.is_finished()
     }

@@ -211,7 +211,7 @@ impl Loop {
         } else {
             encode_queue_list(&self.p.config.queues).into_bytes()
         };
-        self.send(Command::Inform { queues, peer: PeerType::Worker });
+        self.send(Command::Inform { queues, peer: PeerType::Worker, name: None });
         self.state = State::Registering { sent_at: Instant::now() };
     }
 
@@ -277,9 +277,13 @@ impl Loop {
                 tracing::info!("router sent KBYE: reconnecting");
                 return self.reconnect();
             }
-            Command::Disconnect => {
-                tracing::info!("router sent DISCONNECT: stopping");
-                self.p.stopper.stop();
+            Command::Disconnect if self.drain_deadline.is_none() => {
+                tracing::info!("router sent DISCONNECT (it does not know this worker): registering again");
+                return self.reconnect();
+            }
+            Command::Error { code, text, .. } => {
+                let (code, text) = (String::from_utf8_lossy(&code), String::from_utf8_lossy(&text));
+                tracing::error!(%code, %text, "router refused a message");
             }
             _ => {}
         }

@@ -41,6 +41,28 @@ settings! {
         /// Most waiting jobs per queue; past it REQUEST gets ERROR and SCHED
         /// gets `ERR QUEUE_FULL`.
         max_queue_len: AtLeastOne = limits::MAX_QUEUE_LEN, env "EMQ_MAX_QUEUE_LEN";
+        /// Most waiting bytes per queue (job frames as held); past it
+        /// `QUEUE_FULL`.
+        max_queue_bytes: AtLeastOne = limits::MAX_QUEUE_BYTES, env "EMQ_MAX_QUEUE_BYTES";
+        /// Most bytes of waiting and in-flight jobs in the whole broker;
+        /// past it `QUEUE_FULL`. Unset: a quarter of the machine's memory.
+        max_memory_bytes: Optional<AtLeastOne>, env "EMQ_MAX_MEMORY_BYTES";
+        /// Largest eMQP message in bytes, all frames together; past it
+        /// `ERROR TOO_BIG` (a single frame over twice this drops the peer).
+        max_message_bytes: AtLeastOne = limits::MAX_MESSAGE_BYTES, env "EMQ_MAX_MESSAGE_BYTES";
+        /// Most queues held at once; a new name past it gets `QUEUE_LIMIT`.
+        max_queues: AtLeastOne = limits::MAX_QUEUES, env "EMQ_MAX_QUEUES";
+        /// An idle queue (empty, no worker, no offer) is forgotten after this.
+        queue_idle_grace: Humantime = limits::QUEUE_IDLE_GRACE, env "EMQ_QUEUE_IDLE_GRACE";
+        /// Most queues in one worker's INFORM; past it `ERROR BAD_INFORM`.
+        max_queues_per_worker: AtLeastOne = limits::MAX_QUEUES_PER_WORKER, env "EMQ_MAX_QUEUES_PER_WORKER";
+        /// Most registered workers; past it `ERROR BAD_INFORM`.
+        max_workers: AtLeastOne = limits::MAX_WORKERS, env "EMQ_MAX_WORKERS";
+        /// Most registered schedulers; past it `ERROR BUSY`.
+        max_schedulers: AtLeastOne = limits::MAX_SCHEDULERS, env "EMQ_MAX_SCHEDULERS";
+        /// Messages handed to a shard and not taken yet before the I/O thread
+        /// stops reading its sockets (backpressure).
+        shard_inbox_messages: AtLeastOne = limits::SHARD_INBOX_MESSAGES, env "EMQ_SHARD_INBOX_MESSAGES";
         /// Queues of a worker whose INFORM has an empty queue list, as JSON
         /// (`[[10, "default"]]`).
         default_queues: QueueList = default_queues_json(), env "EMQ_DEFAULT_QUEUES";
@@ -118,6 +140,25 @@ pub struct RouterConfig {
     pub heartbeat_timeout: Duration,
     /// Most waiting jobs per queue.
     pub max_queue_len: usize,
+    /// Most waiting bytes per queue.
+    pub max_queue_bytes: usize,
+    /// Most bytes of waiting and in-flight jobs in the broker; `None` = a
+    /// quarter of the machine's memory (see [`RouterConfig::memory_limit_bytes`]).
+    pub max_memory_bytes: Option<usize>,
+    /// Largest eMQP message in bytes, all frames together.
+    pub max_message_bytes: usize,
+    /// Most queues held at once.
+    pub max_queues: usize,
+    /// How long an idle queue is kept.
+    pub queue_idle_grace: Duration,
+    /// Most queues per worker INFORM.
+    pub max_queues_per_worker: usize,
+    /// Most registered workers.
+    pub max_workers: usize,
+    /// Most registered schedulers.
+    pub max_schedulers: usize,
+    /// Messages in transit to one shard before the front ends stop reading.
+    pub shard_inbox_messages: usize,
     /// `(weight, queue)` pairs for an INFORM with an empty queue list.
     pub default_queues: Vec<(i64, String)>,
     /// In-flight grace of a worker after its KBYE.
@@ -210,6 +251,19 @@ impl RawRouterConfig {
             );
         }
         Ok(config)
+    }
+}
+
+impl RouterConfig {
+    /// The broker-wide byte limit: [`RouterConfig::max_memory_bytes`], or a
+    /// quarter of the machine's physical memory when unset (at least 64 MiB).
+    pub fn memory_limit_bytes(&self) -> usize {
+        self.max_memory_bytes.unwrap_or_else(|| {
+            // SAFETY: sysconf has no preconditions; it returns -1 on error.
+            let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+            let total = (pages.max(0) as usize).saturating_mul(page.max(0) as usize);
+            (total / 4).max(64 << 20)
+        })
     }
 }
 

@@ -64,10 +64,37 @@ pub fn new_histogram() -> Histogram<u64> {
 pub struct ShardLatency {
     /// Per queue, one histogram per [`Kind`] (indexed by `Kind as usize`).
     hists: FastMap<QueueName, [Histogram<u64>; 3]>,
+    /// Queues forgotten since the last take, for the store to drop too (at
+    /// most [`FORGOTTEN_MAX`]; past it `forgot_unlisted` is set instead).
+    forgotten: Vec<QueueName>,
+    /// More queues were forgotten since the last take than `forgotten`
+    /// holds.
+    forgot_unlisted: bool,
 }
 
-/// What a shard hands over: `((queue, kind), histogram)`.
-pub type Taken = Vec<((String, Kind), Histogram<u64>)>;
+/// Most forgotten queue names a shard keeps for the next take.
+pub const FORGOTTEN_MAX: usize = 10_000;
+
+/// The name under which queues past [`limits::LATENCY_MAX_QUEUES_PER_SHARD`]
+/// are recorded together.
+pub const OTHER_QUEUES: &[u8] = b"*";
+
+/// What a shard hands over: what it recorded, `((queue, kind), histogram)`,
+/// and the queues it forgot since (the store drops their figures first).
+#[derive(Debug, Default)]
+pub struct Taken {
+    /// Recorded since the last take.
+    pub hists: Vec<((String, Kind), Histogram<u64>)>,
+    /// Queues forgotten since the last take.
+    pub forgotten: Vec<String>,
+    /// More queues were forgotten than `forgotten` lists: the store then
+    /// drops every queue of this shard that has nothing in `hists`
+    /// (including idle queues still known: their figures start afresh).
+    pub forgot_unlisted: bool,
+    /// The shard that handed it over and the number of shards (which queues
+    /// are this shard's), `(0, 1)` by default.
+    pub shard: (usize, usize),
+}
 
 impl ShardLatency {
     /// Records `d` for `queue`. Values past the maximum are clamped.
@@ -78,25 +105,45 @@ impl ShardLatency {
             let _ = h[kind as usize].record(us);
             return;
         }
-        let mut h = [new_histogram(), new_histogram(), new_histogram()];
+        // Past the per-shard cap, further queues share one entry, `*`.
+        let name = if self.hists.len() < limits::LATENCY_MAX_QUEUES_PER_SHARD { queue } else { OTHER_QUEUES };
+        let h = self
+            .hists
+            .entry(QueueName::from(name))
+            .or_insert_with(|| [new_histogram(), new_histogram(), new_histogram()]);
         let _ = h[kind as usize].record(us);
-        self.hists.insert(QueueName::from(queue), h);
+    }
+
+    /// Drops what was recorded for `queue` (a forgotten queue).
+    pub fn forget(&mut self, queue: &[u8]) {
+        self.hists.remove(queue);
+        if self.forgotten.len() < FORGOTTEN_MAX {
+            self.forgotten.push(QueueName::from(queue));
+        } else {
+            self.forgot_unlisted = true;
+        }
     }
 
     /// Hands over everything recorded so far and starts afresh.
     pub fn take(&mut self) -> Taken {
         let kinds = [Kind::QueueWait, Kind::Service, Kind::EndToEnd];
-        self.hists
+        let forgotten = self.forgotten.drain(..).map(|q| q.to_string()).collect();
+        let hists = self
+            .hists
             .drain()
             .flat_map(|(q, hs)| {
                 let name = q.to_string();
                 kinds.into_iter().zip(hs).filter(|(_, h)| !h.is_empty()).map(move |(k, h)| ((name.clone(), k), h))
             })
-            .collect()
+            .collect();
+        let forgot_unlisted = std::mem::take(&mut self.forgot_unlisted);
+        Taken { hists, forgotten, forgot_unlisted, shard: (0, 1) }
     }
 }
 
-/// Merged histograms: cumulative since start and the current interval.
+/// Merged histograms: cumulative since start and the current interval, for
+/// at most [`limits::LATENCY_MAX_QUEUES`] queues each (past it the queues
+/// with the fewest jobs recorded are dropped).
 #[derive(Debug, Default)]
 pub struct LatencyStore {
     cumulative: BTreeMap<(String, Kind), Histogram<u64>>,
@@ -104,12 +151,38 @@ pub struct LatencyStore {
 }
 
 impl LatencyStore {
-    /// Adds what shards handed over.
+    /// Drops the figures of queues the shard forgot, then adds what it
+    /// handed over.
     pub fn merge(&mut self, taken: Taken) {
-        for (key, h) in taken {
+        if taken.forgot_unlisted {
+            // Too many forgotten to list (a burst of one-off names): keep only
+            // this shard's queues recorded now, so none of them stays stale.
+            let (index, shards) = taken.shard;
+            let fresh: std::collections::BTreeSet<&str> = taken.hists.iter().map(|((q, _), _)| q.as_str()).collect();
+            let other = std::str::from_utf8(OTHER_QUEUES).unwrap_or("*");
+            for map in [&mut self.cumulative, &mut self.interval] {
+                map.retain(|(q, _), _| {
+                    fresh.contains(q.as_str())
+                        || q == other
+                        || crate::broker::types::shard_of(q.as_bytes(), shards) != index
+                });
+            }
+        }
+        for mut queue in taken.forgotten {
+            for kind in [Kind::QueueWait, Kind::Service, Kind::EndToEnd] {
+                let key = (queue, kind);
+                self.cumulative.remove(&key);
+                self.interval.remove(&key);
+                queue = key.0;
+            }
+        }
+        for (key, h) in taken.hists {
             for map in [&mut self.cumulative, &mut self.interval] {
                 let _ = map.entry(key.clone()).or_insert_with(new_histogram).add(&h);
             }
+        }
+        for map in [&mut self.cumulative, &mut self.interval] {
+            keep_busiest(map, limits::LATENCY_MAX_QUEUES);
         }
     }
 
@@ -142,6 +215,23 @@ impl LatencyStore {
         }
         json!({ "unit": "us", "queues": queues })
     }
+}
+
+/// Drops the queues with the fewest jobs recorded until `map` holds at most
+/// `max` queues.
+fn keep_busiest(map: &mut BTreeMap<(String, Kind), Histogram<u64>>, max: usize) {
+    let mut jobs: BTreeMap<&str, u64> = BTreeMap::new();
+    for ((q, _), h) in map.iter() {
+        *jobs.entry(q.as_str()).or_default() += h.len();
+    }
+    if jobs.len() <= max {
+        return;
+    }
+    let mut by_jobs: Vec<(u64, String)> = jobs.into_iter().map(|(q, n)| (n, q.to_string())).collect();
+    by_jobs.sort_unstable();
+    let excess = by_jobs.len() - max;
+    let fewest: std::collections::HashSet<String> = by_jobs.into_iter().take(excess).map(|(_, q)| q).collect();
+    map.retain(|(q, _), _| !fewest.contains(q));
 }
 
 /// Count, mean and percentiles of `h` as JSON (microseconds).
@@ -204,6 +294,56 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_store_keeps_the_busiest_queues() {
+        let mut s = ShardLatency::default();
+        for (q, jobs) in [("a", 3), ("b", 1), ("c", 2)] {
+            for _ in 0..jobs {
+                s.record(q.as_bytes(), Kind::EndToEnd, Duration::from_millis(1));
+            }
+        }
+        let mut map = BTreeMap::new();
+        for (key, h) in s.take().hists {
+            map.insert(key, h);
+        }
+        keep_busiest(&mut map, 2);
+        let names: Vec<&str> = map.keys().map(|(q, _)| q.as_str()).collect();
+        assert_eq!(names, ["a", "c"]);
+    }
+
+    #[test]
+    fn a_forgotten_queue_leaves_the_store_at_the_next_take() {
+        let mut s = ShardLatency::default();
+        s.record(b"gone", Kind::EndToEnd, Duration::from_millis(1));
+        s.record(b"kept", Kind::EndToEnd, Duration::from_millis(1));
+        let mut store = LatencyStore::default();
+        store.merge(s.take());
+        s.forget(b"gone");
+        store.merge(s.take());
+        assert_eq!(store.end_to_end_ms().keys().collect::<Vec<_>>(), ["kept"]);
+        assert!(store.take_interval().keys().all(|(q, _)| q == "kept"));
+    }
+
+    #[test]
+    fn past_forgotten_max_the_store_keeps_only_what_the_shard_recorded_since() {
+        let mut s = ShardLatency::default();
+        for q in ["stale", "busy"] {
+            s.record(q.as_bytes(), Kind::EndToEnd, Duration::from_millis(1));
+        }
+        let mut store = LatencyStore::default();
+        store.merge(s.take());
+        for i in 0..FORGOTTEN_MAX {
+            s.forget(format!("one-off-{i}").as_bytes());
+        }
+        s.forget(b"stale");
+        s.record(b"busy", Kind::EndToEnd, Duration::from_millis(1));
+        let taken = s.take();
+        assert!(taken.forgot_unlisted && !taken.forgotten.iter().any(|q| q == "stale"));
+        store.merge(taken);
+        assert_eq!(store.end_to_end_ms().keys().collect::<Vec<_>>(), ["busy"]);
+        assert!(!s.take().forgot_unlisted, "once per overflow");
+    }
+
+    #[test]
     fn record_take_merge() {
         let mut s = ShardLatency::default();
         let q = QueueName::named("default");
@@ -212,7 +352,7 @@ mod tests {
         }
         let mut store = LatencyStore::default();
         store.merge(s.take());
-        assert!(s.take().is_empty());
+        assert!(s.take().hists.is_empty());
         let (p50_ms, _) = store.end_to_end_ms()["default"];
         assert!((49.0..=51.0).contains(&p50_ms), "{p50_ms}");
         let j = store.to_json();

@@ -1,21 +1,21 @@
-//! The eMQP codec: EventMQ 0.3.13 multipart messages as values (spec §2, §3).
+//! The eMQP codec: EventMQ 0.3.13 multipart messages as values (docs/emqp.md "Frames", "Messages").
 //!
 //! Pure code: no sockets, no clocks. A message is a list of frames; each frame
 //! is an opaque byte string (never assumed to be UTF-8, identities included).
-//! Frames here are **D-frames** (spec §0): the DEALER's view, starting with the
-//! empty delimiter. A ROUTER peer strips the identity frame before decoding and
-//! prepends it after encoding.
+//! Frames are numbered as docs/emqp.md "Frames" numbers them: the DEALER's
+//! view, starting with the empty delimiter. A ROUTER peer strips the
+//! identity frame before decoding and prepends it after encoding.
 //!
-//! * [`decode`] turns D-frames into a [`Message`], checking the command against
+//! * [`decode`] turns frames into a [`Message`], checking the command against
 //!   a per-socket whitelist ([`Socket`]) and the frame count the command needs.
-//! * [`Message::encode`] turns a [`Message`] back into D-frames, byte-exact with
-//!   what the Python peers send (spec §13 test vectors).
+//! * [`Message::encode`] turns a [`Message`] back into frames, byte-exact with
+//!   what the Python peers send (the byte sequences in docs/emqp.md "Messages").
 //!
 //! Errors ([`DecodeError`]) name the frame index that was wrong.
 
 use std::fmt;
 
-/// The protocol version frame (D1). Receivers never check it (spec §2.1);
+/// The protocol version frame (frame 1). Receivers never check it (docs/emqp.md "Frames");
 /// senders always write it.
 pub const VERSION: &[u8] = b"eMQP/1.0";
 
@@ -27,8 +27,8 @@ pub const FAILED: &[u8] = b"failed";
 pub type Frame = Vec<u8>;
 
 /// Which socket (and which side of it) a message was read from. Each socket
-/// accepts a fixed set of commands (spec §3.11); everything else is
-/// [`DecodeError::NotAllowed`] (fixes EventMQ defect D2).
+/// accepts a fixed set of commands (docs/emqp.md "Messages"); everything else is
+/// [`DecodeError::NotAllowed`] (fixes EventMQ defect frame 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Socket {
     /// Router frontend (clients, schedulers → router).
@@ -44,7 +44,7 @@ pub enum Socket {
     /// What a client DEALER receives from the router frontend (acceptance
     /// REPLY, ERROR) or admin socket (admin REPLY, ACK).
     ClientSide,
-    /// The pub/sub device's incoming ROUTER (spec §3.9).
+    /// The pub/sub device's incoming ROUTER (docs/emqp.md "PUBLISH").
     PubIn,
 }
 
@@ -64,14 +64,16 @@ impl Socket {
 
     fn allows(self, cmd: &[u8]) -> bool {
         let allowed: &[&[u8]] = match self {
-            Socket::Frontend => &[b"INFORM", b"REQUEST", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"ERROR"],
+            Socket::Frontend => {
+                &[b"INFORM", b"REQUEST", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"ERROR", b"REPLY"]
+            }
             Socket::Backend => &[b"INFORM", b"READY", b"REPLY", b"HEARTBEAT", b"KBYE"],
             Socket::Admin => {
                 &[b"STATUS", b"ROUTER_SHOW_WORKERS", b"ROUTER_SHOW_SCHEDULERS", b"LATENCY", b"DISCONNECT", b"HELLO"]
             }
-            Socket::WorkerSide => &[b"ACK", b"REQUEST", b"HEARTBEAT", b"KBYE", b"DISCONNECT"],
+            Socket::WorkerSide => &[b"ACK", b"REQUEST", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"ERROR"],
             Socket::SchedulerSide => {
-                &[b"ACK", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"REPLY", b"ERROR"]
+                &[b"ACK", b"SCHEDULE", b"UNSCHEDULE", b"DROP", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"REPLY", b"ERROR"]
             }
             Socket::ClientSide => &[b"REPLY", b"ACK", b"ERROR", b"HEARTBEAT", b"KBYE"],
             Socket::PubIn => &[b"PUBLISH"],
@@ -80,7 +82,7 @@ impl Socket {
     }
 }
 
-/// The peer type named in INFORM's D5 (spec §3.1).
+/// The peer type named in INFORM's frame 5 (docs/emqp.md "INFORM").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PeerType {
     /// `worker`: a jobmanager; ACKed on the backend.
@@ -89,7 +91,7 @@ pub enum PeerType {
     Scheduler,
 }
 
-/// An admin query (spec §3.10), plus emq's `LATENCY` extension.
+/// An admin query (docs/emqp.md "Admin"), plus emq's `LATENCY` extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdminQuery {
     /// `STATUS`
@@ -114,78 +116,83 @@ impl AdminQuery {
     }
 }
 
-/// The body of a SCHEDULE or UNSCHEDULE (spec §3.8): D4..D8. `B` is how a
+/// The body of a SCHEDULE or UNSCHEDULE (docs/emqp.md "SCHEDULE and UNSCHEDULE"): frames 4..8. `B` is how a
 /// frame is held: owned [`Frame`]s by default, `&[u8]` borrowed from the
 /// received frames by [`decode_ref`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScheduleBody<B = Frame> {
-    /// D4: queue name the job runs on.
+    /// frame 4: queue name the job runs on.
     pub queue: B,
-    /// D5: headers CSV (`guarantee`, `nohaste`, `run_count:N`).
+    /// frame 5: headers CSV (`guarantee`, `nohaste`, `run_count:N`).
     pub headers: B,
-    /// D6: interval in seconds as decimal text; `-1` for cron jobs.
+    /// frame 6: interval in seconds as decimal text; `-1` for cron jobs.
     pub interval: B,
-    /// D7: job body JSON.
+    /// frame 7: job body JSON.
     pub body: B,
-    /// D8: cron expression, empty for interval jobs. `None` when the frame is
-    /// missing (tolerated for UNSCHEDULE, which needs only D4-D7).
+    /// frame 8: cron expression, empty for interval jobs. `None` when the frame is
+    /// missing (tolerated for UNSCHEDULE, which needs only frames 4..7).
     pub cron: Option<B>,
 }
 
-/// One eMQP command with its body frames (spec §3). Field names follow the
-/// frame tables of the spec; each field says which D-frame it is. `B` is how
+/// One eMQP command with its body frames (docs/emqp.md "Messages"). Field names follow the
+/// frame tables of docs/emqp.md "Messages"; each field says which frame it is. `B` is how
 /// a frame is held: owned [`Frame`]s by default, `&[u8]` borrowed from the
 /// received frames by [`decode_ref`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command<B = Frame> {
-    /// INFORM: a worker or scheduler registers (spec §3.1).
+    /// INFORM: a worker or scheduler registers (docs/emqp.md "INFORM").
     Inform {
-        /// D4: the queue list as JSON, `[[weight, "name"], ...]`
+        /// frame 4: the queue list as JSON, `[[weight, "name"], ...]`
         /// ([`crate::protocol::queues`]); empty means the router's defaults.
         queues: B,
-        /// D5: who is registering.
+        /// frame 5: who is registering.
         peer: PeerType,
+        /// frame 6 (emq extension, optional): a scheduler's stable name, which
+        /// the router routes SCHEDULEs by (rendezvous hashing) so that a
+        /// restarted scheduler, connecting under a fresh identity, owns the
+        /// same schedules. EventMQ's router ignores extra INFORM frames.
+        name: Option<B>,
     },
     /// ACK: the router accepted an INFORM (or an admin DISCONNECT).
     Ack {
-        /// D4: the msgid (D3) of the message being acknowledged.
+        /// frame 4: the msgid (frame 3) of the message being acknowledged.
         acked: B,
     },
     /// READY: no body; one more free slot.
     Ready,
     /// REQUEST: a job, from a client to the router and from the router to
-    /// a worker (spec §3.3).
+    /// a worker (docs/emqp.md "REQUEST").
     Request {
-        /// D4: the queue name.
+        /// frame 4: the queue name.
         queue: B,
-        /// D5: headers CSV (`reply-requested`, `guarantee`, `timeout:N`, ...;
+        /// frame 5: headers CSV (`reply-requested`, `guarantee`, `timeout:N`, ...;
         /// see [`crate::protocol::headers`]).
         headers: B,
-        /// D6: the job body (a Python body `["run", {...}]` or any bytes).
+        /// frame 6: the job body (a Python body `["run", {...}]` or any bytes).
         body: B,
-        /// D7 and later: any extra frames, kept and forwarded unchanged.
+        /// frame 7 and later: any extra frames, kept and forwarded unchanged.
         extra: Vec<B>,
     },
     /// REPLY with one body frame: the acceptance REPLY or the admin REPLY.
     Reply {
-        /// D4: the accepted message's msgid (acceptance REPLY) or the
+        /// frame 4: the accepted message's msgid (acceptance REPLY) or the
         /// answer's JSON (admin REPLY).
         body: B,
     },
-    /// Job-result REPLY from a worker (spec §4.4).
+    /// Job-result REPLY from a worker (docs/emqp.md "Job results").
     JobReply {
         /// Frame 6 (emq extension, optional): [`FAILED`] when the worker
         /// reports the job failed. EventMQ's router reads only frame 5, so
         /// old routers ignore it; Python jobmanagers never send it.
         failed: bool,
-        /// D4: the result JSON, `{"value": ...}`.
+        /// frame 4: the result JSON, `{"value": ...}`.
         result: B,
-        /// D5: the msgid (D3) of the REQUEST this answers.
+        /// frame 5: the msgid (frame 3) of the REQUEST this answers.
         request_msgid: B,
     },
-    /// HEARTBEAT (spec §3.5).
+    /// HEARTBEAT (docs/emqp.md "HEARTBEAT").
     Heartbeat {
-        /// D4: the sender's wall clock in seconds as decimal text (never read).
+        /// frame 4: the sender's wall clock in seconds as decimal text (never read).
         timestamp: B,
     },
     /// KBYE: no body.
@@ -196,11 +203,16 @@ pub enum Command<B = Frame> {
     Schedule(ScheduleBody<B>),
     /// UNSCHEDULE: at least 8 frames.
     Unschedule(ScheduleBody<B>),
-    /// PUBLISH to the pub/sub device (spec §3.9).
+    /// DROP (emq extension, router → emq-scheduler): the frames of a
+    /// SCHEDULE whose key another scheduler owns now; the receiver forgets
+    /// its copy of the schedule (a shared store keeps the record). Sent
+    /// only to schedulers that named themselves in their INFORM.
+    Drop(ScheduleBody<B>),
+    /// PUBLISH to the pub/sub device (docs/emqp.md "PUBLISH").
     Publish {
-        /// D4: the topic, sent as the first frame of the PUB message.
+        /// frame 4: the topic, sent as the first frame of the PUB message.
         topic: B,
-        /// D5: the message, sent as the second frame.
+        /// frame 5: the message, sent as the second frame.
         message: B,
     },
     /// An admin query (no body).
@@ -210,17 +222,17 @@ pub enum Command<B = Frame> {
     /// ERROR (emq extension): a message was rejected. Old Python clients
     /// never read it; old schedulers log it as unhandled.
     Error {
-        /// D4: the msgid (D3) of the rejected message.
+        /// frame 4: the msgid (frame 3) of the rejected message.
         refers_to: B,
-        /// D5: an error code token, e.g. `QUEUE_FULL`.
+        /// frame 5: an error code token, e.g. `QUEUE_FULL`.
         code: B,
-        /// D6: human-readable text.
+        /// frame 6: human-readable text.
         text: B,
     },
 }
 
 impl<B> Command<B> {
-    /// The command word on the wire (D2).
+    /// The command word on the wire (frame 2).
     pub fn word(&self) -> &'static [u8] {
         match self {
             Command::Inform { .. } => b"INFORM",
@@ -233,6 +245,7 @@ impl<B> Command<B> {
             Command::Disconnect => b"DISCONNECT",
             Command::Schedule(_) => b"SCHEDULE",
             Command::Unschedule(_) => b"UNSCHEDULE",
+            Command::Drop(_) => b"DROP",
             Command::Publish { .. } => b"PUBLISH",
             Command::Admin(q) => q.word(),
             Command::Hello => b"HELLO",
@@ -241,13 +254,13 @@ impl<B> Command<B> {
     }
 }
 
-/// A decoded message: the msgid (D3) and the command, with frames held as
+/// A decoded message: the msgid (frame 3) and the command, with frames held as
 /// `B` (see [`Command`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message<B = Frame> {
-    /// D3: this message's id (a uuid4 text for Python peers; opaque here).
+    /// frame 3: this message's id (a uuid4 text for Python peers; opaque here).
     pub msgid: B,
-    /// D2 and the body frames.
+    /// frame 2 and the body frames.
     pub command: Command<B>,
 }
 
@@ -255,13 +268,13 @@ pub struct Message<B = Frame> {
 /// that was wrong, so logs point at the byte that broke it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
-    /// Fewer than 4 D-frames: no command or msgid.
+    /// Fewer than 4 frames: no command or msgid.
     #[error("message has {frames} frame(s); eMQP needs at least 4 (empty, version, command, msgid)")]
     TooShort {
-        /// Number of D-frames received.
+        /// Number of frames received.
         frames: usize,
     },
-    /// The command word (D2) is not an eMQP command at all.
+    /// The command word (frame 2) is not an eMQP command at all.
     #[error("frame 2: unknown command {word:?}")]
     UnknownCommand {
         /// The command frame, lossily shown as text.
@@ -284,10 +297,10 @@ pub enum DecodeError {
         index: usize,
         /// What that frame should hold.
         what: &'static str,
-        /// Number of D-frames received.
+        /// Number of frames received.
         frames: usize,
     },
-    /// INFORM's peer type (D5) is neither `worker` nor `scheduler`.
+    /// INFORM's peer type (frame 5) is neither `worker` nor `scheduler`.
     #[error("frame 5: INFORM peer type {0:?} is neither \"worker\" nor \"scheduler\"")]
     BadPeerType(String),
 }
@@ -296,9 +309,9 @@ fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// Decodes D-frames read from `socket`.
+/// Decodes frames read from `socket`.
 ///
-/// Positional, like EventMQ (spec §2.4): D0 and D1 are not checked. The
+/// Positional, like EventMQ (docs/emqp.md "Frames"): frame 0 and frame 1 are not checked. The
 /// command word is matched exactly (upper case), then checked against the
 /// socket's whitelist, then its body frames are counted.
 ///
@@ -335,9 +348,11 @@ pub fn decode_ref<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Messag
     }
     let body = Body { frames, command: name };
     let command = match name {
-        "INFORM" => {
-            Command::Inform { queues: body.get(4, "the queue list")?, peer: peer_type(body.get(5, "the peer type")?)? }
-        }
+        "INFORM" => Command::Inform {
+            queues: body.get(4, "the queue list")?,
+            peer: peer_type(body.get(5, "the peer type")?)?,
+            name: body.opt(6),
+        },
         "ACK" => Command::Ack { acked: body.get(4, "the acknowledged msgid")? },
         "READY" => Command::Ready,
         "REQUEST" => Command::Request {
@@ -357,6 +372,7 @@ pub fn decode_ref<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Messag
         "DISCONNECT" => Command::Disconnect,
         "SCHEDULE" => Command::Schedule(schedule_body(&body, true)?),
         "UNSCHEDULE" => Command::Unschedule(schedule_body(&body, false)?),
+        "DROP" => Command::Drop(schedule_body(&body, false)?),
         "PUBLISH" => Command::Publish { topic: body.get(4, "the topic")?, message: body.get(5, "the message")? },
         "STATUS" => Command::Admin(AdminQuery::Status),
         "ROUTER_SHOW_WORKERS" => Command::Admin(AdminQuery::ShowWorkers),
@@ -384,6 +400,7 @@ const COMMANDS: &[&str] = &[
     "DISCONNECT",
     "SCHEDULE",
     "UNSCHEDULE",
+    "DROP",
     "PUBLISH",
     "STATUS",
     "ROUTER_SHOW_WORKERS",
@@ -443,7 +460,7 @@ impl<'a, F: AsRef<[u8]>> Body<'a, F> {
 }
 
 impl Message {
-    /// Builds a message with a fresh uuid4 msgid (spec §2.2).
+    /// Builds a message with a fresh uuid4 msgid (docs/emqp.md "Frames").
     pub fn new(command: Command) -> Message {
         Message { msgid: new_msgid(), command }
     }
@@ -454,7 +471,9 @@ impl<B: AsRef<[u8]>> Message<B> {
     pub fn to_owned_frames(&self) -> Message {
         let f = |b: &B| b.as_ref().to_vec();
         let command = match &self.command {
-            Command::Inform { queues, peer } => Command::Inform { queues: f(queues), peer: *peer },
+            Command::Inform { queues, peer, name } => {
+                Command::Inform { queues: f(queues), peer: *peer, name: name.as_ref().map(f) }
+            }
             Command::Ack { acked } => Command::Ack { acked: f(acked) },
             Command::Ready => Command::Ready,
             Command::Request { queue, headers, body, extra } => Command::Request {
@@ -472,6 +491,7 @@ impl<B: AsRef<[u8]>> Message<B> {
             Command::Disconnect => Command::Disconnect,
             Command::Schedule(s) => Command::Schedule(s.to_owned_frames()),
             Command::Unschedule(s) => Command::Unschedule(s.to_owned_frames()),
+            Command::Drop(s) => Command::Drop(s.to_owned_frames()),
             Command::Publish { topic, message } => Command::Publish { topic: f(topic), message: f(message) },
             Command::Admin(q) => Command::Admin(*q),
             Command::Hello => Command::Hello,
@@ -482,17 +502,18 @@ impl<B: AsRef<[u8]>> Message<B> {
         Message { msgid: f(&self.msgid), command }
     }
 
-    /// Encodes as D-frames: `["", "eMQP/1.0", WORD, msgid, body…]`.
+    /// Encodes as frames: `["", "eMQP/1.0", WORD, msgid, body…]`.
     pub fn encode(&self) -> Vec<Frame> {
         let c = |b: &B| b.as_ref().to_vec();
         let mut out = vec![Vec::new(), VERSION.to_vec(), self.command.word().to_vec(), c(&self.msgid)];
         match &self.command {
-            Command::Inform { queues, peer } => {
+            Command::Inform { queues, peer, name } => {
                 out.push(c(queues));
                 out.push(match peer {
                     PeerType::Worker => b"worker".to_vec(),
                     PeerType::Scheduler => b"scheduler".to_vec(),
                 });
+                out.extend(name.iter().map(c));
             }
             Command::Ack { acked } => out.push(c(acked)),
             Command::Ready | Command::Kbye | Command::Disconnect | Command::Admin(_) | Command::Hello => {}
@@ -508,7 +529,7 @@ impl<B: AsRef<[u8]>> Message<B> {
                 }
             }
             Command::Heartbeat { timestamp } => out.push(c(timestamp)),
-            Command::Schedule(s) | Command::Unschedule(s) => {
+            Command::Schedule(s) | Command::Unschedule(s) | Command::Drop(s) => {
                 out.extend([c(&s.queue), c(&s.headers), c(&s.interval), c(&s.body)]);
                 out.push(s.cron.as_ref().map(c).unwrap_or_default());
             }
@@ -533,13 +554,13 @@ impl<B: AsRef<[u8]>> ScheduleBody<B> {
     }
 }
 
-/// A fresh msgid: a lowercase hyphenated uuid4, 36 bytes (spec §2.2).
+/// A fresh msgid: a lowercase hyphenated uuid4, 36 bytes (docs/emqp.md "Frames").
 pub fn new_msgid() -> Frame {
     uuid::Uuid::new_v4().hyphenated().to_string().into_bytes()
 }
 
 /// The HEARTBEAT timestamp frame: the wall clock in seconds as decimal text,
-/// like Python's `str(time.time())` (spec §3.5). Receivers never read it.
+/// like Python's `str(time.time())` (docs/emqp.md "HEARTBEAT"). Receivers never read it.
 pub fn heartbeat_timestamp() -> Frame {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     format!("{}.{:06}", now.as_secs(), now.subsec_micros()).into_bytes()

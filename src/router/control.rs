@@ -50,20 +50,26 @@ pub(super) fn run(stop_rx: Receiver<StopReason>, broker: Broker, threads: Thread
 }
 
 /// Waits until nothing is queued, offered or in flight, or the drain timeout.
+/// A shard too busy to answer within [`crate::limits::SHARD_ANSWER_TIMEOUT`]
+/// counts as not drained (it may hold anything).
 fn drain(broker: &Broker) {
     let deadline = Instant::now() + broker.ctx.config.drain_timeout;
     let mut zeros = 0;
     loop {
-        let pending: usize = broker.snapshots().iter().map(|s| s.pending()).sum();
-        // Two empty readings in a row: a job moving between shards (a
-        // message in a channel) is in no snapshot for a moment.
-        zeros = if pending == 0 { zeros + 1 } else { 0 };
+        let asked = super::ask::ask_shards(&broker.shards, crate::limits::SHARD_ANSWER_TIMEOUT, |reply| {
+            crate::broker::msg::ShardMsg::Snapshot { reply }
+        });
+        let pending: usize = asked.answers.iter().map(|s| s.pending()).sum();
+        // Two empty readings in a row from every shard: a job moving
+        // between shards (a message in a channel) is in no snapshot for a
+        // moment.
+        zeros = if pending == 0 && asked.missing == 0 { zeros + 1 } else { 0 };
         if zeros == 2 {
             tracing::info!("drained: nothing queued or in flight");
             return;
         }
         if Instant::now() >= deadline {
-            tracing::warn!(pending, "drain timeout: these jobs remain (listed below)");
+            tracing::warn!(pending, shards_not_answering = asked.missing, "drain timeout: jobs remain");
             return;
         }
         std::thread::sleep(crate::limits::DRAIN_POLL_INTERVAL);

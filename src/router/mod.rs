@@ -35,7 +35,7 @@ use crate::metrics::latency::LatencyStore;
 use crate::text::{fds, TextServer, TextStats};
 use crate::zmq_error::ZmqError;
 use crate::zmq_io::egress::{self, EgressRx, EgressTx};
-use crate::zmq_io::io_thread::{IoThread, StopReason};
+use crate::zmq_io::io_thread::{IoLimits, IoThread, StopReason};
 use crate::zmq_io::sockets::router_socket;
 use admin::ExtraStatus;
 use outbox::ShardOutbox;
@@ -304,7 +304,7 @@ fn start_text(config: &RouterConfig, broker: &Broker) -> Result<Option<TextServe
         tracing::warn!(error = %e, "cannot raise the descriptor limit");
     }
     let stats = Arc::new(TextStats::default());
-    TextServer::start(addr, config.text.clone(), broker.shards.clone(), stats)
+    TextServer::start(addr, config.text.clone(), broker.shards.clone(), broker.ctx.inbox_load.clone(), stats)
         .map(Some)
         .map_err(|source| StartError::Io { what: format!("text listener {addr}"), source })
 }
@@ -340,9 +340,12 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let config = Arc::new(config);
     let zctx = zmq::Context::new();
     let hwm = config.zmq_hwm;
-    let (frontend, fe) = router_socket(&zctx, &config.frontend_addr, hwm, "frontend")?;
-    let (backend, be) = router_socket(&zctx, &config.backend_addr, hwm, "backend")?;
-    let (admin_sock, ad) = router_socket(&zctx, &config.admin_addr, hwm, "admin")?;
+    // A single frame over twice the message limit makes libzmq drop the peer;
+    // messages between the two get ERROR TOO_BIG from the I/O thread.
+    let max_frame = config.max_message_bytes.saturating_mul(2);
+    let (frontend, fe) = router_socket(&zctx, &config.frontend_addr, hwm, max_frame, "frontend")?;
+    let (backend, be) = router_socket(&zctx, &config.backend_addr, hwm, max_frame, "backend")?;
+    let (admin_sock, ad) = router_socket(&zctx, &config.admin_addr, hwm, max_frame, "admin")?;
     let (egress_tx, egress_rx) =
         egress::channel().map_err(|source| StartError::Io { what: "egress eventfd".into(), source })?;
 
@@ -392,6 +395,12 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         stop_tx: stop_tx.clone(),
         counters: broker.ctx.counters.clone(),
         default_queues: config.default_queues.iter().map(|(w, q)| (*w, QueueName::named(q))).collect(),
+        inbox_load: broker.ctx.inbox_load.clone(),
+        limits: IoLimits {
+            max_message_bytes: config.max_message_bytes,
+            max_queues_per_worker: config.max_queues_per_worker,
+            shard_inbox_messages: config.shard_inbox_messages,
+        },
     };
     let io_plan = plan.clone();
     let io_thread = spawn("emq-io-0".into(), move || {

@@ -60,6 +60,7 @@ const REFUSALS: &[(&str, &str)] = &[
     ("no_scheduler", "rejected_no_scheduler"),
     ("bad_request", "rejected_bad_request"),
     ("queue_limit", "rejected_queue_limit"),
+    ("too_big", "rejected_too_big"),
 ];
 
 type Res = Result<(), std::fmt::Error>;

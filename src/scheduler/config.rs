@@ -40,6 +40,11 @@ settings! {
         router_timeout: Period = limits::SCHEDULER_ROUTER_TIMEOUT, env "EMQ_SCHEDULER_ROUTER_TIMEOUT";
         /// INFORM re-send period while waiting for the router's ACK.
         inform_retry: Period = limits::SCHEDULER_INFORM_RETRY, env "EMQ_SCHEDULER_INFORM_RETRY";
+        /// This scheduler's name among several (1 to 128 printable ASCII characters): the
+        /// router gives each schedule to one scheduler by name, so a restarted scheduler owns
+        /// the same schedules. Default: a name made at first start and kept in the data
+        /// directory.
+        name: Optional<Plain<String>>, env "EMQ_SCHEDULER_NAME";
         /// Log filter (`info`, `emq=debug`, `warn`).
         log: LogFilter = limits::LOG, env "EMQ_LOG";
     }
@@ -65,6 +70,8 @@ pub struct SchedulerSettings {
     pub router_timeout: Duration,
     /// INFORM re-send period.
     pub inform_retry: Duration,
+    /// The scheduler's name, if given.
+    pub name: Option<String>,
     /// Log filter.
     pub log: String,
 }
@@ -74,7 +81,8 @@ pub struct SchedulerSettings {
 pub struct SchedulerConfig {
     /// Socket settings.
     pub peer: PeerConfig,
-    /// Embedded store directory (unused with `redis`).
+    /// Embedded store directory; with `redis`, where the scheduler keeps its
+    /// name (unless `name` is given). Locked while the scheduler runs.
     pub data_dir: PathBuf,
     /// Cron time zone.
     pub tz: Tz,
@@ -82,6 +90,23 @@ pub struct SchedulerConfig {
     pub redis: Option<String>,
     /// Log filter.
     pub log: String,
+}
+
+/// Checks a scheduler name: 1 to [`limits::MAX_SCHEDULER_NAME_BYTES`]
+/// printable ASCII characters (no spaces).
+///
+/// # Errors
+/// [`ConfigError::Invalid`] saying what is wrong.
+pub fn check_name(name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= limits::MAX_SCHEDULER_NAME_BYTES
+        && name.bytes().all(|b| b.is_ascii_graphic());
+    if ok {
+        Ok(())
+    } else {
+        let why = format!("{name:?}: 1 to {} printable ASCII characters, no spaces", limits::MAX_SCHEDULER_NAME_BYTES);
+        Err(ConfigError::Invalid { name: "name", why })
+    }
 }
 
 /// The commented default configuration of emq-scheduler.
@@ -92,7 +117,8 @@ impl RawSchedulerConfig {
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming the setting: bad durations, unknown
-    /// time zone, a heartbeat not shorter than the router timeout.
+    /// time zone, a heartbeat not shorter than the router timeout, a bad
+    /// name.
     pub fn validate(self) -> Result<SchedulerConfig, ConfigError> {
         let s = self.build()?;
         if s.heartbeat_interval >= s.router_timeout {
@@ -105,6 +131,9 @@ impl RawSchedulerConfig {
             name: "timezone",
             why: format!("unknown IANA time zone {:?} (e.g. UTC, Europe/Berlin)", s.timezone),
         })?;
+        if let Some(name) = &s.name {
+            check_name(name)?;
+        }
         Ok(SchedulerConfig {
             peer: PeerConfig {
                 router_addr: s.frontend,
@@ -112,6 +141,7 @@ impl RawSchedulerConfig {
                 heartbeat_interval: s.heartbeat_interval,
                 router_timeout: s.router_timeout,
                 inform_retry: s.inform_retry,
+                name: s.name,
             },
             data_dir: s.data_dir.unwrap_or_else(default_data_dir),
             tz,
@@ -164,5 +194,7 @@ mod tests {
         assert_eq!(message(raw), "setting heartbeat_interval: must be shorter than router_timeout");
         let raw = RawSchedulerConfig { frontend: Some("localhost:47291".into()), ..Default::default() };
         assert!(message(raw).contains("eMQP addresses look like tcp://host:port"));
+        let raw = RawSchedulerConfig { name: Some("two words".into()), ..Default::default() };
+        assert!(message(raw).starts_with("setting name: \"two words\": 1 to 128 printable ASCII characters"));
     }
 }

@@ -6,8 +6,10 @@
 //!   `json.dumps(..., sort_keys=True)` + SHA-1 (docs/emqp.md "The scheduler"), written by
 //!   [`crate::protocol::pyjson`].
 //! * [`schedule`]: one SCHEDULE validated (interval, cron, `run_count`,
-//!   `nohaste`) and its next fire times; [`timetable`]: all schedules with a
-//!   deadline heap. Pure logic over an explicit `now`.
+//!   `nohaste`); [`cron`]: cron expressions as Vixie cron reads them and
+//!   their fire times in a time zone; [`timetable`]: all schedules with a
+//!   deadline heap, interval jobs on the monotonic clock and cron jobs on
+//!   the wall clock. Pure logic over an explicit `now`.
 //! * [`store`]: persistence (embedded crash-safe log by default);
 //!   [`redis_store`]: EventMQ's Redis layout (docs/emqp.md "The scheduler").
 //! * [`service`]: timetable + store, driven by messages and the clock.
@@ -15,6 +17,7 @@
 //!   only); [`config`]: flags and `EMQ_SCHEDULER_*` variables.
 
 pub mod config;
+pub mod cron;
 pub mod key;
 pub mod peer;
 pub mod redis_store;

@@ -395,11 +395,15 @@ impl IoThread {
             }
             let cmds = std::mem::take(&mut self.batches[shard]);
             let Some(tx) = self.shared.shards.get(shard) else { continue };
+            // Counted before the send: the shard subtracts as it takes it.
+            let load = &self.shared.inbox_load[shard];
+            load.fetch_add(cmds.len(), Ordering::Relaxed);
             let cmds = match tx.send(ShardMsg::Text { port: self.port.clone(), cmds }) {
                 Ok(()) => continue,
                 Err(crossbeam_channel::SendError(ShardMsg::Text { cmds, .. })) => cmds,
                 Err(_) => continue,
             };
+            load.fetch_sub(cmds.len(), Ordering::Relaxed);
             let replies = cmds
                 .into_iter()
                 .filter(|c| !matches!(c.cmd, TextCmd::Release { .. } | TextCmd::Cancel))

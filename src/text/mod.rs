@@ -57,6 +57,9 @@ impl Inbox {
 /// State shared by the I/O threads.
 struct Shared {
     shards: Arc<[Sender<ShardMsg>]>,
+    /// Messages handed to each shard and not yet taken, shared with the
+    /// eMQP I/O thread (`shard_inbox_messages`); text commands count too.
+    inbox_load: Arc<[AtomicUsize]>,
     stats: Arc<TextStats>,
     config: TextConfig,
     /// Every I/O thread's inbox, by index.
@@ -75,7 +78,8 @@ pub struct TextServer {
 
 impl TextServer {
     /// Binds `addr` (port 0 picks a free port) and starts `config.threads`
-    /// I/O threads (`emq-text-N`) over the shards behind `shards`. Reads
+    /// I/O threads (`emq-text-N`) over the shards behind `shards`, adding
+    /// each batch's commands to the shard's `inbox_load`. Reads
     /// the descriptor limit for the reserve (the router raises it first,
     /// [`fds::raise_nofile_limit`]).
     ///
@@ -85,6 +89,7 @@ impl TextServer {
         addr: SocketAddr,
         config: TextConfig,
         shards: Arc<[Sender<ShardMsg>]>,
+        inbox_load: Arc<[AtomicUsize]>,
         stats: Arc<TextStats>,
     ) -> std::io::Result<TextServer> {
         let listener = accept::bind(addr)?;
@@ -114,6 +119,7 @@ impl TextServer {
         drop(listener);
         let shared = Arc::new(Shared {
             shards,
+            inbox_load,
             stats,
             config,
             inboxes,

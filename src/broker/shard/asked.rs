@@ -71,6 +71,17 @@ impl AskedQueues {
     }
 
     /// Drops the names whose grace ended by `now`.
+    /// Forgets the names whose grace is over and gives back the memory of a
+    /// burst (the queue sweep calls this, so that a burst of one-off names
+    /// is freed even when no new name is asked for).
+    pub fn sweep(&mut self, now: Instant) {
+        self.prune(now);
+        if self.until.capacity() > 4 * self.until.len().max(64) {
+            self.until.shrink_to_fit();
+            self.order.shrink_to_fit();
+        }
+    }
+
     fn prune(&mut self, now: Instant) {
         while let Some((queued, _)) = self.order.front() {
             if *queued > now {

@@ -4,8 +4,10 @@
 
 use std::sync::Arc;
 
+use std::sync::atomic::Ordering;
+
 use super::workers::InFlight;
-use super::{Cx, Shard};
+use super::{Cx, Shard, Timer};
 use crate::broker::counts::QueueCounter;
 use crate::broker::job::{Job, JobFrames, Origin};
 use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, ShardMsg};
@@ -26,13 +28,8 @@ impl Shard {
         }
         let queue =
             if fallback_done { QueueName::named(limits::DEFAULT_QUEUE) } else { QueueName::from(frames.queue()) };
-        if let Err(code) = self.admit(&queue) {
-            let text = match code {
-                ErrorCode::QueueFull => {
-                    format!("queue {queue} holds {} jobs, its limit", self.queues.waiting(&queue.0))
-                }
-                _ => code.default_text().to_string(),
-            };
+        if let Err(code) = self.admit(&queue, frames.len()) {
+            let text = self.refusal_text(code, &queue, frames.len());
             return self.send_error(&client, MsgId::from(frames.msgid()), code.as_str(), text, cx);
         }
         let accepted = OutMsg::Accepted(frames.clone());
@@ -41,19 +38,82 @@ impl Shard {
         self.enqueue_new(&queue, job, cx);
     }
 
-    /// Whether a new job may join `queue` now; the refusal (counted) says
-    /// why. The one admission rule of both protocols: eMQP answers a
-    /// refusal with `ERROR <CODE>`, text with `ERR <CODE>`, the same tokens.
-    pub(super) fn admit(&self, queue: &QueueName) -> Result<(), ErrorCode> {
+    /// Whether a new job of `bytes` bytes may join `queue` now; the refusal
+    /// (counted) says why. The one admission rule of both protocols: eMQP
+    /// answers a refusal with `ERROR <CODE>`, text with `ERR <CODE>`, the
+    /// same tokens. Limits: the queue's jobs (`max_queue_len`) and bytes
+    /// (`max_queue_bytes`), the bytes of every job in the broker (the memory
+    /// limit), and the number of queues (`max_queues`, for a new name;
+    /// `default` is always allowed).
+    pub(super) fn admit(&self, queue: &QueueName, bytes: usize) -> Result<(), ErrorCode> {
+        let config = &self.ctx.config;
+        let counters = &self.ctx.counters;
         if self.is_draining() {
-            Counters::bump(&self.ctx.counters.rejected_shutting_down);
+            Counters::bump(&counters.rejected_shutting_down);
             return Err(ErrorCode::ShuttingDown);
         }
-        if self.queues.waiting(&queue.0) >= self.ctx.config.max_queue_len {
-            Counters::bump(&self.ctx.counters.rejected_queue_full);
+        let full = self.queues.waiting(&queue.0) >= config.max_queue_len
+            || self.queues.bytes(&queue.0) + bytes > config.max_queue_bytes
+            || self.ctx.job_bytes.load(Ordering::Relaxed) + bytes > self.ctx.memory_limit;
+        if full {
+            Counters::bump(&counters.rejected_queue_full);
             return Err(ErrorCode::QueueFull);
         }
+        let new_name = !self.queues.exists(&queue.0) && queue.as_bytes() != limits::DEFAULT_QUEUE.as_bytes();
+        if new_name && self.queues.total() >= config.max_queues {
+            Counters::bump(&counters.rejected_queue_limit);
+            return Err(ErrorCode::QueueLimit);
+        }
         Ok(())
+    }
+
+    /// The human text of an eMQP refusal: which limit was hit.
+    pub(super) fn refusal_text(&self, code: ErrorCode, queue: &QueueName, len: usize) -> String {
+        let config = &self.ctx.config;
+        let (jobs, bytes) = (self.queues.waiting(&queue.0), self.queues.bytes(&queue.0));
+        match code {
+            ErrorCode::QueueFull if jobs >= config.max_queue_len => {
+                format!("queue {queue} holds {jobs} jobs, its limit")
+            }
+            ErrorCode::QueueFull if bytes + len > config.max_queue_bytes => {
+                format!("queue {queue} holds {bytes} bytes; its limit is {}", config.max_queue_bytes)
+            }
+            ErrorCode::QueueFull => format!(
+                "the broker holds {} bytes of jobs; its limit is {}",
+                self.ctx.job_bytes.load(Ordering::Relaxed),
+                self.ctx.memory_limit
+            ),
+            ErrorCode::QueueLimit => format!("the broker holds {} queues, its limit", config.max_queues),
+            _ => code.default_text().to_string(),
+        }
+    }
+
+    /// A job leaves the broker (completed, deleted, dead-lettered): its
+    /// bytes no longer count.
+    pub(super) fn job_done(&self, job: &Job) {
+        self.ctx.job_bytes.fetch_sub(job.frames.len(), Ordering::Relaxed);
+    }
+
+    /// How often idle queues are looked for: every half grace.
+    pub(super) fn sweep_period(&self) -> std::time::Duration {
+        (self.ctx.config.queue_idle_grace / 2).max(std::time::Duration::from_millis(50))
+    }
+
+    pub(super) fn queue_sweep_due(&mut self, cx: &mut Cx) {
+        let grace = self.ctx.config.queue_idle_grace;
+        let gone = self.queues.sweep(cx.now, grace, |q| self.offers.held(q));
+        self.asked.sweep(cx.now);
+        for name in &gone {
+            self.latency.forget(&name.0);
+        }
+        if gone.len() >= limits::QUEUE_SWEEP_TRIM_MIN {
+            crate::metrics::trim_heap();
+        }
+        if !gone.is_empty() {
+            self.ctx.counters.queues_reclaimed.fetch_add(gone.len() as u64, Ordering::Relaxed);
+            tracing::debug!(shard = self.index, queues = gone.len(), "idle queues forgotten");
+        }
+        self.timers.arm(cx.now + self.sweep_period(), Timer::QueueSweep);
     }
 
     /// The next job id of this shard.
@@ -67,6 +127,7 @@ impl Shard {
     pub(super) fn enqueue_new(&mut self, queue: &QueueName, job: Job, cx: &mut Cx) {
         Counters::bump(&self.ctx.counters.accepted_jobs);
         self.queues.count(queue, QueueCounter::Accepted);
+        self.ctx.job_bytes.fetch_add(job.frames.len(), Ordering::Relaxed);
         let (id, msgid, from) = (job.id, crate::ids::show(job.frames.msgid()), job.origin);
         self.queues.push_back(queue, job);
         let waiting = self.queues.waiting(&queue.0);
@@ -100,7 +161,7 @@ impl Shard {
             let msgid = crate::ids::show(job.frames.msgid());
             tracing::debug!(%queue, job = %job.id, %msgid, to = %"front", "job requeued");
         }
-        self.ctx.counters.requeued_jobs.fetch_add(jobs.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.ctx.counters.requeued_jobs.fetch_add(jobs.len() as u64, Ordering::Relaxed);
         let index = self.shard_of(&queue.0);
         self.send_to_shard(index, ShardMsg::Requeue { queue, jobs }, cx);
     }
@@ -146,15 +207,27 @@ impl Shard {
         queue: QueueName,
         weight: i64,
         worker: Arc<WorkerShared>,
+        inform: MsgId,
         cx: &mut Cx,
     ) {
+        // A declared name is a queue like any other: past `max_queues` the
+        // worker is told (ERROR QUEUE_LIMIT about its INFORM) and does not
+        // serve it; its other queues are unaffected.
+        let max = self.ctx.config.max_queues;
+        let new_name = !self.queues.exists(&queue.0) && queue.as_bytes() != limits::DEFAULT_QUEUE.as_bytes();
+        if new_name && self.queues.total() >= max {
+            Counters::bump(&self.ctx.counters.rejected_queue_limit);
+            crate::log_limited!(warn, worker = %worker.id, %queue, max, "declared queue refused: max_queues reached");
+            let text = format!("queue {queue} not served: the broker holds {max} queues, its limit");
+            return self.send_error_to(Dest::Backend, &worker.id, inform, ErrorCode::QueueLimit.as_str(), text, cx);
+        }
         self.queues.add_candidate(&queue, weight, worker);
         self.pump(&queue, cx);
     }
 
     /// `worker` got a free slot: try its queues in INFORM order from
     /// position `from` (EventMQ 0.3.13: the first queue with waiting jobs
-    /// takes the slot; spec §5.4). Queues owned here are pumped; at the
+    /// takes the slot; docs/emqp.md "Selection"). Queues owned here are pumped; at the
     /// first one owned by another shard the wake is handed on to that shard,
     /// so a later queue never takes the slot before an earlier one had its
     /// turn, whatever shards they live on.

@@ -65,11 +65,7 @@ impl Shard {
     }
 
     fn text_sched(&mut self, queue: QueueName, data: Vec<u8>, cx: &mut Cx) -> TextOutcome {
-        if let Err(code) = self.admit(&queue) {
-            return TextOutcome::Refused(code);
-        }
-        let id = self.next_job_id();
-        // A text job's msgid (what an eMQP worker sees in D3): a fresh uuid4,
+        // A text job's msgid (what an eMQP worker sees in frame 3): a fresh uuid4,
         // like every msgid EventMQ peers make.
         let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
         let msgid = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buf);
@@ -79,7 +75,10 @@ impl Shard {
             // The text decoder bounds lines and names well below these limits.
             Err(_) => return TextOutcome::Refused(ErrorCode::TooBig),
         };
-        let job = Job::new(id, frames, Origin::Text, false, self.ctx.started, cx.now);
+        if let Err(code) = self.admit(&queue, frames.len()) {
+            return TextOutcome::Refused(code);
+        }
+        let job = Job::new(self.next_job_id(), frames, Origin::Text, false, self.ctx.started, cx.now);
         self.enqueue_new(&queue, job, cx);
         TextOutcome::Done
     }
@@ -177,6 +176,7 @@ impl Shard {
         match answer {
             TextAnswer::Ack => {
                 Counters::bump(&self.ctx.counters.text_acked);
+                self.job_done(&offer.job);
                 self.queues.count(&offer.queue, QueueCounter::Completed);
                 tracing::debug!(queue = %offer.queue, job = %offer.job.id, %conn, "job completed (ACK)");
                 self.latency.record(&offer.queue.0, Kind::Service, cx.now.saturating_duration_since(offer.since));
@@ -185,6 +185,7 @@ impl Shard {
             }
             TextAnswer::Del => {
                 Counters::bump(&self.ctx.counters.text_deleted);
+                self.job_done(&offer.job);
                 self.queues.count(&offer.queue, QueueCounter::Failed);
                 tracing::debug!(queue = %offer.queue, job = %offer.job.id, %conn, "job failed (DEL)");
             }

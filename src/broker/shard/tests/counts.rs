@@ -43,3 +43,34 @@ fn text_offers_acks_and_deletes_are_counted() {
     assert_eq!((q.get(Dispatched), q.get(Completed), q.get(Failed)), (3, 1, 1), "a declined offer is not an end");
     assert_eq!(h.waiting("q"), ["b"]);
 }
+
+/// The bytes the memory limit counts (`ShardContext::job_bytes`).
+fn job_bytes(h: &Harness) -> usize {
+    h.ctx.job_bytes.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[test]
+fn every_end_of_a_job_gives_its_bytes_back() {
+    let timeout = std::time::Duration::from_secs(10);
+    for mut h in Harness::setups(|c| c.text.offer_timeout = timeout) {
+        h.inform("w1", &[(10, "q")]);
+        h.ready("w1", 1);
+        h.request("c1", "m1", "q", "emqp");
+        assert!(job_bytes(&h) > 0, "a job in flight counts ({})", h.setup());
+        h.reply("w1", "m1");
+        assert_eq!(job_bytes(&h), 0, "completed ({})", h.setup());
+        for answer in [TextAnswer::Ack, TextAnswer::Del] {
+            h.text_sched(1, "t", "task");
+            let offer = harness::offer_id(&h.text_ask(1, "t")).expect("an offer");
+            h.text_answer(1, offer, answer);
+            assert_eq!(job_bytes(&h), 0, "{answer:?} ({})", h.setup());
+        }
+        h.text_sched(1, "t", "poison");
+        for _ in 0..=crate::limits::MAX_DELIVERIES {
+            harness::offer_id(&h.text_ask(1, "t")).expect("an offer");
+            h.advance(timeout * 2);
+        }
+        assert_eq!(h.counter(|c| &c.dead_lettered), 1);
+        assert_eq!(job_bytes(&h), 0, "dead-lettered ({})", h.setup());
+    }
+}

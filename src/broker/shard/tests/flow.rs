@@ -45,7 +45,7 @@ fn dispatched_request_keeps_frames_and_adds_reply_requested() {
             let out = h.take_to("w1");
             assert_eq!(out.len(), 1);
             assert_eq!(shape(&out[0]), ["", "eMQP/1.0", "REQUEST", "*", "q", forwarded, "job", "x1", ""]);
-            assert_eq!(out[0].frames()[3], b"m1", "D3 is the client's msgid");
+            assert_eq!(out[0].frames()[3], b"m1", "frame 3 is the client's msgid");
             let key = h.key_of("w1").expect("registered");
             let home = h.shard_of("w1");
             assert_eq!((out[0].dest, &out[0].on_fail), (Dest::Backend, &OnFail::Job { home, key }));
@@ -217,7 +217,7 @@ fn unknown_queue_falls_back_to_default_keeping_d4() {
         let sent = h.take_requests("w1");
         assert_eq!(sent.len(), 1, "{shards} shards");
         let crate::protocol::emqp::Command::Request { queue, .. } = &sent[0].command else { unreachable!() };
-        assert_eq!(queue, b"nosuch", "D4 keeps the queue the client named");
+        assert_eq!(queue, b"nosuch", "frame 4 keeps the queue the client named");
         let snaps: Vec<_> = (0..shards).flat_map(|i| h.snapshot(i).queues).collect();
         assert!(snaps.iter().all(|q| q.name != "nosuch"), "no queue is made for it");
     }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use crate::broker::counts::QueueCounts;
 use crate::broker::job::JobFrames;
 use crate::broker::msg::{
-    Dest, OutMsg, Outgoing, ShardMsg, TextAnswer, TextBatch, TextCmd, TextOutcome, TextPort, TextReply, TextRequest,
-    VecOutbox,
+    Dest, OutMsg, Outgoing, Schedule, ShardMsg, TextAnswer, TextBatch, TextCmd, TextOutcome, TextPort, TextReply,
+    TextRequest, VecOutbox,
 };
 use crate::broker::shard::{Shard, ShardContext};
 use crate::broker::types::shard_of;
@@ -187,7 +187,7 @@ impl Harness {
         self.request_with(client, msgid, queue, body, b"guarantee", &[]);
     }
 
-    /// A REQUEST with the given headers (D5) and frames after the body.
+    /// A REQUEST with the given headers (frame 5) and frames after the body.
     pub fn request_with(
         &mut self,
         client: &str,
@@ -215,13 +215,20 @@ impl Harness {
     pub fn scheduler_inform(&mut self, id: &str) {
         self.send(
             0,
-            ShardMsg::SchedulerInform { id: peer(id), msgid: MsgId::from(format!("inform-{id}").into_bytes()) },
+            ShardMsg::SchedulerInform {
+                id: peer(id),
+                msgid: MsgId::from(format!("inform-{id}").into_bytes()),
+                name: None,
+            },
         );
     }
 
     /// A HEARTBEAT from frontend peer `id` (shard 0).
     pub fn scheduler_heartbeat(&mut self, id: &str) {
-        self.send(0, ShardMsg::SchedulerHeartbeat { id: peer(id) });
+        self.send(
+            0,
+            ShardMsg::SchedulerHeartbeat { id: peer(id), msgid: MsgId::from(format!("hb-{id}").into_bytes()) },
+        );
     }
 
     /// A KBYE from frontend peer `id` (shard 0).
@@ -233,20 +240,15 @@ impl Harness {
     /// returns the frames it carries.
     pub fn schedule(&mut self, client: &str, msgid: &str, unschedule: bool) -> Vec<Frame> {
         let frames = schedule_frames(msgid, unschedule);
-        let msg = ShardMsg::Schedule {
-            client: peer(client),
-            msgid: MsgId::from(msgid.as_bytes()),
-            frames: frames.clone(),
-            unschedule,
-        };
-        self.send(0, msg);
+        let sched = Schedule::from_frames(peer(client), frames.clone()).expect("a SCHEDULE or UNSCHEDULE");
+        self.send(0, ShardMsg::Schedule(sched));
         frames
     }
 
     /// A forward to scheduler `id` failed; `retry` is the SCHEDULE to route
     /// again: `(client, frames)`.
     pub fn scheduler_send_failed(&mut self, id: &str, retry: Option<(&str, Vec<Frame>)>) {
-        let retry = retry.map(|(client, frames)| (peer(client), frames));
+        let retry = retry.and_then(|(client, frames)| Schedule::from_frames(peer(client), frames));
         self.send(0, ShardMsg::SchedulerSendFailed { id: peer(id), retry });
     }
 
@@ -369,18 +371,23 @@ impl Harness {
     }
 }
 
-/// The D-frames of a SCHEDULE (or UNSCHEDULE) with `msgid`.
+/// The frames of a SCHEDULE (or UNSCHEDULE) with `msgid`.
 pub fn schedule_frames(msgid: &str, unschedule: bool) -> Vec<Frame> {
     let body = ScheduleBody {
         queue: b"default".to_vec(),
         headers: b"guarantee".to_vec(),
         interval: b"60".to_vec(),
-        body: b"{}".to_vec(),
+        body: SCHEDULE_BODY.to_vec(),
         cron: Some(Vec::new()),
     };
     let command = if unschedule { Command::Unschedule(body) } else { Command::Schedule(body) };
     Message { msgid: msgid.as_bytes().to_vec(), command }.encode()
 }
+
+/// The job body of [`schedule_frames`]: a Python call, as schedules need
+/// (the scheduler keys a schedule by it).
+pub const SCHEDULE_BODY: &[u8] =
+    br#"["run", {"callable": "f", "path": "m", "args": [], "kwargs": {}, "class_args": [], "class_kwargs": {}}]"#;
 
 /// A peer identity from text.
 pub fn peer(id: &str) -> PeerId {

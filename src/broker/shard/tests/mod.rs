@@ -11,6 +11,7 @@ mod model;
 mod observe;
 mod peers;
 mod schedulers;
+mod scheduling;
 mod text;
 mod text_ext;
 

@@ -143,7 +143,7 @@ impl Harness {
     }
 }
 
-/// The frames of `o` as text, the fresh msgid (D3) shown as `*`.
+/// The frames of `o` as text, the fresh msgid (frame 3) shown as `*`.
 pub fn shape(o: &Outgoing) -> Vec<String> {
     o.frames().iter().enumerate().map(|(i, f)| if i == 3 { "*".to_string() } else { text(f) }).collect()
 }

@@ -94,7 +94,7 @@ fn an_asked_queue_is_known_for_the_grace_then_requests_fall_back() {
     for shards in [1, 3] {
         let mut h = Harness::with_config(shards, |c| c.text.ask_grace = 60 * S);
         h.request("c1", "m0", "never-asked", "x");
-        assert_eq!(h.waiting("default"), ["x"], "D10: an unknown queue falls back");
+        assert_eq!(h.waiting("default"), ["x"], "an unknown queue falls back (docs/emqp.md \"Unknown queues\")");
         assert_eq!(h.text_ask(1, "reports",), TextOutcome::Nope);
         h.request("c1", "m1", "reports", "r1");
         assert_eq!(h.waiting("reports"), ["r1"], "ASKed: the REQUEST waits there");

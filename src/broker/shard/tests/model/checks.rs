@@ -24,8 +24,9 @@ fn present(jobs: &Jobs) -> BTreeMap<String, usize> {
 }
 
 impl Model {
-    /// Frames the step sent to workers: only ACK, HEARTBEAT and jobs; after
-    /// a KBYE only HEARTBEAT; each job checked and recorded as held.
+    /// Frames the step sent to workers: only ACK, HEARTBEAT and jobs, and
+    /// DISCONNECT to a worker with no registration; after a KBYE only
+    /// HEARTBEAT; each job checked and recorded as held.
     pub(super) fn check_frames(&mut self, step: &Step) {
         for o in std::mem::take(&mut self.h.emqp) {
             let (peer, word) = (text(&o.peer.0), text(&o.msg.to_frames()[2]));
@@ -37,6 +38,8 @@ impl Model {
             match word.as_str() {
                 "REQUEST" => self.dispatched(&peer, &o),
                 "ACK" | "HEARTBEAT" => {}
+                // A worker the router does not know is told to register again.
+                "DISCONNECT" => assert!(self.h.key_of(&peer).is_none(), "DISCONNECT sent to registered worker {peer}"),
                 other => panic!("{other} sent to worker {peer}"),
             }
         }
@@ -51,7 +54,7 @@ impl Model {
         let (msgid, body) = (text(&o.msg.to_frames()[3]), text(&o.msg.to_frames()[6]));
         let job = self.accepted.get(&body).unwrap_or_else(|| panic!("{body} sent but never accepted"));
         assert!(!self.ended.contains(&body), "{body} sent after it ended");
-        assert_eq!(text(&o.msg.to_frames()[4]), job.named, "D4 is the queue the client named");
+        assert_eq!(text(&o.msg.to_frames()[4]), job.named, "frame 4 is the queue the client named");
         assert!(reg.queues.contains(&job.queue), "{body} of {} sent to {peer} serving {:?}", job.queue, reg.queues);
         assert!(headers::has(&o.msg.to_frames()[5], headers::REPLY_REQUESTED));
         reg.held.push((body.clone(), msgid));

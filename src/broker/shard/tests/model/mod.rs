@@ -20,7 +20,7 @@
 //! * the jobs a removed worker held (or that were on their way to it) that
 //!   wait again keep their relative order, ahead of the jobs that waited
 //!   in their queue before;
-//! * a job goes only to a worker that declared its queue, with D4 as the
+//! * a job goes only to a worker that declared its queue, with frame 4 as the
 //!   client named it and `reply-requested` in its headers;
 //! * after its KBYE a worker gets nothing but HEARTBEAT (or KBYE);
 //! * admission, ASK and answers give the outcomes the state calls for.
@@ -71,7 +71,7 @@ struct Reg {
 struct Accepted {
     /// The queue it must live in.
     queue: String,
-    /// The queue the client named (REQUEST D4).
+    /// The queue the client named (REQUEST frame 4).
     named: String,
 }
 
