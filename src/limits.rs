@@ -62,6 +62,22 @@ pub const PYTHON_PEER_SILENCE: Duration = Duration::from_secs(15);
 /// are requeued: EventMQ's jobmanager finishes running jobs for up to
 /// `KILL_GRACE_PERIOD` (300 s) after its KBYE, without heartbeating.
 pub const KBYE_GRACE: Duration = Duration::from_secs(300);
+/// Default time limit of a job on an eMQP worker (`job_timeout`), from
+/// dispatch to its REPLY, when its headers carry no `timeout:N`. Long, like
+/// Faktory's 30-minute reservation: it is for workers that hang, not a
+/// budget for slow jobs.
+pub const JOB_TIMEOUT: Duration = Duration::from_secs(1800);
+/// Added to every job's time limit before the router takes the job back, so
+/// that a worker enforcing the same limit itself (`emq-worker` kills the
+/// command at `timeout:N` and reports the job failed) is heard first.
+pub const JOB_DEADLINE_GRACE: Duration = Duration::from_secs(5);
+/// Largest `timeout:N` the router honours, in seconds (a week); a larger N
+/// counts as this.
+pub const JOB_TIMEOUT_MAX_SECS: u64 = 7 * 24 * 3600;
+/// Jobs taken back by their deadline that one worker may owe an answer for;
+/// past it the worker is removed (it is not answering at all), which also
+/// forgets what it owed.
+pub const MAX_UNANSWERED_DEADLINES: usize = 1024;
 /// A job requeued this many times because the workers holding it died is
 /// dropped (logged with its body, counted as `dead_lettered`): a job that
 /// kills every worker that takes it must not cycle through the pool forever.

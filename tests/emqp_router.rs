@@ -547,3 +547,50 @@ fn a_job_that_kills_every_worker_is_dropped_after_max_deliveries() {
     let status = admin(&h, "STATUS");
     assert_eq!(status["waiting_messages_by_queue"], serde_json::json!({}), "{status}");
 }
+
+#[test]
+fn a_job_held_past_its_deadline_by_a_heartbeating_worker_runs_on_another() {
+    let _w = Watchdog::new("job_deadline", 60);
+    each_shards(|n| {
+        let h = emq::router::start(config(n, fast_heartbeats)).unwrap();
+        let stuck = Peer::new(&h.endpoints.backend, b"stuck");
+        stuck.inform_worker(r#"[[10, "default"]]"#);
+        stuck.ready(2);
+        let c = Peer::new(&h.endpoints.frontend, C);
+        std::thread::sleep(Duration::from_millis(100));
+        c.request("hung", "default", "timeout:1", "x");
+        assert_eq!(stuck.expect("REQUEST")[3], b"hung");
+        let sent = Instant::now();
+        let healthy = Peer::new(&h.endpoints.backend, b"healthy");
+        healthy.inform_worker(r#"[[10, "default"]]"#);
+        healthy.ready(1);
+        // Both heartbeat; the stuck worker never answers.
+        let mut got = None;
+        let end = Instant::now() + Duration::from_secs(20);
+        while got.is_none() && Instant::now() < end {
+            for p in [&stuck, &healthy] {
+                p.send(&[b"", b"eMQP/1.0", b"HEARTBEAT", b"hb", b"0"]);
+            }
+            if let Some(f) = healthy.recv_within(100) {
+                if f[2] == b"REQUEST" {
+                    got = Some((f[3].clone(), sent.elapsed()));
+                }
+            }
+            while let Some(f) = stuck.recv_within(0) {
+                assert_ne!(f[2], b"REQUEST", "the stuck worker got a job of the queue it owes an answer on");
+            }
+        }
+        let (msgid, after) = got.unwrap_or_else(|| panic!("the job never reached the other worker ({n} shards)"));
+        assert_eq!(msgid, b"hung");
+        assert!(after >= Duration::from_secs(1), "taken back before its deadline: {after:?}");
+        healthy.job_reply(b"hung");
+        eventually(5, "completed by the other worker", || h.counters().completed_jobs.load(Ordering::Relaxed) == 1);
+        assert_eq!(h.counters().jobs_timed_out.load(Ordering::Relaxed), 1);
+        c.request("next", "default", "", "y");
+        stuck.expect_none("REQUEST", 300);
+        stuck.job_reply(b"hung");
+        assert_eq!(stuck.expect("REQUEST")[3], b"next", "answered: it serves the queue again ({n} shards)");
+        assert_eq!(h.counters().late_replies.load(Ordering::Relaxed), 1);
+        assert_eq!(h.counters().completed_jobs.load(Ordering::Relaxed), 1, "the late REPLY completes nothing");
+    });
+}

@@ -118,6 +118,17 @@ pub enum ShardMsg {
         /// Its INFORM's msgid (a refusal refers to it).
         inform: MsgId,
     },
+    /// Worker `key` gets no jobs of `queue` while `paused` (it owes the
+    /// answer of a job taken back by its deadline), or gets them again
+    /// (home shard → the queue's shard).
+    PauseCandidate {
+        /// The queue.
+        queue: QueueName,
+        /// The worker registration.
+        key: WorkerKey,
+        /// Paused, or no longer.
+        paused: bool,
+    },
     /// A worker no longer serving `queue` (home shard → the queue's shard).
     RemoveCandidate {
         /// The queue.

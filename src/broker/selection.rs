@@ -27,6 +27,9 @@ pub struct Candidates {
     list: Vec<(i64, Arc<WorkerShared>)>,
     /// Entries known to be stale (removed, not yet dropped).
     stale: usize,
+    /// Workers that get no jobs of this queue for now (they owe the answer
+    /// of a job taken back by its deadline); usually empty.
+    paused: Vec<WorkerKey>,
 }
 
 impl Candidates {
@@ -41,7 +44,8 @@ impl Candidates {
     /// The worker registered under `key` leaves (it is no longer live, so
     /// it cannot be selected): its entry is dropped lazily (see the module
     /// docs).
-    pub fn remove(&mut self, _key: WorkerKey) {
+    pub fn remove(&mut self, key: WorkerKey) {
+        self.paused.retain(|k| *k != key);
         self.stale += 1;
         if self.stale * 2 > self.list.len() {
             self.list.retain(|(_, w)| w.state() == WorkerState::Live);
@@ -55,7 +59,7 @@ impl Candidates {
         let mut saw_gone = false;
         let found = self.list.iter().position(|(_, w)| {
             saw_gone |= w.state() != WorkerState::Live;
-            w.try_claim()
+            (self.paused.is_empty() || !self.paused.contains(&w.key)) && w.try_claim()
         });
         let chosen = self.list[found?].1.clone();
         let mut i = found?;
@@ -75,6 +79,15 @@ impl Candidates {
         let end = self.list.partition_point(|(w, _)| *w >= weight);
         self.list[start..end].rotate_left(i - start + 1);
         Some(chosen)
+    }
+
+    /// Worker `key` gets no jobs of this queue while `paused`, or gets
+    /// them again.
+    pub fn pause(&mut self, key: WorkerKey, paused: bool) {
+        self.paused.retain(|k| *k != key);
+        if paused {
+            self.paused.push(key);
+        }
     }
 
     /// Whether no live worker serves the queue.

@@ -68,6 +68,9 @@ settings! {
         default_queues: QueueList = default_queues_json(), env "EMQ_DEFAULT_QUEUES";
         /// How long a worker that said KBYE may still finish its jobs (e.g. `300s`).
         kbye_grace: Humantime = limits::KBYE_GRACE, env "EMQ_KBYE_GRACE";
+        /// Time limit of a job on an eMQP worker without a `timeout:N`
+        /// header; past it (plus 5 s) the job is taken back (`0s` = none).
+        job_timeout: HumantimeOrOff = limits::JOB_TIMEOUT, env "EMQ_JOB_TIMEOUT";
         /// How long shutdown waits for queued and in-flight jobs (e.g. `10s`).
         drain_timeout: Humantime = limits::DRAIN_TIMEOUT, env "EMQ_DRAIN_TIMEOUT";
         /// ZeroMQ send and receive high-water mark per peer (messages).
@@ -163,6 +166,8 @@ pub struct RouterConfig {
     pub default_queues: Vec<(i64, String)>,
     /// In-flight grace of a worker after its KBYE.
     pub kbye_grace: Duration,
+    /// Time limit of a job without a `timeout:N` header (`None`: none).
+    pub job_timeout: Option<Duration>,
     /// Shutdown drain limit.
     pub drain_timeout: Duration,
     /// ZeroMQ HWM per peer pipe.

@@ -115,6 +115,12 @@ counters! {
     text_dead_lettered,
     /// Long-poll ASKs answered `NOPE` because their wait ran out.
     text_ask_waits_expired,
+    /// Jobs taken back from their eMQP worker because their deadline passed
+    /// (`timeout:N` or `job_timeout`).
+    jobs_timed_out,
+    /// Job-result REPLYs for jobs already taken back by their deadline
+    /// (ignored).
+    late_replies,
     /// HTTP requests to the metrics server (`/metrics`, the status page).
     http_requests,
     /// HTTP requests answered 404 or 405 (the server is read-only).

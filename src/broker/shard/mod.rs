@@ -22,11 +22,12 @@
 //! Handlers, by concern: `flow.rs` (REQUEST, admission, FIFO, selection,
 //! dispatch, requeue), `peers.rs` (workers), `scheduling.rs` (schedulers,
 //! SCHEDULE routing), `text.rs` (text commands and offers), `dead.rs`
-//! (dead-lettering). `Shard::dispatch` is a short `match` calling them.
+//! (dead-lettering), `deadline.rs` (per-job deadlines). `Shard::dispatch` is a short `match` calling them.
 
 pub mod answers;
 pub mod asked;
 mod dead;
+mod deadline;
 mod flow;
 pub mod offers;
 pub mod owners;
@@ -97,6 +98,9 @@ pub enum Timer {
     /// Check the long-poll ASK of the connection against its deadline (at
     /// most one such timer per connection is armed).
     AskTimeout(ConnId),
+    /// Take back the worker's jobs past their deadline (armed for its
+    /// earliest one).
+    JobDeadline(WorkerKey),
 }
 
 /// What every shard shares with the rest of the broker.
@@ -266,6 +270,7 @@ impl Shard {
                 Timer::OfferTimeout(conn) => self.offer_timeout_due(conn, &mut cx),
                 Timer::QueueSweep => self.queue_sweep_due(&mut cx),
                 Timer::AskTimeout(conn) => self.ask_timeout_due(conn, &mut cx),
+                Timer::JobDeadline(key) => self.job_deadline_due(key, &mut cx),
             }
             self.drain_local(&mut cx);
         }
@@ -309,6 +314,7 @@ impl Shard {
                 self.handle_add_candidate(queue, weight, worker, inform, cx)
             }
             ShardMsg::RemoveCandidate { queue, key } => self.queues.remove_candidate(&queue, key),
+            ShardMsg::PauseCandidate { queue, key, paused } => self.handle_pause_candidate(queue, key, paused, cx),
             ShardMsg::Wake { worker, from } => self.handle_wake(&worker, from, cx),
             ShardMsg::Dispatched { key, job } => self.handle_dispatched(key, job, cx),
             ShardMsg::Requeue { queue, jobs } => self.handle_requeue(queue, jobs, cx),

@@ -92,7 +92,7 @@ impl Shard {
     }
 
     pub(super) fn handle_job_reply(&mut self, id: PeerId, request_msgid: MsgId, failed: bool, cx: &mut Cx) {
-        if self.touch_worker(&id, cx).is_none() {
+        if self.touch_worker(&id, cx).is_none() || self.late_reply(&id, &request_msgid.0, cx) {
             return;
         }
         if let Some(f) = self.workers.complete(&id, &request_msgid.0) {
@@ -124,7 +124,7 @@ impl Shard {
     pub(super) fn handle_dispatched(&mut self, key: WorkerKey, job: Job, cx: &mut Cx) {
         // The worker was removed while the job was on its way: it goes back
         // behind the jobs the removal sent back (QueueTable::push_front).
-        if let Some(mut job) = self.workers.record_dispatch(key, job, cx.now) {
+        if let Some(mut job) = self.record_in_flight(key, job, cx) {
             job.set_back_from(Some(key));
             self.requeue(job.queue(), vec![job], cx);
         }

@@ -170,6 +170,14 @@ impl QueueTable {
         q.candidates.add(weight, worker);
     }
 
+    /// Pauses candidate `key` of `queue` (no jobs of it for now), or
+    /// resumes it.
+    pub fn pause_candidate(&mut self, queue: &QueueName, key: WorkerKey, paused: bool) {
+        if let Some(q) = self.map.get_mut(queue) {
+            q.candidates.pause(key, paused);
+        }
+    }
+
     /// Removes a candidate of `queue`, if present.
     pub fn remove_candidate(&mut self, queue: &QueueName, key: WorkerKey) {
         if let Some(q) = self.map.get_mut(queue) {

@@ -18,7 +18,7 @@ use hashbrown::HashTable;
 use crate::broker::job::Job;
 use crate::broker::snapshot::WorkerSnap;
 use crate::broker::types::{WorkerShared, WorkerState};
-use crate::ids::{FastMap, PeerId, WorkerKey};
+use crate::ids::{FastMap, PeerId, QueueName, WorkerKey};
 
 /// A job sent to a worker and not yet answered.
 #[derive(Debug)]
@@ -30,6 +30,18 @@ pub struct InFlight {
     pub since: Instant,
     /// Dispatch order on this worker (ties of `since` are common).
     pub seq: u64,
+    /// When the router takes it back if unanswered (see `deadline.rs`).
+    pub deadline: Option<Instant>,
+}
+
+/// A job taken back from a worker by its deadline, remembered until the
+/// worker answers it.
+#[derive(Debug)]
+struct Owed {
+    /// The job's msgid, which its late REPLY carries.
+    msgid: Box<[u8]>,
+    /// Its queue: the worker gets none of its jobs until it answers.
+    queue: QueueName,
 }
 
 /// A worker as its home shard holds it.
@@ -42,6 +54,10 @@ struct HomeWorker {
     /// Jobs sent to it since it registered (also the next [`InFlight::seq`]).
     dispatched: u64,
     kbye_at: Option<Instant>,
+    /// The deadline its timer is armed for, if one is.
+    deadline_armed: Option<Instant>,
+    /// Jobs taken back by their deadline whose answer it owes, oldest first.
+    owed: Vec<Owed>,
 }
 
 /// What the expiry timer of a worker finds.
@@ -112,7 +128,15 @@ impl WorkerTable {
     /// Adds a live worker (its identity must not be registered).
     pub fn register(&mut self, shared: Arc<WorkerShared>, now: Instant) {
         self.by_key.insert(shared.key, shared.id.clone());
-        let w = HomeWorker { shared, last_seen: now, inflight: HashTable::new(), dispatched: 0, kbye_at: None };
+        let w = HomeWorker {
+            shared,
+            last_seen: now,
+            inflight: HashTable::new(),
+            dispatched: 0,
+            kbye_at: None,
+            deadline_armed: None,
+            owed: Vec::new(),
+        };
         if self.by_id.insert(w.shared.id.clone(), w).is_none() {
             self.count.fetch_add(1, Ordering::Relaxed);
         }
@@ -126,9 +150,16 @@ impl WorkerTable {
         Some(w.shared.clone())
     }
 
-    /// Records `job` as in flight on worker `key`. Gives the job back when
-    /// the worker is gone or dead (the caller requeues it).
-    pub fn record_dispatch(&mut self, key: WorkerKey, job: Job, now: Instant) -> Option<Job> {
+    /// Records `job` as in flight on worker `key`, to be answered by
+    /// `deadline`. Gives the job back when the worker is gone or dead (the
+    /// caller requeues it).
+    pub fn record_dispatch(
+        &mut self,
+        key: WorkerKey,
+        job: Job,
+        now: Instant,
+        deadline: Option<Instant>,
+    ) -> Option<Job> {
         let Some(w) = self.by_key.get(&key).and_then(|id| self.by_id.get_mut(id)) else { return Some(job) };
         if w.shared.state() == WorkerState::Dead {
             return Some(job);
@@ -136,7 +167,7 @@ impl WorkerTable {
         w.dispatched += 1;
         let hash = self.msgid_hash.hash_one(job.frames.msgid());
         let hasher = &self.msgid_hash;
-        w.inflight.insert_unique(hash, InFlight { job, since: now, seq: w.dispatched }, |f| {
+        w.inflight.insert_unique(hash, InFlight { job, since: now, seq: w.dispatched, deadline }, |f| {
             hasher.hash_one(f.job.frames.msgid())
         });
         None
@@ -150,6 +181,63 @@ impl WorkerTable {
         let oldest = w.inflight.iter_hash(hash).filter(|f| same(f)).map(|f| f.seq).min()?;
         let found = w.inflight.find_entry(hash, |f| f.seq == oldest && same(f)).ok()?;
         Some(found.remove().0)
+    }
+
+    /// Whether a deadline timer must be armed at `at` for worker `key`:
+    /// none is armed, or the armed one is later. Notes it as armed.
+    pub fn arm_deadline(&mut self, key: WorkerKey, at: Instant) -> bool {
+        let Some(w) = self.by_key.get(&key).and_then(|id| self.by_id.get_mut(id)) else { return false };
+        if w.deadline_armed.is_some_and(|armed| armed <= at) {
+            return false;
+        }
+        w.deadline_armed = Some(at);
+        true
+    }
+
+    /// The deadline timer of worker `key` fired at `now`: takes its jobs
+    /// past their deadline (oldest dispatch first), remembers that it owes
+    /// their answers, and gives the next deadline to arm. `None` when the
+    /// worker is gone or a later timer is armed (this one is stale).
+    pub fn take_lapsed(&mut self, key: WorkerKey, now: Instant) -> Option<(Vec<InFlight>, Option<Instant>)> {
+        let w = self.by_key.get(&key).and_then(|id| self.by_id.get_mut(id))?;
+        if w.deadline_armed.is_some_and(|armed| armed > now) {
+            return None;
+        }
+        let lapsed_at = |f: &InFlight| f.deadline.is_some_and(|d| d <= now);
+        let mut seqs: Vec<(u64, u64)> = Vec::new();
+        for f in w.inflight.iter() {
+            if lapsed_at(f) {
+                seqs.push((f.seq, self.msgid_hash.hash_one(f.job.frames.msgid())));
+            }
+        }
+        seqs.sort_unstable();
+        let mut lapsed = Vec::with_capacity(seqs.len());
+        for (seq, hash) in seqs {
+            if let Ok(found) = w.inflight.find_entry(hash, |f| f.seq == seq) {
+                let f = found.remove().0;
+                w.owed.push(Owed { msgid: f.job.frames.msgid().into(), queue: f.job.queue() });
+                lapsed.push(f);
+            }
+        }
+        w.deadline_armed = w.inflight.iter().filter_map(|f| f.deadline).min();
+        Some((lapsed, w.deadline_armed))
+    }
+
+    /// Jobs taken back by their deadline whose answer worker `key` owes.
+    pub fn owed(&self, key: WorkerKey) -> usize {
+        self.by_key.get(&key).and_then(|id| self.by_id.get(id)).map_or(0, |w| w.owed.len())
+    }
+
+    /// A REPLY from `id` for `msgid` that answers a job taken back by its
+    /// deadline: forgets that it owes it, and gives the worker's
+    /// registration, the job's queue and whether the worker still owes
+    /// another answer on that queue. `None` for any other REPLY.
+    pub fn late_reply(&mut self, id: &PeerId, msgid: &[u8]) -> Option<(WorkerKey, QueueName, bool)> {
+        let w = self.by_id.get_mut(id)?;
+        let at = w.owed.iter().position(|o| &o.msgid[..] == msgid)?;
+        let owed = w.owed.remove(at);
+        let still = w.owed.iter().any(|o| o.queue == owed.queue);
+        Some((w.shared.key, owed.queue, still))
     }
 
     /// Notes a KBYE from `id` at `now` and marks it draining; repeats
