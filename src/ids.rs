@@ -107,6 +107,18 @@ impl JobId {
     pub fn new(shard: usize, seq: u64) -> JobId {
         JobId((seq << 16) | (shard as u64 & 0xffff))
     }
+
+    /// The index of the shard that accepted the job (and whose write-ahead
+    /// log holds its records).
+    pub fn shard(self) -> usize {
+        (self.0 & 0xffff) as usize
+    }
+
+    /// The accepting shard's acceptance count: later jobs of one shard have
+    /// larger numbers.
+    pub fn seq(self) -> u64 {
+        self.0 >> 16
+    }
 }
 
 /// A text offer: the shard holding it and that shard's offer number, so an
@@ -178,5 +190,6 @@ mod tests {
     fn job_ids_of_two_shards_differ() {
         assert_ne!(JobId::new(0, 1), JobId::new(1, 1));
         assert_eq!(JobId::new(3, 5).0 & 0xffff, 3);
+        assert_eq!((JobId::new(3, 5).shard(), JobId::new(3, 5).seq()), (3, 5));
     }
 }

@@ -23,7 +23,9 @@ pub mod table;
 pub mod template;
 
 pub use kinds::Kind;
-pub use router::{default_shards, LatencyConfig, RawRouterConfig, RouterConfig, TextConfig, DEFAULT_TOML};
+pub use router::{
+    default_shards, Durability, LatencyConfig, RawRouterConfig, RouterConfig, TextConfig, WalConfig, DEFAULT_TOML,
+};
 pub use table::Settings;
 
 /// A configuration error: which setting, and why.

@@ -23,6 +23,8 @@ pub(super) struct Threads {
     pub exit: EgressTx,
     pub admin: JoinHandle<()>,
     pub zctx: zmq::Context,
+    /// The locked data directory, released once every shard has stopped.
+    pub data_dir: Option<crate::wal::dir::DataDir>,
 }
 
 /// Waits for a stop request, drains, then stops every thread in order.
@@ -48,6 +50,7 @@ pub(super) fn run(stop_rx: Receiver<StopReason>, broker: Broker, threads: Thread
     let _ = threads.admin.join();
     drop(threads.exit);
     drop(threads.zctx);
+    drop(threads.data_dir);
     tracing::info!("emq-router stopped");
 }
 

@@ -43,6 +43,10 @@ pub enum StartError {
     /// A ZeroMQ socket could not be created, configured or bound.
     #[error(transparent)]
     Zmq(#[from] ZmqError),
+    /// The write-ahead log could not be opened or recovered (locked data
+    /// directory, damaged log, file errors).
+    #[error(transparent)]
+    Wal(#[from] crate::wal::WalError),
     /// A thread could not be spawned, or the text listener not bound.
     #[error("{what}: {source}")]
     Io {
@@ -169,13 +173,49 @@ fn pin(plan: &Option<Vec<core_affinity::CoreId>>, slot: usize) {
     }
 }
 
-/// Starts a router on `config`. Returns once every socket is bound and
-/// every thread runs.
+/// Starts a router on `config`. Returns once the write-ahead log is
+/// recovered, every socket is bound and every thread runs.
 ///
 /// # Errors
-/// [`StartError`] naming the address or thread that failed (e.g. a port in use).
+/// [`StartError`] naming the address or thread that failed (e.g. a port in
+/// use), or why the log cannot be opened.
 pub fn start(config: RouterConfig) -> Result<RouterHandle, StartError> {
     start_with(config, Arc::new(Vec::new))
+}
+
+/// How start-up treats damage in the middle of the write-ahead log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Recovery {
+    /// Refuse to start, naming the file and offset.
+    #[default]
+    Strict,
+    /// Skip the damaged bytes, set the damaged segments aside and start
+    /// with the rest (`--recover-skip-damaged`).
+    SkipDamaged,
+}
+
+/// The write-ahead logs of every shard, opened and recovered (`None` for
+/// `durability = "memory"`).
+fn open_wal(
+    config: &RouterConfig,
+    recovery: Recovery,
+    started: Instant,
+) -> Result<Option<crate::wal::Opened>, StartError> {
+    if config.wal.durability == crate::wal::Durability::Memory {
+        return Ok(None);
+    }
+    let skip = recovery == Recovery::SkipDamaged;
+    Ok(Some(crate::wal::open(&config.wal, config.shards, skip, started, started)?))
+}
+
+/// STATUS's `wal` figures: the durability, the data directory and each
+/// shard's log.
+fn wal_status(config: &RouterConfig, logs: &[Arc<crate::wal::log::WalStats>]) -> serde_json::Value {
+    serde_json::json!({
+        "durability": config.wal.durability.as_str(),
+        "data_dir": (config.wal.durability != crate::wal::Durability::Memory).then(|| config.wal.data_dir().display().to_string()),
+        "shards": logs.iter().enumerate().map(|(i, s)| s.to_json(i)).collect::<Vec<_>>(),
+    })
 }
 
 /// Starts the text front end over the shards, if configured.
@@ -210,7 +250,17 @@ fn text_status(stats: &TextStats, counters: &Counters) -> serde_json::Value {
 /// # Errors
 /// As [`start`].
 pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHandle, StartError> {
+    start_full(config, extra, Recovery::Strict)
+}
+
+/// [`start_with`], treating a damaged log as `recovery` says.
+///
+/// # Errors
+/// As [`start`].
+pub fn start_full(config: RouterConfig, extra: ExtraStatus, recovery: Recovery) -> Result<RouterHandle, StartError> {
     let config = Arc::new(config);
+    let started = Instant::now();
+    let mut wal = open_wal(&config, recovery, started)?;
     let zctx = zmq::Context::new();
     let hwm = config.zmq_hwm;
     let (frontend, fe) = router_socket(&zctx, &config.frontend_addr, hwm, "frontend")?;
@@ -221,10 +271,20 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
 
     let (txs, rxs): (Vec<Sender<ShardMsg>>, Vec<Receiver<ShardMsg>>) =
         (0..config.shards).map(|_| crossbeam_channel::unbounded()).unzip();
-    let started = Instant::now();
     let broker = Broker { ctx: ShardContext::new(config.clone(), config.shards, started), shards: txs.into() };
     let text = start_text(&config, &broker)?;
     let text_addr = text.as_ref().map(|t| t.local_addr());
+    let mut starts: Vec<Option<crate::wal::ShardStart>> = match wal.as_mut() {
+        Some(opened) => std::mem::take(&mut opened.shards).into_iter().map(Some).collect(),
+        None => (0..config.shards).map(|_| None).collect(),
+    };
+    let log_stats: Vec<_> = starts.iter().flatten().map(|s| s.log.shared().stats.clone()).collect();
+    let (wal_config, inner_extra) = (config.clone(), extra);
+    let extra: ExtraStatus = Arc::new(move || {
+        let mut v = inner_extra();
+        v.push(("wal", wal_status(&wal_config, &log_stats)));
+        v
+    });
     let extra: ExtraStatus = match text.as_ref().map(|t| t.stats().clone()) {
         Some(stats) => {
             let counters = broker.ctx.counters.clone();
@@ -239,8 +299,14 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let plan = pin_plan(&config);
     let mut shard_threads = Vec::new();
     for (i, rx) in rxs.into_iter().enumerate() {
-        let shard = Shard::new(i, broker.ctx.clone(), started);
-        let mut out = ShardOutbox::new(i, egress_tx.clone(), broker.shards.clone());
+        let mut shard = Shard::new(i, broker.ctx.clone(), started);
+        let mut sync = None;
+        if let Some(start) = starts.get_mut(i).and_then(Option::take) {
+            sync =
+                start.log.sync_thread().map_err(|source| StartError::Io { what: format!("emq-sync-{i}"), source })?;
+            shard.attach_log(start);
+        }
+        let mut out = ShardOutbox::new(i, egress_tx.clone(), broker.shards.clone(), sync);
         let plan = plan.clone();
         shard_threads.push(spawn(format!("emq-shard-{i}"), move || {
             pin(&plan, i + 1);
@@ -282,6 +348,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         exit: egress_tx,
         admin: admin_thread,
         zctx,
+        data_dir: wal.map(|w| w.dir),
     };
     let control_broker = broker.clone();
     let control = spawn("emq-control".into(), move || control::run(stop_rx, control_broker, threads))?;

@@ -5,12 +5,19 @@
 //! their channels, so they always arrive before frames handed over later;
 //! text answers are gathered per port and sent as one message per port per
 //! batch.
+//!
+//! With `durability = "sync"` and a sync thread, a batch's frames and text
+//! answers are handed to the shard's sync thread instead
+//! ([`Outbox::flush_after_sync`]), which releases them once the batch's
+//! log records are durable; while any such release is outstanding, later
+//! batches go the same way, so the output keeps its order.
 
 use std::sync::Arc;
 
 use crossbeam_channel::Sender;
 
 use crate::broker::msg::{Outbox, Outgoing, ShardMsg, TextPort, TextReply};
+use crate::wal::sync::{SyncThread, SyncWait};
 use crate::zmq_io::egress::EgressTx;
 
 /// The router's [`Outbox`] for one shard thread.
@@ -21,12 +28,35 @@ pub struct ShardOutbox {
     /// Messages for peers, handed to the I/O thread as one batch at flush.
     emqp: Vec<Outgoing>,
     text: Vec<(TextPort, Vec<TextReply>)>,
+    /// The shard's sync thread, when its log syncs on one.
+    sync: Option<SyncThread>,
 }
 
 impl ShardOutbox {
-    /// The outbox of shard `index`.
-    pub fn new(index: usize, egress: EgressTx, shards: Arc<[Sender<ShardMsg>]>) -> ShardOutbox {
-        ShardOutbox { index, egress, shards, emqp: Vec::new(), text: Vec::new() }
+    /// The outbox of shard `index`, releasing through `sync` when given.
+    pub fn new(
+        index: usize,
+        egress: EgressTx,
+        shards: Arc<[Sender<ShardMsg>]>,
+        sync: Option<SyncThread>,
+    ) -> ShardOutbox {
+        ShardOutbox { index, egress, shards, emqp: Vec::new(), text: Vec::new(), sync }
+    }
+
+    /// What was gathered since the last flush, as one release.
+    fn take_release(&mut self) -> impl FnOnce() + Send + 'static {
+        let (egress, emqp) = (self.egress.clone(), std::mem::take(&mut self.emqp));
+        let text = std::mem::take(&mut self.text);
+        move || release(&egress, emqp, text)
+    }
+}
+
+/// Hands frames to the I/O thread and answers to text ports.
+fn release(egress: &EgressTx, emqp: Vec<Outgoing>, text: Vec<(TextPort, Vec<TextReply>)>) {
+    egress.send_batch(emqp);
+    for (port, replies) in text {
+        // A connection that went away no longer reads its port.
+        let _ = port.tx.send(replies);
     }
 }
 
@@ -50,10 +80,21 @@ impl Outbox for ShardOutbox {
     }
 
     fn flush(&mut self) {
-        self.egress.send_batch(std::mem::take(&mut self.emqp));
-        for (port, replies) in self.text.drain(..) {
-            // A connection that went away no longer reads its port.
-            let _ = port.tx.send(replies);
+        if self.sync.as_ref().is_some_and(SyncThread::busy) {
+            let rel = self.take_release();
+            if let Some(sync) = &self.sync {
+                sync.release_after(None, Box::new(rel));
+            }
+            return;
+        }
+        release(&self.egress, std::mem::take(&mut self.emqp), std::mem::take(&mut self.text));
+    }
+
+    fn flush_after_sync(&mut self, wait: SyncWait) {
+        let rel = self.take_release();
+        match &self.sync {
+            Some(sync) => sync.release_after(Some(wait), Box::new(rel)),
+            None => rel(),
         }
     }
 }

@@ -33,7 +33,8 @@ impl Shard {
         }
         let accepted = OutMsg::Accepted(frames.clone());
         cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: client, msg: accepted, on_fail: OnFail::Count });
-        let job = Job::new(self.next_job_id(), frames, Origin::Emqp, fallback_done, self.ctx.started, cx.now);
+        let mut job = Job::new(self.next_job_id(), frames, Origin::Emqp, fallback_done, self.ctx.started, cx.now);
+        self.log_accepted(&mut job);
         self.enqueue_new(&queue, job, cx);
     }
 
@@ -69,9 +70,10 @@ impl Shard {
     /// Puts a job that was already accepted back at the back (`DCL`) or the
     /// front of its queue, then dispatches. Never refused: a job coming back
     /// is always taken back, above the queue limit too.
-    pub(super) fn enqueue_again(&mut self, job: Job, front: bool, cx: &mut Cx) {
+    pub(super) fn enqueue_again(&mut self, mut job: Job, front: bool, cx: &mut Cx) {
         let queue = job.queue();
         if front {
+            self.log_requeued(&mut job);
             self.queues.push_front(&queue, vec![job]);
         } else {
             self.queues.push_back(&queue, job);
@@ -79,7 +81,10 @@ impl Shard {
         self.pump(&queue, cx);
     }
 
-    pub(super) fn handle_requeue(&mut self, queue: QueueName, jobs: Vec<Job>, cx: &mut Cx) {
+    pub(super) fn handle_requeue(&mut self, queue: QueueName, mut jobs: Vec<Job>, cx: &mut Cx) {
+        for job in &mut jobs {
+            self.log_requeued(job);
+        }
         self.queues.push_front(&queue, jobs);
         self.pump(&queue, cx);
     }
@@ -105,6 +110,7 @@ impl Shard {
     /// REPLY always finds the in-flight record.
     fn dispatch_job(&mut self, worker: &Arc<WorkerShared>, job: Job, cx: &mut Cx) {
         Counters::bump(&self.ctx.counters.dispatched_jobs);
+        self.log_dispatched(&job);
         let msg = OutMsg::Job(job.frames.clone());
         self.send_to_shard(worker.home, ShardMsg::Dispatched { key: worker.key, job }, cx);
         let on_fail = OnFail::Job { home: worker.home, key: worker.key };

@@ -21,6 +21,7 @@
 //! dispatch, requeue), `peers.rs` (workers and schedulers), `text.rs` (text
 //! commands and offers). `Shard::dispatch` is a short `match` calling them.
 
+mod durable;
 mod flow;
 pub mod offers;
 mod peers;
@@ -46,7 +47,7 @@ use crate::config::RouterConfig;
 use crate::ids::{ConnId, MsgId, PeerId, WorkerKey};
 use crate::limits;
 use crate::metrics::counters::Counters;
-use crate::metrics::latency::ShardLatency;
+use crate::metrics::latency::{Kind, ShardLatency};
 use crate::protocol::emqp::{Command, Message};
 
 use offers::OfferTable;
@@ -124,6 +125,8 @@ pub struct Shard {
     local: VecDeque<ShardMsg>,
     /// Jobs accepted so far (the sequence part of their [`crate::ids::JobId`]).
     accepted: u64,
+    /// The shard's write-ahead log (`None`: `durability = "memory"`).
+    wal: Option<crate::wal::log::ShardLog>,
 }
 
 impl Shard {
@@ -141,6 +144,7 @@ impl Shard {
             latency: ShardLatency::default(),
             local: VecDeque::new(),
             accepted: 0,
+            wal: None,
         };
         if index == 0 {
             shard.timers.arm(now + shard.ctx.config.heartbeat_interval, Timer::SchedulerHeartbeats);
@@ -154,7 +158,7 @@ impl Shard {
     /// batch (DESIGN "Block for one event, then drain a bounded batch").
     pub fn run(mut self, rx: Receiver<ShardMsg>, out: &mut dyn Outbox) {
         loop {
-            let first = match self.timers.next_deadline() {
+            let first = match self.next_deadline() {
                 Some(deadline) => rx.recv_deadline(deadline),
                 None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
             };
@@ -172,13 +176,13 @@ impl Shard {
                         self.handle(m, Instant::now(), out);
                     }
                     self.handle(ShardMsg::Shutdown, Instant::now(), out);
-                    out.flush();
+                    self.end_batch(Instant::now(), out);
                     return;
                 }
                 self.handle(msg, Instant::now(), out);
             }
             self.fire_timers(Instant::now(), out);
-            out.flush();
+            self.end_batch(Instant::now(), out);
         }
     }
 
@@ -204,9 +208,12 @@ impl Shard {
         }
     }
 
-    /// The earliest timer deadline, if any.
+    /// The earliest timer deadline (or write-ahead log deadline), if any.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.timers.next_deadline()
+        match (self.timers.next_deadline(), self.log_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// This shard's state at `now`, for the admin queries.
@@ -244,8 +251,9 @@ impl Shard {
             ShardMsg::SendFailed { key, msgid, unreachable } => self.handle_send_failed(key, msgid, unreachable, cx),
             ShardMsg::Text { port, cmds } => self.handle_text(&port, cmds, cx),
             ShardMsg::LatencyTake { reply } => {
-                let _ = reply.send(self.latency.take());
+                let _ = reply.send(self.take_latency());
             }
+            ShardMsg::LogDone { id, segment, record_bytes } => self.handle_log_done(id, segment, record_bytes),
             ShardMsg::Snapshot { reply } => {
                 let _ = reply.send(self.snapshot(cx.now));
             }
@@ -257,6 +265,19 @@ impl Shard {
             }
             ShardMsg::Shutdown => self.shutdown(cx),
         }
+    }
+
+    /// The latency histograms recorded since the last take, with this
+    /// shard's log sync times (as `shard-<n>`, [`Kind::WalSync`]).
+    fn take_latency(&mut self) -> crate::metrics::latency::Taken {
+        let mut taken = self.latency.take();
+        if let Some(log) = &self.wal {
+            let h = log.shared().take_sync_histogram();
+            if !h.is_empty() {
+                taken.push(((format!("shard-{}", self.index), Kind::WalSync), h));
+            }
+        }
+        taken
     }
 
     fn drain_local(&mut self, cx: &mut Cx) {
@@ -309,9 +330,25 @@ impl Shard {
         self.log_remaining();
     }
 
-    /// Logs what is left at shutdown: queued, in-flight and offered jobs.
+    /// Logs what is left at shutdown: queued, in-flight and offered jobs,
+    /// one by one when the router keeps no log; only their numbers when the
+    /// write-ahead log keeps them for the next start.
     fn log_remaining(&self) {
         use crate::ids::{cut, show};
+        if self.wal.is_some() {
+            let (waiting, in_flight) = (self.queues.waiting_jobs().count(), self.workers.inflight_count());
+            let offered = self.offers.len();
+            if waiting + in_flight + offered > 0 {
+                tracing::info!(
+                    shard = self.index,
+                    waiting,
+                    in_flight,
+                    offered,
+                    "jobs kept in the write-ahead log for the next start"
+                );
+            }
+            return;
+        }
         for (queue, job) in self.queues.waiting_jobs() {
             let (msgid, body) = (show(job.frames.msgid()), cut(job.frames.body()));
             tracing::warn!(shard = self.index, %queue, %msgid, %body, "queued job not run");

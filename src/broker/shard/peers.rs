@@ -84,6 +84,7 @@ impl Shard {
             self.latency.record(queue, Kind::Service, cx.now.saturating_duration_since(f.since));
             let end_to_end = cx.now.saturating_duration_since(f.job.accepted_at(self.ctx.started));
             self.latency.record(queue, Kind::EndToEnd, end_to_end);
+            self.log_done(&f.job, cx);
         }
     }
 
@@ -139,13 +140,14 @@ impl Shard {
         tracing::info!(worker = %removed.shared.id, why, requeued = removed.jobs.len(), "worker removed");
         let mut by_queue: Vec<(QueueName, Vec<Job>)> = Vec::new();
         for InFlight { mut job, .. } in removed.jobs {
-            job.redeliveries = job.redeliveries.saturating_add(1);
+            job.set_redeliveries(job.redeliveries() + 1);
             job.set_back_from(Some(key));
             let queue = job.queue();
-            if u32::from(job.redeliveries) > limits::MAX_DELIVERIES {
+            if job.redeliveries() > limits::MAX_DELIVERIES {
                 Counters::bump(&self.ctx.counters.dead_lettered);
                 let (msgid, body) = (show(job.frames.msgid()), cut(job.frames.body()));
                 tracing::error!(%queue, %msgid, %body, "job dropped: every worker that took it died");
+                self.log_done(&job, cx);
                 continue;
             }
             match by_queue.iter_mut().find(|(q, _)| *q == queue) {

@@ -46,13 +46,15 @@ impl Shard {
             // The text decoder bounds lines and names well below these limits.
             Err(_) => return TextOutcome::Refused(ErrorCode::TooBig),
         };
-        let job = Job::new(id, frames, Origin::Text, false, self.ctx.started, cx.now);
+        let mut job = Job::new(id, frames, Origin::Text, false, self.ctx.started, cx.now);
+        self.log_accepted(&mut job);
         self.enqueue_new(&queue, job, cx);
         TextOutcome::Done
     }
 
     fn text_ask(&mut self, conn: ConnId, queue: QueueName, cx: &mut Cx) -> TextOutcome {
         let Some(job) = self.queues.pop(&queue.0) else { return TextOutcome::Nope };
+        self.log_dispatched(&job);
         let waited = cx.now.saturating_duration_since(job.accepted_at(self.ctx.started));
         self.latency.record(&queue.0, Kind::QueueWait, waited);
         let data = job.frames.body().to_vec();
@@ -77,11 +79,17 @@ impl Shard {
                 self.latency.record(&offer.queue.0, Kind::Service, cx.now.saturating_duration_since(offer.since));
                 let end_to_end = cx.now.saturating_duration_since(offer.job.accepted_at(self.ctx.started));
                 self.latency.record(&offer.queue.0, Kind::EndToEnd, end_to_end);
+                self.log_done(&offer.job, cx);
             }
-            TextAnswer::Del => Counters::bump(&self.ctx.counters.text_deleted),
+            TextAnswer::Del => {
+                Counters::bump(&self.ctx.counters.text_deleted);
+                self.log_done(&offer.job, cx);
+            }
             TextAnswer::Dcl => {
                 Counters::bump(&self.ctx.counters.text_declined);
-                self.enqueue_again(offer.job, false, cx);
+                let mut job = offer.job;
+                self.log_declined(&mut job);
+                self.enqueue_again(job, false, cx);
             }
         }
         TextOutcome::Done
