@@ -1,6 +1,7 @@
 mod bench;
 mod client;
 mod common;
+mod durability;
 mod emqp_router;
 mod interop;
 mod interop_pubsub;

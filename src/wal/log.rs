@@ -162,8 +162,10 @@ pub struct ShardLog {
     /// Segments to delete once the log is durable up to the position given.
     deletions: Vec<(u32, u64)>,
     pass: Option<Pass>,
-    /// Disk bytes when the last pass ended (a new one waits for growth).
-    last_pass_disk: u64,
+    /// The log position when the last pass ended: a new one waits until
+    /// half a segment more was written, so that segments kept by jobs in
+    /// flight are not rescanned at every batch.
+    last_pass_at: u64,
     /// The `now` of the last commit.
     last_commit: Option<Instant>,
     shared: Arc<SyncShared>,
@@ -209,7 +211,7 @@ impl ShardLog {
             seq_floor,
             deletions: Vec::new(),
             pass: None,
-            last_pass_disk: 0,
+            last_pass_at: 0,
             last_commit: None,
             shared,
         };
@@ -278,7 +280,7 @@ impl ShardLog {
     /// Schedules the deletion of every segment but the current one whose
     /// jobs are all done, once what is written now is durable (start-up).
     pub fn retire_dead_segments(&mut self) {
-        let at = self.written + self.buf.len() as u64;
+        let at = self.position();
         let dead = self.segments.iter().filter(|(n, s)| **n != self.current && s.live == 0).map(|(n, _)| (*n, at));
         self.deletions.extend(dead);
     }
@@ -312,6 +314,11 @@ impl ShardLog {
         self.count_out(from, len);
     }
 
+    /// Bytes logged since the log was opened, buffered ones included.
+    fn position(&self) -> u64 {
+        self.written + self.buf.len() as u64
+    }
+
     fn count_in(&mut self, len: usize) {
         let cur = self.segments.entry(self.current).or_default();
         cur.bytes += len as u64;
@@ -328,7 +335,7 @@ impl ShardLog {
         info.live = info.live.saturating_sub(1);
         info.live_bytes = info.live_bytes.saturating_sub(record_bytes as u64);
         if info.live == 0 && segment != self.current {
-            self.deletions.push((segment, self.written + self.buf.len() as u64));
+            self.deletions.push((segment, self.position()));
         }
     }
 
@@ -424,9 +431,10 @@ impl ShardLog {
     /// When the shard's loop must come back for the log even if no
     /// message comes: at once while compaction has work left (records
     /// buffered, a pass under way); with `Async`, when the log must be
-    /// synced next, if anything is unsynced.
+    /// synced next, if anything is unsynced. (Segments waiting for a sync
+    /// to be deleted wait for the next batch: no wake-up of their own.)
     pub fn next_deadline(&self) -> Option<Instant> {
-        if self.pass.is_some() || !self.buf.is_empty() || !self.deletions.is_empty() {
+        if self.pass.is_some() || !self.buf.is_empty() {
             return self.last_commit;
         }
         match self.settings.durability {
@@ -505,8 +513,7 @@ impl ShardLog {
         let (mut looked, start) = (0, self.buf.len());
         while looked < limits::WAL_COMPACT_STEP_JOBS && self.buf.len() - start < limits::WAL_COMPACT_STEP_BYTES {
             let Some(queue) = pass.queues.get(pass.at).cloned() else {
-                let (disk, _) = self.disk_and_live_bytes();
-                self.last_pass_disk = disk;
+                self.last_pass_at = self.position();
                 return;
             };
             let max = limits::WAL_COMPACT_STEP_JOBS - looked;
@@ -529,7 +536,7 @@ impl ShardLog {
         let (disk, live) = self.disk_and_live_bytes();
         let factor = limits::WAL_DISK_FACTOR;
         if disk <= factor * live + self.settings.segment_bytes
-            || disk < self.last_pass_disk + self.settings.segment_bytes / 2
+            || (self.last_pass_at > 0 && self.position() < self.last_pass_at + self.settings.segment_bytes / 2)
         {
             return None;
         }

@@ -3,6 +3,7 @@
 //! send each other like the router does, and collects their frames and text
 //! answers for exact checks.
 
+mod durable;
 mod flow;
 mod harness;
 mod model;
