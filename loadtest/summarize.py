@@ -18,13 +18,15 @@ def main(out, bench):
     runs = {}  # (scenario, target) -> [(json path, result)]
     machine, loadavg = None, open("/proc/loadavg").read().split()[:3]
     for name in sorted(os.listdir(out)):
-        m = re.fullmatch(r"(.+)-([a-z]+)-(\d+)\.json", name)
+        m = re.fullmatch(r"(.+)-(\d+)\.json", name)
         if not m:
             continue
         rec = json.load(open(os.path.join(out, name)))
         machine = machine or rec["machine"]
         for r in rec["results"]:
-            runs.setdefault((m.group(1), r["target"]), []).append((name[:-5], r))
+            # <scenario>-<target>-<run>.json; targets may hold dashes (emq-memory).
+            scen = m.group(1).removesuffix("-" + r["target"])
+            runs.setdefault((scen, r["target"]), []).append((name[:-5], r))
     lines = ["# Load test results", ""]
     if machine:
         lines += [f"* machine: {machine['host']}, {machine['cores']} cores, {machine['cpu']}",
@@ -54,9 +56,13 @@ def main(out, bench):
     lines += ["", "## Throughput ratios (medians)", ""]
     for scen in sorted({s for s, _ in medians}):
         emq = medians.get((scen, "emq"))
-        for other in ("forwarder", "baseline", "python", "beanstalkd"):
+        for other in ("forwarder", "baseline", "python", "beanstalkd", "emq-memory", "beanstalkd-b0", "beanstalkd-b50"):
             if emq and medians.get((scen, other)):
                 lines.append(f"* {scen}: emq/{other} = {emq / medians[(scen, other)]:.3f}")
+        memory = medians.get((scen, "emq-memory"))
+        for mine in ("emq-shard-sync", "emq-async"):
+            if memory and medians.get((scen, mine)):
+                lines.append(f"* {scen}: {mine}/emq-memory = {medians[(scen, mine)] / memory:.3f}")
     if cpu:
         lines += ["", "## Broker CPU per job (user + system, warm-up jobs included)", "",
                   "The broker's CPU time over the run divided by the jobs its consumers received: on a",
@@ -66,7 +72,7 @@ def main(out, bench):
                          f"{', '.join(f'{u:.1f}' for u in us)})")
         for scen in sorted({s for s, _ in cpu}):
             emq = cpu.get((scen, "emq"))
-            for other in ("forwarder", "beanstalkd"):
+            for other in ("forwarder", "beanstalkd", "emq-memory", "beanstalkd-b0"):
                 if emq and cpu.get((scen, other)):
                     ratio = statistics.median(emq) / statistics.median(cpu[(scen, other)])
                     lines.append(f"* {scen}: emq/{other} CPU per job = {ratio:.3f}")

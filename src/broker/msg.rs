@@ -394,13 +394,19 @@ pub trait Outbox {
     /// handed over (one wake-up per batch instead of one per message).
     fn flush(&mut self) {}
     /// The end of a batch whose write-ahead log records must be durable
-    /// (up to `wait`) before anything handed over since the last flush
-    /// leaves (`durability = "sync"` with a sync thread; messages to other
-    /// shards are not held). The default flushes at once.
+    /// (up to `wait`) before what it promises leaves (`durability = "sync"`
+    /// with a sync thread): frames for workers ([`Dest::Backend`]) leave
+    /// now, frontend frames (acceptance REPLYs) and text answers once the
+    /// log is durable. Messages to other shards are never held. The default
+    /// flushes at once.
     fn flush_after_sync(&mut self, wait: crate::wal::sync::SyncWait) {
         let _ = wait;
         self.flush();
     }
+    /// Before the shard syncs its log itself: hands over the frames for
+    /// workers ([`Dest::Backend`]) now; the rest waits for the next
+    /// [`Outbox::flush`]. The default keeps everything for that flush.
+    fn flush_early(&mut self) {}
 }
 
 /// An [`Outbox`] that keeps everything, in order, for tests and tools.

@@ -127,6 +127,20 @@ struct Pass {
     pos: usize,
 }
 
+/// What the output of a committed batch may do.
+#[derive(Debug)]
+pub enum Commit {
+    /// Leave now: nothing it promises waits for a sync (`async`, or no
+    /// new records).
+    Release,
+    /// Frames for workers may leave now; acceptances and text answers once
+    /// the sync thread has made the log durable up to the wait.
+    AfterSync(SyncWait),
+    /// Frames for workers may leave now; the caller syncs
+    /// ([`ShardLog::sync_here`]), then releases the rest.
+    SyncHere,
+}
+
 /// How a log was opened (see [`ShardLog::create`]).
 #[derive(Debug, Clone)]
 pub struct LogSettings {
@@ -387,19 +401,18 @@ impl ShardLog {
         self.unsynced_since = None;
     }
 
-    /// The end of a batch: writes its records and syncs as the durability
-    /// says. `Some(wait)`: the batch's output may leave only once the sync
-    /// thread has made the log durable up to `wait`; `None`: it may leave
-    /// now.
-    pub fn commit(&mut self, now: Instant) -> Option<SyncWait> {
+    /// The end of a batch: writes its records (one `write`) and says what
+    /// the batch's output may do (see [`Commit`]). With `Async`, also syncs
+    /// when the sync interval has passed.
+    pub fn commit(&mut self, now: Instant) -> Commit {
         self.last_commit = Some(now);
         self.write_out();
-        let wait = match (self.settings.durability, self.settings.sync_thread) {
+        let commit = match (self.settings.durability, self.settings.sync_thread) {
             (Durability::Sync, true) if self.written > self.sync_requested => {
                 self.sync_requested = self.written;
-                Some(SyncWait { file: self.file.clone(), upto: self.written })
+                Commit::AfterSync(SyncWait { file: self.file.clone(), upto: self.written })
             }
-            (Durability::Sync, true) => None,
+            (Durability::Sync, false) if self.written > self.shared.synced.load(Ordering::Acquire) => Commit::SyncHere,
             (Durability::Async, _) => {
                 if self.written > self.shared.synced.load(Ordering::Acquire) {
                     let since = *self.unsynced_since.get_or_insert(now);
@@ -407,16 +420,19 @@ impl ShardLog {
                         self.sync_now();
                     }
                 }
-                None
+                Commit::Release
             }
-            _ => {
-                self.sync_now();
-                None
-            }
+            _ => Commit::Release,
         };
         self.delete_dead();
         self.update_stats();
-        wait
+        commit
+    }
+
+    /// [`Commit::SyncHere`]: syncs on the calling thread (the shard's).
+    pub fn sync_here(&mut self) {
+        self.sync_now();
+        self.delete_dead();
     }
 
     /// Writes and syncs everything now, on the calling thread (start-up,

@@ -11,6 +11,7 @@ use super::{Cx, Shard};
 use crate::broker::job::Job;
 use crate::broker::msg::{Outbox, ShardMsg};
 use crate::ids::JobId;
+use crate::wal::log::Commit;
 use crate::wal::record::accepted_len;
 use crate::wal::ShardStart;
 
@@ -96,13 +97,21 @@ impl Shard {
     }
 
     /// The end of a batch: commits the log, then releases what the batch
-    /// produced (through the sync thread when one must sync first), then
-    /// takes one bounded compaction step.
+    /// produced: frames for workers at once (a worker running a job whose
+    /// record is written but not yet synced is at-least-once, not loss),
+    /// acceptances and text answers only once the batch's records are
+    /// durable (through the sync thread, or after syncing here); then takes
+    /// one bounded compaction step.
     pub(super) fn end_batch(&mut self, now: Instant, out: &mut dyn Outbox) {
-        let wait = self.wal.as_mut().and_then(|log| log.commit(now));
-        match wait {
-            Some(wait) => out.flush_after_sync(wait),
-            None => out.flush(),
+        let Some(log) = &mut self.wal else { return out.flush() };
+        match log.commit(now) {
+            Commit::Release => out.flush(),
+            Commit::AfterSync(wait) => out.flush_after_sync(wait),
+            Commit::SyncHere => {
+                out.flush_early();
+                log.sync_here();
+                out.flush();
+            }
         }
         if let Some(log) = &mut self.wal {
             log.compact_step(&mut self.queues);
