@@ -16,9 +16,11 @@
 //!   flight at a crash; nothing is delivered that was never sent; and each
 //!   consumer gets the jobs no one had before in the producer's order.
 //!
-//! `EMQ_CRASH_KILLS` sets the number of kills (3 by default; the soak:
-//! `EMQ_CRASH_KILLS=25 cargo test --release --test tests crash -- --nocapture`),
-//! `EMQ_CRASH_SEED` the random seed (printed by every run).
+//! `EMQ_CRASH_KILLS` sets the number of kills of the CI tests (3 by
+//! default); the soak, [`crash_soak_25_kills_each_protocol_and_mode`], is
+//! `#[ignore]`d (about 30 s): `cargo test --release --test tests
+//! crash_soak -- --ignored --nocapture`. `EMQ_CRASH_SEED` sets the random
+//! seed (printed by every run).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
@@ -384,7 +386,16 @@ fn check(ledger: &Ledger) {
 
 #[test]
 fn crash_kill_9_at_random_points_loses_no_acknowledged_job() {
-    crash_test("crash", &[]);
+    crash_test("crash", &[], env_number("EMQ_CRASH_KILLS", 3));
+}
+
+/// The soak: 25 kills with the default durability (sync, one shard), then
+/// 25 with async and two shards.
+#[test]
+#[ignore = "soak (about 30 s): cargo test --release --test tests crash_soak -- --ignored"]
+fn crash_soak_25_kills_each_protocol_and_mode() {
+    crash_test("crash-soak", &[], 25);
+    crash_test("crash-soak-async", &["--durability", "async", "--shards", "2"], 25);
 }
 
 /// The same with `durability = "async"` (a process crash loses nothing:
@@ -392,11 +403,12 @@ fn crash_kill_9_at_random_points_loses_no_acknowledged_job() {
 /// worker's home shard tells the queue's shard of completions).
 #[test]
 fn crash_kill_9_async_two_shards() {
-    crash_test("crash-async", &["--durability", "async", "--shards", "2"]);
+    crash_test("crash-async", &["--durability", "async", "--shards", "2"], env_number("EMQ_CRASH_KILLS", 3));
 }
 
-fn crash_test(name: &str, flags: &[&str]) {
-    let kills = env_number("EMQ_CRASH_KILLS", 3);
+/// `kills` runs of the load, each ended by a `kill -9` at a random point,
+/// then a drain, then [`check`].
+fn crash_test(name: &str, flags: &[&str], kills: u64) {
     let _w = Watchdog::new(name, 60 + 20 * kills);
     let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
     let seed = env_number("EMQ_CRASH_SEED", clock | 1);
@@ -517,23 +529,72 @@ fn a_flipped_byte_stops_start_up_and_skip_damaged_starts_with_the_rest() {
     assert_eq!(moved, 1, "the damaged segment is set aside");
 }
 
+/// Copies the directory tree `from` to `to` (files and folders only).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create dir");
+    for entry in std::fs::read_dir(from).expect("read dir").flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy file");
+        }
+    }
+}
+
+/// Byte offsets where each record of a segment ends, in file order.
+fn record_ends(bytes: &[u8]) -> Vec<usize> {
+    let mut at = emq::wal::segment::SEGMENT_HEADER_BYTES;
+    let mut ends = Vec::new();
+    while let Ok((_, n)) = emq::wal::record::decode(&bytes[at..]) {
+        at += n;
+        ends.push(at);
+    }
+    assert_eq!(at, bytes.len(), "the segment is whole before it is cut");
+    ends
+}
+
+/// A torn write: the last segment of a killed router cut at random
+/// offsets (inside the last record, on a record boundary, anywhere, inside
+/// the segment header); every start recovers the whole records before the
+/// cut, in order, and nothing after it.
 #[test]
 fn a_torn_last_record_is_cut_and_the_rest_recovered() {
-    let _w = Watchdog::new("torn_tail", 90);
+    let _w = Watchdog::new("torn_tail", 150);
     let dir = TestDir::new("torn");
     let node = Node::new(&dir);
     let mut router = node.start(&[]);
     sched(&node.text(), "q", 20);
     router.kill_group();
+    let snapshot = dir.join("snapshot");
+    copy_tree(&node.data, &snapshot);
     let last = segments(&node.data).pop().expect("a segment");
-    let len = std::fs::metadata(&last).unwrap().len();
-    // Cut 1 to 40 bytes off: inside the last record (each is over 60 bytes).
-    let cut = 1 + (std::process::id() as u64 % 40);
-    std::fs::OpenOptions::new().write(true).open(&last).unwrap().set_len(len - cut).unwrap();
-    let _router = node.start(&[]);
-    let got = drain(&node.text(), "q");
-    let want: Vec<String> = (0..19).map(|i| format!("job-{i:04}")).collect();
-    assert_eq!(got, want, "the torn 20th job is gone, the rest kept in order");
+    let whole = std::fs::read(&last).expect("read the segment");
+    let ends = record_ends(&whole);
+    assert_eq!(ends.len(), 20, "one Accepted record per job");
+    let len = whole.len();
+    let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
+    let mut rng = env_number("EMQ_TORN_SEED", clock | 1);
+    eprintln!("torn test: EMQ_TORN_SEED={rng}");
+    let header = emq::wal::segment::SEGMENT_HEADER_BYTES;
+    let mut cuts = vec![
+        len - 1 - (next_random(&mut rng) % 40) as usize, // inside the last record (each is over 60 bytes)
+        ends[(next_random(&mut rng) % 19) as usize],     // on a record boundary
+        header + (next_random(&mut rng) as usize % (len - header)), // anywhere after the header
+        (next_random(&mut rng) % header as u64) as usize, // inside the segment header
+    ];
+    cuts.push(header + (next_random(&mut rng) as usize % (len - header)));
+    for cut in cuts {
+        let _ = std::fs::remove_dir_all(&node.data);
+        copy_tree(&snapshot, &node.data);
+        std::fs::OpenOptions::new().write(true).open(&last).expect("open").set_len(cut as u64).expect("truncate");
+        let mut router = node.start(&[]);
+        let got = drain(&node.text(), "q");
+        let kept = ends.iter().filter(|&&e| e <= cut).count();
+        let want: Vec<String> = (0..kept).map(|i| format!("job-{i:04}")).collect();
+        assert_eq!(got, want, "cut at byte {cut} of {len}: the whole records before it, in order");
+        router.kill_group();
+    }
 }
 
 #[test]
