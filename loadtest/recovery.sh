@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Write-ahead log figures (issue 12): for each protocol, a fresh emq-router
-# (durability "sync", its own temporary data directory) gets N queued
-# 64-byte jobs (`emq-bench fill`: eMQP REQUESTs to `default`, then text
-# SCHEDs), then
+# (its own temporary data directory) gets N queued 64-byte jobs
+# (`emq-bench fill`: eMQP REQUESTs to `default` with durability "sync",
+# then text SCHEDs with "async": the fill's one connection sends SCHEDs one
+# at a time, and with "sync" each would wait for a sync of its own; the log
+# is the same), then
 #   * disk bytes per queued job: the log's bytes (STATUS emq.wal) / N;
 #   * recovery: the router is killed (kill -9) and started again on the
 #     same data directory; reported are the router's own recovery time
@@ -37,10 +39,12 @@ port() { python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); 
 wait_port() { for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.01; done; return 1; }
 now() { date +%s.%N; }
 
-start() { # LOG: the router on FP BP AP TP and DATA, logging to LOG
-  "$ROUTER" --frontend-addr "tcp://127.0.0.1:$FP" --backend-addr "tcp://127.0.0.1:$BP" \
+start() { # LOG [FLAGS…]: the router on FP BP AP TP and DATA, logging to LOG
+  local log=$1
+  shift
+  "$ROUTER" "$@" --frontend-addr "tcp://127.0.0.1:$FP" --backend-addr "tcp://127.0.0.1:$BP" \
     --admin-addr "tcp://127.0.0.1:$AP" --text-addr "127.0.0.1:$TP" --latency-interval 0s \
-    --max-queue-len "$((N + 1))" --data-dir "$DATA" --log info >"$1" 2>&1 &
+    --max-queue-len "$((N + 1))" --data-dir "$DATA" --log info >"$log" 2>&1 &
   PID=$!
 }
 
@@ -59,7 +63,9 @@ restart() { # LABEL
 measure() { # PROTOCOL
   DATA=$(mktemp -d /tmp/emq-recovery-XXXXXX)
   FP=$(port) BP=$(port) AP=$(port) TP=$(port)
-  start "$DATA.fill.log"
+  local durability=sync
+  [ "$1" = text ] && durability=async
+  start "$DATA.fill.log" --durability "$durability"
   wait_port "$FP"; wait_port "$TP"
   local fill
   case $1 in
