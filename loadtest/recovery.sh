@@ -9,9 +9,11 @@
 #   * recovery: the router is killed (kill -9) and started again on the
 #     same data directory; reported are the router's own recovery time
 #     (its "write-ahead log recovered" line), the time from exec until its
-#     ports accept connections, and the jobs STATUS shows waiting (must be N).
-#     The log is in the page cache (warm); as root, a second restart after
-#     dropping the page cache gives the cold figure.
+#     ports accept connections, the router's CPU time (user + system,
+#     /proc/PID/stat) until then, and the jobs STATUS shows waiting (must
+#     be N). RESTARTS (default 3) restarts with the log in the page cache
+#     (warm); as root, one more after dropping the page cache gives the cold
+#     figure.
 #
 #   loadtest/recovery.sh [N]        # default 1,000,000
 #
@@ -21,6 +23,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 N=${1:-1000000}
+RESTARTS=${RESTARTS:-3}
 cargo build --release --quiet --bin emq-bench --bin emq-router --bin emq-cli
 BENCH=$ROOT/target/release/emq-bench
 ROUTER=$ROOT/target/release/emq-router
@@ -50,13 +53,18 @@ start() { # LOG [FLAGS…]: the router on FP BP AP TP and DATA, logging to LOG
 
 status() { EMQ_ADMIN_ADDR="tcp://127.0.0.1:$AP" "$CLI" status --json; }
 
+cpu_ms() { # PID: its user + system CPU time so far, in ms (/proc/PID/stat)
+  python3 -c "import os,sys; f=open('/proc/%s/stat'%sys.argv[1]).read().rsplit(')',1)[1].split(); print(round((int(f[11])+int(f[12]))*1000/os.sysconf('SC_CLK_TCK')))" "$1"
+}
+
 restart() { # LABEL
-  local t0 t1 log=$DATA.log
+  local t0 t1 log=$DATA.log cpu
   t0=$(now); start "$log"; wait_port "$FP"; wait_port "$TP"; t1=$(now)
+  cpu=$(cpu_ms "$PID")
   local ms waiting
   ms=$(grep -o 'write-ahead log recovered.*millis=[0-9]*' "$log" | grep -o 'millis=[0-9]*' | cut -d= -f2)
   waiting=$(status | python3 -c "import json,sys; print(sum(json.load(sys.stdin)['waiting_messages_by_queue'].values()))")
-  echo "  $1: recovered $waiting jobs; recovery ${ms} ms in the router; exec to listening $(python3 -c "print(round(($t1-$t0)*1000))") ms"
+  echo "  $1: recovered $waiting jobs; recovery ${ms} ms in the router; exec to listening $(python3 -c "print(round(($t1-$t0)*1000))") ms; router CPU to listening ${cpu} ms"
   kill -9 "$PID"; wait "$PID" 2>/dev/null || true; PID=
 }
 
@@ -77,7 +85,7 @@ measure() { # PROTOCOL
   echo "$1: fill $fill"
   echo "  log: $bytes bytes for $N jobs = $(python3 -c "print(round($bytes/$N, 1))") bytes per queued job (du: $(du -sb "$DATA/wal" | cut -f1))"
   kill -9 "$PID"; wait "$PID" 2>/dev/null || true; PID=
-  restart "warm restart (log in the page cache)"
+  for i in $(seq "$RESTARTS"); do restart "warm restart $i (log in the page cache)"; done
   if [ -w /proc/sys/vm/drop_caches ]; then
     sync; echo 3 > /proc/sys/vm/drop_caches
     restart "cold restart (page cache dropped)"

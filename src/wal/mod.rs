@@ -335,7 +335,8 @@ fn queues_of(jobs: Vec<(Job, bool)>, report: &mut RecoveryReport) -> Queues {
     let mut queues: Vec<(QueueName, Vec<Job>)> = by_queue.into_iter().collect();
     queues.sort_by(|a, b| a.0.cmp(&b.0));
     for (_, jobs) in &mut queues {
-        jobs.sort_by_key(|j| (j.id.seq(), j.id.shard()));
+        // Ids are unique: an unstable sort gives the same order, faster.
+        jobs.sort_unstable_by_key(|j| (j.id.seq(), j.id.shard()));
         report.jobs += jobs.len() as u64;
     }
     Queues { queues, dead, in_flight }
