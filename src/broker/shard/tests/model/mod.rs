@@ -363,8 +363,9 @@ impl Model {
     }
 
     /// A restart now finds, per queue, every job the shards hold (waiting,
-    /// in flight, offered), with the jobs that never left their queue in
-    /// their order.
+    /// in flight, offered) but those in flight at their last allowed
+    /// delivery (the crash counts as one more: dead-lettered), with the
+    /// jobs that never left their queue in their order.
     fn check_recovery(&self, dir: &std::path::Path, touched: &BTreeSet<String>) {
         let after = self.h.jobs();
         let mut held: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -376,6 +377,10 @@ impl Model {
         }
         for o in &after.offered {
             held.entry(o.queue.clone()).or_default().insert(o.body.clone());
+        }
+        let last = self.h.at_last_delivery();
+        for bodies in held.values_mut() {
+            bodies.retain(|b| !last.contains(b));
         }
         held.retain(|_, b| !b.is_empty());
         let got = super::durable::recover(dir, self.h.shards.len());
