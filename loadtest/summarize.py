@@ -76,6 +76,15 @@ def main(out, bench):
                 if emq and cpu.get((scen, other)):
                     ratio = statistics.median(emq) / statistics.median(cpu[(scen, other)])
                     lines.append(f"* {scen}: emq/{other} CPU per job = {ratio:.3f}")
+    acks = {k: rs for k, rs in sorted(runs.items()) if (rs[0][1].get("ack_latency_ms") or {}).get("count")}
+    if acks:
+        lines += ["", "## Acceptance latency (eMQP: client send → acceptance REPLY), medians over the runs", "",
+                  "With durability \"sync\" the REPLY waits for the sync of the batch holding the job;",
+                  "workers get the job before that, so throughput above does not wait for it.", "",
+                  "| scenario | target | p50 ms | p99 ms | max ms |", "|---|---|---|---|---|"]
+        for (scen, target), rs in acks.items():
+            med = lambda k: statistics.median(r["ack_latency_ms"][k] for _, r in rs)
+            lines.append(f"| {scen} | {target} | {med('p50'):.3f} | {med('p99'):.3f} | {med('max'):.3f} |")
     failed = os.path.join(out, "failed.txt")
     if os.path.exists(failed):
         lines += ["", "## Runs that failed", ""] + [f"* {l.strip()}" for l in open(failed) if l.strip()]
