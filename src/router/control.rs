@@ -68,7 +68,7 @@ fn drain(broker: &Broker) {
             return;
         }
         if Instant::now() >= deadline {
-            tracing::warn!(pending, "drain timeout: these jobs remain (listed below)");
+            tracing::warn!(pending, "drain timeout: jobs remain (each shard logs them: kept in the write-ahead log, or listed with durability \"memory\")");
             return;
         }
         std::thread::sleep(crate::limits::DRAIN_POLL_INTERVAL);

@@ -12,11 +12,14 @@
 //!
 //! A shard writes the records of one batch of messages with one `write` and
 //! makes them durable with one `fdatasync` ([`log::ShardLog::commit`]).
-//! With `durability = "sync"` nothing the batch produced leaves the router
+//! With `durability = "sync"` nothing the batch promised leaves the router
 //! before that sync: not the acceptance REPLYs (eMQP), not the text
 //! answers (so a text producer's next reply means its earlier SCHEDs are
-//! stored), not the jobs for workers. By default a per-shard sync thread
-//! ([`sync`]) syncs and releases while the shard serves the next batch;
+//! stored). Jobs for workers leave at once: a worker may run a job whose
+//! record is written but not yet synced, whose producer has no
+//! acknowledgement yet (a power cut then loses a job that ran, never one
+//! that was acknowledged). By default a per-shard sync thread ([`sync`])
+//! syncs and releases while the shard serves the next batch;
 //! `wal_sync_thread = false` syncs on the shard's thread (README
 //! "Durability" has both measured). `"async"` releases at once and syncs
 //! every `sync_interval`: a crash of the process loses nothing (records

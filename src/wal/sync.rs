@@ -1,9 +1,11 @@
 //! The per-shard sync thread (`wal_sync_thread = true`, the default with
 //! `durability = "sync"`): the shard writes a batch's records and goes on
 //! with the next batch; this thread syncs the log and only then releases
-//! what the batch produced (acceptance REPLYs, text answers, jobs for
-//! workers). Requests that pile up while a sync runs share the next one
-//! (group commit across batches). Releases keep the order of the batches.
+//! what the batch promised (acceptance REPLYs and other frontend frames,
+//! text answers; frames for workers leave at once, see
+//! [`crate::broker::msg::Outbox::flush_after_sync`]). Requests that pile
+//! up while a sync runs share the next one (group commit across batches).
+//! Releases keep the order of the batches.
 
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
