@@ -123,6 +123,11 @@ pub const TEXT_OUT_FLUSH_BYTES: usize = 64 * 1024;
 /// 2.5 GiB of address space instead of 20 GiB with the 2 MiB default.
 pub const TEXT_CONN_STACK_BYTES: usize = 256 * 1024;
 
+/// SCHEDs and answers (ACK, DCL, DEL) one text connection hands to the
+/// shards before it waits for their outcomes (it also waits before any
+/// other command and before reading more): bounds what a pipelining client
+/// has in the shards' channels.
+pub const TEXT_PENDING_SCHEDS: usize = 256;
 /// `durability = "async"`: how often a shard syncs its log. A power cut
 /// (not a crash of the process: records are written at the end of every
 /// batch) loses at most this much of acknowledged work; beanstalkd's `-f`

@@ -3,8 +3,32 @@
 //! server can run against the broker's shards or against a plain in-memory
 //! queue in tests.
 
-use crate::broker::msg::{TextCmd, TextOutcome};
+use crate::broker::msg::{TextCmd, TextOutcome, TextReply};
 use crate::ids::{ConnId, OfferId};
+use crate::limits;
+use crate::protocol::text::ErrorCode;
+
+/// The outcome of a command handed over with [`TextBackend::submit`].
+pub enum Pending {
+    /// Already known.
+    Ready(TextOutcome),
+    /// To come on this channel (the shard's answers for the command's port).
+    Waiting(crossbeam_channel::Receiver<Vec<TextReply>>),
+}
+
+impl Pending {
+    /// Waits for the outcome (up to [`limits::TEXT_SHARD_ANSWER_TIMEOUT`];
+    /// no answer counts as the broker shutting down).
+    pub fn wait(self) -> TextOutcome {
+        match self {
+            Pending::Ready(outcome) => outcome,
+            Pending::Waiting(rx) => match rx.recv_timeout(limits::TEXT_SHARD_ANSWER_TIMEOUT) {
+                Ok(mut replies) if !replies.is_empty() => replies.swap_remove(0).outcome,
+                _ => TextOutcome::Refused(ErrorCode::ShuttingDown),
+            },
+        }
+    }
+}
 
 /// The queue operations behind the text protocol (text-protocol.md).
 ///
@@ -32,6 +56,14 @@ use crate::ids::{ConnId, OfferId};
 pub trait TextBackend: Send + Sync + 'static {
     /// Runs `cmd` (not a `Release`) for `conn` and returns its outcome.
     fn call(&self, conn: ConnId, cmd: TextCmd) -> TextOutcome;
+
+    /// Hands `cmd` over without waiting for its outcome (the server uses it
+    /// for `Sched` and `Answer`, whose outcomes only matter before the
+    /// connection's next reply). Commands submitted and called for one connection still run
+    /// in the order given. The default runs it at once.
+    fn submit(&self, conn: ConnId, cmd: TextCmd) -> Pending {
+        Pending::Ready(self.call(conn, cmd))
+    }
 
     /// The connection ended (END, close, error) while holding `offer`: the
     /// task goes back to the front of its queue, unless the offer already

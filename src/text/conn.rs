@@ -6,6 +6,7 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
+use super::backend::Pending;
 use super::stats::TextStats;
 use super::Shared;
 use crate::broker::msg::{TextAnswer, TextCmd, TextOutcome};
@@ -31,6 +32,13 @@ struct Connection<'a> {
     last_read: Instant,
     /// The socket's read timeout as last set (saves a syscall per read).
     read_timeout: Option<Duration>,
+    /// SCHEDs and answers (ACK, DCL, DEL) handed to the shards whose
+    /// outcomes are not yet known, in order. They are settled before any
+    /// other command runs and before the connection waits for input: these
+    /// commands have no reply of their own, so pipelined ones share one wait
+    /// (with durability "sync", one sync) instead of one each, and an `ERR`
+    /// for a refused one still comes out in command order.
+    pending: std::collections::VecDeque<Pending>,
 }
 
 /// Serves `stream` until END, EOF, an I/O error, the idle timeout or
@@ -46,6 +54,7 @@ pub(super) fn serve(shared: &Shared, id: ConnId, stream: TcpStream) {
         offer: None,
         last_read: Instant::now(),
         read_timeout: None,
+        pending: std::collections::VecDeque::new(),
     };
     if let Err(e) = conn.run() {
         tracing::debug!(conn = %id, error = %e, "text connection ended by error");
@@ -80,6 +89,11 @@ impl Connection<'_> {
     /// Runs every decoded command, appending answers to `self.out`.
     fn process(&mut self) -> io::Result<Flow> {
         while let Some(item) = self.decoder.next() {
+            let no_reply =
+                matches!(item, Ok(TextCommand::Sched { .. } | TextCommand::Ack | TextCommand::Dcl | TextCommand::Del));
+            if !no_reply || self.pending.len() >= limits::TEXT_PENDING_SCHEDS {
+                self.settle();
+            }
             let flow = match item {
                 Ok(command) => self.handle(command),
                 Err(e) => {
@@ -94,7 +108,19 @@ impl Connection<'_> {
                 self.flush()?;
             }
         }
+        self.settle();
         Ok(Flow::Continue)
+    }
+
+    /// Waits for the outcomes of the commands handed over, in order,
+    /// writing an `ERR` for each refused one.
+    fn settle(&mut self) {
+        while let Some(p) = self.pending.pop_front() {
+            match p.wait() {
+                TextOutcome::Done => {}
+                other => self.unexpected(other),
+            }
+        }
     }
 
     fn handle(&mut self, command: TextCommand) -> Flow {
@@ -110,10 +136,8 @@ impl Connection<'_> {
     }
 
     fn handle_sched(&mut self, queue: QueueName, data: Vec<u8>) {
-        match self.shared.backend.call(self.id, TextCmd::Sched { queue, data }) {
-            TextOutcome::Done => {}
-            other => self.unexpected(other),
-        }
+        let pending = self.shared.backend.submit(self.id, TextCmd::Sched { queue, data });
+        self.pending.push_back(pending);
     }
 
     fn handle_ask(&mut self, queue: QueueName) {
@@ -140,10 +164,10 @@ impl Connection<'_> {
             return self.err(ErrorCode::NoTask, ErrorCode::NoTask.default_text());
         };
         TextStats::dec(&self.shared.stats.offers_held);
-        match self.shared.backend.call(self.id, TextCmd::Answer { offer, answer }) {
-            TextOutcome::Done => {}
-            other => self.unexpected(other),
-        }
+        // Like a SCHED, an answer has no reply of its own: its outcome is
+        // settled with the pending SCHEDs.
+        let pending = self.shared.backend.submit(self.id, TextCmd::Answer { offer, answer });
+        self.pending.push_back(pending);
     }
 
     /// Writes a refusal; any other outcome where it does not belong breaks

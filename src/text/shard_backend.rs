@@ -9,11 +9,10 @@ use std::sync::Arc;
 
 use crossbeam_channel::Sender;
 
-use super::backend::TextBackend;
+use super::backend::{Pending, TextBackend};
 use crate::broker::msg::{ShardMsg, TextCmd, TextOutcome, TextPort, TextRequest};
 use crate::broker::types::shard_of;
 use crate::ids::{ConnId, OfferId};
-use crate::limits;
 use crate::protocol::text::ErrorCode;
 
 /// [`TextBackend`] over the dispatcher shards.
@@ -44,14 +43,15 @@ impl ShardBackend {
 
 impl TextBackend for ShardBackend {
     fn call(&self, conn: ConnId, cmd: TextCmd) -> TextOutcome {
+        self.submit(conn, cmd).wait()
+    }
+
+    fn submit(&self, conn: ConnId, cmd: TextCmd) -> Pending {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let port = TextPort { id: self.next_port.fetch_add(1, Ordering::Relaxed), tx };
-        if let Err(code) = self.send(conn, cmd, port) {
-            return TextOutcome::Refused(code);
-        }
-        match rx.recv_timeout(limits::TEXT_SHARD_ANSWER_TIMEOUT) {
-            Ok(mut replies) if !replies.is_empty() => replies.swap_remove(0).outcome,
-            _ => TextOutcome::Refused(ErrorCode::ShuttingDown),
+        match self.send(conn, cmd, port) {
+            Ok(()) => Pending::Waiting(rx),
+            Err(code) => Pending::Ready(TextOutcome::Refused(code)),
         }
     }
 
