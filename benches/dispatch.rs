@@ -33,7 +33,8 @@ fn dispatch(c: &mut Criterion) {
         b.iter(|| {
             let request = ShardMsg::Request { client: client.clone(), frames: frames.clone(), fallback_done: false };
             shard.handle(request, now, &mut out);
-            let reply = ShardMsg::WorkerReply { id: worker.clone(), request_msgid: MsgId::from(&msgid[..]) };
+            let reply =
+                ShardMsg::WorkerReply { id: worker.clone(), request_msgid: MsgId::from(&msgid[..]), failed: false };
             shard.handle(reply, now, &mut out);
             shard.handle(ShardMsg::WorkerReady { id: worker.clone() }, now, &mut out);
             out.emqp.clear();

@@ -38,6 +38,7 @@ fn codec(c: &mut Criterion) {
     let reply = Message::new(Command::JobReply {
         result: b"{\"value\": null}".to_vec(),
         request_msgid: emq::protocol::emqp::new_msgid(),
+        failed: false,
     })
     .encode();
     g.bench_function("decode job-result REPLY", |b| b.iter(|| decode(&reply, Socket::Backend)));

@@ -1,4 +1,4 @@
-//! Weighted worker selection (`Candidates::select`, EventMQ rule, spec §5.6)
+//! Weighted worker selection (`Candidates::select`, EventMQ rule, docs/emqp.md "Selection")
 //! with 10, 100 and 1,000 workers: every worker free (the common case) and
 //! only the last worker free (the longest walk).
 

@@ -1,6 +1,6 @@
 //! The cost of waking the I/O thread out of `zmq::poll` to hand it one
-//! outgoing message, three ways (DESIGN "A ZeroMQ socket lives on one
-//! thread: measure the options"):
+//! outgoing message, three ways (a ZeroMQ socket lives on one
+//! thread; which way wakes it fastest?):
 //!
 //! * `push_pull_frames`: the message's frames travel over an inproc
 //!   PUSH → PULL pair that is one of the poll items (emq before issue 9);

@@ -11,8 +11,8 @@ FE=$(port); BE=$(port); AD=$(port)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
-"$BIN/emq-router" --frontend-addr "tcp://127.0.0.1:$FE" --backend-addr "tcp://127.0.0.1:$BE" \
-  --admin-addr "tcp://127.0.0.1:$AD" --text-addr off --log warn & RPID=$!; PIDS+=("$RPID")
+"$BIN/emq-router" --frontend "tcp://127.0.0.1:$FE" --backend "tcp://127.0.0.1:$BE" \
+  --admin "tcp://127.0.0.1:$AD" --text off --log warn & RPID=$!; PIDS+=("$RPID")
 sleep 0.5
 for _ in $(seq "$N"); do
   "$BIN/emq-worker" -B "tcp://127.0.0.1:$BE" -Q default -J 1 -- cat >/dev/null 2>&1 & PIDS+=("$!")

@@ -107,8 +107,9 @@ try_router() {
         emq-shard-sync) flags=(--wal-sync-thread false) ;;
       esac
       new_data_dir
-      "$ROUTER" --log warn --frontend-addr "$FE" --backend-addr "$BE" --admin-addr "tcp://127.0.0.1:$p3" \
-        --text-addr "$TEXT" --data-dir "$DATA" "${flags[@]}" >>"$OUT/router-emq.log" 2>&1 &
+      # shellcheck disable=SC2086
+      "$ROUTER" --log warn --frontend "$FE" --backend "$BE" --admin "tcp://127.0.0.1:$p3" \
+        --text "$TEXT" --data-dir "$DATA" "${flags[@]}" $ROUTER_ARGS >>"${ROUTER_LOG:-$OUT/router-emq.log}" 2>&1 &
       ;;
     forwarder)
       "$BENCH" forwarder --frontend-addr "$FE" --backend-addr "$BE" >/dev/null 2>&1 &
@@ -183,7 +184,7 @@ run_one() { # SCENARIO TARGET RUN
 SCENARIOS=("$@")
 [ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=($(ls loadtest/scenarios | sed 's/\.sh$//'))
 for s in "${SCENARIOS[@]}"; do
-  MODE= TARGETS= RUNS=1 ARGS= IDLE_WORKERS=10000 IDLE_SECONDS=20
+  MODE= TARGETS= RUNS=1 ARGS= IDLE_WORKERS=10000 IDLE_SECONDS=20 ROUTER_ARGS= ROUTER_LOG=
   # shellcheck disable=SC1090
   . "loadtest/scenarios/$s.sh"
   # Runs interleave the targets (a1 b1 a2 b2 …) so a shift in the shared

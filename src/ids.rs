@@ -114,10 +114,16 @@ impl JobId {
         (self.0 & 0xffff) as usize
     }
 
-    /// The accepting shard's acceptance count: later jobs of one shard have
-    /// larger numbers.
+    /// The accepting shard's sequence number of the job (from 1).
     pub fn seq(self) -> u64 {
         self.0 >> 16
+    }
+}
+
+/// `<shard>-<seq>`, as logs show it (`job=0-17`).
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.shard(), self.seq())
     }
 }
 
@@ -191,5 +197,6 @@ mod tests {
         assert_ne!(JobId::new(0, 1), JobId::new(1, 1));
         assert_eq!(JobId::new(3, 5).0 & 0xffff, 3);
         assert_eq!((JobId::new(3, 5).shard(), JobId::new(3, 5).seq()), (3, 5));
+        assert_eq!(JobId::new(3, 5).to_string(), "3-5");
     }
 }

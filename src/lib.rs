@@ -19,9 +19,15 @@
 //!                         │ dispatcher   │ selection, in-flight table,
 //!                         │ shard 0..N-1 │ heartbeat/expiry timers, text offers
 //!                         └──────┬───────┘
-//!          TextCmd batches ▲     │ TextReply per port
-//!  text clients ─► acceptor pool ─► connection threads (std::net, blocking)
+//!          TextCmd batches ▲     │ TextReply batches per I/O thread
+//!  text clients ─► text I/O threads, one per core (mio readiness loops,
+//!                  many non-blocking connections each, commands batched per shard)
 //! ```
+//!
+//! What users read: `docs/emqp.md` (eMQP as emq speaks it and how it
+//! differs from EventMQ), `docs/text-protocol.md`, `docs/configuration.md`
+//! (every setting and limit of every program). Comments in the code point
+//! there by section name, e.g. docs/emqp.md "Unknown queues".
 //!
 //! Modules, lowest layer first:
 //! * [`ids`] and [`limits`]: identifier newtypes and every limit, shared by all layers.
@@ -32,13 +38,14 @@
 //! * [`wal`]: each shard's write-ahead log (group commit, recovery, compaction).
 //! * [`zmq_io`]: the only code that calls the zmq crate on the router side
 //!   (I/O thread, egress, socket set-up).
-//! * [`text`]: the text protocol server (acceptors, connection threads) behind
-//!   the [`text::TextBackend`] trait.
+//! * [`text`]: the text protocol server: a fixed pool of I/O threads, each a
+//!   readiness loop over many connections, batching commands per shard.
 //! * [`router`]: builds, starts, drains and stops the router; admin thread;
 //!   latency reporter.
 //! * [`client`]: Rust client libraries (eMQP client, admin client, worker, text client).
 //! * [`scheduler`]: emq-scheduler (SCHEDULE/UNSCHEDULE, timers, persistence).
-//! * [`config`]: settings, declared once and validated once.
+//! * [`config`]: settings, declared once and validated once; [`logging`]
+//!   and [`program`]: what every binary does at its start and end.
 //! * [`zmq_error`]: [`zmq_error::ZmqError`], the error of a failed zmq call, for every layer.
 
 #![warn(missing_docs)]
@@ -51,6 +58,7 @@ pub mod ids;
 pub mod limits;
 pub mod logging;
 pub mod metrics;
+pub mod program;
 pub mod protocol;
 pub mod pubsub;
 pub mod router;

@@ -4,18 +4,26 @@
 
 use std::time::Duration;
 
-/// eMQP frontend (clients, schedulers): EventMQ's `FRONTEND_ADDR` (spec §1).
+/// eMQP frontend (clients, schedulers): EventMQ's `FRONTEND_ADDR` (docs/emqp.md "Sockets").
 pub const FRONTEND_ADDR: &str = "tcp://127.0.0.1:47291";
-/// eMQP backend (workers): EventMQ's `BACKEND_ADDR` (spec §1).
+/// eMQP backend (workers): EventMQ's `BACKEND_ADDR` (docs/emqp.md "Sockets").
 pub const BACKEND_ADDR: &str = "tcp://127.0.0.1:47290";
-/// Admin socket (emq-cli): EventMQ's `ADMINISTRATIVE_ADDR` (spec §1).
+/// Admin socket (emq-cli): EventMQ's `ADMINISTRATIVE_ADDR` (docs/emqp.md "Sockets").
 pub const ADMIN_ADDR: &str = "tcp://127.0.0.1:47293";
-/// Text protocol listener (spec text-protocol.md).
+/// Text protocol listener (docs/text-protocol.md).
 pub const TEXT_ADDR: &str = "127.0.0.1:47294";
 /// Pub/sub device, incoming ROUTER: EventMQ's `PUBLISHER_INCOMING_ADDR`.
 pub const PUBSUB_IN_ADDR: &str = "tcp://127.0.0.1:47298";
 /// Pub/sub device, outgoing PUB: EventMQ's `PUBLISHER_OUTGOING_ADDR`.
 pub const PUBSUB_OUT_ADDR: &str = "tcp://127.0.0.1:47299";
+
+/// Log filter of the long-running programs (router, scheduler, worker,
+/// pub/sub device): start, stop, peers coming and going, problems; nothing
+/// per job (`emq=debug` adds each job's steps).
+pub const LOG: &str = "info";
+/// Log filter of the one-shot tools (`emq-cli`, `emq-bench`): their output
+/// is their answer, so only warnings and errors are logged.
+pub const TOOL_LOG: &str = "warn";
 
 /// Heartbeat send period to every worker and scheduler. EventMQ's
 /// `HEARTBEAT_INTERVAL` (3 s); Python peers reconnect after ~15 s of silence.
@@ -23,13 +31,13 @@ pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
 /// A worker or scheduler silent this long is dead. EventMQ's
 /// `HEARTBEAT_TIMEOUT` (5 s); Python peers heartbeat every 3 s.
 pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Python EventMQ peers send a HEARTBEAT this often (spec §3.5), whatever
+/// Python EventMQ peers send a HEARTBEAT this often (docs/emqp.md "HEARTBEAT"), whatever
 /// the router's settings: a shorter `heartbeat_timeout` expires them.
 pub const PYTHON_PEER_HEARTBEAT: Duration = Duration::from_secs(3);
 /// How late a Python peer's heartbeat may arrive (its loop and the network):
 /// `heartbeat_timeout` should be at least [`PYTHON_PEER_HEARTBEAT`] plus this.
 pub const PYTHON_PEER_HEARTBEAT_SLACK: Duration = Duration::from_millis(500);
-/// Python EventMQ peers reconnect after this much router silence (spec §6.6),
+/// Python EventMQ peers reconnect after this much router silence (docs/emqp.md "Liveness"),
 /// so the router must heartbeat them at least three times as often.
 pub const PYTHON_PEER_SILENCE: Duration = Duration::from_secs(15);
 /// How long a worker that said KBYE keeps its in-flight jobs before they
@@ -58,10 +66,92 @@ pub const MAX_MSGID_BYTES: usize = 255;
 pub const MAX_QUEUE_NAME_BYTES: usize = 255;
 /// Longest REQUEST headers frame (D5) in bytes: headers are a short CSV.
 pub const MAX_HEADERS_BYTES: usize = 65_535;
+/// Most `[weight, name]` pairs one INFORM may list: a worker serving more
+/// queues than this is almost surely misconfigured, and each pair costs a
+/// candidate entry on its queue's shard.
+pub const MAX_INFORM_QUEUES: usize = 1024;
+/// Highest queue weight an INFORM may give (weights start at 1). Weights are
+/// priority tiers compared with each other; a million tiers is more than
+/// any deployment uses, and the bound keeps every weight a small integer in
+/// every peer's language.
+pub const MAX_QUEUE_WEIGHT: i64 = 1_000_000;
+/// Most schedulers registered at once. Schedulers are a handful per
+/// deployment; each SCHEDULE costs one hash per live scheduler (rendezvous
+/// routing), and the table is keyed by peer identities from the network.
+pub const MAX_SCHEDULERS: usize = 256;
+/// Most SCHEDULE/UNSCHEDULE messages the router remembers at once while
+/// their scheduler's answer is due (to send it back to the client that sent
+/// them); past it a SCHEDULE gets `ERROR BUSY`. Each entry is two identities
+/// and a msgid (~150 bytes): 10,000 is 1.5 MB, and more than 300
+/// SCHEDULEs a second for [`SCHEDULE_ANSWER_TIMEOUT`].
+pub const MAX_PENDING_SCHEDULE_ANSWERS: usize = 10_000;
+/// How long the router waits for a scheduler's answer to a SCHEDULE or
+/// UNSCHEDULE before it forgets who sent it. An EventMQ scheduler never
+/// answers; emq-scheduler answers at once, or after a store timeout.
+pub const SCHEDULE_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most schedule keys whose owner the router remembers (to route every
+/// SCHEDULE of a schedule to the scheduler holding it). An entry is ~150
+/// bytes: 100,000 keys are 15 MB, more schedules than any deployment the
+/// scheduler's single timer heap is built for. Past it the key routed
+/// least recently is forgotten.
+pub const MAX_ROUTED_SCHEDULE_KEYS: usize = 100_000;
+/// Longest scheduler name (INFORM D6, emq extension) the router accepts.
+pub const MAX_SCHEDULER_NAME_BYTES: usize = 128;
 /// Waiting jobs per queue before REQUEST/SCHED is rejected. EventMQ uses
-/// 10,000 (`HWM`) and a RAM-sized limit for `default` (D9); we use one
+/// 10,000 (`HWM`) and a RAM-sized limit for `default`; we use one
 /// explicit bound large enough for bursts (100,000-line pipelines).
 pub const MAX_QUEUE_LEN: usize = 1_000_000;
+/// Most queues the broker holds at once (every shard together). A new name
+/// past it is refused with `QUEUE_LIMIT` (text SCHED/ASK, eMQP INFORM). An
+/// empty queue with no worker takes ~300 bytes and goes after
+/// [`QUEUE_IDLE_GRACE`], so 100,000 names cost ~30 MB at most.
+pub const MAX_QUEUES: usize = 100_000;
+/// A queue with no waiting job, no worker declaring it and no text offer is
+/// forgotten after this long idle (with everything keyed by its name). Until
+/// then it counts as known, so a restarting worker's jobs wait for it.
+pub const QUEUE_IDLE_GRACE: Duration = Duration::from_secs(300);
+/// Most queues one worker may declare in its INFORM: a READY walks the
+/// worker's queues, so this bounds its cost (~20 ns per queue).
+pub const MAX_QUEUES_PER_WORKER: usize = 1_000;
+/// Most registered workers (every shard together); an INFORM past it gets
+/// `ERROR BAD_INFORM`.
+pub const MAX_WORKERS: usize = 100_000;
+/// Largest eMQP message the broker takes, all frames together, in bytes:
+/// past it `ERROR TOO_BIG`. ZeroMQ itself drops the connection of a peer
+/// sending a single frame over twice this (`ZMQ_MAXMSGSIZE`), so that such a
+/// message is never buffered whole.
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+/// Most bytes of waiting jobs per queue (job buffers as held: frames plus a
+/// 12-byte header); past it `QUEUE_FULL`.
+pub const MAX_QUEUE_BYTES: usize = 1 << 30;
+/// Messages the I/O thread and the text front end may have handed to one
+/// shard that it has not taken yet (text commands count one each). Past it
+/// the eMQP I/O thread stops reading its sockets until the shard catches
+/// up, so ZeroMQ's HWM pushes back on senders instead of the broker's
+/// memory growing. The text front end needs no pause of its own: each
+/// connection has at most [`TEXT_MAX_PENDING_COMMANDS`] commands
+/// unanswered, then TCP pushes back.
+pub const SHARD_INBOX_MESSAGES: usize = 65_536;
+/// A sweep that forgets at least this many queues gives the freed heap
+/// back to the operating system (`malloc_trim`), so that RSS falls again
+/// after a burst of one-off queue names.
+pub const QUEUE_SWEEP_TRIM_MIN: usize = 1_000;
+/// While a shard is behind (see [`SHARD_INBOX_MESSAGES`]) the I/O thread
+/// looks at it again this often; it reads no socket meanwhile.
+pub const BACKPRESSURE_POLL: Duration = Duration::from_millis(1);
+/// Peers whose undelivered answers the I/O thread counts separately (a
+/// larger set starts afresh).
+pub const UNDELIVERED_PEERS: usize = 10_000;
+/// Undelivered answers to one peer are logged at most this often.
+pub const UNDELIVERED_LOG_EVERY: Duration = Duration::from_secs(60);
+/// Most queues a shard keeps latency histograms for between two reporter
+/// takes (each queue's three histograms take ~75 KiB, so at most ~10 MiB
+/// per shard); jobs of further queues are recorded under the queue name `*`.
+pub const LATENCY_MAX_QUEUES_PER_SHARD: usize = 128;
+/// Most histograms (queue × figure) the reporter keeps cumulative, and the
+/// `LATENCY` answer lists (the busiest, by jobs recorded): ~26 KiB each,
+/// so at most ~20 MiB for the cumulative and the interval sets together.
+pub const LATENCY_MAX_QUEUES: usize = 384;
 /// How long shutdown waits for queued and in-flight jobs to finish before it
 /// logs what remains and exits.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -83,51 +173,85 @@ pub const BATCH: usize = 512;
 pub const SHARD_ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Longest text-protocol line, not counting LF or a CR before it
-/// (text-protocol.md: 1 MiB).
+/// (docs/text-protocol.md: 1 MiB).
 pub const TEXT_MAX_LINE_BYTES: usize = 1 << 20;
 /// An offer not answered within this time goes back to the front of its
-/// queue (text-protocol.md: 300 s).
+/// queue (docs/text-protocol.md: 300 s).
 pub const TEXT_OFFER_TIMEOUT: Duration = Duration::from_secs(300);
-/// A connection holding a partial line this long is closed
-/// (text-protocol.md: 60 s).
-pub const TEXT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Most open text connections; past it `ERR BUSY` (text-protocol.md: 10,000).
+/// A line must be complete this long after its first byte arrived, else the
+/// connection is closed (docs/text-protocol.md "Limits on connections": slow
+/// senders must not pin memory). 60 s lets a 1 MiB line arrive at 17 KB/s.
+pub const TEXT_LINE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most open text connections; past it `ERR BUSY` (docs/text-protocol.md: 10,000).
 pub const TEXT_MAX_CONNECTIONS: usize = 10_000;
-/// How long a text connection waits for its shard's answer before it
-/// reports the broker as shutting down (shards answer in microseconds
-/// unless stopped).
-pub const TEXT_SHARD_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long the text server's shutdown waits for connection threads to end.
+/// Descriptors kept free for everything but text connections: while fewer
+/// than this many remain below `RLIMIT_NOFILE`, a new text connection gets
+/// `ERR BUSY`, so eMQP peers and the admin socket (one descriptor per ZeroMQ
+/// connection) always find one. 256 covers the router's own ~30 and a burst
+/// of eMQP connections.
+pub const TEXT_RESERVED_FDS: usize = 256;
+/// A connection holding more unsent reply bytes than this (it does not read
+/// its replies) is closed and its offer goes back to the front
+/// (text-protocol.md "Limits on connections"). At least one full `WANT?`
+/// line ([`TEXT_MAX_LINE_BYTES`] + 7) must fit.
+pub const TEXT_MAX_UNSENT_BYTES: usize = 4 << 20;
+/// Longest wait a long-poll `ASK <queue> <ms>` may ask for; a longer one
+/// is `ERR BAD_FORMAT`. Equal to the offer timeout: both bound how long
+/// the broker keeps something for one connection.
+pub const TEXT_MAX_ASK_WAIT: Duration = Duration::from_secs(300);
+/// An ASK keeps its queue known (an eMQP REQUEST for it waits there instead
+/// of falling back to `default`) this long after the last ASK for it: long
+/// enough for a consumer that polls with back-off, short enough that a name
+/// asked once does not stay known for ever.
+pub const TEXT_ASK_GRACE: Duration = Duration::from_secs(60);
+/// Most queue names the shards keep as known only because a text client
+/// ASKed for them within [`TEXT_ASK_GRACE`] (split evenly over the shards).
+/// An ASK naming a new queue past it gets `ERR QUEUE_LIMIT`. Each name costs
+/// about 100 bytes plus its length: 100,000 names are ~10 MB at most.
+pub const TEXT_MAX_ASKED_QUEUES: usize = 100_000;
+/// How long the text server's shutdown waits for its I/O threads to hand
+/// back held offers and for the shards' last answers.
 pub const TEXT_SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
-/// How long an acceptor waits to write `ERR BUSY` to a refused client.
-pub const TEXT_BUSY_WRITE_TIMEOUT: Duration = Duration::from_millis(200);
-/// Pause after a failed `accept` (for example out of file descriptors), so
-/// an acceptor does not spin.
-pub const TEXT_ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(20);
 /// How often the router's drain looks at the shards.
 pub const DRAIN_POLL_INTERVAL: Duration = Duration::from_millis(50);
-/// Threads calling `accept` on the text listener.
-pub const TEXT_ACCEPTORS: usize = 2;
+/// Most text I/O threads: each one is a readiness loop serving thousands of
+/// connections, so more than one per core only adds switching.
+pub const MAX_TEXT_THREADS: usize = 256;
+/// I/O threads (of `text_threads`) that also accept connections from the
+/// listener and hand them round-robin to every I/O thread. One keeps up
+/// with thousands of connections a second.
+pub const TEXT_ACCEPTORS: usize = 1;
+/// Connections one acceptor takes from the listener per loop turn before it
+/// serves its connections again.
+pub const TEXT_ACCEPT_BATCH: usize = 64;
+/// After an `accept` failure that a spare descriptor could not get past
+/// (the whole system is out of descriptors), the acceptor tries again this
+/// much later instead of spinning.
+pub const TEXT_ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// Failed `accept` calls are logged at most this often, with the count of
+/// those not logged.
+pub const TEXT_ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(1);
 /// Pending-connection queue of the text listener: absorbs connection bursts
 /// (load generators open hundreds at once) while the acceptors catch up.
 pub const TEXT_LISTEN_BACKLOG: i32 = 1024;
-/// Bytes a text connection reads at a time: one read takes a whole pipelined
-/// burst of small commands (about 4,000 SCHED lines).
+/// Bytes an I/O thread reads from one connection at a time, into a buffer
+/// it shares between its connections: one read takes a pipelined burst of
+/// about 800 64-byte SCHED lines.
 pub const TEXT_READ_BUF_BYTES: usize = 64 * 1024;
-/// A text connection's pending answers are written once they reach this
-/// size, even in the middle of a pipelined batch, so a client that
-/// pipelines many ASKs does not pin memory.
-pub const TEXT_OUT_FLUSH_BYTES: usize = 64 * 1024;
-/// Stack of a text connection thread. Its buffers live on the heap and
-/// nothing recurses, so 256 KiB is plenty; 10,000 connections then reserve
-/// 2.5 GiB of address space instead of 20 GiB with the 2 MiB default.
-pub const TEXT_CONN_STACK_BYTES: usize = 256 * 1024;
+/// A connection with this many unsent reply bytes stops being read (and its
+/// read commands wait) until the socket takes them: TCP backpressure for a
+/// client that pipelines faster than it reads.
+pub const TEXT_OUT_PAUSE_BYTES: usize = 64 * 1024;
+/// Most commands of one connection sent to the shards and not answered yet;
+/// past it the connection's next commands wait. Bounds the per-connection
+/// reply bookkeeping (~32 bytes per command).
+pub const TEXT_MAX_PENDING_COMMANDS: usize = 1024;
+/// A connection's buffers larger than this are freed once empty, so an idle
+/// connection that once sent or received a big line holds no big buffer.
+pub const TEXT_KEEP_BUFFER_BYTES: usize = 4 * 1024;
+/// Readiness events one text I/O thread takes from the OS per loop turn.
+pub const TEXT_EVENTS_PER_POLL: usize = 1024;
 
-/// SCHEDs and answers (ACK, DCL, DEL) one text connection hands to the
-/// shards before it waits for their outcomes (it also waits before any
-/// other command and before reading more): bounds what a pipelining client
-/// has in the shards' channels.
-pub const TEXT_PENDING_SCHEDS: usize = 256;
 /// `durability = "async"`: how often a shard syncs its log. A power cut
 /// (not a crash of the process: records are written at the end of every
 /// batch) loses at most this much of acknowledged work; beanstalkd's `-f`
@@ -158,6 +282,10 @@ pub const DATA_DIR_LOCK_TRIES: u32 = 20;
 /// Pause between two attempts to take the data directory's lock.
 pub const DATA_DIR_LOCK_RETRY: Duration = Duration::from_millis(50);
 
+/// Log lines one call site may write per second when input can trigger it
+/// (malformed frames, refusals); past it lines are counted and reported as
+/// `suppressed = N` on the next line let through.
+pub const LOG_BURST: u64 = 10;
 /// Period of the latency reporter's log line.
 pub const LATENCY_REPORT_INTERVAL: Duration = Duration::from_secs(60);
 /// Largest latency an HdrHistogram records (1 hour, in microseconds).
@@ -167,6 +295,16 @@ pub const LATENCY_MAX_US: u64 = 3_600_000_000;
 /// after KBYE before it closes. EventMQ waits up to 300 s
 /// (`KILL_GRACE_PERIOD`); 30 s fits an orchestrator's stop grace period.
 pub const WORKER_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// `emq-worker`'s time limit for a job without a `timeout:N` header:
+/// EventMQ's `GLOBAL_TIMEOUT`.
+pub const WORKER_JOB_TIMEOUT: Duration = Duration::from_secs(300);
+/// Jobs an `emq-worker` runs at once unless told: EventMQ's `CONCURRENT_JOBS`.
+pub const WORKER_CONCURRENCY: usize = 4;
+/// `emq-worker` reconnects under a new identity after this much router
+/// silence: EventMQ's jobmanager allows 3 × `HEARTBEAT_TIMEOUT`.
+pub const WORKER_SILENCE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Period of `emq-worker`'s `jobs ok=… failed=…` log line.
+pub const WORKER_STATS_INTERVAL: Duration = Duration::from_secs(60);
 /// Most bytes of a child's stdout `emq-worker` keeps as the job result.
 pub const WORKER_MAX_RESULT_BYTES: usize = 16 << 20;
 /// emq-scheduler's own admin socket (`SCHEDULES` query). The next free port
@@ -180,10 +318,10 @@ pub const SCHEDULER_TIMEZONE: &str = "UTC";
 /// longer periods are better written as cron expressions.
 pub const SCHEDULER_MAX_INTERVAL_SECS: u64 = 10 * 366 * 24 * 3600;
 /// The scheduler re-registers under a new identity after this much router
-/// silence: EventMQ's peers use 3 × `HEARTBEAT_TIMEOUT` (~15 s, spec §6.6).
+/// silence: EventMQ's peers use 3 × `HEARTBEAT_TIMEOUT` (~15 s, docs/emqp.md "Liveness").
 pub const SCHEDULER_ROUTER_TIMEOUT: Duration = Duration::from_secs(15);
 /// While waiting for the ACK of its INFORM, the scheduler re-sends INFORM
-/// this often (EventMQ never re-sent it and hung: J18).
+/// this often (EventMQ never re-sent it and hung).
 pub const SCHEDULER_INFORM_RETRY: Duration = Duration::from_secs(5);
 /// Attempts to take the scheduler data directory's lock before giving up: a
 /// copy of a just-closed lock descriptor can live on in a child between its
@@ -192,14 +330,41 @@ pub const SCHEDULER_INFORM_RETRY: Duration = Duration::from_secs(5);
 pub const SCHEDULER_LOCK_TRIES: u32 = 20;
 /// Pause between two attempts to take the data directory's lock.
 pub const SCHEDULER_LOCK_RETRY: Duration = Duration::from_millis(50);
+/// Most schedules one emq-scheduler holds; past it a SCHEDULE for a new
+/// key gets `ERROR BUSY`. The same bound as the router's table of schedule
+/// owners ([`MAX_ROUTED_SCHEDULE_KEYS`]); one timer heap serves them all.
+pub const SCHEDULER_MAX_SCHEDULES: usize = 100_000;
 /// Stale timer-heap entries the scheduler tolerates beyond 2 × live jobs
 /// before it rebuilds the heap: small heaps are never rebuilt.
 pub const SCHEDULER_STALE_HEAP_ENTRIES: usize = 1024;
+/// The wall clock may move against the monotonic clock by this much (a
+/// step, or slow drift adding up) before the scheduler re-plans its cron
+/// jobs: under it, NTP's slewing; over it, a step.
+pub const SCHEDULER_CLOCK_STEP: Duration = Duration::from_secs(1);
 /// How long the scheduler waits for a Redis connection (EventMQ's store).
-pub const SCHEDULER_REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The scheduler's loop waits meanwhile, so it is short; a refused
+/// connection fails at once anyway.
+pub const SCHEDULER_REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long one Redis command may take to be written or answered. Redis
+/// answers in well under a millisecond; a paused or overloaded one must not
+/// hold the scheduler's loop (EventMQ's had no timeout, S14).
+pub const SCHEDULER_REDIS_IO_TIMEOUT: Duration = Duration::from_millis(500);
+/// An emq-scheduler's lease on a shared Redis store: its schedules are
+/// taken over by another scheduler this long after it stops renewing it
+/// (every [`SCHEDULER_STORE_RETRY`]).
+pub const SCHEDULER_REDIS_LEASE: Duration = Duration::from_secs(15);
+/// How often the scheduler retries a store it cannot reach (it schedules
+/// from memory meanwhile), and runs the upkeep of a shared store.
+pub const SCHEDULER_STORE_RETRY: Duration = Duration::from_secs(5);
+/// Most one store-failure log line per this long: a store down for an hour
+/// must not flood the log.
+pub const SCHEDULER_STORE_LOG_EVERY: Duration = Duration::from_secs(60);
 /// Deepest JSON nesting the scheduler's Python-compatible JSON parser
 /// accepts: bounds its recursion (CPython's own limit is about 1,000).
 pub const PYJSON_MAX_DEPTH: usize = 256;
+/// Most unreadable lines of a damaged schedule log named in the log line
+/// that reports it (all are counted; the damaged file is kept).
+pub const SCHEDULER_DAMAGED_LINES_LOGGED: usize = 20;
 /// The scheduler's log store is compacted once it holds more than
 /// max(this, 2 × live schedules) lines: small logs are never rewritten.
 pub const SCHEDULER_COMPACT_MIN_LINES: usize = 1_000;
@@ -208,6 +373,10 @@ pub const SCHEDULER_COMPACT_MIN_LINES: usize = 1_000;
 /// waits for a connection and an answer unless told otherwise: long enough
 /// for a loaded broker nearby, short enough for an interactive command.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long `emq-cli request` and `sched` wait for the STATUS that tells
+/// them whether the job's queue is served (their note about a misspelled
+/// queue): short, so an admin socket out of reach delays nothing much.
+pub const CLIENT_NOTE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Most early answers an eMQP `Client` keeps for later `wait` calls before it
 /// drops them all: bounds memory when a caller never waits.
 pub const CLIENT_MAX_STASHED_ANSWERS: usize = 65_536;

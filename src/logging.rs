@@ -1,28 +1,149 @@
 //! Log set-up shared by the binaries: tracing to stderr, one line per event
 //! with the name of the thread that wrote it (`emq-io-0`, `emq-shard-3`,
-//! `emq-text-7`, ...), so a line tells which shard or connection thread it
+//! `emq-text-7`, ...), so a line tells which shard or I/O thread it
 //! came from.
+//!
+//! Every program takes its filter from its `log` setting (`--log`,
+//! `EMQ_LOG`, `log` in the config file; see [`crate::config`]).
 
-/// Installs a stderr subscriber with `filter` (e.g. `info`, `emq=debug`).
-/// Each line carries the time, the level, the thread name and the target.
-/// A bad filter falls back to `info` with a warning; calling twice is harmless.
-pub fn init(filter: &str) {
-    let env = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
+use tracing_subscriber::fmt::format::{DefaultFields, Format};
+use tracing_subscriber::fmt::Subscriber;
+use tracing_subscriber::EnvFilter;
+
+/// The subscriber [`init`] installs: stderr, `filter`, time, level, thread
+/// name and target on each line, colours on a terminal. A bad filter falls
+/// back to `info` with a warning.
+pub fn subscriber(filter: &str) -> Subscriber<DefaultFields, Format, EnvFilter, fn() -> std::io::Stderr> {
+    let env = EnvFilter::try_new(filter).unwrap_or_else(|e| {
         eprintln!("bad log filter {filter:?} ({e}); using info");
-        tracing_subscriber::EnvFilter::new("info")
+        EnvFilter::new("info")
     });
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal();
-    let _ = tracing_subscriber::fmt()
+    tracing_subscriber::fmt()
         .with_env_filter(env)
         .with_ansi(ansi)
         .with_thread_names(true)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr as fn() -> std::io::Stderr)
+        .finish()
 }
 
-/// [`init`] with the filter from `EMQ_LOG`, else `RUST_LOG`, else `info`.
-pub fn init_from_env() {
-    let filter = std::env::var("EMQ_LOG").or_else(|_| std::env::var("RUST_LOG")).unwrap_or_else(|_| "info".into());
-    init(&filter);
+/// Installs [`subscriber`] with `filter` (e.g. `info`, `emq=debug`) for the
+/// whole process; calling twice is harmless.
+pub fn init(filter: &str) {
+    use tracing_subscriber::util::SubscriberInitExt;
+    let _ = subscriber(filter).try_init();
+}
+
+/// Runs `f` with log lines up to `filter` captured on this thread; returns
+/// its result and the lines (no colours).
+#[cfg(test)]
+pub(crate) fn capture<R>(filter: &str, f: impl FnOnce() -> R) -> (R, String) {
+    #[derive(Clone, Default)]
+    struct Lines(std::sync::Arc<parking_lot::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::new(filter))
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let result = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8_lossy(&lines.0.lock()).into_owned();
+    (result, text)
+}
+
+/// At most [`limits::LOG_BURST`](crate::limits::LOG_BURST) events a second
+/// from one call site; the rest are counted, and the next event that gets
+/// through reports how many were suppressed. Used through
+/// [`crate::log_limited!`], so input that makes the broker log (malformed
+/// frames, refused peers) cannot make the log grow faster than a few lines
+/// a second per kind.
+#[derive(Debug, Default)]
+pub struct RateLimit {
+    /// The current one-second window (seconds since the Unix epoch) in the
+    /// high 40 bits and the events let through in it in the low 24.
+    window: std::sync::atomic::AtomicU64,
+    suppressed: std::sync::atomic::AtomicU64,
+}
+
+impl RateLimit {
+    /// A limit with nothing seen yet.
+    pub const fn new() -> RateLimit {
+        RateLimit { window: std::sync::atomic::AtomicU64::new(0), suppressed: std::sync::atomic::AtomicU64::new(0) }
+    }
+
+    /// `Some(suppressed since the last event let through)` when this event
+    /// may be logged, `None` when it is suppressed (and counted).
+    pub fn allow(&self) -> Option<u64> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        self.allow_at(now)
+    }
+
+    /// [`RateLimit::allow`] at `now`, in seconds since the Unix epoch.
+    pub fn allow_at(&self, now: u64) -> Option<u64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let next = self.window.fetch_update(Relaxed, Relaxed, |w| {
+            let (secs, n) = (w >> 24, w & 0xff_ffff);
+            if secs != now {
+                Some(now << 24 | 1)
+            } else if n < crate::limits::LOG_BURST {
+                Some(w + 1)
+            } else {
+                None
+            }
+        });
+        match next {
+            Ok(_) => Some(self.suppressed.swap(0, Relaxed)),
+            Err(_) => {
+                self.suppressed.fetch_add(1, Relaxed);
+                None
+            }
+        }
+    }
+}
+
+/// A `tracing` event at `level` (`warn`, `info`, …) limited per call site by
+/// a [`RateLimit`]; the event carries `suppressed = N`, the events dropped
+/// since the last one logged here.
+///
+/// ```
+/// emq::log_limited!(warn, peer = "w1", "malformed message dropped");
+/// ```
+#[macro_export]
+macro_rules! log_limited {
+    ($level:ident, $($arg:tt)+) => {{
+        static LIMIT: $crate::logging::RateLimit = $crate::logging::RateLimit::new();
+        if let Some(suppressed) = LIMIT.allow() {
+            tracing::$level!(suppressed, $($arg)+);
+        }
+    }};
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RateLimit;
+
+    #[test]
+    fn a_burst_gets_through_then_the_rest_is_counted() {
+        let limit = RateLimit::new();
+        let burst = crate::limits::LOG_BURST;
+        let through: Vec<Option<u64>> = (0..100).map(|_| limit.allow_at(1_000)).collect();
+        assert!(through[..burst as usize].iter().all(|r| *r == Some(0)));
+        assert!(through[burst as usize..].iter().all(Option::is_none));
+        assert_eq!(limit.allow_at(1_001), Some(100 - burst), "the next second reports what was dropped");
+        assert_eq!(limit.allow_at(1_001), Some(0));
+    }
 }

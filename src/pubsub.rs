@@ -1,7 +1,7 @@
-//! The PUBLISH device (EventMQ 0.3.13 `emq-pubsub`, spec §3.9, §8): a
+//! The PUBLISH device (EventMQ 0.3.13 `emq-pubsub`, docs/emqp.md "PUBLISH"): a
 //! ROUTER takes `PUBLISH` messages, a PUB emits `[topic, message]`.
 //!
-//! Fixes P1 and D17: malformed input is logged and counted, never a crash;
+//! Unlike EventMQ's: malformed input is logged and counted, never a crash;
 //! the loop blocks in `zmq::poll` until input or the stop descriptor is
 //! readable (no 1 ms polling).
 

@@ -74,8 +74,8 @@ impl Node {
                 cmd.env_remove(key);
             }
         }
-        cmd.args(["--frontend-addr", &self.frontend(), "--backend-addr", &self.backend()])
-            .args(["--admin-addr", &self.admin(), "--text-addr", &self.text()])
+        cmd.args(["--frontend", &self.frontend(), "--backend", &self.backend()])
+            .args(["--admin", &self.admin(), "--text", &self.text()])
             .args(["--drain-timeout", "200ms", "--latency-interval", "0s"])
             .arg("--data-dir")
             .arg(&self.data)

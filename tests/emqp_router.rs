@@ -1,4 +1,4 @@
-//! emq-router over eMQP with raw ZeroMQ peers: exact frames (spec §13),
+//! emq-router over eMQP with raw ZeroMQ peers: exact frames (docs/emqp.md "Messages"),
 //! each scenario with one shard and with several.
 
 use std::sync::atomic::Ordering;
@@ -60,7 +60,7 @@ impl Peer {
         items[0].is_readable().then(|| self.sock.recv_multipart(0).unwrap())
     }
 
-    /// Next message whose command (D2) is `cmd`, skipping heartbeats and
+    /// Next message whose command (frame 2) is `cmd`, skipping heartbeats and
     /// anything else; panics after 5 s.
     pub fn expect(&self, cmd: &str) -> Frames {
         let end = Instant::now() + Duration::from_secs(5);
@@ -115,7 +115,11 @@ impl Peer {
 }
 
 pub fn admin(h: &RouterHandle, cmd: &str) -> Value {
-    let a = Peer::new(&h.endpoints.admin, b"admin-peer");
+    // A fresh identity per call, as emq-cli uses: a reused one may reach the
+    // router while its previous connection is still open there.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = format!("admin-peer-{}", CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let a = Peer::new(&h.endpoints.admin, id.as_bytes());
     a.send(&[b"", b"eMQP/1.0", cmd.as_bytes(), b"admin:1"]);
     let reply = a.expect("REPLY");
     serde_json::from_slice(&reply[4]).expect("admin reply is JSON")
@@ -310,7 +314,7 @@ fn queue_limit_gives_error_reply() {
 }
 
 #[test]
-fn schedule_round_robin_and_no_scheduler_error() {
+fn schedule_goes_to_the_owner_of_its_key_and_no_scheduler_error() {
     let _w = Watchdog::new("schedule", 30);
     each_shards(|n| {
         let h = router(n);
@@ -328,16 +332,20 @@ fn schedule_round_robin_and_no_scheduler_error() {
             s.send(&[b"", b"eMQP/1.0", b"INFORM", b"i", b"", b"scheduler"]);
             assert_eq!(s.expect("ACK")[4], b"i");
         }
+        // One schedule (one key), sent four times: always to the same scheduler.
         for id in ["a", "b", "c", "d"] {
             sched(id);
         }
-        let got1: Vec<Vec<u8>> = (0..2).map(|_| s1.expect("SCHEDULE")[3].clone()).collect();
-        let got2: Vec<Vec<u8>> = (0..2).map(|_| s2.expect("SCHEDULE")[3].clone()).collect();
-        assert_eq!((got1, got2), (vec![b"a".to_vec(), b"c".to_vec()], vec![b"b".to_vec(), b"d".to_vec()]));
+        let got = |s: &Peer| -> Vec<Vec<u8>> {
+            std::iter::from_fn(|| s.recv_within(300)).filter(|f| f[2] == b"SCHEDULE").map(|f| f[3].clone()).collect()
+        };
+        let (got1, got2) = (got(&s1), got(&s2));
+        let (owner, other, ids) = if got2.is_empty() { (&s1, &s2, got1) } else { (&s2, &s1, got2) };
+        assert_eq!(ids, [b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec()], "all four to one scheduler");
         c.send(&[b"", b"eMQP/1.0", b"UNSCHEDULE", b"u", b"default", b"", b"-1", BODY.as_bytes(), b""]);
-        let u1 = s1.expect("UNSCHEDULE");
-        assert_eq!(u1.len(), 9, "forwarded verbatim");
-        assert_eq!(s2.expect("UNSCHEDULE")[3], b"u");
+        let u1 = owner.expect("UNSCHEDULE");
+        assert_eq!((u1.len(), u1[3].as_slice()), (9, &b"u"[..]), "forwarded verbatim to the owner");
+        assert_eq!(other.expect("UNSCHEDULE")[3].len(), 36, "a copy with a fresh msgid to the other");
         let shown = admin(&h, "ROUTER_SHOW_SCHEDULERS");
         assert!(shown["connected_schedulers"]["sched-1"]["hb"].is_number());
         assert!(shown["connected_schedulers"]["sched-2"]["hb"].is_number());
@@ -458,10 +466,11 @@ fn sigterm_drains_and_logs_what_remains() {
     let port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let (fe, be, ad) = (port(), port(), port());
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_emq-router"))
-        .args(["--frontend-addr", &format!("tcp://127.0.0.1:{fe}")])
-        .args(["--backend-addr", &format!("tcp://127.0.0.1:{be}")])
-        .args(["--admin-addr", &format!("tcp://127.0.0.1:{ad}")])
-        .args(["--text-addr", "off", "--drain-timeout", "300ms", "--durability", "memory"])
+        .args(["--frontend", &format!("tcp://127.0.0.1:{fe}")])
+        .args(["--backend", &format!("tcp://127.0.0.1:{be}")])
+        .args(["--admin", &format!("tcp://127.0.0.1:{ad}")])
+        .args(["--text", "off", "--drain-timeout", "300ms", "--log", "info,emq::broker::shard=debug"])
+        .args(["--durability", "memory"])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -477,7 +486,10 @@ fn sigterm_drains_and_logs_what_remains() {
     assert!(status.success(), "{status}");
     let mut log = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
-    assert!(log.contains("queued job not run") && log.contains("left-behind-1"), "{log}");
+    // One summary line at warn; each job (ids and length, never the body)
+    // at debug.
+    assert!(log.contains("jobs left at shutdown") && log.contains("queued=1"), "{log}");
+    assert!(log.contains("queued job not run") && log.contains("left-behind-1") && log.contains("bytes=1"), "{log}");
 }
 
 fn fast_heartbeats(r: &mut RawRouterConfig) {

@@ -1,6 +1,6 @@
 //! emq-pubsub with the real Python EventMQ publisher helper
 //! (`send_publish_request`) and with `emq-cli publish`: both reach a plain
-//! SUB socket as `[topic, message]` (spec §3.9, §8; project issue 5).
+//! SUB socket as `[topic, message]` (docs/emqp.md "PUBLISH").
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

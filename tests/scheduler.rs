@@ -1,18 +1,49 @@
 //! emq-scheduler without sockets: schedule keys (spec §7.3, §13 V12), the
 //! timetable under a fake clock, and the crash-safe file store.
 
+use std::sync::OnceLock;
+use std::time::Instant;
+
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use emq::scheduler::key::{key_body, KeyError};
 use emq::scheduler::schedule::{Definition, ScheduleError};
 use emq::scheduler::store::{FileStore, Store, StoreError, Stored};
-use emq::scheduler::timetable::{Change, Outcome, Timetable};
+use emq::scheduler::timetable::{Change, Now, Outcome, Timetable};
 
 /// `BODY_1_2` of spec §13 V12.
 pub const BODY_1_2: &str = r#"["run", {"callable": "add", "path": "jobs_mod", "args": [1, 2], "kwargs": {}, "class_args": [], "class_kwargs": {}}]"#;
 
-fn t(s: &str) -> DateTime<Utc> {
+/// The wall time the fake monotonic clock's zero stands for.
+const EPOCH: &str = "2020-01-01T00:00:00Z";
+
+fn wall(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+/// The fake monotonic clock's zero.
+fn zero() -> Instant {
+    static ZERO: OnceLock<Instant> = OnceLock::new();
+    *ZERO.get_or_init(Instant::now)
+}
+
+/// Both clocks at wall time `s`, agreeing (no step since [`EPOCH`]).
+pub fn t(s: &str) -> Now {
+    let w = wall(s);
+    Now { mono: zero() + (w - wall(EPOCH)).to_std().unwrap(), wall: w }
+}
+
+/// `now` moved on by `secs` seconds on both clocks.
+fn plus(now: Now, secs: i64) -> Now {
+    Now {
+        mono: now.mono + std::time::Duration::from_secs(secs as u64),
+        wall: now.wall + chrono::TimeDelta::seconds(secs),
+    }
+}
+
+/// The timetable's next deadline as both clocks read then (no step).
+fn next(tt: &mut Timetable) -> Option<Now> {
+    tt.next_deadline().map(|mono| Now { mono, wall: wall(EPOCH) + chrono::TimeDelta::from_std(mono - zero()).unwrap() })
 }
 
 fn body(args: &str) -> String {
@@ -106,13 +137,13 @@ fn interval_haste_fixed_rate_and_no_burst_after_stall() {
     let haste = haste.unwrap();
     assert_eq!((haste.queue.as_str(), haste.body.as_str()), ("email", body("[1]").as_str()));
     assert!(matches!(&changes[..], [Change::Put(_, None)]));
-    assert_eq!(tt.next_deadline(), Some(t("2024-01-01T00:00:10Z")));
+    assert_eq!(next(&mut tt), Some(t("2024-01-01T00:00:10Z")));
     assert!(tt.fire_due(t("2024-01-01T00:00:09Z")).0.is_empty());
     assert_eq!(tt.fire_due(t("2024-01-01T00:00:10.300Z")).0.len(), 1);
-    assert_eq!(tt.next_deadline(), Some(t("2024-01-01T00:00:20Z")), "fixed rate, no drift");
+    assert_eq!(next(&mut tt), Some(t("2024-01-01T00:00:20Z")), "fixed rate, no drift");
     // Stalled for 75 s: one fire, then now + interval.
     assert_eq!(tt.fire_due(t("2024-01-01T00:01:35Z")).0.len(), 1);
-    assert_eq!(tt.next_deadline(), Some(t("2024-01-01T00:01:45Z")));
+    assert_eq!(next(&mut tt), Some(t("2024-01-01T00:01:45Z")));
 }
 
 #[test]
@@ -123,13 +154,13 @@ fn repeated_identical_schedule_keeps_timer_changed_one_replaces() {
     let later = t("2024-01-01T00:00:04Z");
     let (outcome, haste, changes) = tt.schedule(def("q", "run_count:5", "10", "[1]", ""), later).unwrap();
     assert_eq!((outcome, haste, changes), (Outcome::Unchanged, None, vec![]));
-    assert_eq!(tt.next_deadline(), Some(t("2024-01-01T00:00:10Z")));
+    assert_eq!(next(&mut tt), Some(t("2024-01-01T00:00:10Z")));
     assert_eq!(tt.get(&key_body(body("[1]").as_bytes()).unwrap().key).unwrap().1, Some(4));
     // Another queue, same key: replaced, haste again, timer restarted.
     let (outcome, haste, _) = tt.schedule(def("other", "run_count:5", "10", "[1]", ""), later).unwrap();
     assert_eq!(outcome, Outcome::Replaced);
     assert_eq!(haste.unwrap().queue, "other");
-    assert_eq!(tt.next_deadline(), Some(t("2024-01-01T00:00:14Z")));
+    assert_eq!(next(&mut tt), Some(t("2024-01-01T00:00:14Z")));
     assert_eq!(tt.len(), 1);
     // nohaste replacement: no immediate run.
     let (_, haste, _) = tt.schedule(def("other", "nohaste", "10", "[1]", ""), later).unwrap();
@@ -144,7 +175,7 @@ fn run_count_counts_the_haste_run() {
     let mut fired = usize::from(haste.is_some());
     let mut deletes = 0;
     for _ in 0..10 {
-        now += chrono::TimeDelta::seconds(1);
+        now = plus(now, 1);
         let (fires, changes) = tt.fire_due(now);
         fired += fires.len();
         deletes += changes.iter().filter(|c| matches!(c, Change::Delete(_))).count();
@@ -166,12 +197,12 @@ fn unschedule_removes_cron_and_interval_jobs() {
     let cron = def("email", "nohaste", "-1", "[1]", "*/5 * * * *");
     let key = cron.key.clone();
     tt.schedule(cron, now).unwrap();
-    assert_eq!(tt.next_deadline(), Some(t("2024-01-01T00:05:00Z")));
+    assert_eq!(next(&mut tt), Some(t("2024-01-01T00:05:00Z")));
     let (fires, _) = tt.fire_due(t("2024-01-01T00:05:00Z"));
     assert_eq!(fires[0].queue, "email", "cron jobs keep their queue (S3)");
     assert!(tt.unschedule(&key));
     assert!(tt.fire_due(t("2024-01-01T01:00:00Z")).0.is_empty());
-    assert_eq!(tt.next_deadline(), None);
+    assert_eq!(next(&mut tt), None);
 }
 
 /// The next `n` cron fire times after `from`, firing each as the loop would.
@@ -180,8 +211,8 @@ fn cron_fires(tz: Tz, expr: &str, from: &str, n: usize) -> Vec<String> {
     tt.schedule(def("q", "nohaste", "-1", "[1]", expr), t(from)).unwrap();
     let mut out = Vec::new();
     for _ in 0..n {
-        let at = tt.next_deadline().unwrap();
-        out.push(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        let at = next(&mut tt).unwrap();
+        out.push(at.wall.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
         assert_eq!(tt.fire_due(at).0.len(), 1);
     }
     out
@@ -225,10 +256,10 @@ fn cron_dst_in_a_time_zone() {
         cron_fires(berlin, "30 2 * * *", "2024-10-26T12:00:00Z", 2),
         ["2024-10-27T00:30:00Z", "2024-10-28T01:30:00Z"]
     );
-    // Minute steps skip the repeated hour's second pass (documented in schedule.rs).
+    // Wildcard jobs follow the local clock through the repeated hour's second pass (Vixie cron; cron.rs).
     assert_eq!(
         cron_fires(berlin, "*/30 * * * *", "2024-10-27T00:15:00Z", 3),
-        ["2024-10-27T00:30:00Z", "2024-10-27T02:00:00Z", "2024-10-27T02:30:00Z"]
+        ["2024-10-27T00:30:00Z", "2024-10-27T01:00:00Z", "2024-10-27T01:30:00Z"]
     );
     // UTC default: no DST at all.
     assert_eq!(
@@ -245,7 +276,7 @@ fn ten_thousand_schedules_one_deadline() {
         tt.schedule(def("q", "nohaste", &(60 + i % 600).to_string(), &format!("[{i}]"), ""), now).unwrap();
     }
     assert_eq!(tt.len(), 10_000);
-    assert_eq!(tt.next_deadline(), Some(t("2024-01-01T00:01:00Z")));
+    assert_eq!(next(&mut tt), Some(t("2024-01-01T00:01:00Z")));
     assert!(tt.fire_due(t("2024-01-01T00:00:59Z")).0.is_empty());
     assert_eq!(tt.fire_due(t("2024-01-01T00:01:00Z")).0.len(), 17);
 }
@@ -263,7 +294,7 @@ fn stale_timers_do_not_accumulate() {
     }
     assert_eq!(tt.len(), 1);
     assert!(tt.pending_timers() <= 2 + 1024 + 1, "{} heap entries", tt.pending_timers());
-    assert_eq!(tt.next_deadline(), Some(t("2024-01-01T00:00:30Z")));
+    assert_eq!(next(&mut tt), Some(t("2024-01-01T00:00:30Z")));
 }
 
 fn stored(args: &str) -> (emq::scheduler::key::ScheduleKey, Stored) {
@@ -289,11 +320,19 @@ fn file_store_survives_torn_and_damaged_writes() {
     assert_eq!(text.lines().count(), 4);
     // Damage line 1 (A's put), tear a last write, leave a half-written compaction file.
     let damaged = text.replacen("run_count:4", "run_count:5", 1) + "0badc0de {\"op\":\"put\",\"key\":";
-    std::fs::write(&log, damaged).unwrap();
+    std::fs::write(&log, &damaged).unwrap();
     std::fs::write(dir.path().join("schedules.log.tmp"), "garbage").unwrap();
     let mut s = FileStore::open(dir.path()).unwrap();
     assert_eq!(s.load().unwrap(), vec![c.clone()]);
     assert!(!dir.path().join("schedules.log.tmp").exists());
+    // The damaged original was moved aside before the compaction, intact.
+    let aside: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("schedules.log.damaged-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), damaged);
     s.put(&a.0, &a.1).unwrap();
     drop(s);
     let mut s = FileStore::open(dir.path()).unwrap();

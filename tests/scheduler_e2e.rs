@@ -128,10 +128,11 @@ impl FakeRouter {
     /// Waits for INFORM (checking its exact frames) and ACKs it.
     fn register(&self) -> Vec<u8> {
         let inform = self.expect("INFORM", Duration::from_secs(5));
-        assert_eq!(inform.len(), 7);
+        assert_eq!(inform.len(), 8, "D6: the scheduler's name (emq extension)");
         assert_eq!(&inform[1..4], &[b"".to_vec(), b"eMQP/1.0".to_vec(), b"INFORM".to_vec()]);
         assert_eq!((inform[0].len(), inform[4].len()), (36, 36), "uuid4 identity and msgid");
-        assert_eq!(&inform[5..], &[b"".to_vec(), b"scheduler".to_vec()]);
+        assert_eq!(&inform[5..7], &[b"".to_vec(), b"scheduler".to_vec()]);
+        assert_eq!(inform[7].len(), 36, "a uuid4 name made at first start");
         let id = inform[0].clone();
         self.send(&id, &[b"", b"eMQP/1.0", b"ACK", b"ack-1", &inform[4]]);
         id
@@ -359,6 +360,8 @@ fn scheduler_redis_store_uses_eventmq_layout() {
         let child = Command::new(env!("CARGO_BIN_EXE_emq-scheduler"))
             .args(["--router-addr", &router.endpoint, "--admin-addr", &format!("tcp://127.0.0.1:{admin_port}")])
             .args(["--redis", &redis_server.url])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
             .stderr(std::fs::File::create(dir.path().join(log)).unwrap())
             .spawn()
             .unwrap();

@@ -1,8 +1,11 @@
 mod bench;
+mod bounds;
+mod cli;
 mod client;
 mod common;
 mod durability;
 mod emqp_router;
+mod exact;
 mod interop;
 mod interop_pubsub;
 mod interop_scheduler;
@@ -10,4 +13,6 @@ mod scheduler;
 mod scheduler_e2e;
 mod text;
 mod text_broker;
+mod text_limits;
+mod walkthrough;
 mod worker_e2e;

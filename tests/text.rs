@@ -1,18 +1,19 @@
-//! The text protocol over real TCP: the server (with `MemoryBackend`) and
-//! the Rust client (against a scripted fake server and the real one).
+//! The text protocol over real TCP: the server (over dispatcher shards of
+//! its own, without the rest of the router) and the Rust client (against a
+//! scripted fake server and the real one).
 
 mod client;
-mod memory;
 mod server;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use emq::config::{RouterConfig, TextConfig};
+use emq::router::Shards;
 use emq::text::{TextServer, TextStats};
-use memory::MemoryBackend;
 
 pub use crate::common::watchdog::Watchdog as TextWatchdog;
 
@@ -21,10 +22,67 @@ pub fn text_watchdog(secs: u64) -> TextWatchdog {
     TextWatchdog::new("text test", secs)
 }
 
-/// A server on a fresh port with a `MemoryBackend`.
+/// The shards behind a [`TextFixture`]'s server, seen as the tests need
+/// them: what happened to offers, what waits in a queue, the drain flag.
+pub struct Backend {
+    shards: Option<Shards>,
+}
+
+/// What happened to offers, from the shards' counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// Tasks accepted with ACK.
+    pub acked: u64,
+    /// Tasks declined with DCL.
+    pub declined: u64,
+    /// Tasks deleted with DEL.
+    pub deleted: u64,
+    /// Offers returned because their connection ended (END, close).
+    pub released: u64,
+    /// Offers returned by their timeout.
+    pub timed_out: u64,
+}
+
+impl Backend {
+    fn broker(&self) -> &emq::router::Broker {
+        &self.shards.as_ref().expect("shards run until the fixture is dropped").broker
+    }
+
+    /// The counters so far.
+    pub fn counts(&self) -> Counts {
+        let c = &self.broker().ctx.counters;
+        Counts {
+            acked: c.text_acked.load(Relaxed),
+            declined: c.text_declined.load(Relaxed),
+            deleted: c.text_deleted.load(Relaxed),
+            released: c.text_returned_disconnect.load(Relaxed),
+            timed_out: c.text_returned_timeout.load(Relaxed),
+        }
+    }
+
+    /// The waiting tasks of `queue`, front first.
+    pub fn queue(&self, queue: &str) -> Vec<Vec<u8>> {
+        self.broker().waiting(queue)
+    }
+
+    /// Starts or stops draining: SCHED is refused with `SHUTTING_DOWN`.
+    pub fn set_shutting_down(&self, on: bool) {
+        self.broker().ctx.draining.store(on, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if let Some(shards) = self.shards.take() {
+            shards.stop();
+        }
+    }
+}
+
+/// A server on a fresh port over two shards of its own.
 pub struct TextFixture {
     pub server: TextServer,
-    pub backend: Arc<MemoryBackend>,
+    pub backend: Backend,
     pub stats: Arc<TextStats>,
 }
 
@@ -37,11 +95,19 @@ pub fn text_config(edit: impl FnOnce(&mut TextConfig)) -> TextConfig {
 
 impl TextFixture {
     pub fn start(config: TextConfig, max_queue_len: usize) -> TextFixture {
-        let backend = Arc::new(MemoryBackend::new(config.offer_timeout, max_queue_len));
+        let router = RouterConfig { shards: 2, max_queue_len, text: config.clone(), ..RouterConfig::default() };
+        let shards = Shards::start_alone(router).unwrap();
         let stats = Arc::new(TextStats::default());
         let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let server = TextServer::start(addr, config, backend.clone(), stats.clone()).unwrap();
-        TextFixture { server, backend, stats }
+        let server = TextServer::start(
+            addr,
+            config,
+            shards.broker.shards.clone(),
+            shards.broker.ctx.inbox_load.clone(),
+            stats.clone(),
+        )
+        .unwrap();
+        TextFixture { server, backend: Backend { shards: Some(shards) }, stats }
     }
 
     pub fn default() -> TextFixture {

@@ -10,7 +10,7 @@ use emq::router::RouterHandle;
 use crate::emqp_router::{admin, config, eventually, Peer, Watchdog};
 use crate::text::{pipelined_sched_then_ask_ack, spec_example, TextConn};
 
-fn router_with_text(shards: usize, tweak: impl FnOnce(&mut emq::config::RawRouterConfig)) -> RouterHandle {
+pub fn router_with_text(shards: usize, tweak: impl FnOnce(&mut emq::config::RawRouterConfig)) -> RouterHandle {
     let cfg = config(shards, |r| {
         r.text_addr = Some("127.0.0.1:0".into());
         tweak(r);
@@ -18,7 +18,7 @@ fn router_with_text(shards: usize, tweak: impl FnOnce(&mut emq::config::RawRoute
     emq::router::start(cfg).expect("router starts")
 }
 
-fn connect(h: &RouterHandle) -> TextConn {
+pub fn connect(h: &RouterHandle) -> TextConn {
     TextConn::connect(h.endpoints.text.expect("text front end on"))
 }
 

@@ -6,13 +6,15 @@
 //!   every other reply counts as an error;
 //! * consumer: `watch <queue>` and `ignore default` once (→ `WATCHING <n>`),
 //!   then `reserve-with-timeout 0` (→ `RESERVED <id> <bytes>\r\n<body>\r\n`,
-//!   or `TIMED_OUT`, answered like `NOPE` with the same back-off) and
+//!   or `TIMED_OUT`, answered like `NOPE` with the same back-off; with
+//!   `--ask-wait`, `reserve-with-timeout <whole seconds>` and no back-off) and
 //!   `delete <id>` (→ `DELETED`) sent together with the next reserve.
 //!
 //! Tubes are named like the queues (`bench-0`, …).
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::body::Tally;
 use super::lines::{self, Dialect, Reply};
@@ -47,8 +49,10 @@ impl Dialect for Beanstalk {
         format!("watch {queue}\r\nignore default\r\n").into_bytes()
     }
 
-    fn ask(&self, _queue: &str) -> Vec<u8> {
-        b"reserve-with-timeout 0\r\n".to_vec()
+    fn ask(&self, _queue: &str, wait: Option<Duration>) -> Vec<u8> {
+        // Whole seconds: a wait under a second is rounded up to one.
+        let secs = wait.map_or(0, |w| w.as_millis().div_ceil(1000).max(1));
+        format!("reserve-with-timeout {secs}\r\n").into_bytes()
     }
 
     fn reply<'a>(&self, line: &'a [u8]) -> Reply<'a> {
@@ -87,6 +91,15 @@ fn reserved(rest: &[u8]) -> Option<(u64, usize)> {
 /// reaches a consumer; [`BenchError::Io`] for socket failures.
 pub fn run(addr: &str, settings: &LoadSettings, progress: Arc<AtomicU64>) -> Result<Tally, BenchError> {
     lines::run(addr, settings, progress, &Beanstalk)
+}
+
+/// Runs pipelined `put`s (producers only, [`super::pipeline`]) against
+/// `addr`; `progress` counts measured jobs stored (`INSERTED`).
+///
+/// # Errors
+/// As [`run`].
+pub fn pipeline(addr: &str, settings: &LoadSettings, progress: Arc<AtomicU64>) -> Result<Tally, BenchError> {
+    super::pipeline::run(addr, settings, progress, &Beanstalk)
 }
 
 #[cfg(test)]

@@ -2,10 +2,10 @@
 //! in-process workers on its backend (INFORM, READY per slot, job-result
 //! REPLY + READY per job, HEARTBEAT every second, KBYE at the end).
 //!
-//! Frames follow EventMQ 0.3.13 (spec §3.1–§3.5). A worker that receives a
+//! Frames follow EventMQ 0.3.13 (docs/emqp.md "Messages"). A worker that receives a
 //! REQUEST stamps the time and tells the client that sent it over an
 //! inproc PUSH/PULL pair, so the client tallies every job (and any
-//! duplicate) on one thread. Clients also count acceptance REPLYs (D4 =
+//! duplicate) on one thread. Clients also count acceptance REPLYs (frame 4 =
 //! REQUEST msgid) and ERRORs.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -61,12 +61,24 @@ pub trait Dialect: Sync {
     fn producer_error(&self, line: &[u8]) -> bool;
     /// Sent once by a consumer of `queue` after connecting.
     fn consumer_hello(&self, queue: &str) -> Vec<u8>;
-    /// Asks for one job of `queue`.
-    fn ask(&self, queue: &str) -> Vec<u8>;
+    /// Asks for one job of `queue`, waiting up to `wait` for one to arrive
+    /// (long poll) when given.
+    fn ask(&self, queue: &str, wait: Option<Duration>) -> Vec<u8>;
     /// Classifies a complete line a consumer reads.
     fn reply<'a>(&self, line: &'a [u8]) -> Reply<'a>;
     /// Sent by producers and consumers before they close.
     fn bye(&self) -> &'static [u8];
+    /// Pipelined submission ([`super::pipeline`]): a line sent after each
+    /// batch whose reply comes after the replies of every put before it,
+    /// for protocols whose puts have no success reply; `None` when every
+    /// put is answered itself.
+    fn barrier(&self) -> Option<&'static [u8]> {
+        None
+    }
+    /// Whether a reply line is the [`Dialect::barrier`]'s.
+    fn is_barrier_reply(&self, _line: &[u8]) -> bool {
+        false
+    }
 }
 
 /// What every connection thread of one run shares.
@@ -78,7 +90,11 @@ struct Ctx {
     stop: AtomicBool,
 }
 
-fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, BenchError> {
+/// Opens a load connection with `TCP_NODELAY`.
+///
+/// # Errors
+/// [`BenchError::TargetDown`] when the connection fails.
+pub(super) fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, BenchError> {
     let s = TcpStream::connect_timeout(&addr, timeout)
         .map_err(|e| BenchError::TargetDown(format!("cannot connect to {addr}: {e}")))?;
     s.set_nodelay(true).map_err(ioerr("TCP_NODELAY"))?;
@@ -97,11 +113,7 @@ pub fn run(
     progress: Arc<AtomicU64>,
     dialect: &'static dyn Dialect,
 ) -> Result<Tally, BenchError> {
-    let addr = addr
-        .to_socket_addrs()
-        .map_err(ioerr(format!("resolve {addr}")))?
-        .next()
-        .ok_or_else(|| BenchError::Invalid(format!("{addr}: no address")))?;
+    let addr = resolve(addr)?;
     let queues = settings.queue_list().into_iter().map(|(_, q)| q).collect();
     let ctx = Arc::new(Ctx { settings: settings.clone(), queues, clock: Clock::start(), dialect, stop: false.into() });
     let (txs, rxs): (Vec<Sender<Receipt>>, Vec<Receiver<Receipt>>) =
@@ -136,6 +148,17 @@ pub fn run(
         None if total.received_all == 0 => Err(BenchError::TargetDown(format!("no job reached a consumer via {addr}"))),
         None => Ok(total),
     }
+}
+
+/// The first address of `addr` (`HOST:PORT`).
+///
+/// # Errors
+/// [`BenchError::Io`] or [`BenchError::Invalid`] when it does not resolve.
+pub(super) fn resolve(addr: &str) -> Result<SocketAddr, BenchError> {
+    addr.to_socket_addrs()
+        .map_err(ioerr(format!("resolve {addr}")))?
+        .next()
+        .ok_or_else(|| BenchError::Invalid(format!("{addr}: no address")))
 }
 
 /// One producer: jobs as the pacer allows; receipts come from the
@@ -230,8 +253,11 @@ impl Consumer<'_> {
             Reply::TaskNext { bytes, ack } => self.pending = Some((bytes, ack)),
             Reply::Empty => {
                 self.asked = false;
-                std::thread::sleep(self.backoff);
-                self.backoff = (self.backoff * 2).min(EMPTY_BACKOFF_MAX);
+                // A long poll already waited on the broker's side.
+                if self.ctx.settings.ask_wait.is_none() {
+                    std::thread::sleep(self.backoff);
+                    self.backoff = (self.backoff * 2).min(EMPTY_BACKOFF_MAX);
+                }
             }
             Reply::Other(failed) => self.errors += u64::from(failed),
             Reply::Error => {
@@ -265,7 +291,7 @@ fn consume(stream: TcpStream, index: usize, ctx: &Ctx, producers: &[Sender<Recei
     let queue = &ctx.queues[index % ctx.queues.len()];
     let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
     let Ok(w) = stream.try_clone() else { return 1 };
-    let ask = ctx.dialect.ask(queue);
+    let ask = ctx.dialect.ask(queue, ctx.settings.ask_wait);
     let mut c = Consumer { ctx, producers, w, ask, asked: false, pending: None, backoff: EMPTY_BACKOFF_MIN, errors: 0 };
     if c.w.write_all(&ctx.dialect.consumer_hello(queue)).is_err() {
         return 1;

@@ -6,7 +6,8 @@
 //! * [`text`]: P producers (`SCHED`) and C consumers (`ASK`/`ACK`) against
 //!   any text-protocol address; [`beanstalk`]: the same load in beanstalkd's
 //!   protocol (`put`, `reserve-with-timeout 0`/`delete`); both through the
-//!   shared [`lines`] driver.
+//!   shared [`lines`] driver; [`pipeline`]: producers only, pipelined
+//!   SCHEDs or `put`s.
 //! * [`report`]: summary table, JSON record, `.hgrm` files; [`plot`]: SVG of
 //!   latency by percentile.
 //! * [`idle`]: many idle workers that only heartbeat, with the broker's CPU
@@ -30,6 +31,7 @@ pub mod emqp;
 pub mod fill;
 pub mod idle;
 pub mod lines;
+pub mod pipeline;
 pub mod plot;
 pub mod report;
 pub mod run;
@@ -96,6 +98,16 @@ pub struct LoadSettings {
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
+    /// Pipeline mode (`--pipeline`): jobs per write; a producer keeps
+    /// `--in-flight` jobs unacknowledged.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Text and beanstalk consumers: long-poll for up to this long per ask
+    /// (`ASK <queue> <ms>`; beanstalkd `reserve-with-timeout <s>`, whole
+    /// seconds) instead of backing off after an empty answer.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    #[serde(with = "humantime_serde")]
+    pub ask_wait: Option<Duration>,
     /// Hide the progress bar (it is drawn on stderr only when stderr is a
     /// terminal, and only for runs longer than ~2 s).
     #[arg(long, default_value_t = false)]

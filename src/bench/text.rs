@@ -1,16 +1,18 @@
-//! Text-protocol load (text-protocol.md) through the shared [`lines`]
+//! Text-protocol load (docs/text-protocol.md) through the shared [`lines`]
 //! driver: producers send `SCHED <body>@<queue>` lines, consumers loop
 //! `ASK <queue>` → `WANT? <body>` → `ACK`, backing off after `NOPE`.
-//! Producers count `ERR` lines.
+//! Producers count `ERR` lines. With `--ask-wait`, consumers long-poll
+//! (`ASK <queue> <ms>`) instead of backing off.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::body::Tally;
 use super::lines::{self, Dialect, Reply};
 use super::{BenchError, LoadSettings};
 
-/// The text protocol's words (text-protocol.md, "Commands" and "Replies").
+/// The text protocol's words (docs/text-protocol.md, "Commands" and "Answers and errors").
 #[derive(Debug, Clone, Copy)]
 pub struct Text;
 
@@ -31,8 +33,11 @@ impl Dialect for Text {
         Vec::new()
     }
 
-    fn ask(&self, queue: &str) -> Vec<u8> {
-        format!("ASK {queue}\n").into_bytes()
+    fn ask(&self, queue: &str, wait: Option<Duration>) -> Vec<u8> {
+        match wait {
+            Some(wait) => format!("ASK {queue} {}\n", wait.as_millis()).into_bytes(),
+            None => format!("ASK {queue}\n").into_bytes(),
+        }
     }
 
     fn reply<'a>(&self, line: &'a [u8]) -> Reply<'a> {
@@ -48,7 +53,21 @@ impl Dialect for Text {
     fn bye(&self) -> &'static [u8] {
         b"END\n"
     }
+
+    fn barrier(&self) -> Option<&'static [u8]> {
+        Some(BARRIER)
+    }
+
+    fn is_barrier_reply(&self, line: &[u8]) -> bool {
+        line.starts_with(b"ERR BAD_FORMAT")
+    }
 }
+
+/// The pipeline barrier: an ASK with an invalid queue name, answered
+/// `ERR BAD_FORMAT` by the front end itself, in its place after the
+/// replies of every SCHED before it (text-protocol.md: replies keep the
+/// order of the commands), with no state changed.
+const BARRIER: &[u8] = b"ASK !sync\n";
 
 /// Runs one text load against `addr` (`HOST:PORT`); `progress` counts
 /// measured tasks received.
@@ -58,4 +77,13 @@ impl Dialect for Text {
 /// reaches a consumer; [`BenchError::Io`] for socket failures.
 pub fn run(addr: &str, settings: &LoadSettings, progress: Arc<AtomicU64>) -> Result<Tally, BenchError> {
     lines::run(addr, settings, progress, &Text)
+}
+
+/// Runs pipelined SCHEDs (producers only, [`super::pipeline`]) against
+/// `addr`; `progress` counts measured tasks stored.
+///
+/// # Errors
+/// As [`run`].
+pub fn pipeline(addr: &str, settings: &LoadSettings, progress: Arc<AtomicU64>) -> Result<Tally, BenchError> {
+    super::pipeline::run(addr, settings, progress, &Text)
 }

@@ -5,19 +5,26 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 use emq::bench::body::Tally;
 use emq::bench::emqp::Target;
 use emq::bench::report::{self, Record};
 use emq::bench::run::{with_progress, RunResult};
 use emq::bench::{baseline, beanstalk, emqp, idle, plot, text, BenchError, LoadSettings};
+use emq::config::{self, ConfigArgs, RawBenchConfig};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-#[derive(Parser)]
-#[command(version, about = "Load generator for eMQP and text-protocol brokers")]
+/// Load generator for eMQP and text-protocol brokers (emq, EventMQ,
+/// beanstalkd), with a zero-logic baseline, HdrHistogram output and plots.
+#[derive(clap::Parser)]
+#[command(version)]
 struct Cli {
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(flatten)]
+    raw: RawBenchConfig,
     #[command(subcommand)]
-    cmd: Cmd,
+    cmd: Option<Cmd>,
 }
 
 #[derive(clap::Args, serde::Serialize)]
@@ -47,6 +54,11 @@ struct LineArgs {
     addr: String,
     #[command(flatten)]
     broker: BrokerPid,
+    /// Producers only: pipelined submission, `--batch` jobs per write, at
+    /// most `--in-flight` unacknowledged per producer; throughput is jobs
+    /// stored per second.
+    #[arg(long)]
+    pipeline: bool,
     #[command(flatten)]
     load: LoadSettings,
     #[command(flatten)]
@@ -171,11 +183,20 @@ fn baseline_run(load: &LoadSettings) -> anyhow::Result<RunResult> {
 
 type LineLoad = fn(&str, &LoadSettings, Arc<AtomicU64>) -> Result<Tally, BenchError>;
 
+/// A line protocol's two loads: consumers and producers, and pipelined
+/// producers only.
+struct LineLoads {
+    full: LineLoad,
+    pipeline: LineLoad,
+}
+
 /// A text or beanstalk run; with `--pid`, the broker's CPU per job received
 /// (warm-up included) goes into the result's `extra`.
-fn line_run(mode: &str, name: &str, a: &LineArgs, load: LineLoad) -> anyhow::Result<()> {
+fn line_run(mode: &str, name: &str, a: &LineArgs, loads: LineLoads) -> anyhow::Result<()> {
+    let load = if a.pipeline { loads.pipeline } else { loads.full };
     let result = measured(name, &a.load, a.broker, |p| load(&a.addr, &a.load, p))?;
-    let settings = settings_json(&a.load, serde_json::json!({"addr": a.addr, "pid": a.broker.pid}));
+    let settings =
+        settings_json(&a.load, serde_json::json!({"addr": a.addr, "pid": a.broker.pid, "pipeline": a.pipeline}));
     finish(mode, settings, vec![result], &a.output)
 }
 
@@ -210,7 +231,13 @@ fn settings_json(load: &impl serde::Serialize, extra: serde_json::Value) -> serd
 }
 
 fn main_inner() -> anyhow::Result<()> {
-    match Cli::parse().cmd {
+    let matches = Cli::command().mut_args(|a| a.global(true)).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if config::start(&cli.config, cli.raw)?.is_none() {
+        return Ok(());
+    }
+    let Some(cmd) = cli.cmd else { anyhow::bail!("give a mode, e.g. emq-bench emqp (see emq-bench --help)") };
+    match cmd {
         Cmd::Emqp { frontend, backend, target_name, compare_baseline, broker, load, output } => {
             let target = Target { frontend: frontend.clone(), backend: backend.clone() };
             let mut results = vec![emqp_run(&target_name, &target, &load, broker)?];
@@ -232,8 +259,13 @@ fn main_inner() -> anyhow::Result<()> {
             let _ = signals.forever().next();
             Ok(())
         }
-        Cmd::Text { target_name, line } => line_run("text", &target_name, &line, text::run),
-        Cmd::Beanstalk { target_name, line } => line_run("beanstalk", &target_name, &line, beanstalk::run),
+        Cmd::Text { target_name, line } => {
+            line_run("text", &target_name, &line, LineLoads { full: text::run, pipeline: text::pipeline })
+        }
+        Cmd::Beanstalk { target_name, line } => {
+            let loads = LineLoads { full: beanstalk::run, pipeline: beanstalk::pipeline };
+            line_run("beanstalk", &target_name, &line, loads)
+        }
         Cmd::Idle { target_name, settings, output } => {
             let mut result = idle::run(&settings, Arc::default())?;
             result.target = target_name;
@@ -254,9 +286,5 @@ fn main_inner() -> anyhow::Result<()> {
 }
 
 fn main() {
-    emq::logging::init(&std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
-    if let Err(e) = main_inner() {
-        eprintln!("emq-bench: {e:#}");
-        std::process::exit(1);
-    }
+    emq::program::exit_on_error("emq-bench", main_inner());
 }

@@ -1,50 +1,43 @@
 //! `emq-cli`: admin and client commands for an emq (or EventMQ) broker.
 //!
-//! Human-readable output by default, `--json` for scripts. Every command
-//! waits at most `--timeout` (default 3 s); an unreachable broker is a
-//! one-line error on stderr and exit status 1.
+//! Tables by default, `--json` for scripts. Every command waits at most
+//! `--timeout` (default 3 s); an unreachable broker is a one-line error on
+//! stderr and exit status 1.
 
-use std::time::Duration;
-
-use anyhow::{anyhow, Context};
-use clap::{Parser, Subcommand};
+use anyhow::{anyhow, bail, Context};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 use emq::client::admin::AdminClient;
 use emq::client::body::PythonCall;
-use emq::client::emqp::{Client, Outcome, Publisher, Schedule};
-use emq::client::text::TextClient;
+use emq::client::emqp::{Client, Outcome, Publisher, Schedule, ScheduleAnswer};
+use emq::client::text::{TextClient, TextClientError};
+use emq::config::{self, CliSettings, ConfigArgs, RawCliConfig};
 use emq::limits;
-use serde_json::Value;
+use emq::protocol::queues::check_queue_name;
+use serde_json::{json, Value};
 
 #[path = "emq-cli/table.rs"]
 mod table;
 
-/// Talk to an emq broker: admin queries, requests, schedules, publish.
-#[derive(Parser)]
-#[command(version, about)]
+/// Command line for an emq (or EventMQ) router: see what it holds (status,
+/// workers, schedulers, latency, schedules), send jobs (request over eMQP,
+/// sched over the text protocol), take one (ask), schedule jobs, publish,
+/// stop the router.
+///
+/// The addresses have the same names as in emq-router, emq-scheduler and
+/// emq-pubsub: --frontend, --admin, --text, --scheduler-admin, --pubsub-in,
+/// or the EMQ_*_ADDR variables, or a --config file.
+#[derive(clap::Parser)]
+#[command(version, subcommand_required = false)]
 struct Cli {
-    /// Router admin socket.
-    #[arg(long, env = "EMQ_ADMIN_ADDR", default_value = limits::ADMIN_ADDR, global = true)]
-    admin: String,
-    /// Router frontend (requests, schedules).
-    #[arg(long, env = "EMQ_FRONTEND_ADDR", default_value = limits::FRONTEND_ADDR, global = true)]
-    frontend: String,
-    /// Scheduler admin socket.
-    #[arg(long, env = "EMQ_SCHEDULER_ADMIN_ADDR", default_value = limits::SCHEDULER_ADMIN_ADDR, global = true)]
-    scheduler_admin: String,
-    /// Text protocol address (`sched`, `ask`).
-    #[arg(long, env = "EMQ_TEXT_ADDR", default_value = limits::TEXT_ADDR, global = true)]
-    text: String,
-    /// Pub/sub device's incoming address.
-    #[arg(long, env = "EMQ_PUBSUB_ADDR", default_value = limits::PUBSUB_IN_ADDR, global = true)]
-    pubsub: String,
-    /// Longest wait for a connection and an answer.
-    #[arg(long, default_value_t = limits::CLIENT_TIMEOUT.into(), global = true)]
-    timeout: humantime::Duration,
-    /// Print raw JSON instead of tables.
-    #[arg(long, global = true)]
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(flatten)]
+    raw: RawCliConfig,
+    /// Print the answers as JSON instead of tables.
+    #[arg(long)]
     json: bool,
     #[command(subcommand)]
-    command: Cmd,
+    command: Option<Cmd>,
 }
 
 /// A job body: raw bytes or a Python call.
@@ -52,7 +45,8 @@ struct Cli {
 struct BodyArgs {
     /// Raw body (e.g. JSON text). Omit when using --callable.
     body: Option<String>,
-    /// Python call as `module.function` (builds `["run", {…}]`, spec §4.1).
+    /// Python call as `module.function` (builds EventMQ's `["run", {…}]`
+    /// body, docs/emqp.md "Job bodies").
     #[arg(long)]
     callable: Option<String>,
     /// Python module path (with --callable NAME for a plain name, or `mod:Class`).
@@ -68,27 +62,50 @@ struct BodyArgs {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Router STATUS: per-queue waiting, in-flight, processed, latency.
+    /// Per queue: jobs waiting, in flight, dispatched, completed and failed
+    /// (both protocols), end-to-end latency; then the router's figures.
     Status,
-    /// Connected workers and their queues.
+    /// Connected workers: state, free slots, jobs in flight, last heard, queues.
     Workers,
-    /// Connected schedulers.
+    /// Connected schedulers: last heard, SCHEDULEs routed to each.
     Schedulers,
-    /// Per-queue latency percentiles (emq extension).
+    /// Per-queue latency in milliseconds: queue wait, service, end to end.
     Latency,
-    /// Schedules held by the scheduler (its admin socket, command SCHEDULES).
+    /// Schedules the scheduler holds (its admin address, --scheduler-admin):
+    /// queue, interval or cron, next fire, callable.
     Schedules,
-    /// Send a REQUEST and wait for the broker's acceptance.
+    /// Send a job over eMQP (REQUEST) and wait for the router's answer.
+    ///
+    /// A queue no worker has declared since the router started (and that
+    /// holds no jobs) is not kept: like EventMQ, the router puts the job on
+    /// `default`, and emq-cli says so.
     Request {
-        /// Queue name.
+        /// Queue name (1 to 255 characters from A-Z a-z 0-9 _ - . :).
         queue: String,
         #[command(flatten)]
         body: BodyArgs,
-        /// Headers CSV, e.g. `reply-requested,timeout:30`.
+        /// Headers CSV, e.g. `timeout:30`.
         #[arg(long, default_value = "")]
         headers: String,
     },
-    /// SCHEDULE a job every N (--every 60s) or on a cron expression (--cron).
+    /// Schedule a job with the scheduler (SCHEDULE): every interval
+    /// (--every 60s) or on a cron expression (--cron).
+    ///
+    /// A schedule is known by its call (callable and arguments, not its
+    /// queue or period): scheduling the same call again replaces it, and an
+    /// identical SCHEDULE changes nothing.
+    ///
+    /// At registration the job runs once at once (EventMQ's "haste" run),
+    /// interval and cron schedules alike, unless the headers hold `nohaste`:
+    /// then its first run is one interval later, or at the next cron time.
+    ///
+    /// Cron expressions have 5 fields (minute hour day-of-month month
+    /// day-of-week) and are read in the scheduler's time zone (its
+    /// `timezone` setting, UTC unless set).
+    ///
+    /// Headers: `nohaste` (above); `run_count:N` runs the job N times in all,
+    /// the first run included, then drops it; `guarantee` is what EventMQ's
+    /// Python helpers send and has no effect.
     Schedule {
         /// Queue the job runs on.
         queue: String,
@@ -96,15 +113,15 @@ enum Cmd {
         body: BodyArgs,
         /// Interval, e.g. `60s`, `5m`.
         #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "cron", required_unless_present = "cron")]
-        every: Option<Duration>,
-        /// 5-field cron expression (UTC).
+        every: Option<std::time::Duration>,
+        /// 5-field cron expression, in the scheduler's time zone (UTC unless set).
         #[arg(long)]
         cron: Option<String>,
-        /// Headers CSV (`guarantee` like the Python helpers; `nohaste`, `run_count:N`).
+        /// Headers CSV: `nohaste`, `run_count:N`, `guarantee` (see above).
         #[arg(long, default_value = "guarantee")]
         headers: String,
     },
-    /// UNSCHEDULE the job with this body.
+    /// Remove the schedule with this call (UNSCHEDULE).
     Unschedule {
         /// Queue name (not used for matching).
         queue: String,
@@ -114,16 +131,16 @@ enum Cmd {
         #[arg(long, default_value = "guarantee")]
         headers: String,
     },
-    /// PUBLISH a message on a topic through the pub/sub device.
+    /// Publish a message on a topic through the pub/sub device (PUBLISH).
     Publish {
         /// Topic (subscribers filter by prefix).
         topic: String,
         /// Message, sent as given.
         message: String,
     },
-    /// Ask the router to shut down (DISCONNECT) and wait for its ACK.
+    /// Ask the router to shut down (DISCONNECT): it drains, then stops.
     Disconnect,
-    /// Text protocol: SCHED a task (no reply on success; errors are shown).
+    /// Text protocol: add a task to a queue (SCHED).
     Sched {
         /// The task's data (one line).
         data: String,
@@ -131,7 +148,7 @@ enum Cmd {
         #[arg(long)]
         queue: Option<String>,
     },
-    /// Text protocol: ASK for a task and answer the offer (default: ACK).
+    /// Text protocol: take a task (ASK) and answer the offer (default: ACK).
     Ask {
         /// Queue.
         #[arg(default_value = limits::DEFAULT_QUEUE)]
@@ -146,24 +163,26 @@ enum Cmd {
 }
 
 fn main() {
-    let cli = Cli::parse();
-    if let Err(e) = run(&cli) {
-        eprintln!("emq-cli: {e:#}");
-        std::process::exit(1);
-    }
+    emq::program::exit_on_broken_pipe();
+    emq::program::exit_on_error("emq-cli", run());
 }
 
-fn run(cli: &Cli) -> anyhow::Result<()> {
-    let admin =
-        |addr: &str| -> anyhow::Result<AdminClient> { Ok(AdminClient::connect(addr)?.with_timeout(*cli.timeout)) };
-    match &cli.command {
-        Cmd::Status => show(cli, admin(&cli.admin)?.status()?, table::status),
-        Cmd::Workers => show(cli, admin(&cli.admin)?.workers()?, table::workers),
-        Cmd::Schedulers => show(cli, admin(&cli.admin)?.schedulers()?, table::schedulers),
-        Cmd::Latency => show(cli, admin(&cli.admin)?.latency()?, table::generic),
-        Cmd::Schedules => show(cli, admin(&cli.scheduler_admin)?.query(b"SCHEDULES")?, table::generic),
-        Cmd::Request { queue, .. } if queue.is_empty() => Err(anyhow!("the queue name must not be empty")),
-        Cmd::Request { queue, body, headers } => request(cli, queue, &build_body(body)?, headers),
+fn run() -> anyhow::Result<()> {
+    let matches = Cli::command().mut_args(|a| a.global(true)).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let Some(s) = config::start(&cli.config, cli.raw)? else { return Ok(()) };
+    let Some(command) = &cli.command else { bail!("give a command, e.g. emq-cli status (see emq-cli --help)") };
+    let out = Out { json: cli.json };
+    match command {
+        Cmd::Status => out.show(admin(&s, &s.admin)?.status()?, table::status),
+        Cmd::Workers => out.show(admin(&s, &s.admin)?.workers()?, table::workers),
+        Cmd::Schedulers => out.show(admin(&s, &s.admin)?.schedulers()?, table::schedulers),
+        Cmd::Latency => out.show(admin(&s, &s.admin)?.latency()?, table::latency),
+        Cmd::Schedules => {
+            let now = chrono::Utc::now().timestamp();
+            out.show(admin(&s, &s.scheduler_admin)?.query(b"SCHEDULES")?, |v| table::schedules(v, now))
+        }
+        Cmd::Request { queue, body, headers } => request(&s, out, queue, &build_body(body)?, headers),
         Cmd::Schedule { queue, body, every, cron, headers } => {
             let when = match (every, cron) {
                 (Some(d), _) if d.subsec_nanos() != 0 => return Err(anyhow!("--every must be whole seconds")),
@@ -171,76 +190,81 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 (None, Some(c)) => Schedule::Cron(c.clone()),
                 (None, None) => return Err(anyhow!("give --every or --cron")),
             };
-            let mut client = Client::connect(&cli.frontend)?.with_timeout(*cli.timeout);
-            let msgid = client.schedule(queue, &when, &build_body(body)?, headers)?;
-            sent(cli, "SCHEDULE", &msgid)
+            check_queue_name(queue).map_err(|e| anyhow!(e))?;
+            let mut client = Client::connect(&s.frontend)?.with_timeout(s.timeout);
+            let answer = client.schedule_confirmed(queue, &when, &build_body(body)?, headers)?;
+            out.schedule_answer("SCHEDULE", answer)
         }
         Cmd::Unschedule { queue, body, headers } => {
-            let mut client = Client::connect(&cli.frontend)?.with_timeout(*cli.timeout);
-            let msgid = client.unschedule(queue, &build_body(body)?, headers)?;
-            sent(cli, "UNSCHEDULE", &msgid)
+            let mut client = Client::connect(&s.frontend)?.with_timeout(s.timeout);
+            let answer = client.unschedule_confirmed(queue, &build_body(body)?, headers)?;
+            out.schedule_answer("UNSCHEDULE", answer)
         }
         Cmd::Publish { topic, message } => {
-            let mut p = Publisher::connect(&cli.pubsub)?.with_timeout(*cli.timeout);
-            let msgid = p.publish(topic.as_bytes(), message.as_bytes())?;
-            sent(cli, "PUBLISH", &msgid)
+            let mut p = Publisher::connect(&s.pubsub_in)?.with_timeout(s.timeout);
+            let msgid = String::from_utf8_lossy(&p.publish(topic.as_bytes(), message.as_bytes())?).into_owned();
+            out.line(json!({"published": msgid, "topic": topic}), format!("published {msgid} on topic {topic}"));
+            Ok(())
         }
         Cmd::Disconnect => {
-            admin(&cli.admin)?.disconnect()?;
-            sent(cli, "DISCONNECT (acknowledged)", b"")
+            admin(&s, &s.admin)?.disconnect()?;
+            let text = "the router acknowledged DISCONNECT: it drains its jobs, then stops";
+            out.line(json!({"acknowledged": "DISCONNECT"}), text.into());
+            Ok(())
         }
-        Cmd::Sched { data, queue } => {
-            let mut c = text_client(cli)?;
-            c.sched(data.as_bytes(), queue.as_deref())?;
-            c.end()?;
-            sent(cli, "SCHED", b"")
+        Cmd::Sched { data, queue } => sched(&s, out, data, queue.as_deref().unwrap_or(limits::DEFAULT_QUEUE)),
+        Cmd::Ask { queue, dcl, del } => ask(&s, out, queue, *dcl, *del),
+    }
+}
+
+fn admin(s: &CliSettings, addr: &str) -> anyhow::Result<AdminClient> {
+    Ok(AdminClient::connect(addr)?.with_timeout(s.timeout))
+}
+
+/// How answers are printed: tables and lines, or JSON.
+#[derive(Clone, Copy)]
+struct Out {
+    json: bool,
+}
+
+impl Out {
+    fn show(self, value: Value, table: impl Fn(&Value) -> String) -> anyhow::Result<()> {
+        match self.json {
+            true => println!("{value}"),
+            false => print!("{}", table(&value)),
         }
-        Cmd::Ask { queue, dcl, del } => ask(cli, queue, *dcl, *del),
+        Ok(())
     }
-}
 
-fn text_client(cli: &Cli) -> anyhow::Result<TextClient> {
-    TextClient::connect(cli.text.as_str(), *cli.timeout).with_context(|| format!("text protocol at {}", cli.text))
-}
-
-/// ASK, then ACK (default), DCL or DEL; prints the task's data or `NOPE`.
-fn ask(cli: &Cli, queue: &str, dcl: bool, del: bool) -> anyhow::Result<()> {
-    let mut c = text_client(cli)?;
-    let task = c.ask(queue)?;
-    if task.is_some() {
-        match (dcl, del) {
-            (true, _) => c.dcl()?,
-            (_, true) => c.del()?,
-            _ => c.ack()?,
+    fn line(self, value: Value, text: String) {
+        match self.json {
+            true => println!("{value}"),
+            false => println!("{text}"),
         }
     }
-    c.end()?;
-    match (cli.json, task) {
-        (true, Some(t)) => println!("{}", serde_json::json!({ "task": String::from_utf8_lossy(&t) })),
-        (true, None) => println!("{}", serde_json::json!({ "task": null })),
-        (false, Some(t)) => println!("{}", String::from_utf8_lossy(&t)),
-        (false, None) => println!("NOPE"),
-    }
-    Ok(())
-}
 
-fn show(cli: &Cli, value: Value, human: fn(&Value) -> String) -> anyhow::Result<()> {
-    if cli.json {
-        println!("{value}");
-    } else {
-        print!("{}", human(&value));
+    /// Prints what came back for a SCHEDULE/UNSCHEDULE; a refusal is an
+    /// error (exit status 1). No answer is not: EventMQ's router and
+    /// scheduler never answer.
+    fn schedule_answer(self, what: &str, answer: ScheduleAnswer) -> anyhow::Result<()> {
+        let (status, msgid, detail) = match &answer {
+            ScheduleAnswer::Accepted { msgid, detail } => ("accepted", msgid, detail.clone()),
+            ScheduleAnswer::Refused { msgid, code, text } => ("refused", msgid, format!("{code} {text}")),
+            ScheduleAnswer::Unconfirmed { msgid } => {
+                ("unconfirmed", msgid, "no answer in time (an EventMQ router or scheduler never answers)".into())
+            }
+        };
+        let id = String::from_utf8_lossy(msgid);
+        let detail_json = serde_json::from_str::<Value>(&detail).unwrap_or_else(|_| Value::String(detail.clone()));
+        self.line(
+            json!({"status": status, "msgid": id, "detail": detail_json}),
+            format!("{what} {status} {id} {detail}"),
+        );
+        match answer {
+            ScheduleAnswer::Refused { .. } => Err(anyhow!("{what} {id} refused: {detail}")),
+            _ => Ok(()),
+        }
     }
-    Ok(())
-}
-
-fn sent(cli: &Cli, what: &str, msgid: &[u8]) -> anyhow::Result<()> {
-    let id = String::from_utf8_lossy(msgid);
-    if cli.json {
-        println!("{}", serde_json::json!({"sent": what, "msgid": id}));
-    } else {
-        println!("{what} sent {id}");
-    }
-    Ok(())
 }
 
 fn build_body(b: &BodyArgs) -> anyhow::Result<Vec<u8>> {
@@ -259,24 +283,113 @@ fn build_body(b: &BodyArgs) -> anyhow::Result<Vec<u8>> {
     Ok(call.args(args).kwargs(kwargs).body())
 }
 
-fn request(cli: &Cli, queue: &str, body: &[u8], headers: &str) -> anyhow::Result<()> {
-    let mut client = Client::connect(&cli.frontend)?.with_timeout(*cli.timeout);
+/// What STATUS says about `queue`: whether a worker serves it, and how many
+/// jobs wait in it. `None` when the router does not say (an EventMQ router,
+/// or no answer within [`limits::CLIENT_NOTE_TIMEOUT`]).
+fn queue_state(s: &CliSettings, queue: &str) -> Option<(bool, u64)> {
+    let timeout = s.timeout.min(limits::CLIENT_NOTE_TIMEOUT);
+    let status = AdminClient::connect(&s.admin).ok()?.with_timeout(timeout).status().ok()?;
+    let served = status.get("served_queues")?.as_array()?.iter().any(|q| q.as_str() == Some(queue));
+    let waiting = status.get("waiting_messages_by_queue").and_then(|m| m.get(queue)).and_then(Value::as_u64);
+    Some((served, waiting.unwrap_or(0)))
+}
+
+fn request(s: &CliSettings, out: Out, queue: &str, body: &[u8], headers: &str) -> anyhow::Result<()> {
+    check_queue_name(queue).map_err(|e| anyhow!(e))?;
+    let mut client = Client::connect(&s.frontend)?.with_timeout(s.timeout);
     let outcome = client.request(queue, headers, body)?;
-    let (status, msgid, detail) = match &outcome {
-        Outcome::Accepted { msgid } => ("accepted", msgid, String::new()),
-        Outcome::Rejected { msgid, code, text } => ("rejected", msgid, format!("{code} {text}")),
-        Outcome::Unknown { msgid } => {
-            ("unknown", msgid, "no answer in time (an EventMQ router answers only immediate dispatches)".into())
-        }
-    };
-    let id = String::from_utf8_lossy(msgid);
-    if cli.json {
-        println!("{}", serde_json::json!({"status": status, "msgid": id, "detail": detail}));
-    } else {
-        println!("{status} {id} {detail}");
-    }
     match outcome {
-        Outcome::Rejected { .. } => Err(anyhow!("request {id} rejected: {detail}")),
-        _ => Ok(()),
+        Outcome::Accepted { msgid } => {
+            let id = String::from_utf8_lossy(&msgid).into_owned();
+            // The job is in `queue` if a worker serves it or it held jobs
+            // (now at least this one); otherwise the router put it on default.
+            let state = if queue == limits::DEFAULT_QUEUE { Some((true, 0)) } else { queue_state(s, queue) };
+            let fell_back = state.map(|(served, waiting)| !served && waiting == 0);
+            let note = (fell_back == Some(true)).then(|| {
+                format!(
+                    "no worker has declared queue {queue:?} since the router started, so the router put the job \
+                     on {:?} (check the name, or start a worker for {queue:?} first)",
+                    limits::DEFAULT_QUEUE
+                )
+            });
+            let went = fell_back.map(|back| if back { limits::DEFAULT_QUEUE } else { queue });
+            out.line(
+                json!({"status": "accepted", "msgid": id, "queue": went, "note": note.as_deref()}),
+                format!("accepted {id}"),
+            );
+            if let (Some(note), false) = (note, out.json) {
+                eprintln!("emq-cli: note: {note}");
+            }
+            Ok(())
+        }
+        Outcome::Rejected { msgid, code, text } => {
+            let id = String::from_utf8_lossy(&msgid).into_owned();
+            if out.json {
+                println!("{}", json!({"status": "rejected", "msgid": id, "code": code, "text": text}));
+            }
+            Err(anyhow!("request {id} rejected: {code} {text}"))
+        }
+        Outcome::Unknown { msgid } => {
+            let id = String::from_utf8_lossy(&msgid).into_owned();
+            let text = format!(
+                "no answer to request {id} within {}: an EventMQ router answers only jobs it dispatches at once, \
+                 so the job may be queued",
+                humantime::format_duration(s.timeout)
+            );
+            out.line(json!({"status": "unknown", "msgid": id}), text);
+            Ok(())
+        }
     }
+}
+
+fn text_client(s: &CliSettings) -> anyhow::Result<TextClient> {
+    TextClient::connect(s.text.as_str(), s.timeout).with_context(|| format!("text protocol at {}", s.text))
+}
+
+/// SCHED, then END: the router answers SCHED only when it refuses it, and
+/// END reports such a refusal, so a clean END means the task is stored.
+fn sched(s: &CliSettings, out: Out, data: &str, queue: &str) -> anyhow::Result<()> {
+    check_queue_name(queue).map_err(|e| anyhow!(e))?;
+    let mut c = text_client(s)?;
+    c.sched(data.as_bytes(), Some(queue))?;
+    match c.end() {
+        Err(TextClientError::Deferred(errors)) if !errors.is_empty() => {
+            bail!("SCHED refused: {} {}", errors[0].code, errors[0].text)
+        }
+        other => other?,
+    }
+    let note = match queue_state(s, queue) {
+        Some((false, _)) if queue != limits::DEFAULT_QUEUE => Some(format!(
+            "no worker serves queue {queue:?}: the task waits there until a worker declares the queue or a text \
+             client asks for it (check the name)"
+        )),
+        _ => None,
+    };
+    out.line(
+        json!({"status": "accepted", "queue": queue, "note": note.as_deref()}),
+        format!("accepted on queue {queue}"),
+    );
+    if let (Some(note), false) = (note, out.json) {
+        eprintln!("emq-cli: note: {note}");
+    }
+    Ok(())
+}
+
+/// ASK, then ACK (default), DCL or DEL; prints the task's data or `NOPE`.
+fn ask(s: &CliSettings, out: Out, queue: &str, dcl: bool, del: bool) -> anyhow::Result<()> {
+    check_queue_name(queue).map_err(|e| anyhow!(e))?;
+    let mut c = text_client(s)?;
+    let task = c.ask(queue)?;
+    if task.is_some() {
+        match (dcl, del) {
+            (true, _) => c.dcl()?,
+            (_, true) => c.del()?,
+            _ => c.ack()?,
+        }
+    }
+    c.end()?;
+    let text = task.as_deref().map(String::from_utf8_lossy);
+    let line = text.as_deref().unwrap_or("NOPE").to_string();
+    out.line(json!({ "task": text }), line);
+    Ok(())
 }

@@ -8,29 +8,33 @@ use std::os::fd::AsRawFd;
 
 use anyhow::Context;
 use clap::Parser;
-use emq::limits;
+use emq::config::{self, ConfigArgs, RawPubSubConfig};
 use emq::pubsub::PubSub;
 
-/// EventMQ-compatible PUBLISH device.
+/// Publish/subscribe device, EventMQ compatible: publishers send PUBLISH
+/// (`emq-cli publish`), subscribers receive `[topic, message]` on a ZeroMQ
+/// SUB socket, filtered by topic prefix.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
-    /// Incoming ROUTER address (publishers connect here).
-    #[arg(long = "in", env = "EMQ_PUBSUB_IN", default_value = limits::PUBSUB_IN_ADDR)]
-    in_addr: String,
-    /// Outgoing PUB address (subscribers connect here).
-    #[arg(long = "out", env = "EMQ_PUBSUB_OUT", default_value = limits::PUBSUB_OUT_ADDR)]
-    out_addr: String,
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(flatten)]
+    raw: RawPubSubConfig,
 }
 
-fn main() -> anyhow::Result<()> {
-    emq::logging::init_from_env();
+fn main() {
+    emq::program::exit_on_error("emq-pubsub", run());
+}
+
+fn run() -> anyhow::Result<()> {
     let args = Args::parse();
+    let Some(settings) = config::start(&args.config, args.raw)? else { return Ok(()) };
     let (stop_rx, stop_tx) = std::os::unix::net::UnixStream::pair().context("signal pipe")?;
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::low_level::pipe::register(sig, stop_tx.try_clone()?).context("signal handler")?;
     }
-    let mut device = PubSub::bind(&args.in_addr, &args.out_addr)?;
+    let mut device = PubSub::bind(&settings.pubsub_in, &settings.pubsub_out)?;
     let (i, o) = device.endpoints();
     println!("emq-pubsub in={i} out={o}");
     std::io::stdout().flush()?;

@@ -7,33 +7,65 @@ use std::os::unix::net::UnixStream;
 
 use anyhow::Context;
 use clap::Parser;
-use emq::scheduler::config::{SchedulerArgs, SchedulerConfig};
+use emq::config::{self, ConfigArgs};
+use emq::scheduler::config::RawSchedulerConfig;
 use emq::scheduler::peer;
 use emq::scheduler::redis_store::RedisStore;
 use emq::scheduler::service::Service;
-use emq::scheduler::store::{FileStore, Store};
+use emq::scheduler::store::{DataDir, FileStore, Store};
 
-fn main() -> anyhow::Result<()> {
-    emq::logging::init_from_env();
-    let args = SchedulerArgs::parse();
-    let cfg = SchedulerConfig::from_args(&args).context("invalid configuration")?;
-    if args.print_config {
-        print!("{}", cfg.render());
-        return Ok(());
-    }
+/// Runs scheduled jobs for an emq (or EventMQ) router: interval and cron
+/// schedules sent with SCHEDULE (`emq-cli schedule`), kept across restarts,
+/// each firing sent as a REQUEST to its queue. EventMQ 0.3.13 compatible.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(flatten)]
+    raw: RawSchedulerConfig,
+}
+
+fn main() {
+    emq::program::exit_on_error("emq-scheduler", run());
+}
+
+fn run() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let Some(cfg) = config::start(&args.config, args.raw)? else { return Ok(()) };
     let (signal_read, signal_write) = UnixStream::pair().context("signal pipe")?;
     signal_read.set_nonblocking(true).context("signal pipe")?;
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         let w = signal_write.try_clone().context("signal pipe")?;
         signal_hook::low_level::pipe::register(sig, w).context("register signal handler")?;
     }
+    let mut cfg = cfg;
+    // A Redis scheduler keeps only its name in its data directory (locked,
+    // so two schedulers on one host need two directories or two names).
+    let mut data_dir = None;
     let store: Box<dyn Store> = match &cfg.redis {
-        Some(url) => Box::new(RedisStore::connect(url).with_context(|| format!("redis store {url}"))?),
+        Some(url) => {
+            if cfg.peer.name.is_none() {
+                let dir =
+                    DataDir::open(&cfg.data_dir).with_context(|| format!("data dir {}", cfg.data_dir.display()))?;
+                cfg.peer.name = Some(dir.stable_name().context("scheduler name")?);
+                data_dir = Some(dir);
+            }
+            let name = cfg.peer.name.clone().unwrap_or_default();
+            Box::new(RedisStore::open(url, &name).with_context(|| format!("redis store {url}"))?)
+        }
         None => {
-            Box::new(FileStore::open(&cfg.data_dir).with_context(|| format!("data dir {}", cfg.data_dir.display()))?)
+            let store =
+                FileStore::open(&cfg.data_dir).with_context(|| format!("data dir {}", cfg.data_dir.display()))?;
+            if cfg.peer.name.is_none() {
+                cfg.peer.name = Some(store.stable_name().context("scheduler name")?);
+            }
+            Box::new(store)
         }
     };
-    let mut service = Service::restore(cfg.tz, store, chrono::Utc::now()).context("restoring schedules")?;
+    let now = emq::scheduler::timetable::Now::read();
+    let mut service = Service::restore(cfg.tz, store, now);
     peer::run(&cfg.peer, &mut service, signal_read.as_raw_fd()).context("scheduler stopped")?;
+    drop(data_dir);
     Ok(())
 }

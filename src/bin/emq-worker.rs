@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! emq-worker --queue email:10 --queue default:1 --concurrency 4 --timeout 30s \
-//!            [--router tcp://127.0.0.1:47290 --router tcp://backup:47290] -- ./handle-job.sh args…
+//!            [--backend tcp://127.0.0.1:47290 --backend tcp://backup:47290] -- ./handle-job.sh args…
 //! ```
 //!
 //! * The job's payload (the REQUEST body frame) goes to the child's stdin;
@@ -13,72 +13,55 @@
 //! * Past the timeout (the job's `timeout:N` header, else `--timeout`) the
 //!   child's whole process group is killed and the job counts as timed out.
 //! * SIGTERM/SIGINT: KBYE, running jobs finish (up to `--drain-timeout`), counters printed.
+//! * Settings: flags, `EMQ_*` variables or `--config` (`--print-config`
+//!   shows them); the command is checked at start (it must exist and be
+//!   executable).
 
 use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::Parser;
 use emq::client::worker::{Job, JobError, Worker, WorkerConfig, WorkerStats};
+use emq::config::{self, ConfigArgs, RawWorkerConfig};
 use emq::limits;
 
-/// Run a command for every eMQP job.
+/// A worker for any language: serves eMQP queues of an emq (or EventMQ)
+/// router and runs a command for every job, the job's payload on its stdin,
+/// its stdout as the result.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
-    /// Queue as NAME or NAME:WEIGHT (weight default 10); repeat for several.
-    /// None = the router's default queues.
-    #[arg(long = "queue", short = 'Q')]
-    queues: Vec<String>,
-    /// Jobs run at once (at least 1).
-    #[arg(long, short = 'J', default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
-    concurrency: u64,
-    /// Per-job time limit when the job has no `timeout:N` header.
-    #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
-    timeout: Duration,
-    /// Router backend address; repeat for failover (each reconnect moves on).
-    #[arg(long = "router", short = 'B', env = "EMQ_BACKEND_ADDR", default_value = limits::BACKEND_ADDR)]
-    routers: Vec<String>,
-    /// Longest wait for running jobs at shutdown.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-    drain_timeout: Duration,
-    /// Router silence before reconnecting under a new identity.
-    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
-    silence_timeout: Duration,
-    /// Period of the counters log line (0 = only on exit).
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-    stats_interval: Duration,
-    /// The command and its arguments.
-    #[arg(last = true, required = true)]
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(flatten)]
+    raw: RawWorkerConfig,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required_unless_present = "print_config")]
     command: Vec<String>,
 }
 
-fn parse_queue(spec: &str) -> anyhow::Result<(i64, String)> {
-    let (name, weight) = match spec.rsplit_once(':') {
-        Some((n, w)) => {
-            (n, w.parse::<i64>().with_context(|| format!("queue {spec:?}: weight {w:?} is not an integer"))?)
-        }
-        None => (spec, limits::DEFAULT_QUEUE_WEIGHT),
-    };
-    if name.is_empty() {
-        bail!("queue {spec:?}: empty name");
-    }
-    Ok((weight, name.to_string()))
+fn main() {
+    emq::program::exit_on_error("emq-worker", run());
 }
 
-fn main() -> anyhow::Result<()> {
-    emq::logging::init_from_env();
+fn run() -> anyhow::Result<()> {
     let args = Args::parse();
-    let queues = args.queues.iter().map(|q| parse_queue(q)).collect::<anyhow::Result<Vec<_>>>()?;
-    let mut config = WorkerConfig::new(&args.routers[0]).queues(queues).concurrency(args.concurrency as usize);
-    config.addresses = args.routers.clone();
-    config.drain_timeout = args.drain_timeout;
-    config.heartbeat_timeout = args.silence_timeout / 3;
-    let command = Arc::new(args.command.clone());
-    let default_timeout = args.timeout;
+    let Some(settings) = config::start(&args.config, args.raw)? else { return Ok(()) };
+    let program = executable(&args.command)?;
+    let mut config = WorkerConfig::new(&settings.backend[0]).queues(settings.queues).concurrency(settings.concurrency);
+    config.addresses = settings.backend;
+    config.drain_timeout = settings.drain_timeout;
+    config.heartbeat_timeout = settings.silence_timeout / 3;
+    let mut command = args.command;
+    command[0] = program.to_string_lossy().into_owned();
+    let command = Arc::new(command);
+    let default_timeout = settings.timeout;
     let worker = Worker::start(config, move |job| run_job(&command, &job, job.timeout().unwrap_or(default_timeout)))?;
     let stopper = worker.stopper();
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])?;
@@ -88,20 +71,60 @@ fn main() -> anyhow::Result<()> {
             stopper.stop();
         }
     });
-    report_periodically(&worker, args.stats_interval);
+    report_periodically(&worker, settings.stats_interval);
     handle.close();
     let stats = worker.join()?;
     eprintln!("emq-worker: {}", summary(&stats));
     Ok(())
 }
 
-fn report_periodically(worker: &Worker, every: Duration) {
-    let mut next = Instant::now() + every;
+/// The command's program as a path that exists and may be run: a name
+/// without `/` is looked up on `PATH`, like the shell does. Checked once at
+/// start, so a typo fails here instead of failing every job.
+fn executable(command: &[String]) -> anyhow::Result<PathBuf> {
+    let Some(name) = command.first() else { bail!("no command: give one after --") };
+    if name.contains('/') {
+        let path = PathBuf::from(name);
+        return match runnable(&path) {
+            Ok(()) => Ok(path),
+            Err(why) => bail!("command {name:?} {why}"),
+        };
+    }
+    let dirs = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&dirs) {
+        let path = dir.join(name);
+        if runnable(&path).is_ok() {
+            return Ok(path);
+        }
+    }
+    bail!("command {name:?} not found on PATH (give its path, e.g. ./{name})")
+}
+
+/// Whether `path` is a file this process may execute; why not, otherwise.
+fn runnable(path: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot be run: {e}"))?;
+    if !meta.is_file() {
+        return Err("is not a file".into());
+    }
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return Err("has a NUL byte in its name".into());
+    };
+    // SAFETY: access(2) reads the NUL-terminated path and touches nothing else.
+    let may_run = unsafe { libc::access(c_path.as_ptr(), libc::X_OK) } == 0;
+    if !may_run || meta.permissions().mode() & 0o111 == 0 {
+        return Err(format!("is not executable (chmod +x {})", path.display()));
+    }
+    Ok(())
+}
+
+fn report_periodically(worker: &Worker, every: Option<Duration>) {
+    let every = every.unwrap_or(Duration::MAX);
+    let mut next = Instant::now().checked_add(every);
     while !worker.is_finished() {
         std::thread::sleep(Duration::from_millis(200));
-        if !every.is_zero() && Instant::now() >= next {
+        if let Some(due) = next.filter(|due| Instant::now() >= *due) {
+            next = due.checked_add(every);
             tracing::info!("{}", summary(&worker.stats()));
-            next += every;
         }
     }
 }

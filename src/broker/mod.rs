@@ -3,6 +3,7 @@
 //! ([`msg::ShardMsg`]) and an [`msg::Outbox`] out; src/router wires them to
 //! channels and threads.
 
+pub mod counts;
 pub mod job;
 pub mod msg;
 pub mod selection;

@@ -4,17 +4,19 @@
 //! connections).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
+use super::counts::QueueCounter;
 use super::job::{Job, JobFrames};
 use super::snapshot::ShardSnapshot;
 use super::types::WorkerShared;
 use crate::ids::{ConnId, MsgId, OfferId, PeerId, QueueName, WorkerKey};
 use crate::metrics::latency::Taken;
-use crate::protocol::emqp::Frame;
+use crate::protocol::emqp::{Command, Frame, Message, ScheduleBody};
 use crate::protocol::text::ErrorCode;
+use crate::zmq_io::wake::Wake;
 
 /// A message to a dispatcher shard. The doc of each variant names who sends
 /// it and to which shard.
@@ -48,8 +50,10 @@ pub enum ShardMsg {
     WorkerReply {
         /// The worker's identity.
         id: PeerId,
-        /// The msgid of the REQUEST it answers (D5).
+        /// The msgid of the REQUEST it answers (frame 5).
         request_msgid: MsgId,
+        /// Whether the worker said the job failed.
+        failed: bool,
     },
     /// HEARTBEAT from a worker (home shard).
     WorkerHeartbeat {
@@ -67,34 +71,41 @@ pub enum ShardMsg {
         id: PeerId,
         /// The INFORM's msgid.
         msgid: MsgId,
+        /// INFORM D6 (emq extension): the scheduler's stable name, if sent.
+        name: Option<Vec<u8>>,
     },
-    /// HEARTBEAT from a frontend peer (shard 0; ignored unless a scheduler).
+    /// HEARTBEAT from a frontend peer (shard 0): a scheduler is alive; an
+    /// unknown peer is re-admitted as a scheduler.
     SchedulerHeartbeat {
         /// The peer's identity.
         id: PeerId,
+        /// The HEARTBEAT's msgid (a re-admission's ACK names it).
+        msgid: MsgId,
     },
     /// KBYE from a frontend peer (shard 0).
     SchedulerKbye {
         /// The peer's identity.
         id: PeerId,
     },
-    /// SCHEDULE or UNSCHEDULE from a client, forwarded verbatim (shard 0).
-    Schedule {
-        /// The client that sent it.
-        client: PeerId,
-        /// Its msgid (the ERROR reply refers to it).
-        msgid: MsgId,
-        /// The D-frames as received.
+    /// SCHEDULE or UNSCHEDULE from a client, routed to the owner of its
+    /// key (shard 0).
+    Schedule(Schedule),
+    /// A REPLY or ERROR from a frontend peer: a scheduler's answer to a
+    /// SCHEDULE/UNSCHEDULE, for the client that sent it (shard 0).
+    SchedulerAnswer {
+        /// The peer that answered.
+        id: PeerId,
+        /// D4: the msgid the answer is about.
+        refers_to: MsgId,
+        /// The D-frames as received, forwarded verbatim.
         frames: Vec<Frame>,
-        /// UNSCHEDULE (to every scheduler) rather than SCHEDULE (to one).
-        unschedule: bool,
     },
     /// A forward to a scheduler failed (I/O thread → shard 0).
     SchedulerSendFailed {
         /// The scheduler that could not be reached.
         id: PeerId,
-        /// A SCHEDULE to route to another scheduler: `(client, D-frames)`.
-        retry: Option<(PeerId, Vec<Frame>)>,
+        /// A SCHEDULE/UNSCHEDULE it owned, to route again.
+        retry: Option<Schedule>,
     },
     /// A worker serving `queue` (home shard → the queue's shard).
     AddCandidate {
@@ -104,6 +115,8 @@ pub enum ShardMsg {
         weight: i64,
         /// The worker.
         worker: Arc<WorkerShared>,
+        /// Its INFORM's msgid (a refusal refers to it).
+        inform: MsgId,
     },
     /// A worker no longer serving `queue` (home shard → the queue's shard).
     RemoveCandidate {
@@ -137,6 +150,14 @@ pub enum ShardMsg {
         queue: QueueName,
         /// The jobs, oldest dispatch first.
         jobs: Vec<Job>,
+    },
+    /// A job of `queue` ended on another shard (a worker's home): count it
+    /// (→ the queue's shard).
+    Count {
+        /// The queue.
+        queue: QueueName,
+        /// What to count.
+        counter: QueueCounter,
     },
     /// Sending a job to a worker failed (I/O thread → home shard).
     SendFailed {
@@ -179,11 +200,63 @@ pub enum ShardMsg {
     /// Several messages from the I/O thread, to be handled in order (one
     /// channel operation for a whole read batch).
     Batch(Vec<ShardMsg>),
+    /// Send the bodies of `queue`'s waiting jobs, front first (tests and
+    /// tools; linear in the queue).
+    Waiting {
+        /// The queue (owned by the receiving shard).
+        queue: QueueName,
+        /// Where the bodies go.
+        reply: Sender<Vec<Vec<u8>>>,
+    },
     /// Stop: KBYE to peers, log what remains, exit.
     Shutdown,
 }
 
-/// A text client's answer to an offer (text-protocol.md "The offer").
+impl ShardMsg {
+    /// How many front-end messages this stands for, as counted against the
+    /// shard's inbox limit (`shard_inbox_messages`): the messages of a
+    /// [`ShardMsg::Batch`], the commands of a [`ShardMsg::Text`], 0 for
+    /// messages between shards and from the router's own threads (those are
+    /// bounded by the work already admitted).
+    pub fn inbox_weight(&self) -> usize {
+        match self {
+            ShardMsg::Batch(msgs) => msgs.len(),
+            ShardMsg::Text { cmds, .. } => cmds.len(),
+            _ => 0,
+        }
+    }
+}
+
+/// A SCHEDULE or UNSCHEDULE as the router received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// The client that sent it.
+    pub client: PeerId,
+    /// Its msgid (answers refer to it).
+    pub msgid: MsgId,
+    /// The D-frames as received, forwarded verbatim to the owner.
+    pub frames: Vec<Frame>,
+    /// D4..D8.
+    pub body: ScheduleBody,
+    /// UNSCHEDULE rather than SCHEDULE.
+    pub unschedule: bool,
+}
+
+impl Schedule {
+    /// The SCHEDULE or UNSCHEDULE in D-frames `frames` (as a router
+    /// forwards it) from `client`; `None` for any other message.
+    pub fn from_frames(client: PeerId, frames: Vec<Frame>) -> Option<Schedule> {
+        let (body, unschedule) = match crate::protocol::emqp::decode(&frames, crate::protocol::emqp::Socket::Frontend) {
+            Ok(Message { command: Command::Schedule(body), .. }) => (body, false),
+            Ok(Message { command: Command::Unschedule(body), .. }) => (body, true),
+            _ => return None,
+        };
+        let msgid = MsgId::from(frames.get(3).map_or(&[][..], Vec::as_slice));
+        Some(Schedule { client, msgid, frames, body, unschedule })
+    }
+}
+
+/// A text client's answer to an offer (docs/text-protocol.md "The offer").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TextAnswer {
     /// `ACK`: the task is done as far as the broker is concerned.
@@ -209,6 +282,16 @@ pub enum TextCmd {
         /// The queue.
         queue: QueueName,
     },
+    /// `ASK queue ms` (long poll): with a task waiting, answered like `Ask`;
+    /// otherwise the connection waits in the queue's line of waiting ASKs
+    /// (arrival order) and is answered with the first task that is not
+    /// pushed to an eMQP worker, or `Nope` once `wait` has passed.
+    AskWait {
+        /// The queue.
+        queue: QueueName,
+        /// How long to wait at most.
+        wait: Duration,
+    },
     /// `ACK`, `DCL` or `DEL` of an offer: `Done`, or `NO_TASK` when the
     /// offer has lapsed.
     Answer {
@@ -218,11 +301,16 @@ pub enum TextCmd {
         answer: TextAnswer,
     },
     /// The connection ended holding the offer: it goes back to the front
-    /// of its queue. Not answered.
+    /// of its queue (a delivery: past [`crate::limits::MAX_DELIVERIES`] it
+    /// is dead-lettered). Not answered.
     Release {
         /// The offer.
         offer: OfferId,
     },
+    /// The connection stops waiting (it closed) while its `AskWait` waits
+    /// on this shard: that `AskWait` is answered `Nope` at once. Nothing
+    /// happens when it is not waiting. Not answered itself.
+    Cancel,
 }
 
 /// A text command with the connection that sent it.
@@ -265,14 +353,41 @@ pub struct TextReply {
     pub outcome: TextOutcome,
 }
 
-/// Where a shard sends text answers: a channel of the text front end.
-/// Answers to one port arrive in the order of the commands.
+/// The answers of one shard's batch for one [`TextPort`], in order.
+#[derive(Debug)]
+pub struct TextBatch {
+    /// The shard that answers.
+    pub shard: usize,
+    /// The answers.
+    pub replies: Vec<TextReply>,
+}
+
+/// Where a shard sends text answers: a channel of one text I/O thread and
+/// the wake-up of that thread. A shard answers the commands of one
+/// connection in the order they came (an `AskWait` that waits is answered
+/// later, and the connection sends nothing else that is answered until
+/// then), so the front end matches answers to commands by order.
 #[derive(Debug, Clone)]
 pub struct TextPort {
     /// The front end's number for this port (for logs and tests).
     pub id: u64,
     /// The channel.
-    pub tx: Sender<Vec<TextReply>>,
+    pub tx: Sender<TextBatch>,
+    /// Wakes the receiving thread if it sleeps (`None`: it never sleeps on
+    /// the port, as in tests).
+    pub wake: Option<Arc<Wake>>,
+}
+
+impl TextPort {
+    /// Hands shard `shard`'s `replies` over and wakes the receiver. Returns
+    /// `false` when the receiver is gone (the text front end has stopped).
+    pub fn send(&self, shard: usize, replies: Vec<TextReply>) -> bool {
+        let sent = self.tx.send(TextBatch { shard, replies }).is_ok();
+        if let Some(wake) = &self.wake {
+            wake.wake();
+        }
+        sent
+    }
 }
 
 /// Which router socket a frame list goes out on.
@@ -298,12 +413,14 @@ pub enum OnFail {
         /// The worker registration.
         key: WorkerKey,
     },
-    /// A SCHEDULE to a scheduler: route it to another one.
+    /// A SCHEDULE or UNSCHEDULE to its owner: drop that scheduler and
+    /// route the message again ([`Schedule::from_frames`] rebuilds it).
     Schedule {
-        /// The client that sent the SCHEDULE.
+        /// The client that sent it.
         client: PeerId,
     },
-    /// An UNSCHEDULE to a scheduler: drop that scheduler.
+    /// A copy for a scheduler that does not own the key (UNSCHEDULE, DROP):
+    /// drop that scheduler.
     Unschedule,
 }
 

@@ -1,4 +1,4 @@
-//! Weighted worker selection for one queue (EventMQ 0.3.13, spec §5.6).
+//! Weighted worker selection for one queue (EventMQ 0.3.13, docs/emqp.md "Selection").
 //!
 //! The candidate list holds one `(weight, worker)` entry per worker serving
 //! the queue, sorted by weight, highest first, stably. Selection walks from
@@ -106,7 +106,7 @@ mod tests {
         c.iter().map(|(w, x)| format!("{w}{}", x.id)).collect()
     }
 
-    /// EventMQ's `test_prioritize_queue_list` sequence (spec §5.6).
+    /// EventMQ's `test_prioritize_queue_list` sequence (docs/emqp.md "Selection").
     #[test]
     fn eventmq_example() {
         let [b, a, d, e, cc] = [worker(1, "b"), worker(2, "a"), worker(3, "d"), worker(4, "e"), worker(5, "c")];

@@ -1,10 +1,13 @@
 //! What a shard reports to the admin thread, and the merge of all shards
-//! into EventMQ's admin JSON shapes (spec §3.10), with emq's extra keys.
+//! into EventMQ's admin JSON shapes, with emq's extra keys (docs/emqp.md
+//! "Admin").
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
+
+use super::counts::{QueueCounter, QueueCounts};
 
 /// One queue as its owning shard sees it.
 #[derive(Debug, Clone, Default)]
@@ -17,6 +20,11 @@ pub struct QueueSnap {
     pub offered: usize,
     /// Jobs dispatched to eMQP workers since start.
     pub processed: u64,
+    /// Both protocols' job counts since start.
+    pub counts: QueueCounts,
+    /// Whether a worker has declared the queue (a REQUEST for it then never
+    /// falls back to `default`).
+    pub served: bool,
     /// Selection order: `(weight, worker id)`.
     pub candidates: Vec<(i64, String)>,
 }
@@ -45,6 +53,8 @@ pub struct WorkerSnap {
 pub struct SchedulerSnap {
     /// Identity (display form).
     pub id: String,
+    /// The name it gave in its INFORM (emq-scheduler), if any.
+    pub name: Option<String>,
     /// Seconds since broker start of the last message.
     pub hb: f64,
     /// SCHEDULEs routed to it.
@@ -60,6 +70,8 @@ pub struct ShardSnapshot {
     pub workers: Vec<WorkerSnap>,
     /// Schedulers (shard 0).
     pub schedulers: Vec<SchedulerSnap>,
+    /// Long-poll ASKs (`ASK <queue> <ms>`) waiting on the shard now.
+    pub asks_waiting: usize,
 }
 
 impl ShardSnapshot {
@@ -70,8 +82,15 @@ impl ShardSnapshot {
     }
 }
 
-/// STATUS JSON (spec §3.10 key order), with `emq` extras appended.
-pub fn status_json(shards: &[ShardSnapshot], extras: Value) -> Value {
+/// End-to-end latency percentiles of one queue since the router started, in
+/// milliseconds: `(p50, p99)`.
+pub type EndToEnd = BTreeMap<String, (f64, f64)>;
+
+/// STATUS JSON: EventMQ's keys in EventMQ's order (docs/emqp.md "Admin"),
+/// then emq's: the per-queue counters of both protocols
+/// ([`QueueCounter`]), text offers, end-to-end latency percentiles,
+/// the queues workers serve, and `emq` (`extras`).
+pub fn status_json(shards: &[ShardSnapshot], end_to_end: &EndToEnd, extras: Value) -> Value {
     let mut inflight: BTreeMap<String, (u64, Duration, Duration)> = BTreeMap::new();
     let mut by_worker = Map::new();
     for w in shards.iter().flat_map(|s| &s.workers) {
@@ -88,7 +107,10 @@ pub fn status_json(shards: &[ShardSnapshot], extras: Value) -> Value {
     let obj = |f: &dyn Fn(&QueueSnap) -> Option<Value>| -> Value {
         Value::Object(queues.iter().filter_map(|q| f(q).map(|v| (q.name.clone(), v))).collect())
     };
-    json!({
+    let percentile = |pick: fn(&(f64, f64)) -> f64| -> Value {
+        Value::Object(end_to_end.iter().map(|(q, p)| (q.clone(), json!(round_ms(pick(p))))).collect())
+    };
+    let mut status = json!({
         "inflight_messages_by_queue": inflight.iter().map(|(q, e)| (q.clone(), json!(e.0))).collect::<Map<_, _>>(),
         "latency_messages_by_queue": inflight.iter().map(|(q, e)| (q.clone(), json!(ms(e.1) / e.0.max(1)))).collect::<Map<_, _>>(),
         "max_latency_messages_by_queue": inflight.iter().map(|(q, e)| (q.clone(), json!(ms(e.2)))).collect::<Map<_, _>>(),
@@ -96,13 +118,37 @@ pub fn status_json(shards: &[ShardSnapshot], extras: Value) -> Value {
         "processed_messages_by_queue": obj(&|q| (q.processed > 0).then(|| json!(q.processed))),
         "processed_messages_by_worker": by_worker,
         "offered_messages_by_queue": obj(&|q| (q.offered > 0).then(|| json!(q.offered))),
-        "emq": extras,
-    })
+    });
+    if let Some(m) = status.as_object_mut() {
+        for &counter in QueueCounter::ALL {
+            let counts = obj(&|q| Some(q.counts.get(counter)).filter(|n| *n > 0).map(|n| json!(n)));
+            m.insert(counter.status_key().into(), counts);
+        }
+        m.insert("end_to_end_p50_ms_by_queue".into(), percentile(|p| p.0));
+        m.insert("end_to_end_p99_ms_by_queue".into(), percentile(|p| p.1));
+        let mut served: Vec<&str> = queues.iter().filter(|q| q.served).map(|q| q.name.as_str()).collect();
+        served.sort_unstable();
+        m.insert("served_queues".into(), json!(served));
+        m.insert("emq".into(), extras);
+    }
+    status
 }
 
-/// ROUTER_SHOW_WORKERS JSON (spec §3.10, V17), with `inflight` and `state`
-/// per worker added.
-pub fn workers_json(shards: &[ShardSnapshot]) -> Value {
+/// Milliseconds as people read them: two decimals.
+pub fn round_ms(ms: f64) -> f64 {
+    (ms * 100.0).round() / 100.0
+}
+
+/// Seconds since a peer was last heard from, `uptime` seconds after the
+/// router started, from its `hb` (seconds since start), to a tenth.
+fn seen_ago(uptime: f64, hb: f64) -> f64 {
+    ((uptime - hb).max(0.0) * 10.0).round() / 10.0
+}
+
+/// ROUTER_SHOW_WORKERS JSON (EventMQ's shape, docs/emqp.md "Admin"), with
+/// `inflight`, `state` and `seen_secs_ago` per worker added; `uptime` is
+/// the router's, in seconds.
+pub fn workers_json(shards: &[ShardSnapshot], uptime: f64) -> Value {
     let mut workers = Map::new();
     for w in shards.iter().flat_map(|s| &s.workers) {
         workers.insert(
@@ -113,6 +159,7 @@ pub fn workers_json(shards: &[ShardSnapshot]) -> Value {
                 "available_slots": w.slots,
                 "inflight": w.inflight.len(),
                 "state": w.state,
+                "seen_secs_ago": seen_ago(uptime, w.hb),
             }),
         );
     }
@@ -125,12 +172,23 @@ pub fn workers_json(shards: &[ShardSnapshot]) -> Value {
     json!({ "connected_workers": workers, "connected_queues": queues })
 }
 
-/// ROUTER_SHOW_SCHEDULERS JSON (spec §3.10, V18), with `scheduled` added.
-pub fn schedulers_json(shards: &[ShardSnapshot]) -> Value {
+/// ROUTER_SHOW_SCHEDULERS JSON (EventMQ's shape, docs/emqp.md "Admin"),
+/// with `scheduled`, `name` (an emq-scheduler's stable name, or null) and
+/// `seen_secs_ago` added; `uptime` is the router's,
+/// in seconds.
+pub fn schedulers_json(shards: &[ShardSnapshot], uptime: f64) -> Value {
     let s: Map<String, Value> = shards
         .iter()
         .flat_map(|s| &s.schedulers)
-        .map(|s| (s.id.clone(), json!({ "hb": s.hb, "scheduled": s.scheduled })))
+        .map(|s| {
+            let entry = json!({
+                "hb": s.hb,
+                "scheduled": s.scheduled,
+                "name": s.name,
+                "seen_secs_ago": seen_ago(uptime, s.hb),
+            });
+            (s.id.clone(), entry)
+        })
         .collect();
     json!({ "connected_schedulers": s })
 }

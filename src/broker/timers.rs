@@ -5,8 +5,8 @@
 //! re-armed if the peer was heard from since. So the cost is one heap
 //! operation per peer per interval, whatever the traffic, and nothing at all
 //! between deadlines: the shard blocks until [`Timers::next_deadline`]
-//! (beanstalkd's `prottick` habit; DESIGN "Every loop blocks until its next
-//! deadline").
+//! (beanstalkd's `prottick` habit; every loop
+//! blocks until its next deadline).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -1,5 +1,5 @@
 //! Admin client: a DEALER to the router's admin socket (EventMQ 0.3.13,
-//! spec §3.10) or the scheduler's. Every call waits at most the timeout.
+//! docs/emqp.md "Admin") or the scheduler's. Every call waits at most the timeout.
 //!
 //! ```no_run
 //! use emq::client::admin::AdminClient;
@@ -25,7 +25,7 @@ impl AdminClient {
     /// Connects (never blocks) with [`limits::CLIENT_TIMEOUT`].
     ///
     /// # Errors
-    /// [`ClientError::Zmq`] for a malformed address.
+    /// [`ClientError::Address`] for a malformed address.
     pub fn connect(addr: &str) -> Result<AdminClient, ClientError> {
         let ctx = zmq::Context::new();
         let dealer = Dealer::connect(&ctx, addr, limits::ADMIN_LINGER_MS)?;
@@ -38,7 +38,7 @@ impl AdminClient {
         self
     }
 
-    /// `STATUS`: the JSON of spec §3.10 (plus emq's extra keys).
+    /// `STATUS`: the JSON of docs/emqp.md "Admin" (plus emq's extra keys).
     ///
     /// # Errors
     /// [`ClientError::Unreachable`], [`ClientError::Timeout`], [`ClientError::BadAnswer`].
@@ -62,7 +62,7 @@ impl AdminClient {
         self.query(AdminQuery::Latency.word())
     }
 
-    /// Any query `word` answered by a REPLY whose D4 is JSON, e.g. the
+    /// Any query `word` answered by a REPLY whose frame 4 is JSON, e.g. the
     /// scheduler's `SCHEDULES`. Sends `["", "eMQP/1.0", word, "admin:<uuid4>"]`.
     ///
     /// # Errors
@@ -82,7 +82,7 @@ impl AdminClient {
     }
 
     /// `DISCONNECT`: asks the router to shut down and waits for its ACK
-    /// (spec §3.7, V11).
+    /// (docs/emqp.md "DISCONNECT").
     ///
     /// # Errors
     /// As [`AdminClient::status`].
@@ -96,7 +96,7 @@ impl AdminClient {
     }
 
     /// Sends `word` and returns the first answer whose last frame names our
-    /// msgid (ACK, ERROR) or any REPLY (admin REPLYs carry no msgid, V16).
+    /// msgid (ACK, ERROR) or any REPLY (admin REPLYs carry no msgid).
     fn call(&mut self, word: &[u8]) -> Result<Vec<Frame>, ClientError> {
         let msgid = [b"admin:".as_slice(), &crate::protocol::emqp::new_msgid()].concat();
         let frames = vec![Vec::new(), VERSION.to_vec(), word.to_vec(), msgid.clone()];

@@ -1,14 +1,14 @@
-//! Python job bodies (spec §4.1): `["run", {"callable": …, "path": …, "args": …,
+//! Python job bodies (docs/emqp.md "Job bodies"): `["run", {"callable": …, "path": …, "args": …,
 //! "kwargs": …, "class_args": …, "class_kwargs": …}]`, the six keys in the
 //! order the Python client writes them, written by the crate's one
 //! `json.dumps` writer ([`crate::protocol::pyjson`]). The Python scheduler
-//! requires all six keys (S6).
+//! requires all six keys.
 
 use serde_json::{Map, Value};
 
 use crate::protocol::pyjson::{self, py_str, PyJson};
 
-/// One Python call as the EventMQ client addresses it (spec §4.2).
+/// One Python call as the EventMQ client addresses it (docs/emqp.md "Job bodies").
 #[derive(Debug, Clone, PartialEq)]
 pub struct PythonCall {
     /// `callable`: the function or method name, e.g. `add`.
@@ -81,6 +81,16 @@ impl PythonCall {
         PyJson::Array(vec![PyJson::Str(py_str("run")), params]).dumps(false).into_bytes()
     }
 
+    /// The call as people write it: `mymod.report`, `pkg.mod:Class.method`.
+    ///
+    /// ```
+    /// use emq::client::body::PythonCall;
+    /// assert_eq!(PythonCall::new("pkg.mod:Report", "daily").name(), "pkg.mod:Report.daily");
+    /// ```
+    pub fn name(&self) -> String {
+        format!("{}.{}", self.path, self.callable)
+    }
+
     /// Reads the params object (element 1) of a body; missing optional keys
     /// default to empty like the Python worker. `None` when the body is not
     /// a JSON array of at least 2 elements or lacks `path`/`callable`.
@@ -101,7 +111,7 @@ impl PythonCall {
     }
 }
 
-/// The job-result REPLY body (spec §4.4): `{"value": "<text>"}`, with the
+/// The job-result REPLY body (docs/emqp.md "Job results"): `{"value": "<text>"}`, with the
 /// text as a JSON string (lossy UTF-8), as `json.dumps({"value": X})` writes it.
 ///
 /// ```

@@ -1,9 +1,9 @@
 //! eMQP client: REQUEST, SCHEDULE, UNSCHEDULE to the router frontend, and
-//! PUBLISH to the pub/sub device (EventMQ 0.3.13, spec §3.3, §3.8, §3.9).
+//! PUBLISH to the pub/sub device (EventMQ 0.3.13, docs/emqp.md "REQUEST").
 //!
-//! Unlike the Python client (C4: one fire-and-forget socket per call), a
+//! Unlike the Python client (one fire-and-forget socket per call), a
 //! [`Client`] keeps one DEALER and can wait for the broker's answer:
-//! * emq's router answers every REQUEST: an acceptance REPLY (D4 = the
+//! * emq's router answers every REQUEST: an acceptance REPLY (frame 4 = the
 //!   REQUEST msgid) whether the job was dispatched or queued, or an `ERROR`
 //!   (`QUEUE_FULL`, `NO_SCHEDULER`, `SHUTTING_DOWN`, …).
 //! * An EventMQ Python router sends the acceptance REPLY **only** when it
@@ -33,7 +33,7 @@ use crate::protocol::emqp::{decode, Command, Frame, Message, ScheduleBody, Socke
 /// What the broker said about a REQUEST.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// An acceptance REPLY whose D4 is this REQUEST's msgid.
+    /// An acceptance REPLY whose frame 4 is this REQUEST's msgid.
     Accepted {
         /// The REQUEST msgid (the job id).
         msgid: Frame,
@@ -55,10 +55,40 @@ pub enum Outcome {
     },
 }
 
-/// When a scheduled job runs (spec §3.8 D6/D8).
+/// What came back for a SCHEDULE or UNSCHEDULE ([`Client::schedule_confirmed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScheduleAnswer {
+    /// The scheduler took it (emq-scheduler's `REPLY`, forwarded by an emq
+    /// router): D5, the outcome as JSON text, e.g.
+    /// `{"outcome":"added","key":"9e1e…","next_fire":"2026-01-01T00:05:00Z"}`.
+    Accepted {
+        /// The message's msgid.
+        msgid: Frame,
+        /// The scheduler's outcome JSON (empty if it sent none).
+        detail: String,
+    },
+    /// Refused with `ERROR <CODE> <text>`, by the router (no scheduler,
+    /// malformed) or the scheduler.
+    Refused {
+        /// The message's msgid.
+        msgid: Frame,
+        /// The error code token, e.g. `BAD_CRON`.
+        code: String,
+        /// The reason.
+        text: String,
+    },
+    /// No answer in time: an EventMQ router or scheduler never answers, so
+    /// this is not a refusal.
+    Unconfirmed {
+        /// The message's msgid.
+        msgid: Frame,
+    },
+}
+
+/// When a scheduled job runs (docs/emqp.md "SCHEDULE and UNSCHEDULE" frames 6 and 8).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Schedule {
-    /// Every N seconds (N > 0; EventMQ fires `interval 0` every loop, S7).
+    /// Every N seconds (N > 0; EventMQ fires `interval 0` every loop).
     Interval(u64),
     /// A 5-field cron expression, evaluated in UTC.
     Cron(String),
@@ -78,7 +108,7 @@ impl Client {
     /// shows up as [`ClientError::Unreachable`] on the first send.
     ///
     /// # Errors
-    /// [`ClientError::Zmq`] for a malformed address.
+    /// [`ClientError::Address`] for a malformed address.
     pub fn connect(addr: &str) -> Result<Client, ClientError> {
         let ctx = zmq::Context::new();
         let dealer = Dealer::connect(&ctx, addr, limits::CLIENT_LINGER_MS)?;
@@ -91,7 +121,7 @@ impl Client {
         self
     }
 
-    /// Sends a REQUEST (7 D-frames, spec §3.3 / V5) and waits up to the
+    /// Sends a REQUEST (7 frames, docs/emqp.md "REQUEST") and waits up to the
     /// timeout for the acceptance REPLY or ERROR naming its msgid.
     ///
     /// # Errors
@@ -140,8 +170,9 @@ impl Client {
         }
     }
 
-    /// Sends SCHEDULE (9 D-frames, spec §3.8 / V12, V13). EventMQ sends no
-    /// acknowledgement; returns the msgid.
+    /// Sends SCHEDULE (9 frames, docs/emqp.md "SCHEDULE and UNSCHEDULE")
+    /// without waiting; returns the msgid. EventMQ sends no acknowledgement;
+    /// an emq router forwards the scheduler's (see [`Client::schedule_confirmed`]).
     ///
     /// # Errors
     /// [`ClientError::Invalid`] for `Interval(0)` or an empty cron;
@@ -158,13 +189,75 @@ impl Client {
         self.send_schedule(false, queue, headers, &interval, body, &cron)
     }
 
-    /// Sends UNSCHEDULE for the job with this body (9 D-frames, interval
-    /// `-1`, cron empty: spec V14; the scheduler matches on the body only).
+    /// Sends UNSCHEDULE for the job with this body (9 frames, interval
+    /// `-1`, cron empty; the scheduler matches on the body only).
     ///
     /// # Errors
     /// [`ClientError::Unreachable`].
     pub fn unschedule(&mut self, queue: &str, body: &[u8], headers: &str) -> Result<Frame, ClientError> {
         self.send_schedule(true, queue, headers, "-1", body, "")
+    }
+
+    /// Sends SCHEDULE like [`Client::schedule`] and waits up to the timeout
+    /// for the answer the scheduler sends back through an emq router.
+    ///
+    /// # Errors
+    /// As [`Client::schedule`].
+    pub fn schedule_confirmed(
+        &mut self,
+        queue: &str,
+        when: &Schedule,
+        body: &[u8],
+        headers: &str,
+    ) -> Result<ScheduleAnswer, ClientError> {
+        let msgid = self.schedule(queue, when, body, headers)?;
+        self.wait_schedule(&msgid, Instant::now() + self.timeout)
+    }
+
+    /// Sends UNSCHEDULE like [`Client::unschedule`] and waits up to the
+    /// timeout for the scheduler's answer (outcome `unscheduled` or
+    /// `not_found`).
+    ///
+    /// # Errors
+    /// As [`Client::unschedule`].
+    pub fn unschedule_confirmed(
+        &mut self,
+        queue: &str,
+        body: &[u8],
+        headers: &str,
+    ) -> Result<ScheduleAnswer, ClientError> {
+        let msgid = self.unschedule(queue, body, headers)?;
+        self.wait_schedule(&msgid, Instant::now() + self.timeout)
+    }
+
+    /// Waits until `deadline` for the REPLY or ERROR naming SCHEDULE or
+    /// UNSCHEDULE `msgid`. Answers to REQUESTs that arrive meanwhile are
+    /// kept for [`Client::wait`].
+    ///
+    /// # Errors
+    /// [`ClientError::Zmq`] when the socket fails.
+    pub fn wait_schedule(&mut self, msgid: &[u8], deadline: Instant) -> Result<ScheduleAnswer, ClientError> {
+        loop {
+            let Some(frames) = self.dealer.recv_deadline(deadline)? else {
+                return Ok(ScheduleAnswer::Unconfirmed { msgid: msgid.to_vec() });
+            };
+            let Some(outcome) = outcome_of(&frames) else { continue };
+            match outcome {
+                Outcome::Accepted { msgid: m } if m == msgid => {
+                    let detail = frames.get(5).map(|d| String::from_utf8_lossy(d).into_owned()).unwrap_or_default();
+                    return Ok(ScheduleAnswer::Accepted { msgid: m, detail });
+                }
+                Outcome::Rejected { msgid: m, code, text } if m == msgid => {
+                    return Ok(ScheduleAnswer::Refused { msgid: m, code, text })
+                }
+                other => {
+                    if self.stash.len() >= limits::CLIENT_MAX_STASHED_ANSWERS {
+                        self.stash.clear();
+                    }
+                    self.stash.insert(outcome_msgid(&other).to_vec(), other);
+                }
+            }
+        }
     }
 
     fn send_schedule(
@@ -219,7 +312,7 @@ impl Publisher {
     /// Connects (never blocks; see [`Client::connect`]).
     ///
     /// # Errors
-    /// [`ClientError::Zmq`] for a malformed address.
+    /// [`ClientError::Address`] for a malformed address.
     pub fn connect(addr: &str) -> Result<Publisher, ClientError> {
         let ctx = zmq::Context::new();
         let dealer = Dealer::connect(&ctx, addr, limits::CLIENT_LINGER_MS)?;
@@ -232,7 +325,7 @@ impl Publisher {
         self
     }
 
-    /// Sends PUBLISH (6 D-frames, spec §3.9 / V19). The message goes as
+    /// Sends PUBLISH (6 frames, docs/emqp.md "PUBLISH"). The message goes as
     /// given; Python's `send_publish_request` JSON-encodes its argument, so
     /// pass JSON text to talk to Python subscribers. Returns the msgid.
     ///

@@ -39,6 +39,9 @@ pub enum ClientError {
         /// What was wrong.
         why: String,
     },
+    /// The address is not an eMQP address (`tcp://host:port`).
+    #[error(transparent)]
+    Address(#[from] crate::config::addr::AddrError),
     /// The caller's arguments were invalid (e.g. a schedule interval of 0).
     #[error("invalid argument: {0}")]
     Invalid(String),
@@ -54,6 +57,7 @@ impl Dealer {
     /// A DEALER with a fresh uuid4 identity, LINGER `linger_ms`, and
     /// `ZMQ_IMMEDIATE` so a send waits for a real connection.
     pub fn connect(ctx: &zmq::Context, addr: &str, linger_ms: i32) -> Result<Dealer, ClientError> {
+        crate::config::addr::emqp(addr)?;
         let zerr = |what| ZmqError::at(format!("{what} {addr}"));
         let socket = ctx.socket(zmq::DEALER).map_err(zerr("socket for"))?;
         socket.set_identity(&crate::protocol::emqp::new_msgid()).map_err(zerr("identity for"))?;
@@ -63,7 +67,7 @@ impl Dealer {
         Ok(Dealer { socket, addr: addr.to_string() })
     }
 
-    /// Sends D-frames, waiting up to `timeout` for a connection.
+    /// Sends frames, waiting up to `timeout` for a connection.
     ///
     /// # Errors
     /// [`ClientError::Unreachable`] when no connection came up in time.
@@ -93,4 +97,14 @@ impl Dealer {
 /// A duration as zmq milliseconds (clamped to `i32::MAX`).
 pub(crate) fn millis(d: Duration) -> i32 {
     d.as_millis().min(i32::MAX as u128) as i32
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_misspelled_address_says_what_was_expected() {
+        let Err(e) = crate::client::admin::AdminClient::connect("127.0.0.1:47293") else { panic!("connected") };
+        let want = "\"127.0.0.1:47293\" is not an eMQP address (no tcp://): eMQP addresses look like tcp://host:port";
+        assert!(e.to_string().starts_with(want), "{e}");
+    }
 }

@@ -1,4 +1,4 @@
-//! A blocking Rust client for the text protocol (text-protocol.md).
+//! A blocking Rust client for the text protocol (docs/text-protocol.md).
 //!
 //! # How errors of write-only commands surface
 //!
@@ -169,17 +169,43 @@ impl TextClient {
     /// still held); `Encode` for an invalid queue name; `Protocol`, `Closed`,
     /// `Timeout`, `Io`. Errors of earlier write-only commands are deferred.
     pub fn ask(&mut self, queue: &str) -> Result<Option<Vec<u8>>, TextClientError> {
+        self.ask_command(&TextCommand::Ask { queue: queue.to_string() }, Duration::ZERO)
+    }
+
+    /// Sends the long-poll `ASK <queue> <ms>` (text-protocol.md "Extension:
+    /// long-poll ASK"): the server answers when a task arrives, or `NOPE`
+    /// once `wait` (whole milliseconds) has passed. The answer may take
+    /// `wait` longer than the client's timeout. As [`TextClient::ask`]
+    /// otherwise.
+    ///
+    /// # Errors
+    /// As [`TextClient::ask`]; `ERR BAD_FORMAT` when `wait` exceeds the
+    /// server's `text_max_ask_wait`.
+    pub fn ask_wait(&mut self, queue: &str, wait: Duration) -> Result<Option<Vec<u8>>, TextClientError> {
+        let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        self.ask_command(&TextCommand::AskWait { queue: queue.to_string(), wait_ms }, wait)
+    }
+
+    fn ask_command(&mut self, command: &TextCommand, wait: Duration) -> Result<Option<Vec<u8>>, TextClientError> {
         self.out.clear();
         let barrier = self.unsynced;
         if barrier {
             self.out.extend_from_slice(BARRIER);
         }
-        encode_command(&mut self.out, &TextCommand::Ask { queue: queue.to_string() })?;
+        encode_command(&mut self.out, command)?;
         self.write_out(false)?;
         if barrier {
             self.read_to_barrier()?;
         }
-        match self.read_server_line()? {
+        let timeout = self.writer.read_timeout()?;
+        if !wait.is_zero() {
+            self.writer.set_read_timeout(timeout.map(|t| t.saturating_add(wait)))?;
+        }
+        let line = self.read_server_line();
+        if !wait.is_zero() {
+            self.writer.set_read_timeout(timeout)?;
+        }
+        match line? {
             ServerLine::Want(data) => Ok(Some(data)),
             ServerLine::Nope => Ok(None),
             ServerLine::Err { code, text } => Err(TextClientError::Server { code, text }),

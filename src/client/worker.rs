@@ -1,24 +1,32 @@
-//! eMQP worker: a jobmanager in Rust (EventMQ 0.3.13 wire, spec §3, §6),
+//! eMQP worker: a jobmanager in Rust (EventMQ 0.3.13 wire, docs/emqp.md "Messages"),
 //! with EventMQ's jobmanager defects fixed:
 //!
-//! * **Eager pool** (J1): `concurrency` READYs right after the ACK, no wait
+//! * **Eager pool**: `concurrency` READYs right after the ACK, no wait
 //!   for a router HEARTBEAT.
-//! * **Exact READY accounting** (J2): after a reconnect only free slots are
+//! * **Exact READY accounting**: after a reconnect only free slots are
 //!   announced; a job that was running across the reconnect announces its
 //!   slot on the new connection when it ends. Its result REPLY is dropped
 //!   (the old router registration is gone, the router requeued the job).
 //! * **Heartbeats never wait for jobs**: handlers run on a thread pool; the
 //!   I/O thread only moves frames and timers.
-//! * **Working failover** (J3): every reconnect uses the next address of the list.
-//! * **INFORM is re-sent** while waiting for the ACK (J18): after
+//! * **Working failover**: every reconnect uses the next address of the list.
+//! * **INFORM is re-sent** while waiting for the ACK: after
 //!   `inform_retry` (5 s) without ACK, and after `heartbeat_timeout ×
 //!   heartbeat_liveness` of router silence (15 s), the worker reconnects
-//!   under a new identity to the next address (spec §6.6) and INFORMs again.
+//!   under a new identity to the next address (docs/emqp.md "Liveness") and INFORMs again.
 //!   (A second INFORM on the same identity would reset its slots in an
-//!   EventMQ router, D12.)
+//!   EventMQ router.)
+//! * **Told it is unknown, it registers again**: `DISCONNECT` from the
+//!   router means "I do not know you" (emq's router sends it to a worker it
+//!   has expired or forgotten, the answer that also brings a real EventMQ
+//!   jobmanager back): the worker reconnects under a new
+//!   identity and INFORMs at once, keeping its running jobs (their results
+//!   are dropped as above). While draining it ignores DISCONNECT.
+//!   `ERROR BAD_INFORM` (its queue list refused) is logged with the
+//!   router's reason.
 //! * **KBYE and drain**: [`Worker::shutdown`] sends KBYE, lets running jobs
 //!   finish (up to `drain_timeout`), sends their REPLYs, then closes.
-//! * Headers are matched as whole tokens (J17): a job-result REPLY
+//! * Headers are matched as whole tokens: a job-result REPLY
 //!   `{"value": "<text>"}` is sent when the headers hold `reply-requested`.
 //!
 //! A worker against a raw ROUTER that plays the router backend (runnable):
@@ -117,7 +125,7 @@ impl Worker {
         self.stopper.clone()
     }
 
-    /// Whether the worker has stopped (after a stop, a DISCONNECT or an error).
+    /// Whether the worker has stopped (after a stop or an error).
     pub fn is_finished(&self) -> bool {
         self.io.is_finished()
     }

@@ -155,7 +155,7 @@ impl Loop {
     /// `inform_retry`) or router silence (after `silence_timeout`) both
     /// reconnect under a new identity to the next address: re-sending INFORM
     /// on the same identity would make an EventMQ router reset its slots
-    /// (D12), and a new identity also moves on to the failover address (J3).
+    /// (an EventMQ router would reset its slots), and a new identity also moves on to the failover address.
     fn timers(&mut self) -> Result<(), WorkerError> {
         if self.drain_deadline.is_some() {
             return Ok(());
@@ -211,7 +211,7 @@ impl Loop {
         } else {
             encode_queue_list(&self.p.config.queues).into_bytes()
         };
-        self.send(Command::Inform { queues, peer: PeerType::Worker });
+        self.send(Command::Inform { queues, peer: PeerType::Worker, name: None });
         self.state = State::Registering { sent_at: Instant::now() };
     }
 
@@ -277,9 +277,13 @@ impl Loop {
                 tracing::info!("router sent KBYE: reconnecting");
                 return self.reconnect();
             }
-            Command::Disconnect => {
-                tracing::info!("router sent DISCONNECT: stopping");
-                self.p.stopper.stop();
+            Command::Disconnect if self.drain_deadline.is_none() => {
+                tracing::info!("router sent DISCONNECT (it does not know this worker): registering again");
+                return self.reconnect();
+            }
+            Command::Error { code, text, .. } => {
+                let (code, text) = (String::from_utf8_lossy(&code), String::from_utf8_lossy(&text));
+                tracing::error!(%code, %text, "router refused a message");
             }
             _ => {}
         }
@@ -325,7 +329,8 @@ impl Loop {
         counter.fetch_add(1, Ordering::Relaxed);
         let current = done.epoch == self.epoch && matches!(self.state, State::Ready);
         if done.reply_requested && current {
-            if self.send(Command::JobReply { result: value, request_msgid: done.msgid }) {
+            let failed = done.result.is_err();
+            if self.send(Command::JobReply { result: value, request_msgid: done.msgid, failed }) {
                 self.p.counters.replies_sent.fetch_add(1, Ordering::Relaxed);
             }
         } else if done.reply_requested {

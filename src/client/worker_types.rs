@@ -15,19 +15,19 @@ use crate::protocol::emqp::Frame;
 use crate::protocol::headers;
 use crate::zmq_error::ZmqError;
 
-/// One job: a REQUEST as the router forwarded it (spec §3.3, V7).
+/// One job: a REQUEST as the router forwarded it (docs/emqp.md "REQUEST").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
-    /// D3: the REQUEST msgid (the job id).
+    /// frame 3: the REQUEST msgid (the job id).
     pub msgid: Frame,
-    /// D4: the queue the client named.
+    /// frame 4: the queue the client named.
     pub queue: Frame,
-    /// D5: headers CSV.
+    /// frame 5: headers CSV.
     pub headers: Frame,
-    /// D6: the job body (a Python body `["run", {…}]` or any bytes, e.g. a
+    /// frame 6: the job body (a Python body `["run", {…}]` or any bytes, e.g. a
     /// text-protocol SCHED's data).
     pub body: Frame,
-    /// Frames after D6, kept as sent.
+    /// Frames after frame 6, kept as sent.
     pub extra: Vec<Frame>,
 }
 
@@ -44,14 +44,14 @@ impl Job {
         (secs > 0).then(|| Duration::from_secs(secs))
     }
 
-    /// The Python call in the body, if the body is one (spec §4.1).
+    /// The Python call in the body, if the body is one (docs/emqp.md "Job bodies").
     pub fn python_call(&self) -> Option<PythonCall> {
         PythonCall::parse(&self.body)
     }
 }
 
 /// Why a job did not succeed. Both are reported to the router as
-/// `{"value": "<text>"}` like EventMQ (J16), and counted apart here.
+/// `{"value": "<text>"}` like EventMQ, and counted apart here (the REPLY is marked `failed`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JobError {
     /// The job failed; the text becomes the result value.
@@ -62,7 +62,7 @@ pub enum JobError {
     Timeout,
 }
 
-/// Worker settings. Defaults follow EventMQ's jobmanager (spec §6, §10).
+/// Worker settings. Defaults follow EventMQ's jobmanager (docs/emqp.md "Differences from EventMQ").
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// Router backend addresses; the first is used first, each reconnect

@@ -14,16 +14,37 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::addr;
+
 /// How one kind of setting is written and checked.
 ///
-/// `Raw` is what a flag, an environment variable (through [`FromStr`]) or the
-/// TOML file (through serde) gives; [`Kind::check`] turns it into `Value`.
+/// `Raw` is what a flag or an environment variable (through
+/// [`Kind::parse`]) or the TOML file (through serde) gives; [`Kind::check`]
+/// turns it into `Value`.
 pub trait Kind {
     /// The value as written. `Clone + Send + Sync + 'static` for clap,
     /// `Serialize` to print it back as TOML.
-    type Raw: Clone + Debug + FromStr<Err: Display> + Serialize + DeserializeOwned + Send + Sync + 'static;
+    type Raw: Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static;
     /// The checked value, as the program's configuration holds it.
     type Value: PartialEq + Debug;
+    /// Whether the flag may be given more than once (a list: the values are
+    /// joined with [`Kind::join`]).
+    const REPEATED: bool = false;
+    /// The value of the flag given bare (`--flag` alone), if it may be:
+    /// see [`Switch`].
+    const BARE: Option<&'static str> = None;
+
+    /// Reads one flag value or an environment variable's text.
+    ///
+    /// # Errors
+    /// Why the text is not a value of this kind.
+    fn parse(text: &str) -> Result<Self::Raw, String>;
+
+    /// The value of a flag given several times (only when
+    /// [`Kind::REPEATED`]): by default the last one.
+    fn join(values: Vec<Self::Raw>) -> Option<Self::Raw> {
+        values.into_iter().last()
+    }
 
     /// Checks a value that was given (or is the default).
     ///
@@ -51,7 +72,28 @@ where
     type Raw = T;
     type Value = T;
 
+    fn parse(text: &str) -> Result<T, String> {
+        text.parse().map_err(|e: T::Err| e.to_string())
+    }
+
     fn check(raw: T) -> Result<T, String> {
+        Ok(raw)
+    }
+}
+
+/// A `bool` whose flag may also be given bare: `--flag` is `--flag true`.
+pub struct Switch;
+
+impl Kind for Switch {
+    type Raw = bool;
+    type Value = bool;
+    const BARE: Option<&'static str> = Some("true");
+
+    fn parse(text: &str) -> Result<bool, String> {
+        Plain::<bool>::parse(text)
+    }
+
+    fn check(raw: bool) -> Result<bool, String> {
         Ok(raw)
     }
 }
@@ -62,6 +104,10 @@ pub struct AtLeastOne;
 impl Kind for AtLeastOne {
     type Raw = usize;
     type Value = usize;
+
+    fn parse(text: &str) -> Result<usize, String> {
+        Plain::<usize>::parse(text)
+    }
 
     fn check(n: usize) -> Result<usize, String> {
         if n == 0 {
@@ -78,8 +124,31 @@ impl Kind for Humantime {
     type Raw = DurationText;
     type Value = Duration;
 
+    fn parse(text: &str) -> Result<DurationText, String> {
+        Ok(text.into())
+    }
+
     fn check(text: DurationText) -> Result<Duration, String> {
         text.parse()
+    }
+}
+
+/// A duration in humantime syntax that must be more than zero.
+pub struct Period;
+
+impl Kind for Period {
+    type Raw = DurationText;
+    type Value = Duration;
+
+    fn parse(text: &str) -> Result<DurationText, String> {
+        Ok(text.into())
+    }
+
+    fn check(text: DurationText) -> Result<Duration, String> {
+        match text.parse()? {
+            d if d.is_zero() => Err("must be more than 0".into()),
+            d => Ok(d),
+        }
     }
 }
 
@@ -90,23 +159,131 @@ impl Kind for HumantimeOrOff {
     type Raw = DurationText;
     type Value = Option<Duration>;
 
+    fn parse(text: &str) -> Result<DurationText, String> {
+        Ok(text.into())
+    }
+
     fn check(text: DurationText) -> Result<Option<Duration>, String> {
         Humantime::check(text).map(|period| (!period.is_zero()).then_some(period))
     }
 }
 
-/// A TCP listen address (`host:port`), or `off` (or empty) for none.
-pub struct AddrOrOff;
+/// The text protocol's listen address, `ip:port`, or `off` (or empty) for
+/// none.
+pub struct TextListen;
 
-impl Kind for AddrOrOff {
+impl Kind for TextListen {
     type Raw = String;
     type Value = Option<SocketAddr>;
+
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.into())
+    }
 
     fn check(text: String) -> Result<Option<SocketAddr>, String> {
         match text.as_str() {
             "off" | "" => Ok(None),
-            a => a.parse().map(Some).map_err(|e| format!("{text:?} is not host:port ({e})")),
+            a => {
+                addr::text(a).map_err(|e| e.to_string())?;
+                a.parse().map(Some).map_err(|_| format!("{text:?} is not an IP address and port (a listener needs an IP address, e.g. 127.0.0.1:47294), or off"))
+            }
         }
+    }
+}
+
+/// A text-protocol address to connect to, `host:port`.
+pub struct TextAddr;
+
+impl Kind for TextAddr {
+    type Raw = String;
+    type Value = String;
+
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.into())
+    }
+
+    fn check(text: String) -> Result<String, String> {
+        addr::text(&text).map_err(|e| e.to_string())?;
+        Ok(text)
+    }
+}
+
+/// An eMQP (ZeroMQ) address, `tcp://host:port` ([`addr::emqp`]).
+pub struct EmqpAddr;
+
+impl Kind for EmqpAddr {
+    type Raw = String;
+    type Value = String;
+
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.into())
+    }
+
+    fn check(text: String) -> Result<String, String> {
+        addr::emqp(&text).map_err(|e| e.to_string())?;
+        Ok(text)
+    }
+}
+
+/// An eMQP address, or `off` for none.
+pub struct EmqpAddrOrOff;
+
+impl Kind for EmqpAddrOrOff {
+    type Raw = String;
+    type Value = Option<String>;
+
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.into())
+    }
+
+    fn check(text: String) -> Result<Option<String>, String> {
+        match text.as_str() {
+            "off" => Ok(None),
+            _ => EmqpAddr::check(text).map(Some),
+        }
+    }
+}
+
+/// A log filter in tracing-subscriber's syntax (`info`, `emq=debug`,
+/// `warn,emq::broker=debug`).
+pub struct LogFilter;
+
+impl Kind for LogFilter {
+    type Raw = String;
+    type Value = String;
+
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.into())
+    }
+
+    fn check(text: String) -> Result<String, String> {
+        match tracing_subscriber::EnvFilter::try_new(&text) {
+            Ok(_) => Ok(text),
+            Err(e) => Err(format!("{text:?} is not a log filter ({e}); examples: info, emq=debug")),
+        }
+    }
+}
+
+/// A list of settings of kind `K`: a flag given once per item, a TOML
+/// array, or a variable with the items separated by commas. An empty list
+/// is a value (an empty variable gives one).
+pub struct Many<K>(PhantomData<K>);
+
+impl<K: Kind> Kind for Many<K> {
+    type Raw = Vec<K::Raw>;
+    type Value = Vec<K::Value>;
+    const REPEATED: bool = true;
+
+    fn parse(text: &str) -> Result<Vec<K::Raw>, String> {
+        text.split(',').map(str::trim).filter(|item| !item.is_empty()).map(K::parse).collect()
+    }
+
+    fn join(values: Vec<Vec<K::Raw>>) -> Option<Vec<K::Raw>> {
+        Some(values.into_iter().flatten().collect())
+    }
+
+    fn check(raw: Vec<K::Raw>) -> Result<Vec<K::Value>, String> {
+        raw.into_iter().map(K::check).collect()
     }
 }
 
@@ -116,6 +293,10 @@ pub struct Optional<K>(PhantomData<K>);
 impl<K: Kind> Kind for Optional<K> {
     type Raw = K::Raw;
     type Value = Option<K::Value>;
+
+    fn parse(text: &str) -> Result<K::Raw, String> {
+        K::parse(text)
+    }
 
     fn check(raw: K::Raw) -> Result<Option<K::Value>, String> {
         K::check(raw).map(Some)
@@ -195,11 +376,20 @@ mod tests {
     fn kinds_check_and_explain() {
         assert_eq!(AtLeastOne::check(0), Err("must be at least 1".into()));
         assert_eq!(HumantimeOrOff::check("0s".into()), Ok(None));
+        assert_eq!(Period::check("0s".into()), Err("must be more than 0".into()));
         assert_eq!(HumantimeOrOff::check(" 60s ".into()), Ok(Some(Duration::from_secs(60))));
         assert!(Humantime::check("3x".into()).unwrap_err().contains("\"3x\""));
-        assert_eq!(AddrOrOff::check("off".into()), Ok(None));
-        assert_eq!(AddrOrOff::check("127.0.0.1:1".into()), Ok(Some(([127, 0, 0, 1], 1).into())));
-        assert!(AddrOrOff::check("nowhere".into()).unwrap_err().contains("not host:port"));
+        assert_eq!(TextListen::check("off".into()), Ok(None));
+        assert_eq!(TextListen::check("127.0.0.1:1".into()), Ok(Some(([127, 0, 0, 1], 1).into())));
+        assert!(TextListen::check("nowhere".into()).unwrap_err().contains("the text address is host:port"));
+        assert!(TextListen::check("localhost:1".into()).unwrap_err().contains("needs an IP address"));
+        assert!(EmqpAddr::check("127.0.0.1:1".into()).unwrap_err().contains("eMQP addresses look like tcp://"));
+        assert_eq!(EmqpAddrOrOff::check("off".into()), Ok(None));
+        assert_eq!(Many::<EmqpAddr>::parse("tcp://a:1, tcp://b:2"), Ok(vec!["tcp://a:1".into(), "tcp://b:2".into()]));
+        assert_eq!(Many::<AtLeastOne>::join(vec![vec![1], vec![2, 3]]), Some(vec![1, 2, 3]));
+        assert!(Many::<AtLeastOne>::check(vec![1, 0]).is_err());
+        assert!(LogFilter::check("emq=debug".into()).is_ok());
+        assert!(LogFilter::check("emq=loud".into()).unwrap_err().contains("is not a log filter"));
         assert_eq!(Optional::<AtLeastOne>::absent(), Ok(None));
         assert_eq!(Plain::<bool>::absent(), Err("must be set".into()));
     }

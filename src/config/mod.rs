@@ -10,23 +10,39 @@
 //!
 //! Precedence: command-line flag, then environment variable, then the file
 //! given with `--config` (or `EMQ_CONFIG`), then the defaults of
-//! [`crate::limits`]. Only the router uses the table so far
-//! ([`RawRouterConfig`]).
+//! [`crate::limits`]. Every program has a table: the router
+//! ([`RawRouterConfig`]), `emq-worker` ([`RawWorkerConfig`]), `emq-cli`
+//! ([`RawCliConfig`]), `emq-pubsub` ([`RawPubSubConfig`]), `emq-bench`
+//! ([`RawBenchConfig`]) and
+//! `emq-scheduler` ([`crate::scheduler::config::RawSchedulerConfig`]), each
+//! with a `log` key and with [`ConfigArgs`] (`--config`, `--print-config`).
+//! A socket has the same key, flag and variable in every program that uses
+//! it (`frontend`, `--frontend`, `EMQ_FRONTEND_ADDR`); [`addr`] checks every
+//! address the same way.
 
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 
+pub mod addr;
+mod bench;
+mod cli;
 pub mod kinds;
+mod pubsub;
 mod router;
 pub mod table;
 pub mod template;
+mod worker;
 
+pub use bench::{BenchSettings, RawBenchConfig, BENCH_TOML};
+pub use cli::{CliSettings, RawCliConfig, CLI_TOML};
 pub use kinds::Kind;
+pub use pubsub::{PubSubSettings, RawPubSubConfig, PUBSUB_TOML};
 pub use router::{
     default_shards, Durability, LatencyConfig, RawRouterConfig, RouterConfig, TextConfig, WalConfig, DEFAULT_TOML,
 };
 pub use table::Settings;
+pub use worker::{QueueSpec, RawWorkerConfig, WorkerSettings, WORKER_TOML};
 
 /// A configuration error: which setting, and why.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +83,70 @@ pub fn from_file<S: DeserializeOwned>(path: &Path) -> Result<S, ConfigError> {
     toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.to_owned(), source: Box::new(source) })
 }
 
+/// The flags every program has besides its settings table.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ConfigArgs {
+    /// TOML configuration file (keys as --print-config prints them).
+    #[arg(long, short = 'C', env = "EMQ_CONFIG", hide_env_values = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the configuration with the defaults, --config file, EMQ_*
+    /// variables and flags applied, and exit.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+/// [`layered`] for a program's start: `flags` over the variables over the
+/// `--config` file. Warnings about deprecated names go to stderr at once,
+/// before the program's own log is set up (its filter is one of the
+/// settings).
+///
+/// # Errors
+/// As [`layered`].
+pub fn resolve<S: Settings>(args: &ConfigArgs, flags: S) -> Result<S, ConfigError> {
+    let log = crate::logging::subscriber("warn");
+    tracing::subscriber::with_default(log, || layered(flags, args.config.as_deref()))
+}
+
+/// A program's settings table, with what its start needs.
+pub trait Program: Settings {
+    /// The checked configuration.
+    type Checked;
+    /// The commented defaults `--print-config` fills in.
+    const TEMPLATE: &'static str;
+
+    /// Checks the settings, each and together, defaults applied.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the setting.
+    fn check(self) -> Result<Self::Checked, ConfigError>;
+
+    /// The log filter of a checked configuration.
+    fn log(checked: &Self::Checked) -> &str;
+}
+
+/// A program's start: [`resolve`] its settings, check them, then either
+/// print them (`--print-config`: returns `None`, the program exits) or set
+/// up its log and return them.
+///
+/// # Errors
+/// [`ConfigError`] naming the file or the setting.
+pub fn start<P: Program>(args: &ConfigArgs, flags: P) -> Result<Option<P::Checked>, ConfigError> {
+    let raw = resolve(args, flags)?;
+    let checked = raw.clone().check()?;
+    if args.print_config {
+        print!("{}", template::resolved(&raw, P::TEMPLATE)?);
+        return Ok(None);
+    }
+    crate::logging::init(P::log(&checked));
+    Ok(Some(checked))
+}
+
+/// The variable read when `name` is not set: `RUST_LOG` for `EMQ_LOG`, the
+/// usual variable of Rust programs' log filters.
+fn fallback(name: &str) -> Option<std::ffi::OsString> {
+    (name == "EMQ_LOG").then(|| std::env::var_os("RUST_LOG")).flatten()
+}
+
 /// Stacks a program's sources: `flags` over the process's environment
 /// variables over the file at `file` (if any). Defaults come later, in
 /// [`Settings::build`].
@@ -75,10 +155,38 @@ pub fn from_file<S: DeserializeOwned>(path: &Path) -> Result<S, ConfigError> {
 /// [`ConfigError`] from the variables or the file, naming the setting or
 /// the file.
 pub fn layered<S: Settings>(flags: S, file: Option<&Path>) -> Result<S, ConfigError> {
-    let env = S::from_env(&|name| std::env::var_os(name))?;
+    let env = S::from_env(&|name| std::env::var_os(name).or_else(|| fallback(name)))?;
     let file = match file {
         Some(path) => from_file(path)?,
         None => S::default(),
     };
     Ok(flags.or(env).or(file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/configuration.md names every setting of every program, with its variable.
+    #[test]
+    fn the_configuration_page_names_every_setting() {
+        let page = include_str!("../../docs/configuration.md");
+        let mut missing = Vec::new();
+        let mut check = |names: &[table::Names]| {
+            for n in names {
+                for word in [format!("`{}`", n.key), format!("`{}`", n.env)] {
+                    if !page.contains(&word) {
+                        missing.push(word);
+                    }
+                }
+            }
+        };
+        check(RawRouterConfig::NAMES);
+        check(RawWorkerConfig::NAMES);
+        check(RawCliConfig::NAMES);
+        check(RawPubSubConfig::NAMES);
+        check(RawBenchConfig::NAMES);
+        check(crate::scheduler::config::RawSchedulerConfig::NAMES);
+        assert_eq!(missing, Vec::<String>::new());
+    }
 }

@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::kinds::{AddrOrOff, AtLeastOne, Humantime, HumantimeOrOff, Kind, Optional, Plain};
+use super::kinds::{
+    AtLeastOne, EmqpAddr, Humantime, HumantimeOrOff, Kind, LogFilter, Optional, Plain, Switch, TextListen,
+};
 use super::table::{settings, Settings};
 use super::ConfigError;
 use crate::limits;
@@ -17,14 +19,14 @@ settings! {
     /// [`DEFAULT_TOML`]; [`RawRouterConfig::validate`] makes a
     /// [`RouterConfig`] of them.
     pub struct RawRouterConfig => RouterConfig {
-        /// eMQP frontend address (clients, schedulers).
-        frontend_addr: Plain<String> = limits::FRONTEND_ADDR, env "EMQ_FRONTEND_ADDR";
-        /// eMQP backend address (workers).
-        backend_addr: Plain<String> = limits::BACKEND_ADDR, env "EMQ_BACKEND_ADDR";
-        /// Admin socket address (emq-cli).
-        admin_addr: Plain<String> = limits::ADMIN_ADDR, env "EMQ_ADMIN_ADDR";
-        /// Text protocol listen address (`host:port`), or `off`.
-        text_addr: AddrOrOff = limits::TEXT_ADDR, env "EMQ_TEXT_ADDR";
+        /// eMQP frontend address to bind (clients, schedulers).
+        frontend => frontend_addr: EmqpAddr = limits::FRONTEND_ADDR, env "EMQ_FRONTEND_ADDR", was frontend_addr;
+        /// eMQP backend address to bind (workers).
+        backend => backend_addr: EmqpAddr = limits::BACKEND_ADDR, env "EMQ_BACKEND_ADDR", was backend_addr;
+        /// Admin address to bind (emq-cli).
+        admin => admin_addr: EmqpAddr = limits::ADMIN_ADDR, env "EMQ_ADMIN_ADDR", was admin_addr;
+        /// Text protocol listen address (`ip:port`), or `off`.
+        text => text_addr: TextListen = limits::TEXT_ADDR, env "EMQ_TEXT_ADDR", was text_addr;
         /// Dispatcher shards (queue-owning threads). 0 = pick from the core count.
         shards: Shards = 0usize, env "EMQ_SHARDS";
         /// Pin the I/O and shard threads to cores when there are enough cores.
@@ -36,6 +38,28 @@ settings! {
         /// Most waiting jobs per queue; past it REQUEST gets ERROR and SCHED
         /// gets `ERR QUEUE_FULL`.
         max_queue_len: AtLeastOne = limits::MAX_QUEUE_LEN, env "EMQ_MAX_QUEUE_LEN";
+        /// Most waiting bytes per queue (job frames as held); past it
+        /// `QUEUE_FULL`.
+        max_queue_bytes: AtLeastOne = limits::MAX_QUEUE_BYTES, env "EMQ_MAX_QUEUE_BYTES";
+        /// Most bytes of waiting and in-flight jobs in the whole broker;
+        /// past it `QUEUE_FULL`. Unset: a quarter of the machine's memory.
+        max_memory_bytes: Optional<AtLeastOne>, env "EMQ_MAX_MEMORY_BYTES";
+        /// Largest eMQP message in bytes, all frames together; past it
+        /// `ERROR TOO_BIG` (a single frame over twice this drops the peer).
+        max_message_bytes: AtLeastOne = limits::MAX_MESSAGE_BYTES, env "EMQ_MAX_MESSAGE_BYTES";
+        /// Most queues held at once; a new name past it gets `QUEUE_LIMIT`.
+        max_queues: AtLeastOne = limits::MAX_QUEUES, env "EMQ_MAX_QUEUES";
+        /// An idle queue (empty, no worker, no offer) is forgotten after this.
+        queue_idle_grace: Humantime = limits::QUEUE_IDLE_GRACE, env "EMQ_QUEUE_IDLE_GRACE";
+        /// Most queues in one worker's INFORM; past it `ERROR BAD_INFORM`.
+        max_queues_per_worker: AtLeastOne = limits::MAX_QUEUES_PER_WORKER, env "EMQ_MAX_QUEUES_PER_WORKER";
+        /// Most registered workers; past it `ERROR BAD_INFORM`.
+        max_workers: AtLeastOne = limits::MAX_WORKERS, env "EMQ_MAX_WORKERS";
+        /// Most registered schedulers; past it `ERROR BUSY`.
+        max_schedulers: AtLeastOne = limits::MAX_SCHEDULERS, env "EMQ_MAX_SCHEDULERS";
+        /// Messages handed to a shard and not taken yet before the I/O thread
+        /// stops reading its sockets (backpressure).
+        shard_inbox_messages: AtLeastOne = limits::SHARD_INBOX_MESSAGES, env "EMQ_SHARD_INBOX_MESSAGES";
         /// Queues of a worker whose INFORM has an empty queue list, as JSON
         /// (`[[10, "default"]]`).
         default_queues: QueueList = default_queues_json(), env "EMQ_DEFAULT_QUEUES";
@@ -45,6 +69,8 @@ settings! {
         drain_timeout: Humantime = limits::DRAIN_TIMEOUT, env "EMQ_DRAIN_TIMEOUT";
         /// ZeroMQ send and receive high-water mark per peer (messages).
         zmq_hwm: Plain<i32> = limits::ZMQ_HWM, env "EMQ_ZMQ_HWM";
+        /// Log filter (`info`, `emq=debug` for every job's steps, `warn`).
+        log: LogFilter = limits::LOG, env "EMQ_LOG";
         text: TextConfig {
             /// Longest text line in bytes, LF (and a CR before it) not counted.
             text_max_line_bytes => max_line_bytes: AtLeastOne = limits::TEXT_MAX_LINE_BYTES,
@@ -52,13 +78,29 @@ settings! {
             /// Text offer timeout (e.g. `300s`).
             text_offer_timeout => offer_timeout: Humantime = limits::TEXT_OFFER_TIMEOUT,
                 env "EMQ_TEXT_OFFER_TIMEOUT";
-            /// Text partial-line idle timeout (e.g. `60s`).
-            text_idle_timeout => idle_timeout: Humantime = limits::TEXT_IDLE_TIMEOUT, env "EMQ_TEXT_IDLE_TIMEOUT";
+            /// A text line must be complete this long after its first byte (e.g. `60s`).
+            text_line_timeout => line_timeout: Humantime = limits::TEXT_LINE_TIMEOUT, env "EMQ_TEXT_LINE_TIMEOUT",
+                was text_idle_timeout "EMQ_TEXT_IDLE_TIMEOUT";
             /// Most open text connections.
             text_max_connections => max_connections: AtLeastOne = limits::TEXT_MAX_CONNECTIONS,
                 env "EMQ_TEXT_MAX_CONNECTIONS";
-            /// Threads accepting text connections.
+            /// Text I/O threads, each serving many connections. 0 = one per core.
+            text_threads => threads: TextThreads = 0usize, env "EMQ_TEXT_THREADS";
+            /// Text I/O threads that also accept connections (at most text_threads).
             text_acceptors => acceptors: AtLeastOne = limits::TEXT_ACCEPTORS, env "EMQ_TEXT_ACCEPTORS";
+            /// Descriptors kept free for eMQP and admin: text connections get ERR BUSY below it.
+            text_reserved_fds => reserved_fds: Plain<usize> = limits::TEXT_RESERVED_FDS,
+                env "EMQ_TEXT_RESERVED_FDS";
+            /// A text connection holding more unsent reply bytes than this is closed.
+            text_max_unsent_bytes => max_unsent_bytes: AtLeastOne = limits::TEXT_MAX_UNSENT_BYTES,
+                env "EMQ_TEXT_MAX_UNSENT_BYTES";
+            /// Longest wait of a long-poll `ASK <queue> <ms>` (e.g. `300s`).
+            text_max_ask_wait => max_ask_wait: Humantime = limits::TEXT_MAX_ASK_WAIT, env "EMQ_TEXT_MAX_ASK_WAIT";
+            /// An ASK keeps its queue known for eMQP REQUESTs this long (e.g. `60s`).
+            text_ask_grace => ask_grace: Humantime = limits::TEXT_ASK_GRACE, env "EMQ_TEXT_ASK_GRACE";
+            /// Most queue names kept known only by ASKs; past it ASK gets ERR QUEUE_LIMIT.
+            text_max_asked_queues => max_asked_queues: AtLeastOne = limits::TEXT_MAX_ASKED_QUEUES,
+                env "EMQ_TEXT_MAX_ASKED_QUEUES";
         }
         wal: WalConfig {
             /// Data directory: the write-ahead log (`wal/`) and its lock file
@@ -77,6 +119,11 @@ settings! {
             /// (`true`), so the shard serves the next batch meanwhile, or on
             /// the shard's thread (`false`).
             wal_sync_thread => sync_thread: Plain<bool> = limits::WAL_SYNC_THREAD, env "EMQ_WAL_SYNC_THREAD";
+            /// At start, on damage in the middle of the log: skip the damaged
+            /// bytes (logged with counts), move the damaged segments to the
+            /// data directory's `damaged/` folder and start with the rest,
+            /// instead of refusing to start (`--recover-skip-damaged`).
+            recover_skip_damaged => skip_damaged: Switch = false, env "EMQ_RECOVER_SKIP_DAMAGED";
         }
         latency: LatencyConfig {
             /// Period of the latency log line (e.g. `60s`; `0s` = off).
@@ -109,6 +156,25 @@ pub struct RouterConfig {
     pub heartbeat_timeout: Duration,
     /// Most waiting jobs per queue.
     pub max_queue_len: usize,
+    /// Most waiting bytes per queue.
+    pub max_queue_bytes: usize,
+    /// Most bytes of waiting and in-flight jobs in the broker; `None` = a
+    /// quarter of the machine's memory (see [`RouterConfig::memory_limit_bytes`]).
+    pub max_memory_bytes: Option<usize>,
+    /// Largest eMQP message in bytes, all frames together.
+    pub max_message_bytes: usize,
+    /// Most queues held at once.
+    pub max_queues: usize,
+    /// How long an idle queue is kept.
+    pub queue_idle_grace: Duration,
+    /// Most queues per worker INFORM.
+    pub max_queues_per_worker: usize,
+    /// Most registered workers.
+    pub max_workers: usize,
+    /// Most registered schedulers.
+    pub max_schedulers: usize,
+    /// Messages in transit to one shard before the front ends stop reading.
+    pub shard_inbox_messages: usize,
     /// `(weight, queue)` pairs for an INFORM with an empty queue list.
     pub default_queues: Vec<(i64, String)>,
     /// In-flight grace of a worker after its KBYE.
@@ -123,6 +189,8 @@ pub struct RouterConfig {
     pub wal: WalConfig,
     /// Latency reporter settings.
     pub latency: LatencyConfig,
+    /// Log filter.
+    pub log: String,
 }
 
 /// Write-ahead log settings (see [`crate::wal`]).
@@ -138,6 +206,8 @@ pub struct WalConfig {
     pub segment_bytes: u64,
     /// `sync`: sync on a per-shard thread rather than the shard's.
     pub sync_thread: bool,
+    /// Start past damage in the middle of the log (`--recover-skip-damaged`).
+    pub skip_damaged: bool,
 }
 
 impl WalConfig {
@@ -148,19 +218,32 @@ impl WalConfig {
     }
 }
 
-/// Text protocol limits (text-protocol.md "Limits").
+/// Text protocol limits (docs/text-protocol.md "Limits on connections") and the
+/// text front end's threads.
 #[derive(Debug, Clone)]
 pub struct TextConfig {
     /// Longest line in bytes (not counting LF and a CR before it).
     pub max_line_bytes: usize,
     /// Unanswered offers go back to the front after this.
     pub offer_timeout: Duration,
-    /// A partial line idle this long closes the connection.
-    pub idle_timeout: Duration,
+    /// A line not complete this long after its first byte closes the connection.
+    pub line_timeout: Duration,
     /// Connection cap.
     pub max_connections: usize,
-    /// Acceptor threads.
+    /// Text I/O threads, ≥ 1.
+    pub threads: usize,
+    /// I/O threads that also accept (clamped to `threads`).
     pub acceptors: usize,
+    /// Descriptors kept free for eMQP and admin.
+    pub reserved_fds: usize,
+    /// Unsent reply bytes past which a connection is closed.
+    pub max_unsent_bytes: usize,
+    /// Longest long-poll wait.
+    pub max_ask_wait: Duration,
+    /// How long an ASK keeps its queue known.
+    pub ask_grace: Duration,
+    /// Most queue names known only through ASKs, over all shards.
+    pub max_asked_queues: usize,
 }
 
 /// Latency reporter settings.
@@ -184,6 +267,15 @@ impl RawRouterConfig {
     /// [`ConfigError::Invalid`] naming the setting.
     pub fn validate(self) -> Result<RouterConfig, ConfigError> {
         let config = self.build()?;
+        if config.text.max_unsent_bytes < config.text.max_line_bytes + WANT_LINE_OVERHEAD_BYTES {
+            return Err(ConfigError::Invalid {
+                name: "text_max_unsent_bytes",
+                why: format!(
+                    "must hold one full WANT? line: at least text_max_line_bytes + {WANT_LINE_OVERHEAD_BYTES} ({})",
+                    config.text.max_line_bytes + WANT_LINE_OVERHEAD_BYTES
+                ),
+            });
+        }
         let (interval, timeout) = (config.heartbeat_interval, config.heartbeat_timeout);
         if interval.is_zero() || timeout <= interval {
             return Err(ConfigError::Invalid {
@@ -205,6 +297,19 @@ impl RawRouterConfig {
     }
 }
 
+impl RouterConfig {
+    /// The broker-wide byte limit: [`RouterConfig::max_memory_bytes`], or a
+    /// quarter of the machine's physical memory when unset (at least 64 MiB).
+    pub fn memory_limit_bytes(&self) -> usize {
+        self.max_memory_bytes.unwrap_or_else(|| {
+            // SAFETY: sysconf has no preconditions; it returns -1 on error.
+            let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+            let total = (pages.max(0) as usize).saturating_mul(page.max(0) as usize);
+            (total / 4).max(64 << 20)
+        })
+    }
+}
+
 impl Default for RouterConfig {
     fn default() -> RouterConfig {
         match RawRouterConfig::default().validate() {
@@ -220,6 +325,10 @@ pub struct DurabilityKind;
 impl Kind for DurabilityKind {
     type Raw = String;
     type Value = Durability;
+
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.to_string())
+    }
 
     fn check(text: String) -> Result<Durability, String> {
         match text.trim() {
@@ -237,6 +346,10 @@ pub struct SegmentBytes;
 impl Kind for SegmentBytes {
     type Raw = u64;
     type Value = u64;
+
+    fn parse(text: &str) -> Result<u64, String> {
+        Plain::<u64>::parse(text)
+    }
 
     fn check(n: u64) -> Result<u64, String> {
         if n < limits::WAL_MIN_SEGMENT_BYTES {
@@ -256,6 +369,38 @@ pub fn default_shards() -> usize {
     (cores / 2).max(1)
 }
 
+/// A thread count: 0 picks `auto()`; at most `max`.
+fn count_or_auto(n: usize, auto: impl FnOnce() -> usize, max: usize) -> Result<usize, String> {
+    match n {
+        0 => Ok(auto()),
+        n if n > max => Err(format!("at most {max}")),
+        n => Ok(n),
+    }
+}
+
+/// `WANT? ` and the LF around an offered task's data.
+const WANT_LINE_OVERHEAD_BYTES: usize = 7;
+
+/// Text I/O threads: 0 picks one per core; at most [`limits::MAX_TEXT_THREADS`].
+pub struct TextThreads;
+
+impl Kind for TextThreads {
+    type Raw = usize;
+    type Value = usize;
+
+    fn parse(text: &str) -> Result<usize, String> {
+        super::kinds::Plain::<usize>::parse(text)
+    }
+
+    fn check(n: usize) -> Result<usize, String> {
+        count_or_auto(
+            n,
+            || std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            limits::MAX_TEXT_THREADS,
+        )
+    }
+}
+
 /// Dispatcher shards: 0 picks [`default_shards`]; at most
 /// [`limits::MAX_SHARDS`].
 pub struct Shards;
@@ -264,21 +409,25 @@ impl Kind for Shards {
     type Raw = usize;
     type Value = usize;
 
+    fn parse(text: &str) -> Result<usize, String> {
+        super::kinds::Plain::<usize>::parse(text)
+    }
+
     fn check(n: usize) -> Result<usize, String> {
-        match n {
-            0 => Ok(default_shards()),
-            n if n > limits::MAX_SHARDS => Err(format!("at most {}", limits::MAX_SHARDS)),
-            n => Ok(n),
-        }
+        count_or_auto(n, default_shards, limits::MAX_SHARDS)
     }
 }
 
-/// An eMQP queue list as JSON, `[[weight, "name"], …]` (spec §3.2 INFORM).
+/// An eMQP queue list as JSON, `[[weight, "name"], …]` (docs/emqp.md "INFORM").
 pub struct QueueList;
 
 impl Kind for QueueList {
     type Raw = String;
     type Value = Vec<(i64, String)>;
+
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.into())
+    }
 
     fn check(json: String) -> Result<Vec<(i64, String)>, String> {
         crate::protocol::queues::parse_queue_list(json.as_bytes()).map_err(|e| e.to_string())
@@ -289,6 +438,8 @@ impl Kind for QueueList {
 fn default_queues_json() -> String {
     serde_json::json!([[limits::DEFAULT_QUEUE_WEIGHT, limits::DEFAULT_QUEUE]]).to_string()
 }
+
+super::table::program!(RawRouterConfig => RouterConfig, DEFAULT_TOML, RawRouterConfig::validate);
 
 #[cfg(test)]
 mod tests {
@@ -345,36 +496,36 @@ mod tests {
         let new_env = env(&[("EMQ_TEXT_MAX_LINE", "65"), ("EMQ_TEXT_MAX_LINE_BYTES", "66")]);
         assert_eq!(new_env.validate().unwrap().text.max_line_bytes, 66);
         let flags = RawRouterConfig { text_max_line: Some(67), ..Default::default() };
-        let log = Log::default();
-        let subscriber = tracing_subscriber::fmt().with_writer(log.clone()).with_ansi(false).finish();
-        let c = tracing::subscriber::with_default(subscriber, || flags.or(old_env).validate().unwrap());
+        let (c, log) = crate::logging::capture("warn", || flags.or(old_env).validate().unwrap());
         assert_eq!(c.text.max_line_bytes, 67, "an old flag beats a variable");
-        let log = String::from_utf8(log.0.lock().clone()).unwrap();
         assert!(log.contains("WARN"), "{log}");
         assert!(log.contains("setting text_max_line (--text-max-line, EMQ_TEXT_MAX_LINE) is deprecated: use text_max_line_bytes (--text-max-line-bytes, EMQ_TEXT_MAX_LINE_BYTES)"), "{log}");
     }
 
-    /// Log lines, captured.
-    #[derive(Clone, Default)]
-    struct Log(std::sync::Arc<parking_lot::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Log {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().extend_from_slice(bytes);
-            Ok(bytes.len())
+    #[test]
+    fn renamed_addresses_keep_their_variables_and_old_flags() {
+        #[derive(clap::Parser)]
+        struct Args {
+            #[command(flatten)]
+            raw: RawRouterConfig,
         }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
-        type Writer = Log;
-
-        fn make_writer(&'a self) -> Log {
-            self.clone()
-        }
+        let parse = |args: &[&str]| {
+            use clap::Parser;
+            let raw = Args::try_parse_from([&["emq-router"], args].concat()).unwrap().raw;
+            crate::logging::capture("warn", || raw.or(RawRouterConfig::default()).validate().unwrap())
+        };
+        let (c, log) = parse(&["--frontend-addr", "tcp://127.0.0.1:1", "--text", "off"]);
+        assert_eq!((c.frontend_addr.as_str(), c.text_addr), ("tcp://127.0.0.1:1", None));
+        assert!(
+            log.contains(
+                "setting frontend_addr (--frontend-addr) is deprecated: use frontend (--frontend, EMQ_FRONTEND_ADDR)"
+            ),
+            "{log}"
+        );
+        let (c, log) = parse(&["--backend", "tcp://127.0.0.1:2"]);
+        assert_eq!((c.backend_addr.as_str(), log.as_str()), ("tcp://127.0.0.1:2", ""));
+        let c = env(&[("EMQ_ADMIN_ADDR", "tcp://127.0.0.1:3")]).validate().unwrap();
+        assert_eq!(c.admin_addr, "tcp://127.0.0.1:3");
     }
 
     #[test]
@@ -382,8 +533,8 @@ mod tests {
         let message = |raw: RawRouterConfig| raw.validate().unwrap_err().to_string();
         let raw = RawRouterConfig { heartbeat_timeout: Some("1s".into()), ..Default::default() };
         assert!(message(raw).contains("heartbeat_timeout"));
-        let raw = RawRouterConfig { text_addr: Some("nowhere".into()), ..Default::default() };
-        assert!(message(raw).contains("setting text_addr: "));
+        let raw = RawRouterConfig { text: Some("nowhere".into()), ..Default::default() };
+        assert!(message(raw).starts_with("setting text: \"nowhere\" is not a text address (no :port): "));
         let raw = RawRouterConfig { text_max_line_bytes: Some(0), ..Default::default() };
         assert_eq!(message(raw), "setting text_max_line_bytes: must be at least 1");
         let raw = RawRouterConfig { text_max_line: Some(0), ..Default::default() };

@@ -2,7 +2,9 @@
 //! into everything that used to name the setting separately:
 //!
 //! * the raw struct: an `Option` field per setting, which is the TOML key
-//!   (serde, unknown keys rejected) and the `--flag` (clap);
+//!   (serde, unknown keys rejected) and the `--flag` (a clap `Args` impl:
+//!   the flag is the key with `-` for `_`, its values read by
+//!   [`Kind::parse`], repeatable when the kind is a list, [`Kind::REPEATED`]);
 //! * [`Settings::from_env`]: the setting's `EMQ_*` variable;
 //! * [`Settings::or`]: the merge, flag over variable over file;
 //! * [`Settings::build`]: defaults applied and each value checked by its
@@ -19,10 +21,12 @@
 //! ```
 //!
 //! `= default` may be left out (the kind's [`Kind::absent`] then decides);
-//! the default is anything that converts `Into` the kind's raw type. A
-//! renamed setting keeps its old name working with
-//! `, was old_key "EMQ_OLD_KEY"` (a hidden `--old-key` flag, the old
-//! variable and the old file key, each logging a deprecation warning).
+//! the default is anything that converts `Into` the kind's raw type.
+//! `, short 'Q'` adds a one-letter flag. A renamed setting keeps its old
+//! name working with `, was old_key "EMQ_OLD_KEY"` (a hidden `--old-key`
+//! flag, the old variable and the old file key, each logging a deprecation
+//! warning), or `, was old_key` when the variable kept its name. The typed
+//! config's field is the key, or another name with `key => field: Kind …`.
 //! Entries of a nested config struct go in a group `field: Struct { … }`
 //! after the top-level ones, each written `key => field: Kind …`.
 //!
@@ -113,7 +117,7 @@ pub fn env_value<K: Kind>(
     let Some(value) = lookup(var) else { return Ok(None) };
     let text =
         value.into_string().map_err(|_| ConfigError::Invalid { name: key, why: format!("{var} is not UTF-8") })?;
-    text.parse().map(Some).map_err(|e| ConfigError::Invalid { name: key, why: format!("{var}={text:?}: {e}") })
+    K::parse(&text).map(Some).map_err(|e| ConfigError::Invalid { name: key, why: format!("{var}={text:?}: {e}") })
 }
 
 /// A given value as TOML.
@@ -126,39 +130,127 @@ pub fn toml_value<T: serde::Serialize>(key: &'static str, value: &T) -> Result<t
 }
 
 /// A flag's help: its doc lines joined, without a final period as clap
-/// writes it, then its variable (clap shows an `[env: …]` note only for
-/// variables it reads itself).
+/// writes it, then its variable.
 pub fn flag_help(doc: &[&str], env: &str) -> String {
     let text: Vec<&str> = doc.iter().map(|line| line.trim()).collect();
     let text = text.join(" ");
     format!("{} [env: {env}]", text.strip_suffix('.').unwrap_or(&text))
 }
 
-/// Logs that setting `key` was given under its deprecated name `old`.
+/// A setting's name without the `r#` of a raw identifier (`r#in` → `in`).
+pub fn unraw(name: &'static str) -> &'static str {
+    name.strip_prefix("r#").unwrap_or(name)
+}
+
+/// The `--flag` of setting `key`: `key` with `-` for `_`; its values are
+/// read with [`Kind::parse`], and it may be repeated when the kind is a list.
+pub fn flag_arg<K: Kind>(key: &'static str, help: Option<String>, short: Option<char>) -> clap::Arg {
+    let name = unraw(key);
+    let action = if K::REPEATED { clap::ArgAction::Append } else { clap::ArgAction::Set };
+    let parse: fn(&str) -> Result<K::Raw, String> = K::parse;
+    let arg = clap::Arg::new(name)
+        .long(name.replace('_', "-"))
+        .value_name(name.to_uppercase())
+        .action(action)
+        .value_parser(clap::builder::ValueParser::new(parse))
+        .short(short);
+    let arg = match K::BARE {
+        Some(bare) => arg.num_args(0..=1).default_missing_value(bare),
+        None => arg,
+    };
+    match help {
+        Some(help) => arg.help(help),
+        None => arg.hide(true),
+    }
+}
+
+/// The value of setting `key`'s flag, if given (several values of a list
+/// joined).
+pub fn flag_value<K: Kind>(matches: &mut clap::ArgMatches, key: &'static str) -> Option<K::Raw> {
+    let id = unraw(key);
+    if K::REPEATED {
+        matches.try_remove_many::<K::Raw>(id).ok().flatten().and_then(|values| K::join(values.collect()))
+    } else {
+        matches.try_remove_one::<K::Raw>(id).ok().flatten()
+    }
+}
+
+/// Logs that setting `key` was given under its deprecated name `old`
+/// (`old_env` empty when the variable did not change).
 pub fn warn_deprecated(old: &str, old_env: &str, key: &str, env: &str) {
-    let flag = |name: &str| name.replace('_', "-");
-    tracing::warn!("setting {old} (--{}, {old_env}) is deprecated: use {key} (--{}, {env})", flag(old), flag(key));
+    let flag = |name: &str| unraw_str(name).replace('_', "-");
+    let old_names = match old_env {
+        "" => format!("--{}", flag(old)),
+        _ => format!("--{}, {old_env}", flag(old)),
+    };
+    tracing::warn!("setting {} ({old_names}) is deprecated: use {key} (--{}, {env})", unraw_str(old), flag(key));
+}
+
+fn unraw_str(name: &str) -> &str {
+    name.strip_prefix("r#").unwrap_or(name)
 }
 
 /// Declares a program's settings once; see the module docs.
 macro_rules! settings {
+    (@or_empty $e:literal) => { $e };
+    (@or_empty) => { "" };
     (@common [$($raw_attr:tt)*] $vis:vis $Raw:ident $Config:ident
-        $( [$($doc:literal)+] $key:ident $kind:ty [$($default:expr)?] $env:literal [$($old:ident $old_env:literal)?] )*
+        $( [$($doc:literal)+] $key:ident $kind:ty [$($default:expr)?] $env:literal [$($short:literal)?]
+            [$($old:ident $($old_env:literal)?)?] )*
     ) => {
         $($raw_attr)*
-        #[derive(Debug, Default, Clone, serde::Deserialize, clap::Args)]
+        #[derive(Debug, Default, Clone, serde::Deserialize)]
         #[serde(default, deny_unknown_fields)]
         $vis struct $Raw {
             $(
                 $(#[doc = $doc])+
-                #[arg(long, help = $crate::config::table::flag_help(&[$($doc),+], $env))]
                 pub $key: Option<<$kind as $crate::config::Kind>::Raw>,
                 $(
                     #[doc = concat!("Deprecated name of `", stringify!($key), "`.")]
-                    #[arg(long, hide = true)]
                     pub $old: Option<<$kind as $crate::config::Kind>::Raw>,
                 )?
             )*
+        }
+
+        impl clap::Args for $Raw {
+            fn augment_args(cmd: clap::Command) -> clap::Command {
+                use $crate::config::table::{flag_arg, flag_help};
+                cmd $(
+                    .arg(flag_arg::<$kind>(
+                        stringify!($key),
+                        Some(flag_help(&[$($doc),+], $env)),
+                        None $(.or(Some($short)))?,
+                    ))
+                    $( .arg(flag_arg::<$kind>(stringify!($old), None, None)) )?
+                )*
+            }
+
+            fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+                <$Raw as clap::Args>::augment_args(cmd)
+            }
+        }
+
+        impl clap::FromArgMatches for $Raw {
+            fn from_arg_matches(matches: &clap::ArgMatches) -> Result<$Raw, clap::Error> {
+                <$Raw as clap::FromArgMatches>::from_arg_matches_mut(&mut matches.clone())
+            }
+
+            fn from_arg_matches_mut(matches: &mut clap::ArgMatches) -> Result<$Raw, clap::Error> {
+                use $crate::config::table::flag_value;
+                Ok($Raw { $(
+                    $key: flag_value::<$kind>(matches, stringify!($key)),
+                    $( $old: flag_value::<$kind>(matches, stringify!($old)), )?
+                )* })
+            }
+
+            fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+                let given = <$Raw as clap::FromArgMatches>::from_arg_matches(matches)?;
+                $(
+                    self.$key = given.$key.or(self.$key.take());
+                    $( self.$old = given.$old.or(self.$old.take()); )?
+                )*
+                Ok(())
+            }
         }
 
         impl $Raw {
@@ -168,7 +260,12 @@ macro_rules! settings {
             fn fold_deprecated(mut self) -> $Raw {
                 $($(
                     if let Some(value) = self.$old.take() {
-                        $crate::config::table::warn_deprecated(stringify!($old), $old_env, stringify!($key), $env);
+                        $crate::config::table::warn_deprecated(
+                            stringify!($old),
+                            $crate::config::table::settings!(@or_empty $($old_env)?),
+                            stringify!($key),
+                            $env,
+                        );
                         self.$key = self.$key.or(Some(value));
                     }
                 )?)*
@@ -187,7 +284,7 @@ macro_rules! settings {
                 $( $crate::config::table::Names {
                     key: stringify!($key),
                     env: $env,
-                    was: &[$( (stringify!($old), $old_env) )?],
+                    was: &[$( (stringify!($old), $crate::config::table::settings!(@or_empty $($old_env)?)) )?],
                 }, )*
             ];
 
@@ -197,7 +294,7 @@ macro_rules! settings {
                 use $crate::config::table::env_value;
                 Ok($Raw { $(
                     $key: env_value::<$kind>(stringify!($key), $env, lookup)?,
-                    $( $old: env_value::<$kind>(stringify!($key), $old_env, lookup)?, )?
+                    $( $old: None $( .or(env_value::<$kind>(stringify!($key), $old_env, lookup)?) )?, )?
                 )* })
             }
 
@@ -239,40 +336,73 @@ macro_rules! settings {
             }
         }
     };
+    (@build $Raw:ident $Config:ident [$($done:tt)*] [($key:ident [] $kind:ty) $($rest:tt)*] $groups:tt) => {
+        $crate::config::table::settings!(@build $Raw $Config [$($done)* ($key $key $kind)] [$($rest)*] $groups);
+    };
+    (@build $Raw:ident $Config:ident [$($done:tt)*] [($key:ident [$field:ident] $kind:ty) $($rest:tt)*] $groups:tt) => {
+        $crate::config::table::settings!(@build $Raw $Config [$($done)* ($key $field $kind)] [$($rest)*] $groups);
+    };
+    (@build $Raw:ident $Config:ident [$(($key:ident $field:ident $kind:ty))*] []
+        { $( $group:ident $Group:ident { $( ($gkey:ident $gfield:ident $gkind:ty) )* } )* }
+    ) => {
+        impl $Raw {
+            /// Checks every setting of a raw config whose defaults are applied.
+            fn build_checked(self) -> Result<$Config, $crate::config::ConfigError> {
+                use $crate::config::table::check;
+                Ok($Config {
+                    $( $field: check::<$kind>(stringify!($key), self.$key)?, )*
+                    $( $group: $Group { $( $gfield: check::<$gkind>(stringify!($gkey), self.$gkey)?, )* }, )*
+                })
+            }
+        }
+    };
     (
         $(#[doc = $raw_doc:literal])*
         $vis:vis struct $Raw:ident => $Config:ident {
             $(
                 $(#[doc = $doc:literal])+
-                $key:ident: $kind:ty $(= $default:expr)?, env $env:literal $(, was $old:ident $old_env:literal)?;
+                $key:ident $(=> $field:ident)?: $kind:ty $(= $default:expr)?, env $env:literal
+                    $(, short $short:literal)? $(, was $old:ident $($old_env:literal)?)?;
             )*
             $(
                 $group:ident: $Group:ident {
                     $(
                         $(#[doc = $gdoc:literal])+
                         $gkey:ident => $gfield:ident: $gkind:ty $(= $gdefault:expr)?, env $genv:literal
-                            $(, was $gold:ident $gold_env:literal)?;
+                            $(, was $gold:ident $($gold_env:literal)?)?;
                     )*
                 }
             )*
         }
     ) => {
         $crate::config::table::settings!(@common [$(#[doc = $raw_doc])*] $vis $Raw $Config
-            $( [$($doc)+] $key $kind [$($default)?] $env [$($old $old_env)?] )*
-            $( $( [$($gdoc)+] $gkey $gkind [$($gdefault)?] $genv [$($gold $gold_env)?] )* )*
+            $( [$($doc)+] $key $kind [$($default)?] $env [$($short)?] [$($old $($old_env)?)?] )*
+            $( $( [$($gdoc)+] $gkey $gkind [$($gdefault)?] $genv [] [$($gold $($gold_env)?)?] )* )*
         );
+        $crate::config::table::settings!(@build $Raw $Config [] [$( ($key [$($field)?] $kind) )*]
+            { $( $group $Group { $( ($gkey $gfield $gkind) )* } )* });
+    };
+}
 
-        impl $Raw {
-            /// Checks every setting of a raw config whose defaults are applied.
-            fn build_checked(self) -> Result<$Config, $crate::config::ConfigError> {
-                use $crate::config::table::check;
-                Ok($Config {
-                    $( $key: check::<$kind>(stringify!($key), self.$key)?, )*
-                    $( $group: $Group { $( $gfield: check::<$gkind>(stringify!($gkey), self.$gkey)?, )* }, )*
-                })
+pub(crate) use settings;
+
+/// Implements [`crate::config::Program`] for a settings table whose checked
+/// config has a `log` field: `program!(RawX => X, X_TOML, check_fn)`.
+macro_rules! program {
+    ($Raw:ty => $Checked:ty, $template:expr, $check:path) => {
+        impl $crate::config::Program for $Raw {
+            type Checked = $Checked;
+            const TEMPLATE: &'static str = $template;
+
+            fn check(self) -> Result<$Checked, $crate::config::ConfigError> {
+                $check(self)
+            }
+
+            fn log(c: &$Checked) -> &str {
+                &c.log
             }
         }
     };
 }
 
-pub(crate) use settings;
+pub(crate) use program;

@@ -105,6 +105,9 @@ pub(crate) fn problems<S: Settings>(template: &str) -> Vec<String> {
             Some((_, _, rest)) if !split_comment(rest).1.contains(env) => {
                 problems.push(format!("{key}: comment lacks {env}"))
             }
+            Some((_, _, rest)) if !rest.contains("  #") => {
+                problems.push(format!("{key}: put two spaces or more before the comment"))
+            }
             Some(_) => {}
         }
         let old_lines = was.iter().filter(|(old, _)| lines.iter().any(|(_, k, _)| k == old));

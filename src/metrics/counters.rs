@@ -31,8 +31,14 @@ counters! {
     malformed_backend,
     /// Undecodable or not-allowed messages on the admin socket.
     malformed_admin,
-    /// Messages from workers that are not registered (dropped).
+    /// Messages from workers that are not registered (not acted on).
     unknown_worker_messages,
+    /// DISCONNECTs sent to unregistered workers (READY, HEARTBEAT or job
+    /// REPLY from a worker the router does not know): "register again".
+    disconnects_to_unknown_workers,
+    /// Schedulers registered again on a HEARTBEAT after the router had
+    /// forgotten them (expired, or registered with an earlier router).
+    readmitted_schedulers,
     /// REQUESTs and SCHEDs accepted (queued or dispatched).
     accepted_jobs,
     /// Jobs sent to eMQP workers.
@@ -45,6 +51,14 @@ counters! {
     dead_lettered,
     /// REQUESTs and SCHEDs refused because the queue was full.
     rejected_queue_full,
+    /// SCHEDs, ASKs and INFORMs refused with `QUEUE_LIMIT`: the broker holds
+    /// `max_queues` queues, or (ASK) `text_max_asked_queues` names known
+    /// only through ASKs.
+    rejected_queue_limit,
+    /// eMQP messages refused for their size (`max_message_bytes`).
+    rejected_too_big,
+    /// Idle queues forgotten (see `queue_idle_grace`).
+    queues_reclaimed,
     /// REQUESTs and SCHEDs refused while draining.
     rejected_shutting_down,
     /// SCHEDULE/UNSCHEDULE refused because no scheduler is connected.
@@ -52,14 +66,38 @@ counters! {
     /// REQUESTs refused before admission (a frame past its limit: msgid,
     /// queue name, headers).
     rejected_bad_request,
-    /// INFORMs refused (bad queue list, wrong socket for the peer type).
+    /// INFORMs refused (bad queue list, wrong socket for the peer type, too
+    /// many schedulers).
     rejected_inform,
+    /// Worker INFORMs refused because `max_workers` workers are registered.
+    rejected_worker_limit,
+    /// Scheduler INFORMs refused because `max_schedulers` are registered.
+    rejected_scheduler_limit,
     /// Workers removed after missing heartbeats.
     expired_workers,
     /// Schedulers removed after missing heartbeats.
     expired_schedulers,
     /// ERROR messages from schedulers (a SCHEDULE they refused).
     scheduler_errors,
+    /// Answers (acceptance REPLYs, ERRORs, HEARTBEATs, admin answers) that
+    /// could not be delivered: the peer is gone or does not read its socket.
+    undelivered_answers,
+    /// SCHEDULE/UNSCHEDULE refused by the router with the scheduler's rules
+    /// (bad frames, body, interval, cron, headers).
+    rejected_schedule_invalid,
+    /// SCHEDULE/UNSCHEDULE refused because too many answers were pending.
+    rejected_schedule_busy,
+    /// Scheduler answers (REPLY, ERROR) forwarded to the client that sent
+    /// the SCHEDULE/UNSCHEDULE.
+    schedule_answers_forwarded,
+    /// REPLY/ERROR on the frontend that no client waits for (dropped).
+    schedule_answers_unmatched,
+    /// SCHEDULE/UNSCHEDULE whose scheduler did not answer in time
+    /// (EventMQ's scheduler never does).
+    schedule_answers_expired,
+    /// Schedule keys whose owner the router forgot to make room
+    /// (`MAX_ROUTED_SCHEDULE_KEYS`, least recently routed first).
+    schedule_owners_forgotten,
     /// Sends that failed (peer gone or pipe full), all kinds.
     send_failures,
     /// Text offers ACKed.
@@ -72,6 +110,11 @@ counters! {
     text_returned_disconnect,
     /// Text offers returned by the offer timeout.
     text_returned_timeout,
+    /// Text offers returned (disconnect, timeout) past `MAX_DELIVERIES`
+    /// deliveries and dropped instead (also counted in `dead_lettered`).
+    text_dead_lettered,
+    /// Long-poll ASKs answered `NOPE` because their wait ran out.
+    text_ask_waits_expired,
 }
 
 impl Counters {

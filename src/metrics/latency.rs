@@ -65,10 +65,28 @@ pub fn new_histogram() -> Histogram<u64> {
 pub struct ShardLatency {
     /// Per queue, one histogram per [`Kind`] (indexed by `Kind as usize`).
     hists: FastMap<QueueName, [Histogram<u64>; 3]>,
+    /// Queues forgotten since the last take, for the store to drop too (at
+    /// most [`FORGOTTEN_MAX`]; past it the store keeps a few stale entries,
+    /// still bounded by [`limits::LATENCY_MAX_QUEUES`]).
+    forgotten: Vec<QueueName>,
 }
 
-/// What a shard hands over: `((queue, kind), histogram)`.
-pub type Taken = Vec<((String, Kind), Histogram<u64>)>;
+/// Most forgotten queue names a shard keeps for the next take.
+pub const FORGOTTEN_MAX: usize = 10_000;
+
+/// The name under which queues past [`limits::LATENCY_MAX_QUEUES_PER_SHARD`]
+/// are recorded together.
+pub const OTHER_QUEUES: &[u8] = b"*";
+
+/// What a shard hands over: what it recorded, `((queue, kind), histogram)`,
+/// and the queues it forgot since (the store drops their figures first).
+#[derive(Debug, Default)]
+pub struct Taken {
+    /// Recorded since the last take.
+    pub hists: Vec<((String, Kind), Histogram<u64>)>,
+    /// Queues forgotten since the last take.
+    pub forgotten: Vec<String>,
+}
 
 impl ShardLatency {
     /// Records `d` for `queue`. Values past the maximum are clamped.
@@ -79,25 +97,42 @@ impl ShardLatency {
             let _ = h[kind as usize].record(us);
             return;
         }
-        let mut h = [new_histogram(), new_histogram(), new_histogram()];
+        // Past the per-shard cap, further queues share one entry, `*`.
+        let name = if self.hists.len() < limits::LATENCY_MAX_QUEUES_PER_SHARD { queue } else { OTHER_QUEUES };
+        let h = self
+            .hists
+            .entry(QueueName::from(name))
+            .or_insert_with(|| [new_histogram(), new_histogram(), new_histogram()]);
         let _ = h[kind as usize].record(us);
-        self.hists.insert(QueueName::from(queue), h);
+    }
+
+    /// Drops what was recorded for `queue` (a forgotten queue).
+    pub fn forget(&mut self, queue: &[u8]) {
+        self.hists.remove(queue);
+        if self.forgotten.len() < FORGOTTEN_MAX {
+            self.forgotten.push(QueueName::from(queue));
+        }
     }
 
     /// Hands over everything recorded so far and starts afresh.
     pub fn take(&mut self) -> Taken {
         let kinds = [Kind::QueueWait, Kind::Service, Kind::EndToEnd];
-        self.hists
+        let forgotten = self.forgotten.drain(..).map(|q| q.to_string()).collect();
+        let hists = self
+            .hists
             .drain()
             .flat_map(|(q, hs)| {
                 let name = q.to_string();
                 kinds.into_iter().zip(hs).filter(|(_, h)| !h.is_empty()).map(move |(k, h)| ((name.clone(), k), h))
             })
-            .collect()
+            .collect();
+        Taken { hists, forgotten }
     }
 }
 
-/// Merged histograms: cumulative since start and the current interval.
+/// Merged histograms: cumulative since start and the current interval, for
+/// at most [`limits::LATENCY_MAX_QUEUES`] queues each (past it the queues
+/// with the fewest jobs recorded are dropped).
 #[derive(Debug, Default)]
 pub struct LatencyStore {
     cumulative: BTreeMap<(String, Kind), Histogram<u64>>,
@@ -105,18 +140,40 @@ pub struct LatencyStore {
 }
 
 impl LatencyStore {
-    /// Adds what shards handed over.
+    /// Drops the figures of queues the shard forgot, then adds what it
+    /// handed over.
     pub fn merge(&mut self, taken: Taken) {
-        for (key, h) in taken {
+        for mut queue in taken.forgotten {
+            for kind in [Kind::QueueWait, Kind::Service, Kind::EndToEnd] {
+                let key = (queue, kind);
+                self.cumulative.remove(&key);
+                self.interval.remove(&key);
+                queue = key.0;
+            }
+        }
+        for (key, h) in taken.hists {
             for map in [&mut self.cumulative, &mut self.interval] {
                 let _ = map.entry(key.clone()).or_insert_with(new_histogram).add(&h);
             }
+        }
+        for map in [&mut self.cumulative, &mut self.interval] {
+            keep_busiest(map, limits::LATENCY_MAX_QUEUES);
         }
     }
 
     /// Takes the interval histograms (for the periodic report).
     pub fn take_interval(&mut self) -> BTreeMap<(String, Kind), Histogram<u64>> {
         std::mem::take(&mut self.interval)
+    }
+
+    /// Per queue, the cumulative end-to-end p50 and p99 in milliseconds.
+    pub fn end_to_end_ms(&self) -> BTreeMap<String, (f64, f64)> {
+        let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+        self.cumulative
+            .iter()
+            .filter(|((_, kind), _)| *kind == Kind::EndToEnd)
+            .map(|((queue, _), h)| (queue.clone(), (ms(h, 0.5), ms(h, 0.99))))
+            .collect()
     }
 
     /// Cumulative percentiles as JSON: `{"queues": {q: {kind: {count,
@@ -134,6 +191,23 @@ impl LatencyStore {
         }
         json!({ "unit": "us", "queues": queues, "wal_sync": wal_sync })
     }
+}
+
+/// Drops the queues with the fewest jobs recorded until `map` holds at most
+/// `max` queues.
+fn keep_busiest(map: &mut BTreeMap<(String, Kind), Histogram<u64>>, max: usize) {
+    let mut jobs: BTreeMap<&str, u64> = BTreeMap::new();
+    for ((q, _), h) in map.iter() {
+        *jobs.entry(q.as_str()).or_default() += h.len();
+    }
+    if jobs.len() <= max {
+        return;
+    }
+    let mut by_jobs: Vec<(u64, String)> = jobs.into_iter().map(|(q, n)| (n, q.to_string())).collect();
+    by_jobs.sort_unstable();
+    let excess = by_jobs.len() - max;
+    let fewest: std::collections::HashSet<String> = by_jobs.into_iter().take(excess).map(|(_, q)| q).collect();
+    map.retain(|(q, _), _| !fewest.contains(q));
 }
 
 /// Count, mean and percentiles of `h` as JSON (microseconds).
@@ -196,6 +270,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_store_keeps_the_busiest_queues() {
+        let mut s = ShardLatency::default();
+        for (q, jobs) in [("a", 3), ("b", 1), ("c", 2)] {
+            for _ in 0..jobs {
+                s.record(q.as_bytes(), Kind::EndToEnd, Duration::from_millis(1));
+            }
+        }
+        let mut map = BTreeMap::new();
+        for (key, h) in s.take().hists {
+            map.insert(key, h);
+        }
+        keep_busiest(&mut map, 2);
+        let names: Vec<&str> = map.keys().map(|(q, _)| q.as_str()).collect();
+        assert_eq!(names, ["a", "c"]);
+    }
+
+    #[test]
+    fn a_forgotten_queue_leaves_the_store_at_the_next_take() {
+        let mut s = ShardLatency::default();
+        s.record(b"gone", Kind::EndToEnd, Duration::from_millis(1));
+        s.record(b"kept", Kind::EndToEnd, Duration::from_millis(1));
+        let mut store = LatencyStore::default();
+        store.merge(s.take());
+        s.forget(b"gone");
+        store.merge(s.take());
+        assert_eq!(store.end_to_end_ms().keys().collect::<Vec<_>>(), ["kept"]);
+        assert!(store.take_interval().keys().all(|(q, _)| q == "kept"));
+    }
+
+    #[test]
     fn record_take_merge() {
         let mut s = ShardLatency::default();
         let q = QueueName::named("default");
@@ -204,7 +308,9 @@ mod tests {
         }
         let mut store = LatencyStore::default();
         store.merge(s.take());
-        assert!(s.take().is_empty());
+        assert!(s.take().hists.is_empty());
+        let (p50_ms, _) = store.end_to_end_ms()["default"];
+        assert!((49.0..=51.0).contains(&p50_ms), "{p50_ms}");
         let j = store.to_json();
         let e = &j["queues"]["default"]["end_to_end"];
         assert_eq!(e["count"], 100);

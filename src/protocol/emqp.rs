@@ -19,6 +19,10 @@ use std::fmt;
 /// senders always write it.
 pub const VERSION: &[u8] = b"eMQP/1.0";
 
+/// The optional last frame of a job-result REPLY by which an emq worker says
+/// the job failed (docs/emqp.md "Job-result REPLY").
+pub const FAILED: &[u8] = b"failed";
+
 /// A frame: opaque bytes.
 pub type Frame = Vec<u8>;
 
@@ -60,14 +64,16 @@ impl Socket {
 
     fn allows(self, cmd: &[u8]) -> bool {
         let allowed: &[&[u8]] = match self {
-            Socket::Frontend => &[b"INFORM", b"REQUEST", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"ERROR"],
+            Socket::Frontend => {
+                &[b"INFORM", b"REQUEST", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"ERROR", b"REPLY"]
+            }
             Socket::Backend => &[b"INFORM", b"READY", b"REPLY", b"HEARTBEAT", b"KBYE"],
             Socket::Admin => {
                 &[b"STATUS", b"ROUTER_SHOW_WORKERS", b"ROUTER_SHOW_SCHEDULERS", b"LATENCY", b"DISCONNECT", b"HELLO"]
             }
-            Socket::WorkerSide => &[b"ACK", b"REQUEST", b"HEARTBEAT", b"KBYE", b"DISCONNECT"],
+            Socket::WorkerSide => &[b"ACK", b"REQUEST", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"ERROR"],
             Socket::SchedulerSide => {
-                &[b"ACK", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"REPLY", b"ERROR"]
+                &[b"ACK", b"SCHEDULE", b"UNSCHEDULE", b"DROP", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"REPLY", b"ERROR"]
             }
             Socket::ClientSide => &[b"REPLY", b"ACK", b"ERROR", b"HEARTBEAT", b"KBYE"],
             Socket::PubIn => &[b"PUBLISH"],
@@ -141,6 +147,11 @@ pub enum Command<B = Frame> {
         queues: B,
         /// D5: who is registering.
         peer: PeerType,
+        /// D6 (emq extension, optional): a scheduler's stable name, which
+        /// the router routes SCHEDULEs by (rendezvous hashing) so that a
+        /// restarted scheduler, connecting under a fresh identity, owns the
+        /// same schedules. EventMQ's router ignores extra INFORM frames.
+        name: Option<B>,
     },
     /// ACK: the router accepted an INFORM (or an admin DISCONNECT).
     Ack {
@@ -170,6 +181,10 @@ pub enum Command<B = Frame> {
     },
     /// Job-result REPLY from a worker (spec §4.4).
     JobReply {
+        /// Frame 6 (emq extension, optional): [`FAILED`] when the worker
+        /// reports the job failed. EventMQ's router reads only frame 5, so
+        /// old routers ignore it; Python jobmanagers never send it.
+        failed: bool,
         /// D4: the result JSON, `{"value": ...}`.
         result: B,
         /// D5: the msgid (D3) of the REQUEST this answers.
@@ -188,6 +203,11 @@ pub enum Command<B = Frame> {
     Schedule(ScheduleBody<B>),
     /// UNSCHEDULE: at least 8 frames.
     Unschedule(ScheduleBody<B>),
+    /// DROP (emq extension, router → emq-scheduler): the frames of a
+    /// SCHEDULE whose key another scheduler owns now; the receiver forgets
+    /// its copy of the schedule (a shared store keeps the record). Sent
+    /// only to schedulers that named themselves in their INFORM.
+    Drop(ScheduleBody<B>),
     /// PUBLISH to the pub/sub device (spec §3.9).
     Publish {
         /// D4: the topic, sent as the first frame of the PUB message.
@@ -225,6 +245,7 @@ impl<B> Command<B> {
             Command::Disconnect => b"DISCONNECT",
             Command::Schedule(_) => b"SCHEDULE",
             Command::Unschedule(_) => b"UNSCHEDULE",
+            Command::Drop(_) => b"DROP",
             Command::Publish { .. } => b"PUBLISH",
             Command::Admin(q) => q.word(),
             Command::Hello => b"HELLO",
@@ -327,9 +348,11 @@ pub fn decode_ref<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Messag
     }
     let body = Body { frames, command: name };
     let command = match name {
-        "INFORM" => {
-            Command::Inform { queues: body.get(4, "the queue list")?, peer: peer_type(body.get(5, "the peer type")?)? }
-        }
+        "INFORM" => Command::Inform {
+            queues: body.get(4, "the queue list")?,
+            peer: peer_type(body.get(5, "the peer type")?)?,
+            name: body.opt(6),
+        },
         "ACK" => Command::Ack { acked: body.get(4, "the acknowledged msgid")? },
         "READY" => Command::Ready,
         "REQUEST" => Command::Request {
@@ -338,15 +361,18 @@ pub fn decode_ref<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Messag
             body: body.get(6, "the job body")?,
             extra: body.rest(7),
         },
-        "REPLY" if socket == Socket::Backend => {
-            Command::JobReply { result: body.get(4, "the result")?, request_msgid: body.get(5, "the REQUEST msgid")? }
-        }
+        "REPLY" if socket == Socket::Backend => Command::JobReply {
+            result: body.get(4, "the result")?,
+            request_msgid: body.get(5, "the REQUEST msgid")?,
+            failed: body.opt(6).is_some_and(|f| f == FAILED),
+        },
         "REPLY" => Command::Reply { body: body.get(4, "the reply body")? },
         "HEARTBEAT" => Command::Heartbeat { timestamp: body.opt(4).unwrap_or_default() },
         "KBYE" => Command::Kbye,
         "DISCONNECT" => Command::Disconnect,
         "SCHEDULE" => Command::Schedule(schedule_body(&body, true)?),
         "UNSCHEDULE" => Command::Unschedule(schedule_body(&body, false)?),
+        "DROP" => Command::Drop(schedule_body(&body, false)?),
         "PUBLISH" => Command::Publish { topic: body.get(4, "the topic")?, message: body.get(5, "the message")? },
         "STATUS" => Command::Admin(AdminQuery::Status),
         "ROUTER_SHOW_WORKERS" => Command::Admin(AdminQuery::ShowWorkers),
@@ -374,6 +400,7 @@ const COMMANDS: &[&str] = &[
     "DISCONNECT",
     "SCHEDULE",
     "UNSCHEDULE",
+    "DROP",
     "PUBLISH",
     "STATUS",
     "ROUTER_SHOW_WORKERS",
@@ -444,7 +471,9 @@ impl<B: AsRef<[u8]>> Message<B> {
     pub fn to_owned_frames(&self) -> Message {
         let f = |b: &B| b.as_ref().to_vec();
         let command = match &self.command {
-            Command::Inform { queues, peer } => Command::Inform { queues: f(queues), peer: *peer },
+            Command::Inform { queues, peer, name } => {
+                Command::Inform { queues: f(queues), peer: *peer, name: name.as_ref().map(f) }
+            }
             Command::Ack { acked } => Command::Ack { acked: f(acked) },
             Command::Ready => Command::Ready,
             Command::Request { queue, headers, body, extra } => Command::Request {
@@ -454,14 +483,15 @@ impl<B: AsRef<[u8]>> Message<B> {
                 extra: extra.iter().map(f).collect(),
             },
             Command::Reply { body } => Command::Reply { body: f(body) },
-            Command::JobReply { result, request_msgid } => {
-                Command::JobReply { result: f(result), request_msgid: f(request_msgid) }
+            Command::JobReply { result, request_msgid, failed } => {
+                Command::JobReply { result: f(result), request_msgid: f(request_msgid), failed: *failed }
             }
             Command::Heartbeat { timestamp } => Command::Heartbeat { timestamp: f(timestamp) },
             Command::Kbye => Command::Kbye,
             Command::Disconnect => Command::Disconnect,
             Command::Schedule(s) => Command::Schedule(s.to_owned_frames()),
             Command::Unschedule(s) => Command::Unschedule(s.to_owned_frames()),
+            Command::Drop(s) => Command::Drop(s.to_owned_frames()),
             Command::Publish { topic, message } => Command::Publish { topic: f(topic), message: f(message) },
             Command::Admin(q) => Command::Admin(*q),
             Command::Hello => Command::Hello,
@@ -477,12 +507,13 @@ impl<B: AsRef<[u8]>> Message<B> {
         let c = |b: &B| b.as_ref().to_vec();
         let mut out = vec![Vec::new(), VERSION.to_vec(), self.command.word().to_vec(), c(&self.msgid)];
         match &self.command {
-            Command::Inform { queues, peer } => {
+            Command::Inform { queues, peer, name } => {
                 out.push(c(queues));
                 out.push(match peer {
                     PeerType::Worker => b"worker".to_vec(),
                     PeerType::Scheduler => b"scheduler".to_vec(),
                 });
+                out.extend(name.iter().map(c));
             }
             Command::Ack { acked } => out.push(c(acked)),
             Command::Ready | Command::Kbye | Command::Disconnect | Command::Admin(_) | Command::Hello => {}
@@ -491,9 +522,14 @@ impl<B: AsRef<[u8]>> Message<B> {
                 out.extend(extra.iter().map(c));
             }
             Command::Reply { body } => out.push(c(body)),
-            Command::JobReply { result, request_msgid } => out.extend([c(result), c(request_msgid)]),
+            Command::JobReply { result, request_msgid, failed } => {
+                out.extend([c(result), c(request_msgid)]);
+                if *failed {
+                    out.push(FAILED.to_vec());
+                }
+            }
             Command::Heartbeat { timestamp } => out.push(c(timestamp)),
-            Command::Schedule(s) | Command::Unschedule(s) => {
+            Command::Schedule(s) | Command::Unschedule(s) | Command::Drop(s) => {
                 out.extend([c(&s.queue), c(&s.headers), c(&s.interval), c(&s.body)]);
                 out.push(s.cron.as_ref().map(c).unwrap_or_default());
             }
@@ -558,6 +594,23 @@ mod tests {
 
     fn frames(parts: &[&[u8]]) -> Vec<Frame> {
         parts.iter().map(|p| p.to_vec()).collect()
+    }
+
+    #[test]
+    fn job_reply_may_say_the_job_failed() {
+        let base = frames(&[b"", VERSION, b"REPLY", b"m", br#"{"value": "x"}"#, b"job-1"]);
+        let failed_of = |last: Option<&[u8]>| {
+            let mut f = base.clone();
+            f.extend(last.map(<[u8]>::to_vec));
+            match decode(&f, Socket::Backend).unwrap().command {
+                Command::JobReply { failed, .. } => failed,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!([failed_of(None), failed_of(Some(FAILED)), failed_of(Some(b"other"))], [false, true, false]);
+        let mut f = base.clone();
+        f.push(FAILED.to_vec());
+        assert_eq!(decode(&f, Socket::Backend).unwrap().encode(), f);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! REQUEST headers (spec §4.3): a comma-separated string such as
-//! `reply-requested,timeout:30`. EventMQ matches them by substring (J17);
+//! REQUEST headers (docs/emqp.md "Headers"): a comma-separated string such as
+//! `reply-requested,timeout:30`. EventMQ matches them by substring;
 //! emq matches whole tokens.
 
 /// The header that makes a worker answer with a job-result REPLY.
@@ -17,7 +17,7 @@ pub fn value<'a>(headers: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
 }
 
 /// The headers with `reply-requested` first, added if absent. The broker
-/// forwards these so every worker reports completion (DESIGN "Delivery").
+/// forwards these so every worker reports completion (docs/emqp.md "Job results").
 ///
 /// ```
 /// use emq::protocol::headers::with_reply_requested;

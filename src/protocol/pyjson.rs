@@ -1,5 +1,5 @@
 //! JSON values with CPython `json` semantics, for byte-exact reproduction of
-//! `json.loads` followed by `json.dumps` (EventMQ 0.3.13, spec §7.3, §7.8).
+//! `json.loads` followed by `json.dumps` (EventMQ 0.3.13, docs/emqp.md "The scheduler").
 //!
 //! serde_json cannot be used here without changing the whole crate's
 //! behaviour: Python keeps `1` and `1.0` apart, keeps lone surrogates from
@@ -15,9 +15,9 @@
 //!   `ensure_ascii=True`.
 //!
 //! The one Python-style JSON writer of the crate: the scheduler uses it for
-//! the schedule key and the REQUEST bodies it re-emits (spec §7.3, §7.8);
+//! the schedule key and the REQUEST bodies it re-emits (docs/emqp.md "The scheduler");
 //! the client uses it for job bodies and job results through
-//! [`PyJson::from`] a `serde_json::Value` (spec §4.1, §4.4) and
+//! [`PyJson::from`] a `serde_json::Value` (docs/emqp.md "Job bodies") and
 //! [`write_str`].
 
 use std::fmt::Write as _;

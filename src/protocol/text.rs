@@ -1,4 +1,4 @@
-//! The text protocol's pure parts (text-protocol.md): the incremental line
+//! The text protocol's pure parts (docs/text-protocol.md): the incremental line
 //! decoder, command parsing, and the encoders and decoders for both
 //! directions. No sockets, no clocks.
 //!
@@ -18,8 +18,8 @@ pub use encode::{
 };
 pub use line::LineDecoder;
 
-/// The stable error tokens of `ERR <CODE> <text>` (text-protocol.md, "Error
-/// codes"). The first three come from the decoder; the others from the
+/// The stable error tokens of `ERR <CODE> <text>` (docs/text-protocol.md,
+/// "Answers and errors"). The first three come from the decoder; the others from the
 /// server and its queues.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorCode {
@@ -37,13 +37,17 @@ pub enum ErrorCode {
     QueueFull,
     /// The broker is draining; the task is not stored.
     ShuttingDown,
-    /// Too many connections; sent once, then the connection is closed.
+    /// Too many connections (or too few descriptors left); sent once, then
+    /// the connection is closed.
     Busy,
+    /// ASK (or SCHED) naming a new queue while the broker holds its most
+    /// queue names; nothing is stored.
+    QueueLimit,
 }
 
 impl ErrorCode {
     /// Every code, in the spec's table order (for counters indexed by code).
-    pub const ALL: [ErrorCode; 8] = [
+    pub const ALL: [ErrorCode; 9] = [
         ErrorCode::UnknownCommand,
         ErrorCode::BadFormat,
         ErrorCode::TooBig,
@@ -52,6 +56,7 @@ impl ErrorCode {
         ErrorCode::QueueFull,
         ErrorCode::ShuttingDown,
         ErrorCode::Busy,
+        ErrorCode::QueueLimit,
     ];
 
     /// The token as written on the wire, e.g. `"NO_TASK"`.
@@ -65,6 +70,7 @@ impl ErrorCode {
             ErrorCode::QueueFull => "QUEUE_FULL",
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
             ErrorCode::Busy => "BUSY",
+            ErrorCode::QueueLimit => "QUEUE_LIMIT",
         }
     }
 
@@ -73,7 +79,7 @@ impl ErrorCode {
         ErrorCode::ALL.into_iter().find(|c| c.as_str().as_bytes() == token)
     }
 
-    /// Position in [`ErrorCode::ALL`] (0..8).
+    /// Position in [`ErrorCode::ALL`] (0..9).
     pub fn index(self) -> usize {
         self as usize
     }
@@ -90,6 +96,7 @@ impl ErrorCode {
             ErrorCode::QueueFull => "the queue is full",
             ErrorCode::ShuttingDown => "the broker is shutting down",
             ErrorCode::Busy => "too many connections",
+            ErrorCode::QueueLimit => "too many queue names",
         }
     }
 }
@@ -112,8 +119,17 @@ mod tests {
         }
         assert_eq!(ErrorCode::from_token(b"no_task"), None);
         let tokens: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
-        let want =
-            ["UNKNOWN_COMMAND", "BAD_FORMAT", "TOO_BIG", "NO_TASK", "PENDING", "QUEUE_FULL", "SHUTTING_DOWN", "BUSY"];
+        let want = [
+            "UNKNOWN_COMMAND",
+            "BAD_FORMAT",
+            "TOO_BIG",
+            "NO_TASK",
+            "PENDING",
+            "QUEUE_FULL",
+            "SHUTTING_DOWN",
+            "BUSY",
+            "QUEUE_LIMIT",
+        ];
         assert_eq!(tokens, want);
     }
 }

@@ -32,10 +32,17 @@ pub fn run(
     latency: Arc<Mutex<LatencyStore>>,
 ) {
     for req in rx {
+        let uptime = || broker.ctx.started.elapsed().as_secs_f64();
         let body = match req.query {
-            AdminQuery::Status => status_json(&broker.snapshots(), status_extras(&broker, &extra)),
-            AdminQuery::ShowWorkers => workers_json(&broker.snapshots()),
-            AdminQuery::ShowSchedulers => schedulers_json(&broker.snapshots()),
+            AdminQuery::Status => {
+                super::reporter::collect(&broker, &latency);
+                let end_to_end = latency.lock().end_to_end_ms();
+                let snaps = broker.snapshots();
+                let asks_waiting: usize = snaps.iter().map(|s| s.asks_waiting).sum();
+                status_json(&snaps, &end_to_end, status_extras(&broker, &extra, asks_waiting))
+            }
+            AdminQuery::ShowWorkers => workers_json(&broker.snapshots(), uptime()),
+            AdminQuery::ShowSchedulers => schedulers_json(&broker.snapshots(), uptime()),
             AdminQuery::Latency => {
                 super::reporter::collect(&broker, &latency);
                 latency.lock().to_json()
@@ -46,7 +53,10 @@ pub fn run(
     }
 }
 
-fn status_extras(broker: &Broker, extra: &ExtraStatus) -> Value {
+/// STATUS's `emq` object: version, shards, uptime, drain state, counters,
+/// long-poll ASKs waiting now (all shards), queues and workers held now,
+/// and the extra figures.
+fn status_extras(broker: &Broker, extra: &ExtraStatus, asks_waiting: usize) -> Value {
     let ctx = &broker.ctx;
     let mut m = serde_json::Map::new();
     m.insert("version".into(), json!(env!("CARGO_PKG_VERSION")));
@@ -54,6 +64,9 @@ fn status_extras(broker: &Broker, extra: &ExtraStatus) -> Value {
     m.insert("uptime_secs".into(), json!(ctx.started.elapsed().as_secs()));
     m.insert("draining".into(), json!(ctx.draining.load(Ordering::Acquire)));
     m.insert("counters".into(), ctx.counters.to_json());
+    m.insert("asks_waiting".into(), json!(asks_waiting));
+    m.insert("queues".into(), json!(ctx.queue_count.load(Ordering::Relaxed)));
+    m.insert("workers".into(), json!(ctx.worker_count.load(Ordering::Relaxed)));
     for (k, v) in extra() {
         m.insert(k.into(), v);
     }

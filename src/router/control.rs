@@ -7,8 +7,7 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::Broker;
-use crate::broker::msg::ShardMsg;
+use super::{Broker, Shards};
 use crate::text::TextServer;
 use crate::zmq_io::egress::EgressTx;
 use crate::zmq_io::io_thread::StopReason;
@@ -18,7 +17,7 @@ pub(super) struct Threads {
     pub text: Option<TextServer>,
     pub reporter: JoinHandle<()>,
     pub reporter_stop: Sender<()>,
-    pub shards: Vec<JoinHandle<()>>,
+    pub shards: Shards,
     pub io: JoinHandle<()>,
     pub exit: EgressTx,
     pub admin: JoinHandle<()>,
@@ -38,12 +37,7 @@ pub(super) fn run(stop_rx: Receiver<StopReason>, broker: Broker, threads: Thread
     }
     drop(threads.reporter_stop);
     let _ = threads.reporter.join();
-    for tx in broker.shards.iter() {
-        let _ = tx.send(ShardMsg::Shutdown);
-    }
-    for t in threads.shards {
-        let _ = t.join();
-    }
+    threads.shards.stop();
     threads.exit.send_exit();
     let _ = threads.io.join();
     drop(broker);
@@ -55,20 +49,30 @@ pub(super) fn run(stop_rx: Receiver<StopReason>, broker: Broker, threads: Thread
 }
 
 /// Waits until nothing is queued, offered or in flight, or the drain timeout.
+/// A shard too busy to answer within [`crate::limits::SHARD_ANSWER_TIMEOUT`]
+/// counts as not drained (it may hold anything).
 fn drain(broker: &Broker) {
     let deadline = Instant::now() + broker.ctx.config.drain_timeout;
     let mut zeros = 0;
     loop {
-        let pending: usize = broker.snapshots().iter().map(|s| s.pending()).sum();
-        // Two empty readings in a row: a job moving between shards (a
-        // message in a channel) is in no snapshot for a moment.
-        zeros = if pending == 0 { zeros + 1 } else { 0 };
+        let asked = super::ask::ask_shards(&broker.shards, crate::limits::SHARD_ANSWER_TIMEOUT, |reply| {
+            crate::broker::msg::ShardMsg::Snapshot { reply }
+        });
+        let pending: usize = asked.answers.iter().map(|s| s.pending()).sum();
+        // Two empty readings in a row from every shard: a job moving
+        // between shards (a message in a channel) is in no snapshot for a
+        // moment.
+        zeros = if pending == 0 && asked.missing == 0 { zeros + 1 } else { 0 };
         if zeros == 2 {
             tracing::info!("drained: nothing queued or in flight");
             return;
         }
         if Instant::now() >= deadline {
-            tracing::warn!(pending, "drain timeout: jobs remain (each shard logs them: kept in the write-ahead log, or listed with durability \"memory\")");
+            tracing::warn!(
+                pending,
+                shards_not_answering = asked.missing,
+                "drain timeout: jobs remain (each shard logs them: kept in the write-ahead log, or listed with durability \"memory\")"
+            );
             return;
         }
         std::thread::sleep(crate::limits::DRAIN_POLL_INTERVAL);

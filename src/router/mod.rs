@@ -1,7 +1,7 @@
 //! The router as a whole: builds the sockets, channels and threads, starts
 //! them, and stops them on request (DISCONNECT, a signal, [`RouterHandle`]).
 //!
-//! Threads (DESIGN "Threads and data flow"): one I/O thread
+//! Threads (README, "How it works"): one I/O thread
 //! ([`crate::zmq_io`]) owning the ROUTER sockets; N dispatcher shards
 //! ([`crate::broker::shard`]); the text front end ([`crate::text`]); the
 //! admin thread ([`admin`]); the latency reporter ([`reporter`]); and the
@@ -28,11 +28,10 @@ use crate::ids::QueueName;
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::LatencyStore;
-use crate::text::shard_backend::ShardBackend;
-use crate::text::{TextServer, TextStats};
+use crate::text::{fds, TextServer, TextStats};
 use crate::zmq_error::ZmqError;
-use crate::zmq_io::egress;
-use crate::zmq_io::io_thread::{IoThread, StopReason};
+use crate::zmq_io::egress::{self, EgressRx, EgressTx};
+use crate::zmq_io::io_thread::{IoLimits, IoThread, StopReason};
 use crate::zmq_io::sockets::router_socket;
 use admin::ExtraStatus;
 use outbox::ShardOutbox;
@@ -73,6 +72,96 @@ impl Broker {
     pub fn snapshots(&self) -> Vec<ShardSnapshot> {
         ask::ask_shards(&self.shards, limits::SHARD_ANSWER_TIMEOUT, |reply| ShardMsg::Snapshot { reply }).answers
     }
+
+    /// The bodies of the jobs waiting in `queue`, front first (for tests
+    /// and tools; linear in the queue). Empty when its shard does not
+    /// answer within [`limits::SHARD_ANSWER_TIMEOUT`].
+    pub fn waiting(&self, queue: &str) -> Vec<Vec<u8>> {
+        let queue = QueueName::named(queue);
+        let Some(tx) = self.shards.get(crate::broker::types::shard_of(&queue.0, self.shards.len())) else {
+            return Vec::new();
+        };
+        let (reply, rx) = crossbeam_channel::bounded(1);
+        if tx.send(ShardMsg::Waiting { queue, reply }).is_err() {
+            return Vec::new();
+        }
+        rx.recv_timeout(limits::SHARD_ANSWER_TIMEOUT).unwrap_or_default()
+    }
+}
+
+/// The dispatcher shards on their threads (`emq-shard-N`): the broker
+/// without its front ends. The router starts them with the rest; tests of
+/// the text front end start them alone ([`Shards::start_alone`]).
+pub struct Shards {
+    /// Their context and channels.
+    pub broker: Broker,
+    threads: Vec<JoinHandle<()>>,
+    /// The egress of shards started alone (nobody sends their frames).
+    _egress: Option<EgressRx>,
+}
+
+impl Shards {
+    /// Starts `config.shards` shards whose frames for ZeroMQ peers go to
+    /// `egress`, each pinned to core `i + 1` of `plan` when given. Shard `i`
+    /// takes its write-ahead log and recovered jobs from `logs[i]` when
+    /// there is one (none: the shard keeps no log).
+    ///
+    /// # Errors
+    /// [`StartError::Io`] when a thread cannot be spawned.
+    pub fn start(
+        config: Arc<RouterConfig>,
+        egress: &EgressTx,
+        plan: Option<Vec<core_affinity::CoreId>>,
+        started: Instant,
+        logs: &mut [Option<crate::wal::ShardStart>],
+    ) -> Result<Shards, StartError> {
+        let (txs, rxs): (Vec<Sender<ShardMsg>>, Vec<Receiver<ShardMsg>>) =
+            (0..config.shards).map(|_| crossbeam_channel::unbounded()).unzip();
+        let broker = Broker { ctx: ShardContext::new(config.clone(), config.shards, started), shards: txs.into() };
+        let mut threads = Vec::new();
+        for (i, rx) in rxs.into_iter().enumerate() {
+            let mut shard = Shard::new(i, broker.ctx.clone(), started);
+            let mut sync = None;
+            if let Some(start) = logs.get_mut(i).and_then(Option::take) {
+                sync = start
+                    .log
+                    .sync_thread()
+                    .map_err(|source| StartError::Io { what: format!("emq-sync-{i}"), source })?;
+                shard.attach_log(start);
+            }
+            let mut out = ShardOutbox::new(i, egress.clone(), broker.shards.clone(), sync);
+            let plan = plan.clone();
+            threads.push(spawn(format!("emq-shard-{i}"), move || {
+                pin(&plan, i + 1);
+                shard.run(rx, &mut out)
+            })?);
+        }
+        Ok(Shards { broker, threads, _egress: None })
+    }
+
+    /// Starts the shards of `config` with no ZeroMQ side: frames they would
+    /// send to eMQP peers are dropped (there are none), and no write-ahead
+    /// log is kept (whatever `config.wal` says). For the text front end's
+    /// tests.
+    ///
+    /// # Errors
+    /// The eventfd of the egress, or a thread, cannot be made.
+    pub fn start_alone(config: RouterConfig) -> Result<Shards, StartError> {
+        let (tx, rx) = egress::channel().map_err(|source| StartError::Io { what: "egress eventfd".into(), source })?;
+        let mut shards = Shards::start(Arc::new(config), &tx, None, Instant::now(), &mut [])?;
+        shards._egress = Some(rx);
+        Ok(shards)
+    }
+
+    /// Stops every shard ([`ShardMsg::Shutdown`]) and waits for its thread.
+    pub fn stop(self) {
+        for tx in self.broker.shards.iter() {
+            let _ = tx.send(ShardMsg::Shutdown);
+        }
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
 }
 
 /// The endpoints the router actually bound (port 0 / `*` resolved).
@@ -88,11 +177,23 @@ pub struct Endpoints {
     pub text: Option<std::net::SocketAddr>,
 }
 
+/// What runs once the router has stopped.
+type StoppedHook = Box<dyn FnOnce() + Send>;
+
+/// Whether the router has stopped, and what to run when it does.
+#[derive(Default)]
+struct Stopped {
+    done: bool,
+    hook: Option<StoppedHook>,
+}
+
 /// A running router. Dropping it shuts the router down and waits.
 pub struct RouterHandle {
     stop_tx: Sender<StopReason>,
     control: Option<JoinHandle<()>>,
     broker: Broker,
+    text_stats: Option<Arc<TextStats>>,
+    stopped: Arc<Mutex<Stopped>>,
     /// The bound endpoints.
     pub endpoints: Endpoints,
 }
@@ -125,6 +226,29 @@ impl RouterHandle {
     pub fn counters(&self) -> &Counters {
         &self.broker.ctx.counters
     }
+
+    /// The shards' context and channels (for tests and tools).
+    pub fn broker(&self) -> &Broker {
+        &self.broker
+    }
+
+    /// The text front end's counters, when it is on.
+    pub fn text_stats(&self) -> Option<&Arc<TextStats>> {
+        self.text_stats.as_ref()
+    }
+
+    /// Runs `f` once the router has stopped, on the thread that stopped it
+    /// (at once when it already has). `emq-router` closes its signal
+    /// iterator this way when a DISCONNECT stops the router.
+    pub fn on_stopped(&self, f: impl FnOnce() + Send + 'static) {
+        let mut stopped = self.stopped.lock();
+        if stopped.done {
+            drop(stopped);
+            f();
+        } else {
+            stopped.hook = Some(Box::new(f));
+        }
+    }
 }
 
 impl Drop for RouterHandle {
@@ -154,7 +278,7 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<(
 }
 
 /// Cores to pin to, when there are strictly more cores than pinned threads
-/// (one spare for everything else); `None` on small machines (DESIGN).
+/// (one spare for everything else); `None` on small machines.
 fn pin_plan(config: &RouterConfig) -> Option<Vec<core_affinity::CoreId>> {
     let cores = core_affinity::get_core_ids()?;
     let needed = config.shards + 1;
@@ -183,28 +307,16 @@ pub fn start(config: RouterConfig) -> Result<RouterHandle, StartError> {
     start_with(config, Arc::new(Vec::new))
 }
 
-/// How start-up treats damage in the middle of the write-ahead log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Recovery {
-    /// Refuse to start, naming the file and offset.
-    #[default]
-    Strict,
-    /// Skip the damaged bytes, set the damaged segments aside and start
-    /// with the rest (`--recover-skip-damaged`).
-    SkipDamaged,
-}
-
 /// The write-ahead logs of every shard, opened and recovered (`None` for
 /// `durability = "memory"`).
-fn open_wal(
-    config: &RouterConfig,
-    recovery: Recovery,
-    started: Instant,
-) -> Result<Option<crate::wal::Opened>, StartError> {
+///
+/// `config.wal.skip_damaged` (`--recover-skip-damaged`) decides whether damage
+/// in the middle of a log stops the start.
+fn open_wal(config: &RouterConfig, started: Instant) -> Result<Option<crate::wal::Opened>, StartError> {
     if config.wal.durability == crate::wal::Durability::Memory {
         return Ok(None);
     }
-    let skip = recovery == Recovery::SkipDamaged;
+    let skip = config.wal.skip_damaged;
     Ok(Some(crate::wal::open(&config.wal, config.shards, skip, started, started)?))
 }
 
@@ -218,12 +330,15 @@ fn wal_status(config: &RouterConfig, logs: &[Arc<crate::wal::log::WalStats>]) ->
     })
 }
 
-/// Starts the text front end over the shards, if configured.
+/// Starts the text front end over the shards, if configured, after raising
+/// the descriptor limit (each text connection is one descriptor).
 fn start_text(config: &RouterConfig, broker: &Broker) -> Result<Option<TextServer>, StartError> {
     let Some(addr) = config.text_addr else { return Ok(None) };
-    let backend = ShardBackend::new(broker.shards.clone());
+    if let Err(e) = fds::raise_nofile_limit() {
+        tracing::warn!(error = %e, "cannot raise the descriptor limit");
+    }
     let stats = Arc::new(TextStats::default());
-    TextServer::start(addr, config.text.clone(), Arc::new(backend), stats)
+    TextServer::start(addr, config.text.clone(), broker.shards.clone(), broker.ctx.inbox_load.clone(), stats)
         .map(Some)
         .map_err(|source| StartError::Io { what: format!("text listener {addr}"), source })
 }
@@ -240,7 +355,13 @@ fn text_status(stats: &TextStats, counters: &Counters) -> serde_json::Value {
         "offers_returned_disconnect": count(&counters.text_returned_disconnect),
         "offers_returned_timeout": count(&counters.text_returned_timeout),
         "offers_rewritten": s.offers_rewritten,
-        "idle_closed": s.idle_closed,
+        "offers_dead_lettered": count(&counters.text_dead_lettered),
+        "ask_waits_expired": count(&counters.text_ask_waits_expired),
+        "line_timeout_closed": s.line_timeout_closed,
+        "slow_reader_closed": s.slow_reader_closed,
+        "refused_fds": s.refused_fds,
+        "accept_errors": s.accept_errors,
+        "fd_limit": s.fd_limit,
         "errors_by_code": s.errors.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
     })
 }
@@ -250,42 +371,38 @@ fn text_status(stats: &TextStats, counters: &Counters) -> serde_json::Value {
 /// # Errors
 /// As [`start`].
 pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHandle, StartError> {
-    start_full(config, extra, Recovery::Strict)
-}
-
-/// [`start_with`], treating a damaged log as `recovery` says.
-///
-/// # Errors
-/// As [`start`].
-pub fn start_full(config: RouterConfig, extra: ExtraStatus, recovery: Recovery) -> Result<RouterHandle, StartError> {
     let config = Arc::new(config);
     let started = Instant::now();
-    let mut wal = open_wal(&config, recovery, started)?;
+    let mut wal = open_wal(&config, started)?;
     let zctx = zmq::Context::new();
     let hwm = config.zmq_hwm;
-    let (frontend, fe) = router_socket(&zctx, &config.frontend_addr, hwm, "frontend")?;
-    let (backend, be) = router_socket(&zctx, &config.backend_addr, hwm, "backend")?;
-    let (admin_sock, ad) = router_socket(&zctx, &config.admin_addr, hwm, "admin")?;
+    // A single frame over twice the message limit makes libzmq drop the peer;
+    // messages between the two get ERROR TOO_BIG from the I/O thread.
+    let max_frame = config.max_message_bytes.saturating_mul(2);
+    let (frontend, fe) = router_socket(&zctx, &config.frontend_addr, hwm, max_frame, "frontend")?;
+    let (backend, be) = router_socket(&zctx, &config.backend_addr, hwm, max_frame, "backend")?;
+    let (admin_sock, ad) = router_socket(&zctx, &config.admin_addr, hwm, max_frame, "admin")?;
     let (egress_tx, egress_rx) =
         egress::channel().map_err(|source| StartError::Io { what: "egress eventfd".into(), source })?;
 
-    let (txs, rxs): (Vec<Sender<ShardMsg>>, Vec<Receiver<ShardMsg>>) =
-        (0..config.shards).map(|_| crossbeam_channel::unbounded()).unzip();
-    let broker = Broker { ctx: ShardContext::new(config.clone(), config.shards, started), shards: txs.into() };
-    let text = start_text(&config, &broker)?;
-    let text_addr = text.as_ref().map(|t| t.local_addr());
     let mut starts: Vec<Option<crate::wal::ShardStart>> = match wal.as_mut() {
         Some(opened) => std::mem::take(&mut opened.shards).into_iter().map(Some).collect(),
-        None => (0..config.shards).map(|_| None).collect(),
+        None => Vec::new(),
     };
     let log_stats: Vec<_> = starts.iter().flatten().map(|s| s.log.shared().stats.clone()).collect();
+    let plan = pin_plan(&config);
+    let shards = Shards::start(config.clone(), &egress_tx, plan.clone(), started, &mut starts)?;
+    let broker = shards.broker.clone();
+    let text = start_text(&config, &broker)?;
+    let text_addr = text.as_ref().map(|t| t.local_addr());
+    let text_stats = text.as_ref().map(|t| t.stats().clone());
     let (wal_config, inner_extra) = (config.clone(), extra);
     let extra: ExtraStatus = Arc::new(move || {
         let mut v = inner_extra();
         v.push(("wal", wal_status(&wal_config, &log_stats)));
         v
     });
-    let extra: ExtraStatus = match text.as_ref().map(|t| t.stats().clone()) {
+    let extra: ExtraStatus = match text_stats.clone() {
         Some(stats) => {
             let counters = broker.ctx.counters.clone();
             Arc::new(move || {
@@ -296,23 +413,6 @@ pub fn start_full(config: RouterConfig, extra: ExtraStatus, recovery: Recovery) 
         }
         None => extra,
     };
-    let plan = pin_plan(&config);
-    let mut shard_threads = Vec::new();
-    for (i, rx) in rxs.into_iter().enumerate() {
-        let mut shard = Shard::new(i, broker.ctx.clone(), started);
-        let mut sync = None;
-        if let Some(start) = starts.get_mut(i).and_then(Option::take) {
-            sync =
-                start.log.sync_thread().map_err(|source| StartError::Io { what: format!("emq-sync-{i}"), source })?;
-            shard.attach_log(start);
-        }
-        let mut out = ShardOutbox::new(i, egress_tx.clone(), broker.shards.clone(), sync);
-        let plan = plan.clone();
-        shard_threads.push(spawn(format!("emq-shard-{i}"), move || {
-            pin(&plan, i + 1);
-            shard.run(rx, &mut out)
-        })?);
-    }
     let (admin_tx, admin_rx) = crossbeam_channel::unbounded();
     let latency = Arc::new(Mutex::new(LatencyStore::default()));
     let (admin_egress, admin_broker, admin_latency) = (egress_tx.clone(), broker.clone(), latency.clone());
@@ -333,17 +433,24 @@ pub fn start_full(config: RouterConfig, extra: ExtraStatus, recovery: Recovery) 
         stop_tx: stop_tx.clone(),
         counters: broker.ctx.counters.clone(),
         default_queues: config.default_queues.iter().map(|(w, q)| (*w, QueueName::named(q))).collect(),
+        inbox_load: broker.ctx.inbox_load.clone(),
+        limits: IoLimits {
+            max_message_bytes: config.max_message_bytes,
+            max_queues_per_worker: config.max_queues_per_worker,
+            shard_inbox_messages: config.shard_inbox_messages,
+        },
     };
     let io_plan = plan.clone();
     let io_thread = spawn("emq-io-0".into(), move || {
         pin(&io_plan, 0);
         io.run()
     })?;
+    let stopped = Arc::new(Mutex::new(Stopped::default()));
     let threads = control::Threads {
         text,
         reporter,
         reporter_stop,
-        shards: shard_threads,
+        shards,
         io: io_thread,
         exit: egress_tx,
         admin: admin_thread,
@@ -351,12 +458,25 @@ pub fn start_full(config: RouterConfig, extra: ExtraStatus, recovery: Recovery) 
         data_dir: wal.map(|w| w.dir),
     };
     let control_broker = broker.clone();
-    let control = spawn("emq-control".into(), move || control::run(stop_rx, control_broker, threads))?;
+    let control_stopped = stopped.clone();
+    let control = spawn("emq-control".into(), move || {
+        control::run(stop_rx, control_broker, threads);
+        let hook = {
+            let mut s = control_stopped.lock();
+            s.done = true;
+            s.hook.take()
+        };
+        if let Some(hook) = hook {
+            hook();
+        }
+    })?;
     tracing::info!(frontend = %fe, backend = %be, admin = %ad, shards = config.shards, "emq-router started");
     Ok(RouterHandle {
         stop_tx,
         control: Some(control),
         broker,
+        text_stats,
+        stopped,
         endpoints: Endpoints { frontend: fe, backend: be, admin: ad, text: text_addr },
     })
 }

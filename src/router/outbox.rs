@@ -52,17 +52,17 @@ impl ShardOutbox {
     /// What was gathered since the last flush, as one release.
     fn take_release(&mut self) -> impl FnOnce() + Send + 'static {
         let (egress, emqp) = (self.egress.clone(), std::mem::take(&mut self.emqp));
-        let text = std::mem::take(&mut self.text);
-        move || release(&egress, emqp, text)
+        let (index, text) = (self.index, std::mem::take(&mut self.text));
+        move || release(index, &egress, emqp, text)
     }
 }
 
 /// Hands frames to the I/O thread and answers to text ports.
-fn release(egress: &EgressTx, emqp: Vec<Outgoing>, text: Vec<(TextPort, Vec<TextReply>)>) {
+fn release(index: usize, egress: &EgressTx, emqp: Vec<Outgoing>, text: Vec<(TextPort, Vec<TextReply>)>) {
     egress.send_batch(emqp);
     for (port, replies) in text {
-        // A connection that went away no longer reads its port.
-        let _ = port.tx.send(replies);
+        // Only a stopped text front end no longer reads its port.
+        let _ = port.send(index, replies);
     }
 }
 
@@ -99,7 +99,7 @@ impl Outbox for ShardOutbox {
         }
         let mut all = std::mem::take(&mut self.backend);
         all.append(&mut self.emqp);
-        release(&self.egress, all, std::mem::take(&mut self.text));
+        release(self.index, &self.egress, all, std::mem::take(&mut self.text));
     }
 
     fn flush_after_sync(&mut self, wait: SyncWait) {

@@ -3,13 +3,13 @@
 //! files. The admin `LATENCY` command uses [`collect`] too.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use parking_lot::Mutex;
 
 use super::Broker;
 use crate::broker::msg::ShardMsg;
+use crate::broker::snapshot::round_ms;
 use crate::config::LatencyConfig;
 use crate::limits;
 use crate::metrics::latency::{write_interval_files, Kind, LatencyStore};
@@ -41,7 +41,7 @@ pub fn run(broker: Broker, store: Arc<Mutex<LatencyStore>>, cfg: LatencyConfig, 
         let interval = store.lock().take_interval();
         for ((queue, kind), h) in &interval {
             if *kind == Kind::EndToEnd {
-                let ms = |q: f64| Duration::from_micros(h.value_at_quantile(q)).as_secs_f64() * 1000.0;
+                let ms = |q: f64| round_ms(h.value_at_quantile(q) as f64 / 1000.0);
                 tracing::info!(%queue, jobs = h.len(), p50_ms = ms(0.5), p99_ms = ms(0.99), max_ms = ms(1.0), "latency (end to end, last interval)");
             }
             if *kind == Kind::WalSync {

@@ -1,6 +1,6 @@
-//! emq-scheduler settings in two steps: raw flags / `EMQ_SCHEDULER_*`
-//! environment variables ([`SchedulerArgs`], flags win), then one validated
-//! [`SchedulerConfig`].
+//! emq-scheduler's settings: one table ([`RawSchedulerConfig`], the same
+//! mechanism as every program, [`crate::config`]), checked into one
+//! [`SchedulerConfig`], and the commented defaults ([`SCHEDULER_TOML`]).
 //!
 //! The data directory defaults to `$XDG_STATE_HOME/emq-scheduler`, else
 //! `$HOME/.local/state/emq-scheduler`, else `./emq-scheduler-data`: schedules
@@ -12,42 +12,68 @@ use std::time::Duration;
 use chrono_tz::Tz;
 
 use super::peer::PeerConfig;
-use crate::config::kinds::DurationText;
-use crate::config::ConfigError;
+use crate::config::kinds::{EmqpAddr, EmqpAddrOrOff, LogFilter, Optional, Period, Plain};
+use crate::config::table::settings;
+use crate::config::{ConfigError, Settings};
 use crate::limits;
 
-/// Raw command-line flags and environment variables.
-#[derive(Debug, Clone, clap::Parser)]
-#[command(name = "emq-scheduler", version, about = "Runs eMQP SCHEDULE jobs (EventMQ 0.3.13 compatible scheduler)")]
-pub struct SchedulerArgs {
-    /// The router frontend to connect to.
-    #[arg(long, env = "EMQ_SCHEDULER_ROUTER_ADDR", default_value = limits::FRONTEND_ADDR)]
-    pub router_addr: String,
-    /// The scheduler's own admin socket (ROUTER, answers SCHEDULES), or `off`.
-    #[arg(long, env = "EMQ_SCHEDULER_ADMIN_ADDR", default_value = limits::SCHEDULER_ADMIN_ADDR)]
-    pub admin_addr: String,
-    /// Directory of the embedded schedule store (default: XDG state dir).
-    #[arg(long, env = "EMQ_SCHEDULER_DATA_DIR")]
+settings! {
+    /// emq-scheduler's settings as flags, `EMQ_*` variables and the TOML file
+    /// give them.
+    pub struct RawSchedulerConfig => SchedulerSettings {
+        /// The router's eMQP frontend to connect to.
+        frontend: EmqpAddr = limits::FRONTEND_ADDR, env "EMQ_FRONTEND_ADDR",
+            was router_addr "EMQ_SCHEDULER_ROUTER_ADDR";
+        /// The scheduler's own admin address to bind (`emq-cli schedules` asks it), or `off`.
+        scheduler_admin: EmqpAddrOrOff = limits::SCHEDULER_ADMIN_ADDR, env "EMQ_SCHEDULER_ADMIN_ADDR",
+            was admin_addr;
+        /// Directory of the schedule store (default: `$XDG_STATE_HOME/emq-scheduler`).
+        data_dir: Optional<Plain<PathBuf>>, env "EMQ_SCHEDULER_DATA_DIR";
+        /// IANA time zone cron expressions are evaluated in (e.g. `Europe/Berlin`).
+        timezone: Plain<String> = limits::SCHEDULER_TIMEZONE, env "EMQ_SCHEDULER_TIMEZONE";
+        /// Keep schedules in Redis with EventMQ's key layout instead of the data directory
+        /// (e.g. `redis://127.0.0.1:6379/0`).
+        redis: Optional<Plain<String>>, env "EMQ_SCHEDULER_REDIS";
+        /// HEARTBEAT period to the router (must stay under the router's 5 s timeout).
+        heartbeat_interval: Period = limits::HEARTBEAT_INTERVAL, env "EMQ_SCHEDULER_HEARTBEAT_INTERVAL";
+        /// Router silence after which the scheduler reconnects under a new identity.
+        router_timeout: Period = limits::SCHEDULER_ROUTER_TIMEOUT, env "EMQ_SCHEDULER_ROUTER_TIMEOUT";
+        /// INFORM re-send period while waiting for the router's ACK.
+        inform_retry: Period = limits::SCHEDULER_INFORM_RETRY, env "EMQ_SCHEDULER_INFORM_RETRY";
+        /// This scheduler's name among several (1 to 128 printable ASCII characters): the
+        /// router gives each schedule to one scheduler by name, so a restarted scheduler owns
+        /// the same schedules. Default: a name made at first start and kept in the data
+        /// directory.
+        name: Optional<Plain<String>>, env "EMQ_SCHEDULER_NAME";
+        /// Log filter (`info`, `emq=debug`, `warn`).
+        log: LogFilter = limits::LOG, env "EMQ_LOG";
+    }
+}
+
+/// The settings each checked on its own ([`RawSchedulerConfig::validate`]
+/// checks them together).
+#[derive(Debug, Clone)]
+pub struct SchedulerSettings {
+    /// Router frontend.
+    pub frontend: String,
+    /// Admin address, or `None`.
+    pub scheduler_admin: Option<String>,
+    /// Store directory, if given.
     pub data_dir: Option<PathBuf>,
-    /// IANA time zone cron expressions are evaluated in (e.g. `Europe/Berlin`).
-    #[arg(long, env = "EMQ_SCHEDULER_TIMEZONE", default_value = limits::SCHEDULER_TIMEZONE)]
+    /// Time zone name.
     pub timezone: String,
-    /// Store schedules in Redis with EventMQ's key layout instead of the data
-    /// directory (e.g. `redis://127.0.0.1:6379/0`).
-    #[arg(long, env = "EMQ_SCHEDULER_REDIS")]
+    /// Redis URL, if given.
     pub redis: Option<String>,
-    /// HEARTBEAT period to the router (must stay under the router's 5 s timeout).
-    #[arg(long, env = "EMQ_SCHEDULER_HEARTBEAT_INTERVAL", default_value_t = text(limits::HEARTBEAT_INTERVAL))]
-    pub heartbeat_interval: String,
-    /// Router silence after which the scheduler reconnects under a new identity.
-    #[arg(long, env = "EMQ_SCHEDULER_ROUTER_TIMEOUT", default_value_t = text(limits::SCHEDULER_ROUTER_TIMEOUT))]
-    pub router_timeout: String,
-    /// INFORM re-send period while waiting for the router's ACK.
-    #[arg(long, env = "EMQ_SCHEDULER_INFORM_RETRY", default_value_t = text(limits::SCHEDULER_INFORM_RETRY))]
-    pub inform_retry: String,
-    /// Print the resolved configuration and exit.
-    #[arg(long)]
-    pub print_config: bool,
+    /// HEARTBEAT period.
+    pub heartbeat_interval: Duration,
+    /// Router silence before reconnecting.
+    pub router_timeout: Duration,
+    /// INFORM re-send period.
+    pub inform_retry: Duration,
+    /// The scheduler's name, if given.
+    pub name: Option<String>,
+    /// Log filter.
+    pub log: String,
 }
 
 /// Validated settings.
@@ -55,77 +81,73 @@ pub struct SchedulerArgs {
 pub struct SchedulerConfig {
     /// Socket settings.
     pub peer: PeerConfig,
-    /// Embedded store directory (unused with `redis`).
+    /// Embedded store directory; with `redis`, where the scheduler keeps its
+    /// name (unless `name` is given). Locked while the scheduler runs.
     pub data_dir: PathBuf,
     /// Cron time zone.
     pub tz: Tz,
     /// Redis URL, if Redis is the store.
     pub redis: Option<String>,
+    /// Log filter.
+    pub log: String,
 }
 
-impl SchedulerConfig {
-    /// Validates raw settings.
+/// Checks a scheduler name: 1 to [`limits::MAX_SCHEDULER_NAME_BYTES`]
+/// printable ASCII characters (no spaces).
+///
+/// # Errors
+/// [`ConfigError::Invalid`] saying what is wrong.
+pub fn check_name(name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= limits::MAX_SCHEDULER_NAME_BYTES
+        && name.bytes().all(|b| b.is_ascii_graphic());
+    if ok {
+        Ok(())
+    } else {
+        let why = format!("{name:?}: 1 to {} printable ASCII characters, no spaces", limits::MAX_SCHEDULER_NAME_BYTES);
+        Err(ConfigError::Invalid { name: "name", why })
+    }
+}
+
+/// The commented default configuration of emq-scheduler.
+pub const SCHEDULER_TOML: &str = include_str!("scheduler.toml");
+
+impl RawSchedulerConfig {
+    /// Validates into a [`SchedulerConfig`], defaults applied.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming the setting: bad durations, unknown
-    /// time zone, a heartbeat not shorter than the router timeout.
-    pub fn from_args(args: &SchedulerArgs) -> Result<SchedulerConfig, ConfigError> {
-        let heartbeat_interval = duration("heartbeat_interval", &args.heartbeat_interval)?;
-        let router_timeout = duration("router_timeout", &args.router_timeout)?;
-        let inform_retry = duration("inform_retry", &args.inform_retry)?;
-        if heartbeat_interval >= router_timeout {
+    /// time zone, a heartbeat not shorter than the router timeout, a bad
+    /// name.
+    pub fn validate(self) -> Result<SchedulerConfig, ConfigError> {
+        let s = self.build()?;
+        if s.heartbeat_interval >= s.router_timeout {
             return Err(ConfigError::Invalid {
                 name: "heartbeat_interval",
                 why: "must be shorter than router_timeout".into(),
             });
         }
-        let tz: Tz = args.timezone.parse().map_err(|_| ConfigError::Invalid {
+        let tz: Tz = s.timezone.parse().map_err(|_| ConfigError::Invalid {
             name: "timezone",
-            why: format!("unknown IANA time zone {:?}", args.timezone),
+            why: format!("unknown IANA time zone {:?} (e.g. UTC, Europe/Berlin)", s.timezone),
         })?;
-        let admin_addr = (args.admin_addr != "off").then(|| args.admin_addr.clone());
+        if let Some(name) = &s.name {
+            check_name(name)?;
+        }
         Ok(SchedulerConfig {
             peer: PeerConfig {
-                router_addr: args.router_addr.clone(),
-                admin_addr,
-                heartbeat_interval,
-                router_timeout,
-                inform_retry,
+                router_addr: s.frontend,
+                admin_addr: s.scheduler_admin,
+                heartbeat_interval: s.heartbeat_interval,
+                router_timeout: s.router_timeout,
+                inform_retry: s.inform_retry,
+                name: s.name,
             },
-            data_dir: args.data_dir.clone().unwrap_or_else(default_data_dir),
+            data_dir: s.data_dir.unwrap_or_else(default_data_dir),
             tz,
-            redis: args.redis.clone(),
+            redis: s.redis,
+            log: s.log,
         })
-    }
-
-    /// The settings as `name = value` lines (for `--print-config`).
-    pub fn render(&self) -> String {
-        let p = &self.peer;
-        format!(
-            "router_addr = {:?}\nadmin_addr = {:?}\ndata_dir = {:?}\ntimezone = {:?}\nredis = {:?}\n\
-             heartbeat_interval = {:?}\nrouter_timeout = {:?}\ninform_retry = {:?}\n",
-            p.router_addr,
-            p.admin_addr.as_deref().unwrap_or("off"),
-            self.data_dir.display().to_string(),
-            self.tz.name(),
-            self.redis.as_deref().unwrap_or("off"),
-            humantime::format_duration(p.heartbeat_interval).to_string(),
-            humantime::format_duration(p.router_timeout).to_string(),
-            humantime::format_duration(p.inform_retry).to_string(),
-        )
-    }
-}
-
-/// A default duration as the flags write it (`15s`).
-fn text(default: Duration) -> String {
-    DurationText::from(default).0
-}
-
-fn duration(name: &'static str, text: &str) -> Result<Duration, ConfigError> {
-    match humantime::parse_duration(text) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        Ok(_) => Err(ConfigError::Invalid { name, why: "must be more than 0".into() }),
-        Err(e) => Err(ConfigError::Invalid { name, why: format!("{text:?}: {e}") }),
     }
 }
 
@@ -140,4 +162,39 @@ pub fn default_data_dir() -> PathBuf {
         return home.join(".local/state/emq-scheduler");
     }
     PathBuf::from("emq-scheduler-data")
+}
+
+crate::config::table::program!(RawSchedulerConfig => SchedulerConfig, SCHEDULER_TOML, RawSchedulerConfig::validate);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_toml_matches_the_table() {
+        let problems = crate::config::template::problems::<RawSchedulerConfig>(SCHEDULER_TOML);
+        assert_eq!(problems, Vec::<String>::new());
+    }
+
+    #[test]
+    fn old_names_still_work() {
+        let vars = |name: &str| (name == "EMQ_SCHEDULER_ROUTER_ADDR").then(|| "tcp://127.0.0.1:9".into());
+        let old = RawSchedulerConfig::from_env(&vars).unwrap();
+        assert_eq!(old.validate().unwrap().peer.router_addr, "tcp://127.0.0.1:9");
+        let flags = RawSchedulerConfig { admin_addr: Some("off".into()), ..Default::default() };
+        assert_eq!(flags.or(RawSchedulerConfig::default()).validate().unwrap().peer.admin_addr, None);
+    }
+
+    #[test]
+    fn bad_values_name_the_setting() {
+        let message = |raw: RawSchedulerConfig| raw.validate().unwrap_err().to_string();
+        let raw = RawSchedulerConfig { timezone: Some("Mars/Base".into()), ..Default::default() };
+        assert!(message(raw).starts_with("setting timezone: unknown IANA time zone \"Mars/Base\""));
+        let raw = RawSchedulerConfig { heartbeat_interval: Some("20s".into()), ..Default::default() };
+        assert_eq!(message(raw), "setting heartbeat_interval: must be shorter than router_timeout");
+        let raw = RawSchedulerConfig { frontend: Some("localhost:47291".into()), ..Default::default() };
+        assert!(message(raw).contains("eMQP addresses look like tcp://host:port"));
+        let raw = RawSchedulerConfig { name: Some("two words".into()), ..Default::default() };
+        assert!(message(raw).starts_with("setting name: \"two words\": 1 to 128 printable ASCII characters"));
+    }
 }

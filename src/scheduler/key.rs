@@ -1,7 +1,7 @@
-//! The schedule key ("schedule hash", EventMQ 0.3.13, spec §7.3): the
+//! The schedule key ("schedule hash", EventMQ 0.3.13, docs/emqp.md "The scheduler"): the
 //! lowercase hex SHA-1 of `json.dumps(obj, sort_keys=True)` where `obj` holds
 //! the six call fields of element 1 of the job body. Queue, interval, cron
-//! and headers are not part of it (S13, kept for compatibility: a Python
+//! and headers are not part of it (kept for compatibility: a Python
 //! scheduler sharing the Redis store computes the same key).
 
 use std::fmt;
@@ -10,7 +10,7 @@ use sha1::{Digest, Sha1};
 
 use crate::protocol::pyjson::{self, PyJson};
 
-/// The six body fields the key covers, all required (spec §4.1).
+/// The six body fields the key covers, all required (docs/emqp.md "Job bodies").
 pub const KEY_FIELDS: [&str; 6] = ["args", "kwargs", "class_args", "class_kwargs", "path", "callable"];
 
 /// A schedule key: 40 lowercase hex digits.
@@ -36,7 +36,7 @@ impl fmt::Display for ScheduleKey {
     }
 }
 
-/// Why a job body cannot be keyed (each case killed the Python scheduler, S6).
+/// Why a job body cannot be keyed (each case killed the Python scheduler).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
     /// The body frame is not UTF-8 (Python decodes every frame strictly).
@@ -61,11 +61,11 @@ pub struct KeyedBody {
     /// The canonical text that was hashed (for logs and tests).
     pub canonical: String,
     /// `json.dumps(json.loads(body))`: the body as the Python scheduler
-    /// writes it into emitted REQUESTs (spec §7.8).
+    /// writes it into emitted REQUESTs (docs/emqp.md "The scheduler").
     pub request_body: String,
 }
 
-/// Parses a SCHEDULE/UNSCHEDULE body frame (D7) and computes its key.
+/// Parses a SCHEDULE/UNSCHEDULE body frame (frame 7) and computes its key.
 ///
 /// # Errors
 /// [`KeyError`] when the frame is not UTF-8, not JSON, not `[x, {...}]`, or

@@ -1,35 +1,47 @@
-//! The scheduler's eMQP peer: a DEALER to the router frontend (spec §7.1),
+//! The scheduler's eMQP peer: a DEALER to the router frontend (docs/emqp.md "The scheduler"),
 //! plus the scheduler's own admin ROUTER. The only module that touches zmq.
 //!
 //! Lifecycle:
 //! 1. connect a DEALER under a fresh uuid4 identity and send INFORM
-//!    (D4 `""`, D5 `scheduler`, spec §3.1); re-send it every
-//!    [`PeerConfig::inform_retry`] until the ACK arrives (fixes J18);
+//!    (frame 4 `""`, frame 5 `scheduler`, docs/emqp.md "INFORM"); re-send it every
+//!    [`PeerConfig::inform_retry`] until the ACK arrives (EventMQ waited forever);
 //! 2. once ACKed: HEARTBEAT every [`PeerConfig::heartbeat_interval`]
-//!    regardless of traffic (spec §3.5), fire due schedules as REQUESTs
-//!    (spec §7.8);
-//! 3. after [`PeerConfig::router_timeout`] without any message from the
-//!    router, or on the router's KBYE, reconnect under a new identity and
-//!    re-INFORM. Schedules live in the [`Service`] and survive;
-//! 4. on SIGTERM/SIGINT (or DISCONNECT from the router, which nobody sends)
-//!    send KBYE, sync the store and return (fixes S10).
+//!    regardless of traffic (docs/emqp.md "HEARTBEAT"), fire due schedules as REQUESTs
+//!    (docs/emqp.md "The scheduler");
+//! 3. after [`PeerConfig::router_timeout`] without a HEARTBEAT from the
+//!    router, reconnect under a new identity and re-INFORM; on the router's
+//!    KBYE or DISCONNECT ("I do not know you"), re-INFORM at once.
+//!    Schedules live in the [`Service`] and survive;
+//! 4. on SIGTERM/SIGINT send KBYE, sync the store and return (EventMQ sent no KBYE).
+//!
+//! **Liveness is symmetric** (emq's rule): only the router's HEARTBEATs
+//! (and the ACK of an INFORM) count as the router being alive, as only the
+//! scheduler's own HEARTBEATs count on the router's side. The acceptance
+//! REPLYs and ERRORs of the scheduler's REQUESTs do not: any client gets
+//! those, so they do not show that the router still knows this scheduler.
+//! (Counting them kept a scheduler the router had expired after a 7 s stall
+//! from ever registering again.) An emq router re-admits a scheduler on its
+//! next HEARTBEAT anyway (see the router's `scheduling.rs`).
 //!
 //! The loop blocks in `zmq::poll` until the earliest of: the next schedule
 //! deadline, the next heartbeat/INFORM retry, the router timeout, a message,
 //! or a signal. There is no fixed-rate polling.
 //!
-//! Malformed SCHEDULE/UNSCHEDULE messages are logged and answered with
-//! `ERROR` (D4 the message's msgid, D5 a code such as `BAD_CRON`, D6 the
-//! reason) to the router; they never stop the scheduler (fixes S6).
-//! Acceptance REPLYs and ERRORs from the router are logged at debug level.
+//! Every SCHEDULE/UNSCHEDULE is answered (emq extension; an emq router
+//! forwards the answer to the client that sent the message): `REPLY` with
+//! frame 4 the message's msgid and frame 5 the outcome as JSON, or, for a
+//! malformed one, `ERROR` (frame 4 the msgid, frame 5 a code such as
+//! `BAD_CRON`, frame 6 the reason). A malformed message never stops the
+//! scheduler (it killed EventMQ's).
+//! `DROP` (emq extension) makes it forget a schedule another scheduler now
+//! owns. Acceptance REPLYs and ERRORs from the router are logged at debug
+//! level.
 
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
-
-use super::service::Service;
-use super::timetable::Fire;
+use super::service::{Answer, Service};
+use super::timetable::{Fire, Now};
 use crate::limits;
 use crate::protocol::emqp::{self, Command, DecodeError, Frame, Message, PeerType, ShowFrames, Socket};
 use crate::protocol::headers;
@@ -48,12 +60,19 @@ pub struct PeerConfig {
     pub router_timeout: Duration,
     /// INFORM re-send period while waiting for the ACK.
     pub inform_retry: Duration,
+    /// This scheduler's stable name, sent as INFORM D6 (emq extension):
+    /// the router routes SCHEDULEs by it, so a restarted scheduler owns the
+    /// same schedules. `None`: no name (the router uses the identity).
+    pub name: Option<String>,
 }
 
 /// One DEALER connection with its registration state.
 struct Link {
     socket: zmq::Socket,
     identity: String,
+    name: Option<String>,
+    /// The msgid of the last INFORM sent: its ACK completes registration.
+    inform_msgid: Frame,
     registered: bool,
     last_heard: Instant,
     next_heartbeat: Instant,
@@ -61,7 +80,7 @@ struct Link {
 }
 
 /// Runs the scheduler until `shutdown_fd` becomes readable (a signal-hook
-/// pipe) or the router sends DISCONNECT.
+/// pipe).
 ///
 /// # Errors
 /// [`ZmqError`] when a socket cannot be created, bound or connected.
@@ -74,10 +93,11 @@ pub fn run(cfg: &PeerConfig, service: &mut Service, shutdown_fd: RawFd) -> Resul
     let mut link = Link::connect(&ctx, cfg)?;
     loop {
         if link.registered {
-            for fire in service.fire_due(Utc::now()) {
+            for fire in service.fire_due(Now::read()) {
                 link.send_request(&fire);
             }
         }
+        service.maintain(Now::read());
         service.sync();
         link.tick(&ctx, cfg)?;
         let timeout_ms = poll_timeout(&link, service, cfg);
@@ -86,8 +106,8 @@ pub fn run(cfg: &PeerConfig, service: &mut Service, shutdown_fd: RawFd) -> Resul
             tracing::info!("signal received: shutting down");
             break;
         }
-        if ready_link && link.drain(service) == Flow::Stop {
-            break;
+        if ready_link {
+            link.drain(service);
         }
         if let (true, Some(admin)) = (ready_admin, admin.as_ref()) {
             drain_admin(admin, service);
@@ -114,10 +134,10 @@ fn poll_timeout(link: &Link, service: &mut Service, cfg: &PeerConfig) -> i64 {
     let now = Instant::now();
     let mut wake = link.last_heard + cfg.router_timeout;
     wake = wake.min(if link.registered { link.next_heartbeat } else { link.next_inform });
+    wake = wake.min(service.next_maintenance());
     let mut ms = ceil_ms(wake.saturating_duration_since(now));
     if let (true, Some(deadline)) = (link.registered, service.next_deadline()) {
-        let until = (deadline - Utc::now()).to_std().unwrap_or(Duration::ZERO);
-        ms = ms.min(ceil_ms(until));
+        ms = ms.min(ceil_ms(deadline.saturating_duration_since(now)));
     }
     ms
 }
@@ -147,12 +167,6 @@ fn wait(
     Ok((items[1].is_readable(), admin_ready, items[0].is_readable()))
 }
 
-#[derive(Debug, PartialEq, Eq)]
-enum Flow {
-    Continue,
-    Stop,
-}
-
 impl Link {
     fn connect(ctx: &zmq::Context, cfg: &PeerConfig) -> Result<Link, ZmqError> {
         let identity = uuid::Uuid::new_v4().hyphenated().to_string();
@@ -164,16 +178,26 @@ impl Link {
         socket.connect(&cfg.router_addr).map_err(ZmqError::at(format!("connect to router {}", cfg.router_addr)))?;
         tracing::info!(router = %cfg.router_addr, identity = %identity, "connecting; sending INFORM");
         let now = Instant::now();
-        let link = Link {
+        let mut link = Link {
             socket,
             identity,
+            name: cfg.name.clone(),
+            inform_msgid: Vec::new(),
             registered: false,
             last_heard: now,
             next_heartbeat: now,
             next_inform: now + cfg.inform_retry,
         };
-        link.send(Command::Inform { queues: Vec::new(), peer: PeerType::Scheduler });
+        link.send_inform();
         Ok(link)
+    }
+
+    /// INFORM (D4 `""`, D5 `scheduler`, D6 the name if any).
+    fn send_inform(&mut self) {
+        let name = self.name.as_ref().map(|n| n.clone().into_bytes());
+        let msg = Message::new(Command::Inform { queues: Vec::new(), peer: PeerType::Scheduler, name });
+        self.inform_msgid = msg.msgid.clone();
+        self.send_message(&msg);
     }
 
     fn send(&self, command: Command) {
@@ -212,14 +236,14 @@ impl Link {
         }
         if !self.registered && now >= self.next_inform {
             tracing::info!(identity = %self.identity, "no ACK yet; re-sending INFORM");
-            self.send(Command::Inform { queues: Vec::new(), peer: PeerType::Scheduler });
+            self.send_inform();
             self.next_inform = now + cfg.inform_retry;
         }
         Ok(())
     }
 
     /// Reads up to [`limits::BATCH`] messages without blocking.
-    fn drain(&mut self, service: &mut Service) -> Flow {
+    fn drain(&mut self, service: &mut Service) {
         for _ in 0..limits::BATCH {
             let frames = match self.socket.recv_multipart(zmq::DONTWAIT) {
                 Ok(f) => f,
@@ -229,52 +253,70 @@ impl Link {
                     break;
                 }
             };
-            self.last_heard = Instant::now();
-            if self.handle(&frames, service) == Flow::Stop {
-                return Flow::Stop;
-            }
+            self.handle(&frames, service);
         }
-        Flow::Continue
     }
 
-    fn handle(&mut self, frames: &[Frame], service: &mut Service) -> Flow {
+    fn handle(&mut self, frames: &[Frame], service: &mut Service) {
         let msg = match emqp::decode(frames, Socket::SchedulerSide) {
             Ok(m) => m,
-            Err(e) => {
-                self.reject_undecodable(frames, &e);
-                return Flow::Continue;
-            }
+            Err(e) => return self.reject_undecodable(frames, &e),
         };
         match msg.command {
-            Command::Ack { .. } => self.handle_ack(),
-            Command::Schedule(body) => match service.handle_schedule(&body, Utc::now()) {
-                Ok(Some(fire)) => self.send_request(&fire),
-                Ok(None) => {}
+            Command::Ack { acked } => self.handle_ack(&acked),
+            Command::Schedule(body) => match service.handle_schedule(&body, Now::read()) {
+                Ok((answer, haste)) => {
+                    self.send_answer(&msg.msgid, &answer);
+                    if let Some(fire) = haste {
+                        self.send_request(&fire);
+                    }
+                }
                 Err(e) => self.send_error(&msg.msgid, e.code(), &e.to_string()),
             },
-            Command::Unschedule(body) => {
-                if let Err(e) = service.handle_unschedule(&body) {
-                    self.send_error(&msg.msgid, "BAD_BODY", &format!("frame 7: {e}"));
-                }
-            }
-            Command::Kbye => {
-                tracing::info!("router said KBYE; re-registering");
+            Command::Unschedule(body) => match service.handle_unschedule(&body) {
+                Ok(answer) => self.send_answer(&msg.msgid, &answer),
+                Err(e) => self.send_error(&msg.msgid, "BAD_BODY", &format!("frame 7: {e}")),
+            },
+            Command::Drop(body) => service.handle_drop(&body),
+            Command::Kbye | Command::Disconnect => {
+                let word = String::from_utf8_lossy(msg.command.word()).into_owned();
+                tracing::info!(command = %word, "router does not know this scheduler (any more); re-registering");
                 self.registered = false;
                 self.next_inform = Instant::now();
             }
-            Command::Disconnect => return Flow::Stop,
-            Command::Heartbeat { .. } => {}
+            Command::Heartbeat { .. } => self.last_heard = Instant::now(),
             other => tracing::debug!(command = ?other, "ignored message from router"),
         }
-        Flow::Continue
     }
 
-    fn handle_ack(&mut self) {
-        if !self.registered {
+    /// An ACK: of our INFORM, registration is complete; of something else
+    /// while registered, an emq router has re-admitted us on a HEARTBEAT
+    /// after forgetting us, and a fresh INFORM gives it our name back.
+    fn handle_ack(&mut self, acked: &[u8]) {
+        self.last_heard = Instant::now();
+        let ours = acked == self.inform_msgid.as_slice();
+        if self.registered && !ours {
+            tracing::info!(identity = %self.identity, "re-admitted by the router; INFORMing again with our name");
+            if self.name.is_some() {
+                self.send_inform();
+            }
+        } else if !self.registered {
             tracing::info!(identity = %self.identity, "registered with the router (ACK)");
         }
         self.registered = true;
         self.next_heartbeat = Instant::now();
+    }
+
+    /// The acceptance of a SCHEDULE/UNSCHEDULE (emq extension): `REPLY`,
+    /// D4 its msgid, D5 the outcome as JSON ([`Answer::to_json`]). The
+    /// router forwards it to the client that sent the message; an EventMQ
+    /// router ignores it.
+    fn send_answer(&self, refers_to: &[u8], answer: &Answer) {
+        let mut frames = Message::new(Command::Reply { body: refers_to.to_vec() }).encode();
+        frames.push(answer.to_json().into_bytes());
+        if let Err(e) = self.socket.send_multipart(frames, zmq::DONTWAIT) {
+            tracing::warn!(identity = %self.identity, error = %e, "answer to router failed");
+        }
     }
 
     /// Logs an undecodable message; a SCHEDULE/UNSCHEDULE with missing
@@ -316,13 +358,13 @@ fn drain_admin(admin: &zmq::Socket, service: &Service) {
             Ok(f) => f,
             Err(_) => break,
         };
-        // R-frames: identity, then D-frames ["", version, command, msgid].
+        // R-frames: identity, then frames ["", version, command, msgid].
         let (Some(identity), Some(word), Some(msgid)) = (frames.first(), frames.get(3), frames.get(4)) else {
             tracing::warn!(frames = %ShowFrames(&frames), "short admin request");
             continue;
         };
         let command = match word.as_slice() {
-            b"SCHEDULES" => Command::Reply { body: service.schedules_json().into_bytes() },
+            b"SCHEDULES" => Command::Reply { body: service.schedules_json(Now::read()).into_bytes() },
             b"HELLO" => continue,
             _ => Command::Error {
                 refers_to: msgid.clone(),

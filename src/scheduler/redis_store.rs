@@ -1,4 +1,4 @@
-//! Redis persistence with EventMQ 0.3.13's key layout (spec §7.7, V21), so a
+//! Redis persistence with EventMQ 0.3.13's key layout (docs/emqp.md "The scheduler"), so a
 //! Python scheduler and emq-scheduler can read each other's schedules:
 //!
 //! * a LIST `interval_jobs` holding the keys of interval **and** cron jobs;
@@ -6,10 +6,31 @@
 //!   cron])` (Python formatting, body double-encoded);
 //! * after each run of a `run_count` job the headers are rewritten with
 //!   `run_count:<remaining>` (as Python does; the haste run's decrement is
-//!   persisted too, fixing S8).
+//!   persisted too; EventMQ did not).
 //!
-//! Differences from Python, all fixes: restore works (S1); the LIST gets no
-//! duplicate keys (S8); an unreachable server is an error at startup (S14).
+//! Differences from Python, all fixes: restore works; the LIST gets no
+//! duplicate keys; every command has a timeout (connect
+//! [`limits::SCHEDULER_REDIS_CONNECT_TIMEOUT`], read and write
+//! [`limits::SCHEDULER_REDIS_IO_TIMEOUT`]), so a paused Redis cannot block
+//! the scheduler (EventMQ's blocked); a put and a delete are each one Lua script
+//! (`EVAL`), which Redis runs atomically like a `MULTI`/`EXEC` transaction,
+//! so a crash between two commands cannot leave a record without its place
+//! in the list (or the other way round). A script has one reply, so a
+//! paused Redis costs one read timeout per write (a transaction of four
+//! commands waited for six replies, one timeout each).
+//!
+//! **Sharing one Redis among emq-schedulers** (emq extension keys, ignored
+//! by Python): each scheduler holds a lease, `emq:scheduler:alive:<name>`
+//! (expires after [`limits::SCHEDULER_REDIS_LEASE`], renewed on every
+//! [`Store::reconcile`]), and each schedule names its owner in
+//! `emq:scheduler:owner:<key>` (written with the record). A scheduler
+//! loads only the schedules it owns or can claim: those with no owner
+//! (written by a Python scheduler, or before owners existed) or whose
+//! owner's lease has lapsed; a claim is one atomic `EVAL`. So when a
+//! scheduler dies, another takes its schedules over within a lease and a
+//! reconcile period, and a schedule the router gave to another scheduler
+//! since (its owner changed) is dropped from memory here.
+//!
 //! Limitation: since only the rewritten headers are stored, a client that
 //! re-sends the original `run_count:N` SCHEDULE after a restart counts as a
 //! changed definition (replaced, with a haste run). The embedded
@@ -18,19 +39,54 @@
 use std::collections::HashSet;
 
 use super::key::ScheduleKey;
-use super::store::{Store, StoreError, Stored};
+use super::store::{Reconciled, Store, StoreError, Stored};
+use crate::limits;
 use crate::protocol::headers;
 use crate::protocol::pyjson::{self, PyJson};
 
 /// The LIST of schedule keys (EventMQ's name).
 pub const LIST_KEY: &str = "interval_jobs";
+/// Prefix of a scheduler's lease key (emq extension): `<prefix><name>`.
+pub const ALIVE_PREFIX: &str = "emq:scheduler:alive:";
+/// Prefix of a schedule's owner key (emq extension): `<prefix><key>`.
+pub const OWNER_PREFIX: &str = "emq:scheduler:owner:";
 
-/// A Redis-backed [`Store`]. Reconnects on the next operation after a
-/// connection error.
+/// Claims `KEYS[1]` (an owner key) for `ARGV[1]` unless another scheduler
+/// whose lease (`ARGV[2]` .. owner) is alive holds it. Returns 1 if the
+/// caller owns the schedule now.
+const CLAIM: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] and redis.call('EXISTS', ARGV[2] .. cur) == 1 then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+";
+
+/// Stores a schedule: `KEYS` = record key, list, owner key; `ARGV` =
+/// record, owner name. The key ends up listed exactly once.
+const PUT: &str = r"
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('LREM', KEYS[2], 0, KEYS[1])
+redis.call('LPUSH', KEYS[2], KEYS[1])
+redis.call('SET', KEYS[3], ARGV[2])
+return 1
+";
+
+/// Deletes a schedule: `KEYS` = record key, list, owner key.
+const DELETE: &str = r"
+redis.call('LREM', KEYS[2], 0, KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[3])
+return 1
+";
+
+/// A Redis-backed [`Store`], shared safely by several emq-schedulers (module
+/// docs). Reconnects on the next operation after a connection error.
 pub struct RedisStore {
     client: redis::Client,
     con: Option<redis::Connection>,
-    listed: HashSet<String>,
+    /// This scheduler's name: its lease and the owner it writes.
+    name: String,
+    /// The keys this scheduler holds.
+    mine: HashSet<String>,
 }
 
 fn rerr(e: redis::RedisError) -> StoreError {
@@ -38,39 +94,100 @@ fn rerr(e: redis::RedisError) -> StoreError {
 }
 
 impl RedisStore {
-    /// Connects to `url` (`redis://[:password@]host:port/db`) and checks the
-    /// server answers.
+    /// A store at `url` (`redis://[:password@]host:port/db`) for the
+    /// scheduler named `name`. Does not connect yet: an unreachable server
+    /// shows up on the first operation (the scheduler starts, schedules
+    /// from memory and retries).
     ///
     /// # Errors
-    /// [`StoreError::Redis`] for a bad URL or an unreachable server.
-    pub fn connect(url: &str) -> Result<RedisStore, StoreError> {
+    /// [`StoreError::Redis`] for a bad URL.
+    pub fn open(url: &str, name: &str) -> Result<RedisStore, StoreError> {
         let client = redis::Client::open(url).map_err(rerr)?;
-        let mut store = RedisStore { client, con: None, listed: HashSet::new() };
-        let _: String = store.run(&redis::cmd("PING"))?;
-        Ok(store)
+        Ok(RedisStore { client, con: None, name: name.to_string(), mine: HashSet::new() })
     }
 
-    fn run<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T, StoreError> {
+    fn con(&mut self) -> Result<&mut redis::Connection, StoreError> {
         if self.con.is_none() {
-            self.con = Some(
-                self.client
-                    .get_connection_with_timeout(crate::limits::SCHEDULER_REDIS_CONNECT_TIMEOUT)
-                    .map_err(rerr)?,
-            );
+            let con = self.client.get_connection_with_timeout(limits::SCHEDULER_REDIS_CONNECT_TIMEOUT).map_err(rerr)?;
+            con.set_read_timeout(Some(limits::SCHEDULER_REDIS_IO_TIMEOUT)).map_err(rerr)?;
+            con.set_write_timeout(Some(limits::SCHEDULER_REDIS_IO_TIMEOUT)).map_err(rerr)?;
+            self.con = Some(con);
         }
-        let con = self.con.as_mut().ok_or_else(|| StoreError::Redis("no connection".into()))?;
-        cmd.query(con).map_err(|e| {
-            if e.is_connection_dropped() || e.is_io_error() {
+        self.con.as_mut().ok_or_else(|| StoreError::Redis("no connection".into()))
+    }
+
+    /// Runs a command or an atomic pipeline; a connection error drops the
+    /// connection (the next operation reconnects).
+    fn query<T: redis::FromRedisValue>(
+        &mut self,
+        run: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, StoreError> {
+        let result = run(self.con()?);
+        result.map_err(|e| {
+            if e.is_connection_dropped() || e.is_io_error() || e.is_timeout() {
                 self.con = None;
             }
             rerr(e)
         })
     }
+
+    /// Renews this scheduler's lease.
+    fn renew(&mut self) -> Result<(), StoreError> {
+        let (key, ms) = (format!("{ALIVE_PREFIX}{}", self.name), limits::SCHEDULER_REDIS_LEASE.as_millis() as u64);
+        self.query(|c| redis::cmd("SET").arg(&key).arg(1).arg("PX").arg(ms).query::<()>(c))
+    }
+
+    /// Every listed key with its record, for the keys this scheduler owns or
+    /// has just claimed; and the keys it held that another owns now.
+    fn scan(&mut self) -> Result<Reconciled, StoreError> {
+        self.renew()?;
+        let keys: Vec<String> = self.query(|c| redis::cmd("LRANGE").arg(LIST_KEY).arg(0).arg(-1).query(c))?;
+        let mut out = Reconciled::default();
+        let mut seen = HashSet::new();
+        for key in keys {
+            if !seen.insert(key.clone()) {
+                continue; // EventMQ's duplicates
+            }
+            let claim = redis::cmd("EVAL")
+                .arg(CLAIM)
+                .arg(1)
+                .arg(format!("{OWNER_PREFIX}{key}"))
+                .arg(&self.name)
+                .arg(ALIVE_PREFIX)
+                .clone();
+            let owned: i64 = self.query(|c| claim.query(c))?;
+            if owned == 0 {
+                if self.mine.remove(&key) {
+                    out.lost.extend(ScheduleKey::from_hex(&key));
+                }
+                continue;
+            }
+            let fresh = self.mine.insert(key.clone());
+            if !fresh {
+                continue;
+            }
+            let value: Option<String> = self.query(|c| redis::cmd("GET").arg(&key).query(c))?;
+            let (Some(k), Some(value)) = (ScheduleKey::from_hex(&key), value) else {
+                tracing::warn!(key = %key, "redis: listed key without a valid record");
+                continue;
+            };
+            match decode_record(&value) {
+                Ok(stored) => out.claimed.push((k, stored)),
+                Err(e) => tracing::warn!(key = %key, error = %e, "redis: skipping record"),
+            }
+        }
+        for gone in self.mine.iter().filter(|k| !seen.contains(*k)).cloned().collect::<Vec<_>>() {
+            // Unscheduled through another scheduler (a shared store).
+            self.mine.remove(&gone);
+            out.lost.extend(ScheduleKey::from_hex(&gone));
+        }
+        Ok(out)
+    }
 }
 
 /// The STRING value EventMQ stores for a schedule: Python's `json.dumps` of
 /// the five frames, with the headers' `run_count:` token set to `runs_left`
-/// when the job has a run count (spec §13 V21).
+/// when the job has a run count (docs/emqp.md "The scheduler").
 ///
 /// ```
 /// use emq::scheduler::redis_store::encode_record;
@@ -107,43 +224,46 @@ pub fn decode_record(value: &str) -> Result<Stored, StoreError> {
 }
 
 impl Store for RedisStore {
+    /// The schedules this scheduler owns or can claim (module docs).
     fn load(&mut self) -> Result<Vec<(ScheduleKey, Stored)>, StoreError> {
-        let keys: Vec<String> = self.run(redis::cmd("LRANGE").arg(LIST_KEY).arg(0).arg(-1))?;
-        let mut out = Vec::new();
-        for key in keys {
-            if !self.listed.insert(key.clone()) {
-                continue; // EventMQ's duplicates (S8)
-            }
-            let value: Option<String> = self.run(redis::cmd("GET").arg(&key))?;
-            let (Some(k), Some(value)) = (ScheduleKey::from_hex(&key), value) else {
-                tracing::warn!(key = %key, "redis: listed key without a valid record");
-                continue;
-            };
-            match decode_record(&value) {
-                Ok(stored) => out.push((k, stored)),
-                Err(e) => tracing::warn!(key = %key, error = %e, "redis: skipping record"),
-            }
-        }
-        Ok(out)
+        Ok(self.scan()?.claimed)
     }
 
+    /// One script: the record, the key's one place in the list, and its
+    /// owner (this scheduler).
     fn put(&mut self, key: &ScheduleKey, stored: &Stored) -> Result<(), StoreError> {
-        let _: () = self.run(redis::cmd("SET").arg(key.as_str()).arg(encode_record(stored)))?;
-        if !self.listed.contains(key.as_str()) {
-            let _: i64 = self.run(redis::cmd("LPUSH").arg(LIST_KEY).arg(key.as_str()))?;
-            self.listed.insert(key.to_string());
-        }
+        let k = key.as_str();
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(PUT).arg(3).arg(k).arg(LIST_KEY).arg(format!("{OWNER_PREFIX}{k}"));
+        cmd.arg(encode_record(stored)).arg(&self.name);
+        self.query(|c| cmd.query::<i64>(c))?;
+        self.mine.insert(k.to_string());
         Ok(())
     }
 
+    /// One script: out of the list, record and owner deleted.
     fn delete(&mut self, key: &ScheduleKey) -> Result<(), StoreError> {
-        let _: i64 = self.run(redis::cmd("LREM").arg(LIST_KEY).arg(0).arg(key.as_str()))?;
-        let _: i64 = self.run(redis::cmd("DEL").arg(key.as_str()))?;
-        self.listed.remove(key.as_str());
+        let k = key.as_str();
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(DELETE).arg(3).arg(k).arg(LIST_KEY).arg(format!("{OWNER_PREFIX}{k}"));
+        self.query(|c| cmd.query::<i64>(c))?;
+        self.mine.remove(k);
         Ok(())
     }
 
     fn sync(&mut self) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    /// The record stays: the store is shared, and the new owner keeps it.
+    fn forget(&mut self, key: &ScheduleKey) -> Result<(), StoreError> {
+        self.mine.remove(key.as_str());
+        Ok(())
+    }
+
+    /// Renews the lease, claims orphaned schedules and reports those
+    /// another scheduler owns now.
+    fn reconcile(&mut self) -> Result<Reconciled, StoreError> {
+        self.scan()
     }
 }

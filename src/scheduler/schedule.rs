@@ -1,37 +1,25 @@
-//! One schedule: what a SCHEDULE message defines (spec §3.8, §7.2) and when
+//! One schedule: what a SCHEDULE message defines (docs/emqp.md "SCHEDULE and UNSCHEDULE") and when
 //! it fires next.
 //!
-//! Decisions (each fixes a defect of EventMQ 0.3.13, spec §12):
-//! * **Interval jobs** (D6 ≥ 1) fire at a fixed rate: each fire moves the next
-//!   deadline by exactly one interval. After a stall (the process was stopped,
-//!   the machine slept) the overdue job fires **once** and the next deadline
-//!   becomes `now + interval`: no catch-up burst (fixes S12).
-//! * **`interval 0` is rejected** (S7 made it a REQUEST storm). Any negative
+//! Decisions (each fixes a defect of EventMQ 0.3.13, docs/emqp.md "Differences from EventMQ"):
+//! * **Interval jobs** (frame 6 ≥ 1) run on the monotonic clock at a fixed rate
+//!   ([`super::timetable`] has the clock rules).
+//! * **`interval 0` is rejected** (EventMQ fired it every millisecond). Any negative
 //!   interval means "cron job" as in Python; the cron frame must then hold a
-//!   valid 5-field expression.
-//! * **Cron jobs** (D6 < 0) use a standard 5-field expression (minute, hour,
-//!   day of month, month, day of week; `@daily`-style nicknames too) evaluated
-//!   in the scheduler's time zone (UTC unless configured). When both day of
-//!   month and day of week are restricted, a day matching **either** fires
-//!   (Vixie cron and croniter semantics). After a stall a cron job fires once,
-//!   then at the first cron time after `now` (fixes S12). Cron jobs keep their
-//!   queue (fixes S3) and honour `run_count` (fixes S5).
-//! * **Daylight saving time** (non-UTC zones only), as croner resolves local
-//!   times: a local time skipped by a spring-forward gap fires at the first
-//!   valid instant after the gap (e.g. `30 2 * * *` in Europe/Berlin fires at
-//!   03:00 CEST on the day of the change); a local time repeated by a
-//!   fall-back fires once, at its first (summer-time) occurrence. Minute-level
-//!   patterns therefore do not fire during the repeated hour's second pass.
+//!   valid 5-field expression. A positive interval with a cron expression is
+//!   refused (`BAD_SCHEDULE`): EventMQ silently ignored the cron.
+//! * **Cron jobs** (frame 6 < 0) are read as Vixie/ISC cron reads them
+//!   ([`super::cron`]: day of month and day of week, DST) and evaluated in
+//!   the scheduler's time zone (UTC unless configured). Cron jobs keep their
+//!   queue and honour `run_count` (EventMQ sent later runs to `default` and
+//!   crashed on a cron `run_count`).
 //! * **`run_count:N`** is the total number of REQUESTs, the haste run included
-//!   (spec §7.5); `run_count:0` means the job never runs, so the SCHEDULE
+//!   (docs/emqp.md "The scheduler"); `run_count:0` means the job never runs, so the SCHEDULE
 //!   only removes any existing job with its key.
 //! * **`nohaste`** suppresses the immediate run on SCHEDULE. It and
 //!   `run_count` are matched as whole CSV tokens (Python used substrings).
 
-use chrono::{DateTime, TimeDelta, Utc};
-use chrono_tz::Tz;
-use croner::Cron;
-
+use super::cron::CronExpr;
 use super::key::{key_body, KeyError, KeyedBody, ScheduleKey};
 use crate::limits;
 use crate::protocol::emqp::ScheduleBody;
@@ -46,12 +34,7 @@ pub enum Kind {
         secs: u64,
     },
     /// At each time matching a 5-field cron expression.
-    Cron {
-        /// The expression as received.
-        expr: String,
-        /// The parsed expression.
-        cron: Box<Cron>,
-    },
+    Cron(Box<CronExpr>),
 }
 
 /// Why a SCHEDULE could not be accepted. The text names the frame.
@@ -65,10 +48,10 @@ pub enum ScheduleError {
         /// What the frame holds.
         what: &'static str,
     },
-    /// D6 is not an integer, is 0, or is too large.
+    /// frame 6 is not an integer, is 0, or is too large.
     #[error("frame 6: bad interval {0:?} (seconds ≥ 1, or negative for a cron job)")]
     BadInterval(String),
-    /// D8 is missing, empty or not a valid 5-field cron expression.
+    /// frame 8 is missing, empty or not a valid 5-field cron expression.
     #[error("frame 8: bad cron expression {expr:?}: {why}")]
     BadCron {
         /// The expression.
@@ -76,12 +59,23 @@ pub enum ScheduleError {
         /// Why it was rejected.
         why: String,
     },
+    /// D6 is an interval and D8 a cron expression: which one is meant?
+    #[error("frames 6 and 8: both an interval ({interval:?}) and a cron expression ({cron:?}); give one (interval -1 for a cron job)")]
+    IntervalAndCron {
+        /// D6.
+        interval: String,
+        /// D8.
+        cron: String,
+    },
     /// The `run_count:N` header is not a non-negative integer.
     #[error("frame 5: bad run_count in headers {0:?}")]
     BadRunCount(String),
-    /// D7 cannot be keyed.
+    /// frame 7 cannot be keyed.
     #[error("frame 7: {0}")]
     Body(#[from] KeyError),
+    /// The scheduler holds [`limits::SCHEDULER_MAX_SCHEDULES`] schedules.
+    #[error("this scheduler holds {0} schedules, its limit")]
+    TooMany(usize),
 }
 
 impl ScheduleError {
@@ -91,8 +85,10 @@ impl ScheduleError {
             ScheduleError::NotUtf8 { .. } => "BAD_ENCODING",
             ScheduleError::BadInterval(_) => "BAD_INTERVAL",
             ScheduleError::BadCron { .. } => "BAD_CRON",
+            ScheduleError::IntervalAndCron { .. } => "BAD_SCHEDULE",
             ScheduleError::BadRunCount(_) => "BAD_HEADERS",
             ScheduleError::Body(_) => "BAD_BODY",
+            ScheduleError::TooMany(_) => "BUSY",
         }
     }
 }
@@ -100,12 +96,12 @@ impl ScheduleError {
 /// A validated SCHEDULE: the five body frames as text plus what they mean.
 #[derive(Debug, Clone)]
 pub struct Definition {
-    /// The five frames D4..D8 as received: the record EventMQ persists
-    /// (spec §7.7: queue, headers, interval text, body JSON, cron).
+    /// Frames 4..8 as received: the record EventMQ persists
+    /// (docs/emqp.md "The scheduler": queue, headers, interval text, body JSON, cron).
     pub record: [String; 5],
-    /// The job key (spec §7.3).
+    /// The job key (docs/emqp.md "The scheduler").
     pub key: ScheduleKey,
-    /// The REQUEST body to emit (spec §7.8).
+    /// The REQUEST body to emit (docs/emqp.md "The scheduler").
     pub request_body: String,
     /// Interval or cron.
     pub kind: Kind,
@@ -116,7 +112,7 @@ pub struct Definition {
 }
 
 impl Definition {
-    /// Validates a SCHEDULE body (D4..D8).
+    /// Validates a SCHEDULE body (frames 4..8).
     ///
     /// # Errors
     /// [`ScheduleError`] naming the bad frame. A missing cron frame is
@@ -144,9 +140,12 @@ impl Definition {
         let interval: i64 = record[2].trim().parse().map_err(|_| ScheduleError::BadInterval(record[2].clone()))?;
         let kind = match interval {
             0 => return Err(ScheduleError::BadInterval(record[2].clone())),
+            1.. if !record[4].trim().is_empty() => {
+                return Err(ScheduleError::IntervalAndCron { interval: record[2].clone(), cron: record[4].clone() })
+            }
             secs @ 1.. if secs as u64 <= limits::SCHEDULER_MAX_INTERVAL_SECS => Kind::Interval { secs: secs as u64 },
             1.. => return Err(ScheduleError::BadInterval(record[2].clone())),
-            _ => Kind::Cron { expr: record[4].clone(), cron: Box::new(parse_cron(&record[4])?) },
+            _ => Kind::Cron(Box::new(parse_cron(&record[4])?)),
         };
         let hdr = record[1].as_bytes();
         let run_count = match headers::value(hdr, b"run_count") {
@@ -162,7 +161,7 @@ impl Definition {
         Ok(Definition { record, key, request_body, kind, run_count, nohaste })
     }
 
-    /// The queue jobs go to (D4; cron jobs keep it too, fixing S3).
+    /// The queue jobs go to (frame 4; cron jobs keep it too).
     pub fn queue(&self) -> &str {
         &self.record[0]
     }
@@ -172,57 +171,33 @@ impl Definition {
     pub fn same_definition(&self, other: &Definition) -> bool {
         self.record == other.record
     }
-
-    /// The first fire time strictly after `now` for a new or restored job:
-    /// `now + interval`, or the next cron time in `tz`.
-    ///
-    /// # Errors
-    /// [`ScheduleError::BadCron`] when the expression never matches again.
-    pub fn first_fire(&self, now: DateTime<Utc>, tz: Tz) -> Result<DateTime<Utc>, ScheduleError> {
-        match &self.kind {
-            Kind::Interval { secs } => Ok(now + interval(*secs)),
-            Kind::Cron { .. } => self.cron_after(now, tz),
-        }
-    }
-
-    /// The fire time after a fire that was due at `due` and happened at
-    /// `now` (`now ≥ due`): fixed rate when on time, `now + interval` after a
-    /// stall; for cron, the first cron time after `now`.
-    ///
-    /// # Errors
-    /// [`ScheduleError::BadCron`] when the expression never matches again.
-    pub fn next_fire(&self, due: DateTime<Utc>, now: DateTime<Utc>, tz: Tz) -> Result<DateTime<Utc>, ScheduleError> {
-        match &self.kind {
-            Kind::Interval { secs } => {
-                let next = due + interval(*secs);
-                Ok(if next > now { next } else { now + interval(*secs) })
-            }
-            Kind::Cron { .. } => self.cron_after(now, tz),
-        }
-    }
-
-    fn cron_after(&self, now: DateTime<Utc>, tz: Tz) -> Result<DateTime<Utc>, ScheduleError> {
-        let Kind::Cron { expr, cron } = &self.kind else {
-            return Err(ScheduleError::BadCron { expr: String::new(), why: "not a cron job".into() });
-        };
-        cron.find_next_occurrence(&now.with_timezone(&tz), false)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|e| ScheduleError::BadCron { expr: expr.clone(), why: e.to_string() })
-    }
 }
 
-fn interval(secs: u64) -> TimeDelta {
-    TimeDelta::seconds(secs.min(limits::SCHEDULER_MAX_INTERVAL_SECS) as i64)
+/// The checks a scheduler makes before it takes a SCHEDULE (everything
+/// [`Definition::from_body`] checks) or an UNSCHEDULE (that the body has a
+/// key). The router runs them too, before it routes the message by the key
+/// this returns, so that a message no scheduler would take is refused with
+/// the same code and reason however old the scheduler is (an EventMQ
+/// scheduler dies on such a message).
+///
+/// # Errors
+/// [`ScheduleError`] naming the bad frame.
+pub fn check_schedule(body: &ScheduleBody, unschedule: bool) -> Result<ScheduleKey, ScheduleError> {
+    if unschedule {
+        Ok(key_body(&body.body)?.key)
+    } else {
+        Ok(Definition::from_body(body)?.key)
+    }
 }
 
 /// Parses a 5-field cron expression (or an `@daily`-style nickname).
 ///
 /// # Errors
 /// [`ScheduleError::BadCron`] for an empty, 6-field or invalid expression.
-pub fn parse_cron(expr: &str) -> Result<Cron, ScheduleError> {
+pub fn parse_cron(expr: &str) -> Result<CronExpr, ScheduleError> {
     let bad = |why: String| ScheduleError::BadCron { expr: expr.to_string(), why };
     if expr.trim().is_empty() {
         return Err(bad("a cron job (negative interval) needs a cron expression".into()));
     }
-    Cron::new(expr.trim()).parse().map_err(|e| bad(e.to_string()))
+    CronExpr::parse(expr).map_err(bad)
 }

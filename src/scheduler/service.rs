@@ -2,9 +2,19 @@
 //! [`Store`], driven by SCHEDULE/UNSCHEDULE bodies and the clock. The peer
 //! ([`super::peer`]) feeds it messages and sends what it returns.
 //!
-//! Store failures are logged and never stop scheduling: the in-memory
-//! timetable stays authoritative for this run (EventMQ logged Redis errors
-//! the same way, S14).
+//! **Store failures never stop scheduling** (emq's rule; EventMQ only
+//! logged Redis errors and lost the change): the in-memory timetable
+//! stays authoritative; a change the store cannot take is remembered (by
+//! key: the latest state of each schedule is what gets written) and the
+//! store is tried again every [`limits::SCHEDULER_STORE_RETRY`], not on
+//! every change, so a store that times out costs the loop one timeout per
+//! retry. A failure is logged at most once per
+//! [`limits::SCHEDULER_STORE_LOG_EVERY`] (with how many were not), and the
+//! recovery once. A store unreachable at start is loaded when it comes
+//! back ([`Store::reconcile`] then reports its schedules).
+
+use std::collections::BTreeSet;
+use std::time::Instant;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use chrono_tz::Tz;
@@ -12,37 +22,95 @@ use chrono_tz::Tz;
 use super::key::{key_body, KeyError, ScheduleKey};
 use super::schedule::{Definition, ScheduleError};
 use super::store::{Store, StoreError, Stored};
-use super::timetable::{Change, Fire, Outcome, Timetable};
+use super::timetable::{Change, Fire, Now, Outcome, Timetable};
+use crate::client::body::PythonCall;
+use crate::limits;
 use crate::protocol::emqp::ScheduleBody;
+
+/// What a scheduler answers to a SCHEDULE or UNSCHEDULE it took.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The schedule key.
+    pub key: ScheduleKey,
+    /// `added`, `replaced`, `unchanged`, `removed` (`run_count:0`),
+    /// `unscheduled` or `not_found`.
+    pub outcome: &'static str,
+    /// The next fire time, if the schedule runs again.
+    pub next_fire: Option<DateTime<Utc>>,
+}
+
+impl Answer {
+    /// The REPLY's D5: `{"outcome": …, "key": …, "next_fire": RFC 3339 UTC
+    /// or null}`.
+    ///
+    /// ```
+    /// use emq::scheduler::service::Answer;
+    /// let key = emq::scheduler::key::ScheduleKey::from_hex(&"a".repeat(40)).unwrap();
+    /// let a = Answer { key, outcome: "not_found", next_fire: None };
+    /// assert_eq!(a.to_json(), format!(r#"{{"outcome":"not_found","key":"{}","next_fire":null}}"#, "a".repeat(40)));
+    /// ```
+    pub fn to_json(&self) -> String {
+        let next = self.next_fire.map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true));
+        serde_json::json!({ "outcome": self.outcome, "key": self.key.as_str(), "next_fire": next }).to_string()
+    }
+}
 
 /// Timetable + store. See the module docs.
 pub struct Service {
     timetable: Timetable,
     store: Box<dyn Store>,
+    /// Schedules whose latest state the store has not taken yet.
+    dirty: BTreeSet<ScheduleKey>,
+    /// While the store fails: when to try it again.
+    retry_at: Option<Instant>,
+    /// When the store's upkeep ([`Store::reconcile`]) runs next.
+    upkeep_at: Instant,
+    /// When a store failure was last logged, and how many since were not.
+    logged: Option<(Instant, u64)>,
+    /// A failure was logged and no recovery since.
+    down_logged: bool,
 }
 
 impl Service {
     /// Restores every stored schedule (no haste runs; first fires computed
-    /// from `now`, spec §7.7). Records that no longer validate are logged
-    /// and skipped.
-    ///
-    /// # Errors
-    /// [`StoreError`] when the store cannot be read.
-    pub fn restore(tz: Tz, mut store: Box<dyn Store>, now: DateTime<Utc>) -> Result<Service, StoreError> {
-        let mut timetable = Timetable::new(tz);
-        for (key, stored) in store.load()? {
+    /// from `now`, docs/emqp.md "The scheduler"). Records that no longer validate are logged
+    /// and skipped. A store that cannot be read is logged and tried again
+    /// later (module docs).
+    pub fn restore(tz: Tz, mut store: Box<dyn Store>, now: Now) -> Service {
+        let loaded = store.load();
+        let mut service = Service {
+            timetable: Timetable::new(tz),
+            store,
+            dirty: BTreeSet::new(),
+            retry_at: None,
+            upkeep_at: now.mono + limits::SCHEDULER_STORE_RETRY,
+            logged: None,
+            down_logged: false,
+        };
+        match loaded {
+            Ok(stored) => service.add_stored(stored, now),
+            Err(e) => {
+                service.store_failed(&e, now.mono);
+                service.upkeep_at = now.mono;
+            }
+        }
+        tracing::info!(schedules = service.timetable.len(), "restored schedules");
+        service
+    }
+
+    /// Adds stored schedules to the timetable (no haste runs).
+    fn add_stored(&mut self, stored: Vec<(ScheduleKey, Stored)>, now: Now) {
+        for (key, stored) in stored {
             let restored = Definition::from_record(stored.record).and_then(|def| {
                 if def.key != key {
                     tracing::warn!(stored = %key, computed = %def.key, "stored key differs from the body's key");
                 }
-                timetable.restore(def, stored.runs_left, now)
+                self.timetable.restore(def, stored.runs_left, now)
             });
             if let Err(e) = restored {
                 tracing::warn!(key = %key, error = %e, "skipping stored schedule");
             }
         }
-        tracing::info!(schedules = timetable.len(), "restored schedules");
-        Ok(Service { timetable, store })
     }
 
     /// The timetable (read-only).
@@ -50,79 +118,202 @@ impl Service {
         &self.timetable
     }
 
-    /// Handles a SCHEDULE received at `now` (spec §7.2 with the rules of
-    /// [`Timetable::schedule`]). Returns the haste REQUEST to emit, if any.
+    /// Handles a SCHEDULE received at `now` (docs/emqp.md "The scheduler" with the rules of
+    /// [`Timetable::schedule`]). Returns the answer for the client and the
+    /// haste REQUEST to emit, if any.
     ///
     /// # Errors
     /// [`ScheduleError`] for a malformed SCHEDULE; nothing is changed.
-    pub fn handle_schedule(&mut self, body: &ScheduleBody, now: DateTime<Utc>) -> Result<Option<Fire>, ScheduleError> {
+    pub fn handle_schedule(&mut self, body: &ScheduleBody, now: Now) -> Result<(Answer, Option<Fire>), ScheduleError> {
         let def = Definition::from_body(body)?;
         let key = def.key.clone();
         let (outcome, haste, changes) = self.timetable.schedule(def, now)?;
         tracing::info!(key = %key, ?outcome, haste = haste.is_some(), "SCHEDULE");
         if outcome != Outcome::Unchanged {
-            self.persist(changes);
+            self.persist(changes, now.mono);
         }
-        Ok(haste)
+        let word = match outcome {
+            Outcome::Added => "added",
+            Outcome::Replaced => "replaced",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Removed => "removed",
+        };
+        let next_fire = self.timetable.next_of(&key, now);
+        Ok((Answer { key, outcome: word, next_fire }, haste))
     }
 
     /// Handles an UNSCHEDULE: removes the job with the body's key, interval
-    /// or cron (spec §7.6, fixing S4). Returns whether a job was removed.
+    /// or cron (EventMQ kept cron jobs running). The answer says whether there was one
+    /// (`unscheduled` or `not_found`).
     ///
     /// # Errors
-    /// [`KeyError`] when the body (D7) cannot be keyed.
-    pub fn handle_unschedule(&mut self, body: &ScheduleBody) -> Result<bool, KeyError> {
+    /// [`KeyError`] when the body (frame 7) cannot be keyed.
+    pub fn handle_unschedule(&mut self, body: &ScheduleBody) -> Result<Answer, KeyError> {
         let key = key_body(&body.body)?.key;
         let found = self.timetable.unschedule(&key);
         tracing::info!(key = %key, found, "UNSCHEDULE");
-        self.persist(vec![Change::Delete(key)]);
-        Ok(found)
+        self.persist(vec![Change::Delete(key.clone())], Instant::now());
+        Ok(Answer { key, outcome: if found { "unscheduled" } else { "not_found" }, next_fire: None })
     }
 
-    /// The earliest fire time, if any job exists.
-    pub fn next_deadline(&mut self) -> Option<DateTime<Utc>> {
-        self.timetable.next_deadline()
-    }
-
-    /// Fires every job due at `now` and persists run counts and finished jobs.
-    pub fn fire_due(&mut self, now: DateTime<Utc>) -> Vec<Fire> {
-        let (fires, changes) = self.timetable.fire_due(now);
-        self.persist(changes);
-        fires
-    }
-
-    /// Makes persisted changes durable (once per loop turn).
-    pub fn sync(&mut self) {
-        if let Err(e) = self.store.sync() {
-            tracing::error!(error = %e, "cannot sync the schedule store");
+    /// Handles a DROP (emq extension): another scheduler owns this key now,
+    /// so this one forgets its copy; the store forgets it too
+    /// ([`Store::forget`]: a file store deletes it, a shared Redis store
+    /// leaves the record to its new owner). Undecodable bodies are logged.
+    pub fn handle_drop(&mut self, body: &ScheduleBody) {
+        let key = match key_body(&body.body) {
+            Ok(k) => k.key,
+            Err(e) => return tracing::warn!(error = %e, "DROP with a bad body ignored"),
+        };
+        if self.timetable.unschedule(&key) {
+            tracing::info!(key = %key, "DROP: another scheduler owns this schedule now; forgotten here");
+            if let Err(e) = self.store.forget(&key) {
+                self.dirty.insert(key);
+                self.store_failed(&e, Instant::now());
+            }
         }
     }
 
-    fn persist(&mut self, changes: Vec<Change>) {
-        for change in changes {
-            let result = match &change {
-                Change::Put(key, runs_left) => match self.timetable.get(key) {
-                    Some((def, _)) => {
-                        self.store.put(key, &Stored { record: def.record.clone(), runs_left: *runs_left })
+    /// The earliest fire time on the monotonic clock, if any job exists.
+    pub fn next_deadline(&mut self) -> Option<std::time::Instant> {
+        self.timetable.next_deadline()
+    }
+
+    /// When [`Service::maintain`] has work next: a store retry or upkeep.
+    pub fn next_maintenance(&self) -> Instant {
+        self.retry_at.map_or(self.upkeep_at, |r| r.min(self.upkeep_at))
+    }
+
+    /// Fires every job due at `now` and persists run counts and finished jobs.
+    pub fn fire_due(&mut self, now: Now) -> Vec<Fire> {
+        let (fires, changes) = self.timetable.fire_due(now);
+        self.persist(changes, now.mono);
+        fires
+    }
+
+    /// Makes persisted changes durable (once per loop turn; skipped while
+    /// the store fails).
+    pub fn sync(&mut self) {
+        if self.retry_at.is_some() {
+            return;
+        }
+        if let Err(e) = self.store.sync() {
+            self.store_failed(&e, Instant::now());
+        }
+    }
+
+    /// Retries a failing store when due, and runs the store's upkeep when
+    /// due: schedules it reports as taken over are added (no haste run),
+    /// those another scheduler owns now are forgotten.
+    pub fn maintain(&mut self, now: Now) {
+        let retry_due = self.retry_at.is_some_and(|at| now.mono >= at);
+        if self.retry_at.is_some() && !retry_due {
+            return;
+        }
+        if !self.dirty.is_empty() {
+            self.flush(now.mono);
+            if self.retry_at.is_some() {
+                return;
+            }
+        }
+        if !retry_due && now.mono < self.upkeep_at {
+            return;
+        }
+        self.upkeep_at = now.mono + limits::SCHEDULER_STORE_RETRY;
+        match self.store.reconcile() {
+            Ok(found) => {
+                self.recovered();
+                for key in &found.lost {
+                    if self.timetable.unschedule(key) {
+                        tracing::info!(key = %key, "another scheduler owns this schedule now; forgotten here");
                     }
-                    None => Ok(()),
-                },
-                Change::Delete(key) => self.store.delete(key),
+                }
+                let new: Vec<(ScheduleKey, Stored)> =
+                    found.claimed.into_iter().filter(|(k, _)| !self.contains(k)).collect();
+                if !new.is_empty() {
+                    tracing::info!(schedules = new.len(), "schedules loaded from the store");
+                }
+                self.add_stored(new, now);
+            }
+            Err(e) => self.store_failed(&e, now.mono),
+        }
+    }
+
+    /// Schedule changes still to be stored (while the store fails).
+    pub fn unstored(&self) -> usize {
+        self.dirty.len()
+    }
+
+    /// Notes the changed schedules and writes them, unless the store is
+    /// failing and its retry is not due.
+    fn persist(&mut self, changes: Vec<Change>, now: Instant) {
+        if changes.is_empty() {
+            return;
+        }
+        for change in changes {
+            let (Change::Put(key, _) | Change::Delete(key)) = change;
+            self.dirty.insert(key);
+        }
+        if self.retry_at.is_none_or(|at| now >= at) {
+            self.flush(now);
+        }
+    }
+
+    /// Writes the current state of every changed schedule; stops at the
+    /// first failure (the store is retried later).
+    fn flush(&mut self, now: Instant) {
+        while let Some(key) = self.dirty.first().cloned() {
+            let result = match self.timetable.get(&key) {
+                Some((def, runs_left)) => self.store.put(&key, &Stored { record: def.record.clone(), runs_left }),
+                None => self.store.delete(&key),
             };
             if let Err(e) = result {
-                tracing::error!(error = %e, ?change, "cannot persist schedule change");
+                return self.store_failed(&e, now);
+            }
+            self.dirty.remove(&key);
+        }
+        self.recovered();
+    }
+
+    /// The store answered: no retry pending; the recovery is logged once
+    /// after a logged failure.
+    fn recovered(&mut self) {
+        if self.retry_at.take().is_some() && std::mem::take(&mut self.down_logged) {
+            tracing::info!("the schedule store is reachable again; every change is stored");
+        }
+    }
+
+    /// The store failed: retry later; log at most once per
+    /// [`limits::SCHEDULER_STORE_LOG_EVERY`].
+    fn store_failed(&mut self, e: &StoreError, now: Instant) {
+        self.retry_at = Some(now + limits::SCHEDULER_STORE_RETRY);
+        match &mut self.logged {
+            Some((at, skipped)) if now.saturating_duration_since(*at) < limits::SCHEDULER_STORE_LOG_EVERY => {
+                *skipped += 1;
+            }
+            logged => {
+                let skipped = logged.map_or(0, |(_, n)| n);
+                tracing::error!(
+                    error = %e,
+                    unstored = self.dirty.len(),
+                    failures_not_logged = skipped,
+                    retry_in = ?limits::SCHEDULER_STORE_RETRY,
+                    "cannot reach the schedule store: scheduling from memory"
+                );
+                *logged = Some((now, 0));
+                self.down_logged = true;
             }
         }
     }
 
     /// The `SCHEDULES` admin reply: a JSON array of
     /// `{"key", "queue", "kind": "interval"|"cron", "interval_secs"|"cron",
-    /// "next_fire" (RFC 3339 UTC), "runs_left" (null = unlimited)}`, earliest
-    /// next fire first.
-    pub fn schedules_json(&self) -> String {
+    /// "next_fire" (RFC 3339 UTC), "runs_left" (null = unlimited),
+    /// "callable" (`module.function`)}`, earliest next fire first.
+    pub fn schedules_json(&self, now: Now) -> String {
         let rows: Vec<serde_json::Value> = self
             .timetable
-            .list()
+            .list(now)
             .into_iter()
             .map(|j| {
                 let mut row = serde_json::Map::new();
@@ -140,6 +331,7 @@ impl Service {
                 }
                 row.insert("next_fire".into(), j.next_fire.to_rfc3339_opts(SecondsFormat::Secs, true).into());
                 row.insert("runs_left".into(), j.runs_left.into());
+                row.insert("callable".into(), PythonCall::parse(j.body.as_bytes()).map(|c| c.name()).into());
                 serde_json::Value::Object(row)
             })
             .collect();

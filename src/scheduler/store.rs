@@ -1,4 +1,4 @@
-//! Persistence of schedules across restarts (fixes S1): the [`Store`] trait,
+//! Persistence of schedules across restarts (EventMQ 0.3.13 never restored its own): the [`Store`] trait,
 //! and [`FileStore`], the embedded default.
 //!
 //! # FileStore format
@@ -14,7 +14,10 @@
 //!   changed something (group commit), so a power loss loses at most the last
 //!   turn's changes;
 //! * on load, a torn last line (no newline, or a bad checksum) is ignored and
-//!   logged; a bad line in the middle is skipped and logged;
+//!   a bad line in the middle is skipped, each logged with its line number
+//!   and why; a log with any such line is first **moved aside** as
+//!   `schedules.log.damaged-<UTC time>`, so the compaction below never
+//!   destroys the damaged original (an operator can still read it);
 //! * after load, and when the log holds many dead lines, the log is compacted:
 //!   live records are written to `schedules.log.tmp`, fsynced, renamed over
 //!   the log, and the directory is fsynced. A crash at any point leaves either
@@ -32,11 +35,11 @@ use serde::{Deserialize, Serialize};
 use super::key::ScheduleKey;
 use crate::limits;
 
-/// A persisted schedule: the five SCHEDULE frames D4..D8 as received and the
+/// A persisted schedule: SCHEDULE frames 4..8 as received and the
 /// runs left (`None`: unlimited).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stored {
-    /// `[queue, headers, interval, body, cron]` (spec §7.7's record).
+    /// `[queue, headers, interval, body, cron]` (the record of docs/emqp.md "The scheduler").
     pub record: [String; 5],
     /// Runs left of a `run_count` job.
     pub runs_left: Option<u64>,
@@ -89,6 +92,35 @@ pub trait Store {
     /// # Errors
     /// [`StoreError`] when the flush fails.
     fn sync(&mut self) -> Result<(), StoreError>;
+    /// Forgets a schedule that another scheduler owns now (a DROP): a
+    /// store of this scheduler's own deletes it (the default); a store
+    /// shared with the new owner keeps the record for it.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the write fails.
+    fn forget(&mut self, key: &ScheduleKey) -> Result<(), StoreError> {
+        self.delete(key)
+    }
+    /// Upkeep of a store shared by several schedulers, run every
+    /// [`crate::limits::SCHEDULER_STORE_RETRY`]: renews this scheduler's
+    /// claim and reports schedules it has taken over and schedules another
+    /// scheduler owns now. A store of this scheduler's own has nothing to
+    /// report (the default).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be reached.
+    fn reconcile(&mut self) -> Result<Reconciled, StoreError> {
+        Ok(Reconciled::default())
+    }
+}
+
+/// What [`Store::reconcile`] found.
+#[derive(Debug, Default)]
+pub struct Reconciled {
+    /// Schedules this scheduler owns now and did not hold: to run.
+    pub claimed: Vec<(ScheduleKey, Stored)>,
+    /// Schedules it held that another scheduler owns now: to forget.
+    pub lost: Vec<ScheduleKey>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -103,7 +135,7 @@ enum Entry {
 pub struct FileStore {
     dir: PathBuf,
     log: File,
-    _lock: File,
+    data: DataDir,
     live: BTreeMap<ScheduleKey, Stored>,
     lines: usize,
     dirty: bool,
@@ -117,30 +149,19 @@ impl FileStore {
     /// [`StoreError::Io`] for file errors, [`StoreError::Locked`] when another
     /// process holds the directory.
     pub fn open(dir: &Path) -> Result<FileStore, StoreError> {
-        fs::create_dir_all(dir).map_err(io_err(dir))?;
-        let lock_path = dir.join("lock");
-        let lock =
-            OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io_err(&lock_path))?;
-        // Retried briefly: a copy of a just-closed lock descriptor can live
-        // on in a child process between its fork and exec (std's files are
-        // close-on-exec), and a restarted scheduler's predecessor may still be
-        // exiting.
-        let mut tries = 0;
-        while lock.try_lock().is_err() {
-            tries += 1;
-            if tries >= limits::SCHEDULER_LOCK_TRIES {
-                return Err(StoreError::Locked(dir.to_path_buf()));
-            }
-            std::thread::sleep(limits::SCHEDULER_LOCK_RETRY);
-        }
+        let data = DataDir::open(dir)?;
         let tmp = dir.join("schedules.log.tmp");
         if tmp.exists() {
             tracing::warn!(path = %tmp.display(), "removing unfinished compaction file");
             fs::remove_file(&tmp).map_err(io_err(&tmp))?;
         }
-        let live = replay(&dir.join("schedules.log"))?;
+        let path = dir.join("schedules.log");
+        let Replay { live, skipped } = replay(&path)?;
+        if !skipped.is_empty() {
+            move_aside(&path, &skipped)?;
+        }
         let log = write_compacted(dir, &live)?;
-        Ok(FileStore { dir: dir.to_path_buf(), log, _lock: lock, lines: live.len(), live, dirty: false })
+        Ok(FileStore { dir: dir.to_path_buf(), log, data, lines: live.len(), live, dirty: false })
     }
 
     fn append(&mut self, entry: &Entry) -> Result<(), StoreError> {
@@ -184,48 +205,153 @@ impl Store for FileStore {
     }
 }
 
+impl FileStore {
+    /// The scheduler's stable name ([`DataDir::stable_name`]).
+    ///
+    /// # Errors
+    /// As [`DataDir::stable_name`].
+    pub fn stable_name(&self) -> Result<String, StoreError> {
+        self.data.stable_name()
+    }
+}
+
+/// A scheduler's data directory, locked for as long as the value lives: no
+/// two schedulers share one (a [`FileStore`] lives in it; a scheduler with
+/// a Redis store keeps only its name there).
+#[derive(Debug)]
+pub struct DataDir {
+    dir: PathBuf,
+    _lock: File,
+}
+
+impl DataDir {
+    /// Creates `dir` if needed and takes its lock (`<dir>/lock`).
+    ///
+    /// # Errors
+    /// [`StoreError::Io`], or [`StoreError::Locked`] when another process
+    /// holds the directory.
+    pub fn open(dir: &Path) -> Result<DataDir, StoreError> {
+        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        let lock_path = dir.join("lock");
+        let lock =
+            OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io_err(&lock_path))?;
+        // Retried briefly: a copy of a just-closed lock descriptor can live
+        // on in a child process between its fork and exec (std's files are
+        // close-on-exec), and a restarted scheduler's predecessor may still be
+        // exiting.
+        let mut tries = 0;
+        while lock.try_lock().is_err() {
+            tries += 1;
+            if tries >= limits::SCHEDULER_LOCK_TRIES {
+                return Err(StoreError::Locked(dir.to_path_buf()));
+            }
+            std::thread::sleep(limits::SCHEDULER_LOCK_RETRY);
+        }
+        Ok(DataDir { dir: dir.to_path_buf(), _lock: lock })
+    }
+
+    /// The scheduler's stable name, kept in `<dir>/name` (made of a fresh
+    /// uuid4 at first start): what the router routes schedules by, and the
+    /// owner a shared Redis store records, so this directory's schedules
+    /// come back to it after a restart. The directory is locked, so no two
+    /// schedulers share the name.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] when the file cannot be read or written.
+    pub fn stable_name(&self) -> Result<String, StoreError> {
+        let path = self.dir.join("name");
+        match fs::read_to_string(&path) {
+            Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_string()),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&path)(e)),
+        }
+        let name = uuid::Uuid::new_v4().hyphenated().to_string();
+        let tmp = self.dir.join("name.tmp");
+        fs::write(&tmp, format!("{name}\n")).map_err(io_err(&tmp))?;
+        fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        Ok(name)
+    }
+}
+
 fn io_err(path: &Path) -> impl Fn(std::io::Error) -> StoreError + '_ {
     move |source| StoreError::Io { path: path.to_path_buf(), source }
 }
 
+/// What [`replay`] read: the live records and the lines it could not use.
+struct Replay {
+    live: BTreeMap<ScheduleKey, Stored>,
+    /// `line N: why`, in file order.
+    skipped: Vec<String>,
+}
+
 /// Reads the log and applies its valid lines in order.
-fn replay(path: &Path) -> Result<BTreeMap<ScheduleKey, Stored>, StoreError> {
-    let mut live = BTreeMap::new();
+fn replay(path: &Path) -> Result<Replay, StoreError> {
+    let (mut live, mut skipped) = (BTreeMap::new(), Vec::new());
     let mut bytes = Vec::new();
     match File::open(path) {
         Ok(mut f) => f.read_to_end(&mut bytes).map_err(io_err(path))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(live),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Replay { live, skipped }),
         Err(e) => return Err(io_err(path)(e)),
     };
     let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    if complete < bytes.len() {
-        tracing::warn!(path = %path.display(), bytes = bytes.len() - complete, "ignoring torn last line");
-    }
-    for (n, line) in bytes[..complete].split(|b| *b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
+    let lines = bytes[..complete].split(|b| *b == b'\n').enumerate().filter(|(_, l)| !l.is_empty());
+    for (n, line) in lines {
         match parse_line(line) {
-            Some(Entry::Put { key, record, runs_left }) => {
-                if let Some(k) = ScheduleKey::from_hex(&key) {
+            Ok(Entry::Put { key, record, runs_left }) => match ScheduleKey::from_hex(&key) {
+                Some(k) => {
                     live.insert(k, Stored { record, runs_left });
                 }
-            }
-            Some(Entry::Del { key }) => {
-                if let Some(k) = ScheduleKey::from_hex(&key) {
+                None => skipped.push(format!("line {}: bad key {key:?}", n + 1)),
+            },
+            Ok(Entry::Del { key }) => match ScheduleKey::from_hex(&key) {
+                Some(k) => {
                     live.remove(&k);
                 }
-            }
-            None => tracing::warn!(path = %path.display(), line = n + 1, "skipping damaged log line"),
+                None => skipped.push(format!("line {}: bad key {key:?}", n + 1)),
+            },
+            Err(why) => skipped.push(format!("line {}: {why}", n + 1)),
         }
     }
-    Ok(live)
+    if complete < bytes.len() {
+        let n = bytes[..complete].iter().filter(|b| **b == b'\n').count() + 1;
+        skipped.push(format!("line {n}: torn last line ({} bytes, no newline)", bytes.len() - complete));
+    }
+    Ok(Replay { live, skipped })
 }
 
-fn parse_line(line: &[u8]) -> Option<Entry> {
-    let (crc, payload) = (line.get(..8)?, line.get(9..)?);
-    let crc = u32::from_str_radix(std::str::from_utf8(crc).ok()?, 16).ok()?;
-    if line.get(8) != Some(&b' ') || crc32fast::hash(payload) != crc {
-        return None;
+fn parse_line(line: &[u8]) -> Result<Entry, &'static str> {
+    let (Some(crc), Some(b' '), Some(payload)) = (line.get(..8), line.get(8), line.get(9..)) else {
+        return Err("not a log line (checksum, space, JSON)");
+    };
+    let crc =
+        std::str::from_utf8(crc).ok().and_then(|c| u32::from_str_radix(c, 16).ok()).ok_or("bad checksum field")?;
+    if crc32fast::hash(payload) != crc {
+        return Err("checksum mismatch");
     }
-    serde_json::from_slice(payload).ok()
+    serde_json::from_slice(payload).map_err(|_| "not a log entry")
+}
+
+/// Moves a damaged log aside as `<log>.damaged-<UTC time>` before it is
+/// compacted, and logs what was skipped.
+fn move_aside(path: &Path, skipped: &[String]) -> Result<(), StoreError> {
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+    let mut aside = path.with_file_name(format!("schedules.log.damaged-{stamp}"));
+    let mut n = 1;
+    while aside.exists() {
+        n += 1;
+        aside = path.with_file_name(format!("schedules.log.damaged-{stamp}-{n}"));
+    }
+    fs::rename(path, &aside).map_err(io_err(&aside))?;
+    let shown = &skipped[..skipped.len().min(limits::SCHEDULER_DAMAGED_LINES_LOGGED)];
+    tracing::warn!(
+        log = %path.display(),
+        kept = %aside.display(),
+        skipped = skipped.len(),
+        lines = ?shown,
+        "the schedule log has lines that cannot be read: moved aside, the readable records are kept"
+    );
+    Ok(())
 }
 
 /// Writes the live records to a temp file, fsyncs, renames it over the log,

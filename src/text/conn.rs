@@ -1,256 +1,440 @@
-//! One text connection: a blocking thread that reads, decodes, runs the
-//! commands in order and writes the answers (text-protocol.md).
+//! One text connection as a small struct an I/O thread owns among
+//! thousands: its buffers, its held offer and the commands it sent to the
+//! shards that are not answered yet (text-protocol.md).
+//!
+//! # Order of replies
+//!
+//! Every command gets a place in `pending`, in the order it was read.
+//! Commands the connection decides itself (a parse error, `PENDING`,
+//! `NO_TASK`) are ready at once; the others wait for their shard's answer.
+//! A shard answers one connection's commands in the order they reached it,
+//! so an answer from shard S belongs to the oldest unanswered command sent
+//! to S. Replies are written from the front of `pending` as soon as
+//! everything before them is known: the order of the replies is the order
+//! of the commands, whichever shards answered first.
+//!
+//! # What waits
+//!
+//! SCHED goes out without waiting for anything. ASK, ACK, DCL, DEL and END
+//! depend on whether the connection holds an offer, so while an ASK is
+//! unanswered the next one of them is held back, and everything after it
+//! waits unread (so nothing overtakes it). At most one ASK per connection is
+//! thus ever unanswered.
 
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::Ordering::Relaxed;
+use std::collections::VecDeque;
+use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
-use super::backend::Pending;
+use mio::net::TcpStream;
+
 use super::stats::TextStats;
-use super::Shared;
+use super::Round;
 use crate::broker::msg::{TextAnswer, TextCmd, TextOutcome};
 use crate::ids::{ConnId, OfferId, QueueName};
-use crate::limits::{self, TEXT_OUT_FLUSH_BYTES as OUT_FLUSH_BYTES};
-use crate::protocol::text::{encode_err, encode_nope, encode_want, ErrorCode, LineDecoder, TextCommand};
+use crate::limits::{TEXT_KEEP_BUFFER_BYTES, TEXT_MAX_PENDING_COMMANDS, TEXT_OUT_PAUSE_BYTES};
+use crate::protocol::text::{encode_err, encode_nope, encode_want, ErrorCode, LineDecoder, TextCommand, TextError};
 
-/// Whether the connection goes on after a command.
-enum Flow {
-    Continue,
-    Close,
+/// What a command sent to a shard is, to read its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Sched,
+    Ask,
+    Answer,
 }
 
-struct Connection<'a> {
-    id: ConnId,
-    shared: &'a Shared,
-    stream: TcpStream,
+/// A command's place in the order of replies.
+#[derive(Debug)]
+enum Slot {
+    /// Sent to `shard`, not answered yet.
+    Sent { shard: usize, kind: Kind },
+    /// Answered: the bytes to write (maybe none) once every earlier slot is.
+    Ready(Vec<u8>),
+}
+
+/// Why a connection is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Close {
+    /// END or the end of input, every reply written.
+    Done,
+    /// A line was not complete within `text_line_timeout` of its first byte.
+    LineTimeout,
+    /// More than `text_max_unsent_bytes` of replies it did not read.
+    SlowReader,
+    /// A read or write failed.
+    Broken,
+}
+
+/// One text connection.
+#[derive(Debug)]
+pub(super) struct Conn {
+    /// Its id (unique for the router's life; the low bits are its slot in
+    /// the I/O thread's table).
+    pub id: ConnId,
+    /// The socket (its only descriptor).
+    pub stream: TcpStream,
     decoder: LineDecoder,
+    /// Bytes read and not decoded yet: kept only while the connection
+    /// waits (for an ASK's answer, or for its replies to be taken).
+    unread: Vec<u8>,
+    /// A command that waits for the answer to an earlier ASK.
+    held: Option<TextCommand>,
+    /// Replies not written yet.
     out: Vec<u8>,
     /// The offer held, with its deadline.
     offer: Option<(OfferId, Instant)>,
-    /// When the last bytes arrived (the partial-line idle timer's start).
-    last_read: Instant,
-    /// The socket's read timeout as last set (saves a syscall per read).
-    read_timeout: Option<Duration>,
-    /// SCHEDs and answers (ACK, DCL, DEL) handed to the shards whose
-    /// outcomes are not yet known, in order. They are settled before any
-    /// other command runs and before the connection waits for input: these
-    /// commands have no reply of their own, so pipelined ones share one wait
-    /// (with durability "sync", one sync) instead of one each, and an `ERR`
-    /// for a refused one still comes out in command order.
-    pending: std::collections::VecDeque<Pending>,
+    /// Every command whose reply is not written yet, in order.
+    pending: VecDeque<Slot>,
+    /// The shard of the unanswered ASK, and whether it is a long poll.
+    asking: Option<(usize, bool)>,
+    /// When the line being received must be complete.
+    line_deadline: Option<Instant>,
+    /// The deadline this connection's timer is armed for.
+    pub timer_at: Option<Instant>,
+    /// The socket may have more to read (readiness is edge-triggered).
+    pub readable: bool,
+    /// The peer sent all it will send (read returned 0).
+    eof: bool,
+    /// END was read: close once every reply is written.
+    ending: bool,
+    /// On the I/O thread's list of connections to serve this turn.
+    pub queued: bool,
 }
 
-/// Serves `stream` until END, EOF, an I/O error, the idle timeout or
-/// shutdown; then returns a held offer to the front of its queue and
-/// unregisters the connection.
-pub(super) fn serve(shared: &Shared, id: ConnId, stream: TcpStream) {
-    let mut conn = Connection {
-        id,
-        shared,
-        stream,
-        decoder: LineDecoder::new(shared.config.max_line_bytes),
-        out: Vec::with_capacity(OUT_FLUSH_BYTES),
-        offer: None,
-        last_read: Instant::now(),
-        read_timeout: None,
-        pending: std::collections::VecDeque::new(),
-    };
-    if let Err(e) = conn.run() {
-        tracing::debug!(conn = %id, error = %e, "text connection ended by error");
-    }
-    if let Some((offer, _)) = conn.offer.take() {
-        TextStats::dec(&shared.stats.offers_held);
-        shared.backend.release(id, offer);
-    }
-    let _ = conn.stream.shutdown(Shutdown::Both);
-    shared.streams.lock().remove(&id);
-    TextStats::dec(&shared.stats.connections_open);
-    tracing::debug!(conn = %id, "text connection closed");
-}
-
-impl Connection<'_> {
-    fn run(&mut self) -> io::Result<()> {
-        self.stream.set_write_timeout(Some(self.shared.config.idle_timeout.max(Duration::from_millis(1))))?;
-        let mut buf = vec![0u8; limits::TEXT_READ_BUF_BYTES];
-        loop {
-            let flow = self.process()?;
-            self.flush()?;
-            if let Flow::Close = flow {
-                return Ok(());
-            }
-            match self.read_some(&mut buf)? {
-                Some(n) => self.decoder.feed(&buf[..n]),
-                None => return Ok(()),
-            }
+impl Conn {
+    /// A new connection with lines of at most `max_line_bytes`.
+    pub fn new(id: ConnId, stream: TcpStream, max_line_bytes: usize) -> Conn {
+        Conn {
+            id,
+            stream,
+            decoder: LineDecoder::new(max_line_bytes),
+            unread: Vec::new(),
+            held: None,
+            out: Vec::new(),
+            offer: None,
+            pending: VecDeque::new(),
+            asking: None,
+            line_deadline: None,
+            timer_at: None,
+            readable: true,
+            eof: false,
+            ending: false,
+            queued: false,
         }
     }
 
-    /// Runs every decoded command, appending answers to `self.out`.
-    fn process(&mut self) -> io::Result<Flow> {
-        while let Some(item) = self.decoder.next() {
-            let no_reply =
-                matches!(item, Ok(TextCommand::Sched { .. } | TextCommand::Ack | TextCommand::Dcl | TextCommand::Del));
-            if !no_reply || self.pending.len() >= limits::TEXT_PENDING_SCHEDS {
-                self.settle();
-            }
-            let flow = match item {
-                Ok(command) => self.handle(command),
-                Err(e) => {
-                    self.err(e.code(), &e.to_string());
-                    Flow::Continue
-                }
+    /// Whether to read more from the socket now: nothing waits undecoded,
+    /// and the connection is not held back by its own replies.
+    pub fn wants_input(&self) -> bool {
+        self.unread.is_empty() && self.can_take() && !self.eof
+    }
+
+    /// Whether the next command may be taken.
+    fn can_take(&self) -> bool {
+        self.held.is_none()
+            && !self.ending
+            && self.pending.len() < TEXT_MAX_PENDING_COMMANDS
+            && self.out.len() < TEXT_OUT_PAUSE_BYTES
+    }
+
+    /// Whether there is anything to write.
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// Unsent reply bytes.
+    pub fn unsent(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Whether the connection is over: END or end of input, every command
+    /// answered and every reply written.
+    pub fn finished(&self) -> bool {
+        let input_done = self.ending || (self.eof && self.unread.is_empty() && self.held.is_none());
+        input_done && self.pending.is_empty() && self.out.is_empty()
+    }
+
+    /// Decodes and runs `bytes` just read (only when [`Conn::wants_input`]).
+    pub fn input(&mut self, bytes: &[u8], r: &mut Round) {
+        let used = self.decode(bytes, r);
+        if used < bytes.len() && !self.ending {
+            self.unread.extend_from_slice(&bytes[used..]);
+        }
+    }
+
+    /// The peer closed its sending side: what was read is still answered. A
+    /// long poll stops waiting (it is answered `NOPE` at once).
+    pub fn input_ended(&mut self, r: &mut Round) {
+        self.eof = true;
+        self.line_deadline = None;
+        if let Some((shard, true)) = self.asking {
+            r.send(shard, self.id, TextCmd::Cancel);
+        }
+    }
+
+    /// Goes on with what was held back or left undecoded, once the reason
+    /// to wait may be gone (an answer arrived, replies were written).
+    pub fn resume(&mut self, r: &mut Round) {
+        if let Some(command) = self.held.take() {
+            self.command(command, r);
+        }
+        if self.unread.is_empty() || !self.can_take() {
+            return;
+        }
+        let bytes = std::mem::take(&mut self.unread);
+        let used = self.decode(&bytes, r);
+        if !self.ending && used < bytes.len() {
+            self.unread = bytes;
+            self.unread.drain(..used);
+        }
+    }
+
+    /// Feeds the decoder one line at a time while commands may be taken;
+    /// returns the bytes used. Only the current partial line is ever kept
+    /// by the decoder, so a connection buffers at most one line plus one
+    /// read.
+    fn decode(&mut self, bytes: &[u8], r: &mut Round) -> usize {
+        let mut used = 0;
+        while used < bytes.len() && self.can_take() {
+            let rest = &bytes[used..];
+            let (n, complete) = match memchr::memchr(b'\n', rest) {
+                Some(lf) => (lf + 1, true),
+                None => (rest.len(), false),
             };
-            if let Flow::Close = flow {
-                return Ok(Flow::Close);
-            }
-            if self.out.len() >= OUT_FLUSH_BYTES {
-                self.flush()?;
-            }
-        }
-        self.settle();
-        Ok(Flow::Continue)
-    }
-
-    /// Waits for the outcomes of the commands handed over, in order,
-    /// writing an `ERR` for each refused one.
-    fn settle(&mut self) {
-        while let Some(p) = self.pending.pop_front() {
-            match p.wait() {
-                TextOutcome::Done => {}
-                other => self.unexpected(other),
+            self.decoder.feed(&rest[..n]);
+            used += n;
+            // A line's time runs from its first byte (text-protocol.md
+            // "Limits on connections"), not from its last.
+            self.line_deadline = match (complete, self.line_deadline) {
+                (true, _) => None,
+                (false, Some(deadline)) => Some(deadline),
+                (false, None) => Some(r.now + r.config().line_timeout),
+            };
+            // One line (or one over-long part) yields at most one result.
+            if let Some(item) = self.decoder.next() {
+                self.handle(item, r);
             }
         }
+        used
     }
 
-    fn handle(&mut self, command: TextCommand) -> Flow {
+    fn handle(&mut self, item: Result<TextCommand, TextError>, r: &mut Round) {
+        match item {
+            Ok(command) => self.command(command, r),
+            Err(e) => self.err(e.code(), &e.to_string(), r.stats()),
+        }
+    }
+
+    /// Runs one well-formed command, or holds it back behind an unanswered
+    /// ASK.
+    fn command(&mut self, command: TextCommand, r: &mut Round) {
+        if self.asking.is_some() && !matches!(command, TextCommand::Sched { .. }) {
+            self.held = Some(command);
+            return;
+        }
         match command {
-            TextCommand::Sched { data, queue } => self.handle_sched(QueueName::from(queue.into_bytes()), data),
-            TextCommand::Ask { queue } => self.handle_ask(QueueName::from(queue.into_bytes())),
-            TextCommand::Ack => self.handle_answer(TextAnswer::Ack),
-            TextCommand::Dcl => self.handle_answer(TextAnswer::Dcl),
-            TextCommand::Del => self.handle_answer(TextAnswer::Del),
-            TextCommand::End => return Flow::Close,
-        }
-        Flow::Continue
-    }
-
-    fn handle_sched(&mut self, queue: QueueName, data: Vec<u8>) {
-        let pending = self.shared.backend.submit(self.id, TextCmd::Sched { queue, data });
-        self.pending.push_back(pending);
-    }
-
-    fn handle_ask(&mut self, queue: QueueName) {
-        self.expire_offer(Instant::now());
-        if self.offer.is_some() {
-            return self.err(ErrorCode::Pending, ErrorCode::Pending.default_text());
-        }
-        match self.shared.backend.call(self.id, TextCmd::Ask { queue }) {
-            TextOutcome::Offer { id, data, deadline } => {
-                if encode_want(&mut self.out, &data) {
-                    TextStats::inc(&self.shared.stats.offers_rewritten);
+            TextCommand::Sched { data, queue } => {
+                let queue = QueueName::from(queue.into_bytes());
+                let shard = r.shard_of(&queue);
+                self.send(shard, Kind::Sched, TextCmd::Sched { queue, data }, r);
+            }
+            TextCommand::Ask { queue } => self.ask(QueueName::from(queue.into_bytes()), Duration::ZERO, r),
+            TextCommand::AskWait { queue, wait_ms } => {
+                let wait = Duration::from_millis(wait_ms);
+                let max = r.config().max_ask_wait;
+                if wait > max {
+                    let text = format!("the wait of ASK <queue> <ms> is at most {} ms", max.as_millis());
+                    return self.err(ErrorCode::BadFormat, &text, r.stats());
                 }
-                TextStats::inc(&self.shared.stats.offers_held);
+                self.ask(QueueName::from(queue.into_bytes()), wait, r);
+            }
+            TextCommand::Ack => self.answer(TextAnswer::Ack, r),
+            TextCommand::Dcl => self.answer(TextAnswer::Dcl, r),
+            TextCommand::Del => self.answer(TextAnswer::Del, r),
+            TextCommand::End => {
+                self.ending = true;
+                self.unread = Vec::new();
+            }
+        }
+    }
+
+    fn ask(&mut self, queue: QueueName, wait: Duration, r: &mut Round) {
+        self.expire_offer(r.now, r.stats());
+        if self.offer.is_some() {
+            return self.err(ErrorCode::Pending, ErrorCode::Pending.default_text(), r.stats());
+        }
+        let shard = r.shard_of(&queue);
+        // A client that closed its sending side does not wait.
+        let long = !wait.is_zero() && !self.eof;
+        self.asking = Some((shard, long));
+        let cmd = if long { TextCmd::AskWait { queue, wait } } else { TextCmd::Ask { queue } };
+        self.send(shard, Kind::Ask, cmd, r);
+    }
+
+    fn answer(&mut self, answer: TextAnswer, r: &mut Round) {
+        self.expire_offer(r.now, r.stats());
+        let Some((offer, _)) = self.offer.take() else {
+            return self.err(ErrorCode::NoTask, ErrorCode::NoTask.default_text(), r.stats());
+        };
+        TextStats::dec(&r.stats().offers_held);
+        self.send(offer.shard, Kind::Answer, TextCmd::Answer { offer, answer }, r);
+    }
+
+    fn send(&mut self, shard: usize, kind: Kind, cmd: TextCmd, r: &mut Round) {
+        r.send(shard, self.id, cmd);
+        self.pending.push_back(Slot::Sent { shard, kind });
+    }
+
+    /// Writes an `ERR` line in its place.
+    fn err(&mut self, code: ErrorCode, text: &str, stats: &TextStats) {
+        stats.count_error(code);
+        self.emit(|out| encode_err(out, code, text));
+    }
+
+    /// Writes a reply decided here, in its place among the pending ones.
+    fn emit(&mut self, f: impl FnOnce(&mut Vec<u8>)) {
+        if self.pending.is_empty() {
+            f(&mut self.out);
+        } else {
+            let mut bytes = Vec::new();
+            f(&mut bytes);
+            self.pending.push_back(Slot::Ready(bytes));
+        }
+    }
+
+    /// Takes shard `shard`'s answer to this connection's oldest command
+    /// still waiting for that shard. Returns an offer that must go back
+    /// (an answer out of the contract; logged).
+    pub fn apply(&mut self, shard: usize, outcome: TextOutcome, stats: &TextStats) -> Option<OfferId> {
+        let found = self.pending.iter().position(|s| matches!(s, Slot::Sent { shard: s, .. } if *s == shard));
+        let Some(i) = found else {
+            tracing::error!(conn = %self.id, shard, ?outcome, "text answer with no command waiting for it");
+            return offer_of(&outcome);
+        };
+        let Slot::Sent { kind, .. } = self.pending[i] else { return offer_of(&outcome) };
+        if i > 0 {
+            let mut bytes = Vec::new();
+            let back = self.render(kind, outcome, &mut bytes, stats);
+            self.pending[i] = Slot::Ready(bytes);
+            return back;
+        }
+        let mut out = std::mem::take(&mut self.out);
+        let back = self.render(kind, outcome, &mut out, stats);
+        self.out = out;
+        self.pending.pop_front();
+        while let Some(Slot::Ready(bytes)) = self.pending.front() {
+            self.out.extend_from_slice(bytes);
+            self.pending.pop_front();
+        }
+        back
+    }
+
+    /// Writes the reply to a command of `kind` answered with `outcome`.
+    fn render(&mut self, kind: Kind, outcome: TextOutcome, out: &mut Vec<u8>, stats: &TextStats) -> Option<OfferId> {
+        if kind == Kind::Ask {
+            self.asking = None;
+        }
+        match (kind, outcome) {
+            (_, TextOutcome::Refused(code)) => {
+                stats.count_error(code);
+                encode_err(out, code, code.default_text());
+            }
+            (Kind::Ask, TextOutcome::Offer { id, data, deadline }) if self.offer.is_none() => {
+                if encode_want(out, &data) {
+                    TextStats::inc(&stats.offers_rewritten);
+                }
+                TextStats::inc(&stats.offers_held);
                 self.offer = Some((id, deadline));
             }
-            TextOutcome::Nope => encode_nope(&mut self.out),
-            other => self.unexpected(other),
-        }
-    }
-
-    fn handle_answer(&mut self, answer: TextAnswer) {
-        self.expire_offer(Instant::now());
-        let Some((offer, _)) = self.offer.take() else {
-            return self.err(ErrorCode::NoTask, ErrorCode::NoTask.default_text());
-        };
-        TextStats::dec(&self.shared.stats.offers_held);
-        // Like a SCHED, an answer has no reply of its own: its outcome is
-        // settled with the pending SCHEDs.
-        let pending = self.shared.backend.submit(self.id, TextCmd::Answer { offer, answer });
-        self.pending.push_back(pending);
-    }
-
-    /// Writes a refusal; any other outcome where it does not belong breaks
-    /// the contract and is reported as the broker shutting down.
-    fn unexpected(&mut self, outcome: TextOutcome) {
-        let code = match outcome {
-            TextOutcome::Refused(code) => code,
-            other => {
-                tracing::error!(conn = %self.id, ?other, "text backend answered out of contract");
-                ErrorCode::ShuttingDown
+            (Kind::Ask, TextOutcome::Nope) => encode_nope(out),
+            (Kind::Sched | Kind::Answer, TextOutcome::Done) => {}
+            (kind, outcome) => {
+                tracing::error!(conn = %self.id, ?kind, ?outcome, "text answer out of contract");
+                if kind == Kind::Ask {
+                    encode_nope(out);
+                }
+                return offer_of(&outcome);
             }
-        };
-        self.err(code, code.default_text());
+        }
+        None
     }
 
-    /// Forgets the held offer once its deadline has passed (the backend has
+    /// Forgets the held offer once its deadline has passed (its shard has
     /// taken it back, or will).
-    fn expire_offer(&mut self, now: Instant) {
+    fn expire_offer(&mut self, now: Instant, stats: &TextStats) {
         if self.offer.is_some_and(|(_, deadline)| deadline <= now) {
             self.offer = None;
-            TextStats::dec(&self.shared.stats.offers_held);
+            TextStats::dec(&stats.offers_held);
         }
     }
 
-    fn err(&mut self, code: ErrorCode, text: &str) {
-        self.shared.stats.count_error(code);
-        encode_err(&mut self.out, code, text);
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        if !self.out.is_empty() {
-            self.stream.write_all(&self.out)?;
-            self.out.clear();
+    /// The next moment the connection's timer must look at it: the end of
+    /// its line time or of its offer.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match (self.line_deadline, self.offer.map(|(_, deadline)| deadline)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
-        Ok(())
     }
 
-    /// Reads the next bytes. `None`: close the connection (EOF, shutdown, or
-    /// a partial line idle for the idle timeout).
-    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        loop {
-            if self.shared.stopping.load(Relaxed) {
-                return Ok(None);
-            }
-            let now = Instant::now();
-            self.set_read_timeout(now)?;
-            match self.stream.read(buf) {
-                Ok(0) => return Ok(None),
-                Ok(n) => {
-                    self.last_read = Instant::now();
-                    return Ok(Some(n));
-                }
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                    let now = Instant::now();
-                    self.expire_offer(now);
-                    if self.idle_deadline().is_some_and(|d| d <= now) {
-                        TextStats::inc(&self.shared.stats.idle_closed);
-                        tracing::debug!(conn = %self.id, "partial line idle too long; closing");
-                        return Ok(None);
-                    }
-                }
+    /// The timer fired at `now`: whether the line time ran out (then the
+    /// connection is closed); a lapsed offer is forgotten.
+    pub fn line_timed_out(&mut self, now: Instant, stats: &TextStats) -> bool {
+        self.expire_offer(now, stats);
+        self.line_deadline.is_some_and(|deadline| deadline <= now)
+    }
+
+    /// Writes what the socket takes. `Ok(true)`: everything is written.
+    ///
+    /// # Errors
+    /// The socket's write error (the connection is broken).
+    pub fn write(&mut self) -> io::Result<bool> {
+        while !self.out.is_empty() {
+            match self.stream.write(&self.out) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => drop(self.out.drain(..n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    fn idle_deadline(&self) -> Option<Instant> {
-        self.decoder.has_partial_line().then(|| self.last_read + self.shared.config.idle_timeout)
-    }
-
-    /// Blocks reads until the nearest of the idle deadline and the offer
-    /// deadline, or indefinitely when neither applies.
-    fn set_read_timeout(&mut self, now: Instant) -> io::Result<()> {
-        let deadline = match (self.idle_deadline(), self.offer.map(|(_, deadline)| deadline)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let timeout = deadline.map(|d| d.saturating_duration_since(now).max(Duration::from_millis(1)));
-        if timeout != self.read_timeout {
-            self.stream.set_read_timeout(timeout)?;
-            self.read_timeout = timeout;
+        if self.out.capacity() > TEXT_KEEP_BUFFER_BYTES {
+            self.out = Vec::new();
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// The connection is being closed: its offer goes back to the front of
+    /// its queue and a long poll stops waiting. Answers still on their way
+    /// find no connection; the I/O thread hands back any offer in them.
+    pub fn close(&mut self, r: &mut Round) {
+        if let Some((offer, _)) = self.offer.take() {
+            TextStats::dec(&r.stats().offers_held);
+            r.send(offer.shard, self.id, TextCmd::Release { offer });
+        }
+        if let Some((shard, true)) = self.asking.take() {
+            if !self.eof {
+                r.send(shard, self.id, TextCmd::Cancel);
+            }
+        }
+    }
+}
+
+fn offer_of(outcome: &TextOutcome) -> Option<OfferId> {
+    match outcome {
+        TextOutcome::Offer { id, .. } => Some(*id),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection is a small struct, not a thread (README "How it works").
+    #[test]
+    fn a_connection_is_small() {
+        let size = std::mem::size_of::<Conn>();
+        println!("size_of::<Conn>() = {size} bytes");
+        assert!(size <= 320, "{size}");
     }
 }

@@ -1,43 +1,71 @@
-//! The text protocol front end (text-protocol.md): an acceptor pool on one
-//! listener and one blocking thread per connection.
+//! The text protocol front end (text-protocol.md): a fixed pool of I/O
+//! threads (`text_threads`, default one per core), each a readiness loop
+//! over many non-blocking connections ([`io`]); the first `text_acceptors`
+//! of them also accept and hand connections out round-robin (`accept.rs`).
 //!
-//! Queue operations go through [`TextBackend`], the broker's text contract
-//! ([`crate::broker::msg::TextCmd`] in, [`crate::broker::msg::TextOutcome`]
-//! out); [`shard_backend::ShardBackend`] implements it over the shards, and
-//! the tests implement it in one mutex. Connection counters for STATUS are
-//! in [`TextStats`]. The router starts the server (src/router).
+//! A connection is a small struct (`conn.rs`: its buffers, its offer, its
+//! commands awaiting answers), one descriptor, no thread. Commands parsed in
+//! one loop turn are grouped per shard into one
+//! [`crate::broker::msg::ShardMsg::Text`]; each shard answers a batch with
+//! one message per I/O thread (its [`crate::broker::msg::TextPort`], whose
+//! sender wakes the thread). Replies are written in each connection's
+//! command order, one write per connection per turn. No channel, thread or
+//! timer per command: a command waits for its shard however long the shard
+//! takes, so its reply is always what the shard did.
+//!
+//! Connection counters for STATUS are in [`TextStats`]. The router starts
+//! the server over its shards (src/router); tests start it over shards of
+//! their own ([`crate::router::Shards`]).
 
 mod accept;
-pub mod backend;
 mod conn;
-pub mod shard_backend;
+pub mod fds;
+mod io;
 mod stats;
 
-use std::collections::HashMap;
-use std::io;
-use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use crossbeam_channel::Sender;
+use mio::net::{TcpListener, TcpStream};
+use mio::unix::SourceFd;
+use mio::{Interest, Poll};
 
-pub use backend::TextBackend;
 pub use stats::{TextStats, TextStatsSnapshot};
 
+use crate::broker::msg::{ShardMsg, TextPort};
 use crate::config::TextConfig;
-use crate::ids::ConnId;
-use crate::limits::TEXT_SHUTDOWN_WAIT as SHUTDOWN_WAIT;
+use crate::zmq_io::wake::Wake;
+use io::{IoParts, IoThread, Round, LISTENER, WAKE};
 
-/// State shared by the acceptors and the connection threads.
+/// Where an acceptor hands a connection to an I/O thread.
+struct Inbox {
+    tx: Sender<TcpStream>,
+    wake: Arc<Wake>,
+}
+
+impl Inbox {
+    fn hand(&self, stream: TcpStream) {
+        if self.tx.send(stream).is_ok() {
+            self.wake.wake();
+        }
+    }
+}
+
+/// State shared by the I/O threads.
 struct Shared {
-    backend: Arc<dyn TextBackend>,
+    shards: Arc<[Sender<ShardMsg>]>,
+    /// Messages handed to each shard and not yet taken, shared with the
+    /// eMQP I/O thread (`shard_inbox_messages`); text commands count too.
+    inbox_load: Arc<[AtomicUsize]>,
     stats: Arc<TextStats>,
     config: TextConfig,
-    /// A clone of every open connection's stream, to shut them down.
-    streams: Mutex<HashMap<ConnId, TcpStream>>,
+    /// Every I/O thread's inbox, by index.
+    inboxes: Vec<Inbox>,
     next_conn: AtomicU64,
+    next_thread: AtomicUsize,
     stopping: AtomicBool,
 }
 
@@ -45,42 +73,67 @@ struct Shared {
 pub struct TextServer {
     shared: Arc<Shared>,
     local_addr: SocketAddr,
-    acceptors: Vec<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl TextServer {
-    /// Binds `addr` (port 0 picks a free port) and starts
-    /// `config.acceptors` acceptor threads (`emq-text-accept-N`).
+    /// Binds `addr` (port 0 picks a free port) and starts `config.threads`
+    /// I/O threads (`emq-text-N`) over the shards behind `shards`, adding
+    /// each batch's commands to the shard's `inbox_load`. Reads
+    /// the descriptor limit for the reserve (the router raises it first,
+    /// [`fds::raise_nofile_limit`]).
     ///
     /// # Errors
-    /// Binding or thread creation failed.
+    /// Binding, the poll or eventfd set-up, or thread creation failed.
     pub fn start(
         addr: SocketAddr,
         config: TextConfig,
-        backend: Arc<dyn TextBackend>,
+        shards: Arc<[Sender<ShardMsg>]>,
+        inbox_load: Arc<[AtomicUsize]>,
         stats: Arc<TextStats>,
-    ) -> io::Result<TextServer> {
+    ) -> std::io::Result<TextServer> {
         let listener = accept::bind(addr)?;
         let local_addr = listener.local_addr()?;
-        let acceptors_wanted = config.acceptors.max(1);
+        stats.fd_limit.store(fds::nofile_limit()?, Ordering::Relaxed);
+        let threads = config.threads.max(1);
+        let acceptors = config.acceptors.clamp(1, threads);
+        let mut parts = Vec::new();
+        let mut inboxes = Vec::new();
+        for index in 0..threads {
+            let poll = Poll::new()?;
+            let wake = Arc::new(Wake::new()?);
+            poll.registry().register(&mut SourceFd(&wake.fd()), WAKE, Interest::READABLE)?;
+            let acceptor = if index < acceptors {
+                let mut acceptor = accept::Acceptor::new(TcpListener::from_std(listener.try_clone()?), index);
+                poll.registry().register(acceptor.listener(), LISTENER, Interest::READABLE)?;
+                Some(acceptor)
+            } else {
+                None
+            };
+            let (conns_tx, conns_rx) = crossbeam_channel::unbounded();
+            let (replies_tx, replies_rx) = crossbeam_channel::unbounded();
+            let port = TextPort { id: index as u64, tx: replies_tx, wake: Some(wake.clone()) };
+            inboxes.push(Inbox { tx: conns_tx, wake: wake.clone() });
+            parts.push(IoParts { poll, wake, conns_rx, port, replies_rx, acceptor });
+        }
+        drop(listener);
         let shared = Arc::new(Shared {
-            backend,
+            shards,
+            inbox_load,
             stats,
             config,
-            streams: Mutex::new(HashMap::new()),
+            inboxes,
             next_conn: AtomicU64::new(1),
+            next_thread: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
         });
-        let mut server = TextServer { shared, local_addr, acceptors: Vec::new() };
-        for n in 0..acceptors_wanted {
-            let listener = listener.try_clone()?;
-            let shared = Arc::clone(&server.shared);
-            let handle = std::thread::Builder::new()
-                .name(format!("emq-text-accept-{n}"))
-                .spawn(move || accept::accept_loop(shared, listener))?;
-            server.acceptors.push(handle);
+        let mut server = TextServer { shared, local_addr, threads: Vec::new() };
+        for (index, parts) in parts.into_iter().enumerate() {
+            let thread = IoThread::new(server.shared.clone(), parts);
+            let handle = std::thread::Builder::new().name(format!("emq-text-{index}")).spawn(move || thread.run())?;
+            server.threads.push(handle);
         }
-        tracing::info!(addr = %local_addr, "text protocol listening");
+        tracing::info!(addr = %local_addr, threads, acceptors, "text protocol listening");
         Ok(server)
     }
 
@@ -95,34 +148,22 @@ impl TextServer {
     }
 
     /// Stops accepting, closes every connection (held offers go back to the
-    /// front of their queues) and waits up to 5 s for the threads to end.
+    /// front of their queues, long polls are cancelled) and waits for the
+    /// I/O threads, each of which waits up to
+    /// [`crate::limits::TEXT_SHUTDOWN_WAIT`] for the shards' last answers.
     pub fn shutdown(mut self) {
         self.stop();
     }
 
     fn stop(&mut self) {
-        if self.shared.stopping.swap(true, Relaxed) {
+        if self.shared.stopping.swap(true, Ordering::AcqRel) {
             return;
         }
-        let mut wake = self.local_addr;
-        if wake.ip().is_unspecified() {
-            wake.set_ip(if wake.is_ipv4() { [127, 0, 0, 1].into() } else { std::net::Ipv6Addr::LOCALHOST.into() });
+        for inbox in &self.shared.inboxes {
+            inbox.wake.wake();
         }
-        for handle in self.acceptors.drain(..) {
-            while !handle.is_finished() {
-                // Each connection wakes one blocked `accept`.
-                if TcpStream::connect_timeout(&wake, Duration::from_millis(200)).is_err() {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
+        for handle in self.threads.drain(..) {
             let _ = handle.join();
-        }
-        for stream in self.shared.streams.lock().values() {
-            let _ = stream.shutdown(Shutdown::Both);
-        }
-        let until = Instant::now() + SHUTDOWN_WAIT;
-        while self.shared.stats.connections_open.load(Relaxed) > 0 && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(5));
         }
     }
 }

@@ -1,13 +1,14 @@
 //! Counters of the text connections for STATUS, readable from any thread.
-//! What happens to offers (answered, returned by disconnect or timeout) is
-//! counted once, by whoever holds them (the shards' [`crate::metrics::counters::Counters`]).
+//! What happens to offers (answered, returned by disconnect or timeout,
+//! dead-lettered) is counted once, by whoever holds them (the shards'
+//! [`crate::metrics::counters::Counters`]).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::protocol::text::ErrorCode;
 
-/// Live counters, updated by the acceptors and connection threads with
-/// relaxed atomics. Read them with [`TextStats::snapshot`].
+/// Live counters, updated by the text I/O threads with relaxed atomics.
+/// Read them with [`TextStats::snapshot`].
 #[derive(Debug, Default)]
 pub struct TextStats {
     /// Connections open now (gauge).
@@ -19,10 +20,22 @@ pub struct TextStats {
     pub offers_held: AtomicU64,
     /// Offers whose data had CR or LF bytes written as spaces.
     pub offers_rewritten: AtomicU64,
-    /// Connections closed because a partial line sat idle too long.
-    pub idle_closed: AtomicU64,
+    /// Connections closed because a line was not complete within
+    /// `text_line_timeout` of its first byte.
+    pub line_timeout_closed: AtomicU64,
+    /// Connections closed because they held more than
+    /// `text_max_unsent_bytes` of replies they did not read.
+    pub slow_reader_closed: AtomicU64,
+    /// Connections refused with `ERR BUSY` because fewer than
+    /// `text_reserved_fds` descriptors were left (also in `errors` BUSY).
+    pub refused_fds: AtomicU64,
+    /// Failed `accept` calls (logged at most once a second).
+    pub accept_errors: AtomicU64,
+    /// The process's descriptor limit (`RLIMIT_NOFILE`, soft) when the text
+    /// front end started.
+    pub fd_limit: AtomicU64,
     /// `ERR` lines written, by code ([`ErrorCode::index`]).
-    pub errors: [AtomicU64; 8],
+    pub errors: [AtomicU64; ErrorCode::ALL.len()],
 }
 
 /// A plain copy of [`TextStats`] at one moment.
@@ -36,8 +49,16 @@ pub struct TextStatsSnapshot {
     pub offers_held: u64,
     /// See [`TextStats::offers_rewritten`].
     pub offers_rewritten: u64,
-    /// See [`TextStats::idle_closed`].
-    pub idle_closed: u64,
+    /// See [`TextStats::line_timeout_closed`].
+    pub line_timeout_closed: u64,
+    /// See [`TextStats::slow_reader_closed`].
+    pub slow_reader_closed: u64,
+    /// See [`TextStats::refused_fds`].
+    pub refused_fds: u64,
+    /// See [`TextStats::accept_errors`].
+    pub accept_errors: u64,
+    /// See [`TextStats::fd_limit`].
+    pub fd_limit: u64,
     /// `(code token, count)` for every code, in [`ErrorCode::ALL`] order.
     pub errors: Vec<(&'static str, u64)>,
 }
@@ -70,7 +91,11 @@ impl TextStats {
             connections_total: self.connections_total.load(Relaxed),
             offers_held: self.offers_held.load(Relaxed),
             offers_rewritten: self.offers_rewritten.load(Relaxed),
-            idle_closed: self.idle_closed.load(Relaxed),
+            line_timeout_closed: self.line_timeout_closed.load(Relaxed),
+            slow_reader_closed: self.slow_reader_closed.load(Relaxed),
+            refused_fds: self.refused_fds.load(Relaxed),
+            accept_errors: self.accept_errors.load(Relaxed),
+            fd_limit: self.fd_limit.load(Relaxed),
             errors: ErrorCode::ALL.iter().map(|&c| (c.as_str(), self.errors(c))).collect(),
         }
     }

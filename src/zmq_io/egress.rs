@@ -1,7 +1,7 @@
 //! The egress path: shards and the admin thread hand typed [`Outgoing`]
 //! messages to the I/O thread over one crossbeam channel and wake it with a
-//! [`Wake`] that is part of its `zmq::poll` (DESIGN "A ZeroMQ socket lives on
-//! one thread"). Nothing is encoded or decoded in between.
+//! [`Wake`] that is part of its `zmq::poll` (a ZeroMQ socket lives on
+//! one thread). Nothing is encoded or decoded in between.
 
 use std::sync::Arc;
 

@@ -8,7 +8,7 @@
 //! messages for each shard go out as one [`ShardMsg::Batch`]: one channel
 //! operation per shard per batch, not per message.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::Sender;
@@ -16,12 +16,12 @@ use crossbeam_channel::Sender;
 use super::egress::{Egress, EgressRx};
 use super::frames::{send_out, InFrame, Inbound, Received};
 use crate::broker::job::JobFrames;
-use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, ShardMsg};
+use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, Schedule, ShardMsg};
 use crate::broker::types::shard_of;
 use crate::ids::{show, MsgId, PeerId, QueueName};
 use crate::limits;
 use crate::metrics::counters::Counters;
-use crate::protocol::emqp::{decode_ref, AdminQuery, Command, Message, PeerType, ShowFrames, Socket};
+use crate::protocol::emqp::{decode_ref, AdminQuery, Command, DecodeError, Message, PeerType, ShowFrames, Socket};
 use crate::protocol::queues::parse_queue_list;
 
 /// A query from the admin socket, for the admin thread.
@@ -64,6 +64,48 @@ pub struct IoThread {
     pub counters: Arc<Counters>,
     /// `(weight, queue)` for an INFORM with an empty queue list.
     pub default_queues: Vec<(i64, QueueName)>,
+    /// Per shard, the front-end messages handed over and not taken yet.
+    pub inbox_load: Arc<[AtomicUsize]>,
+    /// The limits the I/O thread enforces.
+    pub limits: IoLimits,
+}
+
+/// What the I/O thread refuses or waits for (each a router setting).
+#[derive(Debug, Clone, Copy)]
+pub struct IoLimits {
+    /// Largest message, all frames together (`max_message_bytes`): past it
+    /// `ERROR TOO_BIG`.
+    pub max_message_bytes: usize,
+    /// Most queues in one INFORM (`max_queues_per_worker`).
+    pub max_queues_per_worker: usize,
+    /// Messages in transit to one shard before reading pauses
+    /// (`shard_inbox_messages`).
+    pub shard_inbox_messages: usize,
+}
+
+/// Answers that could not be delivered (a full pipe: the peer does not read;
+/// or the peer is gone), counted per peer and logged at most once a minute
+/// per peer; the map holds at most [`limits::UNDELIVERED_PEERS`] peers.
+#[derive(Default)]
+struct Undelivered {
+    peers: crate::ids::FastMap<PeerId, (u64, Option<std::time::Instant>)>,
+}
+
+impl Undelivered {
+    fn note(&mut self, peer: &PeerId, unreachable: bool) {
+        if self.peers.len() >= limits::UNDELIVERED_PEERS && !self.peers.contains_key(peer) {
+            self.peers.clear();
+        }
+        let now = std::time::Instant::now();
+        let (count, logged) = self.peers.entry(peer.clone()).or_default();
+        *count += 1;
+        if logged.is_none_or(|at| now.duration_since(at) >= limits::UNDELIVERED_LOG_EVERY) {
+            let why = if unreachable { "gone" } else { "not reading (pipe full)" };
+            tracing::warn!(%peer, answers = *count, why, "answers to this peer could not be delivered");
+            *count = 0;
+            *logged = Some(now);
+        }
+    }
 }
 
 /// The I/O thread's working state besides what it was given.
@@ -72,13 +114,15 @@ struct Loop {
     inbound: Inbound,
     /// Messages for each shard gathered during the current read batch.
     pending: Vec<Vec<ShardMsg>>,
+    /// Answers that could not be delivered, per peer, reported once a minute.
+    undelivered: Undelivered,
 }
 
 impl IoThread {
     /// Runs until [`Egress::Exit`] arrives.
     pub fn run(self) {
         let pending = (0..self.shards.len()).map(|_| Vec::new()).collect();
-        Loop { io: self, inbound: Inbound::default(), pending }.run();
+        Loop { io: self, inbound: Inbound::default(), pending, undelivered: Undelivered::default() }.run();
     }
 }
 
@@ -89,14 +133,23 @@ impl Loop {
                 return;
             }
             let io = &self.io;
+            // While a shard is behind, the frontend and backend are not read:
+            // their peers' pipes fill up to the HWM and push back.
+            let paused = self.shard_behind();
+            let events = if paused { zmq::PollEvents::empty() } else { zmq::POLLIN };
             let mut items = [
                 zmq::PollItem::from_fd(io.egress.fd(), zmq::POLLIN),
-                io.frontend.as_poll_item(zmq::POLLIN),
-                io.backend.as_poll_item(zmq::POLLIN),
+                io.frontend.as_poll_item(events),
+                io.backend.as_poll_item(events),
                 io.admin.as_poll_item(zmq::POLLIN),
             ];
-            // Block only when nothing was handed over since the drain.
-            let timeout = if io.egress.arm() { -1 } else { 0 };
+            // Block only when nothing was handed over since the drain; while
+            // paused, look at the shards again every millisecond.
+            let timeout = match (io.egress.arm(), paused) {
+                (false, _) => 0,
+                (true, true) => limits::BACKPRESSURE_POLL.as_millis() as i64,
+                (true, false) => -1,
+            };
             let polled = zmq::poll(&mut items, timeout);
             io.egress.disarm();
             if let Err(e) = polled {
@@ -150,15 +203,22 @@ impl Loop {
 
     fn flush_pending(&mut self) {
         for (index, pending) in self.pending.iter_mut().enumerate() {
-            let msg = match pending.len() {
-                0 => continue,
-                1 => pending.pop().unwrap_or(ShardMsg::Batch(Vec::new())),
-                _ => ShardMsg::Batch(std::mem::take(pending)),
-            };
+            if pending.is_empty() {
+                continue;
+            }
+            let msg = ShardMsg::Batch(std::mem::take(pending));
+            self.io.inbox_load[index].fetch_add(msg.inbox_weight(), Ordering::Relaxed);
             if self.io.shards[index].send(msg).is_err() {
                 tracing::error!(shard = index, "shard gone; messages dropped");
             }
         }
+    }
+
+    /// Whether some shard has `shard_inbox_messages` or more messages from
+    /// the front ends it has not taken yet.
+    fn shard_behind(&self) -> bool {
+        let max = self.io.limits.shard_inbox_messages;
+        self.io.inbox_load.iter().any(|n| n.load(Ordering::Relaxed) >= max)
     }
 
     /// Sends up to a batch of egress batches; `false` on [`Egress::Exit`].
@@ -203,7 +263,10 @@ impl Loop {
         let unreachable = err == zmq::Error::EHOSTUNREACH;
         tracing::debug!(peer = %out.peer, error = %err, "send failed");
         let (index, msg) = match (out.on_fail, out.msg) {
-            (OnFail::Count, _) => return,
+            (OnFail::Count, _) => {
+                Counters::bump(&self.io.counters.undelivered_answers);
+                return self.undelivered.note(&out.peer, unreachable);
+            }
             (OnFail::Job { home, key }, msg) => {
                 let msgid = match &msg {
                     OutMsg::Job(f) => MsgId::from(f.msgid()),
@@ -212,7 +275,7 @@ impl Loop {
                 (home, ShardMsg::SendFailed { key, msgid, unreachable })
             }
             (OnFail::Schedule { client }, msg) => {
-                let retry = Some((client, msg.to_frames()));
+                let retry = Schedule::from_frames(client, msg.to_frames());
                 (0, ShardMsg::SchedulerSendFailed { id: out.peer, retry })
             }
             (OnFail::Unschedule, _) => (0, ShardMsg::SchedulerSendFailed { id: out.peer, retry: None }),
@@ -237,11 +300,18 @@ impl Loop {
     fn on_message(&mut self, which: Socket, frames: &[InFrame]) {
         let Some((identity, frames)) = frames.split_first() else { return };
         let peer = PeerId::from(identity.as_ref());
+        let bytes: usize = frames.iter().map(|f| f.as_ref().len()).sum();
+        if bytes > self.io.limits.max_message_bytes {
+            return self.too_big(which, &peer, frames, bytes);
+        }
         let msg = match decode_ref(frames, which) {
             Ok(msg) => msg,
             Err(e) => {
                 Counters::bump(self.malformed(which));
-                tracing::warn!(socket = which.name(), %peer, error = %e, frames = %ShowFrames(frames), "malformed message dropped");
+                crate::log_limited!(warn, socket = which.name(), %peer, error = %e, frames = %ShowFrames(frames), "malformed message dropped");
+                if which == Socket::Frontend {
+                    self.refuse_short_schedule(&peer, frames, &e);
+                }
                 return;
             }
         };
@@ -249,6 +319,18 @@ impl Loop {
             Socket::Backend => self.on_backend(peer, msg),
             Socket::Admin => self.on_admin(peer, msg),
             _ => self.on_frontend(peer, msg, frames),
+        }
+    }
+
+    /// A message over `max_message_bytes`: counted, and a frontend peer gets
+    /// `ERROR TOO_BIG` about its msgid (D3) when it has one.
+    fn too_big(&mut self, which: Socket, peer: &PeerId, frames: &[InFrame], bytes: usize) {
+        Counters::bump(&self.io.counters.rejected_too_big);
+        let max = self.io.limits.max_message_bytes;
+        crate::log_limited!(warn, socket = which.name(), %peer, bytes, max, "message over max_message_bytes refused");
+        if let (Socket::Frontend, Some(msgid)) = (which, frames.get(3)) {
+            let text = format!("the message has {bytes} bytes; at most {max} are accepted");
+            self.error(Dest::Frontend, peer, msgid.as_ref(), "TOO_BIG", &text);
         }
     }
 
@@ -262,29 +344,31 @@ impl Loop {
                     ),
                     Err(e) => {
                         Counters::bump(&self.io.counters.rejected_bad_request);
-                        tracing::warn!(client = %peer, msgid = %show(msg.msgid), error = %e, "REQUEST refused");
+                        crate::log_limited!(warn, client = %peer, msgid = %show(msg.msgid), error = %e, "REQUEST refused");
                         self.error(Dest::Frontend, &peer, msg.msgid, "BAD_REQUEST", &e.to_string());
                     }
                 }
             }
-            Command::Inform { peer: PeerType::Scheduler, .. } => {
-                self.for_shard(0, ShardMsg::SchedulerInform { id: peer, msgid: MsgId::from(msg.msgid) })
+            Command::Inform { peer: PeerType::Scheduler, name, .. } => {
+                let name = name.map(<[u8]>::to_vec);
+                self.for_shard(0, ShardMsg::SchedulerInform { id: peer, msgid: MsgId::from(msg.msgid), name })
             }
             Command::Inform { peer: PeerType::Worker, .. } => self.wrong_socket(Socket::Frontend, &peer, msg.msgid),
-            Command::Schedule(_) | Command::Unschedule(_) => {
+            Command::Schedule(ref body) | Command::Unschedule(ref body) => {
                 let unschedule = matches!(msg.command, Command::Unschedule(_));
                 let frames = frames.iter().map(|f| f.as_ref().to_vec()).collect();
-                let msgid = MsgId::from(msg.msgid);
-                self.for_shard(0, ShardMsg::Schedule { client: peer, msgid, frames, unschedule })
+                let (msgid, body) = (MsgId::from(msg.msgid), body.to_owned_frames());
+                self.for_shard(0, ShardMsg::Schedule(Schedule { client: peer, msgid, frames, body, unschedule }))
             }
-            Command::Heartbeat { .. } => self.for_shard(0, ShardMsg::SchedulerHeartbeat { id: peer }),
+            Command::Heartbeat { .. } => {
+                self.for_shard(0, ShardMsg::SchedulerHeartbeat { id: peer, msgid: MsgId::from(msg.msgid) })
+            }
             Command::Kbye => self.for_shard(0, ShardMsg::SchedulerKbye { id: peer }),
-            Command::Error { refers_to, code, text } => {
-                // A scheduler refusing a SCHEDULE/UNSCHEDULE (emq-scheduler).
-                // The router does not track which client sent it, so it is
-                // logged and counted, not forwarded.
-                Counters::bump(&self.io.counters.scheduler_errors);
-                tracing::warn!(scheduler = %peer, msgid = %show(refers_to), code = %show(code), text = %show(text), "scheduler refused a message");
+            // A scheduler's answer to a SCHEDULE/UNSCHEDULE (emq-scheduler),
+            // for the client that sent it.
+            Command::Error { refers_to, .. } | Command::Reply { body: refers_to } => {
+                let frames = frames.iter().map(|f| f.as_ref().to_vec()).collect();
+                self.for_shard(0, ShardMsg::SchedulerAnswer { id: peer, refers_to: MsgId::from(refers_to), frames })
             }
             other => tracing::debug!(%peer, command = ?other.word().escape_ascii().to_string(), "ignored on frontend"),
         }
@@ -293,18 +377,19 @@ impl Loop {
     fn on_backend(&mut self, peer: PeerId, msg: Message<&[u8]>) {
         let home = shard_of(&peer.0, self.io.shards.len());
         let shard_msg = match msg.command {
-            Command::Inform { peer: PeerType::Worker, queues } => {
-                let Some(queues) = self.inform_queues(&peer, queues) else {
-                    return self.reject_inform(Dest::Backend, &peer, msg.msgid, "bad queue list");
-                };
-                ShardMsg::WorkerInform { id: peer, msgid: MsgId::from(msg.msgid), queues }
-            }
+            Command::Inform { peer: PeerType::Worker, queues, .. } => match self.inform_queues(queues) {
+                Ok(queues) => ShardMsg::WorkerInform { id: peer, msgid: MsgId::from(msg.msgid), queues },
+                Err(why) => {
+                    crate::log_limited!(warn, worker = %peer, why = %why, "INFORM refused");
+                    return self.reject_inform(Dest::Backend, &peer, msg.msgid, &why);
+                }
+            },
             Command::Inform { peer: PeerType::Scheduler, .. } => {
                 return self.wrong_socket(Socket::Backend, &peer, msg.msgid)
             }
             Command::Ready => ShardMsg::WorkerReady { id: peer },
-            Command::JobReply { request_msgid, .. } => {
-                ShardMsg::WorkerReply { id: peer, request_msgid: MsgId::from(request_msgid) }
+            Command::JobReply { request_msgid, failed, .. } => {
+                ShardMsg::WorkerReply { id: peer, request_msgid: MsgId::from(request_msgid), failed }
             }
             Command::Heartbeat { .. } => ShardMsg::WorkerHeartbeat { id: peer },
             Command::Kbye => ShardMsg::WorkerKbye { id: peer },
@@ -313,18 +398,37 @@ impl Loop {
         self.for_shard(home, shard_msg);
     }
 
-    /// The queues of an INFORM: the router defaults for an empty frame.
-    fn inform_queues(&self, peer: &PeerId, frame: &[u8]) -> Option<Vec<(i64, QueueName)>> {
+    /// The queues of an INFORM (the router defaults for an empty frame), or
+    /// why they are refused. The frame is measured before it is parsed, so
+    /// parsing costs at most ~`max_queues_per_worker` × 300 bytes of JSON.
+    fn inform_queues(&self, frame: &[u8]) -> Result<Vec<(i64, QueueName)>, String> {
         if frame.is_empty() {
-            return Some(self.io.default_queues.clone());
+            return Ok(self.io.default_queues.clone());
         }
-        match parse_queue_list(frame) {
-            Ok(q) => Some(q.into_iter().map(|(w, n)| (w, QueueName::from(n.into_bytes()))).collect()),
-            Err(e) => {
-                tracing::warn!(worker = %peer, error = %e, "INFORM with a bad queue list refused");
-                None
-            }
+        let max = self.io.limits.max_queues_per_worker;
+        let max_bytes = max.saturating_mul(limits::MAX_QUEUE_NAME_BYTES + 45);
+        if frame.len() > max_bytes {
+            return Err(format!("the queue list has {} bytes; at most {max} queues are accepted", frame.len()));
         }
+        let queues = parse_queue_list(frame).map_err(|e| format!("bad queue list: {e}"))?;
+        if queues.len() > max {
+            return Err(format!("the INFORM declares {} queues; at most {max} are accepted", queues.len()));
+        }
+        if let Some((_, long)) = queues.iter().find(|(_, n)| n.len() > limits::MAX_QUEUE_NAME_BYTES) {
+            return Err(format!("queue name of {} bytes; at most {}", long.len(), limits::MAX_QUEUE_NAME_BYTES));
+        }
+        Ok(queues.into_iter().map(|(w, n)| (w, QueueName::from(n.into_bytes()))).collect())
+    }
+
+    /// A SCHEDULE/UNSCHEDULE with frames missing gets `ERROR BAD_FRAMES`
+    /// naming the frame (EventMQ dropped it, or killed its scheduler, S6).
+    fn refuse_short_schedule(&mut self, peer: &PeerId, frames: &[InFrame], e: &DecodeError) {
+        let (DecodeError::MissingFrame { command: "SCHEDULE" | "UNSCHEDULE", .. }, Some(msgid)) = (e, frames.get(3))
+        else {
+            return;
+        };
+        Counters::bump(&self.io.counters.rejected_schedule_invalid);
+        self.error(Dest::Frontend, peer, msgid.as_ref(), "BAD_FRAMES", &e.to_string());
     }
 
     fn wrong_socket(&mut self, which: Socket, peer: &PeerId, msgid: &[u8]) {

@@ -68,7 +68,19 @@ impl Wake {
 
     /// Consumer side, after waking: disarms and clears the eventfd.
     pub fn disarm(&self) {
+        self.unarm();
+        self.clear();
+    }
+
+    /// Consumer side, after waking: disarms without clearing, for a
+    /// consumer that learns from its poll whether the eventfd was written
+    /// (it then calls [`Wake::clear`]); saves a `read(2)` per wake-up.
+    pub fn unarm(&self) {
         self.armed.store(false, Ordering::SeqCst);
+    }
+
+    /// Consumer side: clears the eventfd after the poll reported it written.
+    pub fn clear(&self) {
         let mut count: u64 = 0;
         // SAFETY: reads at most 8 bytes into a live u64 from an eventfd we
         // own; EAGAIN (nothing written) is fine.

@@ -61,7 +61,7 @@ fn emq_worker_runs_a_script_per_job() {
     let pidfile = dir.join("sleep.pid");
     let router = RawRouter::bind();
     let child = Command::new(env!("CARGO_BIN_EXE_emq-worker"))
-        .args(["--queue", "email:10", "--queue", "default", "-J", "2", "--timeout", "1s", "--router"])
+        .args(["--queue", "email:10", "--queue", "default", "-J", "2", "--timeout", "1s", "--backend"])
         .arg(&router.endpoint)
         .args(["--stats-interval", "0s", "--"])
         .arg(&script)
@@ -90,6 +90,7 @@ fn emq_worker_runs_a_script_per_job() {
     router.send(&id, &[b"", V, b"REQUEST", b"job-fail", b"default", b"reply-requested", b"fail"]);
     let reply = router.recv_skip_hb(S).unwrap();
     assert_eq!(reply[5], br#"{"value": "command failed: exit status: 3"}"#);
+    assert_eq!(reply.get(7).map(Vec::as_slice), Some(&b"failed"[..]), "a failed job's REPLY says so");
     sigterm(&child.0);
     assert_eq!(router.recv_skip_hb(S).unwrap()[3], b"READY");
     assert_eq!(router.recv_skip_hb(S).unwrap()[3], b"KBYE");
@@ -104,7 +105,7 @@ fn emq_worker_runs_a_script_per_job() {
 fn emq_pubsub_forwards_and_survives_garbage() {
     let _w = watchdog(30);
     let child = Command::new(env!("CARGO_BIN_EXE_emq-pubsub"))
-        .args(["--in", "tcp://127.0.0.1:*", "--out", "tcp://127.0.0.1:*"])
+        .args(["--pubsub-in", "tcp://127.0.0.1:*", "--pubsub-out", "tcp://127.0.0.1:*"])
         .env("RUST_LOG", "error")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -156,7 +157,7 @@ fn emq_cli_fails_fast_when_nothing_listens() {
     for args in [vec!["status"], vec!["request", "q", "body"], vec!["publish", "t", "m"]] {
         let started = Instant::now();
         let out = Command::new(env!("CARGO_BIN_EXE_emq-cli"))
-            .args(["--admin", &addr, "--frontend", &addr, "--pubsub", &addr, "--timeout", "500ms"])
+            .args(["--admin", &addr, "--frontend", &addr, "--pubsub-in", &addr, "--timeout", "500ms"])
             .args(&args)
             .output()
             .unwrap();

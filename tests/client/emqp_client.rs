@@ -1,5 +1,5 @@
 //! `Client`, `Publisher`, `AdminClient` against a raw ROUTER: exact frames
-//! (spec V5, V12, V13, V14, V11) and every outcome.
+//! (docs/emqp.md "Messages") and every outcome.
 
 use std::time::Duration;
 

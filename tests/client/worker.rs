@@ -1,6 +1,6 @@
 //! `Worker` against a raw ROUTER playing the router backend: INFORM, ACK,
 //! READY count, job-result REPLY frames, heartbeats, reconnect after
-//! silence (J2), failover (J3), malformed input, KBYE on shutdown.
+//! silence, failover, malformed input, KBYE on shutdown.
 
 use std::time::Duration;
 
@@ -105,7 +105,7 @@ fn reconnect_after_silence_announces_only_free_slots() {
     let id2 = accept_inform(&router, b"");
     assert_ne!(id1, id2, "reconnect uses a fresh identity");
     let msgs = router.collect(Duration::from_millis(500), Some(&id2));
-    assert_eq!(count(&msgs, &id2, b"READY"), 1, "only the free slot is announced (J2)");
+    assert_eq!(count(&msgs, &id2, b"READY"), 1, "only the free slot is announced");
     release.send(()).unwrap();
     let msgs = router.collect(Duration::from_millis(500), Some(&id2));
     assert_eq!(count(&msgs, &id2, b"READY"), 1, "the busy slot is announced when its job ends");

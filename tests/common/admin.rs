@@ -1,4 +1,4 @@
-//! A raw eMQP admin client (what emq-cli sends, spec §3.10): a DEALER with a
+//! A raw eMQP admin client (what emq-cli sends, docs/emqp.md "Admin"): a DEALER with a
 //! UTF-8 uuid identity sends `["", "eMQP/1.0", <CMD>, "admin:<uuid>"]` and
 //! reads the `["", "eMQP/1.0", "REPLY", <id>, <JSON>]` answer.
 

@@ -12,7 +12,7 @@ use super::router::Router;
 use super::{python, wait, watchdog};
 
 /// Python jobmanager registration takes an INFORM/ACK round trip; its READYs
-/// come only after the first router HEARTBEAT (spec §6.2, J1).
+/// come only after the first router HEARTBEAT (EventMQ 0.3.13 forks its pool then).
 pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Creating the venv on a fresh machine (pip, a psutil build) may take a while.
 pub const VENV_TIMEOUT: Duration = Duration::from_secs(900);

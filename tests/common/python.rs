@@ -94,7 +94,7 @@ pub fn run_script(dir: &TestDir, name: &str, cmd: &mut Command) -> String {
 
 /// Starts a real `emq-jobmanager -J <concurrency>` connected to `backend`,
 /// serving `queues_json` (`EVENTMQ_QUEUES`, e.g. `[[10,"default"]]`; the
-/// `-Q` flag is broken in 0.3.13, spec §12 J14). Its worker processes
+/// `-Q` flag is ignored in 0.3.13). Its worker processes
 /// inherit `INTEROP_JM=<label>`, which the job functions write into each
 /// line. Log: `<dir>/jm-<label>.log`.
 pub fn start_jobmanager(dir: &TestDir, backend: &str, label: &str, queues_json: &str, concurrency: u32) -> Child {
@@ -192,7 +192,7 @@ pub fn schedule(dir: &TestDir, frontend: &str, out: &Path, tag: &str, interval: 
 }
 
 /// Sends UNSCHEDULE for `record(out, tag)` (`messages.schedule(...,
-/// unschedule=True)`; `jobs.unschedule` is broken, spec §12 C1).
+/// unschedule=True)`; `jobs.unschedule` always raises in 0.3.13).
 pub fn unschedule(dir: &TestDir, frontend: &str, out: &Path, tag: &str) -> String {
     schedule_cmd(dir, frontend, out, tag, &["--unschedule"])
 }
@@ -205,7 +205,7 @@ pub fn schedule_cron(dir: &TestDir, frontend: &str, out: &Path, tag: &str, queue
 }
 
 /// Like [`unschedule`] for a job scheduled on `queue` (the schedule key
-/// ignores the queue, spec §7.3; the client call passes it anyway).
+/// ignores the queue, docs/emqp.md "The scheduler"; the client call passes it anyway).
 pub fn unschedule_from(dir: &TestDir, frontend: &str, out: &Path, tag: &str, queue: &str) -> String {
     schedule_cmd(dir, frontend, out, tag, &["--unschedule", "--queue", queue])
 }

@@ -22,7 +22,7 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Which router implementation a test runs against.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RouterKind {
-    /// An `emq-router` binary (flags `--frontend-addr` etc.).
+    /// An `emq-router` binary (flags `--frontend` etc.).
     Rust(PathBuf),
     /// The Python EventMQ 0.3.13 router from the venv.
     Python,
@@ -134,7 +134,7 @@ fn rust_cmd(bin: &PathBuf, frontend: &str, backend: &str, admin: &str, text: &st
             cmd.env_remove(key);
         }
     }
-    cmd.args(["--frontend-addr", frontend, "--backend-addr", backend, "--admin-addr", admin, "--text-addr", text]);
+    cmd.args(["--frontend", frontend, "--backend", backend, "--admin", admin, "--text", text]);
     cmd
 }
 
@@ -143,7 +143,7 @@ fn python_cmd(dir: &TestDir, frontend: &str, backend: &str, admin: &str) -> Comm
     cmd.env("EVENTMQ_FRONTEND_ADDR", frontend)
         .env("EVENTMQ_BACKEND_ADDR", backend)
         .env("EVENTMQ_ADMINISTRATIVE_ADDR", admin)
-        // the router creates the WAL's directory even with the WAL off (spec §12 D19)
+        // the Python router creates the WAL's directory even with the WAL off
         .env("EVENTMQ_WAL", dir.join("wal").join("wal.log"));
     cmd
 }

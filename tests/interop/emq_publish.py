@@ -1,5 +1,5 @@
 """Publish messages with the real Python EventMQ client
-(``eventmq.client.messages.send_publish_request``, spec section 9): sends
+(``eventmq.client.messages.send_publish_request``): sends
 ``PUBLISH <topic> <json.dumps(message)>`` to a pub device's incoming ROUTER.
 
 Usage (with the interop venv's python):

@@ -1,7 +1,7 @@
 """SCHEDULE or UNSCHEDULE a job with the real Python EventMQ client
 (``eventmq.client.messages.schedule``; UNSCHEDULE is the same call with
 ``unschedule=True`` because ``eventmq.client.jobs.unschedule`` is broken in
-0.3.13, spec section 12 C1).
+0.3.13: it always raises).
 
 Usage (with the interop venv's python):
   emq_schedule.py --frontend ADDR --out FILE --tag TAG (--interval SECS | --cron EXPR | --unschedule)

@@ -133,3 +133,23 @@ fn client_against_the_real_server() {
     c.end().unwrap();
     assert_eq!(f.backend.queue("default"), vec![b"plain".to_vec()]);
 }
+
+#[test]
+fn client_long_poll_waits_past_its_own_timeout() {
+    let _w = text_watchdog(30);
+    let f = TextFixture::default();
+    let addr = f.server.local_addr();
+    let mut c = TextClient::connect(addr, Duration::from_millis(300)).unwrap();
+    assert_eq!(c.ask_wait("lp", Duration::from_millis(50)).unwrap(), None);
+    let producer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(600));
+        let mut p = TextClient::connect(addr, T).unwrap();
+        p.sched(b"late", Some("lp")).unwrap();
+        p.end().unwrap();
+    });
+    assert_eq!(c.ask_wait("lp", Duration::from_secs(20)).unwrap().as_deref(), Some(&b"late"[..]));
+    c.ack().unwrap();
+    c.end().unwrap();
+    producer.join().unwrap();
+    assert_eq!(f.backend.counts().acked, 1);
+}

@@ -216,9 +216,9 @@ fn an_over_long_line_is_refused_while_it_streams_in() {
 }
 
 #[test]
-fn a_hanging_half_line_is_closed_after_the_idle_timeout() {
+fn a_hanging_half_line_is_closed_after_the_line_timeout() {
     let _w = text_watchdog(20);
-    let f = TextFixture::start(text_config(|c| c.idle_timeout = Duration::from_millis(200)), 100);
+    let f = TextFixture::start(text_config(|c| c.line_timeout = Duration::from_millis(200)), 100);
     let mut idle = f.connect();
     let mut half = f.connect();
     half.send(b"SCHED never fini");
@@ -226,7 +226,7 @@ fn a_hanging_half_line_is_closed_after_the_idle_timeout() {
     std::thread::sleep(Duration::from_millis(300));
     idle.send(b"SCHED x\nASK\n");
     idle.expect(b"WANT? x\n");
-    assert_eq!(f.stats.idle_closed.load(Relaxed), 1);
+    assert_eq!(f.stats.line_timeout_closed.load(Relaxed), 1);
     assert!(f.backend.queue("default").is_empty(), "the half line was not stored");
 }
 

@@ -1,70 +1,167 @@
-//! Human-readable tables for admin JSON (spec §3.10 shapes; unknown keys
-//! are shown as JSON so new broker fields are never hidden).
+//! Tables for people, one per admin answer (EventMQ's JSON shapes and
+//! emq's keys, docs/emqp.md "Admin"). `--json` prints the answers as they
+//! are. Numbers are rounded for reading; columns are separated by two
+//! spaces, numbers right-aligned, and no line ends in a space.
 
-use serde_json::Value;
+use std::collections::BTreeSet;
 
-fn num(v: Option<&Value>) -> String {
-    match v {
-        Some(Value::Number(n)) => n.to_string(),
-        Some(other) => other.to_string(),
-        None => "-".into(),
-    }
-}
+use emq::broker::counts::QueueCounter;
+use serde_json::{Map, Value};
 
-fn render(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+/// Lines of `rows` under `header`, each column as wide as its widest cell.
+/// A column whose cells are all numbers (or `-`) is right-aligned.
+pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let line = |cells: Vec<String>| {
-        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+    let numeric: Vec<bool> = (0..header.len())
+        .map(|c| !rows.is_empty() && rows.iter().all(|r| r.get(c).is_some_and(|cell| is_number(cell))))
+        .collect();
+    let line = |cells: &[String]| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .zip(&numeric)
+            .map(|((cell, w), right)| if *right { format!("{cell:>w$}") } else { format!("{cell:<w$}") })
+            .collect();
         padded.join("  ").trim_end().to_string() + "\n"
     };
-    let mut out = line(header.iter().map(|h| h.to_string()).collect());
+    let mut out = line(&header.iter().map(|h| h.to_string()).collect::<Vec<_>>());
     for row in rows {
-        out += &line(row.clone());
+        out += &line(row);
     }
     out
 }
 
-/// STATUS: one row per queue, then per-worker processed counts, then any other keys.
+fn is_number(cell: &str) -> bool {
+    cell == "-" || cell.parse::<f64>().is_ok()
+}
+
+/// An integer cell: the number, `0` when absent.
+fn count(v: Option<&Value>) -> String {
+    v.and_then(Value::as_u64).unwrap_or(0).to_string()
+}
+
+/// Milliseconds for people: three decimals below 1 ms, two below a
+/// second, whole above.
+pub fn ms(value: f64) -> String {
+    match value {
+        v if v < 1.0 => format!("{v:.3}"),
+        v if v < 1000.0 => format!("{v:.2}"),
+        v => format!("{:.0}", v.round()),
+    }
+}
+
+/// A duration in seconds for people: `42 s`, `3 min 4 s`, `2 h`, `3 d 4 h`
+/// (two units at most, a zero second unit left out).
+pub fn duration(secs: u64) -> String {
+    let (big, unit, small, small_unit) = match secs {
+        s if s < 60 => return format!("{s} s"),
+        s if s < 3600 => (s / 60, "min", s % 60, "s"),
+        s if s < 86_400 => (s / 3600, "h", s % 3600 / 60, "min"),
+        s => (s / 86_400, "d", s % 86_400 / 3600, "h"),
+    };
+    match small {
+        0 => format!("{big} {unit}"),
+        _ => format!("{big} {unit} {small} {small_unit}"),
+    }
+}
+
+/// A `seen_secs_ago` figure: `0.4 s ago`; `-` when absent (EventMQ).
+fn seen(v: Option<&Value>) -> String {
+    v.and_then(Value::as_f64).map_or("-".into(), |s| format!("{s:.1} s ago"))
+}
+
+fn object<'a>(v: &'a Value, key: &str) -> Option<&'a Map<String, Value>> {
+    v.get(key).and_then(Value::as_object)
+}
+
+/// STATUS: one row per queue (waiting, in flight over both protocols, the
+/// per-queue counters, end-to-end p50/p99), then the router's summary.
+/// Against an EventMQ router: waiting, in flight and processed.
 pub fn status(v: &Value) -> String {
-    let sections = [
-        ("waiting_messages_by_queue", "WAITING"),
-        ("inflight_messages_by_queue", "IN-FLIGHT"),
-        ("processed_messages_by_queue", "PROCESSED"),
-        ("latency_messages_by_queue", "LATENCY-MS"),
-        ("max_latency_messages_by_queue", "MAX-LATENCY-MS"),
-    ];
-    let mut queues: Vec<String> = Vec::new();
-    for (key, _) in sections {
-        for q in v.get(key).and_then(Value::as_object).into_iter().flat_map(|m| m.keys()) {
-            if !queues.contains(q) {
-                queues.push(q.clone());
-            }
+    let emq = v.get("emq").is_some();
+    let mut queues: BTreeSet<String> = BTreeSet::new();
+    for (key, value) in v.as_object().into_iter().flatten() {
+        if key.ends_with("_by_queue") {
+            queues.extend(value.as_object().into_iter().flat_map(|m| m.keys().cloned()));
         }
     }
-    queues.sort();
-    let mut header = vec!["QUEUE"];
-    header.extend(sections.iter().map(|(_, h)| *h));
+    queues.extend(
+        v.get("served_queues")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|q| q.as_str().map(str::to_string)),
+    );
+    let mut header = vec!["QUEUE", "WAITING", "IN-FLIGHT"];
+    let counters: Vec<QueueCounter> =
+        QueueCounter::ALL.iter().copied().filter(|c| v.get(c.status_key()).is_some()).collect();
+    header.extend(counters.iter().map(|c| c.header()));
+    if !emq {
+        header.push("PROCESSED");
+    }
+    let latency = [("end_to_end_p50_ms_by_queue", "P50-MS"), ("end_to_end_p99_ms_by_queue", "P99-MS")];
+    let latency: Vec<_> = latency.into_iter().filter(|(key, _)| v.get(key).is_some()).collect();
+    header.extend(latency.iter().map(|(_, h)| *h));
+    let by = |key: &str, q: &str| v.get(key).and_then(|m| m.get(q)).and_then(Value::as_u64).unwrap_or(0);
     let rows: Vec<Vec<String>> = queues
         .iter()
         .map(|q| {
-            let mut row = vec![q.clone()];
-            row.extend(sections.iter().map(|(k, _)| num(v.get(k).and_then(|m| m.get(q)))));
+            let inflight = by("inflight_messages_by_queue", q) + by("offered_messages_by_queue", q);
+            let mut row = vec![q.clone(), by("waiting_messages_by_queue", q).to_string(), inflight.to_string()];
+            row.extend(counters.iter().map(|c| count(v.get(c.status_key()).and_then(|m| m.get(q)))));
+            if !emq {
+                row.push(by("processed_messages_by_queue", q).to_string());
+            }
+            for (key, _) in &latency {
+                row.push(v.get(key).and_then(|m| m.get(q)).and_then(Value::as_f64).map_or("-".into(), ms));
+            }
             row
         })
         .collect();
     let mut out = render(&header, &rows);
-    if let Some(by_worker) = v.get("processed_messages_by_worker").and_then(Value::as_object) {
-        let rows: Vec<Vec<String>> = by_worker.iter().map(|(w, n)| vec![w.clone(), num(Some(n))]).collect();
+    if let Some(emq) = v.get("emq") {
         out += "\n";
-        out += &render(&["WORKER", "PROCESSED"], &rows);
+        out += &summary(emq);
     }
-    out += &wal(v);
-    out + &extra(v, &[&sections.map(|(k, _)| k)[..], &["processed_messages_by_worker"]].concat())
+    out + &wal(v)
+}
+
+/// The `emq` object of STATUS: version, shards, uptime, whether it drains,
+/// then every counter that is not zero, one line per group.
+fn summary(emq: &Value) -> String {
+    let shards = emq.get("shards").and_then(Value::as_u64).unwrap_or(0);
+    let mut out = format!(
+        "emq {}, {shards} shard{}, up {}, {}\n",
+        emq.get("version").and_then(Value::as_str).unwrap_or("?"),
+        if shards == 1 { "" } else { "s" },
+        duration(emq.get("uptime_secs").and_then(Value::as_u64).unwrap_or(0)),
+        if emq.get("draining").and_then(Value::as_bool) == Some(true) { "draining" } else { "accepting jobs" },
+    );
+    for (key, value) in emq.as_object().into_iter().flatten().filter(|(_, v)| v.is_object()) {
+        let mut figures = Vec::new();
+        nonzero(value, "", &mut figures);
+        if !figures.is_empty() {
+            out += &format!("{key}: {}\n", figures.join(" "));
+        }
+    }
+    out
+}
+
+/// `name=value` for every non-zero number under `v`, nested names dotted.
+fn nonzero(v: &Value, prefix: &str, out: &mut Vec<String>) {
+    for (key, value) in v.as_object().into_iter().flatten() {
+        let name = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+        match value {
+            Value::Object(_) => nonzero(value, &name, out),
+            Value::Number(n) if n.as_f64() != Some(0.0) => out.push(format!("{name}={n}")),
+            _ => {}
+        }
+    }
 }
 
 /// STATUS's write-ahead log figures (`emq.wal`): one row per shard.
@@ -79,16 +176,14 @@ fn wal(v: &Value) -> String {
     }
     let keys = ["shard", "log_bytes", "segments", "live_jobs", "last_sync_us", "syncs", "jobs_recovered"];
     let header = ["SHARD", "LOG-BYTES", "SEGMENTS", "LIVE-JOBS", "LAST-SYNC-US", "SYNCS", "RECOVERED"];
-    let rows: Vec<Vec<String>> = shards.iter().map(|s| keys.iter().map(|k| num(s.get(*k))).collect()).collect();
+    let rows: Vec<Vec<String>> = shards.iter().map(|s| keys.iter().map(|k| count(s.get(*k))).collect()).collect();
     out += &render(&header, &rows);
     out
 }
 
 /// ROUTER_SHOW_WORKERS: one row per worker.
 pub fn workers(v: &Value) -> String {
-    let rows: Vec<Vec<String>> = v
-        .get("connected_workers")
-        .and_then(Value::as_object)
+    let rows: Vec<Vec<String>> = object(v, "connected_workers")
         .into_iter()
         .flatten()
         .map(|(id, w)| {
@@ -97,54 +192,140 @@ pub fn workers(v: &Value) -> String {
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
-                .map(|p| format!("{}:{}", p.get(1).and_then(Value::as_str).unwrap_or("?"), num(p.get(0))))
+                .map(|p| format!("{}:{}", p.get(1).and_then(Value::as_str).unwrap_or("?"), count(p.get(0))))
                 .collect();
-            vec![id.clone(), num(w.get("available_slots")), queues.join(",")]
+            let state = w.get("state").and_then(Value::as_str).unwrap_or("-").to_string();
+            let inflight = w.get("inflight").map_or("-".into(), |n| count(Some(n)));
+            let slots = w.get("available_slots").and_then(Value::as_i64).unwrap_or(0).to_string();
+            vec![id.clone(), state, slots, inflight, seen(w.get("seen_secs_ago")), queues.join(",")]
         })
         .collect();
-    render(&["WORKER", "SLOTS", "QUEUES (name:weight)"], &rows) + &extra(v, &["connected_workers", "connected_queues"])
+    render(&["WORKER", "STATE", "SLOTS", "IN-FLIGHT", "LAST-HEARD", "QUEUES"], &rows)
 }
 
 /// ROUTER_SHOW_SCHEDULERS: one row per scheduler.
 pub fn schedulers(v: &Value) -> String {
-    let rows: Vec<Vec<String>> = v
-        .get("connected_schedulers")
-        .and_then(Value::as_object)
+    let rows: Vec<Vec<String>> = object(v, "connected_schedulers")
         .into_iter()
         .flatten()
-        .map(|(id, s)| vec![id.clone(), num(s.get("hb"))])
-        .collect();
-    render(&["SCHEDULER", "LAST-HEARTBEAT"], &rows) + &extra(v, &["connected_schedulers"])
-}
-
-/// Anything else: an object of objects as a table, otherwise pretty JSON.
-pub fn generic(v: &Value) -> String {
-    let Some(map) = v.as_object().filter(|m| !m.is_empty() && m.values().all(Value::is_object)) else {
-        return serde_json::to_string_pretty(v).unwrap_or_default() + "\n";
-    };
-    let mut cols: Vec<String> = Vec::new();
-    for inner in map.values().filter_map(Value::as_object) {
-        for k in inner.keys() {
-            if !cols.contains(k) {
-                cols.push(k.clone());
-            }
-        }
-    }
-    let rows: Vec<Vec<String>> = map
-        .iter()
-        .map(|(name, inner)| {
-            let mut row = vec![name.clone()];
-            row.extend(cols.iter().map(|c| num(inner.get(c))));
-            row
+        .map(|(id, s)| {
+            let scheduled = s.get("scheduled").map_or("-".into(), |n| count(Some(n)));
+            vec![id.clone(), seen(s.get("seen_secs_ago")), scheduled]
         })
         .collect();
-    let upper: Vec<String> = cols.iter().map(|c| c.to_uppercase()).collect();
-    let mut header = vec!["NAME"];
-    header.extend(upper.iter().map(String::as_str));
-    render(&header, &rows)
+    render(&["SCHEDULER", "LAST-HEARD", "SCHEDULED"], &rows)
 }
 
-fn extra(v: &Value, known: &[&str]) -> String {
-    let Some(map) = v.as_object() else { return String::new() };
-    map.iter().filter(|(k, _)| !known.contains(&k.as_str())).map(|(k, val)| format!("{k}: {val}\n")).collect()
+/// LATENCY: one row per queue and figure, in milliseconds.
+pub fn latency(v: &Value) -> String {
+    let figures = ["mean_us", "p50_us", "p90_us", "p99_us", "p999_us", "max_us"];
+    let mut rows = Vec::new();
+    for (queue, kinds) in object(v, "queues").into_iter().flatten() {
+        for kind in ["queue_wait", "service", "end_to_end"] {
+            let Some(k) = kinds.get(kind) else { continue };
+            let mut row = vec![queue.clone(), kind.replace('_', " "), count(k.get("count"))];
+            row.extend(
+                figures.iter().map(|f| k.get(*f).and_then(Value::as_f64).map_or("-".into(), |us| ms(us / 1000.0))),
+            );
+            rows.push(row);
+        }
+    }
+    render(&["QUEUE", "FIGURE", "JOBS", "MEAN-MS", "P50-MS", "P90-MS", "P99-MS", "P99.9-MS", "MAX-MS"], &rows)
+}
+
+/// SCHEDULES (the scheduler's admin socket): one row per schedule, earliest
+/// next fire first; `now` (Unix seconds) gives the "in …" of the next fire.
+pub fn schedules(v: &Value, now: i64) -> String {
+    let rows: Vec<Vec<String>> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let text = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
+            let when = match s.get("interval_secs").and_then(Value::as_u64) {
+                Some(secs) => format!("every {}", duration(secs)),
+                None => text("cron"),
+            };
+            let runs = s.get("runs_left").and_then(Value::as_u64).map_or("-".into(), |n| n.to_string());
+            let key: String = text("key").chars().take(8).collect();
+            vec![text("queue"), text("kind"), when, next_fire(&text("next_fire"), now), runs, text("callable"), key]
+        })
+        .collect();
+    render(&["QUEUE", "KIND", "WHEN", "NEXT-FIRE (UTC)", "RUNS-LEFT", "CALLABLE", "KEY"], &rows)
+}
+
+/// `2026-12-01 00:31:05 (in 42 s)` from an RFC 3339 time.
+fn next_fire(rfc3339: &str, now: i64) -> String {
+    match chrono::DateTime::parse_from_rfc3339(rfc3339) {
+        Ok(t) => {
+            let left = u64::try_from(t.timestamp() - now).unwrap_or(0);
+            format!("{} (in {})", t.format("%Y-%m-%d %H:%M:%S"), duration(left))
+        }
+        Err(_) => rfc3339.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn tables_align_and_never_end_in_spaces() {
+        let out = render(
+            &["NAME", "N", "NOTE"],
+            &[vec!["a".into(), "10".into(), "".into()], vec!["bb".into(), "2".into(), "x".into()]],
+        );
+        assert_eq!(out, "NAME   N  NOTE\na     10\nbb     2  x\n");
+    }
+
+    #[test]
+    fn status_of_emq_and_of_eventmq() {
+        let emq = json!({
+            "inflight_messages_by_queue": {"q": 1}, "waiting_messages_by_queue": {"q": 2},
+            "offered_messages_by_queue": {"t": 1}, "processed_messages_by_queue": {"q": 3},
+            "dispatched_messages_by_queue": {"q": 3, "t": 1}, "completed_messages_by_queue": {"q": 2},
+            "failed_messages_by_queue": {}, "end_to_end_p50_ms_by_queue": {"q": 1.234}, "end_to_end_p99_ms_by_queue": {"q": 1234.5},
+            "served_queues": ["default", "q"],
+            "emq": {"version": "0.1.0", "shards": 1, "uptime_secs": 75, "draining": false,
+                    "counters": {"accepted_jobs": 4, "malformed_admin": 0}, "text": {"errors_by_code": {"BAD_FORMAT": 1, "BUSY": 0}}}
+        });
+        assert_eq!(
+            status(&emq),
+            "QUEUE    WAITING  IN-FLIGHT  DISPATCHED  COMPLETED  FAILED  P50-MS  P99-MS\n\
+             default        0          0           0          0       0       -       -\n\
+             q              2          1           3          2       0    1.23    1235\n\
+             t              0          1           1          0       0       -       -\n\
+             \n\
+             emq 0.1.0, 1 shard, up 1 min 15 s, accepting jobs\n\
+             counters: accepted_jobs=4\n\
+             text: errors_by_code.BAD_FORMAT=1\n"
+        );
+        let eventmq = json!({"inflight_messages_by_queue": {"email": 1}, "latency_messages_by_queue": {"email": 628},
+            "max_latency_messages_by_queue": {"email": 628}, "waiting_messages_by_queue": {},
+            "processed_messages_by_queue": {"default": 1}, "processed_messages_by_worker": {"w": 1}});
+        assert_eq!(status(&eventmq), "QUEUE    WAITING  IN-FLIGHT  PROCESSED\ndefault        0          0          1\nemail          0          1          0\n");
+    }
+
+    #[test]
+    fn workers_schedulers_latency_and_schedules() {
+        let w = json!({"connected_workers": {"w1": {"queues": [[10, "email"], [1, "default"]], "hb": 3.5, "available_slots": 4, "inflight": 0, "state": "live", "seen_secs_ago": 0.44}}});
+        assert_eq!(workers(&w), "WORKER  STATE  SLOTS  IN-FLIGHT  LAST-HEARD  QUEUES\nw1      live       4          0  0.4 s ago   email:10,default:1\n");
+        let s = json!({"connected_schedulers": {"s1": {"hb": 1.0, "scheduled": 2, "seen_secs_ago": 1.25}}});
+        assert_eq!(schedulers(&s), "SCHEDULER  LAST-HEARD  SCHEDULED\ns1         1.2 s ago           2\n");
+        let l = json!({"unit": "us", "queues": {"q": {"end_to_end": {"count": 2, "mean_us": 1500.0, "p50_us": 1000, "p90_us": 2000, "p99_us": 2000, "p999_us": 2000, "max_us": 2000}}}});
+        assert_eq!(latency(&l), "QUEUE  FIGURE      JOBS  MEAN-MS  P50-MS  P90-MS  P99-MS  P99.9-MS  MAX-MS\nq      end to end     2     1.50    1.00    2.00    2.00      2.00    2.00\n");
+        let now = chrono::DateTime::parse_from_rfc3339("2026-12-01T00:30:00Z").unwrap().timestamp();
+        let sch = json!([{"key": "9e1e59012f7f704b21daedd11ff7b4900b19e107", "queue": "default", "kind": "interval", "interval_secs": 60,
+            "next_fire": "2026-12-01T00:31:00Z", "runs_left": null, "callable": "mymod.report"},
+            {"key": "4658982cab9d32bf1ef9113a9d8bdec01775e2bc", "queue": "email", "kind": "cron", "cron": "*/5 * * * *",
+            "next_fire": "2026-12-01T00:35:00Z", "runs_left": 3, "callable": "m.f"}]);
+        assert_eq!(
+            schedules(&sch, now),
+            "QUEUE    KIND      WHEN         NEXT-FIRE (UTC)                 RUNS-LEFT  CALLABLE      KEY\n\
+             default  interval  every 1 min  2026-12-01 00:31:00 (in 1 min)          -  mymod.report  9e1e5901\n\
+             email    cron      */5 * * * *  2026-12-01 00:35:00 (in 5 min)          3  m.f           4658982c\n"
+        );
+    }
 }

@@ -21,6 +21,9 @@ impl Shard {
     pub fn attach_log(&mut self, start: ShardStart) {
         for (queue, jobs) in start.queues {
             for job in jobs {
+                // Recovered jobs count towards the memory limit like new
+                // ones (and leave it through `job_done`).
+                self.ctx.job_bytes.fetch_add(job.frames.len(), std::sync::atomic::Ordering::Relaxed);
                 self.queues.push_back(&queue, job);
             }
         }

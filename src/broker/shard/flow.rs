@@ -4,7 +4,11 @@
 
 use std::sync::Arc;
 
-use super::{Cx, Shard};
+use std::sync::atomic::Ordering;
+
+use super::workers::InFlight;
+use super::{Cx, Shard, Timer};
+use crate::broker::counts::QueueCounter;
 use crate::broker::job::{Job, JobFrames, Origin};
 use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, ShardMsg};
 use crate::broker::types::{WorkerShared, WorkerState};
@@ -16,19 +20,16 @@ use crate::protocol::text::ErrorCode;
 
 impl Shard {
     pub(super) fn handle_request(&mut self, client: PeerId, frames: JobFrames, fallback_done: bool, cx: &mut Cx) {
-        if !fallback_done && !self.queues.is_known(frames.queue()) {
+        if !fallback_done && !self.queue_known(frames.queue(), cx) {
+            let (queue, msgid) = (crate::ids::show(frames.queue()), crate::ids::show(frames.msgid()));
+            tracing::debug!(%queue, %msgid, "no worker serves the queue: the job goes to default");
             let index = self.shard_of(limits::DEFAULT_QUEUE.as_bytes());
             return self.send_to_shard(index, ShardMsg::Request { client, frames, fallback_done: true }, cx);
         }
         let queue =
             if fallback_done { QueueName::named(limits::DEFAULT_QUEUE) } else { QueueName::from(frames.queue()) };
-        if let Err(code) = self.admit(&queue) {
-            let text = match code {
-                ErrorCode::QueueFull => {
-                    format!("queue {queue} holds {} jobs, its limit", self.queues.waiting(&queue.0))
-                }
-                _ => code.default_text().to_string(),
-            };
+        if let Err(code) = self.admit(&queue, frames.len()) {
+            let text = self.refusal_text(code, &queue, frames.len());
             return self.send_error(&client, MsgId::from(frames.msgid()), code.as_str(), text, cx);
         }
         let accepted = OutMsg::Accepted(frames.clone());
@@ -38,19 +39,84 @@ impl Shard {
         self.enqueue_new(&queue, job, cx);
     }
 
-    /// Whether a new job may join `queue` now; the refusal (counted) says
-    /// why. The one admission rule of both protocols: eMQP answers a
-    /// refusal with `ERROR <CODE>`, text with `ERR <CODE>`, the same tokens.
-    pub(super) fn admit(&self, queue: &QueueName) -> Result<(), ErrorCode> {
+    /// Whether a new job of `bytes` bytes may join `queue` now; the refusal
+    /// (counted) says why. The one admission rule of both protocols: eMQP
+    /// answers a refusal with `ERROR <CODE>`, text with `ERR <CODE>`, the
+    /// same tokens. Limits: the queue's jobs (`max_queue_len`) and bytes
+    /// (`max_queue_bytes`), the bytes of every job in the broker (the memory
+    /// limit), and the number of queues (`max_queues`, for a new name;
+    /// `default` is always allowed).
+    pub(super) fn admit(&self, queue: &QueueName, bytes: usize) -> Result<(), ErrorCode> {
+        let config = &self.ctx.config;
+        let counters = &self.ctx.counters;
         if self.is_draining() {
-            Counters::bump(&self.ctx.counters.rejected_shutting_down);
+            Counters::bump(&counters.rejected_shutting_down);
             return Err(ErrorCode::ShuttingDown);
         }
-        if self.queues.waiting(&queue.0) >= self.ctx.config.max_queue_len {
-            Counters::bump(&self.ctx.counters.rejected_queue_full);
+        let full = self.queues.waiting(&queue.0) >= config.max_queue_len
+            || self.queues.bytes(&queue.0) + bytes > config.max_queue_bytes
+            || self.ctx.job_bytes.load(Ordering::Relaxed) + bytes > self.ctx.memory_limit;
+        if full {
+            Counters::bump(&counters.rejected_queue_full);
             return Err(ErrorCode::QueueFull);
         }
+        let new_name = !self.queues.exists(&queue.0) && queue.as_bytes() != limits::DEFAULT_QUEUE.as_bytes();
+        if new_name && self.queues.total() >= config.max_queues {
+            Counters::bump(&counters.rejected_queue_limit);
+            return Err(ErrorCode::QueueLimit);
+        }
         Ok(())
+    }
+
+    /// The human text of an eMQP refusal: which limit was hit.
+    pub(super) fn refusal_text(&self, code: ErrorCode, queue: &QueueName, len: usize) -> String {
+        let config = &self.ctx.config;
+        let (jobs, bytes) = (self.queues.waiting(&queue.0), self.queues.bytes(&queue.0));
+        match code {
+            ErrorCode::QueueFull if jobs >= config.max_queue_len => {
+                format!("queue {queue} holds {jobs} jobs, its limit")
+            }
+            ErrorCode::QueueFull if bytes + len > config.max_queue_bytes => {
+                format!("queue {queue} holds {bytes} bytes; its limit is {}", config.max_queue_bytes)
+            }
+            ErrorCode::QueueFull => format!(
+                "the broker holds {} bytes of jobs; its limit is {}",
+                self.ctx.job_bytes.load(Ordering::Relaxed),
+                self.ctx.memory_limit
+            ),
+            ErrorCode::QueueLimit => format!("the broker holds {} queues, its limit", config.max_queues),
+            _ => code.default_text().to_string(),
+        }
+    }
+
+    /// A job leaves the broker (completed, deleted, dead-lettered): its
+    /// bytes no longer count, and its `Done` record goes to the write-ahead
+    /// log of the shard that accepted it.
+    pub(super) fn job_done(&mut self, job: &Job, cx: &mut Cx) {
+        self.ctx.job_bytes.fetch_sub(job.frames.len(), Ordering::Relaxed);
+        self.log_done(job, cx);
+    }
+
+    /// How often idle queues are looked for: every half grace.
+    pub(super) fn sweep_period(&self) -> std::time::Duration {
+        (self.ctx.config.queue_idle_grace / 2).max(std::time::Duration::from_millis(50))
+    }
+
+    pub(super) fn queue_sweep_due(&mut self, cx: &mut Cx) {
+        let grace = self.ctx.config.queue_idle_grace;
+        let gone = self.queues.sweep(cx.now, grace, |q| self.offers.held(q));
+        self.asked.sweep(cx.now);
+        for name in &gone {
+            self.latency.forget(&name.0);
+        }
+        if gone.len() >= limits::QUEUE_SWEEP_TRIM_MIN {
+            crate::metrics::trim_heap();
+        }
+        if !gone.is_empty() {
+            self.ctx.counters.queues_reclaimed.fetch_add(gone.len() as u64, Ordering::Relaxed);
+            tracing::debug!(shard = self.index, queues = gone.len(), "idle queues forgotten");
+        }
+        self.timers.arm(cx.now + self.sweep_period(), Timer::QueueSweep);
     }
 
     /// The next job id of this shard.
@@ -63,7 +129,11 @@ impl Shard {
     /// `queue` and dispatches what can be.
     pub(super) fn enqueue_new(&mut self, queue: &QueueName, job: Job, cx: &mut Cx) {
         Counters::bump(&self.ctx.counters.accepted_jobs);
+        self.ctx.job_bytes.fetch_add(job.frames.len(), Ordering::Relaxed);
+        let (id, msgid, from) = (job.id, crate::ids::show(job.frames.msgid()), job.origin());
         self.queues.push_back(queue, job);
+        let waiting = self.queues.waiting(&queue.0);
+        tracing::debug!(%queue, job = %id, %msgid, ?from, waiting, "job accepted and queued");
         self.pump(queue, cx);
     }
 
@@ -72,6 +142,8 @@ impl Shard {
     /// is always taken back, above the queue limit too.
     pub(super) fn enqueue_again(&mut self, mut job: Job, front: bool, cx: &mut Cx) {
         let queue = job.queue();
+        let to = if front { "front" } else { "back" };
+        tracing::debug!(%queue, job = %job.id, msgid = %crate::ids::show(job.frames.msgid()), %to, "job requeued");
         if front {
             self.log_requeued(&mut job);
             self.queues.push_front(&queue, vec![job]);
@@ -91,17 +163,25 @@ impl Shard {
 
     /// Puts jobs of one queue back at its front, on whichever shard owns it.
     pub(super) fn requeue(&mut self, queue: QueueName, jobs: Vec<Job>, cx: &mut Cx) {
-        self.ctx.counters.requeued_jobs.fetch_add(jobs.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        for job in &jobs {
+            let msgid = crate::ids::show(job.frames.msgid());
+            tracing::debug!(%queue, job = %job.id, %msgid, to = %"front", "job requeued");
+        }
+        self.ctx.counters.requeued_jobs.fetch_add(jobs.len() as u64, Ordering::Relaxed);
         let index = self.shard_of(&queue.0);
         self.send_to_shard(index, ShardMsg::Requeue { queue, jobs }, cx);
     }
 
-    /// Dispatches waiting jobs of `queue` while a candidate has a free slot.
+    /// Dispatches waiting jobs of `queue` while a candidate has a free slot,
+    /// then offers what is left to long-poll ASKs waiting on it.
     pub(super) fn pump(&mut self, queue: &QueueName, cx: &mut Cx) {
         while let Some((worker, job)) = self.queues.next_dispatch(&queue.0) {
             let waited = cx.now.saturating_duration_since(job.accepted_at(self.ctx.started));
             self.latency.record(&queue.0, Kind::QueueWait, waited);
             self.dispatch_job(&worker, job, cx);
+        }
+        if !self.waits.is_empty() {
+            self.serve_waits(queue, cx);
         }
     }
 
@@ -112,9 +192,21 @@ impl Shard {
         Counters::bump(&self.ctx.counters.dispatched_jobs);
         self.log_dispatched(&job);
         let msg = OutMsg::Job(job.frames.clone());
+        let msgid = crate::ids::show(job.frames.msgid());
+        tracing::debug!(queue = %job.queue(), job = %job.id, %msgid, worker = %worker.id, "job dispatched");
         self.send_to_shard(worker.home, ShardMsg::Dispatched { key: worker.key, job }, cx);
         let on_fail = OnFail::Job { home: worker.home, key: worker.key };
         cx.out.emqp(Outgoing { dest: Dest::Backend, peer: worker.id.clone(), msg, on_fail });
+    }
+
+    /// Worker `worker` answered in-flight job `f`: counted as completed or
+    /// failed on the queue's shard.
+    pub(super) fn job_ended(&mut self, worker: &PeerId, f: InFlight, failed: bool, cx: &mut Cx) {
+        let (counter, what) =
+            if failed { (QueueCounter::Failed, "failed") } else { (QueueCounter::Completed, "completed") };
+        let (queue, msgid) = (f.job.queue(), crate::ids::show(f.job.frames.msgid()));
+        tracing::debug!(%queue, job = %f.job.id, %msgid, %worker, "job {what}");
+        self.count(queue, counter, cx);
     }
 
     pub(super) fn handle_add_candidate(
@@ -122,8 +214,20 @@ impl Shard {
         queue: QueueName,
         weight: i64,
         worker: Arc<WorkerShared>,
+        inform: MsgId,
         cx: &mut Cx,
     ) {
+        // A declared name is a queue like any other: past `max_queues` the
+        // worker is told (ERROR QUEUE_LIMIT about its INFORM) and does not
+        // serve it; its other queues are unaffected.
+        let max = self.ctx.config.max_queues;
+        let new_name = !self.queues.exists(&queue.0) && queue.as_bytes() != limits::DEFAULT_QUEUE.as_bytes();
+        if new_name && self.queues.total() >= max {
+            Counters::bump(&self.ctx.counters.rejected_queue_limit);
+            crate::log_limited!(warn, worker = %worker.id, %queue, max, "declared queue refused: max_queues reached");
+            let text = format!("queue {queue} not served: the broker holds {max} queues, its limit");
+            return self.send_error_to(Dest::Backend, &worker.id, inform, ErrorCode::QueueLimit.as_str(), text, cx);
+        }
         self.queues.add_candidate(&queue, weight, worker);
         self.pump(&queue, cx);
     }

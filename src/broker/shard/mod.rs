@@ -2,8 +2,8 @@
 //! workers whose identity hashes to it (their liveness and in-flight jobs),
 //! the text offers of its queues and, on shard 0, the schedulers.
 //!
-//! A shard is a deterministic state machine (DESIGN "A shard is a state
-//! machine"): [`Shard::handle`] takes a message and `now` and writes what it
+//! A shard is a deterministic state machine (README,
+//! "How it works"): [`Shard::handle`] takes a message and `now` and writes what it
 //! produces to an [`Outbox`]; [`Shard::fire_timers`] does the same for its
 //! timers. Nothing in here reads a clock, a socket or a channel, so a test
 //! drives a shard with a `Vec` outbox and a hand-made clock
@@ -16,43 +16,65 @@
 //!
 //! State, each owned by one table with methods, not fields:
 //! [`queues::QueueTable`], [`workers::WorkerTable`], [`offers::OfferTable`],
-//! [`schedulers::Schedulers`], the timers and the latency histograms.
+//! [`waits::WaitTable`] (long-poll ASKs), [`asked::AskedQueues`] (queues
+//! kept known by ASKs), [`schedulers::Schedulers`], the timers and the
+//! latency histograms.
 //! Handlers, by concern: `flow.rs` (REQUEST, admission, FIFO, selection,
-//! dispatch, requeue), `peers.rs` (workers and schedulers), `text.rs` (text
-//! commands and offers). `Shard::dispatch` is a short `match` calling them.
+//! dispatch, requeue), `peers.rs` (workers), `scheduling.rs` (schedulers,
+//! SCHEDULE routing), `text.rs` (text commands and offers). `Shard::dispatch` is a short `match` calling them.
 
+pub mod answers;
+pub mod asked;
 mod durable;
 mod flow;
 pub mod offers;
+pub mod owners;
 mod peers;
 pub mod queues;
 pub mod schedulers;
+mod scheduling;
 mod text;
+pub mod waits;
 pub mod workers;
 
+/// The unit tests' harness (shards driven by hand, with a hand-made clock),
+/// for the fuzz targets in `fuzz/`: only with the `fuzzing` feature.
+#[cfg(feature = "fuzzing")]
+#[path = "tests/harness.rs"]
+pub mod harness;
+/// The unit tests' read-only observers of a [`harness::Harness`], for the
+/// fuzz targets: only with the `fuzzing` feature.
+#[cfg(feature = "fuzzing")]
+#[path = "tests/observe.rs"]
+pub mod observe;
 #[cfg(test)]
 mod tests;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
+use super::counts::QueueCounter;
 use super::msg::{Dest, OnFail, OutMsg, Outbox, Outgoing, ShardMsg};
 use super::snapshot::ShardSnapshot;
 use super::timers::Timers;
 use crate::config::RouterConfig;
-use crate::ids::{ConnId, MsgId, PeerId, WorkerKey};
+use crate::ids::{ConnId, MsgId, PeerId, QueueName, WorkerKey};
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::{Kind, ShardLatency};
 use crate::protocol::emqp::{Command, Message};
 
+use answers::PendingAnswers;
+use asked::AskedQueues;
 use offers::OfferTable;
+use owners::Owners;
 use queues::QueueTable;
 use schedulers::Schedulers;
+use waits::WaitTable;
 use workers::WorkerTable;
 
 /// Timer events of a shard.
@@ -69,6 +91,11 @@ pub enum Timer {
     /// Check the offer held by the connection against its deadline (at most
     /// one such timer per connection is armed).
     OfferTimeout(ConnId),
+    /// Forget idle queues (every half `queue_idle_grace`).
+    QueueSweep,
+    /// Check the long-poll ASK of the connection against its deadline (at
+    /// most one such timer per connection is armed).
+    AskTimeout(ConnId),
 }
 
 /// What every shard shares with the rest of the broker.
@@ -86,18 +113,36 @@ pub struct ShardContext {
     pub draining: Arc<AtomicBool>,
     /// Broker start, the zero of the `hb` figures.
     pub started: Instant,
+    /// Queues of every shard together (checked against `max_queues`).
+    pub queue_count: Arc<AtomicUsize>,
+    /// Bytes of every waiting and in-flight job (checked against the
+    /// memory limit).
+    pub job_bytes: Arc<AtomicUsize>,
+    /// Registered workers of every shard together (checked against `max_workers`).
+    pub worker_count: Arc<AtomicUsize>,
+    /// The broker-wide byte limit ([`RouterConfig::memory_limit_bytes`]).
+    pub memory_limit: usize,
+    /// Per shard: front-end messages handed over and not taken yet
+    /// ([`ShardMsg::inbox_weight`]); the front ends stop reading their
+    /// sockets while a shard's count is at `shard_inbox_messages`.
+    pub inbox_load: Arc<[AtomicUsize]>,
 }
 
 impl ShardContext {
     /// A context for `shards` shards on `config`, started at `started`.
     pub fn new(config: Arc<RouterConfig>, shards: usize, started: Instant) -> ShardContext {
         ShardContext {
+            memory_limit: config.memory_limit_bytes(),
             config,
             shards,
             counters: Arc::new(Counters::default()),
             next_key: Arc::new(AtomicU64::new(1)),
             draining: Arc::new(AtomicBool::new(false)),
             started,
+            queue_count: Arc::default(),
+            job_bytes: Arc::default(),
+            worker_count: Arc::default(),
+            inbox_load: (0..shards).map(|_| AtomicUsize::new(0)).collect(),
         }
     }
 }
@@ -119,7 +164,13 @@ pub struct Shard {
     queues: QueueTable,
     workers: WorkerTable,
     offers: OfferTable,
+    waits: WaitTable,
+    asked: AskedQueues,
     schedulers: Schedulers,
+    /// Who waits for which scheduler's answer (shard 0).
+    answers: PendingAnswers,
+    /// Which scheduler owns which schedule key (shard 0).
+    owners: Owners,
     latency: ShardLatency,
     /// Messages this shard sent itself, handled after the current message.
     local: VecDeque<ShardMsg>,
@@ -133,14 +184,21 @@ impl Shard {
     /// Shard `index` of `ctx.shards`, created at `now` (shard 0 arms the
     /// scheduler timers from then).
     pub fn new(index: usize, ctx: ShardContext, now: Instant) -> Shard {
+        let queues = QueueTable::new(ctx.queue_count.clone());
+        let workers = WorkerTable::new(ctx.worker_count.clone());
+        let asked_cap = ctx.config.text.max_asked_queues / ctx.shards.max(1);
         let mut shard = Shard {
             index,
             ctx,
             timers: Timers::default(),
-            queues: QueueTable::default(),
-            workers: WorkerTable::default(),
+            queues,
+            workers,
             offers: OfferTable::new(index),
+            waits: WaitTable::default(),
+            asked: AskedQueues::new(asked_cap),
             schedulers: Schedulers::default(),
+            answers: PendingAnswers::default(),
+            owners: Owners::default(),
             latency: ShardLatency::default(),
             local: VecDeque::new(),
             accepted: 0,
@@ -150,12 +208,13 @@ impl Shard {
             shard.timers.arm(now + shard.ctx.config.heartbeat_interval, Timer::SchedulerHeartbeats);
             shard.timers.arm(now + shard.ctx.config.heartbeat_timeout, Timer::SchedulerExpiry);
         }
+        shard.timers.arm(now + shard.sweep_period(), Timer::QueueSweep);
         shard
     }
 
     /// Runs until [`ShardMsg::Shutdown`] or until every sender is gone:
     /// blocks for one message or the next timer, then drains a bounded
-    /// batch (DESIGN "Block for one event, then drain a bounded batch").
+    /// batch (block for one event, then drain a bounded batch).
     pub fn run(mut self, rx: Receiver<ShardMsg>, out: &mut dyn Outbox) {
         loop {
             let first = match self.next_deadline() {
@@ -168,6 +227,10 @@ impl Shard {
                 Err(RecvTimeoutError::Disconnected) => return,
             };
             for msg in msg.into_iter().chain(rx.try_iter().take(limits::BATCH)) {
+                let weight = msg.inbox_weight();
+                if weight > 0 {
+                    self.ctx.inbox_load[self.index].fetch_sub(weight, Ordering::Relaxed);
+                }
                 if matches!(msg, ShardMsg::Shutdown) {
                     // Jobs still travelling between shards land here first,
                     // so the shutdown log lists them too.
@@ -203,6 +266,8 @@ impl Shard {
                 Timer::SchedulerHeartbeats => self.scheduler_heartbeats_due(&mut cx),
                 Timer::SchedulerExpiry => self.scheduler_expiry_due(&mut cx),
                 Timer::OfferTimeout(conn) => self.offer_timeout_due(conn, &mut cx),
+                Timer::QueueSweep => self.queue_sweep_due(&mut cx),
+                Timer::AskTimeout(conn) => self.ask_timeout_due(conn, &mut cx),
             }
             self.drain_local(&mut cx);
         }
@@ -222,6 +287,7 @@ impl Shard {
             queues: self.queues.snaps(|q| self.offers.held(q)),
             workers: self.workers.snaps(now, self.ctx.started),
             schedulers: self.schedulers.snaps(self.ctx.started),
+            asks_waiting: self.waits.len(),
         }
     }
 
@@ -233,21 +299,25 @@ impl Shard {
             }
             ShardMsg::WorkerInform { id, msgid, queues } => self.handle_inform(id, msgid, queues, cx),
             ShardMsg::WorkerReady { id } => self.handle_ready(id, cx),
-            ShardMsg::WorkerReply { id, request_msgid } => self.handle_job_reply(id, request_msgid, cx),
+            ShardMsg::WorkerReply { id, request_msgid, failed } => self.handle_job_reply(id, request_msgid, failed, cx),
             ShardMsg::WorkerHeartbeat { id } => self.handle_worker_heartbeat(id, cx),
             ShardMsg::WorkerKbye { id } => self.handle_worker_kbye(id, cx),
-            ShardMsg::SchedulerInform { id, msgid } => self.handle_scheduler_inform(id, msgid, cx),
-            ShardMsg::SchedulerHeartbeat { id } => self.schedulers.touch(&id, cx.now),
+            ShardMsg::SchedulerInform { id, msgid, name } => self.handle_scheduler_inform(id, msgid, name, cx),
+            ShardMsg::SchedulerHeartbeat { id, msgid } => self.handle_scheduler_heartbeat(id, msgid, cx),
             ShardMsg::SchedulerKbye { id } => self.schedulers.remove(&id),
-            ShardMsg::Schedule { client, msgid, frames, unschedule } => {
-                self.handle_schedule(client, msgid, frames, unschedule, cx)
+            ShardMsg::Schedule(sched) => self.handle_schedule(sched, cx),
+            ShardMsg::SchedulerAnswer { id, refers_to, frames } => {
+                self.handle_scheduler_answer(id, refers_to, frames, cx)
             }
             ShardMsg::SchedulerSendFailed { id, retry } => self.handle_scheduler_send_failed(id, retry, cx),
-            ShardMsg::AddCandidate { queue, weight, worker } => self.handle_add_candidate(queue, weight, worker, cx),
+            ShardMsg::AddCandidate { queue, weight, worker, inform } => {
+                self.handle_add_candidate(queue, weight, worker, inform, cx)
+            }
             ShardMsg::RemoveCandidate { queue, key } => self.queues.remove_candidate(&queue, key),
             ShardMsg::Wake { worker, from } => self.handle_wake(&worker, from, cx),
             ShardMsg::Dispatched { key, job } => self.handle_dispatched(key, job, cx),
             ShardMsg::Requeue { queue, jobs } => self.handle_requeue(queue, jobs, cx),
+            ShardMsg::Count { queue, counter } => self.queues.count(&queue, counter),
             ShardMsg::SendFailed { key, msgid, unreachable } => self.handle_send_failed(key, msgid, unreachable, cx),
             ShardMsg::Text { port, cmds } => self.handle_text(&port, cmds, cx),
             ShardMsg::LatencyTake { reply } => {
@@ -263,6 +333,9 @@ impl Shard {
                     self.drain_local(cx);
                 }
             }
+            ShardMsg::Waiting { queue, reply } => {
+                let _ = reply.send(self.queues.jobs(&queue.0).map(|j| j.frames.body().to_vec()).collect());
+            }
             ShardMsg::Shutdown => self.shutdown(cx),
         }
     }
@@ -274,7 +347,7 @@ impl Shard {
         if let Some(log) = &self.wal {
             let h = log.shared().take_sync_histogram();
             if !h.is_empty() {
-                taken.push(((format!("shard-{}", self.index), Kind::WalSync), h));
+                taken.hists.push(((format!("shard-{}", self.index), Kind::WalSync), h));
             }
         }
         taken
@@ -300,6 +373,14 @@ impl Shard {
         super::types::shard_of(key, self.ctx.shards)
     }
 
+    /// Adds one to `queue`'s `counter`, on the shard that owns the queue.
+    fn count(&mut self, queue: QueueName, counter: QueueCounter, cx: &mut Cx) {
+        match self.shard_of(&queue.0) {
+            index if index == self.index => self.queues.count(&queue, counter),
+            index => cx.out.shard(index, ShardMsg::Count { queue, counter }),
+        }
+    }
+
     /// Sends `command` with a fresh msgid to `peer` on `dest`.
     fn send(&self, dest: Dest, peer: &PeerId, command: Command, on_fail: OnFail, cx: &mut Cx) {
         let msg = OutMsg::Frames(Message::new(command).encode());
@@ -313,9 +394,14 @@ impl Shard {
 
     /// Sends an ERROR (emq extension) about `refers_to` to a frontend peer.
     fn send_error(&self, peer: &PeerId, refers_to: MsgId, code: &str, text: String, cx: &mut Cx) {
+        self.send_error_to(Dest::Frontend, peer, refers_to, code, text, cx);
+    }
+
+    /// Sends an ERROR (emq extension) about `refers_to` to `peer` on `dest`.
+    fn send_error_to(&self, dest: Dest, peer: &PeerId, refers_to: MsgId, code: &str, text: String, cx: &mut Cx) {
         let command =
             Command::Error { refers_to: refers_to.0.to_vec(), code: code.as_bytes().to_vec(), text: text.into_bytes() };
-        self.send(Dest::Frontend, peer, command, OnFail::Count, cx);
+        self.send(dest, peer, command, OnFail::Count, cx);
     }
 
     fn is_draining(&self) -> bool {
@@ -330,35 +416,36 @@ impl Shard {
         self.log_remaining();
     }
 
-    /// Logs what is left at shutdown: queued, in-flight and offered jobs,
-    /// one by one when the router keeps no log; only their numbers when the
-    /// write-ahead log keeps them for the next start.
+    /// Logs what is left at shutdown: one summary line with the counts of
+    /// queued, in-flight and offered jobs (info when the write-ahead log
+    /// keeps them for the next start, warn with durability "memory"), and
+    /// each job at debug by id, msgid and body length (bodies are never
+    /// logged).
     fn log_remaining(&self) {
-        use crate::ids::{cut, show};
-        if self.wal.is_some() {
-            let (waiting, in_flight) = (self.queues.waiting_jobs().count(), self.workers.inflight_count());
-            let offered = self.offers.len();
-            if waiting + in_flight + offered > 0 {
-                tracing::info!(
-                    shard = self.index,
-                    waiting,
-                    in_flight,
-                    offered,
-                    "jobs kept in the write-ahead log for the next start"
-                );
-            }
-            return;
-        }
+        use crate::ids::show;
+        let (mut queued, mut inflight, mut offered) = (0usize, 0usize, 0usize);
         for (queue, job) in self.queues.waiting_jobs() {
-            let (msgid, body) = (show(job.frames.msgid()), cut(job.frames.body()));
-            tracing::warn!(shard = self.index, %queue, %msgid, %body, "queued job not run");
+            queued += 1;
+            let (msgid, bytes) = (show(job.frames.msgid()), job.frames.body().len());
+            tracing::debug!(shard = self.index, job = %job.id, %queue, %msgid, bytes, "queued job not run");
         }
         for (worker, f) in self.workers.inflight() {
-            let (msgid, body) = (show(f.job.frames.msgid()), cut(f.job.frames.body()));
-            tracing::warn!(%worker, queue = %f.job.queue(), %msgid, %body, "job still in flight at shutdown");
+            inflight += 1;
+            let (msgid, bytes) = (show(f.job.frames.msgid()), f.job.frames.body().len());
+            tracing::debug!(%worker, job = %f.job.id, queue = %f.job.queue(), %msgid, bytes, "job still in flight at shutdown");
         }
         for (conn, o) in self.offers.iter() {
-            tracing::warn!(%conn, queue = %o.queue, body = %cut(o.job.frames.body()), "text offer unanswered at shutdown");
+            offered += 1;
+            tracing::debug!(%conn, queue = %o.queue, bytes = o.job.frames.body().len(), "text offer unanswered at shutdown");
+        }
+        if queued + inflight + offered == 0 {
+            return;
+        }
+        if self.wal.is_some() {
+            let what = "jobs kept in the write-ahead log for the next start (listed at debug)";
+            tracing::info!(shard = self.index, queued, inflight, offered, "{what}");
+        } else {
+            tracing::warn!(shard = self.index, queued, inflight, offered, "jobs left at shutdown (listed at debug)");
         }
     }
 }

@@ -1,9 +1,9 @@
 //! [`OfferTable`]: jobs this shard has offered to text connections
-//! (text-protocol.md "The offer"), one per connection, until ACK/DCL/DEL,
+//! (docs/text-protocol.md "The offer"), one per connection, until ACK/DCL/DEL,
 //! the connection's end, or the offer timeout. Data and its rules only: the
 //! handlers in `text.rs` decide what to do.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::broker::types::Job;
@@ -24,15 +24,62 @@ pub struct Offer {
     pub deadline: Instant,
 }
 
-/// What the offer timer of a connection finds.
+/// What a connection's timer finds when it fires (offers here, long-poll
+/// waits in `waits.rs`).
 #[derive(Debug)]
-pub enum OfferCheck {
-    /// The connection holds no offer: the timer is dropped.
+pub enum Due<T> {
+    /// The connection holds nothing timed: the timer is dropped.
     None,
-    /// The offer is not due yet: re-arm the timer for this deadline.
+    /// Not due yet: re-arm the timer for this deadline.
     NotBefore(Instant),
-    /// The offer lapsed and was taken out.
-    Lapsed(Box<Offer>),
+    /// Due: taken out of its table.
+    Lapsed(Box<T>),
+}
+
+/// What the offer timer of a connection finds.
+pub type OfferCheck = Due<Offer>;
+
+/// The timers of one kind armed per connection: at most one per
+/// connection at a time (a new one only when it must fire earlier), re-armed
+/// when it fires early, so entries answered before their deadline leave no
+/// timers behind to pile up.
+#[derive(Debug, Default)]
+pub struct ConnTimers(HashMap<ConnId, Instant>);
+
+impl ConnTimers {
+    /// Notes that `conn` needs its timer at `deadline`; whether a timer must
+    /// be armed (none is armed, or only a later one).
+    pub fn arm(&mut self, conn: ConnId, deadline: Instant) -> bool {
+        match self.0.get(&conn) {
+            Some(armed) if *armed <= deadline => false,
+            _ => {
+                self.0.insert(conn, deadline);
+                true
+            }
+        }
+    }
+
+    /// `conn`'s timer fired at `now`; `deadline` is that of what it holds
+    /// (if anything), and `take` takes it out of its table once due. A timer
+    /// replaced by an earlier one finds nothing to do.
+    pub fn fired<T>(
+        &mut self,
+        conn: ConnId,
+        now: Instant,
+        deadline: Option<Instant>,
+        take: impl FnOnce() -> Option<T>,
+    ) -> Due<T> {
+        match self.0.get(&conn) {
+            Some(armed) if *armed <= now => self.0.remove(&conn),
+            _ => return Due::None,
+        };
+        let Some(deadline) = deadline else { return Due::None };
+        if deadline > now {
+            self.0.insert(conn, deadline);
+            return Due::NotBefore(deadline);
+        }
+        take().map_or(Due::None, |t| Due::Lapsed(Box::new(t)))
+    }
 }
 
 /// The offers of one shard, by connection.
@@ -43,16 +90,20 @@ pub struct OfferTable {
     /// Offers held per queue (for STATUS without a scan).
     per_queue: HashMap<QueueName, usize>,
     next_seq: u64,
-    /// Connections with an armed timeout timer: at most one timer per
-    /// connection, re-armed when it fires early, so answered offers leave
-    /// no timers behind to pile up.
-    timed: HashSet<ConnId>,
+    /// Connections with an armed timeout timer.
+    timed: ConnTimers,
 }
 
 impl OfferTable {
     /// The offers of shard `shard` (its index goes into every [`OfferId`]).
     pub fn new(shard: usize) -> OfferTable {
-        OfferTable { shard, by_conn: HashMap::new(), per_queue: HashMap::new(), next_seq: 0, timed: HashSet::new() }
+        OfferTable {
+            shard,
+            by_conn: HashMap::new(),
+            per_queue: HashMap::new(),
+            next_seq: 0,
+            timed: ConnTimers::default(),
+        }
     }
 
     /// Offers `job` of `queue` to `conn` until `deadline`. Returns the
@@ -74,7 +125,7 @@ impl OfferTable {
         if let Some(old) = &displaced {
             self.uncount(&old.queue);
         }
-        (id, self.timed.insert(conn), displaced)
+        (id, self.timed.arm(conn, deadline), displaced)
     }
 
     /// Offers held now on `queue`.
@@ -108,16 +159,11 @@ impl OfferTable {
 
     /// The connection's offer timer fired at `now`.
     pub fn check(&mut self, conn: ConnId, now: Instant) -> OfferCheck {
-        self.timed.remove(&conn);
-        let Some(deadline) = self.by_conn.get(&conn).map(|o| o.deadline) else { return OfferCheck::None };
-        if deadline > now {
-            self.timed.insert(conn);
-            return OfferCheck::NotBefore(deadline);
-        }
-        match self.remove(conn) {
-            Some(offer) => OfferCheck::Lapsed(Box::new(offer)),
-            None => OfferCheck::None,
-        }
+        let deadline = self.by_conn.get(&conn).map(|o| o.deadline);
+        let mut timed = std::mem::take(&mut self.timed);
+        let due = timed.fired(conn, now, deadline, || self.remove(conn));
+        self.timed = timed;
+        due
     }
 
     /// Every offer with its connection (shutdown log, tests).

@@ -1,6 +1,18 @@
-//! Peer handlers: workers on their home shard (INFORM, READY, job-result
-//! REPLY, HEARTBEAT, KBYE, expiry, failed sends, redelivery) and schedulers
-//! on shard 0 (INFORM, SCHEDULE/UNSCHEDULE routing, heartbeats, expiry).
+//! Worker handlers, on the worker's home shard: INFORM, READY, job-result
+//! REPLY, HEARTBEAT, KBYE, expiry, failed sends, redelivery. (Schedulers:
+//! `scheduling.rs`.)
+//!
+//! A message from a worker the router does not know (expired, forgotten
+//! after its KBYE, never registered, or registered with a router that has
+//! since restarted), other than INFORM and KBYE, is answered with
+//! `DISCONNECT`: that is what makes a real EventMQ 0.3.13 jobmanager
+//! register again at once (its DISCONNECT handler raises on an `unbind` of
+//! its connected socket, spec §12 J6, and its loop reconnects under a new
+//! identity, INFORMs and sends its READYs: measured 16 ms), and emq's
+//! worker library re-INFORMs on it. EventMQ dropped such messages, so a
+//! jobmanager paused past the heartbeat timeout sat idle until its own
+//! 15 s liveness check gave up on the router. One DISCONNECT per message
+//! received: no state, no amplification.
 //!
 //! KBYE (emq's rule, docs/emqp.md "KBYE"): the worker gets no new jobs at
 //! once; jobs it still holds stay in flight, because a Python jobmanager
@@ -8,12 +20,6 @@
 //! heartbeating any more (see [`super::workers::WorkerTable::expiry`]).
 //! Whatever it still holds when it goes returns to the front of its queues
 //! (at-least-once).
-//!
-//! Schedulers (fixes of EventMQ 0.3.13's router; docs/emqp.md
-//! "Schedulers"): SCHEDULE goes round-robin over live schedulers; a failed
-//! forward is retried on the next one; forwarding does not count as the
-//! scheduler's heartbeat; a repeated INFORM does not duplicate the entry;
-//! SCHEDULE with no scheduler gets an `ERROR NO_SCHEDULER` reply.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -21,19 +27,26 @@ use std::sync::Arc;
 use super::workers::{Expiry, InFlight, Kbye};
 use super::{Cx, Shard, Timer};
 use crate::broker::job::Job;
-use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, ShardMsg};
+use crate::broker::msg::{Dest, OnFail, ShardMsg};
 use crate::broker::types::{WorkerShared, WorkerState};
-use crate::ids::{cut, show, MsgId, PeerId, QueueName, WorkerKey};
+use crate::ids::{show, MsgId, PeerId, QueueName, WorkerKey};
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
-use crate::protocol::emqp::{Command, Frame};
+use crate::protocol::emqp::Command;
 
 impl Shard {
     pub(super) fn handle_inform(&mut self, id: PeerId, msgid: MsgId, queues: Vec<(i64, QueueName)>, cx: &mut Cx) {
         if let Some(old) = self.workers.key_of(&id) {
             tracing::info!(worker = %id, "re-INFORM: replacing the earlier registration");
             self.remove_worker(old, "re-INFORM", cx);
+        }
+        let max = self.ctx.config.max_workers;
+        if self.workers.full(max) {
+            Counters::bump(&self.ctx.counters.rejected_worker_limit);
+            crate::log_limited!(warn, worker = %id, max, "INFORM refused: max_workers reached");
+            let text = format!("the router holds max_workers ({max}) workers");
+            return self.send_error_to(Dest::Backend, &id, msgid, "BAD_INFORM", text, cx);
         }
         let key = WorkerKey(self.ctx.next_key.fetch_add(1, Ordering::Relaxed));
         let shared = Arc::new(WorkerShared::new(key, id.clone(), self.index, queues.clone()));
@@ -45,18 +58,22 @@ impl Shard {
         self.send_heartbeat(Dest::Backend, &id, cx);
         for (weight, queue) in queues {
             let index = self.shard_of(&queue.0);
-            self.send_to_shard(index, ShardMsg::AddCandidate { queue, weight, worker: shared.clone() }, cx);
+            let inform = msgid.clone();
+            self.send_to_shard(index, ShardMsg::AddCandidate { queue, weight, worker: shared.clone(), inform }, cx);
         }
         self.timers.arm(cx.now + self.ctx.config.heartbeat_interval, Timer::WorkerHeartbeat(key));
         self.timers.arm(cx.now + self.ctx.config.heartbeat_timeout, Timer::WorkerExpiry(key));
     }
 
-    /// Refreshes the worker's liveness; `None` (and counted) when unknown.
-    fn touch_worker(&mut self, id: &PeerId, cx: &Cx) -> Option<Arc<WorkerShared>> {
+    /// Refreshes the worker's liveness; `None` when it is unknown, which
+    /// is then counted and told `DISCONNECT` (see the module docs).
+    fn touch_worker(&mut self, id: &PeerId, cx: &mut Cx) -> Option<Arc<WorkerShared>> {
         let found = self.workers.touch(id, cx.now);
         if found.is_none() {
             Counters::bump(&self.ctx.counters.unknown_worker_messages);
-            tracing::debug!(worker = %id, "message from an unregistered worker dropped");
+            Counters::bump(&self.ctx.counters.disconnects_to_unknown_workers);
+            tracing::info!(worker = %id, "message from a worker the router does not know: DISCONNECT (register again)");
+            self.send(Dest::Backend, id, Command::Disconnect, OnFail::Count, cx);
         }
         found
     }
@@ -74,17 +91,18 @@ impl Shard {
         }
     }
 
-    pub(super) fn handle_job_reply(&mut self, id: PeerId, request_msgid: MsgId, cx: &mut Cx) {
+    pub(super) fn handle_job_reply(&mut self, id: PeerId, request_msgid: MsgId, failed: bool, cx: &mut Cx) {
         if self.touch_worker(&id, cx).is_none() {
             return;
         }
         if let Some(f) = self.workers.complete(&id, &request_msgid.0) {
             Counters::bump(&self.ctx.counters.completed_jobs);
+            self.job_done(&f.job, cx);
             let queue = f.job.queue_bytes();
             self.latency.record(queue, Kind::Service, cx.now.saturating_duration_since(f.since));
             let end_to_end = cx.now.saturating_duration_since(f.job.accepted_at(self.ctx.started));
             self.latency.record(queue, Kind::EndToEnd, end_to_end);
-            self.log_done(&f.job, cx);
+            self.job_ended(&id, f, failed, cx);
         }
     }
 
@@ -145,9 +163,9 @@ impl Shard {
             let queue = job.queue();
             if job.redeliveries() > limits::MAX_DELIVERIES {
                 Counters::bump(&self.ctx.counters.dead_lettered);
-                let (msgid, body) = (show(job.frames.msgid()), cut(job.frames.body()));
-                tracing::error!(%queue, %msgid, %body, "job dropped: every worker that took it died");
-                self.log_done(&job, cx);
+                self.job_done(&job, cx);
+                let (msgid, bytes) = (show(job.frames.msgid()), job.frames.body().len());
+                crate::log_limited!(error, job = %job.id, %queue, %msgid, bytes, "job dropped: every worker that took it died");
                 continue;
             }
             match by_queue.iter_mut().find(|(q, _)| *q == queue) {
@@ -183,84 +201,6 @@ impl Shard {
     pub(super) fn kbye_workers(&mut self, cx: &mut Cx) {
         for id in self.workers.ids() {
             self.send(Dest::Backend, &id, Command::Kbye, OnFail::Count, cx);
-        }
-    }
-
-    pub(super) fn handle_scheduler_inform(&mut self, id: PeerId, msgid: MsgId, cx: &mut Cx) {
-        tracing::info!(scheduler = %id, "scheduler registered");
-        self.schedulers.add(id.clone(), cx.now);
-        self.send(Dest::Frontend, &id, Command::Ack { acked: msgid.0.to_vec() }, OnFail::Count, cx);
-        self.send_heartbeat(Dest::Frontend, &id, cx);
-    }
-
-    pub(super) fn handle_schedule(
-        &mut self,
-        client: PeerId,
-        msgid: MsgId,
-        frames: Vec<Frame>,
-        unschedule: bool,
-        cx: &mut Cx,
-    ) {
-        if unschedule {
-            let ids = self.schedulers.ids();
-            if ids.is_empty() {
-                return self.no_scheduler(&client, msgid, cx);
-            }
-            for id in ids {
-                let msg = OutMsg::Frames(frames.clone());
-                cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: id, msg, on_fail: OnFail::Unschedule });
-            }
-            return;
-        }
-        match self.schedulers.pick() {
-            Some(id) => {
-                let on_fail = OnFail::Schedule { client };
-                cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: id, msg: OutMsg::Frames(frames), on_fail });
-            }
-            None => self.no_scheduler(&client, msgid, cx),
-        }
-    }
-
-    fn no_scheduler(&mut self, client: &PeerId, msgid: MsgId, cx: &mut Cx) {
-        Counters::bump(&self.ctx.counters.rejected_no_scheduler);
-        self.send_error(client, msgid, "NO_SCHEDULER", "no scheduler is connected".into(), cx);
-    }
-
-    pub(super) fn handle_scheduler_send_failed(
-        &mut self,
-        id: PeerId,
-        retry: Option<(PeerId, Vec<Frame>)>,
-        cx: &mut Cx,
-    ) {
-        tracing::warn!(scheduler = %id, "scheduler unreachable; removed");
-        self.schedulers.remove(&id);
-        if let Some((client, frames)) = retry {
-            let msgid = MsgId::from(frames.get(3).map_or(&[][..], Vec::as_slice));
-            self.handle_schedule(client, msgid, frames, false, cx);
-        }
-    }
-
-    pub(super) fn scheduler_heartbeats_due(&mut self, cx: &mut Cx) {
-        for id in self.schedulers.ids() {
-            self.send_heartbeat(Dest::Frontend, &id, cx);
-        }
-        self.timers.arm(cx.now + self.ctx.config.heartbeat_interval, Timer::SchedulerHeartbeats);
-    }
-
-    pub(super) fn scheduler_expiry_due(&mut self, cx: &mut Cx) {
-        let timeout = self.ctx.config.heartbeat_timeout;
-        for id in self.schedulers.expire(cx.now, timeout) {
-            tracing::info!(scheduler = %id, "scheduler expired (heartbeat timeout)");
-            Counters::bump(&self.ctx.counters.expired_schedulers);
-        }
-        // Checked every half timeout: a dead scheduler goes within 1.5 × timeout.
-        self.timers.arm(cx.now + timeout / 2, Timer::SchedulerExpiry);
-    }
-
-    /// KBYE to every scheduler (shutdown).
-    pub(super) fn kbye_schedulers(&mut self, cx: &mut Cx) {
-        for id in self.schedulers.ids() {
-            self.send(Dest::Frontend, &id, Command::Kbye, OnFail::Count, cx);
         }
     }
 }

@@ -1,10 +1,19 @@
 //! [`QueueTable`]: the queues a shard owns. Each queue is a FIFO of waiting
 //! jobs, its candidate workers in selection order, and its figures. Data
 //! and its rules only: the handlers in `flow.rs` decide what to do.
+//!
+//! Queues are reclaimed: one that holds no job, has no live worker and no
+//! text offer is forgotten after [`crate::config::RouterConfig::queue_idle_grace`]
+//! ([`QueueTable::sweep`]), with everything keyed by its name. The number
+//! of queues of all shards together is kept in one shared counter, which
+//! admission compares with `max_queues`.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use crate::broker::counts::{QueueCounter, QueueCounts};
 use crate::broker::job::Job;
 use crate::broker::selection::Candidates;
 use crate::broker::snapshot::QueueSnap;
@@ -23,12 +32,20 @@ struct QueueState {
     declared: bool,
     /// Jobs dispatched to eMQP workers since start.
     dispatched: u64,
+    /// Bytes of the waiting jobs' buffers.
+    bytes: usize,
+    /// Since when a sweep has found the queue idle (cleared by any use).
+    idle_since: Option<Instant>,
+    /// Both protocols' job counts since start.
+    counts: QueueCounts,
 }
 
 /// The queues of one shard, by name.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct QueueTable {
     map: FastMap<QueueName, QueueState>,
+    /// Queues of every shard together (shared with the other shards).
+    count: Arc<AtomicUsize>,
 }
 
 impl QueueState {
@@ -41,12 +58,33 @@ impl QueueState {
 }
 
 impl QueueTable {
+    /// An empty table counting its queues in `count` (shared by all shards).
+    pub fn new(count: Arc<AtomicUsize>) -> QueueTable {
+        QueueTable { map: FastMap::default(), count }
+    }
+
+    /// Whether `queue` exists here.
+    pub fn exists(&self, queue: &[u8]) -> bool {
+        self.map.contains_key(queue)
+    }
+
+    /// Queues of every shard together.
+    pub fn total(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of the waiting jobs of `queue`.
+    pub fn bytes(&self, queue: &[u8]) -> usize {
+        self.map.get(queue).map_or(0, |q| q.bytes)
+    }
+
     /// Whether a REQUEST for `queue` stays on it rather than falling back to
     /// `default` (EventMQ 0.3.13 falls back for every queue no connected
     /// worker declared; emq's rule, docs/emqp.md "Unknown queues"): a queue
-    /// is known once any worker has declared it in an INFORM (for the life of
-    /// the broker, so a restarting worker's jobs wait for it instead of
-    /// running elsewhere), or while it holds jobs. `default` is always known.
+    /// is known while a worker declares it and until it is reclaimed, one
+    /// idle grace after the last one left (so a restarting worker's jobs wait
+    /// for it instead of running elsewhere), or while it holds jobs.
+    /// `default` is always known.
     pub fn is_known(&self, queue: &[u8]) -> bool {
         queue == limits::DEFAULT_QUEUE.as_bytes()
             || self.map.get(queue).is_some_and(|q| q.declared || !q.waiting.is_empty())
@@ -60,7 +98,9 @@ impl QueueTable {
     /// Puts `job` at the back of `queue`.
     pub fn push_back(&mut self, queue: &QueueName, mut job: Job) {
         job.set_back_from(None);
-        self.entry(queue).waiting.push_back(job);
+        let q = self.entry(queue);
+        q.bytes += job.frames.len();
+        q.waiting.push_back(job);
     }
 
     /// Puts `jobs` at the front of `queue`, in their order (the first of
@@ -76,6 +116,7 @@ impl QueueTable {
     /// order would be reversed.
     pub fn push_front(&mut self, queue: &QueueName, jobs: Vec<Job>) {
         let q = self.entry(queue);
+        q.bytes += jobs.iter().map(|j| j.frames.len()).sum::<usize>();
         let at = jobs.first().and_then(Job::back_from).map_or(0, |key| q.behind_sent_back_by(key));
         if at == 0 {
             for job in jobs.into_iter().rev() {
@@ -90,7 +131,10 @@ impl QueueTable {
 
     /// Takes the oldest waiting job of `queue`.
     pub fn pop(&mut self, queue: &[u8]) -> Option<Job> {
-        let mut job = self.map.get_mut(queue)?.waiting.pop_front()?;
+        let q = self.map.get_mut(queue)?;
+        q.idle_since = None;
+        let mut job = q.waiting.pop_front()?;
+        q.bytes -= job.frames.len();
         job.set_back_from(None);
         Some(job)
     }
@@ -106,9 +150,16 @@ impl QueueTable {
         }
         let worker = q.candidates.select()?;
         let mut job = q.waiting.pop_front()?;
+        q.bytes -= job.frames.len();
         job.set_back_from(None);
         q.dispatched += 1;
+        q.counts.bump(QueueCounter::Dispatched);
         Some((worker, job))
+    }
+
+    /// Adds one to `queue`'s `counter`.
+    pub fn count(&mut self, queue: &QueueName, counter: QueueCounter) {
+        self.entry(queue).counts.bump(counter);
     }
 
     /// Adds (or re-weights) a candidate of `queue` and marks the queue
@@ -126,6 +177,31 @@ impl QueueTable {
         }
     }
 
+    /// Forgets every queue that a sweep found idle at least `grace` ago and
+    /// that is still idle: no waiting job, no live worker, no text offer
+    /// (`offered(queue)` is 0). Marks newly idle ones. Returns the names
+    /// forgotten. Linear in the queues of this shard; run every half grace.
+    pub fn sweep(&mut self, now: Instant, grace: Duration, offered: impl Fn(&QueueName) -> usize) -> Vec<QueueName> {
+        let mut gone = Vec::new();
+        for (name, q) in self.map.iter_mut() {
+            let idle = q.waiting.is_empty() && q.candidates.is_empty() && offered(name) == 0;
+            match (idle, q.idle_since) {
+                (false, _) => q.idle_since = None,
+                (true, None) => q.idle_since = Some(now),
+                (true, Some(since)) if now.saturating_duration_since(since) >= grace => gone.push(name.clone()),
+                (true, Some(_)) => {}
+            }
+        }
+        for name in &gone {
+            self.map.remove(name);
+        }
+        self.count.fetch_sub(gone.len(), Ordering::Relaxed);
+        if !gone.is_empty() && self.map.capacity() > 4 * self.map.len().max(64) {
+            self.map.shrink_to_fit();
+        }
+        gone
+    }
+
     /// Every queue's figures, sorted by name, with `offered(queue)` jobs
     /// held by text offers. Linear in queues.
     pub fn snaps(&self, offered: impl Fn(&QueueName) -> usize) -> Vec<QueueSnap> {
@@ -137,6 +213,8 @@ impl QueueTable {
                 waiting: q.waiting.len(),
                 offered: offered(name),
                 processed: q.dispatched,
+                counts: q.counts,
+                served: q.declared,
                 candidates: q.candidates.iter().map(|(w, x)| (*w, x.id.to_string())).collect(),
             })
             .collect();
@@ -183,6 +261,12 @@ impl QueueTable {
 
     fn entry(&mut self, queue: &QueueName) -> &mut QueueState {
         // A queue name is inline bytes: the clone costs no allocation.
-        self.map.entry(queue.clone()).or_default()
+        let count = &self.count;
+        let q = self.map.entry(queue.clone()).or_insert_with(|| {
+            count.fetch_add(1, Ordering::Relaxed);
+            QueueState::default()
+        });
+        q.idle_since = None;
+        q
     }
 }

@@ -1,9 +1,21 @@
 //! [`Schedulers`]: the registered schedulers (shard 0 only), in INFORM
-//! order, with a round-robin cursor. Data and its rules only: the handlers
-//! in `peers.rs` decide what to do.
+//! order, with their routing names, and the choice of a scheduler for a new
+//! schedule key. Data and its rules only: the handlers in `scheduling.rs`
+//! decide what to do; [`super::owners`] remembers who owns what.
+//!
+//! A scheduler's **name** is the one it gave in its INFORM (emq-scheduler
+//! sends a stable one), else its identity. A new key goes to the live
+//! scheduler owning the fewest keys; among those, to the one with the
+//! highest rendezvous score `score(k, s) = first 8 bytes of SHA-1(k ‖ 0x00
+//! ‖ name(s))` (big-endian; ties, which need equal names, go to the
+//! greater identity). Cost: one SHA-1 per live scheduler per new key.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sha1::{Digest, Sha1};
+
+pub use super::owners::Name;
 use crate::broker::snapshot::SchedulerSnap;
 use crate::ids::PeerId;
 
@@ -11,52 +23,104 @@ use crate::ids::PeerId;
 #[derive(Debug)]
 struct Entry {
     id: PeerId,
+    /// Its INFORM D6, else its identity.
+    name: Name,
+    /// Whether it sent a name (an emq-scheduler: it understands DROP).
+    named: bool,
     last_seen: Instant,
     scheduled: u64,
 }
 
-/// Live schedulers in INFORM order, with a round-robin cursor.
+/// Live schedulers in INFORM order.
 #[derive(Debug, Default)]
 pub struct Schedulers {
     list: Vec<Entry>,
-    next: usize,
+}
+
+/// The rendezvous score of `name` for schedule `key` (module docs).
+pub fn score(key: &[u8], name: &[u8]) -> u64 {
+    let mut h = Sha1::new();
+    h.update(key);
+    h.update([0u8]);
+    h.update(name);
+    let d = h.finalize();
+    u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
 }
 
 impl Schedulers {
-    /// Registers `id` (a repeated INFORM replaces the entry: EventMQ added a
-    /// duplicate).
-    pub fn add(&mut self, id: PeerId, now: Instant) {
+    /// Registers `id` under `name` (a repeated INFORM replaces the entry:
+    /// EventMQ added a duplicate). Another scheduler registered under the
+    /// same name is replaced too (the newest registration of a name takes
+    /// it over, as a restarted scheduler comes back under a new identity);
+    /// its identity is returned.
+    pub fn add(&mut self, id: PeerId, name: Option<Vec<u8>>, now: Instant) -> Option<PeerId> {
         self.remove(&id);
-        self.list.push(Entry { id, last_seen: now, scheduled: 0 });
+        let named = name.is_some();
+        let name: Name = Arc::from(name.unwrap_or_else(|| id.0.to_vec()));
+        let replaced = self.list.iter().position(|e| e.name == name).map(|i| self.list.remove(i).id);
+        self.list.push(Entry { id, name, named, last_seen: now, scheduled: 0 });
+        replaced
     }
 
-    /// Refreshes a scheduler's liveness; unknown peers are ignored.
-    pub fn touch(&mut self, id: &PeerId, now: Instant) {
-        if let Some(e) = self.list.iter_mut().find(|e| &e.id == id) {
-            e.last_seen = now;
+    /// Refreshes a scheduler's liveness; false (and nothing changed) when
+    /// `id` is not registered.
+    pub fn touch(&mut self, id: &PeerId, now: Instant) -> bool {
+        match self.list.iter_mut().find(|e| &e.id == id) {
+            Some(e) => {
+                e.last_seen = now;
+                true
+            }
+            None => false,
         }
     }
 
-    /// Forgets a scheduler (KBYE, expiry, unreachable). The cursor keeps
-    /// pointing at the scheduler whose turn is next.
+    /// Whether `id` is registered.
+    pub fn contains(&self, id: &PeerId) -> bool {
+        self.list.iter().any(|e| &e.id == id)
+    }
+
+    /// Registered schedulers.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether none is registered.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Forgets a scheduler (KBYE, expiry, unreachable).
     pub fn remove(&mut self, id: &PeerId) {
-        let Some(at) = self.list.iter().position(|e| &e.id == id) else { return };
-        self.list.remove(at);
-        if at < self.next {
-            self.next -= 1;
+        self.list.retain(|e| &e.id != id);
+    }
+
+    /// The live scheduler for a new schedule `key` (module docs), given
+    /// each name's current number of keys; `None` when none is registered.
+    pub fn pick_for(&self, key: &[u8], load: impl Fn(&[u8]) -> usize) -> Option<(PeerId, Name)> {
+        let best = self.list.iter().max_by(|a, b| {
+            let (la, lb) = (load(&a.name), load(&b.name));
+            lb.cmp(&la).then_with(|| score(key, &a.name).cmp(&score(key, &b.name))).then_with(|| a.id.0.cmp(&b.id.0))
+        })?;
+        Some((best.id.clone(), best.name.clone()))
+    }
+
+    /// The live scheduler registered under `name`.
+    pub fn by_name(&self, name: &[u8]) -> Option<PeerId> {
+        self.list.iter().find(|e| &*e.name == name).map(|e| e.id.clone())
+    }
+
+    /// Counts a SCHEDULE/UNSCHEDULE routed to `id` (ROUTER_SHOW_SCHEDULERS
+    /// `scheduled`).
+    pub fn count_routed(&mut self, id: &PeerId) {
+        if let Some(e) = self.list.iter_mut().find(|e| &e.id == id) {
+            e.scheduled += 1;
         }
     }
 
-    /// The next scheduler in turn, counted as having been given a SCHEDULE.
-    pub fn pick(&mut self) -> Option<PeerId> {
-        if self.list.is_empty() {
-            return None;
-        }
-        self.next %= self.list.len();
-        let e = &mut self.list[self.next];
-        e.scheduled += 1;
-        self.next += 1;
-        Some(e.id.clone())
+    /// Every scheduler's identity but `except`, in INFORM order, each with
+    /// whether it gave a name (an emq-scheduler).
+    pub fn others(&self, except: &PeerId) -> Vec<(PeerId, bool)> {
+        self.list.iter().filter(|e| &e.id != except).map(|e| (e.id.clone(), e.named)).collect()
     }
 
     /// Every scheduler's identity, in INFORM order.
@@ -66,11 +130,14 @@ impl Schedulers {
 
     /// Removes and returns the schedulers silent for `timeout` or longer.
     pub fn expire(&mut self, now: Instant, timeout: Duration) -> Vec<PeerId> {
-        let silent = |e: &&Entry| now.saturating_duration_since(e.last_seen) >= timeout;
-        let gone: Vec<PeerId> = self.list.iter().filter(silent).map(|e| e.id.clone()).collect();
-        for id in &gone {
-            self.remove(id);
-        }
+        let mut gone = Vec::new();
+        self.list.retain(|e| {
+            let alive = now.saturating_duration_since(e.last_seen) < timeout;
+            if !alive {
+                gone.push(e.id.clone());
+            }
+            alive
+        });
         gone
     }
 
@@ -80,9 +147,59 @@ impl Schedulers {
             .iter()
             .map(|e| SchedulerSnap {
                 id: e.id.to_string(),
+                name: e.named.then(|| String::from_utf8_lossy(&e.name).into_owned()),
                 hb: e.last_seen.saturating_duration_since(started).as_secs_f64(),
                 scheduled: e.scheduled,
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> PeerId {
+        PeerId::from(s.as_bytes())
+    }
+
+    fn table(names: &[&str]) -> Schedulers {
+        let mut t = Schedulers::default();
+        for n in names {
+            t.add(p(&format!("id-{n}")), Some(n.as_bytes().to_vec()), Instant::now());
+        }
+        t
+    }
+
+    #[test]
+    fn new_keys_go_to_the_least_loaded_then_by_rendezvous() {
+        let t = table(&["a", "b", "c"]);
+        let load = |loads: &'static [(&'static str, usize)]| {
+            move |n: &[u8]| loads.iter().find(|(k, _)| k.as_bytes() == n).map_or(0, |(_, l)| *l)
+        };
+        assert_eq!(t.pick_for(b"k", load(&[("a", 1), ("b", 0), ("c", 1)])).unwrap().0, p("id-b"));
+        // Equal loads: the highest score wins, whatever the INFORM order.
+        let (best, _) = t.pick_for(b"k", |_| 0).unwrap();
+        let want = ["a", "b", "c"].into_iter().max_by_key(|n| score(b"k", n.as_bytes())).unwrap();
+        assert_eq!(best, p(&format!("id-{want}")));
+        let reversed = table(&["c", "b", "a"]);
+        assert_eq!(reversed.pick_for(b"k", |_| 0).unwrap().0, best);
+    }
+
+    #[test]
+    fn a_name_registered_again_replaces_its_old_entry() {
+        let mut t = table(&["a", "b"]);
+        assert_eq!(t.add(p("id-a-restarted"), Some(b"a".to_vec()), Instant::now()), Some(p("id-a")));
+        assert_eq!((t.len(), t.by_name(b"a")), (2, Some(p("id-a-restarted"))));
+        // No name: the identity is the name.
+        t.add(p("python-uuid"), None, Instant::now());
+        assert_eq!(t.by_name(b"python-uuid"), Some(p("python-uuid")));
+        assert_eq!(t.others(&p("id-b")), vec![(p("id-a-restarted"), true), (p("python-uuid"), false)]);
+    }
+
+    #[test]
+    fn score_is_stable() {
+        // SHA-1("k\0a")[..8]: fixed by the rule, so routing survives restarts and upgrades.
+        assert_eq!(score(b"k", b"a"), u64::from_be_bytes(Sha1::digest(b"k\0a")[..8].try_into().unwrap()));
     }
 }

@@ -1,29 +1,62 @@
-//! Text-protocol handlers on the queue's shard (text-protocol.md; emq's
-//! contract in docs/text-protocol.md): SCHED, ASK and the offer. An offered
-//! job is held in the [`super::offers::OfferTable`], keyed by connection,
-//! until ACK/DCL/DEL, the connection ends, or the offer timeout, which this
-//! shard alone decides; the deadline goes back with the offer so the
-//! connection can forget it at the same moment.
+//! Text-protocol handlers on the queue's shard (text-protocol.md): SCHED,
+//! ASK (plain and long-poll) and the offer. An offered job is held in the
+//! [`super::offers::OfferTable`], keyed by connection, until ACK/DCL/DEL,
+//! the connection's end, or the offer timeout, which this shard alone
+//! decides; the deadline goes back with the offer so the connection can
+//! forget it at the same moment.
+//!
+//! Long-poll ASKs wait in the [`super::waits::WaitTable`]. A task arriving
+//! in a queue goes first to an eMQP worker with a free slot (the push rule
+//! of text-protocol.md "One broker, one queue namespace"), then to the ASK
+//! that has waited longest ([`Shard::serve_waits`], called by every path
+//! that adds a task: SCHED, REQUEST, requeue, DCL, a returned offer).
+//!
+//! Every ASK also keeps its queue known for `text_ask_grace`
+//! ([`super::asked::AskedQueues`]); a long-poll ASK keeps it known while it
+//! waits.
+
+use std::time::Duration;
 
 use super::offers::OfferCheck;
+use super::waits::WaitCheck;
 use super::{Cx, Shard, Timer};
+use crate::broker::counts::QueueCounter;
 use crate::broker::job::{Job, JobFrames, Origin};
 use crate::broker::msg::{TextAnswer, TextCmd, TextOutcome, TextPort, TextReply, TextRequest};
 use crate::ids::{ConnId, OfferId, QueueName};
+use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
 use crate::protocol::text::ErrorCode;
 
+/// Why an offer came back to its queue.
+#[derive(Debug, Clone, Copy)]
+enum Returned {
+    /// The connection ended holding it.
+    Disconnect,
+    /// Its offer timeout passed.
+    Timeout,
+}
+
 impl Shard {
-    /// Runs text commands in order; each but `Release` gets one answer on `port`.
+    /// Runs text commands in order. Each is answered once on `port`, except
+    /// `Release` and `Cancel` (never) and an `AskWait` that waits (later).
     pub(super) fn handle_text(&mut self, port: &TextPort, cmds: Vec<TextRequest>, cx: &mut Cx) {
         for TextRequest { conn, cmd } in cmds {
             let outcome = match cmd {
                 TextCmd::Sched { queue, data } => self.text_sched(queue, data, cx),
                 TextCmd::Ask { queue } => self.text_ask(conn, queue, cx),
+                TextCmd::AskWait { queue, wait } => match self.text_ask_wait(conn, queue, wait, port, cx) {
+                    Some(outcome) => outcome,
+                    None => continue,
+                },
                 TextCmd::Answer { offer, answer } => self.text_answer(conn, offer, answer, cx),
                 TextCmd::Release { offer } => {
                     self.text_release(conn, offer, cx);
+                    continue;
+                }
+                TextCmd::Cancel => {
+                    self.text_cancel(conn, cx);
                     continue;
                 }
             };
@@ -32,10 +65,6 @@ impl Shard {
     }
 
     fn text_sched(&mut self, queue: QueueName, data: Vec<u8>, cx: &mut Cx) -> TextOutcome {
-        if let Err(code) = self.admit(&queue) {
-            return TextOutcome::Refused(code);
-        }
-        let id = self.next_job_id();
         // A text job's msgid (what an eMQP worker sees in D3): a fresh uuid4,
         // like every msgid EventMQ peers make.
         let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
@@ -46,17 +75,79 @@ impl Shard {
             // The text decoder bounds lines and names well below these limits.
             Err(_) => return TextOutcome::Refused(ErrorCode::TooBig),
         };
-        let mut job = Job::new(id, frames, Origin::Text, false, self.ctx.started, cx.now);
+        if let Err(code) = self.admit(&queue, frames.len()) {
+            return TextOutcome::Refused(code);
+        }
+        let mut job = Job::new(self.next_job_id(), frames, Origin::Text, false, self.ctx.started, cx.now);
         self.log_accepted(&mut job);
         self.enqueue_new(&queue, job, cx);
         TextOutcome::Done
     }
 
     fn text_ask(&mut self, conn: ConnId, queue: QueueName, cx: &mut Cx) -> TextOutcome {
-        let Some(job) = self.queues.pop(&queue.0) else { return TextOutcome::Nope };
+        if let Err(code) = self.note_ask(&queue, cx) {
+            return TextOutcome::Refused(code);
+        }
+        match self.queues.pop(&queue.0) {
+            Some(job) => self.offer_job(conn, queue, job, cx),
+            None => TextOutcome::Nope,
+        }
+    }
+
+    /// A long-poll ASK: answered now when a task waits (or the wait is 0),
+    /// else `None` and the connection joins the queue's line.
+    fn text_ask_wait(
+        &mut self,
+        conn: ConnId,
+        queue: QueueName,
+        wait: Duration,
+        port: &TextPort,
+        cx: &mut Cx,
+    ) -> Option<TextOutcome> {
+        if wait.is_zero() || self.queues.waiting(&queue.0) > 0 {
+            return Some(self.text_ask(conn, queue, cx));
+        }
+        if let Err(code) = self.note_ask(&queue, cx) {
+            return Some(TextOutcome::Refused(code));
+        }
+        let deadline = cx.now + wait;
+        let (arm, displaced) = self.waits.add(conn, queue, port.clone(), deadline);
+        if arm {
+            self.timers.arm(deadline, Timer::AskTimeout(conn));
+        }
+        if let Some(old) = displaced {
+            // The front end sends one ASK at a time per connection; answer a
+            // displaced wait anyway rather than leave it unanswered.
+            cx.out.text(&old.port, TextReply { conn, outcome: TextOutcome::Nope });
+        }
+        None
+    }
+
+    /// Records that `queue` was asked for; refuses a new name when the table
+    /// of asked names is full and nothing else makes the queue known.
+    fn note_ask(&mut self, queue: &QueueName, cx: &mut Cx) -> Result<(), ErrorCode> {
+        let until = cx.now + self.ctx.config.text.ask_grace;
+        if self.asked.touch(queue, cx.now, until).is_ok() || self.queues.is_known(&queue.0) {
+            return Ok(());
+        }
+        Counters::bump(&self.ctx.counters.rejected_queue_limit);
+        Err(ErrorCode::QueueLimit)
+    }
+
+    /// Whether a REQUEST for `queue` stays on it: the rule of
+    /// [`super::queues::QueueTable::is_known`], or a text client ASKed for
+    /// it within `text_ask_grace`, or a long-poll ASK waits on it.
+    pub(super) fn queue_known(&self, queue: &[u8], cx: &Cx) -> bool {
+        self.queues.is_known(queue) || self.asked.is_live(queue, cx.now) || self.waits.has(queue)
+    }
+
+    /// Offers `job` of `queue` to `conn` until the offer timeout.
+    fn offer_job(&mut self, conn: ConnId, queue: QueueName, job: Job, cx: &mut Cx) -> TextOutcome {
         self.log_dispatched(&job);
         let waited = cx.now.saturating_duration_since(job.accepted_at(self.ctx.started));
         self.latency.record(&queue.0, Kind::QueueWait, waited);
+        self.queues.count(&queue, QueueCounter::Dispatched);
+        tracing::debug!(%queue, job = %job.id, msgid = %crate::ids::show(job.frames.msgid()), %conn, "job offered");
         let data = job.frames.body().to_vec();
         let deadline = cx.now + self.ctx.config.text.offer_timeout;
         let (id, arm, displaced) = self.offers.offer(conn, queue, job, cx.now, deadline);
@@ -71,19 +162,34 @@ impl Shard {
         TextOutcome::Offer { id, data, deadline }
     }
 
+    /// Hands waiting jobs of `queue` to the long-poll ASKs waiting on it,
+    /// longest-waiting first (after eMQP workers took what they could).
+    pub(super) fn serve_waits(&mut self, queue: &QueueName, cx: &mut Cx) {
+        while self.waits.has(&queue.0) && self.queues.waiting(&queue.0) > 0 {
+            let Some(waiter) = self.waits.pop(&queue.0) else { return };
+            let Some(job) = self.queues.pop(&queue.0) else { return };
+            let outcome = self.offer_job(waiter.conn, waiter.queue, job, cx);
+            cx.out.text(&waiter.port, TextReply { conn: waiter.conn, outcome });
+        }
+    }
+
     fn text_answer(&mut self, conn: ConnId, offer: OfferId, answer: TextAnswer, cx: &mut Cx) -> TextOutcome {
         let Some(offer) = self.offers.take(conn, offer) else { return TextOutcome::Refused(ErrorCode::NoTask) };
         match answer {
             TextAnswer::Ack => {
                 Counters::bump(&self.ctx.counters.text_acked);
+                self.queues.count(&offer.queue, QueueCounter::Completed);
+                tracing::debug!(queue = %offer.queue, job = %offer.job.id, %conn, "job completed (ACK)");
                 self.latency.record(&offer.queue.0, Kind::Service, cx.now.saturating_duration_since(offer.since));
                 let end_to_end = cx.now.saturating_duration_since(offer.job.accepted_at(self.ctx.started));
                 self.latency.record(&offer.queue.0, Kind::EndToEnd, end_to_end);
-                self.log_done(&offer.job, cx);
+                self.job_done(&offer.job, cx);
             }
             TextAnswer::Del => {
                 Counters::bump(&self.ctx.counters.text_deleted);
-                self.log_done(&offer.job, cx);
+                self.queues.count(&offer.queue, QueueCounter::Failed);
+                tracing::debug!(queue = %offer.queue, job = %offer.job.id, %conn, "job failed (DEL)");
+                self.job_done(&offer.job, cx);
             }
             TextAnswer::Dcl => {
                 Counters::bump(&self.ctx.counters.text_declined);
@@ -98,8 +204,38 @@ impl Shard {
     /// Puts `conn`'s offer back at the front of its queue, if still held.
     fn text_release(&mut self, conn: ConnId, offer: OfferId, cx: &mut Cx) {
         let Some(offer) = self.offers.take(conn, offer) else { return };
-        Counters::bump(&self.ctx.counters.text_returned_disconnect);
-        self.enqueue_again(offer.job, true, cx);
+        self.return_offer(offer.queue, offer.job, Returned::Disconnect, cx);
+    }
+
+    /// The connection closed while its long-poll ASK waits here: `NOPE` now.
+    fn text_cancel(&mut self, conn: ConnId, cx: &mut Cx) {
+        if let Some(waiter) = self.waits.remove(conn) {
+            cx.out.text(&waiter.port, TextReply { conn, outcome: TextOutcome::Nope });
+        }
+    }
+
+    /// An offer came back: one more delivery of its job (text-protocol.md
+    /// "Limits on connections"). Past [`limits::MAX_DELIVERIES`] the job is
+    /// dead-lettered like an eMQP job whose workers died: counted and logged
+    /// (its id, msgid and size; never its body), not queued again.
+    /// Otherwise it goes back to the front of its queue.
+    fn return_offer(&mut self, queue: QueueName, mut job: Job, why: Returned, cx: &mut Cx) {
+        debug_assert_eq!(job.queue_bytes(), &queue.0[..]);
+        let counters = &self.ctx.counters;
+        Counters::bump(match why {
+            Returned::Disconnect => &counters.text_returned_disconnect,
+            Returned::Timeout => &counters.text_returned_timeout,
+        });
+        job.set_redeliveries(job.redeliveries() + 1);
+        if job.redeliveries() > limits::MAX_DELIVERIES {
+            Counters::bump(&counters.dead_lettered);
+            Counters::bump(&counters.text_dead_lettered);
+            let (job_id, msgid, bytes) = (job.id.0, crate::ids::show(job.frames.msgid()), job.frames.body().len());
+            tracing::error!(%queue, job_id, %msgid, bytes, ?why, "text task dropped: returned by its consumers too often");
+            self.job_done(&job, cx);
+            return;
+        }
+        self.enqueue_again(job, true, cx);
     }
 
     pub(super) fn offer_timeout_due(&mut self, conn: ConnId, cx: &mut Cx) {
@@ -107,9 +243,20 @@ impl Shard {
             OfferCheck::None => {}
             OfferCheck::NotBefore(deadline) => self.timers.arm(deadline, Timer::OfferTimeout(conn)),
             OfferCheck::Lapsed(offer) => {
-                Counters::bump(&self.ctx.counters.text_returned_timeout);
                 tracing::info!(%conn, queue = %offer.queue, "text offer timed out; back to the front");
-                self.enqueue_again(offer.job, true, cx);
+                let offer = *offer;
+                self.return_offer(offer.queue, offer.job, Returned::Timeout, cx);
+            }
+        }
+    }
+
+    pub(super) fn ask_timeout_due(&mut self, conn: ConnId, cx: &mut Cx) {
+        match self.waits.check(conn, cx.now) {
+            WaitCheck::None => {}
+            WaitCheck::NotBefore(deadline) => self.timers.arm(deadline, Timer::AskTimeout(conn)),
+            WaitCheck::Lapsed(waiter) => {
+                Counters::bump(&self.ctx.counters.text_ask_waits_expired);
+                cx.out.text(&waiter.port, TextReply { conn, outcome: TextOutcome::Nope });
             }
         }
     }

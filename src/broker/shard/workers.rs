@@ -9,6 +9,7 @@
 //! that msgid. No job shadows another.
 
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -83,9 +84,21 @@ pub struct WorkerTable {
     by_key: FastMap<WorkerKey, PeerId>,
     /// Hashes msgids for the in-flight tables (seeded per process).
     msgid_hash: foldhash::fast::RandomState,
+    /// Registered workers of every shard together (`max_workers`).
+    count: Arc<AtomicUsize>,
 }
 
 impl WorkerTable {
+    /// An empty table sharing the broker-wide worker count `count`.
+    pub fn new(count: Arc<AtomicUsize>) -> WorkerTable {
+        WorkerTable { count, ..WorkerTable::default() }
+    }
+
+    /// Whether the broker holds `max` workers or more (every shard's).
+    pub fn full(&self, max: usize) -> bool {
+        self.count.load(Ordering::Relaxed) >= max
+    }
+
     /// The registration of `id`, if any.
     pub fn key_of(&self, id: &PeerId) -> Option<WorkerKey> {
         self.by_id.get(id).map(|w| w.shared.key)
@@ -100,7 +113,9 @@ impl WorkerTable {
     pub fn register(&mut self, shared: Arc<WorkerShared>, now: Instant) {
         self.by_key.insert(shared.key, shared.id.clone());
         let w = HomeWorker { shared, last_seen: now, inflight: HashTable::new(), dispatched: 0, kbye_at: None };
-        self.by_id.insert(w.shared.id.clone(), w);
+        if self.by_id.insert(w.shared.id.clone(), w).is_none() {
+            self.count.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Notes that `id` was heard from at `now`; its shared state, or `None`
@@ -154,6 +169,7 @@ impl WorkerTable {
     pub fn remove(&mut self, key: WorkerKey) -> Option<Removed> {
         let id = self.by_key.remove(&key)?;
         let w = self.by_id.remove(&id)?;
+        self.count.fetch_sub(1, Ordering::Relaxed);
         w.shared.set_state(WorkerState::Dead);
         let mut jobs: Vec<InFlight> = w.inflight.into_iter().collect();
         jobs.sort_by_key(|f| f.seq);

@@ -1,6 +1,8 @@
 //! The `json.loads` half of [`super`]: a strict-mode parser that keeps
 //! Python's types (int vs float, lone surrogates, `NaN`/`Infinity`).
 
+use std::collections::HashMap;
+
 use super::{PyJson, PyStr};
 
 /// Why [`parse`] rejected the input: the byte offset and what was expected.
@@ -103,6 +105,9 @@ impl Parser<'_> {
     fn object(&mut self, depth: usize) -> Result<PyJson, JsonError> {
         self.pos += 1;
         let mut members: Vec<(PyStr, PyJson)> = Vec::new();
+        // Each key's position in `members`: duplicate keys are found in
+        // constant time, so an object costs time linear in its text.
+        let mut index: HashMap<PyStr, usize> = HashMap::new();
         self.ws();
         if self.eat("}") {
             return Ok(PyJson::Object(members));
@@ -119,9 +124,12 @@ impl Parser<'_> {
             }
             self.ws();
             let value = self.value(depth + 1)?;
-            match members.iter_mut().find(|(k, _)| *k == key) {
-                Some(slot) => slot.1 = value,
-                None => members.push((key, value)),
+            match index.get(&key) {
+                Some(&at) => members[at].1 = value,
+                None => {
+                    index.insert(key.clone(), members.len());
+                    members.push((key, value));
+                }
             }
             self.ws();
             if self.eat("}") {
@@ -303,6 +311,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// 100,000 keys, every one given twice: each keeps its first position
+    /// and takes its last value (issue 10: duplicate keys are found with a
+    /// hash set, so this is linear; it took 31 s when it was quadratic).
+    #[test]
+    fn a_hundred_thousand_keys_keep_dict_semantics() {
+        const N: usize = 100_000;
+        let first = (0..N).map(|i| format!("\"k{i}\": {i}"));
+        let again = (0..N).rev().map(|i| format!("\"k{i}\": \"v{i}\""));
+        let text = format!("{{{}}}", first.chain(again).collect::<Vec<_>>().join(", "));
+        let PyJson::Object(members) = parse(&text).expect("parses") else { panic!("not an object") };
+        assert_eq!(members.len(), N);
+        for (i, (key, value)) in members.iter().enumerate() {
+            assert_eq!(*key, crate::protocol::pyjson::py_str(&format!("k{i}")));
+            assert_eq!(*value, PyJson::Str(crate::protocol::pyjson::py_str(&format!("v{i}"))));
+        }
+        let distinct = format!("{{{}}}", (0..N).map(|i| format!("\"{i}\": [{i}]")).collect::<Vec<_>>().join(","));
+        let v = parse(&distinct).expect("parses");
+        assert_eq!(v.get("99999"), Some(&PyJson::Array(vec![PyJson::Int("99999".into())])));
+        assert_eq!(v.dumps(false), distinct.replace(',', ", "), "json.dumps separators");
     }
 
     #[test]

@@ -28,6 +28,15 @@ pub enum TextCommand {
         /// The queue asked for, a valid queue name.
         queue: String,
     },
+    /// `ASK <queue> <ms>` (long poll, text-protocol.md "Extension: long-poll
+    /// ASK"): like `ASK <queue>`, but with no task waiting the answer comes
+    /// when one arrives, or as `NOPE` after `wait_ms` milliseconds.
+    AskWait {
+        /// The queue asked for, a valid queue name.
+        queue: String,
+        /// How long to wait at most, in milliseconds (0: answer at once).
+        wait_ms: u64,
+    },
     /// `ACK`: accept the offered task.
     Ack,
     /// `DCL`: decline the offered task (it moves to the back of its queue).
@@ -154,14 +163,27 @@ fn parse_sched(arg: &[u8]) -> Result<TextCommand, TextError> {
     Ok(TextCommand::Sched { data: data.to_vec(), queue: queue.to_string() })
 }
 
+/// Most digits of a long-poll wait: 19 always fit a `u64`.
+const MAX_WAIT_DIGITS: usize = 19;
+
 fn parse_ask(arg: &[u8]) -> Result<TextCommand, TextError> {
     if arg.is_empty() {
         return Ok(TextCommand::Ask { queue: limits::DEFAULT_QUEUE.to_string() });
     }
-    match std::str::from_utf8(arg) {
-        Ok(queue) if valid_queue_name(arg) => Ok(TextCommand::Ask { queue: queue.to_string() }),
-        _ => Err(TextError::BadFormat { why: "invalid queue name (1 to 255 bytes of A-Z a-z 0-9 _ - . :)" }),
+    let (name, wait) = match memchr::memchr(b' ', arg) {
+        Some(sp) => (&arg[..sp], Some(&arg[sp + 1..])),
+        None => (arg, None),
+    };
+    let queue = match std::str::from_utf8(name) {
+        Ok(queue) if valid_queue_name(name) => queue.to_string(),
+        _ => return Err(TextError::BadFormat { why: "invalid queue name (1 to 255 bytes of A-Z a-z 0-9 _ - . :)" }),
+    };
+    let Some(wait) = wait else { return Ok(TextCommand::Ask { queue }) };
+    if wait.is_empty() || wait.len() > MAX_WAIT_DIGITS || !wait.iter().all(u8::is_ascii_digit) {
+        return Err(TextError::BadFormat { why: "the wait of ASK <queue> <ms> is 1 to 19 digits" });
     }
+    let wait_ms = wait.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    Ok(TextCommand::AskWait { queue, wait_ms })
 }
 
 fn no_argument(arg: &[u8], command: TextCommand) -> Result<TextCommand, TextError> {
@@ -229,6 +251,20 @@ mod tests {
         assert_eq!(code(b"ASK bad/name"), ErrorCode::BadFormat);
         assert_eq!(code(b"ASK  q"), ErrorCode::BadFormat);
         assert_eq!(code(b"ASK \xff"), ErrorCode::BadFormat);
+    }
+
+    #[test]
+    fn long_poll_ask_forms() {
+        let wait = |q: &str, ms: u64| Some(Ok(TextCommand::AskWait { queue: q.to_string(), wait_ms: ms }));
+        assert_eq!(parse_command(b"ASK q 1000"), wait("q", 1000));
+        assert_eq!(parse_command(b"ask default 0"), wait("default", 0));
+        assert_eq!(parse_command(b"ASK q 9999999999999999999"), wait("q", 9_999_999_999_999_999_999));
+        assert_eq!(parse_command(b"ASK 500"), Some(Ok(TextCommand::Ask { queue: "500".into() })), "a number is a name");
+        for line in [&b"ASK q "[..], b"ASK q x", b"ASK q -1", b"ASK q 1 2", b"ASK q 1.5", b"ASK q 99999999999999999999"]
+        {
+            assert_eq!(code(line), ErrorCode::BadFormat, "{line:?}");
+        }
+        assert_eq!(code(b"ASK bad/q 10"), ErrorCode::BadFormat);
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! Writing lines in both directions, and reading server lines on the client
-//! side (text-protocol.md "Server → client lines", "Line breaks in data").
+//! side (docs/text-protocol.md "Answers and errors", "Line breaks in data").
 
 use super::command::{split_queue, valid_queue_name, TextCommand};
 use super::ErrorCode;
 use crate::limits;
 
 /// Appends `WANT? <data>\n`, writing each CR and LF byte of `data` as a
-/// space (text-protocol.md "Line breaks in data"). Returns whether any byte
+/// space (docs/text-protocol.md "Line breaks in data"). Returns whether any byte
 /// was rewritten, for the STATUS counter.
 pub fn encode_want(out: &mut Vec<u8>, data: &[u8]) -> bool {
     out.extend_from_slice(b"WANT? ");
@@ -65,6 +65,10 @@ pub fn encode_command(out: &mut Vec<u8>, command: &TextCommand) -> Result<(), En
             check_queue(queue)?;
             out.extend_from_slice(b"ASK ");
             out.extend_from_slice(queue.as_bytes());
+        }
+        TextCommand::AskWait { queue, wait_ms } => {
+            check_queue(queue)?;
+            out.extend_from_slice(format!("ASK {queue} {wait_ms}").as_bytes());
         }
         TextCommand::Ack => out.extend_from_slice(b"ACK"),
         TextCommand::Dcl => out.extend_from_slice(b"DCL"),
@@ -216,6 +220,7 @@ mod tests {
         round_trip(sched(b"a@b@c", "q.1"));
         round_trip(sched(b" \xff ", "default"));
         round_trip(TextCommand::Ask { queue: "EMAILSERVICE".into() });
+        round_trip(TextCommand::AskWait { queue: "q".into(), wait_ms: 250 });
         for c in [TextCommand::Ack, TextCommand::Dcl, TextCommand::Del, TextCommand::End] {
             round_trip(c);
         }

@@ -1,8 +1,9 @@
-//! The incremental line decoder (text-protocol.md "Framing").
+//! The incremental line decoder (docs/text-protocol.md "Lines").
 
 use std::collections::VecDeque;
 
 use super::command::{parse_command, TextCommand, TextError};
+use crate::limits;
 
 /// Bytes in any chunking → commands, in order.
 ///
@@ -98,7 +99,7 @@ impl LineDecoder {
         let last = tail.last().or(self.partial.last()).copied();
         let len = self.partial.len() + tail.len() - usize::from(last == Some(b'\r'));
         if len > self.max_line_bytes {
-            self.partial.clear();
+            self.clear_partial();
             self.too_big();
             return;
         }
@@ -107,7 +108,7 @@ impl LineDecoder {
         } else {
             self.partial.extend_from_slice(tail);
             let parsed = parse_command(&self.partial[..len]);
-            self.partial.clear();
+            self.clear_partial();
             parsed
         };
         if let Some(result) = parsed {
@@ -122,11 +123,22 @@ impl LineDecoder {
         let last = bytes.last().copied();
         let limit = self.max_line_bytes;
         if len > limit + 1 || (len == limit + 1 && last != Some(b'\r')) {
-            self.partial.clear();
+            self.clear_partial();
             self.discarding = true;
             self.too_big();
         } else {
             self.partial.extend_from_slice(bytes);
+        }
+    }
+
+    /// Empties the unfinished line, freeing a buffer grown past
+    /// [`limits::TEXT_KEEP_BUFFER_BYTES`] (an idle connection that once sent
+    /// a big line keeps no big buffer).
+    fn clear_partial(&mut self) {
+        if self.partial.capacity() > limits::TEXT_KEEP_BUFFER_BYTES {
+            self.partial = Vec::new();
+        } else {
+            self.partial.clear();
         }
     }
 

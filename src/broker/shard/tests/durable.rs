@@ -23,6 +23,7 @@ pub fn wal_config(dir: &Path) -> WalConfig {
         sync_interval: Duration::from_secs(3600),
         segment_bytes: SEGMENT_BYTES,
         sync_thread: false,
+        skip_damaged: false,
     }
 }
 
@@ -229,4 +230,37 @@ fn a_new_shard_count_rehashes_every_queue_and_keeps_their_order() {
         assert_eq!(three[q], want);
     }
     assert_eq!(recover(dir.path(), 2), three, "and again to 2 shards");
+}
+
+#[test]
+fn refusals_log_nothing_and_every_end_of_a_job_logs_done() {
+    use crate::broker::msg::TextOutcome;
+    use crate::protocol::text::ErrorCode;
+    use std::sync::atomic::Ordering::Relaxed;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::with_config(1, |c| c.max_queues = 1);
+    h.attach_logs(dir.path());
+    assert_eq!(h.text_sched(1, "a", "a1"), done());
+    assert_eq!(h.text_sched(1, "b", "b1"), TextOutcome::Refused(ErrorCode::QueueLimit));
+    assert_eq!(h.text_sched(1, "a", "a2"), done());
+    h.commit_logs();
+    assert_eq!(h.logged_live(), 2, "the refused SCHED wrote nothing");
+    let bytes = h.ctx.job_bytes.load(Relaxed);
+    // DEL: done, logged and no longer counted.
+    let a1 = offer_id(&h.text_ask(1, "a")).unwrap();
+    assert_eq!(h.text_answer(1, a1, TextAnswer::Del), done());
+    h.commit_logs();
+    assert_eq!(h.logged_live(), 1);
+    assert!(h.ctx.job_bytes.load(Relaxed) < bytes);
+    // Returned by its consumers too often: dead-lettered, logged done.
+    for _ in 0..=crate::limits::MAX_DELIVERIES {
+        let Some(id) = offer_id(&h.text_ask(1, "a")) else { break };
+        h.text_release(1, id);
+    }
+    h.commit_logs();
+    assert_eq!(h.ctx.counters.dead_lettered.load(Relaxed), 1);
+    assert_eq!(h.logged_live(), 0);
+    assert_eq!(h.ctx.job_bytes.load(Relaxed), 0, "text jobs leave the memory count too");
+    drop(h);
+    assert!(recover(dir.path(), 1).is_empty());
 }

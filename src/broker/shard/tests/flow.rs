@@ -250,6 +250,8 @@ fn queue_holding_jobs_stays_and_falls_back_once_empty() {
             let id = super::harness::offer_id(&h.text_ask(1, "t")).expect("an offer");
             h.text_answer(1, id, crate::broker::msg::TextAnswer::Ack);
         }
+        // The ASKs keep `t` known for the ASK grace; after it, `t` is unknown.
+        h.advance(h.ctx.config.text.ask_grace);
         h.request("c1", "m2", "t", "r2");
         assert_eq!((h.waiting("t"), h.waiting("default")), (vec![], vec!["r2".to_string()]));
     }

@@ -7,9 +7,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::broker::counts::QueueCounts;
 use crate::broker::job::JobFrames;
 use crate::broker::msg::{
-    Dest, OutMsg, Outgoing, ShardMsg, TextAnswer, TextCmd, TextOutcome, TextPort, TextReply, TextRequest, VecOutbox,
+    Dest, OutMsg, Outgoing, Schedule, ShardMsg, TextAnswer, TextBatch, TextCmd, TextOutcome, TextPort, TextReply,
+    TextRequest, VecOutbox,
 };
 use crate::broker::shard::{Shard, ShardContext};
 use crate::broker::types::shard_of;
@@ -36,7 +38,7 @@ pub struct Harness {
     /// the lowest index first; `Some(seed)` a reproducible random one.
     pub seed: Option<u64>,
     port: TextPort,
-    port_rx: crossbeam_channel::Receiver<Vec<TextReply>>,
+    port_rx: crossbeam_channel::Receiver<TextBatch>,
 }
 
 impl Harness {
@@ -60,7 +62,7 @@ impl Harness {
             now,
             ctx,
             seed: None,
-            port: TextPort { id: 1, tx },
+            port: TextPort { id: 1, tx, wake: None },
             port_rx,
         }
     }
@@ -138,8 +140,8 @@ impl Harness {
             self.inbox[index].push_back(msg);
         }
         self.text.extend(out.text.into_iter().map(|(_, reply)| reply));
-        while let Ok(replies) = self.port_rx.try_recv() {
-            self.text.extend(replies);
+        while let Ok(batch) = self.port_rx.try_recv() {
+            self.text.extend(batch.replies);
         }
     }
 
@@ -160,7 +162,12 @@ impl Harness {
 
     /// A job-result REPLY from worker `id` for `msgid`.
     pub fn reply(&mut self, id: &str, msgid: &str) {
-        let msg = ShardMsg::WorkerReply { id: peer(id), request_msgid: MsgId::from(msgid.as_bytes()) };
+        self.reply_failed(id, msgid, false);
+    }
+
+    /// A job-result REPLY from worker `id` for `msgid`, `failed` or not.
+    pub fn reply_failed(&mut self, id: &str, msgid: &str, failed: bool) {
+        let msg = ShardMsg::WorkerReply { id: peer(id), request_msgid: MsgId::from(msgid.as_bytes()), failed };
         self.send(self.shard_of(id), msg);
     }
 
@@ -208,13 +215,20 @@ impl Harness {
     pub fn scheduler_inform(&mut self, id: &str) {
         self.send(
             0,
-            ShardMsg::SchedulerInform { id: peer(id), msgid: MsgId::from(format!("inform-{id}").into_bytes()) },
+            ShardMsg::SchedulerInform {
+                id: peer(id),
+                msgid: MsgId::from(format!("inform-{id}").into_bytes()),
+                name: None,
+            },
         );
     }
 
     /// A HEARTBEAT from frontend peer `id` (shard 0).
     pub fn scheduler_heartbeat(&mut self, id: &str) {
-        self.send(0, ShardMsg::SchedulerHeartbeat { id: peer(id) });
+        self.send(
+            0,
+            ShardMsg::SchedulerHeartbeat { id: peer(id), msgid: MsgId::from(format!("hb-{id}").into_bytes()) },
+        );
     }
 
     /// A KBYE from frontend peer `id` (shard 0).
@@ -226,20 +240,15 @@ impl Harness {
     /// returns the frames it carries.
     pub fn schedule(&mut self, client: &str, msgid: &str, unschedule: bool) -> Vec<Frame> {
         let frames = schedule_frames(msgid, unschedule);
-        let msg = ShardMsg::Schedule {
-            client: peer(client),
-            msgid: MsgId::from(msgid.as_bytes()),
-            frames: frames.clone(),
-            unschedule,
-        };
-        self.send(0, msg);
+        let sched = Schedule::from_frames(peer(client), frames.clone()).expect("a SCHEDULE or UNSCHEDULE");
+        self.send(0, ShardMsg::Schedule(sched));
         frames
     }
 
     /// A forward to scheduler `id` failed; `retry` is the SCHEDULE to route
     /// again: `(client, frames)`.
     pub fn scheduler_send_failed(&mut self, id: &str, retry: Option<(&str, Vec<Frame>)>) {
-        let retry = retry.map(|(client, frames)| (peer(client), frames));
+        let retry = retry.and_then(|(client, frames)| Schedule::from_frames(peer(client), frames));
         self.send(0, ShardMsg::SchedulerSendFailed { id: peer(id), retry });
     }
 
@@ -253,8 +262,10 @@ impl Harness {
         let before = self.text.len();
         let msg = ShardMsg::Text { port: self.port.clone(), cmds: vec![TextRequest { conn: ConnId(conn), cmd }] };
         self.send(index, msg);
-        let reply = self.text.drain(before..).find(|r| r.conn == ConnId(conn));
-        reply.map(|r| r.outcome)
+        // Only this command's answer: answers to others (long polls served
+        // by it) stay for `text_answers`.
+        let at = self.text[before..].iter().position(|r| r.conn == ConnId(conn))?;
+        Some(self.text.remove(before + at).outcome)
     }
 
     /// `SCHED data@queue` from `conn`.
@@ -267,6 +278,30 @@ impl Harness {
     pub fn text_ask(&mut self, conn: u64, queue: &str) -> TextOutcome {
         let cmd = TextCmd::Ask { queue: QueueName::named(queue) };
         self.text_cmd(self.shard_of(queue), conn, cmd).expect("ASK is answered")
+    }
+
+    /// `ASK queue ms` (long poll) from `conn`: its answer now, or `None`
+    /// while it waits (its answer then shows in [`Harness::text_answers`]).
+    pub fn text_ask_wait(&mut self, conn: u64, queue: &str, wait: Duration) -> Option<TextOutcome> {
+        let cmd = TextCmd::AskWait { queue: QueueName::named(queue), wait };
+        self.text_cmd(self.shard_of(queue), conn, cmd)
+    }
+
+    /// The connection `conn` stopped waiting on shard `index` (it closed).
+    pub fn text_cancel(&mut self, index: usize, conn: u64) {
+        let msg = ShardMsg::Text {
+            port: self.port.clone(),
+            cmds: vec![TextRequest { conn: ConnId(conn), cmd: TextCmd::Cancel }],
+        };
+        self.send(index, msg);
+    }
+
+    /// Takes the text answers given so far to `conn` (for long polls
+    /// answered later), in order.
+    pub fn text_answers(&mut self, conn: u64) -> Vec<TextOutcome> {
+        let (mine, rest) = std::mem::take(&mut self.text).into_iter().partition(|r| r.conn == ConnId(conn));
+        self.text = rest;
+        mine.into_iter().map(|r: TextReply| r.outcome).collect()
     }
 
     /// `ACK`, `DCL` or `DEL` of `offer` from `conn`.
@@ -292,6 +327,12 @@ impl Harness {
             shard.workers.inflight().filter(|(w, _)| w.as_bytes() == id.as_bytes()).map(|(_, f)| f).collect();
         jobs.sort_by_key(|f| f.seq);
         jobs.iter().map(|f| String::from_utf8_lossy(f.job.frames.msgid()).into_owned()).collect()
+    }
+
+    /// The counts of `queue` on the shard that owns it.
+    pub fn counts(&self, queue: &str) -> QueueCounts {
+        let snap = self.shards[self.shard_of(queue)].snapshot(self.now);
+        snap.queues.iter().find(|q| q.name == queue).map(|q| q.counts).unwrap_or_default()
     }
 
     /// Free slots of worker `id` (0 when unknown).
@@ -336,12 +377,17 @@ pub fn schedule_frames(msgid: &str, unschedule: bool) -> Vec<Frame> {
         queue: b"default".to_vec(),
         headers: b"guarantee".to_vec(),
         interval: b"60".to_vec(),
-        body: b"{}".to_vec(),
+        body: SCHEDULE_BODY.to_vec(),
         cron: Some(Vec::new()),
     };
     let command = if unschedule { Command::Unschedule(body) } else { Command::Schedule(body) };
     Message { msgid: msgid.as_bytes().to_vec(), command }.encode()
 }
+
+/// The job body of [`schedule_frames`]: a Python call, as schedules need
+/// (the scheduler keys a schedule by it).
+pub const SCHEDULE_BODY: &[u8] =
+    br#"["run", {"callable": "f", "path": "m", "args": [], "kwargs": {}, "class_args": [], "class_kwargs": {}}]"#;
 
 /// A peer identity from text.
 pub fn peer(id: &str) -> PeerId {

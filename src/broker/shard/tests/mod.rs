@@ -3,14 +3,18 @@
 //! send each other like the router does, and collects their frames and text
 //! answers for exact checks.
 
+mod counts;
 mod durable;
 mod flow;
 mod harness;
+mod lifecycle;
 mod model;
 mod observe;
 mod peers;
 mod schedulers;
+mod scheduling;
 mod text;
+mod text_ext;
 
 use std::time::Duration;
 

@@ -313,3 +313,24 @@ fn jobs_bounced_from_a_worker_that_died_meanwhile_keep_their_order() {
         }
     }
 }
+
+#[test]
+fn past_max_workers_an_inform_is_refused_until_a_worker_leaves() {
+    for mut h in Harness::setups(|c| c.max_workers = 2) {
+        h.inform("w1", &[(10, "q")]);
+        h.inform("w2", &[(10, "q")]);
+        h.inform("w3", &[(10, "q")]);
+        assert_eq!(h.take_commands("w3"), ["ERROR"], "{}", h.setup());
+        assert_eq!(h.ctx.counters.rejected_worker_limit.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert!(h.key_of("w3").is_none());
+        // A re-INFORM replaces a registration: it is not a new worker.
+        h.take_commands("w1");
+        h.inform("w1", &[(5, "q")]);
+        assert_eq!(h.take_commands("w1"), ["ACK", "HEARTBEAT"], "{}", h.setup());
+        // Once both are expired there is room again.
+        h.advance(HEARTBEAT_TIMEOUT + HEARTBEAT_INTERVAL);
+        assert!(h.key_of("w1").is_none() && h.key_of("w2").is_none(), "{}", h.setup());
+        h.inform("w3", &[(10, "q")]);
+        assert_eq!(h.take_commands("w3"), ["ACK", "HEARTBEAT"], "{}", h.setup());
+    }
+}

@@ -1,5 +1,7 @@
-//! Schedulers on shard 0 (peers.rs): INFORM, SCHEDULE round-robin,
-//! UNSCHEDULE to all, NO_SCHEDULER, heartbeats, expiry, failed forwards.
+//! Schedulers on shard 0 (scheduling.rs): INFORM, SCHEDULE to the owner
+//! of its key, UNSCHEDULE to all, NO_SCHEDULER, heartbeats, expiry, failed
+//! forwards. (Routing by key in depth, answers, refusals and re-admission:
+//! `scheduling.rs` in these tests.)
 
 use std::time::Duration;
 
@@ -38,21 +40,23 @@ fn scheduler_inform_acks_then_heartbeats() {
 }
 
 #[test]
-fn schedule_goes_round_robin_verbatim() {
+fn a_schedule_goes_verbatim_to_the_owner_of_its_key_every_time() {
     for mut h in with_schedulers(3) {
         let mut to = Vec::new();
         for n in 0..6 {
             let frames = h.schedule("c1", &format!("m{n}"), false);
             let out = forwards(&mut h);
-            assert_eq!(out.len(), 1);
+            assert_eq!(out.len(), 1, "unnamed (EventMQ) schedulers get no DROP copies");
             assert_eq!(
                 (&out[0].1.frames(), &out[0].1.on_fail),
                 (&frames, &OnFail::Schedule { client: super::harness::peer("c1") })
             );
             to.push(out[0].0.clone());
         }
-        assert_eq!(to, ["s1", "s2", "s3", "s1", "s2", "s3"], "{}", h.setup());
-        assert!(h.snapshot(0).schedulers.iter().all(|s| s.scheduled == 2));
+        assert!(to.iter().all(|s| *s == to[0]), "one key, one owner: {to:?} ({})", h.setup());
+        let counts: Vec<u64> = h.snapshot(0).schedulers.iter().map(|s| s.scheduled).collect();
+        assert_eq!(counts.iter().sum::<u64>(), 6);
+        assert!(counts.contains(&6));
     }
 }
 
@@ -70,9 +74,16 @@ fn unschedule_goes_to_every_scheduler() {
     for mut h in with_schedulers(3) {
         let frames = h.schedule("c1", "m1", true);
         let out = forwards(&mut h);
-        let to: Vec<&str> = out.iter().map(|(s, _)| s.as_str()).collect();
+        let mut to: Vec<&str> = out.iter().map(|(s, _)| s.as_str()).collect();
+        to.sort();
         assert_eq!(to, ["s1", "s2", "s3"], "{}", h.setup());
-        assert!(out.iter().all(|(_, o)| o.frames() == frames && o.on_fail == OnFail::Unschedule));
+        // The owner gets the client's frames (its answer goes back); the
+        // others a copy with a fresh msgid.
+        let verbatim: Vec<&Outgoing> = out.iter().map(|(_, o)| o).filter(|o| o.frames() == frames).collect();
+        assert_eq!(verbatim.len(), 1);
+        assert!(matches!(verbatim[0].on_fail, OnFail::Schedule { .. }));
+        let copies: Vec<&Outgoing> = out.iter().map(|(_, o)| o).filter(|o| o.frames() != frames).collect();
+        assert!(copies.iter().all(|o| o.on_fail == OnFail::Unschedule && o.frames()[2] == b"UNSCHEDULE"));
     }
 }
 
@@ -109,13 +120,14 @@ fn silent_schedulers_expire_and_forwarding_is_no_heartbeat() {
         h.advance(Duration::from_secs(1));
         h.scheduler_heartbeat("s2");
         h.schedule("c1", "m1", false);
+        // An unknown peer's HEARTBEAT re-admits it (scheduling.rs).
         h.scheduler_heartbeat("nobody");
         h.advance(HEARTBEAT_TIMEOUT - Duration::from_secs(1));
         let ids = |h: &Harness| h.snapshot(0).schedulers.into_iter().map(|s| s.id).collect::<Vec<_>>();
-        assert_eq!(ids(&h), ["s2"], "{}", h.setup());
+        assert_eq!(ids(&h), ["s2", "nobody"], "{}", h.setup());
         h.advance(half);
         assert_eq!(ids(&h), Vec::<String>::new());
-        assert_eq!(h.counter(|c| &c.expired_schedulers), 3);
+        assert_eq!(h.counter(|c| &c.expired_schedulers), 4);
     }
 }
 
@@ -123,11 +135,12 @@ fn silent_schedulers_expire_and_forwarding_is_no_heartbeat() {
 fn a_failed_schedule_goes_to_the_next_scheduler_then_errors() {
     for mut h in with_schedulers(2) {
         let frames = h.schedule("c1", "m1", false);
-        assert_eq!(forwards(&mut h)[0].0, "s1");
-        h.scheduler_send_failed("s1", Some(("c1", frames.clone())));
+        let first = forwards(&mut h)[0].0.clone();
+        let other = if first == "s1" { "s2" } else { "s1" };
+        h.scheduler_send_failed(&first, Some(("c1", frames.clone())));
         let out = forwards(&mut h);
-        assert_eq!((out[0].0.as_str(), &out[0].1.frames()), ("s2", &frames), "{}", h.setup());
-        h.scheduler_send_failed("s2", Some(("c1", frames)));
+        assert_eq!((out[0].0.as_str(), &out[0].1.frames()), (other, &frames), "{}", h.setup());
+        h.scheduler_send_failed(other, Some(("c1", frames)));
         let out = h.take_to("c1");
         assert_eq!(shape(&out[0])[4..6], ["m1", "NO_SCHEDULER"]);
         assert!(h.snapshot(0).schedulers.is_empty());
@@ -148,19 +161,31 @@ fn a_failed_unschedule_or_a_kbye_drops_the_scheduler() {
     }
 }
 
-/// A scheduler leaving (KBYE, failed forward) does not make the
-/// round-robin skip the one whose turn is next.
+/// A scheduler leaving (KBYE, failed forward) moves only its own keys.
 #[test]
-fn round_robin_goes_on_with_the_next_after_a_scheduler_leaves() {
+fn a_schedule_stays_with_its_owner_until_the_owner_leaves() {
     for mut h in with_schedulers(4) {
         h.schedule("c1", "m1", false);
-        h.scheduler_kbye("s1");
+        let owner = forwards(&mut h)[0].0.clone();
+        let bystander = ["s1", "s2", "s3", "s4"].into_iter().find(|s| *s != owner).unwrap_or("s1");
+        h.scheduler_kbye(bystander);
         h.schedule("c1", "m2", false);
+        assert_eq!(forwards(&mut h)[0].0, owner, "{}", h.setup());
+        h.scheduler_send_failed(&owner, None);
         h.schedule("c1", "m3", false);
-        h.scheduler_send_failed("s3", None);
-        h.schedule("c1", "m4", false);
-        h.schedule("c1", "m5", false);
-        let to: Vec<String> = forwards(&mut h).into_iter().map(|(s, _)| s).collect();
-        assert_eq!(to, ["s1", "s2", "s3", "s4", "s2"], "{}", h.setup());
+        let moved = forwards(&mut h)[0].0.clone();
+        assert!(moved != owner && moved != bystander, "{moved} ({})", h.setup());
     }
+}
+
+#[test]
+fn past_max_schedulers_an_inform_is_refused_but_a_repeat_is_not() {
+    let mut h = super::harness::Harness::with_config(1, |c| c.max_schedulers = 1);
+    h.scheduler_inform("s1");
+    h.scheduler_inform("s2");
+    assert_eq!(h.take_commands("s2"), ["ERROR"]);
+    assert_eq!(h.ctx.counters.rejected_scheduler_limit.load(std::sync::atomic::Ordering::Relaxed), 1);
+    h.take_commands("s1");
+    h.scheduler_inform("s1");
+    assert_eq!(h.take_commands("s1"), ["ACK", "HEARTBEAT"]);
 }

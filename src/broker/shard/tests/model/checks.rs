@@ -24,8 +24,9 @@ fn present(jobs: &Jobs) -> BTreeMap<String, usize> {
 }
 
 impl Model {
-    /// Frames the step sent to workers: only ACK, HEARTBEAT and jobs; after
-    /// a KBYE only HEARTBEAT; each job checked and recorded as held.
+    /// Frames the step sent to workers: only ACK, HEARTBEAT and jobs, and
+    /// DISCONNECT to a worker with no registration; after a KBYE only
+    /// HEARTBEAT; each job checked and recorded as held.
     pub(super) fn check_frames(&mut self, step: &Step) {
         for o in std::mem::take(&mut self.h.emqp) {
             let (peer, word) = (text(&o.peer.0), text(&o.msg.to_frames()[2]));
@@ -37,6 +38,8 @@ impl Model {
             match word.as_str() {
                 "REQUEST" => self.dispatched(&peer, &o),
                 "ACK" | "HEARTBEAT" => {}
+                // A worker the router does not know is told to register again.
+                "DISCONNECT" => assert!(self.h.key_of(&peer).is_none(), "DISCONNECT sent to registered worker {peer}"),
                 other => panic!("{other} sent to worker {peer}"),
             }
         }

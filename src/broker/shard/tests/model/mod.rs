@@ -14,7 +14,8 @@
 //! * every accepted job is exactly once waiting, in flight, offered, or
 //!   ended (completed by a REPLY, ACKed or DELeted, dead-lettered after
 //!   more than `MAX_DELIVERIES` deliveries), and stays in its queue (the
-//!   named one, or `default` when no worker ever declared it and it held
+//!   named one, or `default` when no worker ever declared it, no text
+//!   client ASKed for it within `text_ask_grace`, and it held
 //!   no jobs);
 //! * the jobs a removed worker held (or that were on their way to it) that
 //!   wait again keep their relative order, ahead of the jobs that waited
@@ -106,6 +107,8 @@ struct Model {
     ended: BTreeSet<String>,
     /// Queues some INFORM declared.
     declared: BTreeSet<String>,
+    /// Until when an ASK keeps each queue known (`text_ask_grace`).
+    asked: BTreeMap<String, std::time::Instant>,
     regs: BTreeMap<WorkerKey, Reg>,
     offers: BTreeMap<u64, LiveOffer>,
     offer_ids: Vec<OfferId>,
@@ -130,6 +133,7 @@ impl Model {
             accepted: BTreeMap::new(),
             ended: BTreeSet::new(),
             declared: BTreeSet::new(),
+            asked: BTreeMap::new(),
             regs: BTreeMap::new(),
             offers: BTreeMap::new(),
             offer_ids: Vec::new(),
@@ -258,7 +262,8 @@ impl Model {
     fn request(&mut self, named: &str, msgid: usize, before: &Jobs) {
         let body = self.fresh("J");
         let msgid = if msgid < SHARED_MSGIDS { format!("m{msgid}") } else { format!("u{}", self.next) };
-        let known = named == "default" || self.declared.contains(named) || before.waiting.contains_key(named);
+        let asked = self.asked.get(named).is_some_and(|until| *until > self.h.now);
+        let known = named == "default" || self.declared.contains(named) || before.waiting.contains_key(named) || asked;
         let queue = if known { named } else { "default" };
         let refusal = self.refusal(queue, before);
         self.h.request("c", &msgid, named, &body);
@@ -303,12 +308,16 @@ impl Model {
         if self.offers.contains_key(&conn) {
             return; // the front end answers PENDING itself
         }
+        self.asked.insert(queue.to_string(), self.h.now + self.h.ctx.config.text.ask_grace);
         match self.h.text_ask(conn, queue) {
             TextOutcome::Offer { id, data, deadline } => {
                 let body = String::from_utf8_lossy(&data).into_owned();
                 let front = before.waiting.get(queue).and_then(|w| w.first());
                 assert_eq!(front, Some(&body), "ASK offers the oldest waiting job");
                 assert_eq!((id.shard, deadline), (self.h.shard_of(queue), self.h.now + OFFER_TIMEOUT));
+                // An offer is a delivery (a returned offer counts against
+                // MAX_DELIVERIES like a dead worker's job).
+                *self.deliveries.entry(body.clone()).or_insert(0) += 1;
                 self.offers.insert(conn, LiveOffer { id, body, deadline });
                 self.offer_ids.push(id);
             }

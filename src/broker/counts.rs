@@ -1,0 +1,76 @@
+//! Per-queue job counters, declared once in `queue_counters!`: each line
+//! makes a [`QueueCounter`], its slot in [`QueueCounts`], its STATUS key and
+//! its `emq-cli status` column. The queue's shard counts for both
+//! protocols; adding a counter is one line in the table below (then bump it
+//! where the event happens).
+
+macro_rules! queue_counters {
+    ($( $(#[doc = $doc:literal])+ $name:ident => $key:literal, $header:literal; )*) => {
+        /// One per-queue counter.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum QueueCounter {
+            $( $(#[doc = $doc])+ $name, )*
+        }
+
+        impl QueueCounter {
+            /// Every counter, in column order.
+            pub const ALL: &'static [QueueCounter] = &[$(QueueCounter::$name),*];
+
+            /// Its STATUS key (a map of queue → count, like EventMQ's
+            /// `processed_messages_by_queue`).
+            pub fn status_key(self) -> &'static str {
+                match self { $(QueueCounter::$name => $key,)* }
+            }
+
+            /// Its `emq-cli status` column.
+            pub fn header(self) -> &'static str {
+                match self { $(QueueCounter::$name => $header,)* }
+            }
+        }
+    };
+}
+
+queue_counters! {
+    /// Jobs handed to an eMQP worker or offered to a text consumer (`WANT?`);
+    /// a job handed out again after a requeue counts again.
+    Dispatched => "dispatched_messages_by_queue", "DISPATCHED";
+    /// Jobs whose worker reported a result (job-result REPLY) or that a text
+    /// consumer took (`ACK`).
+    Completed => "completed_messages_by_queue", "COMPLETED";
+    /// Jobs an emq worker reported as failed (a job-result REPLY marked
+    /// `failed`; a Python jobmanager's failures cannot be told from
+    /// results) or that a text consumer deleted (`DEL`).
+    Failed => "failed_messages_by_queue", "FAILED";
+}
+
+/// The counts of one queue since the router started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCounts([u64; QueueCounter::ALL.len()]);
+
+impl QueueCounts {
+    /// Adds one to `counter`.
+    pub fn bump(&mut self, counter: QueueCounter) {
+        self.0[counter as usize] += 1;
+    }
+
+    /// The count of `counter`.
+    pub fn get(&self, counter: QueueCounter) -> u64 {
+        self.0[counter as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_have_distinct_keys_and_slots() {
+        let mut c = QueueCounts::default();
+        c.bump(QueueCounter::Completed);
+        c.bump(QueueCounter::Completed);
+        assert_eq!(c.get(QueueCounter::Completed), 2);
+        assert_eq!(QueueCounter::ALL.iter().map(|k| c.get(*k)).sum::<u64>(), 2);
+        let keys: std::collections::HashSet<_> = QueueCounter::ALL.iter().map(|k| k.status_key()).collect();
+        assert_eq!(keys.len(), QueueCounter::ALL.len());
+    }
+}

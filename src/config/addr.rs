@@ -1,0 +1,123 @@
+//! The one address parser every program uses, for flags, variables, config
+//! files and the client library alike. A refusal says what was given, what
+//! is wrong with it and the form expected:
+//!
+//! ```
+//! use emq::config::addr;
+//! assert_eq!(addr::emqp("tcp://127.0.0.1:47291"), Ok(()));
+//! let e = addr::emqp("127.0.0.1:47293").unwrap_err().to_string();
+//! assert_eq!(e, "\"127.0.0.1:47293\" is not an eMQP address (no tcp://): \
+//!                eMQP addresses look like tcp://host:port, e.g. tcp://127.0.0.1:47291");
+//! let e = addr::text("tcp://127.0.0.1:47294").unwrap_err().to_string();
+//! assert_eq!(e, "\"tcp://127.0.0.1:47294\" is not a text address (no tcp:// here): \
+//!                the text address is host:port, e.g. 127.0.0.1:47294");
+//! ```
+//!
+//! eMQP addresses are ZeroMQ endpoints: `tcp://host:port` (host a name, an
+//! IP address, `[IPv6]` or `*`; port 1 to 65535, or `*` to bind any free
+//! port), `ipc://path` or `inproc://name`. The text address is `host:port`.
+
+/// An address that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{given:?} is not {what} ({why}): {expected}")]
+pub struct AddrError {
+    /// The text as given.
+    pub given: String,
+    /// Which kind of address was expected (`an eMQP address`).
+    pub what: &'static str,
+    /// What is wrong.
+    pub why: String,
+    /// The form expected, with an example.
+    pub expected: &'static str,
+}
+
+/// What an eMQP address looks like.
+pub const EMQP_FORM: &str = "eMQP addresses look like tcp://host:port, e.g. tcp://127.0.0.1:47291";
+/// What the text address looks like.
+pub const TEXT_FORM: &str = "the text address is host:port, e.g. 127.0.0.1:47294";
+
+/// Checks an eMQP (ZeroMQ) address.
+///
+/// # Errors
+/// [`AddrError`] naming the problem and showing [`EMQP_FORM`].
+pub fn emqp(given: &str) -> Result<(), AddrError> {
+    let refuse = |why: String| AddrError { given: given.into(), what: "an eMQP address", why, expected: EMQP_FORM };
+    let Some((scheme, rest)) = given.split_once("://") else {
+        return Err(refuse("no tcp://".into()));
+    };
+    match scheme {
+        "tcp" => host_port(rest, true).map_err(refuse),
+        "ipc" | "inproc" if !rest.is_empty() => Ok(()),
+        "ipc" | "inproc" => Err(refuse(format!("nothing after {scheme}://"))),
+        other => Err(refuse(format!("unknown transport {other:?}; use tcp"))),
+    }
+}
+
+/// Checks a text-protocol address (`host:port`) and splits it.
+///
+/// # Errors
+/// [`AddrError`] naming the problem and showing [`TEXT_FORM`].
+pub fn text(given: &str) -> Result<(), AddrError> {
+    let refuse = |why: String| AddrError { given: given.into(), what: "a text address", why, expected: TEXT_FORM };
+    if let Some((scheme, _)) = given.split_once("://") {
+        return Err(refuse(format!("no {scheme}:// here")));
+    }
+    host_port(given, false).map_err(refuse)
+}
+
+/// Checks `host:port`; `star` allows `*` for either.
+fn host_port(text: &str, star: bool) -> Result<(), String> {
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err("no :port".into());
+    };
+    if host.is_empty() {
+        return Err("no host before the port".into());
+    }
+    if host.contains('/') {
+        return Err(format!("{host:?} is not a host name"));
+    }
+    if host == "*" && !star {
+        return Err("the host must not be *".into());
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 || !star => Ok(()),
+        _ if star && port == "*" => Ok(()),
+        _ => Err(format!("port {port:?} is not a number from 1 to 65535")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn why(r: Result<(), AddrError>) -> String {
+        r.unwrap_err().why
+    }
+
+    #[test]
+    fn emqp_addresses() {
+        for ok in
+            ["tcp://127.0.0.1:1", "tcp://*:47291", "tcp://127.0.0.1:*", "tcp://[::1]:5", "ipc:///tmp/x", "inproc://a"]
+        {
+            assert_eq!(emqp(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(why(emqp("localhost:1")), "no tcp://");
+        assert_eq!(why(emqp("udp://a:1")), "unknown transport \"udp\"; use tcp");
+        assert_eq!(why(emqp("tcp://a")), "no :port");
+        assert_eq!(why(emqp("tcp://:1")), "no host before the port");
+        assert_eq!(why(emqp("tcp://a:0")), "port \"0\" is not a number from 1 to 65535");
+        assert_eq!(why(emqp("tcp://a:70000")), "port \"70000\" is not a number from 1 to 65535");
+        assert_eq!(why(emqp("ipc://")), "nothing after ipc://");
+    }
+
+    #[test]
+    fn text_addresses() {
+        for ok in ["127.0.0.1:47294", "localhost:1", "[::1]:2", "0.0.0.0:0"] {
+            assert_eq!(text(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(why(text("tcp://127.0.0.1:1")), "no tcp:// here");
+        assert_eq!(why(text("127.0.0.1")), "no :port");
+        assert_eq!(why(text("*:1")), "the host must not be *");
+        assert_eq!(why(text("h:x")), "port \"x\" is not a number from 1 to 65535");
+    }
+}

@@ -1,0 +1,94 @@
+//! `emq-cli`'s settings: one table ([`RawCliConfig`]), its typed result
+//! ([`CliSettings`]) and its commented defaults ([`CLI_TOML`]). The
+//! addresses have the names the router, scheduler and pub/sub device use
+//! for the same sockets.
+
+use std::time::Duration;
+
+use super::kinds::{EmqpAddr, LogFilter, Period, TextAddr};
+use super::table::{settings, Settings};
+use super::ConfigError;
+use crate::limits;
+
+settings! {
+    /// emq-cli's settings as flags, `EMQ_*` variables and the TOML file give
+    /// them.
+    pub struct RawCliConfig => CliSettings {
+        /// The router's eMQP frontend (request, schedule, unschedule).
+        frontend: EmqpAddr = limits::FRONTEND_ADDR, env "EMQ_FRONTEND_ADDR";
+        /// The router's admin address (status, workers, schedulers, latency, disconnect).
+        admin: EmqpAddr = limits::ADMIN_ADDR, env "EMQ_ADMIN_ADDR";
+        /// The router's text protocol address, host:port (sched, ask).
+        text: TextAddr = limits::TEXT_ADDR, env "EMQ_TEXT_ADDR";
+        /// The scheduler's admin address (schedules).
+        scheduler_admin: EmqpAddr = limits::SCHEDULER_ADMIN_ADDR, env "EMQ_SCHEDULER_ADMIN_ADDR";
+        /// The pub/sub device's incoming address (publish).
+        pubsub_in: EmqpAddr = limits::PUBSUB_IN_ADDR, env "EMQ_PUBSUB_IN_ADDR", was pubsub "EMQ_PUBSUB_ADDR";
+        /// Longest wait for a connection and an answer (e.g. `3s`).
+        timeout: Period = limits::CLIENT_TIMEOUT, env "EMQ_CLI_TIMEOUT";
+        /// Log filter (`warn`; `info` or `emq=debug` for more).
+        log: LogFilter = limits::TOOL_LOG, env "EMQ_LOG";
+    }
+}
+
+/// emq-cli's checked settings.
+#[derive(Debug, Clone)]
+pub struct CliSettings {
+    /// Router frontend.
+    pub frontend: String,
+    /// Router admin.
+    pub admin: String,
+    /// Router text protocol.
+    pub text: String,
+    /// Scheduler admin.
+    pub scheduler_admin: String,
+    /// Pub/sub device, incoming.
+    pub pubsub_in: String,
+    /// Per-command wait.
+    pub timeout: Duration,
+    /// Log filter.
+    pub log: String,
+}
+
+/// The commented default configuration of emq-cli.
+pub const CLI_TOML: &str = include_str!("cli.toml");
+
+impl RawCliConfig {
+    /// Validates into [`CliSettings`], defaults applied.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the setting.
+    pub fn validate(self) -> Result<CliSettings, ConfigError> {
+        self.build()
+    }
+}
+
+super::table::program!(RawCliConfig => CliSettings, CLI_TOML, RawCliConfig::validate);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_toml_matches_the_table() {
+        assert_eq!(super::super::template::problems::<RawCliConfig>(CLI_TOML), Vec::<String>::new());
+    }
+
+    #[test]
+    fn misspelled_addresses_show_the_expected_form() {
+        let raw = RawCliConfig { admin: Some("127.0.0.1:48303".into()), ..Default::default() };
+        let e = raw.validate().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "setting admin: \"127.0.0.1:48303\" is not an eMQP address (no tcp://): \
+             eMQP addresses look like tcp://host:port, e.g. tcp://127.0.0.1:47291"
+        );
+        let raw = RawCliConfig { text: Some("tcp://127.0.0.1:48304".into()), ..Default::default() };
+        let e = raw.validate().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "setting text: \"tcp://127.0.0.1:48304\" is not a text address (no tcp:// here): \
+             the text address is host:port, e.g. 127.0.0.1:47294"
+        );
+    }
+}

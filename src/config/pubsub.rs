@@ -1,0 +1,72 @@
+//! `emq-pubsub`'s settings: one table ([`RawPubSubConfig`]), its typed
+//! result ([`PubSubSettings`]) and its commented defaults ([`PUBSUB_TOML`]).
+
+use super::kinds::{EmqpAddr, LogFilter};
+use super::table::{settings, Settings};
+use super::ConfigError;
+use crate::limits;
+
+settings! {
+    /// emq-pubsub's settings as flags, `EMQ_*` variables and the TOML file
+    /// give them.
+    pub struct RawPubSubConfig => PubSubSettings {
+        /// Incoming address to bind (publishers, `emq-cli publish`).
+        pubsub_in: EmqpAddr = limits::PUBSUB_IN_ADDR, env "EMQ_PUBSUB_IN_ADDR", was r#in "EMQ_PUBSUB_IN";
+        /// Outgoing PUB address to bind (subscribers).
+        pubsub_out: EmqpAddr = limits::PUBSUB_OUT_ADDR, env "EMQ_PUBSUB_OUT_ADDR", was out "EMQ_PUBSUB_OUT";
+        /// Log filter (`info`, `warn`).
+        log: LogFilter = limits::LOG, env "EMQ_LOG";
+    }
+}
+
+/// emq-pubsub's checked settings.
+#[derive(Debug, Clone)]
+pub struct PubSubSettings {
+    /// Incoming ROUTER address.
+    pub pubsub_in: String,
+    /// Outgoing PUB address.
+    pub pubsub_out: String,
+    /// Log filter.
+    pub log: String,
+}
+
+/// The commented default configuration of emq-pubsub.
+pub const PUBSUB_TOML: &str = include_str!("pubsub.toml");
+
+impl RawPubSubConfig {
+    /// Validates into [`PubSubSettings`], defaults applied.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the setting.
+    pub fn validate(self) -> Result<PubSubSettings, ConfigError> {
+        self.build()
+    }
+}
+
+super::table::program!(RawPubSubConfig => PubSubSettings, PUBSUB_TOML, RawPubSubConfig::validate);
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn default_toml_matches_the_table() {
+        assert_eq!(super::super::template::problems::<RawPubSubConfig>(PUBSUB_TOML), Vec::<String>::new());
+    }
+
+    #[test]
+    fn old_flags_in_and_out_still_work() {
+        #[derive(Parser)]
+        struct Args {
+            #[command(flatten)]
+            raw: RawPubSubConfig,
+        }
+        let args = Args::try_parse_from(["emq-pubsub", "--in", "tcp://*:1", "--out", "tcp://*:2"]).unwrap();
+        let s = args.raw.or(RawPubSubConfig::default()).validate().unwrap();
+        assert_eq!((s.pubsub_in.as_str(), s.pubsub_out.as_str()), ("tcp://*:1", "tcp://*:2"));
+        let vars = |name: &str| (name == "EMQ_PUBSUB_IN").then(|| "tcp://*:3".into());
+        assert_eq!(RawPubSubConfig::from_env(&vars).unwrap().validate().unwrap().pubsub_in, "tcp://*:3");
+    }
+}

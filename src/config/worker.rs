@@ -1,0 +1,147 @@
+//! `emq-worker`'s settings: one table ([`RawWorkerConfig`]), its typed
+//! result ([`WorkerSettings`]) and its commented defaults
+//! ([`WORKER_TOML`]).
+
+use std::time::Duration;
+
+use super::kinds::{AtLeastOne, EmqpAddr, HumantimeOrOff, Kind, LogFilter, Many, Period};
+use super::table::{settings, Settings};
+use super::ConfigError;
+use crate::limits;
+use crate::protocol::queues::check_queue_name;
+
+settings! {
+    /// emq-worker's settings as flags, `EMQ_*` variables and the TOML file
+    /// give them. The command to run is not a setting: it follows `--`.
+    pub struct RawWorkerConfig => WorkerSettings {
+        /// Router backend address; repeat for failover (each reconnect moves on to the next).
+        backend: Many<EmqpAddr> = vec![limits::BACKEND_ADDR.to_string()], env "EMQ_BACKEND_ADDR", short 'B',
+            was router;
+        /// Queue to serve, as NAME or NAME:WEIGHT (weight at least 1, default 10; the higher tier of
+        /// workers gets a queue's jobs first); repeat for several. None: the router's default queues.
+        queue => queues: Many<QueueSpec> = Vec::<String>::new(), env "EMQ_WORKER_QUEUE", short 'Q';
+        /// Jobs run at once.
+        concurrency: AtLeastOne = limits::WORKER_CONCURRENCY, env "EMQ_WORKER_CONCURRENCY", short 'J';
+        /// Time limit of a job without a `timeout:N` header (e.g. `300s`).
+        timeout: Period = limits::WORKER_JOB_TIMEOUT, env "EMQ_WORKER_TIMEOUT";
+        /// Longest wait for running jobs at shutdown (e.g. `30s`).
+        drain_timeout: Period = limits::WORKER_DRAIN_TIMEOUT, env "EMQ_WORKER_DRAIN_TIMEOUT";
+        /// Router silence before reconnecting under a new identity (e.g. `15s`).
+        silence_timeout: Period = limits::WORKER_SILENCE_TIMEOUT, env "EMQ_WORKER_SILENCE_TIMEOUT";
+        /// Period of the `jobs ok=… failed=…` log line (`0s`: only on exit).
+        stats_interval: HumantimeOrOff = limits::WORKER_STATS_INTERVAL, env "EMQ_WORKER_STATS_INTERVAL";
+        /// Log filter (`info`, `emq=debug`, `warn`).
+        log: LogFilter = limits::LOG, env "EMQ_LOG";
+    }
+}
+
+/// emq-worker's checked settings.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    /// Router backend addresses, in failover order (at least one).
+    pub backend: Vec<String>,
+    /// `(weight, name)` pairs for INFORM; empty: the router's defaults.
+    pub queues: Vec<(i64, String)>,
+    /// Jobs run at once.
+    pub concurrency: usize,
+    /// Time limit of a job without a `timeout:N` header.
+    pub timeout: Duration,
+    /// Longest wait for running jobs at shutdown.
+    pub drain_timeout: Duration,
+    /// Router silence before reconnecting.
+    pub silence_timeout: Duration,
+    /// Period of the counters line; `None`: only on exit.
+    pub stats_interval: Option<Duration>,
+    /// Log filter.
+    pub log: String,
+}
+
+/// The commented default configuration of emq-worker.
+pub const WORKER_TOML: &str = include_str!("worker.toml");
+
+impl RawWorkerConfig {
+    /// Validates into [`WorkerSettings`], defaults applied.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the setting.
+    pub fn validate(self) -> Result<WorkerSettings, ConfigError> {
+        let settings = self.build()?;
+        if settings.backend.is_empty() {
+            return Err(ConfigError::Invalid { name: "backend", why: "give at least one address".into() });
+        }
+        Ok(settings)
+    }
+}
+
+/// A queue a worker serves: `NAME` or `NAME:WEIGHT`.
+pub struct QueueSpec;
+
+impl Kind for QueueSpec {
+    type Raw = String;
+    type Value = (i64, String);
+
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.into())
+    }
+
+    fn check(spec: String) -> Result<(i64, String), String> {
+        let (name, weight) = match spec.rsplit_once(':') {
+            Some((name, weight)) => match weight.parse::<i64>() {
+                Ok(w) if w >= 1 => (name, w),
+                _ => return Err(format!("{spec:?}: the weight {weight:?} must be a whole number of at least 1")),
+            },
+            None => (spec.as_str(), limits::DEFAULT_QUEUE_WEIGHT),
+        };
+        check_queue_name(name).map_err(|e| format!("{spec:?}: {e}"))?;
+        Ok((weight, name.to_string()))
+    }
+}
+
+super::table::program!(RawWorkerConfig => WorkerSettings, WORKER_TOML, RawWorkerConfig::validate);
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        raw: RawWorkerConfig,
+    }
+
+    fn parse(args: &[&str]) -> Result<WorkerSettings, String> {
+        let raw = Args::try_parse_from([&["emq-worker"], args].concat()).map_err(|e| e.to_string())?.raw;
+        raw.or(RawWorkerConfig::default()).validate().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn default_toml_matches_the_table() {
+        assert_eq!(super::super::template::problems::<RawWorkerConfig>(WORKER_TOML), Vec::<String>::new());
+    }
+
+    #[test]
+    fn repeated_flags_make_lists() {
+        let s = parse(&["-Q", "email:5", "--queue", "default", "-B", "tcp://a:1", "--backend", "tcp://b:2"]).unwrap();
+        assert_eq!(s.queues, vec![(5, "email".to_string()), (10, "default".to_string())]);
+        assert_eq!(s.backend, ["tcp://a:1", "tcp://b:2"]);
+        let s = parse(&[]).unwrap();
+        assert_eq!((s.queues.len(), s.backend.as_slice()), (0, &[limits::BACKEND_ADDR.to_string()][..]));
+        let vars = |name: &str| (name == "EMQ_WORKER_QUEUE").then(|| "a, b:2".into());
+        let env = RawWorkerConfig::from_env(&vars).unwrap().validate().unwrap();
+        assert_eq!(env.queues, vec![(10, "a".to_string()), (2, "b".to_string())]);
+    }
+
+    #[test]
+    fn typos_are_refused() {
+        let weight = "setting queue: \"email:-1\": the weight \"-1\" must be a whole number of at least 1";
+        assert_eq!(parse(&["-Q", "email:-1"]).unwrap_err(), weight);
+        assert!(parse(&["-Q", "email:0"]).unwrap_err().contains("at least 1"));
+        let name = parse(&["-Q", "a@b"]).unwrap_err();
+        assert!(name.ends_with("is not valid: use 1 to 255 characters from A-Z a-z 0-9 _ - . :"), "{name}");
+        let addr = parse(&["--backend", "127.0.0.1:1"]).unwrap_err();
+        assert!(addr.contains("eMQP addresses look like tcp://host:port"), "{addr}");
+        assert!(parse(&["--timeout", "0s"]).unwrap_err().contains("must be more than 0"));
+    }
+}

@@ -1,0 +1,46 @@
+//! What every binary does at its end: an error becomes one line on stderr,
+//! with each cause once, and exit status 1.
+
+use std::error::Error;
+
+/// `program: error: cause: …`. A cause whose text the line already holds is
+/// left out, so an error that prints its source (`config file x: <TOML
+/// error>`, `zmq bind … failed: Address already in use`) is not printed
+/// twice.
+///
+/// ```
+/// use emq::program::error_line;
+/// let io = std::io::Error::other("disk full");
+/// let outer = anyhow::Error::new(io).context("cannot write x");
+/// assert_eq!(error_line("emq-x", outer.as_ref()), "emq-x: cannot write x: disk full");
+/// ```
+pub fn error_line(program: &str, error: &(dyn Error + 'static)) -> String {
+    let mut line = format!("{program}: {error}");
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let text = e.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = e.source();
+    }
+    line
+}
+
+/// Runs a binary's `main`: on error, prints [`error_line`] to stderr and
+/// exits with status 1.
+pub fn exit_on_error<E: AsRef<dyn Error + Send + Sync + 'static>>(program: &str, result: Result<(), E>) {
+    if let Err(e) = result {
+        eprintln!("{}", error_line(program, e.as_ref()));
+        std::process::exit(1);
+    }
+}
+
+/// Lets SIGPIPE end the process, as it does other Unix tools: output piped
+/// into `head` then stops quietly instead of failing with "Broken pipe"
+/// (Rust ignores SIGPIPE by default).
+pub fn exit_on_broken_pipe() {
+    // SAFETY: signal(2) with SIG_DFL only resets the disposition; no handler runs our code.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}

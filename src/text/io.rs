@@ -1,0 +1,457 @@
+//! A text I/O thread (`emq-text-N`): one readiness loop (mio) over many
+//! non-blocking connections.
+//!
+//! One turn of the loop: wait for readiness, a wake-up or the next timer;
+//! take new connections and the shards' answers; serve every connection
+//! that can go on (resume what waited, read once, decode and run its
+//! commands); send what the turn produced to the shards, one
+//! [`ShardMsg::Text`] per shard; fire timers; write each connection's
+//! replies with one write. Shards answer through this thread's [`TextPort`],
+//! whose wake-up is an eventfd in the same poll ([`Wake`]: producers write
+//! it only while this thread sleeps).
+
+use std::io::{self, Read};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+
+use super::accept::Acceptor;
+use super::conn::{Close, Conn};
+use super::stats::TextStats;
+use super::Shared;
+use crate::broker::msg::{ShardMsg, TextBatch, TextCmd, TextOutcome, TextPort, TextReply, TextRequest};
+use crate::broker::timers::Timers;
+use crate::broker::types::shard_of;
+use crate::config::TextConfig;
+use crate::ids::{ConnId, QueueName};
+use crate::limits;
+use crate::protocol::text::ErrorCode;
+use crate::zmq_io::wake::Wake;
+
+/// The poll token of the wake-up eventfd.
+pub(super) const WAKE: Token = Token(0);
+/// The poll token of the listener (acceptor threads only).
+pub(super) const LISTENER: Token = Token(1);
+/// Connection tokens start here: token = slot + `FIRST_CONN`.
+const FIRST_CONN: usize = 2;
+/// A [`ConnId`] is `(sequence << SLOT_BITS) | slot`: the slot finds the
+/// connection in its thread's table, the sequence (40 bits: 10^12
+/// connections) tells it from earlier holders of the slot.
+const SLOT_BITS: u32 = 24;
+
+/// The slot of connection `id` in its I/O thread's table.
+fn slot_of(id: ConnId) -> usize {
+    (id.0 & ((1 << SLOT_BITS) - 1)) as usize
+}
+
+/// What the commands of one loop turn produce for the shards: one batch
+/// per shard, and the count of answers the shards owe this thread.
+pub(super) struct Round<'a> {
+    /// The time of the turn.
+    pub now: Instant,
+    shared: &'a Shared,
+    batches: &'a mut [Vec<TextRequest>],
+    owed: &'a mut usize,
+}
+
+impl Round<'_> {
+    /// Queues `cmd` of `conn` for shard `shard` (sent at the end of the turn).
+    pub fn send(&mut self, shard: usize, conn: ConnId, cmd: TextCmd) {
+        if !matches!(cmd, TextCmd::Release { .. } | TextCmd::Cancel) {
+            *self.owed += 1;
+        }
+        if let Some(batch) = self.batches.get_mut(shard) {
+            batch.push(TextRequest { conn, cmd });
+        }
+    }
+
+    /// The shard that owns `queue`.
+    pub fn shard_of(&self, queue: &QueueName) -> usize {
+        shard_of(&queue.0, self.batches.len())
+    }
+
+    /// The text limits.
+    pub fn config(&self) -> &TextConfig {
+        &self.shared.config
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &TextStats {
+        &self.shared.stats
+    }
+}
+
+/// The parts of an I/O thread made before it starts (so that start-up
+/// errors are reported by [`super::TextServer::start`]).
+pub(super) struct IoParts {
+    pub poll: Poll,
+    pub wake: Arc<Wake>,
+    pub conns_rx: Receiver<TcpStream>,
+    pub port: TextPort,
+    pub replies_rx: Receiver<TextBatch>,
+    pub acceptor: Option<Acceptor>,
+}
+
+/// One text I/O thread.
+pub(super) struct IoThread {
+    shared: Arc<Shared>,
+    poll: Poll,
+    wake: Arc<Wake>,
+    conns_rx: Receiver<TcpStream>,
+    port: TextPort,
+    replies_rx: Receiver<TextBatch>,
+    acceptor: Option<Acceptor>,
+    /// Connections by slot; `free` lists the empty slots.
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    timers: Timers<ConnId>,
+    batches: Vec<Vec<TextRequest>>,
+    /// Answers the shards still owe this thread.
+    owed: usize,
+    /// Slots to serve this turn.
+    work: Vec<usize>,
+    /// Slots to write (or close) at the end of this turn.
+    dirty: Vec<usize>,
+    /// The read buffer every connection of the thread shares.
+    buf: Vec<u8>,
+}
+
+impl IoThread {
+    /// A thread over `parts`.
+    pub fn new(shared: Arc<Shared>, parts: IoParts) -> IoThread {
+        let shards = shared.shards.len();
+        IoThread {
+            poll: parts.poll,
+            wake: parts.wake,
+            conns_rx: parts.conns_rx,
+            port: parts.port,
+            replies_rx: parts.replies_rx,
+            acceptor: parts.acceptor,
+            conns: Vec::new(),
+            free: Vec::new(),
+            timers: Timers::default(),
+            batches: (0..shards).map(|_| Vec::new()).collect(),
+            owed: 0,
+            work: Vec::new(),
+            dirty: Vec::new(),
+            buf: vec![0; limits::TEXT_READ_BUF_BYTES],
+            shared,
+        }
+    }
+
+    /// Runs until the server stops, then closes every connection (offers
+    /// go back to the front of their queues) and waits for the shards'
+    /// last answers (offers in them go back too).
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(limits::TEXT_EVENTS_PER_POLL);
+        while !self.shared.stopping.load(Ordering::Acquire) {
+            let (timeout, armed) = self.timeout();
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!(error = %e, "text poll failed; the text I/O thread stops");
+                    break;
+                }
+            }
+            if armed {
+                self.wake.unarm();
+            }
+            for event in events.iter() {
+                self.on_event(event);
+            }
+            self.turn(Instant::now());
+        }
+        self.stop();
+    }
+
+    /// How long to block: not at all while work is left; else until the
+    /// next timer, with the wake-up armed (second value).
+    fn timeout(&self) -> (Option<Duration>, bool) {
+        let accept_now = self.acceptor.as_ref().is_some_and(|a| a.ready());
+        if !self.work.is_empty() || accept_now {
+            return (Some(Duration::ZERO), false);
+        }
+        self.wake.arm();
+        if !self.conns_rx.is_empty() || !self.replies_rx.is_empty() || self.shared.stopping.load(Ordering::Acquire) {
+            // A wake-up written meanwhile shows in the next poll as WAKE.
+            self.wake.unarm();
+            return (Some(Duration::ZERO), false);
+        }
+        let retry = self.acceptor.as_ref().and_then(|a| a.retry_at());
+        let next = match (self.timers.next_deadline(), retry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        (next.map(|d| d.saturating_duration_since(Instant::now())), true)
+    }
+
+    fn on_event(&mut self, event: &mio::event::Event) {
+        match event.token() {
+            WAKE => self.wake.clear(),
+            LISTENER => {
+                if let Some(a) = self.acceptor.as_mut() {
+                    a.set_ready();
+                }
+            }
+            Token(t) => {
+                let slot = t - FIRST_CONN;
+                let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else { return };
+                if event.is_readable() || event.is_read_closed() || event.is_error() {
+                    conn.readable = true;
+                    queue(&mut self.work, conn, slot);
+                }
+                if event.is_writable() && conn.has_output() {
+                    self.dirty.push(slot);
+                }
+            }
+        }
+    }
+
+    fn turn(&mut self, now: Instant) {
+        while let Ok(stream) = self.conns_rx.try_recv() {
+            self.add(stream, now);
+        }
+        while let Ok(batch) = self.replies_rx.try_recv() {
+            self.on_answers(batch, now);
+        }
+        if let Some(mut acceptor) = self.acceptor.take() {
+            let shared = self.shared.clone();
+            acceptor.accept(now, &shared, |stream| self.add(stream, now));
+            self.acceptor = Some(acceptor);
+        }
+        for slot in std::mem::take(&mut self.work) {
+            self.serve(slot, now);
+        }
+        while let Some(id) = self.timers.pop_due(now) {
+            self.on_timer(id, now);
+        }
+        self.send_batches();
+        for slot in std::mem::take(&mut self.dirty) {
+            self.flush(slot, now);
+        }
+        // What closing connections handed back.
+        self.send_batches();
+    }
+
+    /// Registers a connection handed to this thread.
+    fn add(&mut self, mut stream: TcpStream, now: Instant) {
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.conns.push(None);
+            self.conns.len() - 1
+        });
+        if slot >> SLOT_BITS != 0 {
+            tracing::error!(slot, "more text connections in one I/O thread than ids can tell apart; closed");
+            self.free.push(slot);
+            TextStats::dec(&self.shared.stats.connections_open);
+            return;
+        }
+        let seq = self.shared.next_conn.fetch_add(1, Ordering::Relaxed);
+        let id = ConnId((seq << SLOT_BITS) | slot as u64);
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        if let Err(e) = self.poll.registry().register(&mut stream, Token(slot + FIRST_CONN), interest) {
+            tracing::warn!(conn = %id, error = %e, "cannot watch text connection; closed");
+            self.free.push(slot);
+            TextStats::dec(&self.shared.stats.connections_open);
+            return;
+        }
+        let mut conn = Conn::new(id, stream, self.shared.config.max_line_bytes);
+        conn.queued = true;
+        self.conns[slot] = Some(conn);
+        self.work.push(slot);
+        tracing::debug!(conn = %id, at = ?now, "text connection open");
+    }
+
+    /// Takes one shard's answers.
+    fn on_answers(&mut self, batch: TextBatch, now: Instant) {
+        let TextBatch { shard, replies } = batch;
+        let mut round = Round { now, shared: &self.shared, batches: &mut self.batches, owed: &mut self.owed };
+        for TextReply { conn: id, outcome } in replies {
+            *round.owed = round.owed.saturating_sub(1);
+            let slot = slot_of(id);
+            let back = match self.conns.get_mut(slot).and_then(Option::as_mut).filter(|c| c.id == id) {
+                Some(conn) => {
+                    let back = conn.apply(shard, outcome, &self.shared.stats);
+                    queue(&mut self.work, conn, slot);
+                    back
+                }
+                // The connection closed before its answer came: an offer in
+                // it goes back (a delivery, like any offer of a connection
+                // that ended).
+                None => match outcome {
+                    TextOutcome::Offer { id: offer, .. } => Some(offer),
+                    _ => None,
+                },
+            };
+            if let Some(offer) = back {
+                round.send(offer.shard, id, TextCmd::Release { offer });
+            }
+        }
+    }
+
+    /// Lets a connection go on: what waited, then one read if it wants input.
+    fn serve(&mut self, slot: usize, now: Instant) {
+        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else { return };
+        conn.queued = false;
+        let mut round = Round { now, shared: &self.shared, batches: &mut self.batches, owed: &mut self.owed };
+        conn.resume(&mut round);
+        let mut broken = false;
+        if conn.wants_input() && conn.readable {
+            match conn.stream.read(&mut self.buf) {
+                Ok(0) => {
+                    conn.readable = false;
+                    conn.input_ended(&mut round);
+                }
+                Ok(n) => {
+                    // A short read emptied the socket: the next byte to
+                    // arrive raises a new readiness event.
+                    conn.readable = n == self.buf.len();
+                    conn.input(&self.buf[..n], &mut round);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => conn.readable = false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::debug!(conn = %conn.id, error = %e, "text read failed");
+                    broken = true;
+                }
+            }
+            if conn.readable && !broken {
+                queue(&mut self.work, conn, slot);
+            }
+        }
+        arm_timer(&mut self.timers, conn);
+        if broken {
+            return self.close(slot, Close::Broken, now);
+        }
+        if conn.has_output() || conn.finished() {
+            self.dirty.push(slot);
+        }
+    }
+
+    fn on_timer(&mut self, id: ConnId, now: Instant) {
+        let slot = slot_of(id);
+        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut).filter(|c| c.id == id) else { return };
+        if conn.timer_at.is_some_and(|at| at <= now) {
+            conn.timer_at = None;
+        }
+        if conn.line_timed_out(now, &self.shared.stats) {
+            tracing::debug!(conn = %id, "text line not complete within the line timeout; closing");
+            return self.close(slot, Close::LineTimeout, now);
+        }
+        arm_timer(&mut self.timers, conn);
+    }
+
+    /// Writes a connection's replies (one write), then closes it if it is
+    /// over or holds too much it does not read.
+    fn flush(&mut self, slot: usize, now: Instant) {
+        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else { return };
+        let paused = conn.unsent() >= limits::TEXT_OUT_PAUSE_BYTES;
+        let written = match conn.write() {
+            Ok(_) => conn.unsent() < limits::TEXT_OUT_PAUSE_BYTES,
+            Err(e) => {
+                tracing::debug!(conn = %conn.id, error = %e, "text write failed");
+                return self.close(slot, Close::Broken, now);
+            }
+        };
+        if conn.finished() {
+            return self.close(slot, Close::Done, now);
+        }
+        if conn.unsent() > self.shared.config.max_unsent_bytes {
+            tracing::info!(conn = %conn.id, unsent = conn.unsent(), "text client does not read its replies; closing");
+            return self.close(slot, Close::SlowReader, now);
+        }
+        if paused && written {
+            // Replies taken: what waited for them may go on.
+            queue(&mut self.work, conn, slot);
+        }
+    }
+
+    fn close(&mut self, slot: usize, why: Close, now: Instant) {
+        let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) else { return };
+        let mut round = Round { now, shared: &self.shared, batches: &mut self.batches, owed: &mut self.owed };
+        conn.close(&mut round);
+        let stats = &self.shared.stats;
+        match why {
+            Close::LineTimeout => TextStats::inc(&stats.line_timeout_closed),
+            Close::SlowReader => TextStats::inc(&stats.slow_reader_closed),
+            Close::Done | Close::Broken => {}
+        }
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+        TextStats::dec(&stats.connections_open);
+        self.free.push(slot);
+        tracing::debug!(conn = %conn.id, ?why, "text connection closed");
+    }
+
+    /// Sends this turn's commands, one message per shard. A shard that is
+    /// gone (only while the router stops) cannot have run them: each
+    /// answered command is refused with `SHUTTING_DOWN`, which is true.
+    fn send_batches(&mut self) {
+        for shard in 0..self.batches.len() {
+            if self.batches[shard].is_empty() {
+                continue;
+            }
+            let cmds = std::mem::take(&mut self.batches[shard]);
+            let Some(tx) = self.shared.shards.get(shard) else { continue };
+            // Counted before the send: the shard subtracts as it takes it.
+            let load = &self.shared.inbox_load[shard];
+            load.fetch_add(cmds.len(), Ordering::Relaxed);
+            let cmds = match tx.send(ShardMsg::Text { port: self.port.clone(), cmds }) {
+                Ok(()) => continue,
+                Err(crossbeam_channel::SendError(ShardMsg::Text { cmds, .. })) => cmds,
+                Err(_) => continue,
+            };
+            load.fetch_sub(cmds.len(), Ordering::Relaxed);
+            let replies = cmds
+                .into_iter()
+                .filter(|c| !matches!(c.cmd, TextCmd::Release { .. } | TextCmd::Cancel))
+                .map(|c| TextReply { conn: c.conn, outcome: TextOutcome::Refused(ErrorCode::ShuttingDown) })
+                .collect();
+            self.on_answers(TextBatch { shard, replies }, Instant::now());
+        }
+    }
+
+    /// Closes every connection, then waits (up to
+    /// [`limits::TEXT_SHUTDOWN_WAIT`]) for the answers the shards still owe,
+    /// handing back the offers in them.
+    fn stop(&mut self) {
+        let now = Instant::now();
+        for slot in 0..self.conns.len() {
+            self.close(slot, Close::Done, now);
+        }
+        self.send_batches();
+        let until = now + limits::TEXT_SHUTDOWN_WAIT;
+        while self.owed > 0 {
+            match self.replies_rx.recv_deadline(until) {
+                Ok(batch) => self.on_answers(batch, Instant::now()),
+                Err(_) => break,
+            }
+            self.send_batches();
+        }
+        // Connections handed over but never registered.
+        while self.conns_rx.try_recv().is_ok() {
+            TextStats::dec(&self.shared.stats.connections_open);
+        }
+    }
+}
+
+/// Puts `conn` (at `slot`) on the list of connections to serve, once.
+fn queue(work: &mut Vec<usize>, conn: &mut Conn, slot: usize) {
+    if !conn.queued {
+        conn.queued = true;
+        work.push(slot);
+    }
+}
+
+/// Arms the connection's timer for its next deadline unless one at least
+/// as early is armed (one entry per connection; a later one is re-armed
+/// when the earlier fires).
+fn arm_timer(timers: &mut Timers<ConnId>, conn: &mut Conn) {
+    let Some(deadline) = conn.next_deadline() else { return };
+    if conn.timer_at.is_none_or(|at| deadline < at) {
+        conn.timer_at = Some(deadline);
+        timers.arm(deadline, conn.id);
+    }
+}

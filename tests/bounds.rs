@@ -1,0 +1,180 @@
+//! Bounded by design, over real sockets: names from the network are
+//! reclaimed and capped, byte limits refuse what is too big, oversized
+//! INFORMs are refused before they cost anything, and a shard that falls
+//! behind makes the I/O thread push back without losing a job
+//! (docs/configuration.md, the `max_*` settings).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use crate::common::ports::{free_port, is_listening, zmq_endpoint};
+use crate::common::proc::{Child, TestDir};
+use crate::common::router::rust_router_bin;
+use crate::emqp_router::{admin, eventually, router, Peer, Watchdog};
+use crate::text_broker::{connect, router_with_text};
+
+/// Resident set of process `pid` in KiB (`VmRSS`).
+fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS line");
+    line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("VmRSS figure")
+}
+
+/// Sends `SCHED x@<prefix>N / ASK <prefix>N / ACK` for `n` names over one
+/// pipelined connection and checks every ASK got its task.
+fn one_job_per_name(addr: &str, prefix: &str, n: usize) {
+    let stream = TcpStream::connect(addr).expect("connect text");
+    stream.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    let mut writer = stream.try_clone().expect("clone");
+    let prefix_w = prefix.to_string();
+    let sender = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        for i in 0..n {
+            buf.extend_from_slice(format!("SCHED x@{prefix_w}{i}\nASK {prefix_w}{i}\nACK\n").as_bytes());
+            if buf.len() > 64 * 1024 {
+                writer.write_all(&buf).expect("write");
+                buf.clear();
+            }
+        }
+        writer.write_all(&buf).expect("write");
+    });
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    for i in 0..n {
+        line.clear();
+        reader.read_line(&mut line).expect("read");
+        assert_eq!(line, "WANT? x\n", "answer to ASK {prefix}{i}");
+    }
+    sender.join().expect("sender");
+}
+
+#[test]
+fn one_off_queue_names_are_reclaimed_and_resident_memory_returns() {
+    let _w = Watchdog::new("bounds_reclaim", 240);
+    let dir = TestDir::new("bounds_reclaim");
+    let (fp, bp, ap, tp) = (free_port(), free_port(), free_port(), free_port());
+    let admin_addr = zmq_endpoint(ap);
+    let text = format!("127.0.0.1:{tp}");
+    let mut cmd = Command::new(rust_router_bin());
+    cmd.args(["--frontend", &zmq_endpoint(fp), "--backend", &zmq_endpoint(bp), "--admin", &admin_addr]);
+    cmd.args(["--text", &text, "--queue-idle-grace", "1s", "--text-ask-grace", "1s", "--log", "warn"]);
+    cmd.arg("--data-dir").arg(dir.join("router-data"));
+    let router = Child::spawn("router", &mut cmd, &dir.join("router.log"));
+    eventually(20, "text port", || is_listening(tp));
+    let queues = || crate::common::admin::request(&admin_addr, "STATUS").map(|s| s["emq"]["queues"].clone());
+    // Warm up (thread stacks, allocator arenas, histograms of `default`),
+    // then take the figure once the warm-up names are gone.
+    one_job_per_name(&text, "warm", 2_000);
+    eventually(30, "warm-up names reclaimed", || queues() == Ok(serde_json::json!(0)));
+    let start = rss_kib(router.pid());
+    one_job_per_name(&text, "q", 100_000);
+    eventually(60, "100,000 names reclaimed", || queues() == Ok(serde_json::json!(0)));
+    // The asked names' grace ends a sweep later; then the heap is trimmed.
+    let settled = crate::common::wait::until(Duration::from_secs(30), || rss_kib(router.pid()) < start + 6 * 1024);
+    let end = rss_kib(router.pid());
+    assert!(settled, "RSS {start} KiB before, {end} KiB after 100,000 names were reclaimed (want < +6 MiB)");
+}
+
+#[test]
+fn max_queues_refuses_a_new_name_in_both_protocols_and_known_ones_still_work() {
+    let _w = Watchdog::new("bounds_max_queues", 30);
+    for shards in [1, 3] {
+        let h = router_with_text(shards, |r| r.max_queues = Some(2));
+        let mut c = connect(&h);
+        // q1 and q2 first (on different shards the commands of one batch
+        // run at the same time), then the name past the limit.
+        c.send(b"SCHED a@q1\nSCHED b@q2\n");
+        eventually(5, "two queues", || admin(&h, "STATUS")["emq"]["queues"] == 2);
+        c.send(b"SCHED c@q3\n");
+        c.expect_err("QUEUE_LIMIT");
+        // A worker declaring a new name is told about it; its known queue
+        // is served.
+        let worker = Peer::new(&h.endpoints.backend, b"worker-mq");
+        worker.inform_worker(r#"[[10, "q1"], [10, "q4"]]"#);
+        let err = worker.expect("ERROR");
+        assert_eq!((err[4].as_slice(), err[5].as_slice()), (&b"inform-1"[..], &b"QUEUE_LIMIT"[..]));
+        worker.ready(1);
+        assert_eq!(worker.expect("REQUEST").last().map(Vec::as_slice), Some(&b"a"[..]));
+        // A REQUEST for a name no worker serves goes to `default`, which is
+        // always allowed (EventMQ's fallback; docs/emqp.md).
+        let client = Peer::new(&h.endpoints.frontend, b"client-mq");
+        client.request("m1", "q5", "", "d");
+        assert_eq!(client.expect("REPLY")[4], b"m1");
+        c.send(b"ASK q2\n");
+        c.expect(b"WANT? b\n");
+        assert_eq!(h.counters().rejected_queue_limit.load(Relaxed), 2, "{shards} shards");
+    }
+}
+
+#[test]
+fn a_message_over_max_message_bytes_is_refused_and_the_router_keeps_serving() {
+    let _w = Watchdog::new("bounds_too_big", 30);
+    let cfg = crate::emqp_router::config(1, |r| r.max_message_bytes = Some(4096));
+    let h = emq::router::start(cfg).expect("router starts");
+    let client = Peer::new(&h.endpoints.frontend, b"client-big");
+    client.request("m1", "q", "", &"x".repeat(5000));
+    let err = client.expect("ERROR");
+    assert_eq!((err[4].as_slice(), err[5].as_slice()), (&b"m1"[..], &b"TOO_BIG"[..]));
+    // One frame over twice the limit: ZeroMQ drops the peer's connection
+    // before buffering it; nothing reaches the broker.
+    let huge = Peer::new(&h.endpoints.frontend, b"client-huge");
+    huge.request("m2", "q", "", &"y".repeat(10_000));
+    huge.expect_none("REPLY", 300);
+    let worker = Peer::new(&h.endpoints.backend, b"worker-after-big");
+    worker.inform_worker(r#"[[10, "q"]]"#);
+    worker.ready(1);
+    let ok = Peer::new(&h.endpoints.frontend, b"client-ok");
+    ok.request("m3", "q", "", "small");
+    assert_eq!(ok.expect("REPLY")[4], b"m3");
+    let job = worker.expect("REQUEST");
+    assert_eq!(job.last().map(Vec::as_slice), Some(&b"small"[..]), "only the small job ran");
+    assert_eq!(h.counters().rejected_too_big.load(Relaxed), 1);
+}
+
+#[test]
+fn an_inform_past_max_queues_per_worker_is_refused_before_it_is_parsed() {
+    let _w = Watchdog::new("bounds_big_inform", 30);
+    let h = router(1);
+    let names: Vec<String> = (0..100_000).map(|i| format!("[1, \"q{i}\"]")).collect();
+    let list = format!("[{}]", names.join(","));
+    let big = Peer::new(&h.endpoints.backend, b"worker-big");
+    big.send(&[b"", b"eMQP/1.0", b"INFORM", b"i1", list.as_bytes(), b"worker"]);
+    let err = big.expect("ERROR");
+    assert_eq!((err[4].as_slice(), err[5].as_slice()), (&b"i1"[..], &b"BAD_INFORM"[..]));
+    // The router serves the next client at once.
+    let worker = Peer::new(&h.endpoints.backend, b"worker-small");
+    worker.inform_worker(r#"[[10, "q"]]"#);
+    worker.ready(1);
+    let client = Peer::new(&h.endpoints.frontend, b"client-after");
+    client.request("m1", "q", "", "job");
+    assert_eq!(client.expect("REPLY")[4], b"m1");
+    worker.expect("REQUEST");
+    assert_eq!(admin(&h, "STATUS")["emq"]["workers"], 1, "the refused worker is not registered");
+}
+
+#[test]
+fn a_shard_inbox_of_one_message_pushes_back_and_loses_nothing() {
+    let _w = Watchdog::new("bounds_backpressure", 60);
+    for shards in [1, 3] {
+        let cfg = crate::emqp_router::config(shards, |r| r.shard_inbox_messages = Some(1));
+        let h = emq::router::start(cfg).expect("router starts");
+        let worker = Peer::new(&h.endpoints.backend, b"worker-bp");
+        worker.inform_worker(r#"[[10, "q"]]"#);
+        let client = Peer::new(&h.endpoints.frontend, b"client-bp");
+        let n = 2_000;
+        for i in 0..n {
+            client.request(&format!("m{i}"), "q", "", &format!("j{i}"));
+        }
+        for i in 0..n {
+            assert_eq!(client.expect("REPLY")[4], format!("m{i}").as_bytes(), "{shards} shards");
+        }
+        worker.ready(n);
+        for i in 0..n {
+            let job = worker.expect("REQUEST");
+            assert_eq!(job.last().map(Vec::as_slice), Some(format!("j{i}").as_bytes()), "{shards} shards");
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! The first hour's typos and what the programs say about them, the shared
+//! settings (`--config`, `--print-config`, `log`, old names), and a STATUS
+//! that counts what workers and text consumers did.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::ports::{free_port, zmq_endpoint};
+use crate::common::proc::{Child, TestDir};
+use crate::common::router::Router;
+use crate::common::{wait, watchdog};
+
+/// One of this crate's binaries, with no `EMQ_*` or `RUST_LOG` from the
+/// test's environment.
+fn bin(name: &str) -> Command {
+    let path = match name {
+        "emq-router" => env!("CARGO_BIN_EXE_emq-router"),
+        "emq-worker" => env!("CARGO_BIN_EXE_emq-worker"),
+        "emq-cli" => env!("CARGO_BIN_EXE_emq-cli"),
+        "emq-scheduler" => env!("CARGO_BIN_EXE_emq-scheduler"),
+        "emq-pubsub" => env!("CARGO_BIN_EXE_emq-pubsub"),
+        "emq-bench" => env!("CARGO_BIN_EXE_emq-bench"),
+        other => panic!("no binary {other}"),
+    };
+    let mut cmd = Command::new(path);
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy().into_owned();
+        if key.starts_with("EMQ_") || key == "RUST_LOG" {
+            cmd.env_remove(key);
+        }
+    }
+    if name == "emq-router" {
+        // Its default data directory: never the user's, never shared.
+        cmd.env("XDG_STATE_HOME", crate::common::data::fresh());
+    }
+    cmd
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs a command that must fail before doing anything: exit status 1,
+/// nothing on stdout, exactly `want` (one line) on stderr.
+fn refused(cmd: &mut Command, want: &str) {
+    let out: Output = cmd.output().expect("runs");
+    assert_eq!(
+        (out.status.code(), text(&out.stderr), text(&out.stdout)),
+        (Some(1), format!("{want}\n"), String::new())
+    );
+}
+
+#[test]
+fn worker_refuses_a_command_it_cannot_run_and_weights_below_one() {
+    let _w = watchdog::Watchdog::new("worker-typos", 30);
+    let dir = TestDir::new("worker-typos");
+    let script = dir.join("job.sh");
+    std::fs::write(&script, "#!/bin/sh\ncat\n").expect("write");
+    let backend = zmq_endpoint(free_port());
+    let worker = |args: &[&str]| {
+        let mut cmd = bin("emq-worker");
+        cmd.args(["--backend", &backend]).args(args).current_dir(&dir.path);
+        cmd
+    };
+    refused(
+        &mut worker(&["--", "handle-job.sh"]),
+        "emq-worker: command \"handle-job.sh\" not found on PATH (give its path, e.g. ./handle-job.sh)",
+    );
+    let missing = dir.join("nope.sh").display().to_string();
+    refused(
+        &mut worker(&["--", &missing]),
+        &format!("emq-worker: command {missing:?} cannot be run: No such file or directory (os error 2)"),
+    );
+    let script = script.display().to_string();
+    refused(
+        &mut worker(&["--", &script]),
+        &format!("emq-worker: command {script:?} is not executable (chmod +x {script})"),
+    );
+    for weight in ["0", "-1", "x"] {
+        refused(
+            &mut worker(&["--queue", &format!("email:{weight}"), "--", "/bin/cat"]),
+            &format!(
+                "emq-worker: setting queue: \"email:{weight}\": the weight \"{weight}\" must be a whole number of at \
+                 least 1"
+            ),
+        );
+    }
+    refused(
+        &mut worker(&["--queue", "a@b", "--", "/bin/cat"]),
+        "emq-worker: setting queue: \"a@b\": queue name \"a@b\" is not valid: use 1 to 255 characters from A-Z a-z \
+         0-9 _ - . :",
+    );
+}
+
+#[test]
+fn cli_refuses_queue_names_neither_protocol_takes() {
+    let _w = watchdog::Watchdog::new("cli-queue-names", 30);
+    let nowhere = zmq_endpoint(free_port());
+    let long = "q".repeat(300);
+    let cases: [(&[&str], &str); 5] = [
+        (&["request", "bad queue", "x"], "bad queue"),
+        (&["request", "a@b", "x"], "a@b"),
+        (&["request", &long, "x"], &long),
+        (&["sched", "x", "--queue", "a@b"], "a@b"),
+        (&["ask", "bad/q"], "bad/q"),
+    ];
+    for (args, name) in cases {
+        let mut cmd = bin("emq-cli");
+        cmd.args(["--frontend", &nowhere, "--admin", &nowhere, "--text", "127.0.0.1:1"]).args(args);
+        let rule = "is not valid: use 1 to 255 characters from A-Z a-z 0-9 _ - . :";
+        refused(&mut cmd, &format!("emq-cli: queue name {name:?} {rule}"));
+    }
+}
+
+#[test]
+fn misspelled_addresses_get_the_expected_form() {
+    let _w = watchdog::Watchdog::new("address-typos", 30);
+    let emqp =
+        "is not an eMQP address (no tcp://): eMQP addresses look like tcp://host:port, e.g. tcp://127.0.0.1:47291";
+    refused(
+        bin("emq-cli").args(["--admin", "127.0.0.1:48303", "status"]),
+        &format!("emq-cli: setting admin: \"127.0.0.1:48303\" {emqp}"),
+    );
+    refused(
+        bin("emq-cli").args(["--text", "tcp://127.0.0.1:48304", "sched", "x"]),
+        "emq-cli: setting text: \"tcp://127.0.0.1:48304\" is not a text address (no tcp:// here): the text address \
+         is host:port, e.g. 127.0.0.1:47294",
+    );
+    refused(
+        bin("emq-worker").env("EMQ_BACKEND_ADDR", "localhost:47290").args(["--", "/bin/cat"]),
+        &format!("emq-worker: setting backend: \"localhost:47290\" {emqp}"),
+    );
+    refused(
+        bin("emq-scheduler").env("EMQ_FRONTEND_ADDR", "127.0.0.1:47291"),
+        &format!("emq-scheduler: setting frontend: \"127.0.0.1:47291\" {emqp}"),
+    );
+    refused(
+        bin("emq-router").args(["--backend", "tcp://127.0.0.1"]),
+        "emq-router: setting backend: \"tcp://127.0.0.1\" is not an eMQP address (no :port): eMQP addresses look \
+         like tcp://host:port, e.g. tcp://127.0.0.1:47291",
+    );
+    refused(
+        bin("emq-pubsub").args(["--pubsub-out", "udp://127.0.0.1:1"]),
+        "emq-pubsub: setting pubsub_out: \"udp://127.0.0.1:1\" is not an eMQP address (unknown transport \"udp\"; \
+         use tcp): eMQP addresses look like tcp://host:port, e.g. tcp://127.0.0.1:47291",
+    );
+}
+
+#[test]
+fn errors_are_printed_once() {
+    let _w = watchdog::Watchdog::new("errors-once", 30);
+    let dir = TestDir::new("errors-once");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "frontend = 3\n").expect("write");
+    let out = bin("emq-router").arg("--config").arg(&bad).output().expect("runs");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.starts_with(&format!("emq-router: config file {}: TOML parse error", bad.display())), "{err}");
+    assert_eq!(err.matches("invalid type: integer `3`, expected a string").count(), 1, "{err}");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port();
+    let (fe, be, ad) = (zmq_endpoint(port), zmq_endpoint(free_port()), zmq_endpoint(free_port()));
+    refused(
+        bin("emq-router")
+            .args(["--frontend", &fe, "--backend", &be, "--admin", &ad, "--text", "off"])
+            .args(["--durability", "memory"]),
+        &format!("emq-router: cannot start: zmq bind frontend {fe} failed: Address already in use"),
+    );
+}
+
+/// What `--print-config` prints: a TOML file naming what was given.
+fn print_config(cmd: &mut Command) -> (String, String) {
+    let out = cmd.arg("--print-config").output().expect("runs");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    (text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn every_program_takes_config_variables_and_flags_the_same_way() {
+    let _w = watchdog::Watchdog::new("settings", 30);
+    let dir = TestDir::new("settings");
+    let file = dir.join("emq.toml");
+    for (program, key, addr) in [
+        ("emq-router", "frontend", "tcp://127.0.0.1:1"),
+        ("emq-worker", "backend", "[\"tcp://127.0.0.1:1\"]"),
+        ("emq-scheduler", "frontend", "tcp://127.0.0.1:1"),
+        ("emq-cli", "admin", "tcp://127.0.0.1:1"),
+        ("emq-pubsub", "pubsub_in", "tcp://127.0.0.1:1"),
+    ] {
+        let value = if addr.starts_with('[') { addr.to_string() } else { format!("{addr:?}") };
+        std::fs::write(&file, format!("log = \"emq=debug\"\n{key} = {value}\n")).expect("write");
+        let (printed, warnings) = print_config(bin(program).arg("--config").arg(&file));
+        assert_eq!(warnings, "", "{program}");
+        assert!(printed.starts_with(&format!("# Resolved: {key}, log given by")), "{program}: {printed}");
+        assert!(printed.contains(&format!("\n{key} = {value}")), "{program}: {printed}");
+        assert!(printed.contains("\nlog = \"emq=debug\""), "{program}: {printed}");
+        // What it printed is a config file it reads back to the same values
+        // (every key is given by the file then).
+        std::fs::write(&file, &printed).expect("write");
+        let again = print_config(bin(program).arg("--config").arg(&file)).0;
+        assert_eq!(again.split_once('\n').map(|(_, rest)| rest), printed.split_once('\n').map(|(_, rest)| rest));
+    }
+    std::fs::write(&file, "log = \"info\"\n").expect("write");
+    let (printed, _) = print_config(bin("emq-bench").arg("--config").arg(&file));
+    assert!(printed.starts_with("# Resolved: log given by") && printed.contains("\nlog = \"info\""), "{printed}");
+    let flag_over_variable = print_config(
+        bin("emq-cli").env("EMQ_FRONTEND_ADDR", "tcp://127.0.0.1:2").args(["--frontend", "tcp://127.0.0.1:3"]),
+    );
+    assert!(flag_over_variable.0.contains("\nfrontend = \"tcp://127.0.0.1:3\""), "{}", flag_over_variable.0);
+}
+
+#[test]
+fn old_names_still_work_and_say_what_replaced_them() {
+    let _w = watchdog::Watchdog::new("old-names", 30);
+    let addr = "tcp://127.0.0.1:7";
+    let cases = [
+        ("emq-router", Some("--frontend-addr"), None, "frontend", "frontend_addr (--frontend-addr)"),
+        (
+            "emq-scheduler",
+            None,
+            Some("EMQ_SCHEDULER_ROUTER_ADDR"),
+            "frontend",
+            "router_addr (--router-addr, EMQ_SCHEDULER_ROUTER_ADDR)",
+        ),
+        ("emq-pubsub", Some("--in"), None, "pubsub_in", "in (--in, EMQ_PUBSUB_IN)"),
+        ("emq-cli", None, Some("EMQ_PUBSUB_ADDR"), "pubsub_in", "pubsub (--pubsub, EMQ_PUBSUB_ADDR)"),
+    ];
+    for (program, flag, var, key, old) in cases {
+        let mut cmd = bin(program);
+        cmd.args(flag.map(|f| [f, addr]).into_iter().flatten());
+        cmd.envs(var.map(|v| (v, addr)));
+        let (printed, warnings) = print_config(&mut cmd);
+        assert!(printed.contains(&format!("\n{key} = \"{addr}\"")), "{printed}");
+        let new = match key {
+            "frontend" => "frontend (--frontend, EMQ_FRONTEND_ADDR)",
+            _ => "pubsub_in (--pubsub-in, EMQ_PUBSUB_IN_ADDR)",
+        };
+        let warning = format!("WARN main emq::config::table: setting {old} is deprecated: use {new}");
+        assert!(warnings.contains(&warning), "{warnings}");
+    }
+    let (printed, warnings) = print_config(bin("emq-worker").args(["--router", addr]));
+    assert!(printed.contains(&format!("\nbackend = [\"{addr}\"]")), "{printed}");
+    assert!(warnings.contains("setting router (--router) is deprecated: use backend (--backend, EMQ_BACKEND_ADDR)"));
+}
+
+/// A worker script: payload `fail` exits 1, anything else succeeds.
+const SCRIPT: &str = "#!/bin/sh\np=$(cat)\n[ \"$p\" = fail ] && exit 1\necho ok\n";
+
+#[test]
+fn status_counts_what_workers_and_text_consumers_did() {
+    let _w = watchdog::Watchdog::new("status-counts", 60);
+    let dir = TestDir::new("status-counts");
+    let mut router = Router::start(&dir);
+    let text_addr = router.wait_text();
+    let script = dir.join("job.sh");
+    std::fs::write(&script, SCRIPT).expect("write");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let mut worker_cmd = bin("emq-worker");
+    worker_cmd.args(["--backend", &router.backend, "-Q", "jobs", "--stats-interval", "0s", "--"]).arg(&script);
+    let mut worker = Child::spawn("worker", &mut worker_cmd, &dir.join("worker.log"));
+    let cli = |args: &[&str]| {
+        let mut cmd = bin("emq-cli");
+        cmd.args(["--frontend", &router.frontend, "--admin", &router.admin, "--text", &text_addr]).args(args);
+        let out = cmd.output().expect("runs");
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        (text(&out.stdout), text(&out.stderr))
+    };
+    let status =
+        || -> Result<Value, String> { serde_json::from_str(&cli(&["--json", "status"]).0).map_err(|e| e.to_string()) };
+    wait::until_ok(Duration::from_secs(20), || {
+        let s = status()?;
+        s["served_queues"].as_array().filter(|q| q.iter().any(|q| q == "jobs")).map(|_| ()).ok_or(s.to_string())
+    })
+    .unwrap_or_else(|e| panic!("the worker registers: {e}\n{}", worker.log_tail(20)));
+    for body in ["a", "fail", "b", "fail", "c"] {
+        assert!(cli(&["request", "jobs", body]).0.starts_with("accepted "));
+    }
+    for data in ["t1", "t2", "t3"] {
+        assert_eq!(cli(&["sched", data, "--queue", "tasks"]), ("accepted on queue tasks\n".into(),
+            "emq-cli: note: no worker serves queue \"tasks\": the task waits there until a worker declares the queue \
+             or a text client asks for it (check the name)\n".into()));
+    }
+    assert_eq!(cli(&["ask", "tasks"]).0, "t1\n");
+    assert_eq!(cli(&["ask", "tasks", "--del"]).0, "t2\n");
+    assert_eq!(cli(&["ask", "tasks", "--dcl"]).0, "t3\n");
+    let (out, note) = cli(&["request", "jobz", "typo"]);
+    assert!(out.starts_with("accepted "), "{out}");
+    assert_eq!(
+        note,
+        "emq-cli: note: no worker has declared queue \"jobz\" since the router started, so the router put the job on \
+         \"default\" (check the name, or start a worker for \"jobz\" first)\n"
+    );
+    wait::until_ok(Duration::from_secs(20), || {
+        let s = status()?;
+        let done = s["completed_messages_by_queue"]["jobs"].as_u64().unwrap_or(0)
+            + s["failed_messages_by_queue"]["jobs"].as_u64().unwrap_or(0);
+        (done == 5).then_some(()).ok_or(s.to_string())
+    })
+    .unwrap_or_else(|e| panic!("the jobs end: {e}\n{}", worker.log_tail(20)));
+    let (table, _) = cli(&["status"]);
+    let rows: Vec<String> = table
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.split_whitespace().take(6).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            "QUEUE WAITING IN-FLIGHT DISPATCHED COMPLETED FAILED",
+            "default 1 0 0 0 0",
+            "jobs 0 0 5 3 2",
+            "tasks 1 0 3 1 1",
+        ],
+        "{table}"
+    );
+    worker.terminate(Duration::from_secs(10));
+    assert!(worker.log_text().contains("jobs ok=3 failed=2 timed_out=0"), "{}", worker.log_tail(5));
+}
+
+#[test]
+fn refusals_are_one_line_on_stderr_and_exit_1() {
+    let _w = watchdog::Watchdog::new("refusals", 60);
+    let dir = TestDir::new("refusals");
+    let (fe, be, ad) = (zmq_endpoint(free_port()), zmq_endpoint(free_port()), zmq_endpoint(free_port()));
+    let text_addr = format!("127.0.0.1:{}", free_port());
+    let mut cmd = bin("emq-router");
+    cmd.args(["--frontend", &fe, "--backend", &be, "--admin", &ad, "--text", &text_addr, "--max-queue-len", "1"]);
+    let router = Child::spawn("router", &mut cmd, &dir.join("router.log"));
+    let cli = |args: &[&str]| {
+        let out = bin("emq-cli").args(["--frontend", &fe, "--admin", &ad, "--text", &text_addr]).args(args).output();
+        let out = out.expect("runs");
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let up = wait::until_ok(Duration::from_secs(20), || match cli(&["sched", "a", "--queue", "default"]) {
+        (Some(0), out, _) => Ok(out),
+        other => Err(format!("{other:?}")),
+    });
+    assert_eq!(up.unwrap_or_else(|e| panic!("{e}\n{}", router.log_tail(20))), "accepted on queue default\n");
+    let (code, out, err) = cli(&["sched", "b"]);
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (Some(1), "", "emq-cli: SCHED refused: QUEUE_FULL the queue is full\n")
+    );
+    let (code, out, err) = cli(&["request", "default", "c"]);
+    assert_eq!((code, out.as_str()), (Some(1), ""));
+    let id = err.strip_prefix("emq-cli: request ").and_then(|e| e.split(' ').next()).unwrap_or("");
+    assert_eq!(err, format!("emq-cli: request {id} rejected: QUEUE_FULL queue default holds 1 jobs, its limit\n"));
+}

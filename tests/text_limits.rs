@@ -1,0 +1,256 @@
+//! The text front end's extensions and limits over real sockets: long-poll
+//! ASK, replies in command order across shards, the cross-protocol case of
+//! an ASKed queue, the line timeout, slow readers, delivery counts and the
+//! descriptor reserve (text-protocol.md "Limits on connections",
+//! "Extension: long-poll ASK", "One broker, one queue namespace").
+
+use std::io::Write;
+use std::process::Command;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use emq::router::RouterHandle;
+
+use crate::common::ports::{free_port, zmq_endpoint};
+use crate::common::proc::{Child, TestDir};
+use crate::common::router::rust_router_bin;
+use crate::emqp_router::{admin, eventually, Peer, Watchdog};
+use crate::text::TextConn;
+use crate::text_broker::{connect, router_with_text};
+
+fn text_stat(h: &RouterHandle, f: impl Fn(&emq::text::TextStats) -> u64) -> u64 {
+    f(h.text_stats().expect("text front end on"))
+}
+
+#[test]
+fn long_poll_ask_gets_the_next_task_or_nope_and_old_forms_keep_their_meaning() {
+    let _w = Watchdog::new("text_long_poll", 30);
+    for shards in [1, 3] {
+        let h = router_with_text(shards, |_| {});
+        let (mut a, mut b, mut producer) = (connect(&h), connect(&h), connect(&h));
+        // Both wait; no answer yet. The first to ask gets the first task
+        // (b asks only once a's wait is registered: they may be served by
+        // different I/O threads).
+        a.send(b"ASK jobs 20000\n");
+        eventually(5, "a waiting", || admin(&h, "STATUS")["emq"]["asks_waiting"] == 1);
+        b.send(b"ASK jobs 20000\n");
+        eventually(5, "two waiting", || admin(&h, "STATUS")["emq"]["asks_waiting"] == 2);
+        producer.send(b"SCHED first@jobs\nSCHED second@jobs\n");
+        a.expect(b"WANT? first\n");
+        b.expect(b"WANT? second\n");
+        a.send(b"ACK\nASK jobs 50\n");
+        a.expect(b"NOPE\n");
+        b.send(b"ACK\nASK 500\nASK default 0\nASK jobs 1.5\n");
+        b.expect(b"NOPE\n");
+        b.expect(b"NOPE\n");
+        b.expect_err("BAD_FORMAT");
+        assert_eq!(h.counters().text_ask_waits_expired.load(Relaxed), 1);
+    }
+}
+
+#[test]
+fn a_long_poll_past_the_limit_is_refused_and_end_waits_for_it() {
+    let _w = Watchdog::new("text_long_poll_limit", 30);
+    let h = router_with_text(1, |r| r.text_max_ask_wait = Some("1s".into()));
+    let mut c = connect(&h);
+    c.send(b"ASK q 1001\nASK q 300\nEND\n");
+    c.expect(b"ERR BAD_FORMAT the wait of ASK <queue> <ms> is at most 1000 ms\n");
+    c.expect(b"NOPE\n");
+    c.expect_closed();
+}
+
+#[test]
+fn a_long_poll_of_a_closed_connection_takes_no_task() {
+    let _w = Watchdog::new("text_long_poll_closed", 30);
+    let h = router_with_text(2, |_| {});
+    let mut gone = connect(&h);
+    gone.send(b"ASK q 20000\n");
+    eventually(5, "waiting", || admin(&h, "STATUS")["emq"]["text"]["connections_open"] == 1);
+    drop(gone);
+    eventually(5, "closed", || admin(&h, "STATUS")["emq"]["text"]["connections_open"] == 0);
+    let mut c = connect(&h);
+    c.send(b"SCHED t@q\nASK q\n");
+    c.expect(b"WANT? t\n");
+    assert_eq!(h.counters().text_returned_disconnect.load(Relaxed), 0, "the task never went to the closed one");
+}
+
+#[test]
+fn replies_keep_command_order_across_shards() {
+    let _w = Watchdog::new("text_order_across_shards", 60);
+    let h = router_with_text(4, |r| r.max_queue_len = Some(1));
+    let mut c = connect(&h);
+    let queues: Vec<String> = (0..16).map(|i| format!("q{i}")).collect();
+    let mut cmds = Vec::new();
+    let mut want = Vec::new();
+    for q in &queues {
+        cmds.extend_from_slice(format!("SCHED a-{q}@{q}\nSCHED b-{q}@{q}\nASK {q}\nFOO\nACK\nASK {q}\n").as_bytes());
+        want.push("ERR QUEUE_FULL the queue is full".to_string());
+        want.push(format!("WANT? a-{q}"));
+        want.push("ERR UNKNOWN_COMMAND unknown command \"FOO\"".to_string());
+        want.push("NOPE".to_string());
+    }
+    c.send(&cmds);
+    for w in want {
+        c.expect(format!("{w}\n").as_bytes());
+    }
+}
+
+#[test]
+fn an_emqp_request_for_a_queue_a_text_client_asked_for_is_offered_to_it() {
+    let _w = Watchdog::new("text_asked_queue_known", 30);
+    for shards in [1, 3] {
+        let h = router_with_text(shards, |_| {});
+        let default_worker = Peer::new(&h.endpoints.backend, b"w-default");
+        default_worker.inform_worker(r#"[[10, "default"]]"#);
+        default_worker.ready(1);
+        let mut text = connect(&h);
+        text.send(b"ASK reports\n");
+        text.expect(b"NOPE\n");
+        let client = Peer::new(&h.endpoints.frontend, b"client");
+        client.request("m1", "reports", "", "monthly");
+        assert_eq!(client.expect("REPLY")[4], b"m1");
+        text.send(b"ASK reports\n");
+        text.expect(b"WANT? monthly\n");
+        default_worker.expect_none("REQUEST", 200);
+        // A long poll makes it known too, and is answered at once.
+        text.send(b"ACK\nASK later 20000\n");
+        eventually(5, "the long poll waits", || admin(&h, "STATUS")["emq"]["asks_waiting"] == 1);
+        client.request("m2", "later", "", "soon");
+        text.expect(b"WANT? soon\n");
+    }
+}
+
+#[test]
+fn a_line_must_be_complete_within_the_line_timeout_of_its_first_byte() {
+    let _w = Watchdog::new("text_line_timeout", 30);
+    let h = router_with_text(1, |r| r.text_line_timeout = Some("600ms".into()));
+    let mut trickle = connect(&h);
+    let mut idle = connect(&h);
+    // One byte every 100 ms: the line never completes in time although
+    // bytes keep coming.
+    let writer = trickle.writer.try_clone().unwrap();
+    let sender = std::thread::spawn(move || {
+        let mut w = writer;
+        for b in b"SCHED slowly but surely".iter().cycle().take(100) {
+            if w.write_all(std::slice::from_ref(b)).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    trickle.expect_closed();
+    sender.join().unwrap();
+    idle.send(b"ASK\n");
+    idle.expect(b"NOPE\n");
+    assert_eq!(text_stat(&h, |s| s.line_timeout_closed.load(Relaxed)), 1);
+    assert_eq!(admin(&h, "STATUS")["emq"]["text"]["line_timeout_closed"], 1);
+}
+
+#[test]
+fn a_client_that_does_not_read_is_closed_and_its_offer_returns_counted() {
+    let _w = Watchdog::new("text_slow_reader", 60);
+    let h = router_with_text(1, |r| {
+        r.text_max_line_bytes = Some(2048);
+        r.text_max_unsent_bytes = Some(4096);
+    });
+    let big = "x".repeat(2000);
+    let mut producer = connect(&h);
+    producer.send(format!("SCHED {big}@q\nASK q\n").as_bytes());
+    producer.expect(format!("WANT? {big}\n").as_bytes());
+    producer.send(b"DCL\n");
+    let slow = connect(&h);
+    let mut w = slow.writer.try_clone().unwrap();
+    // Far more WANT? bytes than the socket buffers hold; never read.
+    let asks = b"ASK q\nDCL\n".repeat(20_000);
+    let _ = w.write_all(&asks);
+    eventually(20, "the slow reader closed", || text_stat(&h, |s| s.slow_reader_closed.load(Relaxed)) == 1);
+    producer.send(b"ASK q\n");
+    producer.expect(format!("WANT? {big}\n").as_bytes());
+    drop(slow);
+}
+
+#[test]
+fn an_offer_returned_too_often_is_dead_lettered_and_the_queue_moves_on() {
+    let _w = Watchdog::new("text_dead_letter", 60);
+    let h = router_with_text(2, |_| {});
+    let mut p = connect(&h);
+    p.send(b"SCHED poison@q\nSCHED next@q\nEND\n");
+    p.expect_closed();
+    for round in 0..=u64::from(emq::limits::MAX_DELIVERIES) {
+        let mut crash = connect(&h);
+        crash.send(b"ASK q\n");
+        crash.expect(b"WANT? poison\n");
+        drop(crash);
+        eventually(5, "returned", || h.counters().text_returned_disconnect.load(Relaxed) == round + 1);
+    }
+    eventually(5, "dead-lettered", || h.counters().text_dead_lettered.load(Relaxed) == 1);
+    let mut c = connect(&h);
+    c.send(b"ASK q\n");
+    c.expect(b"WANT? next\n");
+    let status = admin(&h, "STATUS");
+    assert_eq!(status["emq"]["text"]["offers_dead_lettered"], 1, "{status}");
+    assert_eq!(status["emq"]["counters"]["dead_lettered"], 1, "{status}");
+}
+
+/// Starts `emq-router` under `ulimit -n fds` with `args`; returns it with
+/// its admin endpoint, backend endpoint and text address.
+fn router_with_fds(dir: &TestDir, fds: u32, args: &str) -> (Child, String, String, std::net::SocketAddr) {
+    let (fp, bp, ap, tp) = (free_port(), free_port(), free_port(), free_port());
+    let (frontend, backend, admin_addr) = (zmq_endpoint(fp), zmq_endpoint(bp), zmq_endpoint(ap));
+    let script = format!(
+        "ulimit -n {fds} && exec {} --frontend-addr {frontend} --backend-addr {backend} --admin-addr {admin_addr} \
+         --text-addr 127.0.0.1:{tp} --data-dir {} {args}",
+        rust_router_bin().display(),
+        dir.join("router-data").display()
+    );
+    let router = Child::spawn("router", Command::new("sh").args(["-c", &script]), &dir.join("router.log"));
+    eventually(10, "text port", || crate::common::ports::is_listening(tp));
+    (router, admin_addr, backend, format!("127.0.0.1:{tp}").parse().unwrap())
+}
+
+/// Opens text connections (each answering `ASK` with `NOPE`) until one is
+/// refused; returns them and the refusal.
+fn fill(addr: std::net::SocketAddr, most: usize) -> (Vec<TextConn>, Vec<u8>) {
+    let mut open = Vec::new();
+    loop {
+        assert!(open.len() < most, "never refused");
+        let mut c = TextConn::connect(addr);
+        c.send(b"ASK\n");
+        let line = c.line();
+        if line != b"NOPE\n" {
+            return (open, line);
+        }
+        open.push(c);
+    }
+}
+
+#[test]
+fn with_few_descriptors_text_gets_busy_and_emqp_and_admin_are_still_served() {
+    let _w = Watchdog::new("text_descriptor_reserve", 60);
+    let dir = TestDir::new("text_descriptor_reserve");
+    let (_router, admin_addr, backend, addr) = router_with_fds(&dir, 256, "--text-reserved-fds 64");
+    let (open, refused) = fill(addr, 256);
+    assert_eq!(refused, b"ERR BUSY too few descriptors left\n");
+    assert!(open.len() > 100, "{} connections before the reserve", open.len());
+    let status = crate::common::admin::request(&admin_addr, "STATUS").expect("admin answers");
+    assert_eq!(status["emq"]["text"]["refused_fds"], 1, "{status}");
+    assert_eq!(status["emq"]["text"]["fd_limit"], 256, "{status}");
+    let worker = Peer::new(&backend, b"w-after-text-filled");
+    worker.inform_worker(r#"[[10, "default"]]"#);
+}
+
+#[test]
+fn out_of_descriptors_a_client_is_still_told_busy() {
+    let _w = Watchdog::new("text_out_of_descriptors", 60);
+    let dir = TestDir::new("text_out_of_descriptors");
+    // No reserve: accept itself runs out, and the spare descriptor answers.
+    let (_router, admin_addr, _, addr) = router_with_fds(&dir, 128, "--text-reserved-fds 0");
+    let (open, refused) = fill(addr, 128);
+    assert_eq!(refused, b"ERR BUSY too few descriptors left\n");
+    drop(open);
+    eventually(10, "STATUS once descriptors are free", || {
+        crate::common::admin::request(&admin_addr, "STATUS").is_ok_and(|s| {
+            s["emq"]["text"]["accept_errors"].as_u64() >= Some(1) && s["emq"]["text"]["refused_fds"] == 1
+        })
+    });
+}
