@@ -176,6 +176,9 @@ pub struct Shard {
     local: VecDeque<ShardMsg>,
     /// Jobs accepted so far (the sequence part of their [`crate::ids::JobId`]).
     accepted: u64,
+    /// Queues forgotten since the heap was last trimmed (see
+    /// [`limits::QUEUE_SWEEP_TRIM_MIN`]).
+    reclaimed_untrimmed: usize,
     /// The shard's write-ahead log (`None`: `durability = "memory"`).
     wal: Option<crate::wal::log::ShardLog>,
 }
@@ -202,6 +205,7 @@ impl Shard {
             latency: ShardLatency::default(),
             local: VecDeque::new(),
             accepted: 0,
+            reclaimed_untrimmed: 0,
             wal: None,
         };
         if index == 0 {
