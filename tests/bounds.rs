@@ -61,6 +61,7 @@ fn one_off_queue_names_are_reclaimed_and_resident_memory_returns() {
     let mut cmd = Command::new(rust_router_bin());
     cmd.args(["--frontend", &zmq_endpoint(fp), "--backend", &zmq_endpoint(bp), "--admin", &admin_addr]);
     cmd.args(["--text", &text, "--queue-idle-grace", "1s", "--text-ask-grace", "1s", "--log", "warn"]);
+    cmd.arg("--data-dir").arg(dir.join("router-data"));
     let router = Child::spawn("router", &mut cmd, &dir.join("router.log"));
     eventually(20, "text port", || is_listening(tp));
     let queues = || crate::common::admin::request(&admin_addr, "STATUS").map(|s| s["emq"]["queues"].clone());

@@ -4,6 +4,7 @@
 //! answers for exact checks.
 
 mod counts;
+mod durable;
 mod flow;
 mod harness;
 mod lifecycle;
