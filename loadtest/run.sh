@@ -6,7 +6,11 @@
 #   loadtest/run.sh emqp-64b idle-10k
 #
 # Builds emq-bench and emq-router (release), starts a fresh router per run
-# on free loopback ports (the zero-logic forwarder as a process of its own
+# on free loopback ports, emq-router with a fresh data directory under /tmp
+# that is removed after the run (targets: emq = durability "sync" with its
+# sync thread, emq-shard-sync = "sync" on the shard thread, emq-async,
+# emq-memory; beanstalkd-b0 / beanstalkd-b50 = beanstalkd with a binlog,
+# `-b DIR -f 0` / `-b DIR` (fsync every 50 ms, its default)) (the zero-logic forwarder as a process of its own
 # (`emq-bench forwarder`) for the "forwarder" target; the Python EventMQ router
 # from .venv (override: EMQ_BENCH_VENV),
 # created if missing, for the "python" target; a beanstalkd, installed with
@@ -24,6 +28,9 @@ OUT=${EMQ_BENCH_OUT:-$ROOT/loadtest/results/$(date -u +%Y-%m-%d-%H%M)-$REV}
 mkdir -p "$OUT"
 
 STARTED=()
+DATA_DIRS=()
+new_data_dir() { DATA=$(mktemp -d /tmp/emq-loadtest-XXXXXX); DATA_DIRS+=("$DATA"); }
+drop_data_dirs() { local d; for d in "${DATA_DIRS[@]}"; do rm -rf "$d"; done; DATA_DIRS=(); }
 stop() { # PID: stop it and forget it (so a reused PID is never killed later)
   kill "$1" 2>/dev/null || true
   wait "$1" 2>/dev/null || true
@@ -31,7 +38,11 @@ stop() { # PID: stop it and forget it (so a reused PID is never killed later)
   for p in "${STARTED[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
   STARTED=("${keep[@]}")
 }
-cleanup() { local p; for p in "${STARTED[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; }
+cleanup() {
+  local p
+  for p in "${STARTED[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  drop_data_dirs
+}
 trap cleanup EXIT
 
 free_ports() { # N -> N free loopback ports, printed only once they are closed
@@ -88,10 +99,17 @@ try_router() {
   FE=tcp://127.0.0.1:$p1 BE=tcp://127.0.0.1:$p2 TEXT=127.0.0.1:$p4
   local listen=$p1
   case $1 in
-    emq)
+    emq|emq-*)
+      local flags=()
+      case $1 in
+        emq-async) flags=(--durability async) ;;
+        emq-memory) flags=(--durability memory) ;;
+        emq-shard-sync) flags=(--wal-sync-thread false) ;;
+      esac
+      new_data_dir
       # shellcheck disable=SC2086
       "$ROUTER" --log warn --frontend "$FE" --backend "$BE" --admin "tcp://127.0.0.1:$p3" \
-        --text "$TEXT" $ROUTER_ARGS >>"${ROUTER_LOG:-$OUT/router-emq.log}" 2>&1 &
+        --text "$TEXT" --data-dir "$DATA" "${flags[@]}" $ROUTER_ARGS >>"${ROUTER_LOG:-$OUT/router-emq.log}" 2>&1 &
       ;;
     forwarder)
       "$BENCH" forwarder --frontend-addr "$FE" --backend-addr "$BE" >/dev/null 2>&1 &
@@ -104,6 +122,13 @@ try_router() {
     beanstalkd)
       listen=$p4
       beanstalkd -l 127.0.0.1 -p "$p4" >>"$OUT/beanstalkd.log" 2>&1 &
+      ;;
+    beanstalkd-b0|beanstalkd-b50)
+      listen=$p4
+      new_data_dir
+      local fsync=()
+      [ "$1" = beanstalkd-b0 ] && fsync=(-f 0)
+      beanstalkd -l 127.0.0.1 -p "$p4" -b "$DATA" "${fsync[@]}" >>"$OUT/beanstalkd.log" 2>&1 &
       ;;
   esac
   ROUTER_PID=$!
@@ -131,10 +156,10 @@ run_one() { # SCENARIO TARGET RUN
       bench "$name" emqp --frontend "$FE" --backend "$BE" --target-name "$2" --probe-timeout 10s \
         --pid "$ROUTER_PID" $ARGS
       stop "$ROUTER_PID" ;;
-    text:beanstalkd)
+    text:beanstalkd*)
       ensure_beanstalkd "$name" || return 0
-      start_router beanstalkd || return 0
-      bench "$name" beanstalk --addr "$TEXT" --target-name beanstalkd --pid "$ROUTER_PID" $ARGS
+      start_router "$2" || return 0
+      bench "$name" beanstalk --addr "$TEXT" --target-name "$2" --pid "$ROUTER_PID" $ARGS
       stop "$ROUTER_PID" ;;
     text:*)
       start_router "$2" || return 0
@@ -153,6 +178,7 @@ run_one() { # SCENARIO TARGET RUN
       stop "$other"
       stop "$ROUTER_PID" ;;
   esac
+  drop_data_dirs
 }
 
 SCENARIOS=("$@")

@@ -18,13 +18,15 @@ def main(out, bench):
     runs = {}  # (scenario, target) -> [(json path, result)]
     machine, loadavg = None, open("/proc/loadavg").read().split()[:3]
     for name in sorted(os.listdir(out)):
-        m = re.fullmatch(r"(.+)-([a-z]+)-(\d+)\.json", name)
+        m = re.fullmatch(r"(.+)-(\d+)\.json", name)
         if not m:
             continue
         rec = json.load(open(os.path.join(out, name)))
         machine = machine or rec["machine"]
         for r in rec["results"]:
-            runs.setdefault((m.group(1), r["target"]), []).append((name[:-5], r))
+            # <scenario>-<target>-<run>.json; targets may hold dashes (emq-memory).
+            scen = m.group(1).removesuffix("-" + r["target"])
+            runs.setdefault((scen, r["target"]), []).append((name[:-5], r))
     lines = ["# Load test results", ""]
     if machine:
         lines += [f"* machine: {machine['host']}, {machine['cores']} cores, {machine['cpu']}",
@@ -54,9 +56,13 @@ def main(out, bench):
     lines += ["", "## Throughput ratios (medians)", ""]
     for scen in sorted({s for s, _ in medians}):
         emq = medians.get((scen, "emq"))
-        for other in ("forwarder", "baseline", "python", "beanstalkd"):
+        for other in ("forwarder", "baseline", "python", "beanstalkd", "emq-memory", "beanstalkd-b0", "beanstalkd-b50"):
             if emq and medians.get((scen, other)):
                 lines.append(f"* {scen}: emq/{other} = {emq / medians[(scen, other)]:.3f}")
+        memory = medians.get((scen, "emq-memory"))
+        for mine in ("emq-shard-sync", "emq-async"):
+            if memory and medians.get((scen, mine)):
+                lines.append(f"* {scen}: {mine}/emq-memory = {medians[(scen, mine)] / memory:.3f}")
     if cpu:
         lines += ["", "## Broker CPU per job (user + system, warm-up jobs included)", "",
                   "The broker's CPU time over the run divided by the jobs its consumers received: on a",
@@ -66,10 +72,19 @@ def main(out, bench):
                          f"{', '.join(f'{u:.1f}' for u in us)})")
         for scen in sorted({s for s, _ in cpu}):
             emq = cpu.get((scen, "emq"))
-            for other in ("forwarder", "beanstalkd"):
+            for other in ("forwarder", "beanstalkd", "emq-memory", "beanstalkd-b0"):
                 if emq and cpu.get((scen, other)):
                     ratio = statistics.median(emq) / statistics.median(cpu[(scen, other)])
                     lines.append(f"* {scen}: emq/{other} CPU per job = {ratio:.3f}")
+    acks = {k: rs for k, rs in sorted(runs.items()) if (rs[0][1].get("ack_latency_ms") or {}).get("count")}
+    if acks:
+        lines += ["", "## Acceptance latency (eMQP: client send → acceptance REPLY), medians over the runs", "",
+                  "With durability \"sync\" the REPLY waits for the sync of the batch holding the job;",
+                  "workers get the job before that, so throughput above does not wait for it.", "",
+                  "| scenario | target | p50 ms | p99 ms | max ms |", "|---|---|---|---|---|"]
+        for (scen, target), rs in acks.items():
+            med = lambda k: statistics.median(r["ack_latency_ms"][k] for _, r in rs)
+            lines.append(f"| {scen} | {target} | {med('p50'):.3f} | {med('p99'):.3f} | {med('max'):.3f} |")
     failed = os.path.join(out, "failed.txt")
     if os.path.exists(failed):
         lines += ["", "## Runs that failed", ""] + [f"* {l.strip()}" for l in open(failed) if l.strip()]

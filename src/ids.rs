@@ -108,7 +108,8 @@ impl JobId {
         JobId((seq << 16) | (shard as u64 & 0xffff))
     }
 
-    /// The shard that accepted the job.
+    /// The index of the shard that accepted the job (and whose write-ahead
+    /// log holds its records).
     pub fn shard(self) -> usize {
         (self.0 & 0xffff) as usize
     }

@@ -35,6 +35,7 @@
 //! * [`metrics`]: counters and latency histograms over plain keys.
 //! * [`broker`]: dispatcher shards as deterministic state machines: queues,
 //!   workers, selection, in-flight, timers, text offers.
+//! * [`wal`]: each shard's write-ahead log (group commit, recovery, compaction).
 //! * [`zmq_io`]: the only code that calls the zmq crate on the router side
 //!   (I/O thread, egress, socket set-up).
 //! * [`text`]: the text protocol server: a fixed pool of I/O threads, each a
@@ -63,5 +64,6 @@ pub mod pubsub;
 pub mod router;
 pub mod scheduler;
 pub mod text;
+pub mod wal;
 pub mod zmq_error;
 pub mod zmq_io;

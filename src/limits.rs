@@ -166,9 +166,9 @@ pub const MAX_QUEUE_BYTES: usize = 1 << 30;
 /// connection has at most [`TEXT_MAX_PENDING_COMMANDS`] commands
 /// unanswered, then TCP pushes back.
 pub const SHARD_INBOX_MESSAGES: usize = 65_536;
-/// A sweep that forgets at least this many queues gives the freed heap
-/// back to the operating system (`malloc_trim`), so that RSS falls again
-/// after a burst of one-off queue names.
+/// Once sweeps have forgotten this many queues (in one sweep or several)
+/// the freed heap goes back to the operating system (`malloc_trim`), so
+/// that RSS falls again after a burst of one-off queue names.
 pub const QUEUE_SWEEP_TRIM_MIN: usize = 1_000;
 /// While a shard is behind (see [`SHARD_INBOX_MESSAGES`]) the I/O thread
 /// looks at it again this often; it reads no socket meanwhile.
@@ -285,6 +285,36 @@ pub const TEXT_MAX_PENDING_COMMANDS: usize = 1024;
 pub const TEXT_KEEP_BUFFER_BYTES: usize = 4 * 1024;
 /// Readiness events one text I/O thread takes from the OS per loop turn.
 pub const TEXT_EVENTS_PER_POLL: usize = 1024;
+
+/// `durability = "async"`: how often a shard syncs its log. A power cut
+/// (not a crash of the process: records are written at the end of every
+/// batch) loses at most this much of acknowledged work; beanstalkd's `-f`
+/// default is the same 50 ms.
+pub const WAL_SYNC_INTERVAL: Duration = Duration::from_millis(50);
+/// A log segment is closed, and the next begun, at this size: large enough
+/// that creating files is rare (one per ~400,000 small jobs), small enough
+/// that a segment holding a few old jobs is cheap to copy forward.
+pub const WAL_SEGMENT_BYTES: u64 = 64 << 20;
+/// Smallest segment size accepted: a segment must hold its header and a
+/// few records (tests use small segments to exercise rotation).
+pub const WAL_MIN_SEGMENT_BYTES: u64 = 4096;
+/// Default of `wal_sync_thread` (measured: README "Durability").
+pub const WAL_SYNC_THREAD: bool = true;
+/// The log keeps its disk use within this factor of the bytes of its live
+/// jobs' records (plus the segment being written): a segment less than
+/// 1/factor full is compacted by copying its waiting jobs forward.
+pub const WAL_DISK_FACTOR: u64 = 2;
+/// Waiting jobs compaction looks at per shard batch: bounds the pause a
+/// compaction step adds to one batch (about 20 µs per 4,096 jobs looked at).
+pub const WAL_COMPACT_STEP_JOBS: usize = 4096;
+/// Record bytes compaction copies forward per shard batch: bounds the write
+/// a compaction step adds to one batch.
+pub const WAL_COMPACT_STEP_BYTES: usize = 1 << 20;
+/// Attempts to take the data directory's lock before giving up (see
+/// [`SCHEDULER_LOCK_TRIES`] for why it is retried at all).
+pub const DATA_DIR_LOCK_TRIES: u32 = 20;
+/// Pause between two attempts to take the data directory's lock.
+pub const DATA_DIR_LOCK_RETRY: Duration = Duration::from_millis(50);
 
 /// Log lines one call site may write per second when input can trigger it
 /// (malformed frames, refusals); past it lines are counted and reported as

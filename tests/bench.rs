@@ -58,6 +58,7 @@ fn bench_emqp_against_router_and_baseline_writes_outputs() {
         metrics: Some(String::new()),
         shards: Some(2),
         drain_timeout: Some("200ms".into()),
+        data_dir: Some(crate::common::data::fresh()),
         ..Default::default()
     };
     let router = emq::router::start(raw.validate().expect("valid config")).expect("router starts");

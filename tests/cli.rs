@@ -31,6 +31,10 @@ fn bin(name: &str) -> Command {
             cmd.env_remove(key);
         }
     }
+    if name == "emq-router" {
+        // Its default data directory: never the user's, never shared.
+        cmd.env("XDG_STATE_HOME", crate::common::data::fresh());
+    }
     cmd
 }
 
@@ -159,7 +163,9 @@ fn errors_are_printed_once() {
     let port = taken.local_addr().expect("addr").port();
     let (fe, be, ad) = (zmq_endpoint(port), zmq_endpoint(free_port()), zmq_endpoint(free_port()));
     refused(
-        bin("emq-router").args(["--frontend", &fe, "--backend", &be, "--admin", &ad, "--text", "off", "--metrics", ""]),
+        bin("emq-router")
+            .args(["--frontend", &fe, "--backend", &be, "--admin", &ad, "--text", "off", "--metrics", ""])
+            .args(["--durability", "memory"]),
         &format!("emq-router: cannot start: zmq bind frontend {fe} failed: Address already in use"),
     );
 }

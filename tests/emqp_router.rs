@@ -21,6 +21,7 @@ pub fn config(shards: usize, tweak: impl FnOnce(&mut RawRouterConfig)) -> Router
         metrics: Some(String::new()),
         shards: Some(shards),
         drain_timeout: Some("200ms".into()),
+        data_dir: Some(crate::common::data::fresh()),
         ..Default::default()
     };
     tweak(&mut raw);
@@ -470,6 +471,7 @@ fn sigterm_drains_and_logs_what_remains() {
         .args(["--backend", &format!("tcp://127.0.0.1:{be}")])
         .args(["--admin", &format!("tcp://127.0.0.1:{ad}")])
         .args(["--text", "off", "--metrics", "", "--drain-timeout", "300ms", "--log", "info,emq::broker::shard=debug"])
+        .args(["--durability", "memory"])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();

@@ -3,6 +3,7 @@ mod bounds;
 mod cli;
 mod client;
 mod common;
+mod durability;
 mod emqp_router;
 mod exact;
 mod interop;

@@ -199,8 +199,9 @@ fn router_with_fds(dir: &TestDir, fds: u32, args: &str) -> (Child, String, Strin
     let (frontend, backend, admin_addr) = (zmq_endpoint(fp), zmq_endpoint(bp), zmq_endpoint(ap));
     let script = format!(
         "ulimit -n {fds} && exec {} --frontend-addr {frontend} --backend-addr {backend} --admin-addr {admin_addr} \
-         --text-addr 127.0.0.1:{tp} --metrics 127.0.0.1:{mp} {args}",
-        rust_router_bin().display()
+         --text-addr 127.0.0.1:{tp} --metrics 127.0.0.1:{mp} --data-dir {} {args}",
+        rust_router_bin().display(),
+        dir.join("router-data").display()
     );
     let router = Child::spawn("router", Command::new("sh").args(["-c", &script]), &dir.join("router.log"));
     eventually(10, "text port", || crate::common::ports::is_listening(tp));

@@ -115,6 +115,8 @@ impl Walk {
         }
         let path = format!("{}:{}", self.bin, std::env::var("PATH").unwrap_or_default());
         cmd.env("PATH", path).env("dir", &self.dir.path).current_dir(&self.dir.path);
+        // The router's and the scheduler's default data directories.
+        cmd.env("XDG_STATE_HOME", self.dir.path.join("state"));
         if self.given == Given::Variables {
             let vars = [
                 ("EMQ_FRONTEND_ADDR", &self.frontend),

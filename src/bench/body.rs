@@ -193,6 +193,16 @@ impl Tally {
         (self.send_ns.len() as u64).saturating_sub(self.received_all)
     }
 
+    /// Acceptance REPLYs still due: jobs sent (warm-up included) not yet
+    /// acknowledged, counted only once the target has acknowledged any (a
+    /// target that never sends them owes none).
+    pub fn acks_outstanding(&self) -> u64 {
+        if self.accepted == 0 {
+            return 0;
+        }
+        (self.send_ns.len() as u64).saturating_sub(self.accepted)
+    }
+
     /// Records that job `seq` reached a receiver at `recv_ns`.
     pub fn on_receipt(&mut self, seq: u64, recv_ns: u64) {
         let Some(seen) = self.seen.get_mut(seq as usize) else {

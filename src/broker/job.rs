@@ -38,6 +38,9 @@ pub enum JobFramesError {
     /// The frames together pass 4 GiB.
     #[error("the job has {0} bytes; at most 4 GiB are accepted")]
     TooBig(usize),
+    /// A stored buffer does not hold frames ([`JobFrames::from_bytes`]).
+    #[error("stored job frames are malformed: {0}")]
+    Malformed(&'static str),
 }
 
 /// A job's frames in one shared buffer (see the module docs). Cloning is a
@@ -84,6 +87,35 @@ impl JobFrames {
             buf.extend_from_slice(f);
         }
         Ok(JobFrames(Arc::from(buf)))
+    }
+
+    /// Takes a buffer as [`JobFrames::bytes`] wrote it (read back from the
+    /// write-ahead log): checks that its header agrees with its length, so
+    /// every accessor stays in bounds.
+    ///
+    /// # Errors
+    /// [`JobFramesError::Malformed`] naming what does not add up.
+    pub fn from_bytes(bytes: &[u8]) -> Result<JobFrames, JobFramesError> {
+        let head = bytes.get(..HEADER).ok_or(JobFramesError::Malformed("shorter than its header"))?;
+        let total = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        if total != bytes.len() {
+            return Err(JobFramesError::Malformed("total length differs from the buffer's"));
+        }
+        let body = u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize;
+        let fixed = HEADER + head[4] as usize + head[5] as usize + u16::from_le_bytes([head[6], head[7]]) as usize;
+        let mut at = fixed
+            .checked_add(body)
+            .filter(|end| *end <= total)
+            .ok_or(JobFramesError::Malformed("frames pass the end"))?;
+        while at < total {
+            let len = bytes.get(at..at + 4).ok_or(JobFramesError::Malformed("extra frame length cut"))?;
+            let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            at = (at + 4)
+                .checked_add(len)
+                .filter(|end| *end <= total)
+                .ok_or(JobFramesError::Malformed("extra frame passes the end"))?;
+        }
+        Ok(JobFrames(Arc::from(bytes)))
     }
 
     fn lens(&self) -> (usize, usize, usize, usize) {
@@ -170,6 +202,12 @@ pub enum Origin {
 }
 
 /// One accepted job: 40 bytes and its [`JobFrames`].
+///
+/// Layout (kept at 40 bytes, a unit test checks it): the id (8), the frames
+/// (16), the acceptance time (8), the write-ahead-log segment holding its
+/// record (4) and one packed word (4) holding [`Job::back_from`] (24 bits),
+/// [`Job::redeliveries`] (6 bits, saturating at 63), the origin and the
+/// fallback flag (1 bit each).
 #[derive(Clone, Debug)]
 pub struct Job {
     /// The broker's id: unique, unlike the msgid.
@@ -179,38 +217,93 @@ pub struct Job {
     /// When the broker took responsibility for it, in nanoseconds since the
     /// router started (see [`Job::accepted_at`]).
     accepted_ns: u64,
-    /// How many times it went back to its queue because the worker or the
-    /// text connection holding it went away (see [`limits::MAX_DELIVERIES`]).
-    pub redeliveries: u16,
-    /// Who sent it.
-    pub origin: Origin,
-    /// It runs on `default` because its own queue was unknown.
-    pub fallback: bool,
-    /// See [`Job::back_from`]: the low 32 bits of a worker registration
-    /// (never 0), or 0 for none, to keep the record at 40 bytes.
-    back_from: u32,
+    /// See [`Job::wal_segment`].
+    wal_segment: u32,
+    /// `back_from` (bits 0..24), redeliveries (24..30), text origin (30),
+    /// fallback (31).
+    packed: u32,
 }
+
+const BACK_FROM_BITS: u32 = 24;
+const BACK_FROM_MASK: u32 = (1 << BACK_FROM_BITS) - 1;
+const REDELIVERIES_SHIFT: u32 = 24;
+/// Most redeliveries a [`Job`] counts (6 bits); far above [`limits::MAX_DELIVERIES`].
+pub const MAX_REDELIVERIES_COUNTED: u32 = 63;
+const REDELIVERIES_MASK: u32 = (MAX_REDELIVERIES_COUNTED) << REDELIVERIES_SHIFT;
+const TEXT_BIT: u32 = 1 << 30;
+const FALLBACK_BIT: u32 = 1 << 31;
 
 impl Job {
     /// A job accepted as `id` at `now` by a router started at `epoch`.
     pub fn new(id: JobId, frames: JobFrames, origin: Origin, fallback: bool, epoch: Instant, now: Instant) -> Job {
         let accepted_ns = now.saturating_duration_since(epoch).as_nanos().min(u64::MAX as u128) as u64;
-        Job { id, frames, accepted_ns, redeliveries: 0, origin, fallback, back_from: 0 }
+        let mut packed = 0;
+        if origin == Origin::Text {
+            packed |= TEXT_BIT;
+        }
+        if fallback {
+            packed |= FALLBACK_BIT;
+        }
+        Job { id, frames, accepted_ns, wal_segment: 0, packed }
+    }
+
+    /// How many times it went back to its queue because the worker or the
+    /// text connection holding it went away, or because the router stopped
+    /// while it was in flight (see [`limits::MAX_DELIVERIES`]). Counts up
+    /// to [`MAX_REDELIVERIES_COUNTED`].
+    pub fn redeliveries(&self) -> u32 {
+        (self.packed & REDELIVERIES_MASK) >> REDELIVERIES_SHIFT
+    }
+
+    /// Sets [`Job::redeliveries`] (values above [`MAX_REDELIVERIES_COUNTED`]
+    /// are kept as that).
+    pub fn set_redeliveries(&mut self, n: u32) {
+        let n = n.min(MAX_REDELIVERIES_COUNTED);
+        self.packed = (self.packed & !REDELIVERIES_MASK) | (n << REDELIVERIES_SHIFT);
+    }
+
+    /// Who sent it.
+    pub fn origin(&self) -> Origin {
+        if self.packed & TEXT_BIT != 0 {
+            Origin::Text
+        } else {
+            Origin::Emqp
+        }
+    }
+
+    /// It runs on `default` because its own queue was unknown.
+    pub fn fallback(&self) -> bool {
+        self.packed & FALLBACK_BIT != 0
+    }
+
+    /// The segment of the shard's write-ahead log that holds the job's
+    /// latest `Accepted` record (0 when the router keeps no log); see
+    /// `crate::wal`.
+    pub fn wal_segment(&self) -> u32 {
+        self.wal_segment
+    }
+
+    /// Sets [`Job::wal_segment`].
+    pub fn set_wal_segment(&mut self, segment: u32) {
+        self.wal_segment = segment;
     }
 
     /// While the job waits at the front of its queue again because worker
     /// registration `key` was removed holding it (or while it was on its
     /// way to it): `Some(key)`, so the jobs that registration sends back keep
     /// their order (see `QueueTable::push_front`); `None` for every other
-    /// waiting job. The key is kept to 32 bits: two registrations 2³²
-    /// apart would only share the ordering rule, never lose a job.
+    /// waiting job. The key is kept to its low 24 bits (never 0): two
+    /// registrations 2²⁴ apart would only share the ordering rule, never
+    /// lose a job.
     pub fn back_from(&self) -> Option<u32> {
-        (self.back_from != 0).then_some(self.back_from)
+        let key = self.packed & BACK_FROM_MASK;
+        (key != 0).then_some(key)
     }
 
     /// Sets or clears [`Job::back_from`].
     pub fn set_back_from(&mut self, key: Option<crate::ids::WorkerKey>) {
-        self.back_from = key.map_or(0, |k| (k.0 as u32).max(1));
+        let key = key.map_or(0, |k| ((k.0 as u32) & BACK_FROM_MASK).max(1));
+        self.packed = (self.packed & !BACK_FROM_MASK) | key;
     }
 
     /// When the job was accepted, for a router started at `epoch`.
@@ -220,7 +313,7 @@ impl Job {
 
     /// The queue it waits in: its own, or `default` after the fallback.
     pub fn queue(&self) -> QueueName {
-        if self.fallback {
+        if self.fallback() {
             QueueName::named(limits::DEFAULT_QUEUE)
         } else {
             QueueName::from(self.frames.queue())
@@ -229,7 +322,7 @@ impl Job {
 
     /// The queue's name as bytes (no copy).
     pub fn queue_bytes(&self) -> &[u8] {
-        if self.fallback {
+        if self.fallback() {
             limits::DEFAULT_QUEUE.as_bytes()
         } else {
             self.frames.queue()
@@ -261,6 +354,37 @@ mod tests {
         let long = vec![b'q'; 256];
         assert_eq!(JobFrames::new(b"m", &long, b"", b"", none), Err(JobFramesError::QueueTooLong(256)));
         assert_eq!(JobFrames::new(&long, b"q", b"", b"", none), Err(JobFramesError::MsgIdTooLong(256)));
+    }
+
+    #[test]
+    fn stored_frames_are_checked() {
+        let f = JobFrames::new(b"m-1", b"email", b"h", &[7u8; 64], &[b"x1".as_slice()]).unwrap();
+        let back = JobFrames::from_bytes(f.bytes()).unwrap();
+        assert_eq!(back, f);
+        let mut cut = f.bytes().to_vec();
+        cut.pop();
+        assert!(JobFrames::from_bytes(&cut).is_err());
+        let mut long_body = f.bytes().to_vec();
+        long_body[8] = 200;
+        assert!(JobFrames::from_bytes(&long_body).is_err());
+        assert!(JobFrames::from_bytes(&[1, 2]).is_err());
+    }
+
+    #[test]
+    fn packed_fields_do_not_disturb_each_other() {
+        let f = JobFrames::new(b"m", b"q", b"", b"", &[] as &[&[u8]]).unwrap();
+        let now = Instant::now();
+        let mut j = Job::new(JobId(9), f, Origin::Text, true, now, now);
+        j.set_back_from(Some(crate::ids::WorkerKey((1 << 24) + 5)));
+        j.set_redeliveries(70);
+        j.set_wal_segment(u32::MAX);
+        assert_eq!((j.back_from(), j.redeliveries(), j.origin(), j.fallback()), (Some(5), 63, Origin::Text, true));
+        j.set_back_from(Some(crate::ids::WorkerKey(1 << 24)));
+        assert_eq!(j.back_from(), Some(1), "a key whose low bits are 0 still counts");
+        j.set_back_from(None);
+        j.set_redeliveries(2);
+        assert_eq!((j.back_from(), j.redeliveries(), j.origin(), j.fallback()), (None, 2, Origin::Text, true));
+        assert_eq!(j.wal_segment(), u32::MAX);
     }
 
     #[test]

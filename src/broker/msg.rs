@@ -187,6 +187,17 @@ pub enum ShardMsg {
         /// The commands, in the order their connections sent them.
         cmds: Vec<TextRequest>,
     },
+    /// A job the receiving shard accepted is done: its `Done` record goes
+    /// to that shard's write-ahead log (a worker's home shard → the shard
+    /// in the low bits of the job id).
+    LogDone {
+        /// The job.
+        id: crate::ids::JobId,
+        /// The log segment holding its `Accepted` record ([`Job::wal_segment`]).
+        segment: u32,
+        /// That record's size in bytes.
+        record_bytes: usize,
+    },
     /// Hand over the latency histograms recorded since the last take.
     LatencyTake {
         /// Where the histograms go.
@@ -510,6 +521,20 @@ pub trait Outbox {
     /// The end of a batch of messages: wake whoever has to act on what was
     /// handed over (one wake-up per batch instead of one per message).
     fn flush(&mut self) {}
+    /// The end of a batch whose write-ahead log records must be durable
+    /// (up to `wait`) before what it promises leaves (`durability = "sync"`
+    /// with a sync thread): frames for workers ([`Dest::Backend`]) leave
+    /// now, frontend frames (acceptance REPLYs) and text answers once the
+    /// log is durable. Messages to other shards are never held. The default
+    /// flushes at once.
+    fn flush_after_sync(&mut self, wait: crate::wal::sync::SyncWait) {
+        let _ = wait;
+        self.flush();
+    }
+    /// Before the shard syncs its log itself: hands over the frames for
+    /// workers ([`Dest::Backend`]) now; the rest waits for the next
+    /// [`Outbox::flush`]. The default keeps everything for that flush.
+    fn flush_early(&mut self) {}
 }
 
 /// An [`Outbox`] that keeps everything, in order, for tests and tools.

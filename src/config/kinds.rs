@@ -30,6 +30,9 @@ pub trait Kind {
     /// Whether the flag may be given more than once (a list: the values are
     /// joined with [`Kind::join`]).
     const REPEATED: bool = false;
+    /// The value of the flag given bare (`--flag` alone), if it may be:
+    /// see [`Switch`].
+    const BARE: Option<&'static str> = None;
 
     /// Reads one flag value or an environment variable's text.
     ///
@@ -74,6 +77,23 @@ where
     }
 
     fn check(raw: T) -> Result<T, String> {
+        Ok(raw)
+    }
+}
+
+/// A `bool` whose flag may also be given bare: `--flag` is `--flag true`.
+pub struct Switch;
+
+impl Kind for Switch {
+    type Raw = bool;
+    type Value = bool;
+    const BARE: Option<&'static str> = Some("true");
+
+    fn parse(text: &str) -> Result<bool, String> {
+        Plain::<bool>::parse(text)
+    }
+
+    fn check(raw: bool) -> Result<bool, String> {
         Ok(raw)
     }
 }

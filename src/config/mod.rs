@@ -38,7 +38,9 @@ pub use bench::{BenchSettings, RawBenchConfig, BENCH_TOML};
 pub use cli::{CliSettings, RawCliConfig, CLI_TOML};
 pub use kinds::Kind;
 pub use pubsub::{PubSubSettings, RawPubSubConfig, PUBSUB_TOML};
-pub use router::{default_shards, LatencyConfig, RawRouterConfig, RouterConfig, TextConfig, DEFAULT_TOML};
+pub use router::{
+    default_shards, Durability, LatencyConfig, RawRouterConfig, RouterConfig, TextConfig, WalConfig, DEFAULT_TOML,
+};
 pub use table::Settings;
 pub use worker::{QueueSpec, RawWorkerConfig, WorkerSettings, WORKER_TOML};
 

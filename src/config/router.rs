@@ -5,10 +5,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::kinds::{AtLeastOne, EmqpAddr, Humantime, HumantimeOrOff, Kind, LogFilter, Optional, Plain, TextListen};
+use super::kinds::{
+    AtLeastOne, EmqpAddr, Humantime, HumantimeOrOff, Kind, LogFilter, Optional, Plain, Switch, TextListen,
+};
 use super::table::{settings, Settings};
 use super::ConfigError;
 use crate::limits;
+pub use crate::wal::Durability;
 
 settings! {
     /// The router's settings as flags, `EMQ_*` environment variables and the
@@ -108,6 +111,29 @@ settings! {
             text_max_asked_queues => max_asked_queues: AtLeastOne = limits::TEXT_MAX_ASKED_QUEUES,
                 env "EMQ_TEXT_MAX_ASKED_QUEUES";
         }
+        wal: WalConfig {
+            /// Data directory: the write-ahead log (`wal/`) and its lock file
+            /// (default `$XDG_STATE_HOME/emq-router`, else
+            /// `~/.local/state/emq-router`).
+            data_dir => data_dir: Optional<Plain<PathBuf>>, env "EMQ_DATA_DIR";
+            /// `sync` (a job is acknowledged once its record is synced to
+            /// disk), `async` (acknowledged once written; synced every
+            /// `sync_interval`) or `memory` (no log).
+            durability => durability: DurabilityKind = "sync", env "EMQ_DURABILITY";
+            /// With `durability = "async"`: how often the log is synced (e.g. `50ms`).
+            sync_interval => sync_interval: Humantime = limits::WAL_SYNC_INTERVAL, env "EMQ_SYNC_INTERVAL";
+            /// Size at which a log segment file is closed and the next begun.
+            wal_segment_bytes => segment_bytes: SegmentBytes = limits::WAL_SEGMENT_BYTES, env "EMQ_WAL_SEGMENT_BYTES";
+            /// With `durability = "sync"`: sync on a thread of each shard's own
+            /// (`true`), so the shard serves the next batch meanwhile, or on
+            /// the shard's thread (`false`).
+            wal_sync_thread => sync_thread: Plain<bool> = limits::WAL_SYNC_THREAD, env "EMQ_WAL_SYNC_THREAD";
+            /// At start, on damage in the middle of the log: skip the damaged
+            /// bytes (logged with counts), move the damaged segments to the
+            /// data directory's `damaged/` folder and start with the rest,
+            /// instead of refusing to start (`--recover-skip-damaged`).
+            recover_skip_damaged => skip_damaged: Switch = false, env "EMQ_RECOVER_SKIP_DAMAGED";
+        }
         latency: LatencyConfig {
             /// Period of the latency log line (e.g. `60s`; `0s` = off).
             latency_interval => report_interval: HumantimeOrOff = limits::LATENCY_REPORT_INTERVAL,
@@ -174,10 +200,37 @@ pub struct RouterConfig {
     pub zmq_hwm: i32,
     /// Text protocol limits.
     pub text: TextConfig,
+    /// Write-ahead log settings.
+    pub wal: WalConfig,
     /// Latency reporter settings.
     pub latency: LatencyConfig,
     /// Log filter.
     pub log: String,
+}
+
+/// Write-ahead log settings (see [`crate::wal`]).
+#[derive(Debug, Clone)]
+pub struct WalConfig {
+    /// The data directory as given; `None` = [`crate::wal::default_data_dir`].
+    pub data_dir: Option<PathBuf>,
+    /// What an acknowledgement promises.
+    pub durability: Durability,
+    /// `async`: the sync period.
+    pub sync_interval: Duration,
+    /// A segment file is closed once it holds this many bytes.
+    pub segment_bytes: u64,
+    /// `sync`: sync on a per-shard thread rather than the shard's.
+    pub sync_thread: bool,
+    /// Start past damage in the middle of the log (`--recover-skip-damaged`).
+    pub skip_damaged: bool,
+}
+
+impl WalConfig {
+    /// The data directory: as configured, else the default
+    /// ([`crate::wal::default_data_dir`], read from the environment now).
+    pub fn data_dir(&self) -> PathBuf {
+        self.data_dir.clone().unwrap_or_else(crate::wal::default_data_dir)
+    }
 }
 
 /// Text protocol limits (docs/text-protocol.md "Limits on connections") and the
@@ -278,6 +331,49 @@ impl Default for RouterConfig {
             Ok(c) => c,
             Err(e) => unreachable!("built-in defaults are valid: {e}"),
         }
+    }
+}
+
+/// `durability`: `sync`, `async` or `memory`.
+pub struct DurabilityKind;
+
+impl Kind for DurabilityKind {
+    type Raw = String;
+    type Value = Durability;
+
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.to_string())
+    }
+
+    fn check(text: String) -> Result<Durability, String> {
+        match text.trim() {
+            "sync" => Ok(Durability::Sync),
+            "async" => Ok(Durability::Async),
+            "memory" => Ok(Durability::Memory),
+            other => Err(format!("{other:?} is not one of sync, async, memory")),
+        }
+    }
+}
+
+/// `wal_segment_bytes`: at least [`limits::WAL_MIN_SEGMENT_BYTES`], at most 4 GiB.
+pub struct SegmentBytes;
+
+impl Kind for SegmentBytes {
+    type Raw = u64;
+    type Value = u64;
+
+    fn parse(text: &str) -> Result<u64, String> {
+        Plain::<u64>::parse(text)
+    }
+
+    fn check(n: u64) -> Result<u64, String> {
+        if n < limits::WAL_MIN_SEGMENT_BYTES {
+            return Err(format!("must be at least {}", limits::WAL_MIN_SEGMENT_BYTES));
+        }
+        if n > u64::from(u32::MAX) {
+            return Err("must be at most 4294967295".into());
+        }
+        Ok(n)
     }
 }
 

@@ -154,6 +154,10 @@ pub fn flag_arg<K: Kind>(key: &'static str, help: Option<String>, short: Option<
         .action(action)
         .value_parser(clap::builder::ValueParser::new(parse))
         .short(short);
+    let arg = match K::BARE {
+        Some(bare) => arg.num_args(0..=1).default_missing_value(bare),
+        None => arg,
+    };
     match help {
         Some(help) => arg.help(help),
         None => arg.hide(true),

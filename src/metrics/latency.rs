@@ -34,6 +34,9 @@ pub enum Kind {
     Service,
     /// Accepted → REPLY or ACK.
     EndToEnd,
+    /// One sync of a shard's write-ahead log (recorded per shard, under the
+    /// name `shard-<n>` instead of a queue).
+    WalSync,
 }
 
 impl Kind {
@@ -46,6 +49,7 @@ impl Kind {
             Kind::QueueWait => "queue_wait",
             Kind::Service => "service",
             Kind::EndToEnd => "end_to_end",
+            Kind::WalSync => "wal_sync",
         }
     }
 }
@@ -207,13 +211,19 @@ impl LatencyStore {
     }
 
     /// Cumulative percentiles as JSON: `{"queues": {q: {kind: {count,
-    /// mean_us, p50_us, p90_us, p99_us, p999_us, max_us}}}, "unit": "us"}`.
+    /// mean_us, p50_us, p90_us, p99_us, p999_us, max_us}}}, "wal_sync":
+    /// {"shard-<n>": {…}}, "unit": "us"}`.
     pub fn to_json(&self) -> Value {
         let mut queues: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
+        let mut wal_sync = Map::new();
         for ((q, k), h) in &self.cumulative {
-            queues.entry(q.clone()).or_default().insert(k.name().into(), summary(h));
+            if *k == Kind::WalSync {
+                wal_sync.insert(q.clone(), summary(h));
+            } else {
+                queues.entry(q.clone()).or_default().insert(k.name().into(), summary(h));
+            }
         }
-        json!({ "unit": "us", "queues": queues })
+        json!({ "unit": "us", "queues": queues, "wal_sync": wal_sync })
     }
 }
 

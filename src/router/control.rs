@@ -23,6 +23,8 @@ pub(super) struct Threads {
     pub exit: EgressTx,
     pub admin: JoinHandle<()>,
     pub zctx: zmq::Context,
+    /// The locked data directory, released once every shard has stopped.
+    pub data_dir: Option<crate::wal::dir::DataDir>,
 }
 
 /// Waits for a stop request, drains, then stops every thread in order.
@@ -46,6 +48,7 @@ pub(super) fn run(stop_rx: Receiver<StopReason>, broker: Broker, threads: Thread
     let _ = threads.admin.join();
     drop(threads.exit);
     drop(threads.zctx);
+    drop(threads.data_dir);
     tracing::info!("emq-router stopped");
 }
 
@@ -69,7 +72,11 @@ fn drain(broker: &Broker) {
             return;
         }
         if Instant::now() >= deadline {
-            tracing::warn!(pending, shards_not_answering = asked.missing, "drain timeout: jobs remain");
+            tracing::warn!(
+                pending,
+                shards_not_answering = asked.missing,
+                "drain timeout: jobs remain (each shard logs them: kept in the write-ahead log, or listed with durability \"memory\")"
+            );
             return;
         }
         std::thread::sleep(crate::limits::DRAIN_POLL_INTERVAL);

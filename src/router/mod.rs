@@ -46,6 +46,10 @@ pub enum StartError {
     /// A ZeroMQ socket could not be created, configured or bound.
     #[error(transparent)]
     Zmq(#[from] ZmqError),
+    /// The write-ahead log could not be opened or recovered (locked data
+    /// directory, damaged log, file errors).
+    #[error(transparent)]
+    Wal(#[from] crate::wal::WalError),
     /// A thread could not be spawned, or the text listener not bound.
     #[error("{what}: {source}")]
     Io {
@@ -102,7 +106,9 @@ pub struct Shards {
 
 impl Shards {
     /// Starts `config.shards` shards whose frames for ZeroMQ peers go to
-    /// `egress`, each pinned to core `i + 1` of `plan` when given.
+    /// `egress`, each pinned to core `i + 1` of `plan` when given. Shard `i`
+    /// takes its write-ahead log and recovered jobs from `logs[i]` when
+    /// there is one (none: the shard keeps no log).
     ///
     /// # Errors
     /// [`StartError::Io`] when a thread cannot be spawned.
@@ -110,15 +116,24 @@ impl Shards {
         config: Arc<RouterConfig>,
         egress: &EgressTx,
         plan: Option<Vec<core_affinity::CoreId>>,
+        started: Instant,
+        logs: &mut [Option<crate::wal::ShardStart>],
     ) -> Result<Shards, StartError> {
         let (txs, rxs): (Vec<Sender<ShardMsg>>, Vec<Receiver<ShardMsg>>) =
             (0..config.shards).map(|_| crossbeam_channel::unbounded()).unzip();
-        let started = Instant::now();
         let broker = Broker { ctx: ShardContext::new(config.clone(), config.shards, started), shards: txs.into() };
         let mut threads = Vec::new();
         for (i, rx) in rxs.into_iter().enumerate() {
-            let shard = Shard::new(i, broker.ctx.clone(), started);
-            let mut out = ShardOutbox::new(i, egress.clone(), broker.shards.clone());
+            let mut shard = Shard::new(i, broker.ctx.clone(), started);
+            let mut sync = None;
+            if let Some(start) = logs.get_mut(i).and_then(Option::take) {
+                sync = start
+                    .log
+                    .sync_thread()
+                    .map_err(|source| StartError::Io { what: format!("emq-sync-{i}"), source })?;
+                shard.attach_log(start);
+            }
+            let mut out = ShardOutbox::new(i, egress.clone(), broker.shards.clone(), sync);
             let plan = plan.clone();
             threads.push(spawn(format!("emq-shard-{i}"), move || {
                 pin(&plan, i + 1);
@@ -129,14 +144,15 @@ impl Shards {
     }
 
     /// Starts the shards of `config` with no ZeroMQ side: frames they would
-    /// send to eMQP peers are dropped (there are none). For the text front
-    /// end's tests.
+    /// send to eMQP peers are dropped (there are none), and no write-ahead
+    /// log is kept (whatever `config.wal` says). For the text front end's
+    /// tests.
     ///
     /// # Errors
     /// The eventfd of the egress, or a thread, cannot be made.
     pub fn start_alone(config: RouterConfig) -> Result<Shards, StartError> {
         let (tx, rx) = egress::channel().map_err(|source| StartError::Io { what: "egress eventfd".into(), source })?;
-        let mut shards = Shards::start(Arc::new(config), &tx, None)?;
+        let mut shards = Shards::start(Arc::new(config), &tx, None, Instant::now(), &mut [])?;
         shards._egress = Some(rx);
         Ok(shards)
     }
@@ -287,13 +303,37 @@ fn pin(plan: &Option<Vec<core_affinity::CoreId>>, slot: usize) {
     }
 }
 
-/// Starts a router on `config`. Returns once every socket is bound and
-/// every thread runs.
+/// Starts a router on `config`. Returns once the write-ahead log is
+/// recovered, every socket is bound and every thread runs.
 ///
 /// # Errors
-/// [`StartError`] naming the address or thread that failed (e.g. a port in use).
+/// [`StartError`] naming the address or thread that failed (e.g. a port in
+/// use), or why the log cannot be opened.
 pub fn start(config: RouterConfig) -> Result<RouterHandle, StartError> {
     start_with(config, Arc::new(Vec::new))
+}
+
+/// The write-ahead logs of every shard, opened and recovered (`None` for
+/// `durability = "memory"`).
+///
+/// `config.wal.skip_damaged` (`--recover-skip-damaged`) decides whether damage
+/// in the middle of a log stops the start.
+fn open_wal(config: &RouterConfig, started: Instant) -> Result<Option<crate::wal::Opened>, StartError> {
+    if config.wal.durability == crate::wal::Durability::Memory {
+        return Ok(None);
+    }
+    let skip = config.wal.skip_damaged;
+    Ok(Some(crate::wal::open(&config.wal, config.shards, skip, started, started)?))
+}
+
+/// STATUS's `wal` figures: the durability, the data directory and each
+/// shard's log.
+fn wal_status(config: &RouterConfig, logs: &[Arc<crate::wal::log::WalStats>]) -> serde_json::Value {
+    serde_json::json!({
+        "durability": config.wal.durability.as_str(),
+        "data_dir": (config.wal.durability != crate::wal::Durability::Memory).then(|| config.wal.data_dir().display().to_string()),
+        "shards": logs.iter().enumerate().map(|(i, s)| s.to_json(i)).collect::<Vec<_>>(),
+    })
 }
 
 /// Starts the text front end over the shards, if configured, after raising
@@ -338,6 +378,8 @@ fn text_status(stats: &TextStats, counters: &Counters) -> serde_json::Value {
 /// As [`start`].
 pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHandle, StartError> {
     let config = Arc::new(config);
+    let started = Instant::now();
+    let mut wal = open_wal(&config, started)?;
     let zctx = zmq::Context::new();
     let hwm = config.zmq_hwm;
     // A single frame over twice the message limit makes libzmq drop the peer;
@@ -349,12 +391,23 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let (egress_tx, egress_rx) =
         egress::channel().map_err(|source| StartError::Io { what: "egress eventfd".into(), source })?;
 
+    let mut starts: Vec<Option<crate::wal::ShardStart>> = match wal.as_mut() {
+        Some(opened) => std::mem::take(&mut opened.shards).into_iter().map(Some).collect(),
+        None => Vec::new(),
+    };
+    let log_stats: Vec<_> = starts.iter().flatten().map(|s| s.log.shared().stats.clone()).collect();
     let plan = pin_plan(&config);
-    let shards = Shards::start(config.clone(), &egress_tx, plan.clone())?;
+    let shards = Shards::start(config.clone(), &egress_tx, plan.clone(), started, &mut starts)?;
     let broker = shards.broker.clone();
     let text = start_text(&config, &broker)?;
     let text_addr = text.as_ref().map(|t| t.local_addr());
     let text_stats = text.as_ref().map(|t| t.stats().clone());
+    let (wal_config, inner_extra) = (config.clone(), extra);
+    let extra: ExtraStatus = Arc::new(move || {
+        let mut v = inner_extra();
+        v.push(("wal", wal_status(&wal_config, &log_stats)));
+        v
+    });
     let extra: ExtraStatus = match text_stats.clone() {
         Some(stats) => {
             let counters = broker.ctx.counters.clone();
@@ -418,6 +471,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         exit: egress_tx,
         admin: admin_thread,
         zctx,
+        data_dir: wal.map(|w| w.dir),
     };
     let control_broker = broker.clone();
     let control_stopped = stopped.clone();

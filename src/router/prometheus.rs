@@ -156,6 +156,8 @@ impl Collector for Exposition {
                 Kind::QueueWait => ("emq_job_queue_wait", "Accepted to dispatched (or offered)."),
                 Kind::Service => ("emq_job_service", "Dispatched to the worker's result (or the text ACK)."),
                 Kind::EndToEnd => ("emq_job_end_to_end", "Accepted to the worker's result (or the text ACK)."),
+                // Per shard, not per queue: not a queue family.
+                Kind::WalSync => continue,
             };
             let mut m = e.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
             for row in q {

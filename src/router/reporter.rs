@@ -44,6 +44,10 @@ pub fn run(broker: Broker, store: Arc<Mutex<LatencyStore>>, cfg: LatencyConfig, 
                 let ms = |q: f64| round_ms(h.value_at_quantile(q) as f64 / 1000.0);
                 tracing::info!(%queue, jobs = h.len(), p50_ms = ms(0.5), p99_ms = ms(0.99), max_ms = ms(1.0), "latency (end to end, last interval)");
             }
+            if *kind == Kind::WalSync {
+                let us = |q: f64| h.value_at_quantile(q);
+                tracing::info!(shard = %queue, syncs = h.len(), p50_us = us(0.5), p99_us = us(0.99), max_us = us(1.0), "log sync time (last interval)");
+            }
         }
         if let Some(dir) = &cfg.hgrm_dir {
             if let Err(e) = write_interval_files(dir, &interval) {

@@ -117,10 +117,13 @@ impl Sources {
             }
         }
         for ((queue, kind), h) in self.latency.lock().cumulative() {
+            // Per-shard figures (the log's sync time) are not a queue's.
+            if *kind == Kind::WalSync {
+                continue;
+            }
             let l = row(&mut rows, queue);
-            if let Some(r) = rows.get_mut(&l) {
-                let slot = r.latency[*kind as usize].get_or_insert_with(new_histogram);
-                let _ = slot.add(h);
+            if let Some(slot) = rows.get_mut(&l).and_then(|r| r.latency.get_mut(*kind as usize)) {
+                let _ = slot.get_or_insert_with(new_histogram).add(h);
             }
         }
         let ctx = &self.broker.ctx;

@@ -8,6 +8,7 @@
 //! * [`wait`]: poll-until-condition helpers (no fixed sleeps in tests).
 //! * [`python`]: the real Python EventMQ 0.3.13 venv (created on demand by
 //!   `tests/interop/setup-venv.sh`), jobmanagers and client driver scripts.
+//! * [`data`]: a fresh data directory per router (never the user's state dir).
 //! * [`router`]: starting `emq-router` (or, with `EMQ_INTEROP_ROUTER=python`,
 //!   the Python EventMQ router) on fresh ports.
 //! * [`admin`]: a raw eMQP admin client (STATUS, ROUTER_SHOW_WORKERS, …).
@@ -20,6 +21,7 @@
 #![allow(dead_code)]
 
 pub mod admin;
+pub mod data;
 pub mod interop;
 pub mod jobs;
 pub mod ports;

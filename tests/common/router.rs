@@ -95,7 +95,9 @@ impl Router {
                 );
                 let tp = free_port();
                 let text = format!("127.0.0.1:{tp}");
-                (rust_cmd(bin, &frontend, &backend, &admin, &text), Some(text))
+                let mut cmd = rust_cmd(bin, &frontend, &backend, &admin, &text);
+                cmd.arg("--data-dir").arg(dir.join("router-data"));
+                (cmd, Some(text))
             }
         };
         let mut child = Child::spawn("router", &mut cmd, &dir.join("router.log"));

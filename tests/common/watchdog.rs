@@ -49,6 +49,7 @@ impl Watchdog {
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
+        super::data::remove_mine();
         let (lock, cvar) = &*self.done;
         *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
         cvar.notify_all();

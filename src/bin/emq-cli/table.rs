@@ -128,7 +128,7 @@ pub fn status(v: &Value) -> String {
         out += "\n";
         out += &summary(emq);
     }
-    out
+    out + &wal(v)
 }
 
 /// The `emq` object of STATUS: version, shards, uptime, whether it drains,
@@ -162,6 +162,23 @@ fn nonzero(v: &Value, prefix: &str, out: &mut Vec<String>) {
             _ => {}
         }
     }
+}
+
+/// STATUS's write-ahead log figures (`emq.wal`): one row per shard.
+fn wal(v: &Value) -> String {
+    let Some(w) = v.pointer("/emq/wal") else { return String::new() };
+    let durability = w.get("durability").and_then(Value::as_str).unwrap_or("-");
+    let dir = w.get("data_dir").and_then(Value::as_str).unwrap_or("-");
+    let mut out = format!("\ndurability {durability}, data dir {dir}\n");
+    let shards = w.get("shards").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    if shards.is_empty() {
+        return out;
+    }
+    let keys = ["shard", "log_bytes", "segments", "live_jobs", "last_sync_us", "syncs", "jobs_recovered"];
+    let header = ["SHARD", "LOG-BYTES", "SEGMENTS", "LIVE-JOBS", "LAST-SYNC-US", "SYNCS", "RECOVERED"];
+    let rows: Vec<Vec<String>> = shards.iter().map(|s| keys.iter().map(|k| count(s.get(*k))).collect()).collect();
+    out += &render(&header, &rows);
+    out
 }
 
 /// ROUTER_SHOW_WORKERS: one row per worker.

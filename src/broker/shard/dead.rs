@@ -13,7 +13,7 @@ impl Shard {
     /// Takes `job` out of the flow for good, saying `why` in the log.
     pub(super) fn dead_letter(&mut self, job: Job, why: &str, cx: &mut Cx) {
         Counters::bump(&self.ctx.counters.dead_lettered);
-        self.job_done(&job);
+        self.job_done(&job, cx);
         let queue = job.queue();
         let (msgid, bytes) = (crate::ids::show(job.frames.msgid()), job.frames.body().len());
         crate::log_limited!(error, job = %job.id, %queue, %msgid, bytes, why, "job dead-lettered");

@@ -74,9 +74,9 @@ impl Shard {
                 self.send_to_shard(index, ShardMsg::PauseCandidate { queue: queue.clone(), key, paused: true }, cx);
                 paused.push(queue.clone());
             }
-            job.redeliveries = job.redeliveries.saturating_add(1);
+            job.set_redeliveries(job.redeliveries() + 1);
             job.set_back_from(Some(key));
-            if u32::from(job.redeliveries) > limits::MAX_DELIVERIES {
+            if job.redeliveries() > limits::MAX_DELIVERIES {
                 self.dead_letter(job, "past its deadline or its worker gone on every delivery", cx);
             } else {
                 self.requeue(queue, vec![job], cx);

@@ -34,7 +34,8 @@ impl Shard {
         }
         let accepted = OutMsg::Accepted(frames.clone());
         cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: client, msg: accepted, on_fail: OnFail::Count });
-        let job = Job::new(self.next_job_id(), frames, Origin::Emqp, fallback_done, self.ctx.started, cx.now);
+        let mut job = Job::new(self.next_job_id(), frames, Origin::Emqp, fallback_done, self.ctx.started, cx.now);
+        self.log_accepted(&mut job);
         self.enqueue_new(&queue, job, cx);
     }
 
@@ -89,9 +90,11 @@ impl Shard {
     }
 
     /// A job leaves the broker (completed, deleted, dead-lettered): its
-    /// bytes no longer count.
-    pub(super) fn job_done(&self, job: &Job) {
+    /// bytes no longer count, and its `Done` record goes to the write-ahead
+    /// log of the shard that accepted it.
+    pub(super) fn job_done(&mut self, job: &Job, cx: &mut Cx) {
         self.ctx.job_bytes.fetch_sub(job.frames.len(), Ordering::Relaxed);
+        self.log_done(job, cx);
     }
 
     /// How often idle queues are looked for: every half grace.
@@ -106,7 +109,11 @@ impl Shard {
         for name in &gone {
             self.latency.forget(&name.0);
         }
-        if gone.len() >= limits::QUEUE_SWEEP_TRIM_MIN {
+        // Counted over sweeps: names arriving slowly (with `durability =
+        // "sync"` under load) are forgotten a few hundred per sweep.
+        self.reclaimed_untrimmed += gone.len();
+        if self.reclaimed_untrimmed >= limits::QUEUE_SWEEP_TRIM_MIN {
+            self.reclaimed_untrimmed = 0;
             crate::metrics::trim_heap();
         }
         if !gone.is_empty() {
@@ -128,7 +135,7 @@ impl Shard {
         Counters::bump(&self.ctx.counters.accepted_jobs);
         self.queues.count(queue, QueueCounter::Accepted);
         self.ctx.job_bytes.fetch_add(job.frames.len(), Ordering::Relaxed);
-        let (id, msgid, from) = (job.id, crate::ids::show(job.frames.msgid()), job.origin);
+        let (id, msgid, from) = (job.id, crate::ids::show(job.frames.msgid()), job.origin());
         self.queues.push_back(queue, job);
         let waiting = self.queues.waiting(&queue.0);
         tracing::debug!(%queue, job = %id, %msgid, ?from, waiting, "job accepted and queued");
@@ -138,11 +145,12 @@ impl Shard {
     /// Puts a job that was already accepted back at the back (`DCL`) or the
     /// front of its queue, then dispatches. Never refused: a job coming back
     /// is always taken back, above the queue limit too.
-    pub(super) fn enqueue_again(&mut self, job: Job, front: bool, cx: &mut Cx) {
+    pub(super) fn enqueue_again(&mut self, mut job: Job, front: bool, cx: &mut Cx) {
         let queue = job.queue();
         let to = if front { "front" } else { "back" };
         tracing::debug!(%queue, job = %job.id, msgid = %crate::ids::show(job.frames.msgid()), %to, "job requeued");
         if front {
+            self.log_requeued(&mut job);
             self.queues.push_front(&queue, vec![job]);
         } else {
             self.queues.push_back(&queue, job);
@@ -150,7 +158,10 @@ impl Shard {
         self.pump(&queue, cx);
     }
 
-    pub(super) fn handle_requeue(&mut self, queue: QueueName, jobs: Vec<Job>, cx: &mut Cx) {
+    pub(super) fn handle_requeue(&mut self, queue: QueueName, mut jobs: Vec<Job>, cx: &mut Cx) {
+        for job in &mut jobs {
+            self.log_requeued(job);
+        }
         self.queues.push_front(&queue, jobs);
         self.pump(&queue, cx);
     }
@@ -184,6 +195,7 @@ impl Shard {
     /// REPLY always finds the in-flight record.
     fn dispatch_job(&mut self, worker: &Arc<WorkerShared>, job: Job, cx: &mut Cx) {
         Counters::bump(&self.ctx.counters.dispatched_jobs);
+        self.log_dispatched(&job);
         let msg = OutMsg::Job(job.frames.clone());
         let msgid = crate::ids::show(job.frames.msgid());
         tracing::debug!(queue = %job.queue(), job = %job.id, %msgid, worker = %worker.id, "job dispatched");

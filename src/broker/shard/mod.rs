@@ -28,6 +28,7 @@ pub mod answers;
 pub mod asked;
 mod dead;
 mod deadline;
+mod durable;
 mod flow;
 pub mod offers;
 pub mod owners;
@@ -67,7 +68,7 @@ use crate::config::RouterConfig;
 use crate::ids::{ConnId, MsgId, PeerId, QueueName, WorkerKey};
 use crate::limits;
 use crate::metrics::counters::Counters;
-use crate::metrics::latency::ShardLatency;
+use crate::metrics::latency::{Kind, ShardLatency};
 use crate::protocol::emqp::{Command, Message};
 
 use answers::PendingAnswers;
@@ -181,6 +182,11 @@ pub struct Shard {
     local: VecDeque<ShardMsg>,
     /// Jobs accepted so far (the sequence part of their [`crate::ids::JobId`]).
     accepted: u64,
+    /// Queues forgotten since the heap was last trimmed (see
+    /// [`limits::QUEUE_SWEEP_TRIM_MIN`]).
+    reclaimed_untrimmed: usize,
+    /// The shard's write-ahead log (`None`: `durability = "memory"`).
+    wal: Option<crate::wal::log::ShardLog>,
 }
 
 impl Shard {
@@ -205,6 +211,8 @@ impl Shard {
             latency: ShardLatency::default(),
             local: VecDeque::new(),
             accepted: 0,
+            reclaimed_untrimmed: 0,
+            wal: None,
         };
         if index == 0 {
             shard.timers.arm(now + shard.ctx.config.heartbeat_interval, Timer::SchedulerHeartbeats);
@@ -219,7 +227,7 @@ impl Shard {
     /// batch (block for one event, then drain a bounded batch).
     pub fn run(mut self, rx: Receiver<ShardMsg>, out: &mut dyn Outbox) {
         loop {
-            let first = match self.timers.next_deadline() {
+            let first = match self.next_deadline() {
                 Some(deadline) => rx.recv_deadline(deadline),
                 None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
             };
@@ -241,13 +249,13 @@ impl Shard {
                         self.handle(m, Instant::now(), out);
                     }
                     self.handle(ShardMsg::Shutdown, Instant::now(), out);
-                    out.flush();
+                    self.end_batch(Instant::now(), out);
                     return;
                 }
                 self.handle(msg, Instant::now(), out);
             }
             self.fire_timers(Instant::now(), out);
-            out.flush();
+            self.end_batch(Instant::now(), out);
         }
     }
 
@@ -276,9 +284,12 @@ impl Shard {
         }
     }
 
-    /// The earliest timer deadline, if any.
+    /// The earliest timer deadline (or write-ahead log deadline), if any.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.timers.next_deadline()
+        match (self.timers.next_deadline(), self.log_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// This shard's state at `now`, for the admin queries.
@@ -322,10 +333,9 @@ impl Shard {
             ShardMsg::SendFailed { key, msgid, unreachable } => self.handle_send_failed(key, msgid, unreachable, cx),
             ShardMsg::Text { port, cmds } => self.handle_text(&port, cmds, cx),
             ShardMsg::LatencyTake { reply } => {
-                let mut taken = self.latency.take();
-                taken.shard = (self.index, self.ctx.shards);
-                let _ = reply.send(taken);
+                let _ = reply.send(self.take_latency());
             }
+            ShardMsg::LogDone { id, segment, record_bytes } => self.handle_log_done(id, segment, record_bytes),
             ShardMsg::Snapshot { reply } => {
                 let _ = reply.send(self.snapshot(cx.now));
             }
@@ -340,6 +350,20 @@ impl Shard {
             }
             ShardMsg::Shutdown => self.shutdown(cx),
         }
+    }
+
+    /// The latency histograms recorded since the last take, with this
+    /// shard's log sync times (as `shard-<n>`, [`Kind::WalSync`]).
+    fn take_latency(&mut self) -> crate::metrics::latency::Taken {
+        let mut taken = self.latency.take();
+        taken.shard = (self.index, self.ctx.shards);
+        if let Some(log) = &self.wal {
+            let h = log.shared().take_sync_histogram();
+            if !h.is_empty() {
+                taken.hists.push(((format!("shard-{}", self.index), Kind::WalSync), h));
+            }
+        }
+        taken
     }
 
     fn drain_local(&mut self, cx: &mut Cx) {
@@ -405,9 +429,11 @@ impl Shard {
         self.log_remaining();
     }
 
-    /// Logs what is left at shutdown: one summary line (warn) with the
-    /// counts of queued, in-flight and offered jobs, and each job at debug
-    /// by id, msgid and body length (bodies are never logged).
+    /// Logs what is left at shutdown: one summary line with the counts of
+    /// queued, in-flight and offered jobs (info when the write-ahead log
+    /// keeps them for the next start, warn with durability "memory"), and
+    /// each job at debug by id, msgid and body length (bodies are never
+    /// logged).
     fn log_remaining(&self) {
         use crate::ids::show;
         let (mut queued, mut inflight, mut offered) = (0usize, 0usize, 0usize);
@@ -425,7 +451,13 @@ impl Shard {
             offered += 1;
             tracing::debug!(%conn, queue = %o.queue, bytes = o.job.frames.body().len(), "text offer unanswered at shutdown");
         }
-        if queued + inflight + offered > 0 {
+        if queued + inflight + offered == 0 {
+            return;
+        }
+        if self.wal.is_some() {
+            let what = "jobs kept in the write-ahead log for the next start (listed at debug)";
+            tracing::info!(shard = self.index, queued, inflight, offered, "{what}");
+        } else {
             tracing::warn!(shard = self.index, queued, inflight, offered, "jobs left at shutdown (listed at debug)");
         }
     }

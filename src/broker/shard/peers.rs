@@ -97,7 +97,7 @@ impl Shard {
         }
         if let Some(f) = self.workers.complete(&id, &request_msgid.0) {
             Counters::bump(&self.ctx.counters.completed_jobs);
-            self.job_done(&f.job);
+            self.job_done(&f.job, cx);
             let queue = f.job.queue_bytes();
             self.latency.record(queue, Kind::Service, cx.now.saturating_duration_since(f.since));
             let end_to_end = cx.now.saturating_duration_since(f.job.accepted_at(self.ctx.started));
@@ -158,10 +158,10 @@ impl Shard {
         tracing::info!(worker = %removed.shared.id, why, requeued = removed.jobs.len(), "worker removed");
         let mut by_queue: Vec<(QueueName, Vec<Job>)> = Vec::new();
         for InFlight { mut job, .. } in removed.jobs {
-            job.redeliveries = job.redeliveries.saturating_add(1);
+            job.set_redeliveries(job.redeliveries() + 1);
             job.set_back_from(Some(key));
             let queue = job.queue();
-            if u32::from(job.redeliveries) > limits::MAX_DELIVERIES {
+            if job.redeliveries() > limits::MAX_DELIVERIES {
                 self.dead_letter(job, "every worker that took it died", cx);
                 continue;
             }

@@ -240,6 +240,33 @@ impl QueueTable {
         self.map.iter().flat_map(|(name, q)| q.waiting.iter().map(move |j| (name, j)))
     }
 
+    /// Every queue's name (the write-ahead log's compaction walks them).
+    pub fn names(&self) -> Vec<QueueName> {
+        self.map.keys().cloned().collect()
+    }
+
+    /// Calls `f` on up to `max` waiting jobs of `queue` from position
+    /// `from`; returns how many it saw and the position to go on from
+    /// (`None` at the end of the queue). Positions shift as the queue
+    /// moves: a caller going on later may see a job twice or miss one.
+    pub fn visit_waiting_mut(
+        &mut self,
+        queue: &[u8],
+        from: usize,
+        max: usize,
+        mut f: impl FnMut(&mut Job),
+    ) -> (usize, Option<usize>) {
+        let Some(q) = self.map.get_mut(queue) else { return (0, None) };
+        let end = q.waiting.len().min(from.saturating_add(max));
+        if from >= end {
+            return (0, None);
+        }
+        for job in q.waiting.range_mut(from..end) {
+            f(job);
+        }
+        (end - from, (end < q.waiting.len()).then_some(end))
+    }
+
     fn entry(&mut self, queue: &QueueName) -> &mut QueueState {
         // A queue name is inline bytes: the clone costs no allocation.
         let count = &self.count;

@@ -78,7 +78,8 @@ impl Shard {
         if let Err(code) = self.admit(&queue, frames.len()) {
             return TextOutcome::Refused(code);
         }
-        let job = Job::new(self.next_job_id(), frames, Origin::Text, false, self.ctx.started, cx.now);
+        let mut job = Job::new(self.next_job_id(), frames, Origin::Text, false, self.ctx.started, cx.now);
+        self.log_accepted(&mut job);
         self.enqueue_new(&queue, job, cx);
         TextOutcome::Done
     }
@@ -142,6 +143,7 @@ impl Shard {
 
     /// Offers `job` of `queue` to `conn` until the offer timeout.
     fn offer_job(&mut self, conn: ConnId, queue: QueueName, job: Job, cx: &mut Cx) -> TextOutcome {
+        self.log_dispatched(&job);
         let waited = cx.now.saturating_duration_since(job.accepted_at(self.ctx.started));
         self.latency.record(&queue.0, Kind::QueueWait, waited);
         self.queues.count(&queue, QueueCounter::Dispatched);
@@ -176,22 +178,24 @@ impl Shard {
         match answer {
             TextAnswer::Ack => {
                 Counters::bump(&self.ctx.counters.text_acked);
-                self.job_done(&offer.job);
                 self.queues.count(&offer.queue, QueueCounter::Completed);
                 tracing::debug!(queue = %offer.queue, job = %offer.job.id, %conn, "job completed (ACK)");
                 self.latency.record(&offer.queue.0, Kind::Service, cx.now.saturating_duration_since(offer.since));
                 let end_to_end = cx.now.saturating_duration_since(offer.job.accepted_at(self.ctx.started));
                 self.latency.record(&offer.queue.0, Kind::EndToEnd, end_to_end);
+                self.job_done(&offer.job, cx);
             }
             TextAnswer::Del => {
                 Counters::bump(&self.ctx.counters.text_deleted);
-                self.job_done(&offer.job);
                 self.queues.count(&offer.queue, QueueCounter::Failed);
                 tracing::debug!(queue = %offer.queue, job = %offer.job.id, %conn, "job failed (DEL)");
+                self.job_done(&offer.job, cx);
             }
             TextAnswer::Dcl => {
                 Counters::bump(&self.ctx.counters.text_declined);
-                self.enqueue_again(offer.job, false, cx);
+                let mut job = offer.job;
+                self.log_declined(&mut job);
+                self.enqueue_again(job, false, cx);
             }
         }
         TextOutcome::Done
@@ -222,8 +226,8 @@ impl Shard {
             Returned::Disconnect => &counters.text_returned_disconnect,
             Returned::Timeout => &counters.text_returned_timeout,
         });
-        job.redeliveries = job.redeliveries.saturating_add(1);
-        if u32::from(job.redeliveries) > limits::MAX_DELIVERIES {
+        job.set_redeliveries(job.redeliveries() + 1);
+        if job.redeliveries() > limits::MAX_DELIVERIES {
             Counters::bump(&counters.text_dead_lettered);
             return self.dead_letter(job, "returned by its text consumers too often", cx);
         }

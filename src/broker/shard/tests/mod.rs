@@ -5,6 +5,7 @@
 
 mod counts;
 mod deadline;
+mod durable;
 mod flow;
 mod harness;
 mod lifecycle;

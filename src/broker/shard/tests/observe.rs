@@ -136,6 +136,19 @@ impl Harness {
         jobs
     }
 
+    /// Bodies of the jobs in flight or offered at their last allowed
+    /// delivery ([`crate::limits::MAX_DELIVERIES`] returns behind them): a
+    /// crash now counts one more, so recovery dead-letters them.
+    pub fn at_last_delivery(&self) -> std::collections::BTreeSet<String> {
+        let last = |j: &crate::broker::job::Job| j.redeliveries() >= crate::limits::MAX_DELIVERIES;
+        let mut out = std::collections::BTreeSet::new();
+        for shard in &self.shards {
+            out.extend(shard.workers.inflight().filter(|(_, f)| last(&f.job)).map(|(_, f)| text(f.job.frames.body())));
+            out.extend(shard.offers.iter().filter(|(_, o)| last(&o.job)).map(|(_, o)| text(o.job.frames.body())));
+        }
+        out
+    }
+
     /// A name `{prefix}{n}` owned by shard `index` (the first such `n`).
     pub fn name_on(&self, index: usize, prefix: &str) -> String {
         let mut names = (0..).map(|n| format!("{prefix}{n}"));

@@ -348,9 +348,58 @@ impl Model {
 }
 
 fn cases() -> u32 {
-    match std::env::var("EMQ_SHARD_PROPTEST_CASES") {
-        Ok(v) => v.parse().unwrap_or_else(|_| panic!("EMQ_SHARD_PROPTEST_CASES={v:?} is not a number")),
-        Err(_) => DEFAULT_CASES,
+    cases_from("EMQ_SHARD_PROPTEST_CASES", DEFAULT_CASES)
+}
+
+fn cases_from(var: &str, default: u32) -> u32 {
+    match std::env::var(var) {
+        Ok(v) => v.parse().unwrap_or_else(|_| panic!("{var}={v:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
+/// Runs of the log's property test in the default `cargo test` (each run
+/// writes and reads files); `EMQ_WAL_PROPTEST_CASES` sets it.
+const DEFAULT_WAL_CASES: u32 = 200;
+
+impl Model {
+    /// The logs count as live exactly the jobs the shards hold.
+    fn check_log_counts(&self, after: &Jobs) {
+        let held = after.waiting.values().map(Vec::len).sum::<usize>()
+            + after.inflight.values().map(|(_, h)| h.len()).sum::<usize>()
+            + after.offered.len();
+        assert_eq!(self.h.logged_live(), held as u64, "live jobs by the logs' count");
+    }
+
+    /// A restart now finds, per queue, every job the shards hold (waiting,
+    /// in flight, offered) but those in flight at their last allowed
+    /// delivery (the crash counts as one more: dead-lettered), with the
+    /// jobs that never left their queue in their order.
+    fn check_recovery(&self, dir: &std::path::Path, touched: &BTreeSet<String>) {
+        let after = self.h.jobs();
+        let mut held: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (q, bodies) in &after.waiting {
+            held.entry(q.clone()).or_default().extend(bodies.iter().cloned());
+        }
+        for h in after.inflight.values().flat_map(|(_, h)| h) {
+            held.entry(h.queue.clone()).or_default().insert(h.body.clone());
+        }
+        for o in &after.offered {
+            held.entry(o.queue.clone()).or_default().insert(o.body.clone());
+        }
+        let last = self.h.at_last_delivery();
+        for bodies in held.values_mut() {
+            bodies.retain(|b| !last.contains(b));
+        }
+        held.retain(|_, b| !b.is_empty());
+        let got = super::durable::recover(dir, self.h.shards.len());
+        let got_sets: BTreeMap<String, BTreeSet<String>> =
+            got.iter().map(|(q, b)| (q.clone(), b.iter().cloned().collect())).collect();
+        assert_eq!(got_sets, held, "recovered jobs by queue");
+        for (q, bodies) in &after.waiting {
+            let fresh = |list: &[String]| list.iter().filter(|b| !touched.contains(*b)).cloned().collect::<Vec<_>>();
+            assert_eq!(fresh(&got[q]), fresh(bodies), "queue {q}: the order of jobs that never left it");
+        }
     }
 }
 
@@ -364,5 +413,29 @@ proptest! {
         for op in &run.ops {
             model.step(op);
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases_from("EMQ_WAL_PROPTEST_CASES", DEFAULT_WAL_CASES), ..ProptestConfig::default() })]
+
+    /// With logs (committed after every step, like batch ends): the logs'
+    /// live counts match the shards after every step, and a restart at the
+    /// end recovers every job the shards hold, in order.
+    #[test]
+    fn the_log_recovers_what_the_shards_hold(run in ops::run()) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut model = Model::new(&run);
+        model.h.attach_logs(dir.path());
+        let mut touched = BTreeSet::new();
+        for op in &run.ops {
+            model.step(op);
+            model.h.commit_logs();
+            let after = model.h.jobs();
+            touched.extend(after.inflight.values().flat_map(|(_, h)| h.iter().map(|h| h.body.clone())));
+            touched.extend(after.offered.iter().map(|o| o.body.clone()));
+            model.check_log_counts(&after);
+        }
+        model.check_recovery(dir.path(), &touched);
     }
 }
