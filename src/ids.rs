@@ -118,6 +118,14 @@ impl JobId {
     pub fn seq(self) -> u64 {
         self.0 >> 16
     }
+
+    /// The id that [`JobId`]'s `Display` shows as `text` (`<shard>-<seq>`),
+    /// if `text` is one (shard below 65,536, seq below 2^48).
+    pub fn parse(text: &str) -> Option<JobId> {
+        let (shard, seq) = text.trim().split_once('-')?;
+        let (shard, seq): (u64, u64) = (shard.parse().ok()?, seq.parse().ok()?);
+        (shard <= 0xffff && seq < (1 << 48)).then(|| JobId::new(shard as usize, seq))
+    }
 }
 
 /// `<shard>-<seq>`, as logs show it (`job=0-17`).

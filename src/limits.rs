@@ -78,10 +78,23 @@ pub const JOB_TIMEOUT_MAX_SECS: u64 = 7 * 24 * 3600;
 /// past it the worker is removed (it is not answering at all), which also
 /// forgets what it owed.
 pub const MAX_UNANSWERED_DEADLINES: usize = 1024;
-/// A job requeued this many times because the workers holding it died is
-/// dropped (logged with its body, counted as `dead_lettered`): a job that
-/// kills every worker that takes it must not cycle through the pool forever.
-pub const MAX_DELIVERIES: u32 = 5;
+/// Default `max_retries`: setbacks a job may have (a failed result, its
+/// deadline, its worker or text consumer gone) and still be tried again;
+/// one more and it goes to the dead set. A job that kills every worker that
+/// takes it must not cycle through the pool forever. Sidekiq and Faktory
+/// default to 25 over days; emq's back-off is for transient faults.
+pub const MAX_RETRIES: u32 = 5;
+/// Default `retry_backoff`: the wait before the first retry of a failed job.
+pub const RETRY_BACKOFF: Duration = Duration::from_secs(1);
+/// Default `retry_backoff_max`: the longest wait between two tries.
+pub const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(600);
+/// Default `dead_max_jobs` (Faktory keeps 10,000 dead jobs).
+pub const DEAD_MAX_JOBS: usize = 10_000;
+/// Default `dead_max_bytes`: 64 MiB of dead jobs' frames.
+pub const DEAD_MAX_BYTES: usize = 64 << 20;
+/// Most dead jobs one `DEAD_LIST` answer lists (`emq-cli dead list`); the
+/// answer says how many there are in all.
+pub const DEAD_LIST_MAX: usize = 1000;
 /// The queue a REQUEST for an unknown queue falls back to, and the queue of
 /// an empty INFORM: EventMQ's `DEFAULT_QUEUE_NAME`.
 pub const DEFAULT_QUEUE: &str = "default";

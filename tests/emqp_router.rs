@@ -537,7 +537,7 @@ fn a_job_that_kills_every_worker_is_dropped_after_max_deliveries() {
     let c = Peer::new(&h.endpoints.frontend, C);
     c.request("poison", "default", "", "boom");
     assert_eq!(c.expect("REPLY")[4], b"poison");
-    let deliveries = emq::limits::MAX_DELIVERIES as usize + 1;
+    let deliveries = emq::limits::MAX_RETRIES as usize + 1;
     for i in 0..deliveries {
         // Each worker takes the job and dies (goes silent).
         let w = Peer::new(&h.endpoints.backend, format!("victim-{i}").as_bytes());

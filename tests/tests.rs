@@ -10,6 +10,7 @@ mod interop;
 mod interop_pubsub;
 mod interop_scheduler;
 mod ops;
+mod retries;
 mod scheduler;
 mod scheduler_e2e;
 mod text;

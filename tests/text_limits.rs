@@ -176,7 +176,7 @@ fn an_offer_returned_too_often_is_dead_lettered_and_the_queue_moves_on() {
     let mut p = connect(&h);
     p.send(b"SCHED poison@q\nSCHED next@q\nEND\n");
     p.expect_closed();
-    for round in 0..=u64::from(emq::limits::MAX_DELIVERIES) {
+    for round in 0..=u64::from(emq::limits::MAX_RETRIES) {
         let mut crash = connect(&h);
         crash.send(b"ASK q\n");
         crash.expect(b"WANT? poison\n");

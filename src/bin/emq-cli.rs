@@ -12,6 +12,7 @@ use emq::client::emqp::{Client, Outcome, Publisher, Schedule, ScheduleAnswer};
 use emq::client::text::{TextClient, TextClientError};
 use emq::config::{self, CliSettings, ConfigArgs, RawCliConfig};
 use emq::limits;
+use emq::protocol::emqp::DeadQuery;
 use emq::protocol::queues::check_queue_name;
 use serde_json::{json, Value};
 
@@ -140,6 +141,12 @@ enum Cmd {
     },
     /// Ask the router to shut down (DISCONNECT): it drains, then stops.
     Disconnect,
+    /// The dead set: jobs that ran out of retries (max_retries or their
+    /// retry:N header), kept until retried or deleted.
+    Dead {
+        #[command(subcommand)]
+        command: DeadCmd,
+    },
     /// Text protocol: add a task to a queue (SCHED).
     Sched {
         /// The task's data (one line).
@@ -160,6 +167,51 @@ enum Cmd {
         #[arg(long)]
         del: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum DeadCmd {
+    /// List dead jobs, oldest first (at most 1000; the total is shown), of
+    /// one queue when given: id, queue, reason, failures, when, size, msgid.
+    List {
+        /// Only this queue's dead jobs.
+        queue: Option<String>,
+    },
+    /// Show one dead job with its headers and body.
+    Show {
+        /// Job id as `dead list` shows it (`<shard>-<seq>`).
+        id: String,
+    },
+    /// Put dead jobs back at the back of their queues, their retries reset.
+    Retry {
+        #[command(flatten)]
+        which: DeadWhich,
+    },
+    /// Delete dead jobs for good.
+    Delete {
+        #[command(flatten)]
+        which: DeadWhich,
+    },
+}
+
+/// One dead job, or all of them (of one queue).
+#[derive(clap::Args)]
+struct DeadWhich {
+    /// Job id as `dead list` shows it (`<shard>-<seq>`).
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    id: Option<String>,
+    /// Every dead job (of --queue only, when given).
+    #[arg(long)]
+    all: bool,
+    /// With --all: only this queue's dead jobs.
+    #[arg(long, requires = "all")]
+    queue: Option<String>,
+}
+
+impl DeadWhich {
+    fn target(&self) -> &[u8] {
+        self.id.as_deref().unwrap_or("*").as_bytes()
+    }
 }
 
 fn main() {
@@ -212,8 +264,44 @@ fn run() -> anyhow::Result<()> {
             out.line(json!({"acknowledged": "DISCONNECT"}), text.into());
             Ok(())
         }
+        Cmd::Dead { command } => dead(&s, out, command),
         Cmd::Sched { data, queue } => sched(&s, out, data, queue.as_deref().unwrap_or(limits::DEFAULT_QUEUE)),
         Cmd::Ask { queue, dcl, del } => ask(&s, out, queue, *dcl, *del),
+    }
+}
+
+/// `emq-cli dead …`: one admin command, its answer as a table or JSON; an
+/// id that names no dead job is an error (exit status 1).
+fn dead(s: &CliSettings, out: Out, command: &DeadCmd) -> anyhow::Result<()> {
+    let mut admin = admin(s, &s.admin)?;
+    match command {
+        DeadCmd::List { queue } => {
+            out.show(admin.dead(DeadQuery::List, queue.as_deref().unwrap_or("").as_bytes(), None)?, table::dead_list)
+        }
+        DeadCmd::Show { id } => {
+            let v = admin.dead(DeadQuery::Show, id.as_bytes(), None)?;
+            if v["job"].is_null() {
+                bail!("no dead job {id} (see emq-cli dead list)");
+            }
+            out.show(v, table::dead_show)
+        }
+        DeadCmd::Retry { which } | DeadCmd::Delete { which } => {
+            let (query, key, verb) = match command {
+                DeadCmd::Retry { .. } => (DeadQuery::Retry, "retried", "put back in its queue"),
+                _ => (DeadQuery::Delete, "deleted", "deleted"),
+            };
+            let v = admin.dead(query, which.target(), which.queue.as_deref().map(str::as_bytes))?;
+            let n = v[key].as_u64().unwrap_or(0);
+            if let (Some(id), 0) = (&which.id, n) {
+                bail!("no dead job {id} (see emq-cli dead list)");
+            }
+            let text = match &which.id {
+                Some(id) => format!("dead job {id} {verb}"),
+                None => format!("{n} dead job(s) {verb}"),
+            };
+            out.line(v, text);
+            Ok(())
+        }
     }
 }
 

@@ -44,8 +44,11 @@ queue_counters! {
     /// `failed`; a Python jobmanager's failures cannot be told from
     /// results) or that a text consumer deleted (`DEL`).
     Failed => "failed_messages_by_queue", "FAILED";
-    /// Jobs dead-lettered: returned by their workers or text consumers past
-    /// `MAX_DELIVERIES`.
+    /// Jobs that waited out a back-off for another try after a failed
+    /// result or a deadline (README "Retries and the dead set").
+    Retried => "retried_messages_by_queue", "RETRIED";
+    /// Jobs moved to the dead set: out of retries (`max_retries` or
+    /// `retry:N`).
     DeadLettered => "dead_lettered_messages_by_queue", "DEAD";
 }
 

@@ -227,7 +227,8 @@ pub struct Job {
 const BACK_FROM_BITS: u32 = 24;
 const BACK_FROM_MASK: u32 = (1 << BACK_FROM_BITS) - 1;
 const REDELIVERIES_SHIFT: u32 = 24;
-/// Most redeliveries a [`Job`] counts (6 bits); far above [`limits::MAX_DELIVERIES`].
+/// Most setbacks a [`Job`] counts (6 bits); above every retry limit
+/// ([`crate::broker::retry::MAX_RETRIES_HEADER`]).
 pub const MAX_REDELIVERIES_COUNTED: u32 = 63;
 const REDELIVERIES_MASK: u32 = (MAX_REDELIVERIES_COUNTED) << REDELIVERIES_SHIFT;
 const TEXT_BIT: u32 = 1 << 30;
@@ -247,10 +248,12 @@ impl Job {
         Job { id, frames, accepted_ns, wal_segment: 0, packed }
     }
 
-    /// How many times it went back to its queue because the worker or the
-    /// text connection holding it went away, or because the router stopped
-    /// while it was in flight (see [`limits::MAX_DELIVERIES`]). Counts up
-    /// to [`MAX_REDELIVERIES_COUNTED`].
+    /// Its setbacks ([`crate::broker::retry::Setback`]): tries that came to
+    /// nothing because it failed, passed its deadline, or the worker or
+    /// text connection holding it went away, or the router stopped while it
+    /// was in flight. Past its allowed retries it goes to the dead set
+    /// ([`crate::broker::retry::allowed_retries`]). Counts up to
+    /// [`MAX_REDELIVERIES_COUNTED`].
     pub fn redeliveries(&self) -> u32 {
         (self.packed & REDELIVERIES_MASK) >> REDELIVERIES_SHIFT
     }

@@ -4,8 +4,10 @@
 //! channels and threads.
 
 pub mod counts;
+pub mod dead;
 pub mod job;
 pub mod msg;
+pub mod retry;
 pub mod selection;
 pub mod shard;
 pub mod snapshot;

@@ -162,6 +162,24 @@ pub enum ShardMsg {
         /// The jobs, oldest dispatch first.
         jobs: Vec<Job>,
     },
+    /// A delivery of `job` came to nothing (its setback already counted in
+    /// [`Job::redeliveries`]): the dead set, a retry after its back-off or
+    /// the front of its queue (→ the queue's shard; README "Retries and
+    /// the dead set").
+    SetBack {
+        /// The job.
+        job: Job,
+        /// Why.
+        why: crate::broker::retry::Setback,
+    },
+    /// An admin question about the dead set (admin thread → every shard,
+    /// or the shard in a job id).
+    Dead {
+        /// The question.
+        op: crate::broker::dead::DeadOp,
+        /// Where the answer goes.
+        reply: Sender<crate::broker::dead::DeadAnswer>,
+    },
     /// A job of `queue` ended on another shard (a worker's home): count it
     /// (→ the queue's shard).
     Count {
@@ -312,7 +330,7 @@ pub enum TextCmd {
         answer: TextAnswer,
     },
     /// The connection ended holding the offer: it goes back to the front
-    /// of its queue (a delivery: past [`crate::limits::MAX_DELIVERIES`] it
+    /// of its queue (a delivery: past [`crate::limits::MAX_RETRIES`] it
     /// is dead-lettered). Not answered.
     Release {
         /// The offer.

@@ -72,13 +72,21 @@ pub struct ShardSnapshot {
     pub schedulers: Vec<SchedulerSnap>,
     /// Long-poll ASKs (`ASK <queue> <ms>`) waiting on the shard now.
     pub asks_waiting: usize,
+    /// `(queue, jobs)` waiting out a back-off before a retry.
+    pub retrying: Vec<(String, usize)>,
+    /// `(queue, jobs)` in the dead set.
+    pub dead: Vec<(String, usize)>,
+    /// Bytes of the jobs in the dead set.
+    pub dead_bytes: usize,
 }
 
 impl ShardSnapshot {
-    /// Jobs waiting, offered or in flight: what a drain waits for.
+    /// Jobs waiting (for a worker or a retry), offered or in flight: what
+    /// a drain waits for.
     pub fn pending(&self) -> usize {
         self.queues.iter().map(|q| q.waiting + q.offered).sum::<usize>()
             + self.workers.iter().map(|w| w.inflight.len()).sum::<usize>()
+            + self.retrying.iter().map(|(_, n)| n).sum::<usize>()
     }
 }
 
@@ -124,6 +132,15 @@ pub fn status_json(shards: &[ShardSnapshot], end_to_end: &EndToEnd, extras: Valu
             let counts = obj(&|q| Some(q.counts.get(counter)).filter(|n| *n > 0).map(|n| json!(n)));
             m.insert(counter.status_key().into(), counts);
         }
+        let by_queue = |pick: fn(&ShardSnapshot) -> &Vec<(String, usize)>| -> Value {
+            let mut all: BTreeMap<&str, usize> = BTreeMap::new();
+            for (q, n) in shards.iter().flat_map(pick) {
+                *all.entry(q).or_default() += n;
+            }
+            Value::Object(all.into_iter().map(|(q, n)| (q.to_string(), json!(n))).collect())
+        };
+        m.insert("retrying_messages_by_queue".into(), by_queue(|s| &s.retrying));
+        m.insert("dead_messages_by_queue".into(), by_queue(|s| &s.dead));
         m.insert("end_to_end_p50_ms_by_queue".into(), percentile(|p| p.0));
         m.insert("end_to_end_p99_ms_by_queue".into(), percentile(|p| p.1));
         let mut served: Vec<&str> = queues.iter().filter(|q| q.served).map(|q| q.name.as_str()).collect();

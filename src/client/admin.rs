@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::socket::{ClientError, Dealer};
 use crate::limits;
-use crate::protocol::emqp::{decode, AdminQuery, Command, Frame, Socket, VERSION};
+use crate::protocol::emqp::{decode, AdminQuery, Command, DeadQuery, Frame, Socket, VERSION};
 
 /// A DEALER connected to an admin socket.
 pub struct AdminClient {
@@ -62,13 +62,37 @@ impl AdminClient {
         self.query(AdminQuery::Latency.word())
     }
 
+    /// A dead-set command (emq extension; README "Retries and the dead
+    /// set"): `target` is frame 4 (a queue for `DEAD_LIST`, a job id or `*`),
+    /// `queue` frame 5 (keeps `*` to one queue). Answers as documented in
+    /// docs/emqp.md "Admin".
+    ///
+    /// # Errors
+    /// As [`AdminClient::status`]; a malformed job id comes back as
+    /// [`ClientError::BadAnswer`] naming `ERROR BAD_REQUEST`.
+    pub fn dead(
+        &mut self,
+        query: DeadQuery,
+        target: &[u8],
+        queue: Option<&[u8]>,
+    ) -> Result<serde_json::Value, ClientError> {
+        let mut args = vec![target.to_vec()];
+        args.extend(queue.map(<[u8]>::to_vec));
+        self.query_with(query.word(), args)
+    }
+
     /// Any query `word` answered by a REPLY whose frame 4 is JSON, e.g. the
     /// scheduler's `SCHEDULES`. Sends `["", "eMQP/1.0", word, "admin:<uuid4>"]`.
     ///
     /// # Errors
     /// As [`AdminClient::status`].
     pub fn query(&mut self, word: &[u8]) -> Result<serde_json::Value, ClientError> {
-        let frames = self.call(word)?;
+        self.query_with(word, Vec::new())
+    }
+
+    /// [`AdminClient::query`] with frames `args` after the msgid.
+    fn query_with(&mut self, word: &[u8], args: Vec<Frame>) -> Result<serde_json::Value, ClientError> {
+        let frames = self.call(word, args)?;
         match decode(&frames, Socket::ClientSide).map(|m| m.command) {
             Ok(Command::Reply { body }) => {
                 serde_json::from_slice(&body).map_err(|e| self.bad(format!("not JSON: {e}")))
@@ -87,7 +111,7 @@ impl AdminClient {
     /// # Errors
     /// As [`AdminClient::status`].
     pub fn disconnect(&mut self) -> Result<(), ClientError> {
-        let frames = self.call(b"DISCONNECT")?;
+        let frames = self.call(b"DISCONNECT", Vec::new())?;
         match decode(&frames, Socket::ClientSide).map(|m| m.command) {
             Ok(Command::Ack { .. }) => Ok(()),
             Ok(other) => Err(self.bad(format!("expected ACK, got {}", String::from_utf8_lossy(other.word())))),
@@ -95,11 +119,13 @@ impl AdminClient {
         }
     }
 
-    /// Sends `word` and returns the first answer whose last frame names our
-    /// msgid (ACK, ERROR) or any REPLY (admin REPLYs carry no msgid).
-    fn call(&mut self, word: &[u8]) -> Result<Vec<Frame>, ClientError> {
+    /// Sends `word` (and `args` after the msgid) and returns the first
+    /// answer whose frame 4 names our msgid (ACK, ERROR) or any REPLY
+    /// (admin REPLYs carry no msgid).
+    fn call(&mut self, word: &[u8], args: Vec<Frame>) -> Result<Vec<Frame>, ClientError> {
         let msgid = [b"admin:".as_slice(), &crate::protocol::emqp::new_msgid()].concat();
-        let frames = vec![Vec::new(), VERSION.to_vec(), word.to_vec(), msgid.clone()];
+        let mut frames = vec![Vec::new(), VERSION.to_vec(), word.to_vec(), msgid.clone()];
+        frames.extend(args);
         let deadline = Instant::now() + self.timeout;
         self.dealer.send_timeout(&frames, self.timeout)?;
         loop {

@@ -74,6 +74,18 @@ settings! {
         /// Time limit of a job on an eMQP worker without a `timeout:N`
         /// header; past it (plus 5 s) the job is taken back (`0s` = none).
         job_timeout: HumantimeOrOff = limits::JOB_TIMEOUT, env "EMQ_JOB_TIMEOUT";
+        /// Retries of a job that failed, passed its deadline or lost its
+        /// worker before it goes to the dead set (a `retry:N` header overrides).
+        max_retries: Plain<u32> = limits::MAX_RETRIES, env "EMQ_MAX_RETRIES";
+        /// Wait before the first retry of a failed job; doubles per retry,
+        /// less up to a quarter of jitter (e.g. `1s`).
+        retry_backoff: Humantime = limits::RETRY_BACKOFF, env "EMQ_RETRY_BACKOFF";
+        /// Longest wait between two tries (e.g. `10m`).
+        retry_backoff_max: Humantime = limits::RETRY_BACKOFF_MAX, env "EMQ_RETRY_BACKOFF_MAX";
+        /// Most jobs in the dead set; past it the oldest are dropped.
+        dead_max_jobs: AtLeastOne = limits::DEAD_MAX_JOBS, env "EMQ_DEAD_MAX_JOBS";
+        /// Most bytes of jobs in the dead set; past it the oldest are dropped.
+        dead_max_bytes: AtLeastOne = limits::DEAD_MAX_BYTES, env "EMQ_DEAD_MAX_BYTES";
         /// How long shutdown waits for queued and in-flight jobs (e.g. `10s`).
         drain_timeout: Humantime = limits::DRAIN_TIMEOUT, env "EMQ_DRAIN_TIMEOUT";
         /// ZeroMQ send and receive high-water mark per peer (messages).
@@ -194,6 +206,16 @@ pub struct RouterConfig {
     pub kbye_grace: Duration,
     /// Time limit of a job without a `timeout:N` header (`None`: none).
     pub job_timeout: Option<Duration>,
+    /// Retries before the dead set (`retry:N` overrides per job).
+    pub max_retries: u32,
+    /// Wait before the first retry of a failed job (doubling after).
+    pub retry_backoff: Duration,
+    /// Longest wait between two tries.
+    pub retry_backoff_max: Duration,
+    /// Most jobs in the dead set (all shards).
+    pub dead_max_jobs: usize,
+    /// Most bytes of jobs in the dead set (all shards).
+    pub dead_max_bytes: usize,
     /// Shutdown drain limit.
     pub drain_timeout: Duration,
     /// ZeroMQ HWM per peer pipe.

@@ -47,8 +47,15 @@ counters! {
     completed_jobs,
     /// Jobs put back to the front of their queue (dead worker, failed send).
     requeued_jobs,
-    /// Jobs dropped after `MAX_DELIVERIES` workers died holding them.
+    /// Jobs moved to the dead set, out of retries (`max_retries`,
+    /// `retry:N`).
     dead_lettered,
+    /// Jobs that waited out a back-off for another try (a failed result,
+    /// a deadline).
+    retried_jobs,
+    /// Dead jobs dropped to keep the dead set within `dead_max_jobs` and
+    /// `dead_max_bytes` (the oldest first).
+    dead_evicted,
     /// REQUESTs and SCHEDs refused because the queue was full.
     rejected_queue_full,
     /// SCHEDs, ASKs and INFORMs refused with `QUEUE_LIMIT`: the broker holds
@@ -110,8 +117,8 @@ counters! {
     text_returned_disconnect,
     /// Text offers returned by the offer timeout.
     text_returned_timeout,
-    /// Text offers returned (disconnect, timeout) past `MAX_DELIVERIES`
-    /// deliveries and dropped instead (also counted in `dead_lettered`).
+    /// Text offers returned (disconnect, timeout) by a job out of retries,
+    /// which went to the dead set instead (also counted in `dead_lettered`).
     text_dead_lettered,
     /// Long-poll ASKs answered `NOPE` because their wait ran out.
     text_ask_waits_expired,

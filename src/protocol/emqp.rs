@@ -68,9 +68,18 @@ impl Socket {
                 &[b"INFORM", b"REQUEST", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"ERROR", b"REPLY"]
             }
             Socket::Backend => &[b"INFORM", b"READY", b"REPLY", b"HEARTBEAT", b"KBYE"],
-            Socket::Admin => {
-                &[b"STATUS", b"ROUTER_SHOW_WORKERS", b"ROUTER_SHOW_SCHEDULERS", b"LATENCY", b"DISCONNECT", b"HELLO"]
-            }
+            Socket::Admin => &[
+                b"STATUS",
+                b"ROUTER_SHOW_WORKERS",
+                b"ROUTER_SHOW_SCHEDULERS",
+                b"LATENCY",
+                b"DEAD_LIST",
+                b"DEAD_SHOW",
+                b"DEAD_RETRY",
+                b"DEAD_DELETE",
+                b"DISCONNECT",
+                b"HELLO",
+            ],
             Socket::WorkerSide => &[b"ACK", b"REQUEST", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"ERROR"],
             Socket::SchedulerSide => {
                 &[b"ACK", b"SCHEDULE", b"UNSCHEDULE", b"DROP", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"REPLY", b"ERROR"]
@@ -112,6 +121,33 @@ impl AdminQuery {
             AdminQuery::ShowWorkers => b"ROUTER_SHOW_WORKERS",
             AdminQuery::ShowSchedulers => b"ROUTER_SHOW_SCHEDULERS",
             AdminQuery::Latency => b"LATENCY",
+        }
+    }
+}
+
+/// A dead-set command on the admin socket (emq extension; docs/emqp.md
+/// "Admin", README "Retries and the dead set").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadQuery {
+    /// `DEAD_LIST`: frame 4 a queue name, or empty for every queue.
+    List,
+    /// `DEAD_SHOW`: frame 4 a job id.
+    Show,
+    /// `DEAD_RETRY`: frame 4 a job id, or `*` for every dead job (frame 5,
+    /// when present and not empty, keeps `*` to one queue).
+    Retry,
+    /// `DEAD_DELETE`: frames as for `DEAD_RETRY`.
+    Delete,
+}
+
+impl DeadQuery {
+    /// The command word on the wire.
+    pub fn word(self) -> &'static [u8] {
+        match self {
+            DeadQuery::List => b"DEAD_LIST",
+            DeadQuery::Show => b"DEAD_SHOW",
+            DeadQuery::Retry => b"DEAD_RETRY",
+            DeadQuery::Delete => b"DEAD_DELETE",
         }
     }
 }
@@ -217,6 +253,15 @@ pub enum Command<B = Frame> {
     },
     /// An admin query (no body).
     Admin(AdminQuery),
+    /// A dead-set command (emq extension, admin socket).
+    Dead {
+        /// Which.
+        query: DeadQuery,
+        /// frame 4: a queue name (`DEAD_LIST`), a job id or `*`.
+        target: B,
+        /// frame 5, optional: the queue `*` is kept to.
+        queue: Option<B>,
+    },
     /// `HELLO`, which the Python emq-cli sends on connect; never answered.
     Hello,
     /// ERROR (emq extension): a message was rejected. Old Python clients
@@ -248,6 +293,7 @@ impl<B> Command<B> {
             Command::Drop(_) => b"DROP",
             Command::Publish { .. } => b"PUBLISH",
             Command::Admin(q) => q.word(),
+            Command::Dead { query, .. } => query.word(),
             Command::Hello => b"HELLO",
             Command::Error { .. } => b"ERROR",
         }
@@ -378,6 +424,16 @@ pub fn decode_ref<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Messag
         "ROUTER_SHOW_WORKERS" => Command::Admin(AdminQuery::ShowWorkers),
         "ROUTER_SHOW_SCHEDULERS" => Command::Admin(AdminQuery::ShowSchedulers),
         "LATENCY" => Command::Admin(AdminQuery::Latency),
+        "DEAD_LIST" | "DEAD_SHOW" | "DEAD_RETRY" | "DEAD_DELETE" => Command::Dead {
+            query: match name {
+                "DEAD_LIST" => DeadQuery::List,
+                "DEAD_SHOW" => DeadQuery::Show,
+                "DEAD_RETRY" => DeadQuery::Retry,
+                _ => DeadQuery::Delete,
+            },
+            target: body.opt(4).unwrap_or_default(),
+            queue: body.opt(5),
+        },
         "HELLO" => Command::Hello,
         "ERROR" => Command::Error {
             refers_to: body.get(4, "the rejected msgid")?,
@@ -406,6 +462,10 @@ const COMMANDS: &[&str] = &[
     "ROUTER_SHOW_WORKERS",
     "ROUTER_SHOW_SCHEDULERS",
     "LATENCY",
+    "DEAD_LIST",
+    "DEAD_SHOW",
+    "DEAD_RETRY",
+    "DEAD_DELETE",
     "HELLO",
     "ERROR",
 ];
@@ -494,6 +554,9 @@ impl<B: AsRef<[u8]>> Message<B> {
             Command::Drop(s) => Command::Drop(s.to_owned_frames()),
             Command::Publish { topic, message } => Command::Publish { topic: f(topic), message: f(message) },
             Command::Admin(q) => Command::Admin(*q),
+            Command::Dead { query, target, queue } => {
+                Command::Dead { query: *query, target: f(target), queue: queue.as_ref().map(f) }
+            }
             Command::Hello => Command::Hello,
             Command::Error { refers_to, code, text } => {
                 Command::Error { refers_to: f(refers_to), code: f(code), text: f(text) }
@@ -534,6 +597,10 @@ impl<B: AsRef<[u8]>> Message<B> {
                 out.push(s.cron.as_ref().map(c).unwrap_or_default());
             }
             Command::Publish { topic, message } => out.extend([c(topic), c(message)]),
+            Command::Dead { target, queue, .. } => {
+                out.push(c(target));
+                out.extend(queue.iter().map(c));
+            }
             Command::Error { refers_to, code, text } => out.extend([c(refers_to), c(code), c(text)]),
         }
         out

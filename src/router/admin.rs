@@ -1,6 +1,6 @@
 //! The admin thread: answers STATUS, ROUTER_SHOW_WORKERS,
 //! ROUTER_SHOW_SCHEDULERS and LATENCY by asking every shard for a snapshot
-//! and merging them (EventMQ 0.3.13's JSON shapes plus emq's keys;
+//! and merging them, and the dead-set commands (`dead_admin.rs`) (EventMQ 0.3.13's JSON shapes plus emq's keys;
 //! docs/emqp.md "Admin"). It runs off the hot path, so a slow query never
 //! delays a job.
 
@@ -17,7 +17,7 @@ use crate::broker::snapshot::{schedulers_json, status_json, workers_json};
 use crate::metrics::latency::LatencyStore;
 use crate::protocol::emqp::{AdminQuery, Command, Message};
 use crate::zmq_io::egress::EgressTx;
-use crate::zmq_io::io_thread::AdminRequest;
+use crate::zmq_io::io_thread::{AdminCall, AdminRequest};
 
 /// Extra STATUS figures from outside the shards (the text front end),
 /// each a JSON value under its own key in STATUS's `emq` object.
@@ -33,7 +33,23 @@ pub fn run(
 ) {
     for req in rx {
         let uptime = || broker.ctx.started.elapsed().as_secs_f64();
-        let body = match req.query {
+        let query = match req.query {
+            AdminCall::Query(query) => query,
+            AdminCall::Dead { query, target, queue } => {
+                let command = match super::dead_admin::answer(&broker, query, &target, queue.as_deref()) {
+                    Ok(body) => Command::Reply { body: body.to_string().into_bytes() },
+                    Err(why) => Command::Error {
+                        refers_to: req.msgid.0.to_vec(),
+                        code: b"BAD_REQUEST".to_vec(),
+                        text: why.into_bytes(),
+                    },
+                };
+                let msg = OutMsg::Frames(Message::new(command).encode());
+                egress.send(Outgoing { dest: Dest::Admin, peer: req.peer, msg, on_fail: OnFail::Count });
+                continue;
+            }
+        };
+        let body = match query {
             AdminQuery::Status => {
                 super::reporter::collect(&broker, &latency);
                 let end_to_end = latency.lock().end_to_end_ms();

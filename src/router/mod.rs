@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod ask;
 mod control;
+mod dead_admin;
 pub mod http;
 pub mod outbox;
 pub mod prometheus;
@@ -323,7 +324,7 @@ fn open_wal(config: &RouterConfig, started: Instant) -> Result<Option<crate::wal
         return Ok(None);
     }
     let skip = config.wal.skip_damaged;
-    Ok(Some(crate::wal::open(&config.wal, config.shards, skip, started, started)?))
+    Ok(Some(crate::wal::open(&config.wal, config.shards, skip, config.max_retries, started, started)?))
 }
 
 /// STATUS's `wal` figures: the durability, the data directory and each

@@ -50,7 +50,12 @@ const QUEUE_COUNTERS: &[(&str, &str, QueueCounter)] = &[
         QueueCounter::Completed,
     ),
     ("emq_jobs_failed", "Jobs reported failed by an emq worker, or DELeted by a text consumer.", QueueCounter::Failed),
-    ("emq_jobs_dead_lettered", "Jobs dead-lettered (returned past MAX_DELIVERIES).", QueueCounter::DeadLettered),
+    (
+        "emq_jobs_retried",
+        "Jobs that waited out a back-off for another try (a failed result, a deadline).",
+        QueueCounter::Retried,
+    ),
+    ("emq_jobs_dead_lettered", "Jobs moved to the dead set, out of retries.", QueueCounter::DeadLettered),
 ];
 
 /// Refusals by reason: `(reason label, broker counter)`.
@@ -141,6 +146,11 @@ impl Collector for Exposition {
         per_queue(e, ("emq_jobs_waiting", "Jobs waiting in the queue.", MetricType::Gauge), q, |r| r.waiting)?;
         let in_flight = "Jobs held by eMQP workers or offered to text consumers.";
         per_queue(e, ("emq_jobs_in_flight", in_flight, MetricType::Gauge), q, |r| r.in_flight)?;
+        let retrying = "Jobs waiting out a back-off before their next try.";
+        per_queue(e, ("emq_jobs_retrying", retrying, MetricType::Gauge), q, |r| r.retrying)?;
+        per_queue(e, ("emq_jobs_dead", "Jobs in the dead set.", MetricType::Gauge), q, |r| r.dead)?;
+        let dead_bytes = "Bytes of the jobs in the dead set (bounded by dead_max_bytes).";
+        gauge(e, "emq_dead_set", dead_bytes, Some(&Unit::Bytes), s.dead_bytes as i64)?;
         for &(name, help, c) in QUEUE_COUNTERS {
             per_queue(e, (name, help, MetricType::Counter), q, |r| r.counts.get(c))?;
         }
@@ -202,16 +212,22 @@ mod tests {
         for ms in [2u64, 20, 200] {
             h.record(ms * 1000).unwrap();
         }
-        let mut row = QueueRow { name: "mail".into(), waiting: 3, in_flight: 1, ..QueueRow::default() };
+        let mut row = QueueRow { name: "mail".into(), waiting: 3, in_flight: 1, dead: 2, ..QueueRow::default() };
         row.counts.add(QueueCounter::Accepted, 7);
         row.latency[Kind::EndToEnd as usize] = Some(h);
-        let scrape =
-            Scrape { queues: vec![row], counters: vec![("rejected_queue_full".into(), 2)], ..Scrape::default() };
+        let scrape = Scrape {
+            queues: vec![row],
+            counters: vec![("rejected_queue_full".into(), 2)],
+            dead_bytes: 300,
+            ..Scrape::default()
+        };
         let text = render(scrape);
         for line in [
             "emq_jobs_accepted_total{queue=\"mail\"} 7",
             "emq_jobs_waiting{queue=\"mail\"} 3",
             "emq_jobs_in_flight{queue=\"mail\"} 1",
+            "emq_jobs_dead{queue=\"mail\"} 2",
+            "emq_dead_set_bytes 300",
             "emq_jobs_refused_total{reason=\"queue_full\"} 2",
             "# TYPE emq_job_end_to_end_seconds histogram",
             "emq_job_end_to_end_seconds_bucket{queue=\"mail\",le=\"0.001\"} 0",

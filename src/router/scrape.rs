@@ -29,6 +29,10 @@ pub struct QueueRow {
     pub waiting: u64,
     /// Jobs held by eMQP workers or offered to text consumers.
     pub in_flight: u64,
+    /// Jobs waiting out a back-off before a retry.
+    pub retrying: u64,
+    /// Jobs in the dead set now.
+    pub dead: u64,
     /// Counts since start.
     pub counts: QueueCounts,
     /// Latency histograms since start, by [`Kind`] (`Kind as usize`).
@@ -59,6 +63,8 @@ pub struct Scrape {
     pub text: Option<TextStatsSnapshot>,
     /// Shards that did not answer in time (their queues are missing).
     pub shards_silent: usize,
+    /// Bytes of the jobs in the dead sets.
+    pub dead_bytes: u64,
 }
 
 impl Scrape {
@@ -110,6 +116,14 @@ impl Sources {
                 }
             }
         }
+        for (queue, n, dead) in snaps.iter().flat_map(|s| {
+            s.retrying.iter().map(|(q, n)| (q, *n, false)).chain(s.dead.iter().map(|(q, n)| (q, *n, true)))
+        }) {
+            let l = row(&mut rows, queue);
+            if let Some(r) = rows.get_mut(&l) {
+                *(if dead { &mut r.dead } else { &mut r.retrying }) += n as u64;
+            }
+        }
         for (queue, _) in snaps.iter().flat_map(|s| &s.workers).flat_map(|w| &w.inflight) {
             let l = row(&mut rows, queue);
             if let Some(r) = rows.get_mut(&l) {
@@ -147,6 +161,7 @@ impl Sources {
             counters,
             text: self.text.as_ref().map(|t| t.snapshot()),
             shards_silent,
+            dead_bytes: snaps.iter().map(|s| s.dead_bytes as u64).sum(),
         }
     }
 }

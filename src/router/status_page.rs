@@ -208,14 +208,37 @@ fn workers(o: &mut String, scrape: &Scrape) {
 }
 
 fn dead(o: &mut String, scrape: &Scrape) {
-    o.push_str("<h2>Dead set</h2><table id=\"dead\"><tr><th>queue</th><th>dead-lettered</th></tr>");
-    let dead = || scrape.queues.iter().filter(|q| q.counts.get(QueueCounter::DeadLettered) > 0);
-    for q in dead() {
-        let _ = write!(o, "<tr><td>{}</td><td>{}</td></tr>", escape(&q.name), q.counts.get(QueueCounter::DeadLettered));
+    o.push_str(
+        "<h2>Retries and the dead set</h2><table id=\"dead\"><tr><th>queue</th><th>retrying</th><th>retried</th>\
+         <th>dead now</th><th>dead-lettered</th></tr>",
+    );
+    let shown = || {
+        scrape.queues.iter().filter(|q| {
+            q.retrying + q.dead + q.counts.get(QueueCounter::Retried) + q.counts.get(QueueCounter::DeadLettered) > 0
+        })
+    };
+    for q in shown() {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&q.name),
+            q.retrying,
+            q.counts.get(QueueCounter::Retried),
+            q.dead,
+            q.counts.get(QueueCounter::DeadLettered)
+        );
     }
     o.push_str("</table>");
-    if dead().next().is_none() {
-        o.push_str("<p class=\"note\">No job has been dead-lettered.</p>");
+    match shown().next() {
+        None => o.push_str("<p class=\"note\">No job has been retried or dead-lettered.</p>"),
+        Some(_) => {
+            let _ = write!(
+                o,
+                "<p class=\"note\">{} byte(s) in the dead set. <code>emq-cli dead list</code> lists the jobs; \
+                 <code>emq-cli dead retry</code> and <code>delete</code> act on them.</p>",
+                scrape.dead_bytes
+            );
+        }
     }
 }
 

@@ -38,6 +38,8 @@ use super::segment::{segment_path, SegmentHeader, SegmentInfo, SEGMENT_HEADER_BY
 use super::sync::{SyncThread, SyncWait};
 use super::Durability;
 use crate::broker::job::Job;
+use crate::broker::retry::DeadJob;
+use crate::broker::shard::dead_set::DeadSet;
 use crate::broker::shard::queues::QueueTable;
 use crate::ids::{JobId, QueueName};
 use crate::limits;
@@ -125,6 +127,8 @@ struct Pass {
     queues: Vec<QueueName>,
     at: usize,
     pos: usize,
+    /// Once the queues are done: the dead set's burial number to go on from.
+    dead_at: u64,
 }
 
 /// What the output of a committed batch may do.
@@ -291,11 +295,25 @@ impl ShardLog {
         self.grow(record::ID_RECORD_BYTES + 1);
     }
 
+    /// Dead job `dead` lies in the dead set: a `Buried` record, in the same
+    /// segment as the job's latest `Accepted` record (copied forward when
+    /// it lies elsewhere), so the two are kept or deleted together.
+    pub fn buried(&mut self, dead: &mut DeadJob) {
+        let len = record::accepted_len(&dead.job);
+        self.make_room(len + record::BURIED_RECORD_BYTES);
+        if dead.job.wal_segment() != self.current {
+            self.copy_forward(&mut dead.job);
+        }
+        let job = &dead.job;
+        record::encode_buried(job.id, job.redeliveries(), dead.why, dead.at_unix_ms, &mut self.buf);
+        self.grow(record::BURIED_RECORD_BYTES);
+    }
+
     /// Schedules the deletion of every segment but the current one whose
     /// jobs are all done, once what is written now is durable (start-up).
     pub fn retire_dead_segments(&mut self) {
         let at = self.position();
-        let dead = self.segments.iter().filter(|(n, s)| **n != self.current && s.live == 0).map(|(n, _)| (*n, at));
+        let dead = self.segments.iter().filter(|(n, s)| **n != self.current && s.is_dead()).map(|(n, _)| (*n, at));
         self.deletions.extend(dead);
     }
 
@@ -305,7 +323,23 @@ impl ShardLog {
         self.make_room(record::ID_RECORD_BYTES);
         record::encode_done(id, &mut self.buf);
         self.grow(record::ID_RECORD_BYTES);
+        self.refer_to(segment);
         self.count_out(segment, record_bytes);
+    }
+
+    /// A record just written to the current segment cancels or supersedes
+    /// one in `older`: the current segment must outlive it (see
+    /// [`SegmentInfo::older`]).
+    fn refer_to(&mut self, older: u32) {
+        if older != self.current && self.segments.contains_key(&older) {
+            self.segments.entry(self.current).or_default().older.insert(older);
+        }
+    }
+
+    /// Dead job `job` goes back to its queue: a fresh `Accepted` record
+    /// (its setbacks as the job now counts them) supersedes its `Buried` one.
+    pub fn unburied(&mut self, job: &mut Job) {
+        self.copy_forward(job);
     }
 
     /// Copies waiting `job` forward into the current segment, unless it is
@@ -325,6 +359,7 @@ impl ShardLog {
         record::encode_accepted(job, &mut self.buf);
         job.set_wal_segment(self.current);
         self.count_in(len);
+        self.refer_to(from);
         self.count_out(from, len);
     }
 
@@ -348,7 +383,7 @@ impl ShardLog {
         let Some(info) = self.segments.get_mut(&segment) else { return };
         info.live = info.live.saturating_sub(1);
         info.live_bytes = info.live_bytes.saturating_sub(record_bytes as u64);
-        if info.live == 0 && segment != self.current {
+        if info.is_dead() && segment != self.current {
             self.deletions.push((segment, self.position()));
         }
     }
@@ -377,7 +412,7 @@ impl ShardLog {
         let old = std::mem::replace(&mut self.current, next);
         self.file = Arc::new(file);
         self.segments.insert(next, SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, ..SegmentInfo::default() });
-        if self.segments.get(&old).is_some_and(|s| s.live == 0) {
+        if self.segments.get(&old).is_some_and(SegmentInfo::is_dead) {
             self.deletions.push((old, self.written));
         }
     }
@@ -466,8 +501,9 @@ impl ShardLog {
         }
         let synced = self.shared.synced.load(Ordering::Acquire);
         let mut keep = Vec::new();
+        let mut gone = Vec::new();
         for (segment, after) in std::mem::take(&mut self.deletions) {
-            let still_dead = segment != self.current && self.segments.get(&segment).is_some_and(|s| s.live == 0);
+            let still_dead = segment != self.current && self.segments.get(&segment).is_some_and(SegmentInfo::is_dead);
             if !still_dead {
                 continue;
             }
@@ -478,19 +514,35 @@ impl ShardLog {
             let path = segment_path(&self.dir, segment);
             match std::fs::remove_file(&path) {
                 Ok(()) => {
-                    self.segments.remove(&segment);
                     self.shared.stats.deleted_segments.fetch_add(1, Ordering::Relaxed);
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    self.segments.remove(&segment);
-                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
                     tracing::warn!(shard = self.shard, file = %path.display(), error = %e, "cannot delete a dead segment");
-                    self.segments.remove(&segment);
                 }
             }
+            self.segments.remove(&segment);
+            gone.push(segment);
         }
         self.deletions = keep;
+        if gone.is_empty() {
+            return;
+        }
+        // The deletions are made durable before any segment that depended
+        // on them can go (at a later call): a crash never leaves a segment
+        // whose cancelling records are gone.
+        if let Err(e) = super::dir::sync_dir(&self.dir) {
+            tracing::warn!(shard = self.shard, dir = %self.dir.display(), error = %e, "cannot sync the log directory");
+        }
+        let at = self.position();
+        for (n, info) in self.segments.iter_mut() {
+            let before = info.older.len();
+            info.older.retain(|n| !gone.contains(n));
+            let freed = info.older.len() < before;
+            if freed && *n != self.current && info.is_dead() {
+                self.deletions.push((*n, at));
+            }
+        }
     }
 
     fn update_stats(&self) {
@@ -519,9 +571,10 @@ impl ShardLog {
     /// log is over its bound ([`limits::WAL_DISK_FACTOR`] × live bytes +
     /// one segment) and some old segment is less than 1/factor live; copies
     /// forward the waiting jobs of `queues` whose record lies in such a
-    /// segment. Jobs in flight or offered are not copied: they keep their
-    /// segment until they finish or come back.
-    pub fn compact_step(&mut self, queues: &mut QueueTable) {
+    /// segment, then the jobs of the dead set `dead` (with their `Buried`
+    /// record). Jobs in flight, offered or waiting for a retry are not
+    /// copied: they keep their segment until they finish or come back.
+    pub fn compact_step(&mut self, queues: &mut QueueTable, dead: &mut DeadSet) {
         if self.pass.is_none() {
             self.pass = self.plan(queues);
         }
@@ -529,8 +582,21 @@ impl ShardLog {
         let (mut looked, start) = (0, self.buf.len());
         while looked < limits::WAL_COMPACT_STEP_JOBS && self.buf.len() - start < limits::WAL_COMPACT_STEP_BYTES {
             let Some(queue) = pass.queues.get(pass.at).cloned() else {
-                self.last_pass_at = self.position();
-                return;
+                let max = limits::WAL_COMPACT_STEP_JOBS - looked;
+                let (seen, next) = dead.visit_mut(pass.dead_at, max, |d| {
+                    if pass.victims.binary_search(&d.job.wal_segment()).is_ok() {
+                        self.buried(d);
+                    }
+                });
+                looked += seen.max(1);
+                match next {
+                    Some(at) => pass.dead_at = at,
+                    None => {
+                        self.last_pass_at = self.position();
+                        return;
+                    }
+                }
+                continue;
             };
             let max = limits::WAL_COMPACT_STEP_JOBS - looked;
             let (seen, next) = queues.visit_waiting_mut(&queue.0, pass.pos, max, |job| {
@@ -566,7 +632,7 @@ impl ShardLog {
             return None;
         }
         tracing::debug!(shard = self.shard, disk, live, victims = victims.len(), "log compaction pass");
-        Some(Pass { victims, queues: queues.names(), at: 0, pos: 0 })
+        Some(Pass { victims, queues: queues.names(), at: 0, pos: 0, dead_at: 0 })
     }
 }
 

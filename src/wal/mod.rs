@@ -3,7 +3,7 @@
 //! DESIGN "A shard owns its log": each shard appends the records of its
 //! queues' jobs to its own log, `<data dir>/wal/shard-<n>/`, a series of
 //! segment files ([`segment`]) of records ([`record`]): `Accepted` (the
-//! whole job), `Dispatched`, `Requeued` and `Done`. No lock is shared
+//! whole job), `Dispatched`, `Requeued`, `Buried` and `Done`. No lock is shared
 //! between shards. A job's records go to the log of the shard that accepted
 //! it (the low 16 bits of its [`crate::ids::JobId`]), which owns its queue;
 //! a worker's home shard that learns a job is done tells that shard.
@@ -36,7 +36,9 @@
 //! with a fresh id (a `DCL` is logged as `Done` and a new `Accepted`), and
 //! the jobs that went back to the front (requeued) are older than every job
 //! that never left. Jobs in flight at the crash go back too, counted as one
-//! delivery (dead-lettered past [`crate::limits::MAX_DELIVERIES`]). Each
+//! setback (to the dead set when out of retries). A job in the dead set is
+//! an `Accepted` record followed by a `Buried` one: recovery puts it back
+//! in its shard's dead set. Each
 //! shard's acceptance count restarts above the highest sequence seen. When
 //! the shard count changed (or a queue now hashes elsewhere, or damage was
 //! skipped), the recovered jobs are written into a new layout with fresh
@@ -70,14 +72,14 @@ use std::time::Instant;
 pub use dir::default_data_dir;
 use dir::DataDir;
 use log::{LogSettings, ShardLog};
-use recover::ShardReplay;
+use recover::{Replayed, ShardReplay};
 use segment::{parse_shard_dir_name, shard_dir, SegmentInfo};
 
 use crate::broker::job::Job;
+use crate::broker::retry::{allowed_retries, DeadJob, Setback};
 use crate::broker::types::shard_of;
 use crate::config::WalConfig;
 use crate::ids::{cut, show, FastMap, FastSet, JobId, QueueName};
-use crate::limits;
 
 /// What an acknowledgement promises (setting `durability`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +155,8 @@ pub struct ShardStart {
     pub log: ShardLog,
     /// Its recovered queues, each in order (front first).
     pub queues: Vec<(QueueName, Vec<Job>)>,
+    /// Its recovered dead set, oldest burial first.
+    pub dead: Vec<DeadJob>,
     /// Its acceptance count so far (new ids continue above it).
     pub accepted: u64,
 }
@@ -164,8 +168,10 @@ pub struct RecoveryReport {
     pub jobs: u64,
     /// Of those, jobs that were in flight (counted one delivery).
     pub in_flight: u64,
-    /// Jobs dead-lettered because of that delivery.
+    /// Jobs moved to the dead set because of that delivery.
     pub dead_lettered: u64,
+    /// Jobs in the dead sets, those included.
+    pub dead: u64,
     /// Records replayed.
     pub records: u64,
     /// Bytes read.
@@ -194,7 +200,9 @@ pub struct Opened {
 
 /// Locks the data directory, recovers every shard's log (in parallel) and
 /// opens `shards` logs for appending, with their recovered queues. Jobs
-/// are stamped as accepted at `now` by a router started at `epoch`.
+/// are stamped as accepted at `now` by a router started at `epoch`. A job
+/// in flight at the crash counts a setback; out of `max_retries` (or its
+/// `retry:N`) it goes to its shard's dead set.
 ///
 /// # Errors
 /// [`WalError`]: the directory is locked or unreadable, or damaged and
@@ -203,6 +211,7 @@ pub fn open(
     config: &WalConfig,
     shards: usize,
     skip_damaged: bool,
+    max_retries: u32,
     epoch: Instant,
     now: Instant,
 ) -> Result<Opened, WalError> {
@@ -228,9 +237,9 @@ pub fn open(
     };
     let same_layout = layout_kept(&replays, shards);
     let starts = if same_layout {
-        reopen(&root, replays, shards, &settings, &mut report)?
+        reopen(&root, replays, shards, max_retries, &settings, &mut report)?
     } else {
-        relayout(&dir, replays, shards, &settings, &mut report)?
+        relayout(&dir, replays, shards, max_retries, &settings, &mut report)?
     };
     report.millis = t0.elapsed().as_millis() as u64;
     for s in &starts {
@@ -244,6 +253,7 @@ pub fn open(
         jobs = report.jobs,
         in_flight = report.in_flight,
         dead_lettered = report.dead_lettered,
+        dead = report.dead,
         records = report.records,
         bytes = report.bytes,
         torn = report.torn,
@@ -308,33 +318,43 @@ fn layout_kept(replays: &[ShardReplay], shards: usize) -> bool {
 struct Queues {
     /// By queue, each in id order.
     queues: Vec<(QueueName, Vec<Job>)>,
-    /// Jobs dead-lettered for their delivery at the crash.
-    dead: Vec<Job>,
+    /// The dead set, oldest burial first.
+    dead: Vec<DeadJob>,
+    /// Of those, the jobs buried now: in flight at the crash, out of retries.
+    buried_now: FastSet<JobId>,
     /// Jobs that were in flight (their delivery count is one up).
     in_flight: FastSet<JobId>,
 }
 
 /// Live jobs of one shard grouped by queue, each queue in id order, with
-/// jobs that were in flight counted one delivery (and dead-lettered past
-/// the limit, counted in `report`).
-fn queues_of(jobs: Vec<(Job, bool)>, report: &mut RecoveryReport) -> Queues {
+/// jobs that were in flight counted one setback (and buried when out of
+/// retries with `max_retries`, counted in `report`), and the dead set.
+fn queues_of(jobs: Vec<Replayed>, max_retries: u32, report: &mut RecoveryReport) -> Queues {
     let mut by_queue: FastMap<QueueName, Vec<Job>> = FastMap::default();
-    let (mut dead, mut in_flight) = (Vec::new(), FastSet::default());
-    for (mut job, was_in_flight) in jobs {
+    let (mut dead, mut buried_now, mut in_flight) = (Vec::new(), FastSet::default(), FastSet::default());
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    for Replayed { mut job, in_flight: was_in_flight, dead: buried } in jobs {
+        if let Some((why, at_unix_ms)) = buried {
+            dead.push(DeadJob { job, why, at_unix_ms });
+            continue;
+        }
         if was_in_flight {
             report.in_flight += 1;
             job.set_redeliveries(job.redeliveries() + 1);
-            if job.redeliveries() > limits::MAX_DELIVERIES {
+            if job.redeliveries() > allowed_retries(&job, max_retries) {
                 report.dead_lettered += 1;
                 let (msgid, body) = (show(job.frames.msgid()), cut(job.frames.body()));
-                tracing::error!(queue = %job.queue(), %msgid, %body, "job dropped at recovery: in flight at its last allowed delivery");
-                dead.push(job);
+                tracing::error!(queue = %job.queue(), %msgid, %body, "job moved to the dead set at recovery: in flight at its last allowed try");
+                buried_now.insert(job.id);
+                dead.push(DeadJob { job, why: Setback::Crash, at_unix_ms: now_ms });
                 continue;
             }
             in_flight.insert(job.id);
         }
         by_queue.entry(job.queue()).or_default().push(job);
     }
+    dead.sort_by_key(|d| (d.at_unix_ms, d.job.id.seq()));
+    report.dead += dead.len() as u64;
     let mut queues: Vec<(QueueName, Vec<Job>)> = by_queue.into_iter().collect();
     queues.sort_by(|a, b| a.0.cmp(&b.0));
     for (_, jobs) in &mut queues {
@@ -342,7 +362,7 @@ fn queues_of(jobs: Vec<(Job, bool)>, report: &mut RecoveryReport) -> Queues {
         jobs.sort_unstable_by_key(|j| (j.id.seq(), j.id.shard()));
         report.jobs += jobs.len() as u64;
     }
-    Queues { queues, dead, in_flight }
+    Queues { queues, dead, buried_now, in_flight }
 }
 
 /// The same layout: every shard keeps its segments and ids, copies the
@@ -352,6 +372,7 @@ fn reopen(
     root: &Path,
     mut replays: Vec<ShardReplay>,
     shards: usize,
+    max_retries: u32,
     settings: &LogSettings,
     report: &mut RecoveryReport,
 ) -> Result<Vec<ShardStart>, WalError> {
@@ -362,16 +383,23 @@ fn reopen(
         let mut segments: BTreeMap<u32, SegmentInfo> = replay
             .segments
             .iter()
-            .map(|s| (s.number, SegmentInfo { bytes: s.bytes, live: 0, live_bytes: 0 }))
+            .map(|s| (s.number, SegmentInfo { bytes: s.bytes, ..SegmentInfo::default() }))
             .collect();
+        for &(newer, older) in &replay.refs {
+            if segments.contains_key(&older) {
+                if let Some(info) = segments.get_mut(&newer) {
+                    info.older.insert(older);
+                }
+            }
+        }
         let next = segments.keys().next_back().map_or(1, |n| n.saturating_add(1));
         for r in replay.jobs.values() {
             let info = segments.entry(r.job.wal_segment()).or_default();
             info.live += 1;
             info.live_bytes += record::accepted_len(&r.job) as u64;
         }
-        let jobs: Vec<(Job, bool)> = replay.jobs.into_values().map(|r| (r.job, r.in_flight)).collect();
-        let Queues { mut queues, dead, in_flight } = queues_of(jobs, report);
+        let jobs: Vec<Replayed> = replay.jobs.into_values().collect();
+        let Queues { mut queues, mut dead, buried_now, in_flight } = queues_of(jobs, max_retries, report);
         let dir = shard_dir(root, index);
         let mut log = ShardLog::create(index, shards, &dir, settings.clone(), segments, next, replay.max_seq)?;
         for job in queues.iter_mut().flat_map(|(_, jobs)| jobs.iter_mut()) {
@@ -379,12 +407,12 @@ fn reopen(
                 log.requeued(job);
             }
         }
-        for job in &dead {
-            log.done(job.id, job.wal_segment(), record::accepted_len(job));
+        for d in dead.iter_mut().filter(|d| buried_now.contains(&d.job.id)) {
+            log.buried(d);
         }
         log.retire_dead_segments();
         log.sync_all();
-        starts.push(ShardStart { log, queues, accepted: replay.max_seq });
+        starts.push(ShardStart { log, queues, dead, accepted: replay.max_seq });
     }
     Ok(starts)
 }
@@ -397,6 +425,7 @@ fn relayout(
     dir: &DataDir,
     replays: Vec<ShardReplay>,
     shards: usize,
+    max_retries: u32,
     settings: &LogSettings,
     report: &mut RecoveryReport,
 ) -> Result<Vec<ShardStart>, WalError> {
@@ -413,15 +442,15 @@ fn relayout(
     }
     let damaged: Vec<PathBuf> =
         replays.iter().flat_map(|r| r.segments.iter().filter(|s| s.damaged).map(|s| s.path.clone())).collect();
-    let mut per_shard: Vec<Vec<(Job, bool)>> = (0..shards).map(|_| Vec::new()).collect();
+    let mut per_shard: Vec<Vec<Replayed>> = (0..shards).map(|_| Vec::new()).collect();
     for r in replays {
         for (_, rep) in r.jobs {
-            per_shard[shard_of(rep.job.queue_bytes(), shards)].push((rep.job, rep.in_flight));
+            per_shard[shard_of(rep.job.queue_bytes(), shards)].push(rep);
         }
     }
     let mut starts = Vec::with_capacity(shards);
     for (index, jobs) in per_shard.into_iter().enumerate() {
-        let Queues { mut queues, .. } = queues_of(jobs, report);
+        let Queues { mut queues, mut dead, .. } = queues_of(jobs, max_retries, report);
         let mut log =
             ShardLog::create(index, shards, &shard_dir(&new_root, index), settings.clone(), BTreeMap::new(), 1, 0)?;
         let mut seq = 0;
@@ -432,8 +461,14 @@ fn relayout(
                 log.accepted(job);
             }
         }
+        for d in &mut dead {
+            seq += 1;
+            d.job.id = JobId::new(index, seq);
+            log.accepted(&mut d.job);
+            log.buried(d);
+        }
         log.sync_all();
-        starts.push(ShardStart { log, queues, accepted: seq });
+        starts.push(ShardStart { log, queues, dead, accepted: seq });
     }
     let marker = new_root.join("complete");
     std::fs::File::create(&marker).and_then(|f| f.sync_all()).map_err(WalError::io(&marker))?;

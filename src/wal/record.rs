@@ -15,12 +15,14 @@
 //! | 2 | [`Record::Dispatched`] | job id u64 |
 //! | 3 | [`Record::Requeued`] | job id u64, redeliveries u8 |
 //! | 4 | [`Record::Done`] | job id u64 |
+//! | 5 | [`Record::Buried`] | job id u64, setbacks u8, reason u8 ([`Setback::code`]), burial time u64 (ms since the Unix epoch) |
 //!
 //! [`decode`] takes a slice and returns a record and its length, or says
 //! why the bytes at the start of the slice are not one (cut short, or
 //! damaged); it never reads past the slice.
 
 use crate::broker::job::{Job, JobFrames, Origin};
+use crate::broker::retry::Setback;
 use crate::ids::JobId;
 
 /// The first byte of every record.
@@ -29,6 +31,8 @@ pub const MAGIC: u8 = 0xE7;
 pub const HEADER_BYTES: usize = 10;
 /// Bytes of a [`Record::Dispatched`] or [`Record::Done`] record.
 pub const ID_RECORD_BYTES: usize = HEADER_BYTES + 8;
+/// Bytes of a [`Record::Buried`] record.
+pub const BURIED_RECORD_BYTES: usize = HEADER_BYTES + 18;
 /// Bytes an [`Record::Accepted`] record adds to its job's frames.
 pub const ACCEPTED_OVERHEAD_BYTES: usize = HEADER_BYTES + 10;
 
@@ -36,6 +40,7 @@ const ACCEPTED: u8 = 1;
 const DISPATCHED: u8 = 2;
 const REQUEUED: u8 = 3;
 const DONE: u8 = 4;
+const BURIED: u8 = 5;
 
 const FLAG_TEXT: u8 = 1;
 const FLAG_FALLBACK: u8 = 2;
@@ -70,10 +75,23 @@ pub enum Record<'a> {
         /// Its delivery count now.
         redeliveries: u8,
     },
-    /// The job is finished: completed, acknowledged, deleted or dead-lettered.
+    /// The job is finished: completed, acknowledged, deleted, or dropped
+    /// from the dead set.
     Done {
         /// The job's id.
         id: JobId,
+    },
+    /// The job ran out of retries and lies in the dead set (until a
+    /// `Requeued` record takes it back out, or `Done`).
+    Buried {
+        /// The job's id.
+        id: JobId,
+        /// Its setbacks in all.
+        redeliveries: u8,
+        /// Its last setback.
+        why: Setback,
+        /// When it was buried, in ms since the Unix epoch.
+        at_unix_ms: u64,
     },
 }
 
@@ -111,7 +129,8 @@ impl Record<'_> {
             Record::Accepted { id, .. }
             | Record::Dispatched { id }
             | Record::Requeued { id, .. }
-            | Record::Done { id } => *id,
+            | Record::Done { id }
+            | Record::Buried { id, .. } => *id,
         }
     }
 }
@@ -153,6 +172,16 @@ pub fn encode_requeued(id: JobId, redeliveries: u32, out: &mut Vec<u8>) {
     let start = begin(out, REQUEUED);
     out.extend_from_slice(&id.0.to_le_bytes());
     out.push(redeliveries.min(u8::MAX as u32) as u8);
+    finish(out, start);
+}
+
+/// Appends a [`Record::Buried`] record.
+pub fn encode_buried(id: JobId, redeliveries: u32, why: Setback, at_unix_ms: u64, out: &mut Vec<u8>) {
+    let start = begin(out, BURIED);
+    out.extend_from_slice(&id.0.to_le_bytes());
+    out.push(redeliveries.min(u8::MAX as u32) as u8);
+    out.push(why.code());
+    out.extend_from_slice(&at_unix_ms.to_le_bytes());
     finish(out, start);
 }
 
@@ -217,6 +246,12 @@ pub fn decode(buf: &[u8]) -> Result<(Record<'_>, usize), DecodeError> {
         (DISPATCHED, Some(id)) if len == 8 => Record::Dispatched { id },
         (REQUEUED, Some(id)) if len == 9 => Record::Requeued { id, redeliveries: payload[8] },
         (DONE, Some(id)) if len == 8 => Record::Done { id },
+        (BURIED, Some(id)) if len == 18 => {
+            let why = Setback::from_code(payload[9]).ok_or_else(bad)?;
+            let ms = &payload[10..18];
+            let at_unix_ms = u64::from_le_bytes([ms[0], ms[1], ms[2], ms[3], ms[4], ms[5], ms[6], ms[7]]);
+            Record::Buried { id, redeliveries: payload[8], why, at_unix_ms }
+        }
         _ => return Err(bad()),
     };
     Ok((record, total))
@@ -296,6 +331,22 @@ mod tests {
         assert_eq!(rec, Record::Requeued { id: JobId(1 << 16), redeliveries: 4 });
         let (rec, _) = decode(&buf[n + m + k..]).unwrap();
         assert_eq!(rec, Record::Done { id: JobId(1 << 16) });
+        let mut buf = Vec::new();
+        encode_buried(JobId(1 << 16), 6, Setback::Deadline, 1_700_000_000_123, &mut buf);
+        assert_eq!(buf.len(), BURIED_RECORD_BYTES);
+        let (rec, n) = decode(&buf).unwrap();
+        assert_eq!(n, BURIED_RECORD_BYTES);
+        let want = Record::Buried {
+            id: JobId(1 << 16),
+            redeliveries: 6,
+            why: Setback::Deadline,
+            at_unix_ms: 1_700_000_000_123,
+        };
+        assert_eq!(rec, want);
+        buf[HEADER_BYTES + 9] = 77;
+        let crc = checksum(&buf[1..6], &buf[HEADER_BYTES..]);
+        buf[6..10].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(decode(&buf), Err(DecodeError::BadPayload { kind: 5, .. })), "an unknown reason is refused");
     }
 
     #[test]

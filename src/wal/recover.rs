@@ -7,7 +7,7 @@
 //!   makes it waiting (a later copy, by compaction or `DCL`, replaces an
 //!   earlier one);
 //! * `Dispatched` marks it in flight; `Requeued` waiting again, with its
-//!   delivery count; `Done` removes it;
+//!   delivery count; `Buried` in the dead set; `Done` removes it;
 //! * a record about an id with no `Accepted` before it is ignored: that
 //!   job's `Accepted` was in a segment deleted because all its jobs were
 //!   done, or it was copied forward later (the copy holds the job's state
@@ -38,6 +38,9 @@ pub struct Replayed {
     pub job: Job,
     /// It was in flight (dispatched or offered) when the log ended.
     pub in_flight: bool,
+    /// It lay in the dead set: its last setback and burial time (ms since
+    /// the Unix epoch).
+    pub dead: Option<(crate::broker::retry::Setback, u64)>,
 }
 
 /// A segment file found in a shard's directory.
@@ -87,6 +90,9 @@ pub struct ShardReplay {
     pub torn: Vec<(PathBuf, u64, u64)>,
     /// Damage skipped.
     pub damage: Vec<Damage>,
+    /// `(newer, older)`: a record in segment `newer` cancels or supersedes
+    /// one in segment `older` (see [`crate::wal::segment::SegmentInfo::older`]).
+    pub refs: Vec<(u32, u32)>,
 }
 
 /// The segment files of a shard directory, sorted by number (other files
@@ -233,7 +239,11 @@ fn apply(rec: &Record, segment: u32, epoch: Instant, now: Instant, state: &mut S
             let mut job = record::job_of(id, redeliveries, origin, fallback, frames, epoch, now)
                 .map_err(|e| format!("job {}: {e}", id.0))?;
             job.set_wal_segment(segment);
-            state.jobs.insert(id, Replayed { job, in_flight: false });
+            if let Some(old) = state.jobs.insert(id, Replayed { job, in_flight: false, dead: None }) {
+                if old.job.wal_segment() != segment {
+                    state.refs.push((segment, old.job.wal_segment()));
+                }
+            }
         }
         Record::Dispatched { id } => {
             if let Some(r) = state.jobs.get_mut(&id) {
@@ -243,11 +253,23 @@ fn apply(rec: &Record, segment: u32, epoch: Instant, now: Instant, state: &mut S
         Record::Requeued { id, redeliveries } => {
             if let Some(r) = state.jobs.get_mut(&id) {
                 r.in_flight = false;
+                r.dead = None;
+                r.job.set_redeliveries(u32::from(redeliveries));
+            }
+        }
+        Record::Buried { id, redeliveries, why, at_unix_ms } => {
+            if let Some(r) = state.jobs.get_mut(&id) {
+                r.in_flight = false;
+                r.dead = Some((why, at_unix_ms));
                 r.job.set_redeliveries(u32::from(redeliveries));
             }
         }
         Record::Done { id } => {
-            state.jobs.remove(&id);
+            if let Some(old) = state.jobs.remove(&id) {
+                if old.job.wal_segment() != segment {
+                    state.refs.push((segment, old.job.wal_segment()));
+                }
+            }
         }
     }
     Ok(())

@@ -16,6 +16,7 @@
 //!
 //! then records ([`super::record`]) until its end.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// Bytes of a segment header.
@@ -98,15 +99,29 @@ pub fn parse_shard_dir_name(name: &str) -> Option<usize> {
 }
 
 /// What a shard tracks per segment of its log.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SegmentInfo {
     /// Bytes in the file (header included).
     pub bytes: u64,
     /// Jobs whose latest `Accepted` record is in this segment and that are
-    /// not done: waiting, offered or in flight.
+    /// not done: waiting, offered, in flight, waiting for a retry or dead.
     pub live: u64,
     /// Bytes of those jobs' `Accepted` records.
     pub live_bytes: u64,
+    /// Older segments holding records that records here cancel (`Done`)
+    /// or supersede (an `Accepted` copied forward). This segment may only
+    /// be deleted once they are: deleted first, it would take those
+    /// records' cancellation with it, and a finished job would come back at
+    /// the next start.
+    pub older: BTreeSet<u32>,
+}
+
+impl SegmentInfo {
+    /// Whether the segment can be deleted (unless it is the current one):
+    /// no live job, and every older segment it cancels records of is gone.
+    pub fn is_dead(&self) -> bool {
+        self.live == 0 && self.older.is_empty()
+    }
 }
 
 #[cfg(test)]

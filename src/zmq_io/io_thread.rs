@@ -21,7 +21,9 @@ use crate::broker::types::shard_of;
 use crate::ids::{show, MsgId, PeerId, QueueName};
 use crate::limits;
 use crate::metrics::counters::Counters;
-use crate::protocol::emqp::{decode_ref, AdminQuery, Command, DecodeError, Message, PeerType, ShowFrames, Socket};
+use crate::protocol::emqp::{
+    decode_ref, AdminQuery, Command, DeadQuery, DecodeError, Message, PeerType, ShowFrames, Socket,
+};
 use crate::protocol::queues::parse_queue_list;
 
 /// A query from the admin socket, for the admin thread.
@@ -32,7 +34,23 @@ pub struct AdminRequest {
     /// Its msgid.
     pub msgid: MsgId,
     /// What it asks.
-    pub query: AdminQuery,
+    pub query: AdminCall,
+}
+
+/// What an admin peer asks.
+#[derive(Debug)]
+pub enum AdminCall {
+    /// A query without arguments.
+    Query(AdminQuery),
+    /// A dead-set command with its frames 4 and 5.
+    Dead {
+        /// Which.
+        query: DeadQuery,
+        /// Frame 4.
+        target: Vec<u8>,
+        /// Frame 5.
+        queue: Option<Vec<u8>>,
+    },
 }
 
 /// Why the router should stop.
@@ -458,13 +476,18 @@ impl Loop {
         self.send(Outgoing { dest, peer: peer.clone(), msg, on_fail: OnFail::Count });
     }
 
+    fn pass_to_admin(&mut self, peer: PeerId, msgid: &[u8], query: AdminCall) {
+        if self.io.admin_tx.send(AdminRequest { peer, msgid: MsgId::from(msgid), query }).is_err() {
+            tracing::error!("admin thread gone");
+        }
+    }
+
     fn on_admin(&mut self, peer: PeerId, msg: Message<&[u8]>) {
         match msg.command {
-            Command::Admin(query) => {
-                let sent = self.io.admin_tx.send(AdminRequest { peer, msgid: MsgId::from(msg.msgid), query });
-                if sent.is_err() {
-                    tracing::error!("admin thread gone");
-                }
+            Command::Admin(query) => self.pass_to_admin(peer, msg.msgid, AdminCall::Query(query)),
+            Command::Dead { query, target, queue } => {
+                let call = AdminCall::Dead { query, target: target.to_vec(), queue: queue.map(<[u8]>::to_vec) };
+                self.pass_to_admin(peer, msg.msgid, call);
             }
             Command::Disconnect => {
                 tracing::info!(%peer, "DISCONNECT on the admin socket: shutting down");

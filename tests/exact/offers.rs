@@ -1,7 +1,7 @@
 //! Point 9: delivery counts for text offers. An offer that comes back,
 //! because its connection closed or because its offer timeout passed,
 //! counts as a delivery of the task, both causes against the same count;
-//! past `MAX_DELIVERIES` the task is dead-lettered (counted in STATUS) and
+//! past `MAX_RETRIES` the task is dead-lettered (counted in STATUS) and
 //! the task behind it comes out.
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -17,7 +17,7 @@ fn offers_returned_by_timeout_and_by_disconnect_count_alike_and_the_task_is_dead
         let mut p = connect(&h);
         p.send(b"SCHED poison@q\nSCHED next@q\nEND\n");
         p.expect_closed();
-        let returns = u64::from(emq::limits::MAX_DELIVERIES) + 1;
+        let returns = u64::from(emq::limits::MAX_RETRIES) + 1;
         // Connections whose offer timed out stay open: closing them must
         // not count again.
         let mut held = Vec::new();

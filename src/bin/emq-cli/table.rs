@@ -254,6 +254,43 @@ pub fn schedules(v: &Value, now: i64) -> String {
     render(&["QUEUE", "KIND", "WHEN", "NEXT-FIRE (UTC)", "RUNS-LEFT", "CALLABLE", "KEY"], &rows)
 }
 
+/// DEAD_LIST: one row per dead job, oldest first, then the total when the
+/// list is cut.
+pub fn dead_list(v: &Value) -> String {
+    let jobs = v.get("jobs").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let rows: Vec<Vec<String>> = jobs.iter().map(|j| dead_row(j).to_vec()).collect();
+    let mut out = render(&["ID", "QUEUE", "REASON", "FAILURES", "DEAD-AT (UTC)", "BYTES", "MSGID"], &rows);
+    let total = v.get("total").and_then(Value::as_u64).unwrap_or(0);
+    if total as usize > rows.len() {
+        out.push_str(&format!("({} of {total} dead jobs listed, the oldest)\n", rows.len()));
+    }
+    out
+}
+
+/// DEAD_SHOW: the listed fields one per line, then headers and body.
+pub fn dead_show(v: &Value) -> String {
+    let job = &v["job"];
+    let names = ["id", "queue", "reason", "failures", "dead at (UTC)", "bytes", "msgid"];
+    let mut out = String::new();
+    for (name, value) in names.iter().zip(dead_row(job)) {
+        out.push_str(&format!("{name:<14}{value}\n"));
+    }
+    let text = |k: &str| job.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    out.push_str(&format!("{:<14}{}\n{:<14}{}\n", "headers", text("headers"), "body", text("body")));
+    out
+}
+
+/// A dead job's cells in `dead_list`'s column order.
+fn dead_row(j: &Value) -> [String; 7] {
+    let text = |k: &str| j.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
+    let when = j
+        .get("dead_at")
+        .and_then(Value::as_f64)
+        .and_then(|secs| chrono::DateTime::from_timestamp(secs as i64, 0))
+        .map_or("-".into(), |t| t.format("%Y-%m-%d %H:%M:%S").to_string());
+    [text("id"), text("queue"), text("reason"), count(j.get("failures")), when, count(j.get("bytes")), text("msgid")]
+}
+
 /// `2026-12-01 00:31:05 (in 42 s)` from an RFC 3339 time.
 fn next_fire(rfc3339: &str, now: i64) -> String {
     match chrono::DateTime::parse_from_rfc3339(rfc3339) {
@@ -270,6 +307,18 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn dead_jobs_list_and_show() {
+        let job = json!({"id": "0-7", "queue": "email", "msgid": "m1", "headers": "retry:2", "reason": "failed",
+            "failures": 3, "dead_at": 1_764_547_200.5, "bytes": 120, "body": "{}", "body_utf8": true});
+        let list = dead_list(&json!({"jobs": [job.clone()], "total": 4}));
+        assert_eq!(list.lines().next(), Some("ID   QUEUE  REASON  FAILURES  DEAD-AT (UTC)        BYTES  MSGID"));
+        assert_eq!(list.lines().nth(1), Some("0-7  email  failed         3  2025-12-01 00:00:00    120  m1"));
+        assert_eq!(list.lines().nth(2), Some("(1 of 4 dead jobs listed, the oldest)"));
+        let shown = dead_show(&json!({ "job": job }));
+        assert!(shown.contains("reason        failed\n") && shown.ends_with("body          {}\n"), "{shown}");
+    }
 
     #[test]
     fn tables_align_and_never_end_in_spaces() {

@@ -1,22 +1,150 @@
-//! Dead-lettering: a job that cannot be run any more (returned by its
-//! workers or text consumers past [`crate::limits::MAX_DELIVERIES`]) leaves
-//! the flow here: its bytes no longer count against the memory limit, it is
-//! counted broker-wide and on its queue, and logged (rate-limited) with its
-//! id, msgid and size (never its body).
+//! Setbacks, retries and the dead set (README "Retries and the dead set").
+//!
+//! A delivery that comes to nothing is a setback ([`Setback`]), counted on
+//! the job ([`Job::redeliveries`]). Whoever sees it (the worker's home
+//! shard, or the queue's shard for text offers) calls [`Shard::set_back`];
+//! the rest happens on the queue's shard, which owns the job's log:
+//!
+//! * past its allowed retries ([`retry::allowed_retries`]: `retry:N` or
+//!   `max_retries`) the job is buried in the [`DeadSet`]: it leaves the
+//!   memory limit, gets a `Buried` log record (so it survives a restart) and
+//!   waits for `emq-cli dead retry` or `delete`;
+//! * a failed result or a deadline: it waits out its [`retry::backoff`] in
+//!   the [`RetryTable`], then joins the back of its queue;
+//! * a lost worker or text consumer: straight back to the front of its
+//!   queue (the job did not fail; whoever held it did).
+//!
+//! [`DeadSet`]: super::dead_set::DeadSet
+//! [`RetryTable`]: super::retries::RetryTable
 
-use super::{Cx, Shard};
+use std::sync::atomic::Ordering;
+
+use crossbeam_channel::Sender;
+
+use super::{Cx, Shard, Timer};
 use crate::broker::counts::QueueCounter;
+use crate::broker::dead::{DeadAnswer, DeadEntry, DeadOp, DeadTarget};
 use crate::broker::job::Job;
+use crate::broker::msg::ShardMsg;
+use crate::broker::retry::{self, DeadJob, Setback};
+use crate::limits;
 use crate::metrics::counters::Counters;
 
 impl Shard {
-    /// Takes `job` out of the flow for good, saying `why` in the log.
-    pub(super) fn dead_letter(&mut self, job: Job, why: &str, cx: &mut Cx) {
+    /// Counts one setback of `job` and sends it on to its queue's shard
+    /// ([`Shard::handle_set_back`]): to the dead set, to wait for a retry,
+    /// or back to the front of its queue.
+    pub(super) fn set_back(&mut self, mut job: Job, why: Setback, cx: &mut Cx) {
+        job.set_redeliveries(job.redeliveries() + 1);
+        let index = self.shard_of(job.queue_bytes());
+        self.send_to_shard(index, ShardMsg::SetBack { job, why }, cx);
+    }
+
+    /// Whether `job` (its setbacks counted) has run out of retries.
+    pub(super) fn out_of_retries(&self, job: &Job) -> bool {
+        job.redeliveries() > retry::allowed_retries(job, self.ctx.config.max_retries)
+    }
+
+    /// On the queue's shard: `job` had a setback (already counted).
+    pub(super) fn handle_set_back(&mut self, mut job: Job, why: Setback, cx: &mut Cx) {
+        if self.out_of_retries(&job) {
+            return self.bury(job, why, cx);
+        }
+        if !why.backs_off() {
+            return self.enqueue_again(job, true, cx);
+        }
+        let config = &self.ctx.config;
+        let wait = retry::backoff(job.redeliveries(), config.retry_backoff, config.retry_backoff_max, job.id.0);
+        let (queue, msgid) = (job.queue(), crate::ids::show(job.frames.msgid()));
+        tracing::debug!(%queue, job = %job.id, %msgid, why = why.as_str(), try_ = job.redeliveries() + 1, wait_ms = wait.as_millis() as u64, "job will be retried");
+        Counters::bump(&self.ctx.counters.retried_jobs);
+        self.queues.count(&queue, QueueCounter::Retried);
+        job.set_back_from(None);
+        self.log_requeued(&mut job);
+        if wait.is_zero() {
+            return self.enqueue_again(job, false, cx);
+        }
+        let at = cx.now + wait;
+        self.retries.insert(at, job);
+        self.timers.arm(at, Timer::RetryDue);
+    }
+
+    /// The retry timer: jobs whose wait is over join the back of their
+    /// queues, earliest first.
+    pub(super) fn retry_due(&mut self, cx: &mut Cx) {
+        for job in self.retries.take_due(cx.now) {
+            self.enqueue_again(job, false, cx);
+        }
+    }
+
+    /// Puts `job` in the dead set of this shard (its queue's), saying `why`.
+    fn bury(&mut self, job: Job, why: Setback, cx: &mut Cx) {
         Counters::bump(&self.ctx.counters.dead_lettered);
-        self.job_done(&job, cx);
+        self.ctx.job_bytes.fetch_sub(job.frames.len(), Ordering::Relaxed);
         let queue = job.queue();
-        let (msgid, bytes) = (crate::ids::show(job.frames.msgid()), job.frames.body().len());
-        crate::log_limited!(error, job = %job.id, %queue, %msgid, bytes, why, "job dead-lettered");
-        self.count(queue, QueueCounter::DeadLettered, cx);
+        let (msgid, bytes, failures) = (crate::ids::show(job.frames.msgid()), job.frames.len(), job.redeliveries());
+        crate::log_limited!(error, job = %job.id, %queue, %msgid, bytes, failures, why = why.as_str(), "job out of retries: moved to the dead set");
+        self.queues.count(&queue, QueueCounter::DeadLettered);
+        let mut dead = DeadJob { job, why, at_unix_ms: self.unix_ms(cx.now) };
+        self.log_buried(&mut dead);
+        for gone in self.dead.insert(dead) {
+            Counters::bump(&self.ctx.counters.dead_evicted);
+            let msgid = crate::ids::show(gone.job.frames.msgid());
+            crate::log_limited!(warn, job = %gone.job.id, queue = %gone.job.queue(), %msgid, "dead set full: its oldest job dropped");
+            self.log_done(&gone.job, cx);
+        }
+    }
+
+    /// `now` as milliseconds since the Unix epoch (the router's clock at
+    /// start plus the time since).
+    fn unix_ms(&self, now: std::time::Instant) -> u64 {
+        self.ctx.started_unix_ms + now.saturating_duration_since(self.ctx.started).as_millis() as u64
+    }
+
+    /// Answers an admin question about this shard's dead set.
+    pub(super) fn handle_dead(&mut self, op: DeadOp, reply: &Sender<DeadAnswer>, cx: &mut Cx) {
+        let answer = match op {
+            DeadOp::List(queue) => {
+                let queue = queue.as_ref().map(|q| &q.0[..]);
+                let entries = self.dead.iter(queue).take(limits::DEAD_LIST_MAX).map(|d| DeadEntry::of(d, false));
+                let entries: Vec<DeadEntry> = entries.collect();
+                let total = match queue {
+                    Some(q) => self.dead.count(&crate::ids::QueueName::from(q)),
+                    None => self.dead.len(),
+                };
+                DeadAnswer::List { entries, total }
+            }
+            DeadOp::Show(id) => DeadAnswer::Show(self.dead.get(id).map(|d| DeadEntry::of(d, true))),
+            DeadOp::Retry(target) => DeadAnswer::Done(self.dead_take(target, true, cx)),
+            DeadOp::Delete(target) => DeadAnswer::Done(self.dead_take(target, false, cx)),
+        };
+        let _ = reply.send(answer);
+    }
+
+    /// Takes the dead jobs of `target` out: back to their queues with their
+    /// setbacks reset (`retry`), else gone for good. Returns how many.
+    fn dead_take(&mut self, target: DeadTarget, retry: bool, cx: &mut Cx) -> usize {
+        let ids = match target {
+            DeadTarget::One(id) => vec![id],
+            DeadTarget::All(queue) => self.dead.ids(queue.as_ref().map(|q| &q.0[..])),
+        };
+        let mut taken = 0;
+        for id in ids {
+            let Some(DeadJob { mut job, .. }) = self.dead.remove(id) else { continue };
+            taken += 1;
+            let (queue, msgid) = (job.queue(), crate::ids::show(job.frames.msgid()));
+            if retry {
+                tracing::info!(%queue, job = %job.id, %msgid, "dead job retried by an operator");
+                self.ctx.job_bytes.fetch_add(job.frames.len(), Ordering::Relaxed);
+                job.set_redeliveries(0);
+                job.set_back_from(None);
+                self.log_unburied(&mut job);
+                self.enqueue_again(job, false, cx);
+            } else {
+                tracing::info!(%queue, job = %job.id, %msgid, "dead job deleted by an operator");
+                self.log_done(&job, cx);
+            }
+        }
+        taken
     }
 }

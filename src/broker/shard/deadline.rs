@@ -6,10 +6,10 @@
 //! worker enforcing the same limit itself (`emq-worker` kills the command
 //! and reports the job failed) is heard first. When the deadline passes
 //! while the worker still heartbeats (a hung call, a deadlock) the job is
-//! taken back like the job of a worker that died: one more delivery
-//! ([`limits::MAX_DELIVERIES`], then dead-lettered), back at the front of
-//! its queue for another worker. The worker gets no more jobs of that queue
-//! until it answers the job; that late REPLY is ignored and counted.
+//! taken back: one setback, so it is tried again on another worker after
+//! its back-off, or goes to the dead set when out of retries (`dead.rs`).
+//! The worker gets no more jobs of that queue until it answers the job;
+//! that late REPLY is ignored and counted.
 //!
 //! One timer per worker, armed for its earliest deadline: a job answered in
 //! time costs no timer work, and a timer that finds a later deadline armed
@@ -19,6 +19,7 @@ use super::workers::InFlight;
 use super::{Cx, Shard, Timer};
 use crate::broker::job::Job;
 use crate::broker::msg::ShardMsg;
+use crate::broker::retry::Setback;
 use crate::ids::{PeerId, QueueName, WorkerKey};
 use crate::limits;
 use crate::metrics::counters::Counters;
@@ -63,7 +64,7 @@ impl Shard {
         }
         let worker = self.workers.id_of(key).map(ToString::to_string).unwrap_or_default();
         let mut paused: Vec<QueueName> = Vec::new();
-        for InFlight { mut job, since, .. } in lapsed {
+        for InFlight { job, since, .. } in lapsed {
             Counters::bump(&self.ctx.counters.jobs_timed_out);
             let queue = job.queue();
             let (msgid, held_ms) =
@@ -74,13 +75,7 @@ impl Shard {
                 self.send_to_shard(index, ShardMsg::PauseCandidate { queue: queue.clone(), key, paused: true }, cx);
                 paused.push(queue.clone());
             }
-            job.set_redeliveries(job.redeliveries() + 1);
-            job.set_back_from(Some(key));
-            if job.redeliveries() > limits::MAX_DELIVERIES {
-                self.dead_letter(job, "past its deadline or its worker gone on every delivery", cx);
-            } else {
-                self.requeue(queue, vec![job], cx);
-            }
+            self.set_back(job, Setback::Deadline, cx);
         }
         if self.workers.owed(key) > limits::MAX_UNANSWERED_DEADLINES {
             self.remove_worker(key, "too many jobs past their deadline unanswered", cx);

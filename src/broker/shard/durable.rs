@@ -10,16 +10,20 @@ use std::time::Instant;
 use super::{Cx, Shard};
 use crate::broker::job::Job;
 use crate::broker::msg::{Outbox, ShardMsg};
+use crate::broker::retry::DeadJob;
 use crate::ids::JobId;
+use crate::metrics::counters::Counters;
 use crate::wal::log::Commit;
 use crate::wal::record::accepted_len;
 use crate::wal::ShardStart;
 
 impl Shard {
     /// Gives the shard its log and what recovery found: its queues (each
-    /// in order) and its acceptance count. Call before the first message.
+    /// in order), its dead set and its acceptance count. Call before the
+    /// first message.
     pub fn attach_log(&mut self, start: ShardStart) {
-        for (queue, jobs) in start.queues {
+        let ShardStart { mut log, queues, dead, accepted } = start;
+        for (queue, jobs) in queues {
             for job in jobs {
                 // Recovered jobs count towards the memory limit like new
                 // ones (and leave it through `job_done`).
@@ -27,8 +31,17 @@ impl Shard {
                 self.queues.push_back(&queue, job);
             }
         }
-        self.accepted = self.accepted.max(start.accepted);
-        self.wal = Some(start.log);
+        // Dead jobs count against the dead set's limits (perhaps lowered
+        // since), not the memory limit.
+        for dead in dead {
+            for gone in self.dead.insert(dead) {
+                tracing::warn!(job = %gone.job.id, queue = %gone.job.queue(), "dead set full at recovery: its oldest job dropped");
+                Counters::bump(&self.ctx.counters.dead_evicted);
+                log.done(gone.job.id, gone.job.wal_segment(), accepted_len(&gone.job));
+            }
+        }
+        self.accepted = self.accepted.max(accepted);
+        self.wal = Some(log);
     }
 
     /// The shard's log, if it keeps one.
@@ -47,6 +60,22 @@ impl Shard {
     pub(super) fn log_dispatched(&mut self, job: &Job) {
         if let Some(log) = &mut self.wal {
             log.dispatched(job.id);
+        }
+    }
+
+    /// The job went to the dead set (its log records move together; see
+    /// [`crate::wal::log::ShardLog::buried`]).
+    pub(super) fn log_buried(&mut self, dead: &mut DeadJob) {
+        debug_assert_eq!(dead.job.id.shard(), self.index, "a dead job lies on the shard that accepted it");
+        if let Some(log) = &mut self.wal {
+            log.buried(dead);
+        }
+    }
+
+    /// A dead job goes back to its queue (a fresh `Accepted` record).
+    pub(super) fn log_unburied(&mut self, job: &mut Job) {
+        if let Some(log) = &mut self.wal {
+            log.unburied(job);
         }
     }
 
@@ -117,7 +146,7 @@ impl Shard {
             }
         }
         if let Some(log) = &mut self.wal {
-            log.compact_step(&mut self.queues);
+            log.compact_step(&mut self.queues, &mut self.dead);
         }
     }
 }

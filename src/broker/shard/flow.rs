@@ -104,7 +104,10 @@ impl Shard {
 
     pub(super) fn queue_sweep_due(&mut self, cx: &mut Cx) {
         let grace = self.ctx.config.queue_idle_grace;
-        let gone = self.queues.sweep(cx.now, grace, |q| self.offers.held(q));
+        // A queue holding jobs that wait for a retry or lie in the dead
+        // set is not idle: its counts stay.
+        let (offers, retries, dead) = (&self.offers, &self.retries, &self.dead);
+        let gone = self.queues.sweep(cx.now, grace, |q| offers.held(q) + retries.count(q) + dead.count(q));
         self.asked.sweep(cx.now);
         for name in &gone {
             self.latency.forget(&name.0);
@@ -206,7 +209,7 @@ impl Shard {
 
     /// Worker `worker` answered in-flight job `f`: counted as completed or
     /// failed on the queue's shard.
-    pub(super) fn job_ended(&mut self, worker: &PeerId, f: InFlight, failed: bool, cx: &mut Cx) {
+    pub(super) fn job_ended(&mut self, worker: &PeerId, f: &InFlight, failed: bool, cx: &mut Cx) {
         let (counter, what) =
             if failed { (QueueCounter::Failed, "failed") } else { (QueueCounter::Completed, "completed") };
         let (queue, msgid) = (f.job.queue(), crate::ids::show(f.job.frames.msgid()));

@@ -27,6 +27,7 @@
 pub mod answers;
 pub mod asked;
 mod dead;
+pub mod dead_set;
 mod deadline;
 mod durable;
 mod flow;
@@ -34,6 +35,7 @@ pub mod offers;
 pub mod owners;
 mod peers;
 pub mod queues;
+pub mod retries;
 pub mod schedulers;
 mod scheduling;
 mod text;
@@ -73,9 +75,11 @@ use crate::protocol::emqp::{Command, Message};
 
 use answers::PendingAnswers;
 use asked::AskedQueues;
+use dead_set::DeadSet;
 use offers::OfferTable;
 use owners::Owners;
 use queues::QueueTable;
+use retries::RetryTable;
 use schedulers::Schedulers;
 use waits::WaitTable;
 use workers::WorkerTable;
@@ -102,6 +106,9 @@ pub enum Timer {
     /// Take back the worker's jobs past their deadline (armed for its
     /// earliest one).
     JobDeadline(WorkerKey),
+    /// Put the jobs whose retry wait is over back in their queues (armed
+    /// for each retry; one that finds nothing due does nothing).
+    RetryDue,
 }
 
 /// What every shard shares with the rest of the broker.
@@ -119,6 +126,9 @@ pub struct ShardContext {
     pub draining: Arc<AtomicBool>,
     /// Broker start, the zero of the `hb` figures.
     pub started: Instant,
+    /// `started` on the wall clock, in milliseconds since the Unix epoch
+    /// (the dead set's burial times).
+    pub started_unix_ms: u64,
     /// Queues of every shard together (checked against `max_queues`).
     pub queue_count: Arc<AtomicUsize>,
     /// Bytes of every waiting and in-flight job (checked against the
@@ -145,6 +155,9 @@ impl ShardContext {
             next_key: Arc::new(AtomicU64::new(1)),
             draining: Arc::new(AtomicBool::new(false)),
             started,
+            started_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
             queue_count: Arc::default(),
             job_bytes: Arc::default(),
             worker_count: Arc::default(),
@@ -178,6 +191,10 @@ pub struct Shard {
     /// Which scheduler owns which schedule key (shard 0).
     owners: Owners,
     latency: ShardLatency,
+    /// Jobs waiting out their back-off before a retry.
+    retries: RetryTable,
+    /// Jobs out of retries, kept for an operator.
+    dead: DeadSet,
     /// Messages this shard sent itself, handled after the current message.
     local: VecDeque<ShardMsg>,
     /// Jobs accepted so far (the sequence part of their [`crate::ids::JobId`]).
@@ -196,6 +213,10 @@ impl Shard {
         let queues = QueueTable::new(ctx.queue_count.clone());
         let workers = WorkerTable::new(ctx.worker_count.clone());
         let asked_cap = ctx.config.text.max_asked_queues / ctx.shards.max(1);
+        let dead = DeadSet::new(
+            ctx.config.dead_max_jobs.div_ceil(ctx.shards.max(1)),
+            ctx.config.dead_max_bytes.div_ceil(ctx.shards.max(1)),
+        );
         let mut shard = Shard {
             index,
             ctx,
@@ -209,6 +230,8 @@ impl Shard {
             answers: PendingAnswers::default(),
             owners: Owners::default(),
             latency: ShardLatency::default(),
+            retries: RetryTable::default(),
+            dead,
             local: VecDeque::new(),
             accepted: 0,
             reclaimed_untrimmed: 0,
@@ -279,6 +302,7 @@ impl Shard {
                 Timer::QueueSweep => self.queue_sweep_due(&mut cx),
                 Timer::AskTimeout(conn) => self.ask_timeout_due(conn, &mut cx),
                 Timer::JobDeadline(key) => self.job_deadline_due(key, &mut cx),
+                Timer::RetryDue => self.retry_due(&mut cx),
             }
             self.drain_local(&mut cx);
         }
@@ -299,6 +323,9 @@ impl Shard {
             workers: self.workers.snaps(now, self.ctx.started),
             schedulers: self.schedulers.snaps(self.ctx.started),
             asks_waiting: self.waits.len(),
+            retrying: self.retries.per_queue().map(|(q, n)| (q.to_string(), n)).collect(),
+            dead: self.dead.per_queue().map(|(q, n)| (q.to_string(), n)).collect(),
+            dead_bytes: self.dead.bytes(),
         }
     }
 
@@ -329,6 +356,8 @@ impl Shard {
             ShardMsg::Wake { worker, from } => self.handle_wake(&worker, from, cx),
             ShardMsg::Dispatched { key, job } => self.handle_dispatched(key, job, cx),
             ShardMsg::Requeue { queue, jobs } => self.handle_requeue(queue, jobs, cx),
+            ShardMsg::SetBack { job, why } => self.handle_set_back(job, why, cx),
+            ShardMsg::Dead { op, reply } => self.handle_dead(op, &reply, cx),
             ShardMsg::Count { queue, counter } => self.queues.count(&queue, counter),
             ShardMsg::SendFailed { key, msgid, unreachable } => self.handle_send_failed(key, msgid, unreachable, cx),
             ShardMsg::Text { port, cmds } => self.handle_text(&port, cmds, cx),

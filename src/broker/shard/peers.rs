@@ -28,9 +28,9 @@ use super::workers::{Expiry, InFlight, Kbye};
 use super::{Cx, Shard, Timer};
 use crate::broker::job::Job;
 use crate::broker::msg::{Dest, OnFail, ShardMsg};
+use crate::broker::retry::Setback;
 use crate::broker::types::{WorkerShared, WorkerState};
 use crate::ids::{MsgId, PeerId, QueueName, WorkerKey};
-use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
 use crate::protocol::emqp::Command;
@@ -97,12 +97,17 @@ impl Shard {
         }
         if let Some(f) = self.workers.complete(&id, &request_msgid.0) {
             Counters::bump(&self.ctx.counters.completed_jobs);
-            self.job_done(&f.job, cx);
             let queue = f.job.queue_bytes();
             self.latency.record(queue, Kind::Service, cx.now.saturating_duration_since(f.since));
+            if failed {
+                // Tried again after a back-off, or buried (`dead.rs`).
+                self.job_ended(&id, &f, true, cx);
+                return self.set_back(f.job, Setback::Failed, cx);
+            }
+            self.job_done(&f.job, cx);
             let end_to_end = cx.now.saturating_duration_since(f.job.accepted_at(self.ctx.started));
             self.latency.record(queue, Kind::EndToEnd, end_to_end);
-            self.job_ended(&id, f, failed, cx);
+            self.job_ended(&id, &f, false, cx);
         }
     }
 
@@ -150,8 +155,8 @@ impl Shard {
 
     /// Forgets worker `key`: marks it dead, takes it out of selection and
     /// puts its unfinished jobs back at the front of their queues, oldest
-    /// first in line. A job whose workers died [`limits::MAX_DELIVERIES`]
-    /// times is dropped (logged, counted as dead-lettered).
+    /// first in line, each counting one setback; a job out of retries goes
+    /// to the dead set instead (`dead.rs`).
     pub(super) fn remove_worker(&mut self, key: WorkerKey, why: &str, cx: &mut Cx) {
         let Some(removed) = self.workers.remove(key) else { return };
         self.remove_candidates(&removed.shared, cx);
@@ -161,8 +166,9 @@ impl Shard {
             job.set_redeliveries(job.redeliveries() + 1);
             job.set_back_from(Some(key));
             let queue = job.queue();
-            if job.redeliveries() > limits::MAX_DELIVERIES {
-                self.dead_letter(job, "every worker that took it died", cx);
+            if self.out_of_retries(&job) {
+                let index = self.shard_of(job.queue_bytes());
+                self.send_to_shard(index, ShardMsg::SetBack { job, why: Setback::WorkerGone }, cx);
                 continue;
             }
             match by_queue.iter_mut().find(|(q, _)| *q == queue) {

@@ -23,8 +23,8 @@ use super::{Cx, Shard, Timer};
 use crate::broker::counts::QueueCounter;
 use crate::broker::job::{Job, JobFrames, Origin};
 use crate::broker::msg::{TextAnswer, TextCmd, TextOutcome, TextPort, TextReply, TextRequest};
+use crate::broker::retry::Setback;
 use crate::ids::{ConnId, OfferId, QueueName};
-use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
 use crate::protocol::text::ErrorCode;
@@ -214,11 +214,10 @@ impl Shard {
         }
     }
 
-    /// An offer came back: one more delivery of its job (text-protocol.md
-    /// "Limits on connections"). Past [`limits::MAX_DELIVERIES`] the job is
-    /// dead-lettered like an eMQP job whose workers died: counted and logged
-    /// (its id, msgid and size; never its body), not queued again.
-    /// Otherwise it goes back to the front of its queue.
+    /// An offer came back: one setback of its job (text-protocol.md
+    /// "Limits on connections"). Out of retries the job goes to the dead
+    /// set like an eMQP job whose workers died (`dead.rs`); otherwise back
+    /// to the front of its queue.
     fn return_offer(&mut self, queue: QueueName, mut job: Job, why: Returned, cx: &mut Cx) {
         debug_assert_eq!(job.queue_bytes(), &queue.0[..]);
         let counters = &self.ctx.counters;
@@ -227,11 +226,10 @@ impl Shard {
             Returned::Timeout => &counters.text_returned_timeout,
         });
         job.set_redeliveries(job.redeliveries() + 1);
-        if job.redeliveries() > limits::MAX_DELIVERIES {
+        if self.out_of_retries(&job) {
             Counters::bump(&counters.text_dead_lettered);
-            return self.dead_letter(job, "returned by its text consumers too often", cx);
         }
-        self.enqueue_again(job, true, cx);
+        self.handle_set_back(job, Setback::Returned, cx);
     }
 
     pub(super) fn offer_timeout_due(&mut self, conn: ConnId, cx: &mut Cx) {

@@ -66,7 +66,7 @@ fn every_end_of_a_job_gives_its_bytes_back() {
             assert_eq!(job_bytes(&h), 0, "{answer:?} ({})", h.setup());
         }
         h.text_sched(1, "t", "poison");
-        for _ in 0..=crate::limits::MAX_DELIVERIES {
+        for _ in 0..=crate::limits::MAX_RETRIES {
             harness::offer_id(&h.text_ask(1, "t")).expect("an offer");
             h.advance(timeout * 2);
         }

@@ -6,16 +6,19 @@
 use std::time::Duration;
 
 use super::harness::Harness;
-use crate::limits::{JOB_DEADLINE_GRACE, MAX_DELIVERIES};
+use crate::limits::{JOB_DEADLINE_GRACE, MAX_RETRIES};
 
 const S: Duration = Duration::from_secs(1);
 
-/// Every setup with `job_timeout` = `timeout` (`None`: off) and long
-/// heartbeat and KBYE timeouts, so workers only leave when a test says so.
+/// Every setup with `job_timeout` = `timeout` (`None`: off), long
+/// heartbeat and KBYE timeouts, so workers only leave when a test says so,
+/// and no retry back-off (tests/retries.rs has it), so a job taken back
+/// waits in its queue at once.
 fn setups(timeout: Option<Duration>) -> Vec<Harness> {
     Harness::setups(|c| {
         c.job_timeout = timeout;
         c.heartbeat_timeout = 1000 * S;
+        c.retry_backoff = Duration::ZERO;
     })
 }
 
@@ -110,7 +113,7 @@ fn a_reply_in_time_is_a_completion_and_its_timer_does_nothing() {
 #[test]
 fn every_deadline_is_a_delivery_until_the_job_is_dead_lettered() {
     for mut h in setups(Some(10 * S)) {
-        for round in 0..=MAX_DELIVERIES {
+        for round in 0..=MAX_RETRIES {
             let id = format!("w{round}");
             h.inform(&id, &[(10, "q")]);
             h.ready(&id, 1);
@@ -121,7 +124,7 @@ fn every_deadline_is_a_delivery_until_the_job_is_dead_lettered() {
             h.advance(10 * S + JOB_DEADLINE_GRACE);
         }
         assert!(h.waiting("q").is_empty(), "{}", h.setup());
-        assert_eq!(h.counter(|c| &c.jobs_timed_out), u64::from(MAX_DELIVERIES) + 1);
+        assert_eq!(h.counter(|c| &c.jobs_timed_out), u64::from(MAX_RETRIES) + 1);
         assert_eq!(h.counter(|c| &c.dead_lettered), 1);
         assert_eq!(h.ctx.job_bytes.load(std::sync::atomic::Ordering::Relaxed), 0);
     }

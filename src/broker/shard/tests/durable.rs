@@ -28,9 +28,24 @@ pub fn wal_config(dir: &Path) -> WalConfig {
 }
 
 /// Every job a recovery of `dir` for `shards` shards finds, by queue, front first.
+/// `(queue, body, setbacks)` of every job in the dead sets a restart of
+/// `shards` shards recovers from `dir`, shard by shard.
+pub fn recover_dead(dir: &Path, shards: usize) -> Vec<(String, String, u32)> {
+    let now = std::time::Instant::now();
+    let opened = wal::open(&wal_config(dir), shards, false, crate::limits::MAX_RETRIES, now, now).expect("recovers");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    opened
+        .shards
+        .iter()
+        .flat_map(|s| &s.dead)
+        .map(|d| (text(d.job.queue_bytes()), text(d.job.frames.body()), d.job.redeliveries()))
+        .collect()
+}
+
 pub fn recover(dir: &Path, shards: usize) -> BTreeMap<String, Vec<String>> {
     let now = std::time::Instant::now();
-    let opened = wal::open(&wal_config(dir), shards, false, now, now).expect("the log recovers");
+    let opened =
+        wal::open(&wal_config(dir), shards, false, crate::limits::MAX_RETRIES, now, now).expect("the log recovers");
     let mut out = BTreeMap::new();
     for start in opened.shards {
         for (queue, jobs) in start.queues {
@@ -44,7 +59,9 @@ pub fn recover(dir: &Path, shards: usize) -> BTreeMap<String, Vec<String>> {
 impl Harness {
     /// Gives every shard a log in `dir` (recovering what is there).
     pub fn attach_logs(&mut self, dir: &Path) {
-        let opened = wal::open(&wal_config(dir), self.shards.len(), false, self.now, self.now).expect("log opens");
+        let opened =
+            wal::open(&wal_config(dir), self.shards.len(), false, crate::limits::MAX_RETRIES, self.now, self.now)
+                .expect("log opens");
         for (shard, start) in self.shards.iter_mut().zip(opened.shards) {
             shard.attach_log(start);
         }
@@ -152,7 +169,7 @@ fn a_worker_death_counts_a_delivery_that_survives_a_restart() {
     h.commit_logs();
     drop(h);
     let now = std::time::Instant::now();
-    let opened = wal::open(&wal_config(dir.path()), 1, false, now, now).unwrap();
+    let opened = wal::open(&wal_config(dir.path()), 1, false, crate::limits::MAX_RETRIES, now, now).unwrap();
     let jobs = &opened.shards[0].queues[0].1;
     assert_eq!(jobs[0].redeliveries(), 1);
 }
@@ -252,15 +269,100 @@ fn refusals_log_nothing_and_every_end_of_a_job_logs_done() {
     h.commit_logs();
     assert_eq!(h.logged_live(), 1);
     assert!(h.ctx.job_bytes.load(Relaxed) < bytes);
-    // Returned by its consumers too often: dead-lettered, logged done.
-    for _ in 0..=crate::limits::MAX_DELIVERIES {
+    // Returned by its consumers too often: in the dead set, still logged.
+    for _ in 0..=crate::limits::MAX_RETRIES {
         let Some(id) = offer_id(&h.text_ask(1, "a")) else { break };
         h.text_release(1, id);
     }
     h.commit_logs();
     assert_eq!(h.ctx.counters.dead_lettered.load(Relaxed), 1);
-    assert_eq!(h.logged_live(), 0);
-    assert_eq!(h.ctx.job_bytes.load(Relaxed), 0, "text jobs leave the memory count too");
+    assert_eq!(h.logged_live(), 1, "the dead set is kept in the log");
+    assert_eq!(h.ctx.job_bytes.load(Relaxed), 0, "dead jobs leave the memory count");
     drop(h);
-    assert!(recover(dir.path(), 1).is_empty());
+    assert!(recover(dir.path(), 1).is_empty(), "no queue holds it");
+    assert_eq!(recover_dead(dir.path(), 1), [("a".to_string(), "a2".to_string(), 6)]);
+}
+
+#[test]
+fn dead_jobs_survive_restarts_compaction_and_a_new_shard_count() {
+    use crate::broker::dead::{DeadAnswer, DeadOp, DeadTarget};
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::with_config(1, |c| c.max_retries = 0);
+    h.attach_logs(dir.path());
+    h.inform("w1", &[(10, "q")]);
+    h.inform("w2", &[(10, "busy")]);
+    h.ready("w1", 1);
+    h.request("c", "d0", "q", "dead-0");
+    h.reply_failed("w1", "d0", true);
+    h.commit_logs();
+    // Busy traffic behind it: without compaction of the dead set its
+    // segment would stay, with every segment after it that holds its
+    // record's neighbours.
+    for i in 0..2000 {
+        h.request("c", &format!("m{i}"), "busy", "busy job body of some length");
+        h.ready("w2", 1);
+        h.reply("w2", &format!("m{i}"));
+        h.commit_logs();
+    }
+    for _ in 0..100 {
+        h.commit_logs();
+        h.sync_logs();
+    }
+    let (disk, live) = h.shards[0].log().unwrap().disk_and_live_bytes();
+    let bound = crate::limits::WAL_DISK_FACTOR * live + 2 * SEGMENT_BYTES;
+    assert!(disk <= bound, "disk {disk} > {bound} (live {live})");
+    drop(h);
+    let dead = vec![("q".to_string(), "dead-0".to_string(), 1)];
+    assert_eq!(recover_dead(dir.path(), 1), dead, "a restart keeps the dead set");
+    assert_eq!(recover_dead(dir.path(), 3), dead, "and a new shard count");
+    assert!(recover(dir.path(), 3).is_empty(), "in no queue");
+    let mut h = Harness::with_config(3, |c| c.max_retries = 0);
+    h.attach_logs(dir.path());
+    let (reply, rx) = crossbeam_channel::bounded(1);
+    h.send(h.shard_of("q"), crate::broker::msg::ShardMsg::Dead { op: DeadOp::Retry(DeadTarget::All(None)), reply });
+    assert_eq!(rx.try_recv().ok(), Some(DeadAnswer::Done(1)));
+    h.commit_logs();
+    drop(h);
+    assert_eq!(recover(dir.path(), 3)["q"], ["dead-0"], "retried: waiting again after a restart");
+    assert!(recover_dead(dir.path(), 3).is_empty());
+}
+
+/// A record that cancels or supersedes one in an older segment (a `Done`,
+/// a copy moved forward) must outlive that segment: deleting it first
+/// would bring the finished job back at the next start.
+#[test]
+fn a_done_record_outlives_the_segment_of_the_job_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::new(1);
+    h.attach_logs(dir.path());
+    h.inform("w1", &[(10, "a")]);
+    h.inform("w2", &[(10, "busy")]);
+    h.inform("w3", &[(10, "stuck")]);
+    // Segment 1: jobs that stay (keeping the segment, too live to be
+    // compacted) and one that ends later.
+    let stuck: Vec<String> = (0..20).map(|i| format!("stuck-{i}-{}", "x".repeat(100))).collect();
+    for (i, body) in stuck.iter().enumerate() {
+        h.request("c", &format!("s{i}"), "stuck", body);
+    }
+    h.request("c", "a", "a", "ends-late");
+    h.ready("w1", 1);
+    h.commit_logs();
+    // Busy jobs fill later segments and end; the late `Done` of "a" lands
+    // among them, in a segment whose own jobs all end.
+    for i in 0..400 {
+        h.request("c", &format!("m{i}"), "busy", "busy job body of some length");
+        h.ready("w2", 1);
+        h.reply("w2", &format!("m{i}"));
+        if i == 100 {
+            h.reply("w1", "a");
+        }
+        h.commit_logs();
+    }
+    for _ in 0..50 {
+        h.commit_logs();
+        h.sync_logs();
+    }
+    drop(h);
+    assert_eq!(recover(dir.path(), 1), BTreeMap::from([("stuck".to_string(), stuck)]));
+    assert_eq!(recover(dir.path(), 1).len(), 1, "and again after a restart");
 }

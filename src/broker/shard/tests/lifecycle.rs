@@ -50,6 +50,7 @@ fn debug_logs_each_step_with_its_ids() {
         "job dispatched queue=q job=0-2 msgid=m2 worker=w1",
         "job completed queue=q job=0-1 msgid=m1 worker=w1",
         "job failed queue=q job=0-2 msgid=m2 worker=w1",
+        "job will be retried queue=q job=0-2 msgid=m2",
         "job accepted and queued queue=q job=0-3 msgid=m3",
     ];
     assert_eq!(steps[..want.len()], want, "{log}");

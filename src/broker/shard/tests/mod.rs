@@ -12,6 +12,7 @@ mod lifecycle;
 mod model;
 mod observe;
 mod peers;
+mod retries;
 mod schedulers;
 mod scheduling;
 mod text;

@@ -48,6 +48,10 @@ pub struct Jobs {
     pub inflight: BTreeMap<WorkerKey, (String, Vec<Held>)>,
     /// Text offers.
     pub offered: Vec<Offered>,
+    /// Bodies waiting out a retry back-off, by queue, earliest first.
+    pub retrying: BTreeMap<String, Vec<String>>,
+    /// Bodies in the dead set, by queue, oldest burial first.
+    pub dead: BTreeMap<String, Vec<String>>,
 }
 
 impl Jobs {
@@ -132,15 +136,21 @@ impl Harness {
                 let (queue, body) = (text(&o.queue.0), text(o.job.frames.body()));
                 jobs.offered.push(Offered { conn: *conn, id: o.id, queue, body, deadline: o.deadline });
             }
+            for (_, job) in shard.retries.iter() {
+                jobs.retrying.entry(text(job.queue_bytes())).or_default().push(text(job.frames.body()));
+            }
+            for d in shard.dead.iter(None) {
+                jobs.dead.entry(text(d.job.queue_bytes())).or_default().push(text(d.job.frames.body()));
+            }
         }
         jobs
     }
 
     /// Bodies of the jobs in flight or offered at their last allowed
-    /// delivery ([`crate::limits::MAX_DELIVERIES`] returns behind them): a
+    /// delivery ([`crate::limits::MAX_RETRIES`] returns behind them): a
     /// crash now counts one more, so recovery dead-letters them.
     pub fn at_last_delivery(&self) -> std::collections::BTreeSet<String> {
-        let last = |j: &crate::broker::job::Job| j.redeliveries() >= crate::limits::MAX_DELIVERIES;
+        let last = |j: &crate::broker::job::Job| j.redeliveries() >= crate::limits::MAX_RETRIES;
         let mut out = std::collections::BTreeSet::new();
         for shard in &self.shards {
             out.extend(shard.workers.inflight().filter(|(_, f)| last(&f.job)).map(|(_, f)| text(f.job.frames.body())));

@@ -1,5 +1,5 @@
 //! Workers on their home shard: INFORM, job REPLY, HEARTBEAT expiry,
-//! heartbeats, KBYE and its grace, requeue order, MAX_DELIVERIES and failed
+//! heartbeats, KBYE and its grace, requeue order, MAX_RETRIES and failed
 //! sends (peers.rs), on every [`Harness::setups`].
 
 use std::time::Duration;
@@ -8,7 +8,7 @@ use super::harness::Harness;
 use super::observe::shape;
 use crate::broker::msg::{Dest, ShardMsg};
 use crate::ids::{JobId, MsgId};
-use crate::limits::{HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, MAX_DELIVERIES};
+use crate::limits::{HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, MAX_RETRIES};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -243,17 +243,17 @@ fn a_job_whose_workers_keep_dying_is_dead_lettered_after_max_deliveries() {
     for mut h in Harness::setups(|c| c.kbye_grace = Duration::from_secs(10)) {
         h.inform("w0", &[(10, "q")]);
         h.request("c1", "m", "q", "poison");
-        for death in 0..=MAX_DELIVERIES {
+        for death in 0..=MAX_RETRIES {
             let id = format!("w{death}");
             h.inform(&id, &[(10, "q")]);
             h.ready(&id, 1);
             assert_eq!(h.take_bodies(&id), ["poison"], "{}", h.setup());
             kill(&mut h, &id, death);
-            let back = if death < MAX_DELIVERIES { vec!["poison".to_string()] } else { vec![] };
+            let back = if death < MAX_RETRIES { vec!["poison".to_string()] } else { vec![] };
             assert_eq!(h.waiting("q"), back, "after {} deaths", death + 1);
         }
         assert_eq!(h.counter(|c| &c.dead_lettered), 1);
-        assert_eq!(h.counter(|c| &c.requeued_jobs), u64::from(MAX_DELIVERIES));
+        assert_eq!(h.counter(|c| &c.requeued_jobs), u64::from(MAX_RETRIES));
         assert_eq!(h.ctx.job_bytes.load(std::sync::atomic::Ordering::Relaxed), 0, "its bytes no longer count");
     }
 }

@@ -139,7 +139,7 @@ fn returned_text_offers_count_deliveries_and_are_dead_lettered_past_the_limit() 
     let mut h = Harness::with_config(1, |c| c.text.offer_timeout = 10 * S);
     h.text_sched(9, "q", "poison");
     h.text_sched(9, "q", "next");
-    for round in 0..=limits::MAX_DELIVERIES {
+    for round in 0..=limits::MAX_RETRIES {
         let offer = h.text_ask(1, "q");
         assert_eq!(data(&offer).as_deref(), Some("poison"), "round {round}: back at the front");
         if round % 2 == 0 {
@@ -152,7 +152,7 @@ fn returned_text_offers_count_deliveries_and_are_dead_lettered_past_the_limit() 
     assert_eq!(counters.text_dead_lettered.load(Relaxed), 1);
     assert_eq!(counters.dead_lettered.load(Relaxed), 1);
     let returned = counters.text_returned_disconnect.load(Relaxed) + counters.text_returned_timeout.load(Relaxed);
-    assert_eq!(returned, u64::from(limits::MAX_DELIVERIES) + 1);
+    assert_eq!(returned, u64::from(limits::MAX_RETRIES) + 1);
     assert_eq!(h.waiting("q"), ["next"], "the queue behind it moves on");
 }
 
@@ -160,7 +160,7 @@ fn returned_text_offers_count_deliveries_and_are_dead_lettered_past_the_limit() 
 fn a_declined_offer_is_not_a_delivery() {
     let mut h = Harness::new(1);
     h.text_sched(9, "q", "t");
-    for _ in 0..=limits::MAX_DELIVERIES + 2 {
+    for _ in 0..=limits::MAX_RETRIES + 2 {
         let offer = h.text_ask(1, "q");
         h.text_answer(1, harness::offer_id(&offer).unwrap(), TextAnswer::Dcl);
     }

@@ -7,7 +7,7 @@ use super::super::observe::Jobs;
 use super::{Model, Step};
 use crate::broker::msg::{Dest, OnFail, Outgoing};
 use crate::ids::WorkerKey;
-use crate::limits::MAX_DELIVERIES;
+use crate::limits::MAX_RETRIES;
 use crate::protocol::headers;
 
 fn text(bytes: &[u8]) -> String {
@@ -82,7 +82,7 @@ impl Model {
         let dead: Vec<&&String> = vanished.iter().filter(|b| !step.ends.contains(b)).collect();
         for body in &dead {
             let n = self.deliveries.get(**body).copied().unwrap_or(0);
-            assert!(n > MAX_DELIVERIES, "{body} vanished after {n} deliveries");
+            assert!(n > MAX_RETRIES, "{body} vanished after {n} deliveries");
         }
         let (dead_before, completed_before) = counts;
         let (dead_now, completed_now) = self.counts();

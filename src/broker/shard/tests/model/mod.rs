@@ -13,7 +13,7 @@
 //!   with a free slot never idles while one of its queues holds jobs;
 //! * every accepted job is exactly once waiting, in flight, offered, or
 //!   ended (completed by a REPLY, ACKed or DELeted, dead-lettered after
-//!   more than `MAX_DELIVERIES` deliveries), and stays in its queue (the
+//!   more than `MAX_RETRIES` deliveries), and stays in its queue (the
 //!   named one, or `default` when no worker ever declared it, no text
 //!   client ASKed for it within `text_ask_grace`, and it held
 //!   no jobs);
@@ -316,7 +316,7 @@ impl Model {
                 assert_eq!(front, Some(&body), "ASK offers the oldest waiting job");
                 assert_eq!((id.shard, deadline), (self.h.shard_of(queue), self.h.now + OFFER_TIMEOUT));
                 // An offer is a delivery (a returned offer counts against
-                // MAX_DELIVERIES like a dead worker's job).
+                // MAX_RETRIES like a dead worker's job).
                 *self.deliveries.entry(body.clone()).or_insert(0) += 1;
                 self.offers.insert(conn, LiveOffer { id, body, deadline });
                 self.offer_ids.push(id);
@@ -363,11 +363,14 @@ fn cases_from(var: &str, default: u32) -> u32 {
 const DEFAULT_WAL_CASES: u32 = 200;
 
 impl Model {
-    /// The logs count as live exactly the jobs the shards hold.
+    /// The logs count as live exactly the jobs the shards hold (the dead
+    /// set and jobs waiting for a retry included).
     fn check_log_counts(&self, after: &Jobs) {
         let held = after.waiting.values().map(Vec::len).sum::<usize>()
             + after.inflight.values().map(|(_, h)| h.len()).sum::<usize>()
-            + after.offered.len();
+            + after.offered.len()
+            + after.retrying.values().map(Vec::len).sum::<usize>()
+            + after.dead.values().map(Vec::len).sum::<usize>();
         assert_eq!(self.h.logged_live(), held as u64, "live jobs by the logs' count");
     }
 

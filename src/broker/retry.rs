@@ -1,0 +1,168 @@
+//! The retry policy (README "Retries and the dead set"): why a delivery of
+//! a job came to nothing ([`Setback`]), how many such setbacks a job may
+//! have before it goes to the dead set ([`allowed_retries`]) and how long a
+//! failed job waits before its next try ([`backoff`]). Pure functions: the
+//! shard applies them (`src/broker/shard/dead.rs`).
+
+use std::time::Duration;
+
+use crate::broker::job::{Job, MAX_REDELIVERIES_COUNTED};
+use crate::protocol::headers;
+
+/// Most retries a `retry:N` header may ask for; a larger N counts as this
+/// (a job counts at most [`MAX_REDELIVERIES_COUNTED`] setbacks).
+pub const MAX_RETRIES_HEADER: u32 = 50;
+
+const _: () = assert!(MAX_RETRIES_HEADER < MAX_REDELIVERIES_COUNTED);
+
+/// Why a delivery of a job came to nothing. Each counts one setback
+/// ([`Job::redeliveries`]); past [`allowed_retries`] the job goes to the
+/// dead set with the last one as its reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Setback {
+    /// Its worker answered with a REPLY marked `failed` (`emq-worker`'s
+    /// command exited non-zero or timed out; a Rust worker's job returned
+    /// an error). Retried after a [`backoff`].
+    Failed,
+    /// It passed its deadline on a worker that still heartbeats
+    /// (`src/broker/shard/deadline.rs`). Retried after a [`backoff`].
+    Deadline,
+    /// Its worker went away holding it (expired, DISCONNECT, a send
+    /// failure). Back at the front of its queue at once: the job did not
+    /// fail, its worker did.
+    WorkerGone,
+    /// A text consumer holding it disconnected or let its offer time out.
+    /// Back at the front at once, like [`Setback::WorkerGone`].
+    Returned,
+    /// It was in flight when the router stopped without draining (found
+    /// at recovery). Back at the front at once.
+    Crash,
+}
+
+impl Setback {
+    /// Every setback, in code order ([`Setback::code`]).
+    pub const ALL: [Setback; 5] =
+        [Setback::Failed, Setback::Deadline, Setback::WorkerGone, Setback::Returned, Setback::Crash];
+
+    /// The reason as `emq-cli dead list` and the JSON show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Setback::Failed => "failed",
+            Setback::Deadline => "deadline",
+            Setback::WorkerGone => "worker_gone",
+            Setback::Returned => "text_returned",
+            Setback::Crash => "in_flight_at_crash",
+        }
+    }
+
+    /// Its one-byte code in the write-ahead log (`crate::wal::record`).
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The setback of log code `code`, if any.
+    pub fn from_code(code: u8) -> Option<Setback> {
+        Setback::ALL.get(usize::from(code)).copied()
+    }
+
+    /// Whether the next try waits for a [`backoff`] (a failure of the job
+    /// itself) rather than going back to the front of its queue at once
+    /// (a failure of whoever held it).
+    pub fn backs_off(self) -> bool {
+        matches!(self, Setback::Failed | Setback::Deadline)
+    }
+}
+
+/// A job in the dead set: the job (its [`Job::redeliveries`] are its
+/// setbacks), its last setback and when it was buried, in milliseconds
+/// since the Unix epoch.
+#[derive(Debug, Clone)]
+pub struct DeadJob {
+    /// The job, as it was when it was last tried.
+    pub job: Job,
+    /// Why its last try came to nothing.
+    pub why: Setback,
+    /// When it was buried (ms since the Unix epoch, the router's clock).
+    pub at_unix_ms: u64,
+}
+
+/// The `retry:N` header of a REQUEST: how many retries the job may have,
+/// when present and a whole number (capped at [`MAX_RETRIES_HEADER`]; a
+/// malformed value is ignored, as EventMQ's workers ignore a malformed
+/// `timeout:N`).
+pub fn header_retries(headers: &[u8]) -> Option<u32> {
+    let value = headers::value(headers, b"retry")?;
+    let n: u64 = std::str::from_utf8(value).ok()?.trim().parse().ok()?;
+    Some(n.min(u64::from(MAX_RETRIES_HEADER)) as u32)
+}
+
+/// How many setbacks `job` may have and still be tried again: its
+/// `retry:N` header, else the router's `max_retries` (capped at
+/// [`MAX_RETRIES_HEADER`]). A job whose [`Job::redeliveries`] passes this
+/// goes to the dead set.
+pub fn allowed_retries(job: &Job, max_retries: u32) -> u32 {
+    header_retries(job.frames.headers()).unwrap_or(max_retries.min(MAX_RETRIES_HEADER))
+}
+
+/// How long a job waits before try `attempt + 1` after its `attempt`-th
+/// setback (1 for the first): `base × 2^(attempt-1)`, at most `max`, less
+/// a jitter of up to a quarter drawn from `seed` (the job id, so that jobs
+/// failing together spread out while one job's waits are reproducible).
+/// With the jitter at most a quarter, each wait is at least 1.5× the one
+/// before until `max` is reached: the waits always grow.
+pub fn backoff(attempt: u32, base: Duration, max: Duration, seed: u64) -> Duration {
+    let doubling = 1u32 << attempt.saturating_sub(1).min(30);
+    let full = base.saturating_mul(doubling).min(max);
+    let unit = (splitmix64(seed ^ u64::from(attempt).rotate_left(32)) >> 11) as f64 / (1u64 << 53) as f64;
+    full.mul_f64(1.0 - unit / 4.0)
+}
+
+/// SplitMix64 (Steele, Lea and Flood 2014): one well-mixed word from `x`.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_retry_header_is_a_whole_number_capped() {
+        assert_eq!(header_retries(b"reply-requested,retry:2"), Some(2));
+        assert_eq!(header_retries(b"retry: 0 ,guarantee"), Some(0));
+        assert_eq!(header_retries(b"retry:999999999999999999999"), None, "not a u64: ignored");
+        assert_eq!(header_retries(b"retry:1000"), Some(MAX_RETRIES_HEADER));
+        for none in [&b""[..], b"retry:-1", b"retry:1.5", b"retry:x", b"retry-count:3", b"retry"] {
+            assert_eq!(header_retries(none), None, "{:?}", String::from_utf8_lossy(none));
+        }
+    }
+
+    #[test]
+    fn waits_double_with_at_most_a_quarter_off_and_stop_at_the_max() {
+        let (base, max) = (Duration::from_secs(1), Duration::from_secs(60));
+        for seed in 0..1_000u64 {
+            let waits: Vec<Duration> = (1..=10).map(|a| backoff(a, base, max, seed)).collect();
+            for (i, w) in waits.iter().enumerate() {
+                let full = base.saturating_mul(1 << i).min(max);
+                assert!(*w <= full && *w >= full.mul_f64(0.75), "seed {seed} attempt {}: {w:?}", i + 1);
+            }
+            for pair in waits.windows(2).take(5) {
+                assert!(pair[1] >= pair[0].mul_f64(1.5), "seed {seed}: {pair:?}");
+            }
+        }
+        assert_eq!(backoff(3, base, max, 7), backoff(3, base, max, 7), "reproducible");
+        assert!(backoff(200, base, max, 1) <= max, "huge attempts stay at the max");
+        assert_eq!(backoff(1, Duration::ZERO, max, 1), Duration::ZERO);
+    }
+
+    #[test]
+    fn setback_codes_round_trip() {
+        for s in Setback::ALL {
+            assert_eq!(Setback::from_code(s.code()), Some(s));
+        }
+        assert_eq!(Setback::from_code(200), None);
+    }
+}

@@ -1,0 +1,114 @@
+//! Retries and the dead set over real sockets (README "Retries and the
+//! dead set"): a job whose `emq-worker` command keeps failing is retried
+//! after growing back-offs, then kept in the dead set, where `emq-cli dead`
+//! lists, shows and retries it.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use emq::client::emqp::{Client, Outcome};
+use serde_json::Value;
+
+use crate::common::proc::TestDir;
+use crate::emqp_router::{admin, config, eventually, Watchdog};
+
+/// A job script: appends `<unix time> <payload>` to `$OUT`, then fails
+/// (exit 1) unless the file `$OK` exists.
+fn script(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("flaky.sh");
+    let body = "#!/bin/sh\np=$(cat)\nprintf '%s %s\\n' \"$(date +%s.%N)\" \"$p\" >> \"$OUT\"\n[ -e \"$OK\" ] || exit 1\necho ok\n";
+    std::fs::write(&path, body).expect("script written");
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    path
+}
+
+/// The times (Unix seconds) of the runs recorded in `out`.
+fn run_times(out: &Path) -> Vec<f64> {
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    text.lines().filter_map(|l| l.split(' ').next()?.parse().ok()).collect()
+}
+
+fn cli(admin_addr: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_emq-cli"))
+        .args(["--admin", admin_addr, "--timeout", "5s"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("emq-cli runs")
+}
+
+fn cli_json(admin_addr: &str, args: &[&str]) -> Value {
+    let out = cli(admin_addr, &[&["--json"], args].concat());
+    assert!(out.status.success(), "emq-cli {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("emq-cli prints JSON")
+}
+
+#[test]
+fn a_job_failing_three_times_waits_growing_back_offs_then_is_dead_until_retried() {
+    let _w = Watchdog::new("retries_dead_set", 60);
+    let dir = TestDir::new("retries");
+    let (out, ok) = (dir.join("runs.txt"), dir.join("ok"));
+    let cfg = config(3, |r| {
+        r.max_retries = Some(2);
+        r.retry_backoff = Some("1s".into());
+    });
+    let h = emq::router::start(cfg).expect("router starts");
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_emq-worker"))
+        .args(["-B", &h.endpoints.backend, "-Q", "flaky", "-J", "1", "--stats-interval", "0s", "--"])
+        .arg(script(&dir.path))
+        .env("OUT", &out)
+        .env("OK", &ok)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("emq-worker starts");
+    eventually(10, "the worker registered", || admin(&h, "STATUS")["emq"]["workers"] == 1);
+    let mut c = Client::connect(&h.endpoints.frontend).expect("client").with_timeout(Duration::from_secs(5));
+    assert!(matches!(c.request("flaky", "", b"payload-1"), Ok(Outcome::Accepted { .. })));
+
+    // Three runs (the first try and max_retries = 2), then the dead set.
+    let admin_addr = h.endpoints.admin.clone();
+    eventually(20, "the job in the dead set", || cli_json(&admin_addr, &["dead", "list"])["total"] == 1);
+    let times = run_times(&out);
+    assert_eq!(times.len(), 3, "three runs: {times:?}");
+    let (first, second) = (times[1] - times[0], times[2] - times[1]);
+    // Back-offs of 0.75-1 s and 1.5-2 s (README): each at least half of
+    // its least, and the second longer than the first.
+    assert!(first >= 0.375 && second >= 0.75, "waits {first:.3} s, {second:.3} s");
+    assert!(second > first, "the waits grow: {first:.3} s, then {second:.3} s");
+    eprintln!("back-off waits between runs: {first:.3} s, then {second:.3} s");
+
+    let listed = cli_json(&admin_addr, &["dead", "list", "flaky"]);
+    let job = &listed["jobs"][0];
+    assert_eq!(
+        (job["queue"].as_str(), job["reason"].as_str(), job["failures"].as_u64()),
+        (Some("flaky"), Some("failed"), Some(3))
+    );
+    let id = job["id"].as_str().expect("an id").to_string();
+    let table = cli(&admin_addr, &["dead", "list"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.lines().nth(1).is_some_and(|l| l.starts_with(&format!("{id}  flaky  failed"))), "{table}");
+    let shown = cli_json(&admin_addr, &["dead", "show", &id]);
+    assert_eq!(shown["job"]["body"], "payload-1");
+    let status = admin(&h, "STATUS");
+    assert_eq!(status["dead_messages_by_queue"]["flaky"], 1);
+    assert_eq!(status["retried_messages_by_queue"]["flaky"], 2);
+    assert_eq!(status["failed_messages_by_queue"]["flaky"], 3);
+
+    // Unknown ids are errors; retried, the job runs again (and succeeds).
+    let unknown = cli(&admin_addr, &["dead", "retry", "0-999999"]);
+    assert!(!unknown.status.success(), "an unknown id fails");
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no dead job 0-999999"));
+    let bad = cli(&admin_addr, &["dead", "show", "not-an-id"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("BAD_REQUEST"), "{}", String::from_utf8_lossy(&bad.stderr));
+    std::fs::write(&ok, b"").expect("ok file");
+    let retried = cli(&admin_addr, &["dead", "retry", &id]);
+    assert_eq!(String::from_utf8_lossy(&retried.stdout).trim(), format!("dead job {id} put back in its queue"));
+    eventually(10, "the fourth run", || run_times(&out).len() == 4);
+    eventually(10, "completed", || admin(&h, "STATUS")["completed_messages_by_queue"]["flaky"] == 1);
+    assert_eq!(cli_json(&admin_addr, &["dead", "list"])["total"], 0);
+    assert_eq!(cli_json(&admin_addr, &["dead", "delete", "--all"])["deleted"], 0);
+    let _ = worker.kill();
+    let _ = worker.wait();
+}
