@@ -274,8 +274,10 @@ fn status_counts_what_workers_and_text_consumers_did() {
         s["served_queues"].as_array().filter(|q| q.iter().any(|q| q == "jobs")).map(|_| ()).ok_or(s.to_string())
     })
     .unwrap_or_else(|e| panic!("the worker registers: {e}\n{}", worker.log_tail(20)));
+    // The failing jobs are not retried (`retry:0`): straight to the dead set.
     for body in ["a", "fail", "b", "fail", "c"] {
-        assert!(cli(&["request", "jobs", body]).0.starts_with("accepted "));
+        let headers = if body == "fail" { "retry:0" } else { "" };
+        assert!(cli(&["request", "jobs", body, "--headers", headers]).0.starts_with("accepted "));
     }
     for data in ["t1", "t2", "t3"] {
         assert_eq!(cli(&["sched", data, "--queue", "tasks"]), ("accepted on queue tasks\n".into(),
@@ -303,18 +305,21 @@ fn status_counts_what_workers_and_text_consumers_did() {
     let rows: Vec<String> = table
         .lines()
         .take_while(|l| !l.is_empty())
-        .map(|l| l.split_whitespace().take(8).collect::<Vec<_>>().join(" "))
+        .map(|l| l.split_whitespace().take(9).collect::<Vec<_>>().join(" "))
         .collect();
     assert_eq!(
         rows,
         [
-            "QUEUE WAITING IN-FLIGHT ACCEPTED DISPATCHED COMPLETED FAILED DEAD",
-            "default 1 0 1 0 0 0 0",
-            "jobs 0 0 5 5 3 2 0",
-            "tasks 1 0 3 3 1 1 0",
+            "QUEUE WAITING IN-FLIGHT ACCEPTED DISPATCHED COMPLETED FAILED RETRIED DEAD",
+            "default 1 0 1 0 0 0 0 0",
+            "jobs 0 0 5 5 3 2 0 2",
+            "tasks 1 0 3 3 1 1 0 0",
         ],
         "{table}"
     );
+    let dead = cli(&["--json", "dead", "list", "jobs"]).0;
+    let dead: Value = serde_json::from_str(&dead).expect("JSON");
+    assert_eq!(dead["total"], 2, "{dead}");
     worker.terminate(Duration::from_secs(10));
     assert!(worker.log_text().contains("jobs ok=3 failed=2 timed_out=0"), "{}", worker.log_tail(5));
 }

@@ -11,7 +11,7 @@ use emq::client::emqp::{Client, Outcome};
 use serde_json::Value;
 
 use crate::common::proc::TestDir;
-use crate::emqp_router::{admin, config, eventually, Watchdog};
+use crate::emqp_router::{admin, config, eventually, Peer, Watchdog};
 
 /// A job script: appends `<unix time> <payload>` to `$OUT`, then fails
 /// (exit 1) unless the file `$OK` exists.
@@ -111,4 +111,28 @@ fn a_job_failing_three_times_waits_growing_back_offs_then_is_dead_until_retried(
     assert_eq!(cli_json(&admin_addr, &["dead", "delete", "--all"])["deleted"], 0);
     let _ = worker.kill();
     let _ = worker.wait();
+}
+
+#[test]
+fn a_python_jobmanagers_timeout_result_counts_as_failed_and_is_retried() {
+    let _w = Watchdog::new("retries_python_timeout", 30);
+    let h = emq::router::start(config(1, |r| r.retry_backoff = Some("0s".into()))).expect("router starts");
+    let worker = Peer::new(&h.endpoints.backend, b"jobmanager-like");
+    worker.inform_worker(r#"[[10, "q"]]"#);
+    worker.ready(1);
+    let client = Peer::new(&h.endpoints.frontend, b"client-timeout");
+    client.request("m1", "q", "", "slow job");
+    assert_eq!(worker.expect("REQUEST")[3], b"m1");
+    // What EventMQ's jobmanager sends when the job ran out of time: no
+    // `failed` frame, the result `{"value": "TimeoutError"}`.
+    worker.send(&[b"", b"eMQP/1.0", b"REPLY", b"r1", br#"{"value": "TimeoutError"}"#, b"m1"]);
+    worker.ready(1);
+    assert_eq!(worker.expect("REQUEST")[3], b"m1", "tried again");
+    worker.job_reply(b"m1");
+    eventually(5, "completed", || admin(&h, "STATUS")["completed_messages_by_queue"]["q"] == 1);
+    let status = admin(&h, "STATUS");
+    assert_eq!(
+        (status["failed_messages_by_queue"]["q"].as_u64(), status["retried_messages_by_queue"]["q"].as_u64()),
+        (Some(1), Some(1))
+    );
 }

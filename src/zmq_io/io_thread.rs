@@ -26,6 +26,13 @@ use crate::protocol::emqp::{
 };
 use crate::protocol::queues::parse_queue_list;
 
+/// The result a Python jobmanager sends for a job that ran out of time
+/// (EventMQ 0.3.13 `worker.py`: `{"value": "TimeoutError"}`, serialized by
+/// `json.dumps`): the one failure its results show, counted and retried as
+/// failed (docs/emqp.md "Job results"). An exception's result is its text,
+/// which cannot be told from a return value.
+pub const PYTHON_TIMEOUT_RESULT: &[u8] = br#"{"value": "TimeoutError"}"#;
+
 /// A query from the admin socket, for the admin thread.
 #[derive(Debug)]
 pub struct AdminRequest {
@@ -406,7 +413,8 @@ impl Loop {
                 return self.wrong_socket(Socket::Backend, &peer, msg.msgid)
             }
             Command::Ready => ShardMsg::WorkerReady { id: peer },
-            Command::JobReply { request_msgid, failed, .. } => {
+            Command::JobReply { request_msgid, failed, result } => {
+                let failed = failed || result == PYTHON_TIMEOUT_RESULT;
                 ShardMsg::WorkerReply { id: peer, request_msgid: MsgId::from(request_msgid), failed }
             }
             Command::Heartbeat { .. } => ShardMsg::WorkerHeartbeat { id: peer },

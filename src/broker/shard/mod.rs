@@ -459,7 +459,7 @@ impl Shard {
     }
 
     /// Logs what is left at shutdown: one summary line with the counts of
-    /// queued, in-flight and offered jobs (info when the write-ahead log
+    /// queued, in-flight, offered, retry-waiting and dead jobs (info when the write-ahead log
     /// keeps them for the next start, warn with durability "memory"), and
     /// each job at debug by id, msgid and body length (bodies are never
     /// logged).
@@ -480,14 +480,20 @@ impl Shard {
             offered += 1;
             tracing::debug!(%conn, queue = %o.queue, bytes = o.job.frames.body().len(), "text offer unanswered at shutdown");
         }
-        if queued + inflight + offered == 0 {
+        for (_, job) in self.retries.iter() {
+            let (msgid, bytes) = (show(job.frames.msgid()), job.frames.body().len());
+            tracing::debug!(shard = self.index, job = %job.id, queue = %job.queue(), %msgid, bytes, "job waiting for a retry at shutdown");
+        }
+        let (retrying, dead) = (self.retries.len(), self.dead.len());
+        if queued + inflight + offered + retrying + dead == 0 {
             return;
         }
         if self.wal.is_some() {
             let what = "jobs kept in the write-ahead log for the next start (listed at debug)";
-            tracing::info!(shard = self.index, queued, inflight, offered, "{what}");
+            tracing::info!(shard = self.index, queued, inflight, offered, retrying, dead, "{what}");
         } else {
-            tracing::warn!(shard = self.index, queued, inflight, offered, "jobs left at shutdown (listed at debug)");
+            let what = "jobs left at shutdown (listed at debug)";
+            tracing::warn!(shard = self.index, queued, inflight, offered, retrying, dead, "{what}");
         }
     }
 }
