@@ -74,6 +74,10 @@ settings! {
         /// Time limit of a job on an eMQP worker without a `timeout:N`
         /// header; past it (plus 5 s) the job is taken back (`0s` = none).
         job_timeout: HumantimeOrOff = limits::JOB_TIMEOUT, env "EMQ_JOB_TIMEOUT";
+        /// Per-queue time limits overriding `job_timeout`, as a JSON object
+        /// of queue → duration (`{"reports": "2h", "email": "30s"}`; `"0s"`:
+        /// none); a job's `timeout:N` header still wins.
+        job_timeouts: QueueTimeouts = String::from("{}"), env "EMQ_JOB_TIMEOUTS";
         /// Retries of a job that failed, passed its deadline or lost its
         /// worker before it goes to the dead set (a `retry:N` header overrides).
         max_retries: Plain<u32> = limits::MAX_RETRIES, env "EMQ_MAX_RETRIES";
@@ -206,6 +210,9 @@ pub struct RouterConfig {
     pub kbye_grace: Duration,
     /// Time limit of a job without a `timeout:N` header (`None`: none).
     pub job_timeout: Option<Duration>,
+    /// Per-queue time limits overriding `job_timeout` (`None`: none), in
+    /// name order.
+    pub job_timeouts: Vec<(String, Option<Duration>)>,
     /// Retries before the dead set (`retry:N` overrides per job).
     pub max_retries: u32,
     /// Wait before the first retry of a failed job (doubling after).
@@ -492,6 +499,39 @@ impl Kind for QueueList {
     }
 }
 
+/// Per-queue job time limits as a JSON object of queue name → humantime
+/// duration (`"0s"`: none), at most [`limits::MAX_QUEUE_JOB_TIMEOUTS`]
+/// names, each a valid queue name (README "Deadlines").
+pub struct QueueTimeouts;
+
+impl Kind for QueueTimeouts {
+    type Raw = String;
+    type Value = Vec<(String, Option<Duration>)>;
+
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.into())
+    }
+
+    fn check(json: String) -> Result<Vec<(String, Option<Duration>)>, String> {
+        let map: std::collections::BTreeMap<String, String> = serde_json::from_str(&json)
+            .map_err(|e| format!("{json:?} is not a JSON object of queue names and durations: {e}"))?;
+        if map.len() > limits::MAX_QUEUE_JOB_TIMEOUTS {
+            return Err(format!(
+                "{} queues; at most {} may have their own time limit",
+                map.len(),
+                limits::MAX_QUEUE_JOB_TIMEOUTS
+            ));
+        }
+        map.into_iter()
+            .map(|(queue, limit)| {
+                crate::protocol::queues::check_queue_name(&queue)?;
+                let limit = super::kinds::DurationText(limit).parse()?;
+                Ok((queue, (!limit.is_zero()).then_some(limit)))
+            })
+            .collect()
+    }
+}
+
 /// EventMQ's `QUEUES = [(10, "default")]` as JSON.
 fn default_queues_json() -> String {
     serde_json::json!([[limits::DEFAULT_QUEUE_WEIGHT, limits::DEFAULT_QUEUE]]).to_string()
@@ -517,6 +557,24 @@ mod tests {
         let c = toml::from_str::<RawRouterConfig>(DEFAULT_TOML).unwrap().validate().unwrap();
         assert_eq!(c.default_queues, vec![(10, "default".to_string())]);
         assert_eq!(c.text.max_line_bytes, limits::TEXT_MAX_LINE_BYTES);
+    }
+
+    #[test]
+    fn per_queue_job_timeouts_are_checked() {
+        let ok = QueueTimeouts::check(r#"{"reports": "2h", "free": "0s"}"#.into()).unwrap();
+        assert_eq!(ok, [("free".to_string(), None), ("reports".to_string(), Some(Duration::from_secs(7200)))]);
+        for (bad, why) in [
+            (r#"[1]"#, "not a JSON object"),
+            (r#"{"a b": "1s"}"#, "is not valid"),
+            (r#"{"q": "soon"}"#, "soon"),
+            (r#"{"q": 5}"#, "not a JSON object"),
+        ] {
+            let err = QueueTimeouts::check(bad.into()).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+        let many: serde_json::Map<String, serde_json::Value> =
+            (0..=limits::MAX_QUEUE_JOB_TIMEOUTS).map(|i| (format!("q{i}"), "1s".into())).collect();
+        assert!(QueueTimeouts::check(serde_json::Value::Object(many).to_string()).unwrap_err().contains("at most"));
     }
 
     #[test]

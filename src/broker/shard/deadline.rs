@@ -35,9 +35,17 @@ pub fn header_timeout(headers: &[u8]) -> Option<Duration> {
 }
 
 impl Shard {
-    /// When a job dispatched at `now` must have been answered, if ever.
+    /// When a job dispatched at `now` must have been answered, if ever: its
+    /// `timeout:N` header, else its queue's `job_timeouts` entry, else
+    /// `job_timeout`, plus the grace.
     fn deadline_of(&self, job: &Job, now: std::time::Instant) -> Option<Instant> {
-        let limit = header_timeout(job.frames.headers()).or(self.ctx.config.job_timeout)?;
+        let limit = match header_timeout(job.frames.headers()) {
+            Some(limit) => limit,
+            None => match self.queue_timeouts.get(job.queue_bytes()) {
+                Some(per_queue) => (*per_queue)?,
+                None => self.ctx.config.job_timeout?,
+            },
+        };
         Some(now + limit + limits::JOB_DEADLINE_GRACE)
     }
 

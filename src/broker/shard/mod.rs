@@ -191,6 +191,8 @@ pub struct Shard {
     /// Which scheduler owns which schedule key (shard 0).
     owners: Owners,
     latency: ShardLatency,
+    /// `job_timeouts`: per-queue time limits (`None`: none), by name.
+    queue_timeouts: crate::ids::FastMap<Vec<u8>, Option<std::time::Duration>>,
     /// Jobs waiting out their back-off before a retry.
     retries: RetryTable,
     /// Jobs out of retries, kept for an operator.
@@ -213,6 +215,7 @@ impl Shard {
         let queues = QueueTable::new(ctx.queue_count.clone());
         let workers = WorkerTable::new(ctx.worker_count.clone());
         let asked_cap = ctx.config.text.max_asked_queues / ctx.shards.max(1);
+        let queue_timeouts = ctx.config.job_timeouts.iter().map(|(q, t)| (q.as_bytes().to_vec(), *t)).collect();
         let dead = DeadSet::new(
             ctx.config.dead_max_jobs.div_ceil(ctx.shards.max(1)),
             ctx.config.dead_max_bytes.div_ceil(ctx.shards.max(1)),
@@ -230,6 +233,7 @@ impl Shard {
             answers: PendingAnswers::default(),
             owners: Owners::default(),
             latency: ShardLatency::default(),
+            queue_timeouts,
             retries: RetryTable::default(),
             dead,
             local: VecDeque::new(),

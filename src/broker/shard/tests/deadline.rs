@@ -92,6 +92,31 @@ fn the_timeout_header_overrides_job_timeout() {
 }
 
 #[test]
+fn a_queues_own_limit_overrides_job_timeout_and_the_header_overrides_both() {
+    let setups = Harness::setups(|c| {
+        c.job_timeout = Some(100 * S);
+        c.job_timeouts = vec![("fast".into(), Some(5 * S)), ("free".into(), None)];
+        c.heartbeat_timeout = 1000 * S;
+        c.retry_backoff = Duration::ZERO;
+    });
+    for mut h in setups {
+        h.inform("w1", &[(10, "fast"), (10, "free"), (10, "other")]);
+        h.ready("w1", 4);
+        h.request("c1", "m1", "fast", "a");
+        h.request("c1", "m2", "free", "b");
+        h.request("c1", "m3", "other", "c");
+        h.request_with("c1", "m4", "fast", "d", b"timeout:50", &[]);
+        assert_eq!(h.take_bodies("w1").len(), 4);
+        h.advance(5 * S + JOB_DEADLINE_GRACE);
+        assert_eq!(h.inflight("w1"), ["m2", "m3", "m4"], "fast's own 5 s ({})", h.setup());
+        h.advance(100 * S);
+        assert_eq!(h.inflight("w1"), ["m2"], "job_timeout for other, the header's 50 s for m4 ({})", h.setup());
+        h.advance(800 * S);
+        assert_eq!(h.inflight("w1"), ["m2"], "\"0s\": no limit on free");
+    }
+}
+
+#[test]
 fn a_reply_in_time_is_a_completion_and_its_timer_does_nothing() {
     for mut h in setups(Some(10 * S)) {
         h.inform("w1", &[(10, "q")]);
