@@ -100,8 +100,16 @@ fn a_job_failing_three_times_waits_growing_back_offs_then_is_dead_until_retried(
     let unknown = cli(&admin_addr, &["dead", "retry", "0-999999"]);
     assert!(!unknown.status.success(), "an unknown id fails");
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no dead job 0-999999"));
-    let bad = cli(&admin_addr, &["dead", "show", "not-an-id"]);
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("BAD_REQUEST"), "{}", String::from_utf8_lossy(&bad.stderr));
+    // What is not an id or a queue name is refused before anything is sent
+    // (a `*` would mean every dead job on the wire).
+    for args in
+        [&["dead", "show", "not-an-id"][..], &["dead", "delete", "*"], &["dead", "retry", "--all", "--queue", ""]]
+    {
+        let refused = cli(&admin_addr, args);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success() && stderr.contains("invalid value"), "{args:?}: {stderr}");
+    }
+    assert_eq!(cli_json(&admin_addr, &["dead", "list"])["total"], 1, "nothing was deleted");
     std::fs::write(&ok, b"").expect("ok file");
     let retried = cli(&admin_addr, &["dead", "retry", &id]);
     assert_eq!(String::from_utf8_lossy(&retried.stdout).trim(), format!("dead job {id} put back in its queue"));

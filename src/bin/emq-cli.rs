@@ -175,11 +175,13 @@ enum DeadCmd {
     /// one queue when given: id, queue, reason, failures, when, size, msgid.
     List {
         /// Only this queue's dead jobs.
+        #[arg(value_parser = queue_name)]
         queue: Option<String>,
     },
     /// Show one dead job with its headers and body.
     Show {
         /// Job id as `dead list` shows it (`<shard>-<seq>`).
+        #[arg(value_parser = job_id)]
         id: String,
     },
     /// Put dead jobs back at the back of their queues, their retries reset.
@@ -198,14 +200,27 @@ enum DeadCmd {
 #[derive(clap::Args)]
 struct DeadWhich {
     /// Job id as `dead list` shows it (`<shard>-<seq>`).
-    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    #[arg(required_unless_present = "all", conflicts_with = "all", value_parser = job_id)]
     id: Option<String>,
     /// Every dead job (of --queue only, when given).
     #[arg(long)]
     all: bool,
     /// With --all: only this queue's dead jobs.
-    #[arg(long, requires = "all")]
+    #[arg(long, requires = "all", value_parser = queue_name)]
     queue: Option<String>,
+}
+
+/// A job id as `dead list` shows it, checked before anything is sent.
+fn job_id(text: &str) -> Result<String, String> {
+    match emq::ids::JobId::parse(text) {
+        Some(_) => Ok(text.trim().to_string()),
+        None => Err(format!("{text:?} is not a job id: <shard>-<seq>, as `emq-cli dead list` shows it")),
+    }
+}
+
+/// A queue name, checked before anything is sent.
+fn queue_name(text: &str) -> Result<String, String> {
+    check_queue_name(text).map(|()| text.to_string())
 }
 
 impl DeadWhich {
@@ -281,6 +296,7 @@ fn dead(s: &CliSettings, out: Out, command: &DeadCmd) -> anyhow::Result<()> {
         DeadCmd::Show { id } => {
             let v = admin.dead(DeadQuery::Show, id.as_bytes(), None)?;
             if v["job"].is_null() {
+                out.json_only(&v);
                 bail!("no dead job {id} (see emq-cli dead list)");
             }
             out.show(v, table::dead_show)
@@ -293,6 +309,7 @@ fn dead(s: &CliSettings, out: Out, command: &DeadCmd) -> anyhow::Result<()> {
             let v = admin.dead(query, which.target(), which.queue.as_deref().map(str::as_bytes))?;
             let n = v[key].as_u64().unwrap_or(0);
             if let (Some(id), 0) = (&which.id, n) {
+                out.json_only(&v);
                 bail!("no dead job {id} (see emq-cli dead list)");
             }
             let text = match &which.id {
@@ -322,6 +339,14 @@ impl Out {
             false => print!("{}", table(&value)),
         }
         Ok(())
+    }
+
+    /// Prints `value` with `--json` only (an answer that is also an error:
+    /// scripts still get the JSON on stdout).
+    fn json_only(self, value: &Value) {
+        if self.json {
+            println!("{value}");
+        }
     }
 
     fn line(self, value: Value, text: String) {

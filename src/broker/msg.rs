@@ -172,6 +172,10 @@ pub enum ShardMsg {
         /// Why.
         why: crate::broker::retry::Setback,
     },
+    /// The router's dead set is over `dead_max_jobs` or `dead_max_bytes`
+    /// and the shard that buried the last job could not drop enough of its
+    /// own: drop your oldest while it is over (→ every other shard).
+    DeadTrim,
     /// An admin question about the dead set (admin thread → every shard,
     /// or the shard in a job id).
     Dead {

@@ -91,14 +91,13 @@ pub struct DeadJob {
 /// malformed value is ignored, as EventMQ's workers ignore a malformed
 /// `timeout:N`).
 pub fn header_retries(headers: &[u8]) -> Option<u32> {
-    let value = headers::value(headers, b"retry")?;
-    let n: u64 = std::str::from_utf8(value).ok()?.trim().parse().ok()?;
+    let n = headers::whole_number(headers, b"retry")?;
     Some(n.min(u64::from(MAX_RETRIES_HEADER)) as u32)
 }
 
 /// How many setbacks `job` may have and still be tried again: its
-/// `retry:N` header, else the router's `max_retries` (capped at
-/// [`MAX_RETRIES_HEADER`]). A job whose [`Job::redeliveries`] passes this
+/// `retry:N` header, else the router's `max_retries` (which the
+/// configuration keeps at most [`MAX_RETRIES_HEADER`]). A job whose [`Job::redeliveries`] passes this
 /// goes to the dead set.
 pub fn allowed_retries(job: &Job, max_retries: u32) -> u32 {
     header_retries(job.frames.headers()).unwrap_or(max_retries.min(MAX_RETRIES_HEADER))
@@ -133,7 +132,7 @@ mod tests {
     fn the_retry_header_is_a_whole_number_capped() {
         assert_eq!(header_retries(b"reply-requested,retry:2"), Some(2));
         assert_eq!(header_retries(b"retry: 0 ,guarantee"), Some(0));
-        assert_eq!(header_retries(b"retry:999999999999999999999"), None, "not a u64: ignored");
+        assert_eq!(header_retries(b"retry:999999999999999999999"), Some(MAX_RETRIES_HEADER), "past a u64: capped");
         assert_eq!(header_retries(b"retry:1000"), Some(MAX_RETRIES_HEADER));
         for none in [&b""[..], b"retry:-1", b"retry:1.5", b"retry:x", b"retry-count:3", b"retry"] {
             assert_eq!(header_retries(none), None, "{:?}", String::from_utf8_lossy(none));

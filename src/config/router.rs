@@ -80,7 +80,7 @@ settings! {
         job_timeouts: QueueTimeouts = String::from("{}"), env "EMQ_JOB_TIMEOUTS";
         /// Retries of a job that failed, passed its deadline or lost its
         /// worker before it goes to the dead set (a `retry:N` header overrides).
-        max_retries: Plain<u32> = limits::MAX_RETRIES, env "EMQ_MAX_RETRIES";
+        max_retries: Retries = limits::MAX_RETRIES, env "EMQ_MAX_RETRIES";
         /// Wait before the first retry of a failed job; doubles per retry,
         /// less up to a quarter of jitter (e.g. `1s`).
         retry_backoff: Humantime = limits::RETRY_BACKOFF, env "EMQ_RETRY_BACKOFF";
@@ -483,6 +483,28 @@ impl Kind for Shards {
     }
 }
 
+/// `max_retries`: a whole number from 0 to
+/// [`crate::broker::retry::MAX_RETRIES_HEADER`] (a job counts at most 63
+/// setbacks).
+pub struct Retries;
+
+impl Kind for Retries {
+    type Raw = u32;
+    type Value = u32;
+
+    fn parse(text: &str) -> Result<u32, String> {
+        super::kinds::Plain::<u32>::parse(text)
+    }
+
+    fn check(n: u32) -> Result<u32, String> {
+        let max = crate::broker::retry::MAX_RETRIES_HEADER;
+        if n > max {
+            return Err(format!("{n} retries; at most {max}"));
+        }
+        Ok(n)
+    }
+}
+
 /// An eMQP queue list as JSON, `[[weight, "name"], …]` (docs/emqp.md "INFORM").
 pub struct QueueList;
 
@@ -557,6 +579,12 @@ mod tests {
         let c = toml::from_str::<RawRouterConfig>(DEFAULT_TOML).unwrap().validate().unwrap();
         assert_eq!(c.default_queues, vec![(10, "default".to_string())]);
         assert_eq!(c.text.max_line_bytes, limits::TEXT_MAX_LINE_BYTES);
+    }
+
+    #[test]
+    fn max_retries_is_at_most_50() {
+        assert_eq!(Retries::check(50), Ok(50));
+        assert_eq!(Retries::check(51), Err("51 retries; at most 50".into()));
     }
 
     #[test]

@@ -16,6 +16,18 @@ pub fn value<'a>(headers: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
     tokens(headers).find_map(|t| t.strip_prefix(name).and_then(|rest| rest.strip_prefix(b":")))
 }
 
+/// The value of the first `name:N` token as a whole number, when it is one
+/// (ASCII digits, spaces around them ignored); a number too large for a
+/// `u64` counts as `u64::MAX`, so that callers cap it rather than ignore it.
+/// `None` when absent or not digits (`-1`, `1.5`, `x`, empty).
+pub fn whole_number(headers: &[u8], name: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(value(headers, name)?).ok()?.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(text.parse().unwrap_or(u64::MAX))
+}
+
 /// The headers with `reply-requested` first, added if absent. The broker
 /// forwards these so every worker reports completion (docs/emqp.md "Job results").
 ///

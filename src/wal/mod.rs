@@ -79,7 +79,7 @@ use crate::broker::job::Job;
 use crate::broker::retry::{allowed_retries, DeadJob, Setback};
 use crate::broker::types::shard_of;
 use crate::config::WalConfig;
-use crate::ids::{cut, show, FastMap, FastSet, JobId, QueueName};
+use crate::ids::{show, FastMap, FastSet, JobId, QueueName};
 
 /// What an acknowledgement promises (setting `durability`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +157,9 @@ pub struct ShardStart {
     pub queues: Vec<(QueueName, Vec<Job>)>,
     /// Its recovered dead set, oldest burial first.
     pub dead: Vec<DeadJob>,
+    /// The queue of each job this recovery moved to the dead set (in
+    /// flight at the crash, out of retries), to be counted.
+    pub buried_now: Vec<QueueName>,
     /// Its acceptance count so far (new ids continue above it).
     pub accepted: u64,
 }
@@ -343,8 +346,8 @@ fn queues_of(jobs: Vec<Replayed>, max_retries: u32, report: &mut RecoveryReport)
             job.set_redeliveries(job.redeliveries() + 1);
             if job.redeliveries() > allowed_retries(&job, max_retries) {
                 report.dead_lettered += 1;
-                let (msgid, body) = (show(job.frames.msgid()), cut(job.frames.body()));
-                tracing::error!(queue = %job.queue(), %msgid, %body, "job moved to the dead set at recovery: in flight at its last allowed try");
+                let (msgid, bytes) = (show(job.frames.msgid()), job.frames.len());
+                tracing::error!(job = %job.id, queue = %job.queue(), %msgid, bytes, "job moved to the dead set at recovery: in flight at its last allowed try");
                 buried_now.insert(job.id);
                 dead.push(DeadJob { job, why: Setback::Crash, at_unix_ms: now_ms });
                 continue;
@@ -407,12 +410,14 @@ fn reopen(
                 log.requeued(job);
             }
         }
+        let mut buried_queues = Vec::new();
         for d in dead.iter_mut().filter(|d| buried_now.contains(&d.job.id)) {
             log.buried(d);
+            buried_queues.push(d.job.queue());
         }
         log.retire_dead_segments();
         log.sync_all();
-        starts.push(ShardStart { log, queues, dead, accepted: replay.max_seq });
+        starts.push(ShardStart { log, queues, dead, buried_now: buried_queues, accepted: replay.max_seq });
     }
     Ok(starts)
 }
@@ -450,7 +455,9 @@ fn relayout(
     }
     let mut starts = Vec::with_capacity(shards);
     for (index, jobs) in per_shard.into_iter().enumerate() {
-        let Queues { mut queues, mut dead, .. } = queues_of(jobs, max_retries, report);
+        let Queues { mut queues, mut dead, buried_now, .. } = queues_of(jobs, max_retries, report);
+        let buried_queues: Vec<QueueName> =
+            dead.iter().filter(|d| buried_now.contains(&d.job.id)).map(|d| d.job.queue()).collect();
         let mut log =
             ShardLog::create(index, shards, &shard_dir(&new_root, index), settings.clone(), BTreeMap::new(), 1, 0)?;
         let mut seq = 0;
@@ -468,7 +475,7 @@ fn relayout(
             log.buried(d);
         }
         log.sync_all();
-        starts.push(ShardStart { log, queues, dead, accepted: seq });
+        starts.push(ShardStart { log, queues, dead, buried_now: buried_queues, accepted: seq });
     }
     let marker = new_root.join("complete");
     std::fs::File::create(&marker).and_then(|f| f.sync_all()).map_err(WalError::io(&marker))?;

@@ -275,9 +275,15 @@ pub fn dead_show(v: &Value) -> String {
     for (name, value) in names.iter().zip(dead_row(job)) {
         out.push_str(&format!("{name:<14}{value}\n"));
     }
-    let text = |k: &str| job.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let text = |k: &str| printable(job.get(k).and_then(Value::as_str).unwrap_or(""));
     out.push_str(&format!("{:<14}{}\n{:<14}{}\n", "headers", text("headers"), "body", text("body")));
     out
+}
+
+/// `text` with control characters escaped (`\u{1b}`, `\r`), so that a
+/// producer's bytes cannot move the operator's cursor or colour the terminal.
+fn printable(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
 /// A dead job's cells in `dead_list`'s column order.
@@ -317,6 +323,8 @@ mod tests {
         assert_eq!(list.lines().nth(1), Some("0-7  email  failed         3  2025-12-01 00:00:00    120  m1"));
         assert_eq!(list.lines().nth(2), Some("(1 of 4 dead jobs listed, the oldest)"));
         let shown = dead_show(&json!({ "job": job }));
+        let hostile = dead_show(&json!({ "job": {"body": "a\u{1b}[31mred\r"} }));
+        assert!(hostile.ends_with("body          a\\u{1b}[31mred\\r\n"), "{hostile}");
         assert!(shown.contains("reason        failed\n") && shown.ends_with("body          {}\n"), "{shown}");
     }
 

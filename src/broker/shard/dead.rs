@@ -85,14 +85,56 @@ impl Shard {
         let (msgid, bytes, failures) = (crate::ids::show(job.frames.msgid()), job.frames.len(), job.redeliveries());
         crate::log_limited!(error, job = %job.id, %queue, %msgid, bytes, failures, why = why.as_str(), "job out of retries: moved to the dead set");
         self.queues.count(&queue, QueueCounter::DeadLettered);
+        if bytes > self.ctx.config.dead_max_bytes {
+            Counters::bump(&self.ctx.counters.dead_evicted);
+            let max = self.ctx.config.dead_max_bytes;
+            crate::log_limited!(warn, job = %job.id, %queue, %msgid, bytes, max, "dead job larger than dead_max_bytes: dropped");
+            return self.log_done(&job, cx);
+        }
         let mut dead = DeadJob { job, why, at_unix_ms: self.unix_ms(cx.now) };
         self.log_buried(&mut dead);
-        for gone in self.dead.insert(dead) {
+        self.keep_dead(dead, cx);
+    }
+
+    /// Adds `dead` to this shard's dead set and keeps the router-wide
+    /// limits (`dead_max_jobs`, `dead_max_bytes`): this shard drops its own
+    /// oldest dead jobs, never the one just added; when that is not enough
+    /// it asks the other shards to drop theirs ([`ShardMsg::DeadTrim`]). So
+    /// the set passes a limit by at most one job per shard, for as long as
+    /// the other shards take to answer.
+    pub(super) fn keep_dead(&mut self, dead: DeadJob, cx: &mut Cx) {
+        self.ctx.dead_jobs.fetch_add(1, Ordering::Relaxed);
+        self.ctx.dead_bytes.fetch_add(dead.job.frames.len(), Ordering::Relaxed);
+        self.dead.insert(dead);
+        if !self.trim_dead(1, cx) {
+            for index in (0..self.ctx.shards).filter(|i| *i != self.index) {
+                cx.out.shard(index, ShardMsg::DeadTrim);
+            }
+        }
+    }
+
+    /// Drops this shard's oldest dead jobs while the router's dead set is
+    /// over a limit, keeping at least `keep`; whether it is within them.
+    pub(super) fn trim_dead(&mut self, keep: usize, cx: &mut Cx) -> bool {
+        let (max_jobs, max_bytes) = (self.ctx.config.dead_max_jobs, self.ctx.config.dead_max_bytes);
+        let over = |ctx: &super::ShardContext| {
+            ctx.dead_jobs.load(Ordering::Relaxed) > max_jobs || ctx.dead_bytes.load(Ordering::Relaxed) > max_bytes
+        };
+        while over(&self.ctx) && self.dead.len() > keep {
+            let Some(gone) = self.dead.pop_oldest() else { break };
+            self.forget_dead(&gone);
             Counters::bump(&self.ctx.counters.dead_evicted);
             let msgid = crate::ids::show(gone.job.frames.msgid());
             crate::log_limited!(warn, job = %gone.job.id, queue = %gone.job.queue(), %msgid, "dead set full: its oldest job dropped");
             self.log_done(&gone.job, cx);
         }
+        !over(&self.ctx)
+    }
+
+    /// `dead` left this shard's dead set: the router-wide counts follow.
+    fn forget_dead(&self, dead: &DeadJob) {
+        self.ctx.dead_jobs.fetch_sub(1, Ordering::Relaxed);
+        self.ctx.dead_bytes.fetch_sub(dead.job.frames.len(), Ordering::Relaxed);
     }
 
     /// `now` as milliseconds since the Unix epoch (the router's clock at
@@ -130,7 +172,9 @@ impl Shard {
         };
         let mut taken = 0;
         for id in ids {
-            let Some(DeadJob { mut job, .. }) = self.dead.remove(id) else { continue };
+            let Some(dead) = self.dead.remove(id) else { continue };
+            self.forget_dead(&dead);
+            let mut job = dead.job;
             taken += 1;
             let (queue, msgid) = (job.queue(), crate::ids::show(job.frames.msgid()));
             if retry {

@@ -1,12 +1,10 @@
 //! [`DeadSet`]: the jobs of a shard's queues that ran out of retries
 //! (README "Retries and the dead set"), kept for an operator to list, show,
 //! retry or delete (`emq-cli dead`). Data and its rules only: the handlers
-//! in `dead.rs` decide what goes in and out.
-//!
-//! Bounded by count and bytes (each shard holds its share of the router's
-//! `dead_max_jobs` and `dead_max_bytes`): past either, the jobs buried
-//! longest ago are evicted for good, as Faktory's dead set drops its oldest.
-//! Every operation costs time linear in what it returns, plus a logarithm.
+//! in `dead.rs` decide what goes in and out, and keep the router-wide
+//! `dead_max_jobs` and `dead_max_bytes` by taking out the oldest
+//! ([`DeadSet::pop_oldest`]). Every operation costs time linear in what it
+//! returns, plus a logarithm.
 
 use std::collections::BTreeMap;
 
@@ -14,7 +12,7 @@ use crate::broker::retry::DeadJob;
 use crate::ids::{FastMap, JobId, QueueName};
 
 /// The dead jobs of one shard, oldest burial first.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct DeadSet {
     /// By burial number, oldest first.
     by_seq: BTreeMap<u64, DeadJob>,
@@ -24,43 +22,23 @@ pub struct DeadSet {
     per_queue: FastMap<QueueName, usize>,
     next_seq: u64,
     bytes: usize,
-    max_jobs: usize,
-    max_bytes: usize,
 }
 
 impl DeadSet {
-    /// An empty set holding at most `max_jobs` jobs and `max_bytes` bytes
-    /// of job frames (each at least 1).
-    pub fn new(max_jobs: usize, max_bytes: usize) -> DeadSet {
-        DeadSet {
-            by_seq: BTreeMap::new(),
-            seq_of: FastMap::default(),
-            per_queue: FastMap::default(),
-            next_seq: 0,
-            bytes: 0,
-            max_jobs: max_jobs.max(1),
-            max_bytes: max_bytes.max(1),
-        }
-    }
-
-    /// Adds `dead`; returns the jobs evicted to stay within the limits,
-    /// oldest first (`dead` itself when it alone is over the byte limit).
-    pub fn insert(&mut self, dead: DeadJob) -> Vec<DeadJob> {
-        if dead.job.frames.len() > self.max_bytes {
-            return vec![dead];
-        }
+    /// Adds `dead` as the newest burial.
+    pub fn insert(&mut self, dead: DeadJob) {
         self.next_seq += 1;
         self.bytes += dead.job.frames.len();
         *self.per_queue.entry(dead.job.queue()).or_default() += 1;
         self.seq_of.insert(dead.job.id, self.next_seq);
         self.by_seq.insert(self.next_seq, dead);
-        let mut evicted = Vec::new();
-        while self.by_seq.len() > self.max_jobs || self.bytes > self.max_bytes {
-            let Some((_, oldest)) = self.by_seq.pop_first() else { break };
-            self.forget(&oldest);
-            evicted.push(oldest);
-        }
-        evicted
+    }
+
+    /// Takes the oldest burial out, if any.
+    pub fn pop_oldest(&mut self) -> Option<DeadJob> {
+        let (_, oldest) = self.by_seq.pop_first()?;
+        self.forget(&oldest);
+        Some(oldest)
     }
 
     /// Takes job `id` out, if it is here.
@@ -154,28 +132,21 @@ mod tests {
     }
 
     #[test]
-    fn the_oldest_go_first_past_either_limit() {
-        let mut set = DeadSet::new(2, 10_000);
-        assert!(set.insert(dead(1, "a", 10)).is_empty());
-        assert!(set.insert(dead(2, "b", 10)).is_empty());
-        let out = set.insert(dead(3, "a", 10));
-        assert_eq!(out.iter().map(|d| d.job.id.seq()).collect::<Vec<_>>(), [1]);
-        assert_eq!((set.len(), set.count(&QueueName::named("a")), set.count(&QueueName::named("b"))), (2, 1, 1));
-        let per_job = dead(9, "a", 100).job.frames.len();
-        let mut set = DeadSet::new(100, 2 * per_job);
-        for seq in 1..=3 {
-            set.insert(dead(seq, "a", 100));
+    fn the_oldest_comes_out_first_and_counts_follow() {
+        let mut set = DeadSet::default();
+        for (seq, q) in [(1, "a"), (2, "b"), (3, "a")] {
+            set.insert(dead(seq, q, 10));
         }
-        assert_eq!(set.ids(None), [JobId::new(0, 2), JobId::new(0, 3)]);
+        let per_job = dead(9, "a", 10).job.frames.len();
+        assert_eq!((set.len(), set.bytes()), (3, 3 * per_job));
+        assert_eq!(set.pop_oldest().map(|d| d.job.id.seq()), Some(1));
+        assert_eq!((set.len(), set.count(&QueueName::named("a")), set.count(&QueueName::named("b"))), (2, 1, 1));
         assert_eq!(set.bytes(), 2 * per_job);
-        let too_big = set.insert(dead(4, "a", 1000));
-        assert_eq!(too_big.len(), 1, "a job over the byte limit alone is not kept");
-        assert_eq!(set.len(), 2);
     }
 
     #[test]
     fn remove_get_and_filter_by_queue() {
-        let mut set = DeadSet::new(10, 10_000);
+        let mut set = DeadSet::default();
         for (seq, q) in [(1, "a"), (2, "b"), (3, "a")] {
             set.insert(dead(seq, q, 1));
         }
@@ -193,5 +164,7 @@ mod tests {
         assert_eq!(seen, 2);
         assert_eq!(set.len(), 2);
         assert!(!set.is_empty());
+        while set.pop_oldest().is_some() {}
+        assert_eq!((set.len(), set.bytes(), set.per_queue().count()), (0, 0, 0));
     }
 }

@@ -27,10 +27,10 @@ use crate::protocol::headers;
 use std::time::{Duration, Instant};
 
 /// The `timeout:N` header of a REQUEST in whole seconds, when present and
-/// more than 0 (a malformed value is no limit, as for EventMQ's workers).
+/// more than 0 (`timeout:0` and a malformed value are no limit, as for
+/// EventMQ's workers; past [`limits::JOB_TIMEOUT_MAX_SECS`] it is capped).
 pub fn header_timeout(headers: &[u8]) -> Option<Duration> {
-    let value = headers::value(headers, b"timeout")?;
-    let secs: u64 = std::str::from_utf8(value).ok()?.trim().parse().ok()?;
+    let secs = headers::whole_number(headers, b"timeout")?;
     (secs > 0).then(|| Duration::from_secs(secs.min(limits::JOB_TIMEOUT_MAX_SECS)))
 }
 
@@ -128,7 +128,8 @@ mod tests {
         for none in [&b""[..], b"timeout:0", b"timeout:-1", b"timeout:1.5", b"timeout:x", b"timeouts:3", b"timeout"] {
             assert_eq!(header_timeout(none), None, "{:?}", String::from_utf8_lossy(none));
         }
-        let huge = header_timeout(b"timeout:99999999999999999").expect("a limit");
-        assert_eq!(huge.as_secs(), crate::limits::JOB_TIMEOUT_MAX_SECS);
+        for huge in [&b"timeout:99999999999999999"[..], b"timeout:999999999999999999999999"] {
+            assert_eq!(header_timeout(huge).map(|d| d.as_secs()), Some(crate::limits::JOB_TIMEOUT_MAX_SECS));
+        }
     }
 }

@@ -22,7 +22,7 @@ impl Shard {
     /// in order), its dead set and its acceptance count. Call before the
     /// first message.
     pub fn attach_log(&mut self, start: ShardStart) {
-        let ShardStart { mut log, queues, dead, accepted } = start;
+        let ShardStart { log, queues, dead, buried_now, accepted } = start;
         for (queue, jobs) in queues {
             for job in jobs {
                 // Recovered jobs count towards the memory limit like new
@@ -31,17 +31,25 @@ impl Shard {
                 self.queues.push_back(&queue, job);
             }
         }
-        // Dead jobs count against the dead set's limits (perhaps lowered
-        // since), not the memory limit.
-        for dead in dead {
-            for gone in self.dead.insert(dead) {
-                tracing::warn!(job = %gone.job.id, queue = %gone.job.queue(), "dead set full at recovery: its oldest job dropped");
-                Counters::bump(&self.ctx.counters.dead_evicted);
-                log.done(gone.job.id, gone.job.wal_segment(), accepted_len(&gone.job));
-            }
-        }
         self.accepted = self.accepted.max(accepted);
         self.wal = Some(log);
+        // Dead jobs count against the dead set's limits (perhaps lowered
+        // since), not the memory limit; jobs buried by this recovery are
+        // counted as dead-lettered.
+        for queue in buried_now {
+            Counters::bump(&self.ctx.counters.dead_lettered);
+            self.queues.count(&queue, crate::broker::counts::QueueCounter::DeadLettered);
+        }
+        let mut out = crate::broker::msg::VecOutbox::default();
+        let mut cx = super::Cx { now: self.ctx.started, out: &mut out };
+        for dead in dead {
+            self.ctx.dead_jobs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.ctx.dead_bytes.fetch_add(dead.job.frames.len(), std::sync::atomic::Ordering::Relaxed);
+            self.dead.insert(dead);
+        }
+        // Over a lowered limit: each shard drops its own oldest (all of
+        // them if need be) as it starts; done records go to its own log.
+        self.trim_dead(0, &mut cx);
     }
 
     /// The shard's log, if it keeps one.

@@ -136,6 +136,11 @@ pub struct ShardContext {
     pub job_bytes: Arc<AtomicUsize>,
     /// Registered workers of every shard together (checked against `max_workers`).
     pub worker_count: Arc<AtomicUsize>,
+    /// Jobs in the dead sets of every shard together (kept within
+    /// `dead_max_jobs`).
+    pub dead_jobs: Arc<AtomicUsize>,
+    /// Bytes of those jobs (kept within `dead_max_bytes`).
+    pub dead_bytes: Arc<AtomicUsize>,
     /// The broker-wide byte limit ([`RouterConfig::memory_limit_bytes`]).
     pub memory_limit: usize,
     /// Per shard: front-end messages handed over and not taken yet
@@ -161,6 +166,8 @@ impl ShardContext {
             queue_count: Arc::default(),
             job_bytes: Arc::default(),
             worker_count: Arc::default(),
+            dead_jobs: Arc::default(),
+            dead_bytes: Arc::default(),
             inbox_load: (0..shards).map(|_| AtomicUsize::new(0)).collect(),
         }
     }
@@ -216,10 +223,6 @@ impl Shard {
         let workers = WorkerTable::new(ctx.worker_count.clone());
         let asked_cap = ctx.config.text.max_asked_queues / ctx.shards.max(1);
         let queue_timeouts = ctx.config.job_timeouts.iter().map(|(q, t)| (q.as_bytes().to_vec(), *t)).collect();
-        let dead = DeadSet::new(
-            ctx.config.dead_max_jobs.div_ceil(ctx.shards.max(1)),
-            ctx.config.dead_max_bytes.div_ceil(ctx.shards.max(1)),
-        );
         let mut shard = Shard {
             index,
             ctx,
@@ -235,7 +238,7 @@ impl Shard {
             latency: ShardLatency::default(),
             queue_timeouts,
             retries: RetryTable::default(),
-            dead,
+            dead: DeadSet::default(),
             local: VecDeque::new(),
             accepted: 0,
             reclaimed_untrimmed: 0,
@@ -362,6 +365,9 @@ impl Shard {
             ShardMsg::Requeue { queue, jobs } => self.handle_requeue(queue, jobs, cx),
             ShardMsg::SetBack { job, why } => self.handle_set_back(job, why, cx),
             ShardMsg::Dead { op, reply } => self.handle_dead(op, &reply, cx),
+            ShardMsg::DeadTrim => {
+                self.trim_dead(0, cx);
+            }
             ShardMsg::Count { queue, counter } => self.queues.count(&queue, counter),
             ShardMsg::SendFailed { key, msgid, unreachable } => self.handle_send_failed(key, msgid, unreachable, cx),
             ShardMsg::Text { port, cmds } => self.handle_text(&port, cmds, cx),

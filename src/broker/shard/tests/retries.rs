@@ -182,3 +182,32 @@ fn text_offers_returned_too_often_go_to_the_dead_set() {
         assert_eq!(h.counter(|c| &c.text_dead_lettered), 1);
     }
 }
+
+#[test]
+fn the_dead_set_limits_are_router_wide_and_a_job_over_the_byte_limit_is_not_kept() {
+    let mut h = Harness::with_config(3, |c| {
+        c.dead_max_jobs = 2;
+        c.dead_max_bytes = 4096;
+        c.max_retries = 0;
+    });
+    // Queues on every shard: each burial goes to its queue's shard.
+    let queues: Vec<String> = (0..6).map(|i| format!("q{i}")).collect();
+    let on: Vec<usize> = queues.iter().map(|q| h.shard_of(q)).collect();
+    assert!(on.iter().collect::<std::collections::BTreeSet<_>>().len() > 1, "queues on several shards: {on:?}");
+    let list: Vec<(i64, &str)> = queues.iter().map(|q| (10, q.as_str())).collect();
+    h.inform("w1", &list);
+    h.ready("w1", 10);
+    for (i, q) in queues.iter().enumerate() {
+        h.request("c1", &format!("m{i}"), q, "small");
+        h.reply_failed("w1", &format!("m{i}"), true);
+        let dead = dead_list(&mut h).len();
+        assert!(dead <= 2, "after {} burials: {dead} dead", i + 1);
+    }
+    assert_eq!(dead_list(&mut h).len(), 2);
+    assert_eq!(h.counter(|c| &c.dead_evicted), 4);
+    assert_eq!(h.ctx.dead_jobs.load(std::sync::atomic::Ordering::Relaxed), 2);
+    h.request("c1", "big", "q0", &"x".repeat(5000));
+    h.reply_failed("w1", "big", true);
+    assert_eq!(dead_list(&mut h).len(), 2, "the big job is dropped, the others kept");
+    assert_eq!(h.counter(|c| &c.dead_evicted), 5);
+}
