@@ -1,9 +1,10 @@
 //! Random message sequences to 1 to 3 shards (the unit tests' harness, no
 //! sockets, a hand-made clock), checked after every step:
 //!
-//! * every accepted job is exactly once waiting, in flight or offered until
-//!   it ends, and never comes back once gone; jobs vanish only by a
-//!   completing REPLY, a text ACK or DEL, or as dead letters, each counted;
+//! * every accepted job is exactly once waiting, in flight, offered,
+//!   waiting for a retry or in the dead set until it ends, and never comes
+//!   back once gone; jobs vanish only by a completing (not failed) REPLY, a
+//!   text ACK or DEL, or dropped from a full dead set, each counted;
 //! * `accepted_jobs` counts the jobs accepted; every REQUEST gets exactly
 //!   one answer (REPLY or ERROR);
 //! * each shard's snapshot counts the jobs it holds (waiting and offered
@@ -78,6 +79,9 @@ struct Driver {
     next: u64,
     /// Jobs ended by this step's text ACK/DEL.
     text_ends: u64,
+    /// REPLYs marked failed this step that answered a job in flight (the
+    /// job is retried or dead, not ended).
+    failed_replies: u64,
 }
 
 fn pick<T: Copy>(items: &[T], i: u8) -> T {
@@ -91,8 +95,8 @@ impl Driver {
 
     fn step(&mut self, op: &Op) {
         let completed = self.counter(|c| &c.completed_jobs);
-        let dead = self.counter(|c| &c.dead_lettered);
-        self.text_ends = 0;
+        let dead = self.counter(|c| &c.dead_evicted);
+        (self.text_ends, self.failed_replies) = (0, 0);
         self.apply(op);
         self.collect_text();
         self.h.emqp.clear();
@@ -138,6 +142,9 @@ impl Driver {
                 let id = pick(&WORKERS, w);
                 let held = self.h.inflight(id);
                 let msgid = held.get(usize::from(p) % held.len().max(1)).cloned().unwrap_or_else(|| "nosuch".into());
+                if failed && held.contains(&msgid) {
+                    self.failed_replies += 1;
+                }
                 self.h.reply_failed(id, &msgid, failed);
             }
             Op::Heartbeat { w } => self.h.heartbeat(pick(&WORKERS, w)),
@@ -262,7 +269,13 @@ impl Driver {
     fn check(&mut self, completed: u64, dead: u64) {
         let jobs = self.h.jobs();
         let mut now = BTreeSet::new();
-        for (body, place) in jobs.places() {
+        let mut places = jobs.places();
+        for (what, map) in [("retrying", &jobs.retrying), ("dead", &jobs.dead)] {
+            for (q, bodies) in map {
+                places.extend(bodies.iter().map(|b| (b.clone(), format!("{what}:{q}"))));
+            }
+        }
+        for (body, place) in places {
             assert!(self.accepted.contains(&body), "{body} at {place} was never accepted");
             assert!(!self.ended.contains(&body), "{body} at {place} came back after it ended");
             assert!(now.insert(body.clone()), "{body} held twice ({place})");
@@ -273,9 +286,9 @@ impl Driver {
             }
         }
         let vanished = self.present.difference(&now).count() as u64;
-        let completed = self.counter(|c| &c.completed_jobs) - completed;
-        let dead = self.counter(|c| &c.dead_lettered) - dead;
-        assert_eq!(vanished, completed + dead + self.text_ends, "vanished = completed + dead letters + ACK/DEL");
+        let completed = self.counter(|c| &c.completed_jobs) - completed - self.failed_replies;
+        let dropped = self.counter(|c| &c.dead_evicted) - dead;
+        assert_eq!(vanished, completed + dropped + self.text_ends, "vanished = completed + dropped dead + ACK/DEL");
         // A job accepted in this step and already gone (completed at once is
         // impossible: a REPLY needs a step of its own).
         for body in &self.accepted {
@@ -307,6 +320,9 @@ fuzz_target!(|run: Run| common::timed(|| {
             c.max_queue_len = 4;
             c.kbye_grace = Duration::from_secs(8);
             c.text.offer_timeout = Duration::from_secs(4);
+            c.max_retries = 1;
+            c.dead_max_jobs = 2;
+            c.retry_backoff = Duration::from_secs(2);
         }
     });
     h.seed = run.seed.map(|s| s | 1);
@@ -320,6 +336,7 @@ fuzz_target!(|run: Run| common::timed(|| {
         seen_offers: Vec::new(),
         next: 0,
         text_ends: 0,
+        failed_replies: 0,
     };
     for op in run.ops.iter().take(MAX_OPS) {
         d.step(op);
