@@ -12,7 +12,8 @@ use libfuzzer_sys::fuzz_target;
 #[path = "common.rs"]
 mod common;
 
-const ZONES: [Tz; 5] = [Tz::UTC, Tz::Europe__Berlin, Tz::America__New_York, Tz::Australia__Lord_Howe, Tz::Asia__Kolkata];
+const ZONES: [Tz; 5] =
+    [Tz::UTC, Tz::Europe__Berlin, Tz::America__New_York, Tz::Australia__Lord_Howe, Tz::Asia__Kolkata];
 /// Starts: ordinary, just before a spring change in Berlin and New York,
 /// in an autumn change, near a leap day.
 const STARTS: [i64; 4] = [1_704_067_200, 1_711_846_799, 1_730_595_600, 1_709_164_740];
