@@ -36,7 +36,8 @@
 //!   *`) parses, and [`CronExpr::next_after`] says so at once instead of
 //!   searching to croner's year 5000; for every other expression the next
 //!   match is at most a few decades away (a 29 February on a given
-//!   weekday), found in day steps.
+//!   weekday), found by stepping through the days of matching months only
+//!   before croner searches that day.
 //!
 //! Times are whole seconds (fires are at second 0); "after" is strict.
 
@@ -134,6 +135,7 @@ impl CronExpr {
             return Err("never matches again (no day of any year matches)".into());
         }
         let after = after.with_nanosecond(0).unwrap_or(after);
+        let after = self.skip_days_that_cannot_match(after, tz);
         if tz == Tz::UTC {
             return self.cron.find_next_occurrence(&after, false).map_err(never);
         }
@@ -144,12 +146,60 @@ impl CronExpr {
         }
     }
 
+    /// `after`, or when no day from `after`'s local date up to a later
+    /// matching date can fire, the second before that date's first local
+    /// instant (module docs, "Bounded search"): croner walks every day in
+    /// between; this walks only the days of matching months, so a job that
+    /// fires once in 28 years (`0 0 * 2 4#5`) costs hundreds of day checks,
+    /// not thousands. Unchanged when that instant does not exist (a
+    /// midnight skipped by a clock change) or no such date is near.
+    fn skip_days_that_cannot_match(&self, after: DateTime<Utc>, tz: Tz) -> DateTime<Utc> {
+        let from = after.with_timezone(&tz).date_naive();
+        let Some(day) = self.first_matching_day(from) else { return after };
+        if day <= from {
+            return after;
+        }
+        match tz.from_local_datetime(&day.and_time(chrono::NaiveTime::MIN)) {
+            chrono::LocalResult::Single(t) | chrono::LocalResult::Ambiguous(t, _) => {
+                (t.with_timezone(&Utc) - TimeDelta::seconds(1)).max(after)
+            }
+            chrono::LocalResult::None => after,
+        }
+    }
+
+    /// The first date from `from` on whose month, day of month and day of
+    /// week match, within [`DAY_SEARCH_YEARS`]'s span of years.
+    fn first_matching_day(&self, from: chrono::NaiveDate) -> Option<chrono::NaiveDate> {
+        use chrono::{Datelike, NaiveDate};
+        let pattern = &self.cron.pattern;
+        let span = DAY_SEARCH_YEARS.2 - DAY_SEARCH_YEARS.0;
+        let (mut year, mut month, mut first) = (from.year(), from.month(), from.day());
+        for _ in 0..(span * 12) {
+            if pattern.month_match(month).unwrap_or(false) {
+                let next_month = if month == 12 { (year + 1, 1) } else { (year, month + 1) };
+                let last = NaiveDate::from_ymd_opt(next_month.0, next_month.1, 1)?.pred_opt()?.day();
+                for day in first..=last {
+                    if pattern.day_match(year, month, day).unwrap_or(false) {
+                        return NaiveDate::from_ymd_opt(year, month, day);
+                    }
+                }
+            }
+            (first, month) = (1, month % 12 + 1);
+            if month == 1 {
+                year += 1;
+            }
+        }
+        None
+    }
+
     /// Wildcard jobs: the first instant after `after` whose local time
     /// matches, walking the zone's offset segments (a repeated local time
     /// matches once per pass; a skipped one never).
     fn next_wild(&self, after: DateTime<Utc>, tz: Tz) -> Result<DateTime<Utc>, String> {
         let (mut start, mut inclusive) = (after, false);
         for _ in 0..MAX_SEGMENTS {
+            // Segments whose days cannot match are passed without a search.
+            start = self.skip_days_that_cannot_match(start, tz);
             let offset = offset_at(tz, start);
             let local = Utc.from_utc_datetime(&(start.naive_utc() + offset));
             let hit = self.cron.find_next_occurrence(&local, inclusive).map_err(never)?;
@@ -307,6 +357,26 @@ mod tests {
 
     fn t(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).map(|d| d.with_timezone(&Utc)).expect("time")
+    }
+
+    #[test]
+    fn skipping_days_that_cannot_match_changes_no_answer() {
+        let berlin: Tz = "Europe/Berlin".parse().expect("zone");
+        let rare = CronExpr::parse("0 0 * 2 4#5").expect("parses");
+        assert_eq!(rare.next_after(t("2024-01-01T00:00:00Z"), Tz::UTC), Ok(t("2024-02-29T00:00:00Z")));
+        assert_eq!(rare.next_after(t("2024-02-29T00:00:00Z"), Tz::UTC), Ok(t("2052-02-29T00:00:00Z")));
+        assert_eq!(rare.next_after(t("2024-01-01T00:00:00Z"), berlin), Ok(t("2024-02-28T23:00:00Z")));
+        // croner alone (no skipping) gives the same answers in UTC.
+        let exprs =
+            ["0 0 * 2 4#5", "*/7 3 * 2 6#5", "5 4 29 2 *", "0 12 30W * *", "* 2 13 * 5", "0 0 L 2 *", "0 9 * * 1-5"];
+        let starts = ["2024-01-01T00:00:00Z", "2024-02-29T23:59:59Z", "2031-12-31T23:00:00Z", "2099-06-15T12:34:00Z"];
+        for e in exprs {
+            let c = CronExpr::parse(e).expect("parses");
+            for s in starts {
+                let plain = c.cron.find_next_occurrence(&t(s), false).map_err(never);
+                assert_eq!(c.next_after(t(s), Tz::UTC), plain, "{e} after {s}");
+            }
+        }
     }
 
     #[test]
