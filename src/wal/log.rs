@@ -180,6 +180,9 @@ pub struct ShardLog {
     /// Segments to delete once the log is durable up to the position given.
     deletions: Vec<(u32, u64)>,
     pass: Option<Pass>,
+    /// `(current, older)` of the last reference noted ([`ShardLog::refer_to`]),
+    /// so a batch of `Done`s naming one older segment costs one lookup.
+    last_ref: (u32, u32),
     /// The log position when the last pass ended: a new one waits until
     /// half a segment more was written, so that segments kept by jobs in
     /// flight are not rescanned at every batch.
@@ -229,6 +232,7 @@ impl ShardLog {
             seq_floor,
             deletions: Vec::new(),
             pass: None,
+            last_ref: (0, 0),
             last_pass_at: 0,
             last_commit: None,
             shared,
@@ -331,7 +335,12 @@ impl ShardLog {
     /// one in `older`: the current segment must outlive it (see
     /// [`SegmentInfo::older`]).
     fn refer_to(&mut self, older: u32) {
-        if older != self.current && self.segments.contains_key(&older) {
+        // Most `Done`s of a batch name the segment the previous one named.
+        if older == self.current || self.last_ref == (self.current, older) {
+            return;
+        }
+        self.last_ref = (self.current, older);
+        if self.segments.contains_key(&older) {
             self.segments.entry(self.current).or_default().older.insert(older);
         }
     }

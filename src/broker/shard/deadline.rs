@@ -41,6 +41,8 @@ impl Shard {
     fn deadline_of(&self, job: &Job, now: std::time::Instant) -> Option<Instant> {
         let limit = match header_timeout(job.frames.headers()) {
             Some(limit) => limit,
+            // Most routers set no per-queue limit: no hash per dispatch then.
+            None if self.queue_timeouts.is_empty() => self.ctx.config.job_timeout?,
             None => match self.queue_timeouts.get(job.queue_bytes()) {
                 Some(per_queue) => (*per_queue)?,
                 None => self.ctx.config.job_timeout?,
