@@ -24,7 +24,7 @@ const EXPORT: &str =
     "export EMQ_FRONTEND_ADDR=tcp://127.0.0.1:47291 EMQ_BACKEND_ADDR=tcp://127.0.0.1:47290 \\\n       \
                       EMQ_ADMIN_ADDR=tcp://127.0.0.1:47293 EMQ_TEXT_ADDR=127.0.0.1:47294 \\\n       \
                       EMQ_SCHEDULER_ADMIN_ADDR=tcp://127.0.0.1:47295 EMQ_METRICS_ADDR=127.0.0.1:47296";
-const ROUTER: &str = "emq-router &";
+const ROUTER: &str = "emq-router --data-dir \"$dir/router\" &";
 const SCRIPT: &str = "cat > \"$dir/handle-job.sh\" <<'EOF'\n#!/bin/sh\npayload=$(cat)\n\
                       echo \"handled: $payload\" >> \"$(dirname \"$0\")/jobs.log\"\necho \"ok\"\nEOF\n\
                       chmod +x \"$dir/handle-job.sh\"";
@@ -206,7 +206,7 @@ fn walkthrough(given: Given) {
     }
     let mut walk = Walk::new(given);
 
-    // 1. the broker
+    // 1. the broker, its write-ahead log in the walkthrough's directory
     walk.start("router", ROUTER);
     let ports: Vec<u16> = [&walk.frontend, &walk.backend, &walk.admin, &walk.text]
         .iter()
@@ -280,6 +280,8 @@ fn walkthrough(given: Given) {
     );
     assert!(summary.starts_with("emq ") && summary.contains(", accepting jobs\n"), "{summary}");
     assert!(summary.contains("counters: accepted_jobs=5 dispatched_jobs=5 completed_jobs=5"), "{summary}");
+    assert!(walk.dir.join("router").is_dir(), "the router's data directory is the walkthrough's");
+    assert!(!walk.dir.join("state").join("emq-router").exists(), "not the default one");
     let workers = walk.ok(WATCH[1]);
     assert_eq!(
         mask(&workers, &["WORKER", "LAST-HEARD"]),
