@@ -5,7 +5,8 @@
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use serde_json::Value;
+use emq::client::text::TextClient;
+use serde_json::{json, Value};
 
 use crate::common::ports::{free_port, zmq_endpoint};
 use crate::common::proc::{Child, TestDir};
@@ -112,6 +113,34 @@ fn cli_refuses_queue_names_neither_protocol_takes() {
         let rule = "is not valid: use 1 to 255 characters from A-Z a-z 0-9 _ - . :";
         refused(&mut cmd, &format!("emq-cli: queue name {name:?} {rule}"));
     }
+}
+
+/// The subcommands a help text lists under `Commands:` (without `help`).
+fn subcommands(help: &str) -> Vec<String> {
+    let listed = help.lines().skip_while(|l| *l != "Commands:").skip(1).take_while(|l| !l.is_empty());
+    listed.filter_map(|l| l.split_whitespace().next()).filter(|n| *n != "help").map(String::from).collect()
+}
+
+#[test]
+fn no_help_line_ends_in_a_space() {
+    let _w = watchdog::Watchdog::new("help-spaces", 60);
+    let programs = ["emq-router", "emq-scheduler", "emq-worker", "emq-cli", "emq-pubsub", "emq-bench"];
+    let mut todo: Vec<(&str, Vec<String>)> = programs.iter().map(|p| (*p, Vec::new())).collect();
+    let mut seen = 0;
+    while let Some((program, command)) = todo.pop() {
+        for flag in ["-h", "--help"] {
+            let out = bin(program).args(&command).arg(flag).output().expect("runs");
+            let help = text(&out.stdout);
+            assert!(out.status.success() && help.contains("Usage: "), "{program} {command:?} {flag}: {help}");
+            let spaced: Vec<&str> = help.lines().filter(|l| l.ends_with(char::is_whitespace)).collect();
+            assert!(spaced.is_empty(), "{program} {command:?} {flag}: {spaced:?}");
+            if flag == "-h" {
+                todo.extend(subcommands(&help).into_iter().map(|sub| (program, [&command[..], &[sub]].concat())));
+            }
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 2 * (6 + 13 + 4 + 8), "every program, emq-cli's 13 commands and 4 dead ones, emq-bench's 8");
 }
 
 #[test]
@@ -245,30 +274,45 @@ fn old_names_still_work_and_say_what_replaced_them() {
     assert!(warnings.contains("setting router (--router) is deprecated: use backend (--backend, EMQ_BACKEND_ADDR)"));
 }
 
+/// Runs emq-cli with `args` against `router` (its text protocol at
+/// `text_addr`); it must succeed. Returns its stdout and stderr.
+fn cli_ok(router: &Router, text_addr: &str, args: &[&str]) -> (String, String) {
+    let mut cmd = bin("emq-cli");
+    cmd.args(["--frontend", &router.frontend, "--admin", &router.admin, "--text", text_addr]).args(args);
+    let out = cmd.output().expect("runs");
+    assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    (text(&out.stdout), text(&out.stderr))
+}
+
+/// `emq-cli --json status` against `router`.
+fn status_of(router: &Router, text_addr: &str) -> Result<Value, String> {
+    serde_json::from_str(&cli_ok(router, text_addr, &["--json", "status"]).0).map_err(|e| e.to_string())
+}
+
+/// A test's watchdog (60 s), directory and router (`name`), the router's
+/// text port up; the text address last.
+fn start_router(name: &str) -> (watchdog::Watchdog, TestDir, Router, String) {
+    let w = watchdog::Watchdog::new(name, 60);
+    let dir = TestDir::new(name);
+    let mut router = Router::start(&dir);
+    let text_addr = router.wait_text();
+    (w, dir, router, text_addr)
+}
+
 /// A worker script: payload `fail` exits 1, anything else succeeds.
 const SCRIPT: &str = "#!/bin/sh\np=$(cat)\n[ \"$p\" = fail ] && exit 1\necho ok\n";
 
 #[test]
 fn status_counts_what_workers_and_text_consumers_did() {
-    let _w = watchdog::Watchdog::new("status-counts", 60);
-    let dir = TestDir::new("status-counts");
-    let mut router = Router::start(&dir);
-    let text_addr = router.wait_text();
+    let (_w, dir, router, text_addr) = start_router("status-counts");
     let script = dir.join("job.sh");
     std::fs::write(&script, SCRIPT).expect("write");
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
     let mut worker_cmd = bin("emq-worker");
     worker_cmd.args(["--backend", &router.backend, "-Q", "jobs", "--stats-interval", "0s", "--"]).arg(&script);
     let mut worker = Child::spawn("worker", &mut worker_cmd, &dir.join("worker.log"));
-    let cli = |args: &[&str]| {
-        let mut cmd = bin("emq-cli");
-        cmd.args(["--frontend", &router.frontend, "--admin", &router.admin, "--text", &text_addr]).args(args);
-        let out = cmd.output().expect("runs");
-        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
-        (text(&out.stdout), text(&out.stderr))
-    };
-    let status =
-        || -> Result<Value, String> { serde_json::from_str(&cli(&["--json", "status"]).0).map_err(|e| e.to_string()) };
+    let cli = |args: &[&str]| cli_ok(&router, &text_addr, args);
+    let status = || status_of(&router, &text_addr);
     wait::until_ok(Duration::from_secs(20), || {
         let s = status()?;
         s["served_queues"].as_array().filter(|q| q.iter().any(|q| q == "jobs")).map(|_| ()).ok_or(s.to_string())
@@ -325,6 +369,41 @@ fn status_counts_what_workers_and_text_consumers_did() {
 }
 
 #[test]
+fn queues_text_clients_ask_for_are_served_for_the_cli_too() {
+    // The watchdog (60 s) ends the test before `text_ask_grace` (60 s) has
+    // passed since any ASK of it: every queue asked for here stays known.
+    let (_w, _dir, router, text_addr) = start_router("asked-queues");
+    let cli = |args: &[&str]| cli_ok(&router, &text_addr, args);
+    let addr = text_addr.clone();
+    let consumer = std::thread::spawn(move || -> Result<Option<Vec<u8>>, String> {
+        let mut c = TextClient::connect(addr.as_str(), Duration::from_secs(10)).map_err(|e| e.to_string())?;
+        let task = c.ask_wait("lp", Duration::from_secs(50)).map_err(|e| e.to_string())?;
+        c.ack().map_err(|e| e.to_string())?;
+        c.end().map_err(|e| e.to_string())?;
+        Ok(task)
+    });
+    wait::until_ok(Duration::from_secs(20), || {
+        let s = status_of(&router, &text_addr)?;
+        (s["emq"]["asks_waiting"] == 1 && s["asked_queues"] == json!(["lp"])).then_some(()).ok_or(s.to_string())
+    })
+    .unwrap_or_else(|e| panic!("the long-poll ASK waits: {e}\n{}", router.child.log_tail(20)));
+    let (out, note) = cli(&["request", "lp", "x"]);
+    assert!(out.starts_with("accepted "), "{out}");
+    assert_eq!(note, "", "the job stays on lp: a long-poll ASK waits there");
+    assert_eq!(consumer.join().expect("consumer"), Ok(Some(b"x".to_vec())));
+    assert_eq!(cli(&["ask", "tq"]), ("NOPE\n".into(), String::new()));
+    let (out, note) = cli(&["--json", "request", "tq", "z"]);
+    let out: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(
+        (&out["status"], &out["queue"], &out["note"], note.as_str()),
+        (&json!("accepted"), &json!("tq"), &Value::Null, "")
+    );
+    assert_eq!(cli(&["sched", "y", "--queue", "tq"]), ("accepted on queue tq\n".into(), String::new()));
+    let s = status_of(&router, &text_addr).expect("STATUS");
+    assert_eq!((&s["asked_queues"], &s["waiting_messages_by_queue"]), (&json!(["lp", "tq"]), &json!({"tq": 2})));
+}
+
+#[test]
 fn refusals_are_one_line_on_stderr_and_exit_1() {
     let _w = watchdog::Watchdog::new("refusals", 60);
     let dir = TestDir::new("refusals");
@@ -353,4 +432,21 @@ fn refusals_are_one_line_on_stderr_and_exit_1() {
     assert_eq!((code, out.as_str()), (Some(1), ""));
     let id = err.strip_prefix("emq-cli: request ").and_then(|e| e.split(' ').next()).unwrap_or("");
     assert_eq!(err, format!("emq-cli: request {id} rejected: QUEUE_FULL queue default holds 1 jobs, its limit\n"));
+    let schedule = ["schedule", "default", "{\"any\": \"body\"}", "--every", "60s"];
+    let (code, out, err) = cli(&schedule);
+    assert_eq!((code, out.as_str()), (Some(1), ""));
+    let id = err.strip_prefix("emq-cli: SCHEDULE ").and_then(|e| e.split(' ').next()).unwrap_or("");
+    let refusal = "BAD_BODY frame 7: job body must be a JSON array [subcommand, {params}]";
+    assert_eq!(err, format!("emq-cli: SCHEDULE {id} refused: {refusal}\n"));
+    let (code, out, err) = cli(&[&["--json"][..], &schedule].concat());
+    let id = err.strip_prefix("emq-cli: SCHEDULE ").and_then(|e| e.split(' ').next()).unwrap_or("");
+    let out: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(
+        (code, out, err.clone()),
+        (
+            Some(1),
+            json!({"status": "refused", "msgid": id, "detail": refusal}),
+            format!("emq-cli: SCHEDULE {id} refused: {refusal}\n")
+        )
+    );
 }

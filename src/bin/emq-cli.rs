@@ -42,6 +42,9 @@ struct Cli {
 }
 
 /// A job body: raw bytes or a Python call.
+///
+/// Defaults are written in the help text (`hide_default_value`): clap's
+/// long help would put them after a blank line that ends in spaces.
 #[derive(clap::Args)]
 struct BodyArgs {
     /// Raw body (e.g. JSON text). Omit when using --callable.
@@ -53,11 +56,11 @@ struct BodyArgs {
     /// Python module path (with --callable NAME for a plain name, or `mod:Class`).
     #[arg(long)]
     path: Option<String>,
-    /// Positional arguments as a JSON array.
-    #[arg(long, default_value = "[]")]
+    /// Positional arguments as a JSON array [default: []].
+    #[arg(long, default_value = "[]", hide_default_value = true)]
     args: String,
-    /// Keyword arguments as a JSON object.
-    #[arg(long, default_value = "{}")]
+    /// Keyword arguments as a JSON object [default: {}].
+    #[arg(long, default_value = "{}", hide_default_value = true)]
     kwargs: String,
 }
 
@@ -77,16 +80,17 @@ enum Cmd {
     Schedules,
     /// Send a job over eMQP (REQUEST) and wait for the router's answer.
     ///
-    /// A queue no worker has declared since the router started (and that
-    /// holds no jobs) is not kept: like EventMQ, the router puts the job on
-    /// `default`, and emq-cli says so.
+    /// A queue no worker has declared since the router started, that holds
+    /// no jobs and that no text client has asked for lately is not kept:
+    /// like EventMQ, the router puts the job on `default`, and emq-cli says
+    /// so.
     Request {
         /// Queue name (1 to 255 characters from A-Z a-z 0-9 _ - . :).
         queue: String,
         #[command(flatten)]
         body: BodyArgs,
-        /// Headers CSV, e.g. `timeout:30`.
-        #[arg(long, default_value = "")]
+        /// Headers CSV, e.g. `timeout:30` [default: none].
+        #[arg(long, default_value = "", hide_default_value = true)]
         headers: String,
     },
     /// Schedule a job with the scheduler (SCHEDULE): every interval
@@ -118,8 +122,9 @@ enum Cmd {
         /// 5-field cron expression, in the scheduler's time zone (UTC unless set).
         #[arg(long)]
         cron: Option<String>,
-        /// Headers CSV: `nohaste`, `run_count:N`, `guarantee` (see above).
-        #[arg(long, default_value = "guarantee")]
+        /// Headers CSV: `nohaste`, `run_count:N`, `guarantee` (see above)
+        /// [default: guarantee].
+        #[arg(long, default_value = "guarantee", hide_default_value = true)]
         headers: String,
     },
     /// Remove the schedule with this call (UNSCHEDULE).
@@ -128,8 +133,8 @@ enum Cmd {
         queue: String,
         #[command(flatten)]
         body: BodyArgs,
-        /// Headers CSV.
-        #[arg(long, default_value = "guarantee")]
+        /// Headers CSV [default: guarantee].
+        #[arg(long, default_value = "guarantee", hide_default_value = true)]
         headers: String,
     },
     /// Publish a message on a topic through the pub/sub device (PUBLISH).
@@ -157,8 +162,8 @@ enum Cmd {
     },
     /// Text protocol: take a task (ASK) and answer the offer (default: ACK).
     Ask {
-        /// Queue.
-        #[arg(default_value = limits::DEFAULT_QUEUE)]
+        /// Queue [default: default].
+        #[arg(default_value = limits::DEFAULT_QUEUE, hide_default_value = true)]
         queue: String,
         /// Decline the task: it goes to the back of its queue.
         #[arg(long, conflicts_with_all = ["del"])]
@@ -357,8 +362,9 @@ impl Out {
     }
 
     /// Prints what came back for a SCHEDULE/UNSCHEDULE; a refusal is an
-    /// error (exit status 1). No answer is not: EventMQ's router and
-    /// scheduler never answer.
+    /// error (exit status 1, one line on stderr; its JSON on stdout with
+    /// `--json` only). No answer is not: EventMQ's router and scheduler
+    /// never answer.
     fn schedule_answer(self, what: &str, answer: ScheduleAnswer) -> anyhow::Result<()> {
         let (status, msgid, detail) = match &answer {
             ScheduleAnswer::Accepted { msgid, detail } => ("accepted", msgid, detail.clone()),
@@ -369,14 +375,13 @@ impl Out {
         };
         let id = String::from_utf8_lossy(msgid);
         let detail_json = serde_json::from_str::<Value>(&detail).unwrap_or_else(|_| Value::String(detail.clone()));
-        self.line(
-            json!({"status": status, "msgid": id, "detail": detail_json}),
-            format!("{what} {status} {id} {detail}"),
-        );
-        match answer {
-            ScheduleAnswer::Refused { .. } => Err(anyhow!("{what} {id} refused: {detail}")),
-            _ => Ok(()),
+        let value = json!({"status": status, "msgid": id, "detail": detail_json});
+        if let ScheduleAnswer::Refused { .. } = answer {
+            self.json_only(&value);
+            bail!("{what} {id} refused: {detail}");
         }
+        self.line(value, format!("{what} {status} {id} {detail}"));
+        Ok(())
     }
 }
 
@@ -396,13 +401,17 @@ fn build_body(b: &BodyArgs) -> anyhow::Result<Vec<u8>> {
     Ok(call.args(args).kwargs(kwargs).body())
 }
 
-/// What STATUS says about `queue`: whether a worker serves it, and how many
-/// jobs wait in it. `None` when the router does not say (an EventMQ router,
-/// or no answer within [`limits::CLIENT_NOTE_TIMEOUT`]).
+/// What STATUS says about `queue`: whether it is served (a worker declared
+/// it, or a text client asked for it recently or waits on it: the router
+/// keeps a REQUEST for it on it, docs/emqp.md "Unknown queues"), and how
+/// many jobs wait in it. `None` when the router does not say (an EventMQ
+/// router, or no answer within [`limits::CLIENT_NOTE_TIMEOUT`]).
 fn queue_state(s: &CliSettings, queue: &str) -> Option<(bool, u64)> {
     let timeout = s.timeout.min(limits::CLIENT_NOTE_TIMEOUT);
     let status = AdminClient::connect(&s.admin).ok()?.with_timeout(timeout).status().ok()?;
-    let served = status.get("served_queues")?.as_array()?.iter().any(|q| q.as_str() == Some(queue));
+    let listed = |key: &str| Some(status.get(key)?.as_array()?.iter().any(|q| q.as_str() == Some(queue)));
+    // `asked_queues` is newer than `served_queues`: absent means none.
+    let served = listed("served_queues")? || listed("asked_queues").unwrap_or(false);
     let waiting = status.get("waiting_messages_by_queue").and_then(|m| m.get(queue)).and_then(Value::as_u64);
     Some((served, waiting.unwrap_or(0)))
 }

@@ -72,6 +72,10 @@ pub struct ShardSnapshot {
     pub schedulers: Vec<SchedulerSnap>,
     /// Long-poll ASKs (`ASK <queue> <ms>`) waiting on the shard now.
     pub asks_waiting: usize,
+    /// Queues a text client ASKed for within `text_ask_grace`, or that a
+    /// long-poll ASK waits on now, sorted: a REQUEST for one stays on it
+    /// even when no worker declared it.
+    pub asked: Vec<String>,
     /// `(queue, jobs)` waiting out a back-off before a retry.
     pub retrying: Vec<(String, usize)>,
     /// `(queue, jobs)` in the dead set.
@@ -97,7 +101,9 @@ pub type EndToEnd = BTreeMap<String, (f64, f64)>;
 /// STATUS JSON: EventMQ's keys in EventMQ's order (docs/emqp.md "Admin"),
 /// then emq's: the per-queue counters of both protocols
 /// ([`QueueCounter`]), text offers, end-to-end latency percentiles,
-/// the queues workers serve, and `emq` (`extras`).
+/// the queues workers serve (`served_queues`), the queues text clients
+/// asked for (`asked_queues`, [`ShardSnapshot::asked`]), and `emq`
+/// (`extras`).
 pub fn status_json(shards: &[ShardSnapshot], end_to_end: &EndToEnd, extras: Value) -> Value {
     let mut inflight: BTreeMap<String, (u64, Duration, Duration)> = BTreeMap::new();
     let mut by_worker = Map::new();
@@ -146,6 +152,10 @@ pub fn status_json(shards: &[ShardSnapshot], end_to_end: &EndToEnd, extras: Valu
         let mut served: Vec<&str> = queues.iter().filter(|q| q.served).map(|q| q.name.as_str()).collect();
         served.sort_unstable();
         m.insert("served_queues".into(), json!(served));
+        let mut asked: Vec<&str> = shards.iter().flat_map(|s| &s.asked).map(String::as_str).collect();
+        asked.sort_unstable();
+        asked.dedup();
+        m.insert("asked_queues".into(), json!(asked));
         m.insert("emq".into(), extras);
     }
     status

@@ -86,8 +86,12 @@ pub fn from_file<S: DeserializeOwned>(path: &Path) -> Result<S, ConfigError> {
 /// The flags every program has besides its settings table.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ConfigArgs {
-    /// TOML configuration file (keys as --print-config prints them).
-    #[arg(long, short = 'C', env = "EMQ_CONFIG", hide_env_values = true, value_name = "FILE")]
+    /// TOML configuration file (keys as --print-config prints them)
+    /// [env: EMQ_CONFIG].
+    // The variable is in the text, as for the settings' flags
+    // ([`table::flag_help`]): clap's long help would put it after a blank
+    // line that ends in spaces.
+    #[arg(long, short = 'C', env = "EMQ_CONFIG", hide_env = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Print the configuration with the defaults, --config file, EMQ_*
     /// variables and flags applied, and exit.

@@ -79,7 +79,8 @@ fn object<'a>(v: &'a Value, key: &str) -> Option<&'a Map<String, Value>> {
     v.get(key).and_then(Value::as_object)
 }
 
-/// STATUS: one row per queue (waiting, in flight over both protocols, the
+/// STATUS: one row per queue that has a figure or that workers serve or
+/// text clients asked for (waiting, in flight over both protocols, the
 /// per-queue counters, end-to-end p50/p99), then the router's summary.
 /// Against an EventMQ router: waiting, in flight and processed.
 pub fn status(v: &Value) -> String {
@@ -90,13 +91,10 @@ pub fn status(v: &Value) -> String {
             queues.extend(value.as_object().into_iter().flat_map(|m| m.keys().cloned()));
         }
     }
-    queues.extend(
-        v.get("served_queues")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|q| q.as_str().map(str::to_string)),
-    );
+    for key in ["served_queues", "asked_queues"] {
+        let names = v.get(key).and_then(Value::as_array).into_iter().flatten();
+        queues.extend(names.filter_map(|q| q.as_str().map(str::to_string)));
+    }
     let mut header = vec!["QUEUE", "WAITING", "IN-FLIGHT"];
     let counters: Vec<QueueCounter> =
         QueueCounter::ALL.iter().copied().filter(|c| v.get(c.status_key()).is_some()).collect();
@@ -344,13 +342,14 @@ mod tests {
             "offered_messages_by_queue": {"t": 1}, "processed_messages_by_queue": {"q": 3},
             "dispatched_messages_by_queue": {"q": 3, "t": 1}, "completed_messages_by_queue": {"q": 2},
             "failed_messages_by_queue": {}, "end_to_end_p50_ms_by_queue": {"q": 1.234}, "end_to_end_p99_ms_by_queue": {"q": 1234.5},
-            "served_queues": ["default", "q"],
+            "served_queues": ["default", "q"], "asked_queues": ["a", "t"],
             "emq": {"version": "0.1.0", "shards": 1, "uptime_secs": 75, "draining": false,
                     "counters": {"accepted_jobs": 4, "malformed_admin": 0}, "text": {"errors_by_code": {"BAD_FORMAT": 1, "BUSY": 0}}}
         });
         assert_eq!(
             status(&emq),
             "QUEUE    WAITING  IN-FLIGHT  DISPATCHED  COMPLETED  FAILED  P50-MS  P99-MS\n\
+             a              0          0           0          0       0       -       -\n\
              default        0          0           0          0       0       -       -\n\
              q              2          1           3          2       0    1.23    1235\n\
              t              0          1           1          0       0       -       -\n\

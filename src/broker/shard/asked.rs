@@ -60,6 +60,12 @@ impl AskedQueues {
         self.until.get(queue).is_some_and(|end| *end > now)
     }
 
+    /// The names in their grace at `now`, in no order (STATUS lists them).
+    /// Linear in the names held.
+    pub fn live(&self, now: Instant) -> impl Iterator<Item = &QueueName> {
+        self.until.iter().filter(move |(_, end)| **end > now).map(|(name, _)| name)
+    }
+
     /// Names held (in their grace or not yet dropped).
     pub fn len(&self) -> usize {
         self.until.len()
@@ -115,6 +121,7 @@ mod tests {
         assert_eq!(asked.touch(&c, t0 + s(1), t0 + s(11)), Err(Full));
         assert_eq!(asked.touch(&a, t0 + s(5), t0 + s(15)), Ok(()), "a known name is always refreshed");
         assert!(asked.is_live(&a.0, t0 + s(12)) && !asked.is_live(&b.0, t0 + s(12)));
+        assert_eq!(asked.live(t0 + s(12)).collect::<Vec<_>>(), [&a], "b is held but its grace is over");
         assert_eq!(asked.touch(&c, t0 + s(12), t0 + s(22)), Ok(()), "b's grace is over: its place is free");
         assert_eq!(asked.len(), 2);
         assert!(!asked.is_live(&b.0, t0 + s(12)));

@@ -100,7 +100,7 @@ impl Shard {
         let Some((key, queue, still_owed)) = self.workers.late_reply(id, msgid) else { return false };
         Counters::bump(&self.ctx.counters.late_replies);
         let msgid = crate::ids::show(msgid);
-        tracing::info!(worker = %id, %queue, %msgid, "REPLY for a job taken back by its deadline: ignored");
+        tracing::debug!(worker = %id, %queue, %msgid, "REPLY for a job taken back by its deadline: ignored");
         if !still_owed {
             let index = self.shard_of(&queue.0);
             self.send_to_shard(index, ShardMsg::PauseCandidate { queue, key, paused: false }, cx);

@@ -330,6 +330,7 @@ impl Shard {
             workers: self.workers.snaps(now, self.ctx.started),
             schedulers: self.schedulers.snaps(self.ctx.started),
             asks_waiting: self.waits.len(),
+            asked: self.asked_queues(now),
             retrying: self.retries.per_queue().map(|(q, n)| (q.to_string(), n)).collect(),
             dead: self.dead.per_queue().map(|(q, n)| (q.to_string(), n)).collect(),
             dead_bytes: self.dead.bytes(),

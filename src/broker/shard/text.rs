@@ -15,7 +15,8 @@
 //! ([`super::asked::AskedQueues`]); a long-poll ASK keeps it known while it
 //! waits.
 
-use std::time::Duration;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use super::offers::OfferCheck;
 use super::waits::WaitCheck;
@@ -141,6 +142,14 @@ impl Shard {
         self.queues.is_known(queue) || self.asked.is_live(queue, cx.now) || self.waits.has(queue)
     }
 
+    /// The queues [`Shard::queue_known`] keeps known for text clients at
+    /// `now` (ASKed within `text_ask_grace`, or a long-poll ASK waits on
+    /// them), sorted, for STATUS's `asked_queues`.
+    pub(super) fn asked_queues(&self, now: Instant) -> Vec<String> {
+        let names: BTreeSet<&QueueName> = self.asked.live(now).chain(self.waits.queues()).collect();
+        names.into_iter().map(QueueName::to_string).collect()
+    }
+
     /// Offers `job` of `queue` to `conn` until the offer timeout.
     fn offer_job(&mut self, conn: ConnId, queue: QueueName, job: Job, cx: &mut Cx) -> TextOutcome {
         self.log_dispatched(&job);
@@ -179,7 +188,7 @@ impl Shard {
             TextAnswer::Ack => {
                 Counters::bump(&self.ctx.counters.text_acked);
                 self.queues.count(&offer.queue, QueueCounter::Completed);
-                tracing::debug!(queue = %offer.queue, job = %offer.job.id, %conn, "job completed (ACK)");
+                tracing::debug!(queue = %offer.queue, job = %offer.job.id, msgid = %crate::ids::show(offer.job.frames.msgid()), %conn, "job completed (ACK)");
                 self.latency.record(&offer.queue.0, Kind::Service, cx.now.saturating_duration_since(offer.since));
                 let end_to_end = cx.now.saturating_duration_since(offer.job.accepted_at(self.ctx.started));
                 self.latency.record(&offer.queue.0, Kind::EndToEnd, end_to_end);
@@ -188,7 +197,7 @@ impl Shard {
             TextAnswer::Del => {
                 Counters::bump(&self.ctx.counters.text_deleted);
                 self.queues.count(&offer.queue, QueueCounter::Failed);
-                tracing::debug!(queue = %offer.queue, job = %offer.job.id, %conn, "job failed (DEL)");
+                tracing::debug!(queue = %offer.queue, job = %offer.job.id, msgid = %crate::ids::show(offer.job.frames.msgid()), %conn, "job failed (DEL)");
                 self.job_done(&offer.job, cx);
             }
             TextAnswer::Dcl => {
@@ -237,8 +246,8 @@ impl Shard {
             OfferCheck::None => {}
             OfferCheck::NotBefore(deadline) => self.timers.arm(deadline, Timer::OfferTimeout(conn)),
             OfferCheck::Lapsed(offer) => {
-                tracing::info!(%conn, queue = %offer.queue, "text offer timed out; back to the front");
                 let offer = *offer;
+                tracing::debug!(queue = %offer.queue, job = %offer.job.id, msgid = %crate::ids::show(offer.job.frames.msgid()), %conn, "text offer timed out");
                 self.return_offer(offer.queue, offer.job, Returned::Timeout, cx);
             }
         }

@@ -75,6 +75,11 @@ impl WaitTable {
         self.lines.contains_key(queue)
     }
 
+    /// The queues a connection waits on, in no order.
+    pub fn queues(&self) -> impl Iterator<Item = &QueueName> {
+        self.lines.keys()
+    }
+
     /// Whether no connection waits anywhere on this shard.
     pub fn is_empty(&self) -> bool {
         self.by_conn.is_empty()
@@ -157,6 +162,7 @@ mod tests {
         let (_, displaced) = w.add(ConnId(1), q.clone(), port(), t0);
         assert_eq!(displaced.map(|x| x.queue), Some(r.clone()));
         assert!(!w.has(&r.0) && w.has(&q.0) && w.len() == 1);
+        assert_eq!(w.queues().collect::<Vec<_>>(), [&q]);
     }
 
     #[test]

@@ -96,12 +96,14 @@ fn an_asked_queue_is_known_for_the_grace_then_requests_fall_back() {
         h.request("c1", "m0", "never-asked", "x");
         assert_eq!(h.waiting("default"), ["x"], "an unknown queue falls back (docs/emqp.md \"Unknown queues\")");
         assert_eq!(h.text_ask(1, "reports",), TextOutcome::Nope);
+        assert_eq!(h.snapshot(h.shard_of("reports")).asked, ["reports"], "STATUS's asked_queues");
         h.request("c1", "m1", "reports", "r1");
         assert_eq!(h.waiting("reports"), ["r1"], "ASKed: the REQUEST waits there");
         let offer = h.text_ask(1, "reports");
         assert_eq!(data(&offer).as_deref(), Some("r1"), "and is offered to the text client");
         h.text_answer(1, harness::offer_id(&offer).unwrap(), TextAnswer::Ack);
         h.advance(61 * S);
+        assert!(h.snapshot(h.shard_of("reports")).asked.is_empty());
         h.request("c1", "m2", "reports", "r2");
         assert_eq!(h.waiting("default"), ["x", "r2"], "after the grace it falls back again");
     }
@@ -112,8 +114,10 @@ fn a_waiting_long_poll_keeps_its_queue_known() {
     let mut h = Harness::with_config(1, |c| c.text.ask_grace = S);
     assert_eq!(h.text_ask_wait(1, "slow", 100 * S), None);
     h.advance(50 * S);
+    assert_eq!(h.snapshot(0).asked, ["slow"], "past its grace, listed while the ASK waits");
     h.request("c1", "m1", "slow", "job");
     assert_eq!(h.text_answers(1).iter().map(data).collect::<Vec<_>>(), [Some("job".into())]);
+    assert!(h.snapshot(0).asked.is_empty(), "served: no longer waiting");
 }
 
 #[test]
