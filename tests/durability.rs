@@ -4,17 +4,20 @@
 //! lock file, and a clean restart keeping queues in order.
 //!
 //! The crash test's rules (what "acknowledged" and "in flight" mean here):
-//! * an eMQP job is acknowledged when its acceptance REPLY arrived; a text
-//!   job when a later reply on its connection arrived (the producer sends
-//!   `ASK probe`, a queue nobody fills, after every few SCHEDs: `NOPE`);
+//! * an eMQP job is acknowledged when its acceptance REPLY arrived, refused
+//!   when an `ERROR` for it did; a text job is acknowledged when a later
+//!   reply on its connection arrived (the producer sends `ASK probe`, a
+//!   queue nobody fills, after every SCHED: `NOPE`), refused when an `ERR`
+//!   came before that `NOPE`;
 //! * a consumer takes one job at a time (a worker with one slot, a text
 //!   client ASKing after its ACK), so its next job (or `NOPE`) shows that
 //!   the router stored the completion of the one before; a consumer's last
 //!   job before a crash is "in flight at the crash";
 //! * after every restart: every acknowledged job is delivered at least
-//!   once; a job is delivered again only if its earlier delivery was in
-//!   flight at a crash; nothing is delivered that was never sent; and each
-//!   consumer gets the jobs no one had before in the producer's order.
+//!   once; a job is delivered again only after a restart, and only if its
+//!   earlier delivery was in flight at that crash; nothing is delivered
+//!   that was never sent or that was refused; and each consumer gets the
+//!   jobs no one had before in the producer's order.
 //!
 //! `EMQ_CRASH_KILLS` sets the number of kills of the CI tests (3 by
 //! default); the soak, [`crash_soak_25_kills_each_protocol_and_mode`], is
@@ -101,24 +104,32 @@ impl Node {
 
     /// STATUS as JSON.
     fn status(&self) -> serde_json::Value {
+        self.ask("STATUS")
+    }
+
+    /// The JSON answer to admin command `command` (`STATUS`, `LATENCY`).
+    fn ask(&self, command: &str) -> serde_json::Value {
         let ctx = zmq::Context::new();
         let sock = ctx.socket(zmq::DEALER).expect("socket");
         sock.set_linger(0).expect("linger");
         sock.connect(&self.admin()).expect("connect");
-        sock.send_multipart([&b""[..], b"eMQP/1.0", b"STATUS", b"s1"], 0).expect("send");
+        sock.send_multipart([&b""[..], b"eMQP/1.0", command.as_bytes(), b"s1"], 0).expect("send");
         let mut items = [sock.as_poll_item(zmq::POLLIN)];
         zmq::poll(&mut items, 5000).expect("poll");
-        assert!(items[0].is_readable(), "no STATUS reply");
+        assert!(items[0].is_readable(), "no {command} reply");
         let f = sock.recv_multipart(0).expect("recv");
-        serde_json::from_slice(&f[4]).expect("STATUS is JSON")
+        serde_json::from_slice(&f[4]).expect("the answer is JSON")
     }
 }
 
-/// What the producers sent and saw acknowledged, and what consumers got.
+/// What the producers sent and saw acknowledged or refused, and what
+/// consumers got.
 #[derive(Default)]
 struct Ledger {
     sent: BTreeSet<String>,
     acked: BTreeSet<String>,
+    /// Jobs the router refused (eMQP `ERROR`, text `ERR`): never accepted.
+    refused: BTreeSet<String>,
     /// Deliveries in arrival order: `(phase, consumer, body, confirmed)`;
     /// `confirmed` is set once the same consumer got its next job or NOPE.
     delivered: Vec<(usize, String, String, bool)>,
@@ -128,6 +139,12 @@ impl Ledger {
     fn deliver(&mut self, phase: usize, consumer: &str, body: String) {
         self.confirm(phase, consumer);
         self.delivered.push((phase, consumer.to_string(), body, false));
+    }
+
+    /// How many jobs were sent, acknowledged, refused and delivered.
+    fn counts(&self) -> String {
+        let (sent, acked, refused) = (self.sent.len(), self.acked.len(), self.refused.len());
+        format!("sent {sent}, acked {acked}, refused {refused}, delivered {}", self.delivered.len())
     }
 
     /// The consumer's previous delivery in this phase is complete for sure.
@@ -147,7 +164,7 @@ const BACKLOG: usize = 1000;
 /// Whether producers should pause (the backlog is full).
 fn backlog_full(ledger: &Shared) -> bool {
     let l = lock(ledger);
-    l.sent.len() > l.delivered.len() + BACKLOG
+    l.sent.len() > l.delivered.len() + l.refused.len() + BACKLOG
 }
 
 fn lock(l: &Shared) -> std::sync::MutexGuard<'_, Ledger> {
@@ -188,10 +205,14 @@ fn emqp_producer(node_fe: String, next: Arc<AtomicU64>, ledger: Shared, stop: Ar
             outstanding += 1;
         }
         if let Some(f) = recv_within(&s, 50) {
-            if f.get(2).map(Vec::as_slice) == Some(b"REPLY") && f.len() == 5 {
-                lock(&ledger).acked.insert(String::from_utf8_lossy(&f[4]).into_owned());
-                outstanding -= 1;
-            }
+            // Both answers name the REQUEST's msgid (its body) in frame 4.
+            let body = || String::from_utf8_lossy(&f[4]).into_owned();
+            match f.get(2).map(Vec::as_slice) {
+                Some(b"REPLY") if f.len() == 5 => lock(&ledger).acked.insert(body()),
+                Some(b"ERROR") if f.len() >= 6 => lock(&ledger).refused.insert(body()),
+                _ => continue,
+            };
+            outstanding -= 1;
         }
     }
 }
@@ -252,8 +273,9 @@ fn read_line(r: &mut BufReader<TcpStream>, stop: &AtomicBool) -> Option<String> 
     }
 }
 
-/// SCHEDs numbered tasks to `tq`, four at a time, each group acknowledged
-/// by the `NOPE` of an `ASK probe` after it.
+/// SCHEDs numbered tasks to `tq`, four per write, each followed by an
+/// `ASK probe`: a task is acknowledged by that ASK's `NOPE`, and refused
+/// when an `ERR` (SCHED answers nothing when it works) comes before it.
 fn text_producer(addr: String, next: Arc<AtomicU64>, ledger: Shared, stop: Arc<AtomicBool>) {
     let Some((mut w, mut r)) = text_conn(&addr) else { return };
     while !stop.load(Ordering::Relaxed) {
@@ -264,17 +286,28 @@ fn text_producer(addr: String, next: Arc<AtomicU64>, ledger: Shared, stop: Arc<A
         let group: Vec<String> = (0..4).map(|_| format!("t-{:08}", next.fetch_add(1, Ordering::Relaxed))).collect();
         let mut out = String::new();
         for body in &group {
-            out += &format!("SCHED {body}@tq\n");
+            out += &format!("SCHED {body}@tq\nASK probe\n");
         }
-        out += "ASK probe\n";
         lock(&ledger).sent.extend(group.iter().cloned());
         if w.write_all(out.as_bytes()).is_err() {
             return;
         }
-        match read_line(&mut r, &stop).as_deref() {
-            Some("NOPE") => lock(&ledger).acked.extend(group),
-            Some(other) => panic!("text producer got {other:?}"),
-            None => return,
+        for body in group {
+            let mut refused = false;
+            loop {
+                match read_line(&mut r, &stop).as_deref() {
+                    Some("NOPE") => break,
+                    Some(err) if err.starts_with("ERR ") && !refused => refused = true,
+                    Some(other) => panic!("text producer got {other:?} for {body}"),
+                    None => return,
+                }
+            }
+            let mut l = lock(&ledger);
+            if refused {
+                l.refused.insert(body);
+            } else {
+                l.acked.insert(body);
+            }
         }
     }
 }
@@ -356,6 +389,10 @@ fn check(ledger: &Ledger) {
     let delivered: BTreeSet<&String> = ledger.delivered.iter().map(|d| &d.2).collect();
     let never_sent: Vec<&&String> = delivered.iter().filter(|b| !ledger.sent.contains(**b)).collect();
     assert!(never_sent.is_empty(), "delivered but never sent: {never_sent:?}");
+    let refused: Vec<&&String> = delivered.iter().filter(|b| ledger.refused.contains(**b)).collect();
+    assert!(refused.is_empty(), "delivered but refused when sent: {refused:?}");
+    let both: Vec<&String> = ledger.acked.intersection(&ledger.refused).collect();
+    assert!(both.is_empty(), "both acknowledged and refused: {both:?}");
     let lost: Vec<&String> = ledger.acked.iter().filter(|b| !delivered.contains(b)).collect();
     assert!(
         lost.is_empty(),
@@ -363,12 +400,18 @@ fn check(ledger: &Ledger) {
         lost.len(),
         &lost[..lost.len().min(10)]
     );
-    let mut seen: BTreeMap<&String, bool> = BTreeMap::new();
+    // A job comes again only after a restart, and only if its delivery
+    // before was in flight at that crash (not confirmed).
+    let mut seen: BTreeMap<&String, (usize, bool)> = BTreeMap::new();
     for (phase, consumer, body, confirmed) in &ledger.delivered {
-        if let Some(&was_confirmed) = seen.get(body) {
+        if let Some(&(was_phase, was_confirmed)) = seen.get(body) {
+            assert!(
+                *phase > was_phase,
+                "{body} delivered twice in phase {was_phase} (again to {consumer}): no restart between"
+            );
             assert!(!was_confirmed, "{body} delivered again (phase {phase}, {consumer}) after a confirmed completion");
         }
-        seen.insert(body, *confirmed);
+        seen.insert(body, (*phase, *confirmed));
     }
     let mut first_seen = BTreeSet::new();
     let mut last: BTreeMap<(usize, &String, char), &String> = BTreeMap::new();
@@ -390,20 +433,24 @@ fn crash_kill_9_at_random_points_loses_no_acknowledged_job() {
 }
 
 /// The soak: 25 kills with the default durability (sync, one shard), then
-/// 25 with async and two shards.
+/// 25 with [`ASYNC_TWO_SHARDS`].
 #[test]
 #[ignore = "soak (about 30 s): cargo test --release --test tests crash_soak -- --ignored"]
 fn crash_soak_25_kills_each_protocol_and_mode() {
     crash_test("crash-soak", &[], 25);
-    crash_test("crash-soak-async", &["--durability", "async", "--shards", "2"], 25);
+    crash_test("crash-soak-async", &ASYNC_TWO_SHARDS, 25);
 }
 
-/// The same with `durability = "async"` (a process crash loses nothing:
-/// records are written before anything is released) and two shards (a
-/// worker's home shard tells the queue's shard of completions).
+/// `durability = "async"` (a process crash loses nothing: records are
+/// written before anything is released), two shards (a worker's home shard
+/// tells the queue's shard of completions), and a queue limit the backlog
+/// passes, so both protocols' producers also get refusals (`QUEUE_FULL`).
+const ASYNC_TWO_SHARDS: [&str; 6] = ["--durability", "async", "--shards", "2", "--max-queue-len", "100"];
+
+/// The crash test with [`ASYNC_TWO_SHARDS`].
 #[test]
 fn crash_kill_9_async_two_shards() {
-    crash_test("crash-async", &["--durability", "async", "--shards", "2"], env_number("EMQ_CRASH_KILLS", 3));
+    crash_test("crash-async", &ASYNC_TWO_SHARDS, env_number("EMQ_CRASH_KILLS", 3));
 }
 
 /// `kills` runs of the load, each ended by a `kill -9` at a random point,
@@ -433,12 +480,7 @@ fn crash_test(name: &str, flags: &[&str], kills: u64) {
         for d in l.delivered.iter().filter(|d| d.0 == phase) {
             *per.entry(d.1.as_str()).or_default() += 1;
         }
-        eprintln!(
-            "phase {phase}: killed after {run_ms} ms; sent {}, acked {}, delivered {} (this phase: {per:?})",
-            l.sent.len(),
-            l.acked.len(),
-            l.delivered.len()
-        );
+        eprintln!("phase {phase}: killed after {run_ms} ms; {} (this phase: {per:?})", l.counts());
     }
     let _router = node.start(flags);
     let drain = Phase::start(&node, kills as usize, false, &ledger, &counters);
@@ -453,7 +495,7 @@ fn crash_test(name: &str, flags: &[&str], kills: u64) {
     });
     drain.stop();
     let l = lock(&ledger);
-    eprintln!("end: sent {}, acked {}, delivered {}", l.sent.len(), l.acked.len(), l.delivered.len());
+    eprintln!("end: {}", l.counts());
     check(&l);
     assert!(done, "not drained within 60 s");
     assert!(l.acked.len() > kills as usize, "the load ran (acked {})", l.acked.len());
@@ -511,15 +553,21 @@ fn a_flipped_byte_stops_start_up_and_skip_damaged_starts_with_the_rest() {
     let file = file.expect("a segment holding the 50 jobs");
     let mut bytes = std::fs::read(&file).unwrap();
     let at = bytes.len() / 2;
+    // The damaged record is the one holding byte `at`: it starts where the
+    // record before it ends.
+    let ends = record_ends(&bytes);
+    let offset = ends.iter().copied().filter(|&e| e <= at).max().unwrap_or(emq::wal::segment::SEGMENT_HEADER_BYTES);
+    assert!(ends.last().is_some_and(|&last| last > at + 60), "valid records after the damaged one: {ends:?}");
     bytes[at] ^= 0x5a;
     std::fs::write(&file, &bytes).unwrap();
 
     let (status, log) = node.run_to_exit(&[], &dir);
     assert!(status.is_some_and(|s| !s.success()), "start-up must fail: {status:?}\n{log}");
-    assert!(log.contains(&file.display().to_string()) && log.contains("byte offset"), "{log}");
+    let damaged = format!("{}: damaged log record at byte offset {offset} (", file.display());
+    assert!(log.contains(&damaged), "{damaged}\n{log}");
     assert!(log.contains("--recover-skip-damaged"), "{log}");
 
-    let _router = node.start(&["--recover-skip-damaged"]);
+    let router = node.start(&["--recover-skip-damaged"]);
     let got = drain(&node.text(), "q");
     assert_eq!(got.len(), 49, "one record lost to the flipped byte: {got:?}");
     let mut sorted = got.clone();
@@ -527,6 +575,12 @@ fn a_flipped_byte_stops_start_up_and_skip_damaged_starts_with_the_rest() {
     assert_eq!(got, sorted, "the rest in order");
     let moved = std::fs::read_dir(node.data.join("damaged")).expect("damaged/ folder").count();
     assert_eq!(moved, 1, "the damaged segment is set aside");
+    // The start past the damage names the same offset, and how much it skipped.
+    let log = std::fs::read_to_string(&node.log).expect("router log");
+    let skipped = ends.iter().find(|&&e| e > at).map(|e| e - offset);
+    let named = format!("skipping damaged log bytes file={} offset={offset} skipped_bytes=", file.display());
+    assert!(log.contains(&named), "{named}\n{}", router.log_tail(20));
+    assert!(skipped.is_some_and(|n| log.contains(&format!("{named}{n} "))), "{skipped:?} bytes\n{log}");
 }
 
 /// Copies the directory tree `from` to `to` (files and folders only).
@@ -629,6 +683,13 @@ fn a_clean_restart_keeps_both_protocols_queues_in_order() {
         let reply = recv_within(&c, 5000).expect("acceptance REPLY");
         assert_eq!(reply[4], body.as_bytes());
     }
+    // Durability sync: each acceptance waited for its own sync, every sync
+    // is in LATENCY's `wal_sync` histogram of its shard.
+    let latency = node.ask("LATENCY");
+    let syncs = node.status()["emq"]["wal"]["shards"][0]["syncs"].as_u64();
+    let timed = latency["wal_sync"]["shard-0"]["count"].as_u64();
+    assert!(timed.is_some_and(|n| n >= 30) && timed == syncs, "{syncs:?} syncs: {latency}");
+    assert_eq!(latency["wal_sync"].as_object().map(|m| m.len()), Some(1), "{latency}");
     let status = router.terminate(Duration::from_secs(10));
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
     let _router = node.start(&[]);

@@ -302,6 +302,19 @@ fn stored(args: &str) -> (emq::scheduler::key::ScheduleKey, Stored) {
     (key_body(record[3].as_bytes()).unwrap().key, Stored { record, runs_left: Some(3) })
 }
 
+/// Runs `f` with the warnings logged on this thread written (no colours)
+/// to the file `log`: its result and the lines.
+fn warnings<R>(log: &std::path::Path, f: impl FnOnce() -> R) -> (R, String) {
+    let file = std::fs::File::create(log).expect("log file");
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .with_ansi(false)
+        .with_writer(std::sync::Mutex::new(file))
+        .finish();
+    let result = tracing::subscriber::with_default(subscriber, f);
+    (result, std::fs::read_to_string(log).expect("log read"))
+}
+
 #[test]
 fn file_store_survives_torn_and_damaged_writes() {
     let dir = tempfile::tempdir().unwrap();
@@ -322,7 +335,9 @@ fn file_store_survives_torn_and_damaged_writes() {
     let damaged = text.replacen("run_count:4", "run_count:5", 1) + "0badc0de {\"op\":\"put\",\"key\":";
     std::fs::write(&log, &damaged).unwrap();
     std::fs::write(dir.path().join("schedules.log.tmp"), "garbage").unwrap();
-    let mut s = FileStore::open(dir.path()).unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let (s, logged) = warnings(&logs.path().join("warnings.log"), || FileStore::open(dir.path()));
+    let mut s = s.unwrap();
     assert_eq!(s.load().unwrap(), vec![c.clone()]);
     assert!(!dir.path().join("schedules.log.tmp").exists());
     // The damaged original was moved aside before the compaction, intact.
@@ -333,6 +348,21 @@ fn file_store_survives_torn_and_damaged_writes() {
         .collect();
     assert_eq!(aside.len(), 1, "{aside:?}");
     assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), damaged);
+    // What was skipped is logged: each line with its number and why, and
+    // where the damaged original went.
+    let torn = "0badc0de {\"op\":\"put\",\"key\":".len();
+    let warned: Vec<&str> = logged.lines().collect();
+    assert_eq!(warned.len(), 2, "{logged}");
+    assert!(warned[0].contains("removing unfinished compaction file"), "{logged}");
+    let skipped = format!(
+        "skipped=2 lines=[\"line 1: checksum mismatch\", \"line 5: torn last line ({torn} bytes, no newline)\"]"
+    );
+    assert!(
+        warned[1].contains("the schedule log has lines that cannot be read: moved aside")
+            && warned[1].contains(&format!("kept={}", aside[0].display()))
+            && warned[1].contains(&skipped),
+        "{logged}"
+    );
     s.put(&a.0, &a.1).unwrap();
     drop(s);
     let mut s = FileStore::open(dir.path()).unwrap();

@@ -80,12 +80,21 @@ impl Router {
 
     /// Like [`Router::start`] for a given kind.
     pub fn start_kind(dir: &TestDir, kind: RouterKind) -> Router {
+        Router::start_with(dir, kind, &[])
+    }
+
+    /// Like [`Router::start_kind`], with `extra` flags after the addresses
+    /// (a Rust router only: the Python router takes none).
+    pub fn start_with(dir: &TestDir, kind: RouterKind, extra: &[&str]) -> Router {
         let (fp, bp, ap) = (free_port(), free_port(), free_port());
         let (frontend, backend, admin) = (zmq_endpoint(fp), zmq_endpoint(bp), zmq_endpoint(ap));
         // Only the eMQP ports are waited for; see [`Router::wait_text`].
         let ports = [fp, bp, ap];
         let (mut cmd, text) = match &kind {
-            RouterKind::Python => (python_cmd(dir, &frontend, &backend, &admin), None),
+            RouterKind::Python => {
+                assert!(extra.is_empty(), "the Python router takes no flags: {extra:?}");
+                (python_cmd(dir, &frontend, &backend, &admin), None)
+            }
             RouterKind::Rust(bin) => {
                 assert!(
                     bin.is_file(),
@@ -96,7 +105,7 @@ impl Router {
                 let tp = free_port();
                 let text = format!("127.0.0.1:{tp}");
                 let mut cmd = rust_cmd(bin, &frontend, &backend, &admin, &text);
-                cmd.arg("--data-dir").arg(dir.join("router-data"));
+                cmd.arg("--data-dir").arg(dir.join("router-data")).args(extra);
                 (cmd, Some(text))
             }
         };

@@ -344,7 +344,12 @@ mod tests {
             "failed_messages_by_queue": {}, "end_to_end_p50_ms_by_queue": {"q": 1.234}, "end_to_end_p99_ms_by_queue": {"q": 1234.5},
             "served_queues": ["default", "q"], "asked_queues": ["a", "t"],
             "emq": {"version": "0.1.0", "shards": 1, "uptime_secs": 75, "draining": false,
-                    "counters": {"accepted_jobs": 4, "malformed_admin": 0}, "text": {"errors_by_code": {"BAD_FORMAT": 1, "BUSY": 0}}}
+                    "counters": {"accepted_jobs": 4, "malformed_admin": 0}, "text": {"errors_by_code": {"BAD_FORMAT": 1, "BUSY": 0}},
+                    "wal": {"durability": "sync", "data_dir": "/var/lib/emq", "shards": [
+                        {"shard": 0, "log_bytes": 1_048_576, "segments": 2, "live_jobs": 3, "live_bytes": 300, "last_sync_us": 850,
+                         "syncs": 41, "jobs_recovered": 3, "recovery_ms": 1, "relocated_jobs": 0, "deleted_segments": 0},
+                        {"shard": 1, "log_bytes": 4096, "segments": 1, "live_jobs": 0, "live_bytes": 0, "last_sync_us": 1_234_567,
+                         "syncs": 123_456, "jobs_recovered": 0, "recovery_ms": 0, "relocated_jobs": 0, "deleted_segments": 2}]}}
         });
         assert_eq!(
             status(&emq),
@@ -356,7 +361,19 @@ mod tests {
              \n\
              emq 0.1.0, 1 shard, up 1 min 15 s, accepting jobs\n\
              counters: accepted_jobs=4\n\
-             text: errors_by_code.BAD_FORMAT=1\n"
+             text: errors_by_code.BAD_FORMAT=1\n\
+             \n\
+             durability sync, data dir /var/lib/emq\n\
+             SHARD  LOG-BYTES  SEGMENTS  LIVE-JOBS  LAST-SYNC-US   SYNCS  RECOVERED\n    \
+             0    1048576         2          3           850      41          3\n    \
+             1       4096         1          0       1234567  123456          0\n"
+        );
+        // A router without a log (durability memory) has no shard rows.
+        let memory = json!({"emq": {"version": "0.1.0", "shards": 2, "uptime_secs": 5, "draining": true,
+            "wal": {"durability": "memory", "data_dir": null, "shards": []}}});
+        assert_eq!(
+            status(&memory),
+            "QUEUE  WAITING  IN-FLIGHT\n\nemq 0.1.0, 2 shards, up 5 s, draining\n\ndurability memory, data dir -\n"
         );
         let eventmq = json!({"inflight_messages_by_queue": {"email": 1}, "latency_messages_by_queue": {"email": 628},
             "max_latency_messages_by_queue": {"email": 628}, "waiting_messages_by_queue": {},
