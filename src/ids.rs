@@ -14,8 +14,18 @@
 
 use std::borrow::Borrow;
 use std::fmt;
+use std::hash::BuildHasher;
 
 use smallvec::SmallVec;
+
+/// The shard that owns `key` (a queue name or a worker identity):
+/// `hash(key) % shards` (DESIGN "Queue state lives on one shard"). A fixed
+/// seed, so the same on every run of the same build; an attacker choosing
+/// names can only unbalance shards, which no map depends on. `shards` 0
+/// counts as 1.
+pub fn shard_of(key: &[u8], shards: usize) -> usize {
+    (foldhash::fast::FixedState::with_seed(0).hash_one(key) % shards.max(1) as u64) as usize
+}
 
 /// Bytes kept inline up to 40 bytes, on the heap beyond.
 pub type InlineBytes = SmallVec<[u8; 40]>;

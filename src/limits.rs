@@ -208,6 +208,14 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// libzmq's default of 1,000 drops or blocks bursts; workers and clients
 /// that pipeline need more.
 pub const ZMQ_HWM: i32 = 100_000;
+/// Most messages ZeroMQ reads ahead from one peer before the I/O thread
+/// takes them (the router sockets' `ZMQ_RCVHWM`, when `zmq_hwm` is
+/// higher). Past it libzmq stops reading that connection and TCP pushes
+/// back on the sender; nothing is dropped. It bounds what a producer
+/// pushing large jobs can park in the router beyond the memory limit: with
+/// 100,000 (the send side's HWM) a burst of 64 KiB jobs took peak RSS to
+/// 1.7 × the admitted bytes, with 1,000 to 1.4 × (loadtest/memory_bounds.py).
+pub const ZMQ_RCVHWM: i32 = 1_000;
 /// How long a closing router socket may still flush queued frames (at
 /// shutdown, after the KBYEs were handed over).
 pub const ROUTER_LINGER: Duration = Duration::from_millis(200);

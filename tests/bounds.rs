@@ -206,3 +206,49 @@ fn a_shard_inbox_of_one_message_pushes_back_and_loses_nothing() {
         }
     }
 }
+
+#[test]
+fn a_producer_pushing_past_max_memory_bytes_gets_queue_full_and_what_was_accepted_all_runs() {
+    let _w = Watchdog::new("bounds_memory_push", 60);
+    for shards in [1, 3] {
+        // 1 MiB for every job held; 64 jobs of 32 KiB pipelined at once
+        // (2 MiB): about half fit, the rest is refused, whether the I/O
+        // thread (jobs in transit count) or a shard refuses it.
+        let cfg = crate::emqp_router::config(shards, |r| r.max_memory_bytes = Some(1 << 20));
+        let h = emq::router::start(cfg).expect("router starts");
+        // Declared first (no READY yet), so the jobs wait in `q`.
+        let worker = Peer::new(&h.endpoints.backend, b"worker-push");
+        worker.inform_worker(r#"[[10, "q"]]"#);
+        let client = Peer::new(&h.endpoints.frontend, b"client-push");
+        let body = "z".repeat(32 * 1024);
+        let n = 64;
+        for i in 0..n {
+            client.request(&format!("m{i}"), "q", "", &body);
+        }
+        let (mut accepted, mut refused) = (Vec::new(), 0);
+        for _ in 0..n {
+            let f = client.recv_within(10_000).expect("an answer for every REQUEST");
+            match f[2].as_slice() {
+                b"REPLY" => accepted.push(String::from_utf8(f[4].clone()).expect("msgid")),
+                b"ERROR" => {
+                    assert_eq!(f[5], b"QUEUE_FULL", "{shards} shards");
+                    refused += 1;
+                }
+                other => panic!("unexpected {:?}", other.escape_ascii().to_string()),
+            }
+        }
+        let held = accepted.len() * (body.len() + 60);
+        assert!(held <= 1 << 20, "{} jobs accepted: {held} bytes over the 1 MiB limit", accepted.len());
+        assert!(accepted.len() >= 16 && refused >= 16, "{} accepted, {refused} refused", accepted.len());
+        assert_eq!(h.counters().rejected_queue_full.load(Relaxed), refused as u64, "{shards} shards");
+        // Every accepted job runs; nothing refused does.
+        worker.ready(accepted.len() + 1);
+        let mut ran = Vec::new();
+        for _ in 0..accepted.len() {
+            let job = worker.expect("REQUEST");
+            ran.push(String::from_utf8(job[3].clone()).expect("msgid"));
+        }
+        worker.expect_none("REQUEST", 300);
+        assert_eq!(ran, accepted, "{shards} shards: the accepted jobs, in order");
+    }
+}

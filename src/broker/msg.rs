@@ -258,6 +258,20 @@ impl ShardMsg {
             _ => 0,
         }
     }
+
+    /// Bytes of the new eMQP jobs in a [`ShardMsg::Batch`] (REQUESTs not
+    /// yet forwarded to `default`): what the I/O thread counted into
+    /// [`crate::broker::shard::ShardContext::in_transit_bytes`] when it
+    /// handed the batch over, and the shard takes out as it takes the batch.
+    pub fn in_transit_bytes(&self) -> usize {
+        let ShardMsg::Batch(msgs) = self else { return 0 };
+        msgs.iter()
+            .map(|m| match m {
+                ShardMsg::Request { frames, fallback_done: false, .. } => frames.len(),
+                _ => 0,
+            })
+            .sum()
+    }
 }
 
 /// A SCHEDULE or UNSCHEDULE as the router received it.

@@ -1,18 +1,11 @@
 //! Routing to shards and the worker state shared by the shards. The job
 //! record is in [`super::job`].
 
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 
 use crate::ids::{PeerId, QueueName, WorkerKey};
 
-/// The shard that owns `key` (a queue name or a worker identity):
-/// `hash(key) % shards` (DESIGN "Queue state lives on one shard"). A fixed
-/// seed, so the same on every run of the same build; an attacker choosing
-/// names can only unbalance shards, which no map depends on.
-pub fn shard_of(key: &[u8], shards: usize) -> usize {
-    (foldhash::fast::FixedState::with_seed(0).hash_one(key) % shards.max(1) as u64) as usize
-}
+pub use crate::ids::shard_of;
 
 pub use super::job::{Job, JobFrames, Origin};
 

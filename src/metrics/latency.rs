@@ -166,9 +166,7 @@ impl LatencyStore {
             let other = std::str::from_utf8(OTHER_QUEUES).unwrap_or("*");
             for map in [&mut self.cumulative, &mut self.interval] {
                 map.retain(|(q, _), _| {
-                    fresh.contains(q.as_str())
-                        || q == other
-                        || crate::broker::types::shard_of(q.as_bytes(), shards) != index
+                    fresh.contains(q.as_str()) || q == other || crate::ids::shard_of(q.as_bytes(), shards) != index
                 });
             }
         }

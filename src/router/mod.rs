@@ -450,10 +450,13 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         counters: broker.ctx.counters.clone(),
         default_queues: config.default_queues.iter().map(|(w, q)| (*w, QueueName::named(q))).collect(),
         inbox_load: broker.ctx.inbox_load.clone(),
+        job_bytes: broker.ctx.job_bytes.clone(),
+        in_transit_bytes: broker.ctx.in_transit_bytes.clone(),
         limits: IoLimits {
             max_message_bytes: config.max_message_bytes,
             max_queues_per_worker: config.max_queues_per_worker,
             shard_inbox_messages: config.shard_inbox_messages,
+            memory_limit: broker.ctx.memory_limit,
         },
     };
     let io_plan = plan.clone();

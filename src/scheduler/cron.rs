@@ -155,7 +155,9 @@ impl CronExpr {
     /// midnight skipped by a clock change) or no such date is near.
     fn skip_days_that_cannot_match(&self, after: DateTime<Utc>, tz: Tz) -> DateTime<Utc> {
         let from = after.with_timezone(&tz).date_naive();
-        let Some(day) = self.first_matching_day(from) else { return after };
+        // Today only while some of its times are still to come.
+        let first = if self.may_fire_later_today(after, tz) { Some(from) } else { from.succ_opt() };
+        let Some(day) = first.and_then(|first| self.first_matching_day(first)) else { return after };
         if day <= from {
             return after;
         }
@@ -165,6 +167,24 @@ impl CronExpr {
             }
             chrono::LocalResult::None => after,
         }
+    }
+
+    /// Whether an hour and minute the expression matches is at or after
+    /// `after`'s local time of day, or the zone's offset changes within a
+    /// day of `after` (a repeated hour may bring earlier times back): when
+    /// not, nothing fires later on `after`'s local date. At most 24 hour
+    /// checks and one minute search per hour.
+    fn may_fire_later_today(&self, after: DateTime<Utc>, tz: Tz) -> bool {
+        if next_transition(tz, after, after + TimeDelta::hours(26)).is_some() {
+            return true;
+        }
+        let now = after.with_timezone(&tz).time();
+        let pattern = &self.cron.pattern;
+        (now.hour()..24).any(|h| {
+            let from_minute = if h == now.hour() { now.minute() } else { 0 };
+            pattern.hour_match(h).unwrap_or(true)
+                && pattern.next_minute_match(from_minute).map_or(true, |m| m.is_some())
+        })
     }
 
     /// The first date from `from` on whose month, day of month and day of

@@ -91,6 +91,11 @@ pub struct IoThread {
     pub default_queues: Vec<(i64, QueueName)>,
     /// Per shard, the front-end messages handed over and not taken yet.
     pub inbox_load: Arc<[AtomicUsize]>,
+    /// Bytes of every waiting and in-flight job (the shards' count).
+    pub job_bytes: Arc<AtomicUsize>,
+    /// Bytes of new jobs handed to shards and not taken yet
+    /// ([`crate::broker::shard::ShardContext::in_transit_bytes`]).
+    pub in_transit_bytes: Arc<AtomicUsize>,
     /// The limits the I/O thread enforces.
     pub limits: IoLimits,
 }
@@ -106,6 +111,10 @@ pub struct IoLimits {
     /// Messages in transit to one shard before reading pauses
     /// (`shard_inbox_messages`).
     pub shard_inbox_messages: usize,
+    /// The broker-wide byte limit (`max_memory_bytes`): a REQUEST that
+    /// would pass it, counting the jobs held and those in transit, gets
+    /// `ERROR QUEUE_FULL` from the I/O thread.
+    pub memory_limit: usize,
 }
 
 /// Answers that could not be delivered (a full pipe: the peer does not read;
@@ -139,6 +148,8 @@ struct Loop {
     inbound: Inbound,
     /// Messages for each shard gathered during the current read batch.
     pending: Vec<Vec<ShardMsg>>,
+    /// Bytes of the new jobs among them.
+    pending_bytes: usize,
     /// Answers that could not be delivered, per peer, reported once a minute.
     undelivered: Undelivered,
 }
@@ -147,7 +158,8 @@ impl IoThread {
     /// Runs until [`Egress::Exit`] arrives.
     pub fn run(self) {
         let pending = (0..self.shards.len()).map(|_| Vec::new()).collect();
-        Loop { io: self, inbound: Inbound::default(), pending, undelivered: Undelivered::default() }.run();
+        Loop { io: self, inbound: Inbound::default(), pending, pending_bytes: 0, undelivered: Undelivered::default() }
+            .run();
     }
 }
 
@@ -227,6 +239,10 @@ impl Loop {
     }
 
     fn flush_pending(&mut self) {
+        if self.pending_bytes > 0 {
+            // Counted before the shards can take (and subtract) them.
+            self.io.in_transit_bytes.fetch_add(std::mem::take(&mut self.pending_bytes), Ordering::Relaxed);
+        }
         for (index, pending) in self.pending.iter_mut().enumerate() {
             if pending.is_empty() {
                 continue;
@@ -347,6 +363,24 @@ impl Loop {
         }
     }
 
+    /// Whether a new job of `len` bytes would take the jobs held, in transit
+    /// and read in this batch past the memory limit (the shard's own
+    /// admission check, made before the job is handed over).
+    fn over_memory_limit(&self, len: usize) -> bool {
+        let held = self.io.job_bytes.load(Ordering::Relaxed) + self.io.in_transit_bytes.load(Ordering::Relaxed);
+        held + self.pending_bytes + len > self.io.limits.memory_limit
+    }
+
+    /// A REQUEST refused by [`Loop::over_memory_limit`]: `ERROR QUEUE_FULL`
+    /// with the figures, counted as the shards count theirs.
+    fn memory_full(&mut self, peer: &PeerId, msgid: &[u8], len: usize) {
+        Counters::bump(&self.io.counters.rejected_queue_full);
+        let held = self.io.job_bytes.load(Ordering::Relaxed) + self.io.in_transit_bytes.load(Ordering::Relaxed);
+        let limit = self.io.limits.memory_limit;
+        let text = format!("the broker holds {held} bytes of jobs; its limit is {limit} (a job of {len} bytes)");
+        self.error(Dest::Frontend, peer, msgid, "QUEUE_FULL", &text);
+    }
+
     /// A message over `max_message_bytes`: counted, and a frontend peer gets
     /// `ERROR TOO_BIG` about its msgid (frame 3) when it has one.
     fn too_big(&mut self, which: Socket, peer: &PeerId, frames: &[InFrame], bytes: usize) {
@@ -363,10 +397,14 @@ impl Loop {
         match msg.command {
             Command::Request { queue, headers, body, extra } => {
                 match JobFrames::new(msg.msgid, queue, headers, body, &extra) {
-                    Ok(job) => self.for_shard(
-                        shard_of(queue, self.io.shards.len()),
-                        ShardMsg::Request { client: peer, frames: job, fallback_done: false },
-                    ),
+                    Ok(job) if self.over_memory_limit(job.len()) => self.memory_full(&peer, msg.msgid, job.len()),
+                    Ok(job) => {
+                        self.pending_bytes += job.len();
+                        self.for_shard(
+                            shard_of(queue, self.io.shards.len()),
+                            ShardMsg::Request { client: peer, frames: job, fallback_done: false },
+                        )
+                    }
                     Err(e) => {
                         Counters::bump(&self.io.counters.rejected_bad_request);
                         crate::log_limited!(warn, client = %peer, msgid = %show(msg.msgid), error = %e, "REQUEST refused");

@@ -5,7 +5,8 @@ use crate::zmq_error::ZmqError;
 
 /// A ROUTER socket named `name`, bound to `addr`, with `ROUTER_MANDATORY`
 /// (a send to an unknown identity fails instead of vanishing),
-/// `ROUTER_HANDOVER`, the high-water mark `hwm` both ways and
+/// `ROUTER_HANDOVER`, the high-water mark `hwm` for sending and at most
+/// [`limits::ZMQ_RCVHWM`] for receiving, and
 /// `ZMQ_MAXMSGSIZE` `max_frame_bytes` (libzmq drops the connection of a
 /// peer that sends a larger frame, before buffering it). Returns the socket
 /// and the endpoint it really bound (port 0 resolved).
@@ -34,7 +35,7 @@ pub fn router_socket(
     s.set_router_mandatory(true).map_err(ZmqError::at("ROUTER_MANDATORY"))?;
     s.set_router_handover(true).map_err(ZmqError::at("ROUTER_HANDOVER"))?;
     s.set_sndhwm(hwm).map_err(ZmqError::at("SNDHWM"))?;
-    s.set_rcvhwm(hwm).map_err(ZmqError::at("RCVHWM"))?;
+    s.set_rcvhwm(hwm.min(limits::ZMQ_RCVHWM)).map_err(ZmqError::at("RCVHWM"))?;
     s.set_maxmsgsize(i64::try_from(max_frame_bytes).unwrap_or(i64::MAX)).map_err(ZmqError::at("MAXMSGSIZE"))?;
     s.set_linger(limits::ROUTER_LINGER.as_millis() as i32).map_err(ZmqError::at("LINGER"))?;
     s.bind(addr).map_err(ZmqError::at(format!("bind {name} {addr}")))?;

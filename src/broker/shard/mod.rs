@@ -134,6 +134,13 @@ pub struct ShardContext {
     /// Bytes of every waiting and in-flight job (checked against the
     /// memory limit).
     pub job_bytes: Arc<AtomicUsize>,
+    /// Bytes of new eMQP jobs the I/O thread has handed to some shard that
+    /// it has not taken yet ([`ShardMsg::in_transit_bytes`]): the I/O
+    /// thread counts them with [`ShardContext::job_bytes`] against the
+    /// memory limit, and refuses a REQUEST past it at once, so that a
+    /// producer pushing large jobs at a full broker costs no more memory
+    /// than the limit (docs/configuration.md, `max_memory_bytes`).
+    pub in_transit_bytes: Arc<AtomicUsize>,
     /// Registered workers of every shard together (checked against `max_workers`).
     pub worker_count: Arc<AtomicUsize>,
     /// Jobs in the dead sets of every shard together (kept within
@@ -165,6 +172,7 @@ impl ShardContext {
                 .map_or(0, |d| d.as_millis() as u64),
             queue_count: Arc::default(),
             job_bytes: Arc::default(),
+            in_transit_bytes: Arc::default(),
             worker_count: Arc::default(),
             dead_jobs: Arc::default(),
             dead_bytes: Arc::default(),
@@ -270,6 +278,12 @@ impl Shard {
                 let weight = msg.inbox_weight();
                 if weight > 0 {
                     self.ctx.inbox_load[self.index].fetch_sub(weight, Ordering::Relaxed);
+                    let bytes = msg.in_transit_bytes();
+                    if bytes > 0 {
+                        // Saturating: a batch handed over by a test counts nothing.
+                        let take = |v: usize| Some(v.saturating_sub(bytes));
+                        let _ = self.ctx.in_transit_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, take);
+                    }
                 }
                 if matches!(msg, ShardMsg::Shutdown) {
                     // Jobs still travelling between shards land here first,
