@@ -60,7 +60,17 @@ pub(crate) fn capture<R>(filter: &str, f: impl FnOnce() -> R) -> (R, String) {
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();
-    let result = tracing::subscriber::with_default(subscriber, f);
+    // One capture at a time, and callsite interest rebuilt under it:
+    // tracing caches per call site whether any subscriber wants its events,
+    // and scoped subscribers created and dropped by tests running in
+    // parallel could leave a debug call site cached as unwanted (events
+    // missed now and then).
+    static ONE_AT_A_TIME: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock();
+    let result = tracing::subscriber::with_default(subscriber, || {
+        tracing::callsite::rebuild_interest_cache();
+        f()
+    });
     let text = String::from_utf8_lossy(&lines.0.lock()).into_owned();
     (result, text)
 }

@@ -44,16 +44,18 @@ fn emq_cli_schedule_with_a_bad_cron_exits_non_zero_with_the_schedulers_reason() 
     // A cron the scheduler's rules reject (the router applies them for it).
     let (code, out, err) =
         emq_cli(&dir, &fe, &sched.admin, &["schedule", "q", "--cron", "61 * * * *", "--callable", "m.f"]);
+    // One line, on stderr (stdout carries the answer only with --json).
     assert_eq!(code, 1, "stdout {out}\nstderr {err}");
-    assert!(out.starts_with("SCHEDULE refused "), "{out}");
-    assert!(out.contains("BAD_CRON frame 8: bad cron expression \"61 * * * *\""), "{out}");
-    assert!(err.contains("refused"), "{err}");
+    assert_eq!(out, "", "{err}");
+    assert!(err.starts_with("emq-cli: SCHEDULE ") && err.contains(" refused: "), "{err}");
+    assert!(err.contains("BAD_CRON frame 8: bad cron expression \"61 * * * *\""), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
     // A date that never comes: only the scheduler finds out, and its ERROR
     // comes back through the router.
-    let (code, out, _) =
+    let (code, out, err) =
         emq_cli(&dir, &fe, &sched.admin, &["schedule", "q", "--cron", "0 0 30 2 *", "--callable", "m.f"]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("BAD_CRON frame 8: bad cron expression \"0 0 30 2 *\""), "{out}");
+    assert!(err.contains("BAD_CRON frame 8: bad cron expression \"0 0 30 2 *\""), "{err}");
     assert!(sched.child.log_text().contains("rejected message"), "the scheduler refused it itself");
     // Accepted, with the scheduler's outcome.
     let (code, out, _) =
