@@ -12,6 +12,8 @@
 # per client, 64-byte bodies, no warm-up. Writes the callgrind files and
 # callgrind-summary.txt to loadtest/results/callgrind-<rev>/ (override:
 # EMQ_CG_OUT); `callgrind_annotate <file>` shows where the instructions go.
+# emq-router runs with a fresh data directory under /tmp per run (removed
+# after it) and durability EMQ_CG_DURABILITY (default "sync", its default).
 # Stops what it starts, by PID.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,11 +26,16 @@ REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 OUT=${EMQ_CG_OUT:-$ROOT/loadtest/results/callgrind-$REV}
 N1=${EMQ_CG_N1:-2000}
 N2=${EMQ_CG_N2:-10000}
+DURABILITY=${EMQ_CG_DURABILITY:-sync}
 TARGETS=${*:-emq forwarder}
 mkdir -p "$OUT"
 
 PID=
-cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; wait 2>/dev/null || true; }
+DATA=
+cleanup() {
+  [ -n "$PID" ] && kill "$PID" 2>/dev/null; wait 2>/dev/null || true
+  [ -n "$DATA" ] && rm -rf "$DATA"
+}
 trap cleanup EXIT
 
 free_port() {
@@ -51,7 +58,8 @@ run() {
   file=$OUT/$target-$n.callgrind
   local cg=(valgrind --tool=callgrind --callgrind-out-file="$file" --separate-threads=no)
   case $target in
-    emq) "${cg[@]}" "$ROUTER" --frontend-addr "tcp://127.0.0.1:$fp" --backend-addr "tcp://127.0.0.1:$bp" \
+    emq) rm -rf "$DATA"; DATA=$(mktemp -d /tmp/emq-callgrind-XXXXXX)
+         "${cg[@]}" "$ROUTER" --data-dir "$DATA" --durability "$DURABILITY" --frontend-addr "tcp://127.0.0.1:$fp" --backend-addr "tcp://127.0.0.1:$bp" \
            --admin-addr "tcp://127.0.0.1:$(free_port)" --text-addr off --latency-interval 0s \
            --log warn >"$OUT/$target-$n.log" 2>&1 &
          ;;

@@ -29,7 +29,8 @@ run() { # SECONDS -> Ir
   bp=$(port)
   valgrind --tool=callgrind --callgrind-out-file="$DIR/idle-$1.cg" "$ROUTER" \
     --frontend-addr "tcp://127.0.0.1:$(port)" --backend-addr "tcp://127.0.0.1:$bp" \
-    --admin-addr "tcp://127.0.0.1:$(port)" --text-addr off --latency-interval 0s --log warn 2>/dev/null &
+    --admin-addr "tcp://127.0.0.1:$(port)" --text-addr off --latency-interval 0s --log warn \
+    --data-dir "$DIR/router-$1" --metrics "" 2>/dev/null &
   PID=$!
   wait_port "$bp"
   "$BENCH" idle --backend "tcp://127.0.0.1:$bp" --workers "$W" --duration "${1}s" --probe-timeout 120s \

@@ -9,10 +9,11 @@ BIN="$ROOT/target/release"
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 FE=$(port); BE=$(port); AD=$(port)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+DATA=$(mktemp -d /tmp/emq-idle-cpu-XXXXXX)
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$DATA"; }
 trap cleanup EXIT
 "$BIN/emq-router" --frontend "tcp://127.0.0.1:$FE" --backend "tcp://127.0.0.1:$BE" \
-  --admin "tcp://127.0.0.1:$AD" --text off --log warn & RPID=$!; PIDS+=("$RPID")
+  --admin "tcp://127.0.0.1:$AD" --text off --metrics "" --data-dir "$DATA" --log warn & RPID=$!; PIDS+=("$RPID")
 sleep 0.5
 for _ in $(seq "$N"); do
   "$BIN/emq-worker" -B "tcp://127.0.0.1:$BE" -Q default -J 1 -- cat >/dev/null 2>&1 & PIDS+=("$!")

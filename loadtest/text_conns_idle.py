@@ -10,7 +10,7 @@ staying open; records them again; measures the router's CPU time
 connection and records once more. Stops the router by PID.
 
 usage: loadtest/text_conns_idle.py [N=10000] [SECONDS=30]"""
-import os, resource, socket, subprocess, sys, time
+import os, resource, shutil, socket, subprocess, sys, tempfile, time
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 10000
 SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 30.0
@@ -40,9 +40,11 @@ def cpu_s(pid):
 
 
 fe, be, ad, tx = (free_port() for _ in range(4))
+data = tempfile.mkdtemp(prefix="emq-text-conns-idle-")
 router = subprocess.Popen([f"{root}/target/release/emq-router", "--frontend-addr", f"tcp://127.0.0.1:{fe}",
                            "--backend-addr", f"tcp://127.0.0.1:{be}", "--admin-addr", f"tcp://127.0.0.1:{ad}",
-                           "--text-addr", f"127.0.0.1:{tx}", "--text-max-connections", str(N), "--log", "warn"])
+                           "--text-addr", f"127.0.0.1:{tx}", "--text-max-connections", str(N), "--log", "warn",
+                           "--data-dir", data, "--metrics", ""])
 try:
     time.sleep(0.5)
     before = figures(router.pid)
@@ -74,3 +76,4 @@ try:
           f"= {100 * idle_cpu / SECONDS:.3f}% of one core")
 finally:
     router.terminate(); router.wait(timeout=60)
+    shutil.rmtree(data, ignore_errors=True)

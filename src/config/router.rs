@@ -48,7 +48,8 @@ settings! {
         /// `QUEUE_FULL`.
         max_queue_bytes: AtLeastOne = limits::MAX_QUEUE_BYTES, env "EMQ_MAX_QUEUE_BYTES";
         /// Most bytes of waiting and in-flight jobs in the whole broker;
-        /// past it `QUEUE_FULL`. Unset: a quarter of the machine's memory.
+        /// past it `QUEUE_FULL`. Unset: a quarter of the machine's memory,
+        /// or of its control group's limit when lower (containers).
         max_memory_bytes: Optional<AtLeastOne>, env "EMQ_MAX_MEMORY_BYTES";
         /// Largest eMQP message in bytes, all frames together; past it
         /// `ERROR TOO_BIG` (a single frame over twice this drops the peer).
@@ -188,7 +189,7 @@ pub struct RouterConfig {
     /// Most waiting bytes per queue.
     pub max_queue_bytes: usize,
     /// Most bytes of waiting and in-flight jobs in the broker; `None` = a
-    /// quarter of the machine's memory (see [`RouterConfig::memory_limit_bytes`]).
+    /// quarter of the machine's memory or control group limit (see [`RouterConfig::memory_limit_bytes`]).
     pub max_memory_bytes: Option<usize>,
     /// Largest eMQP message in bytes, all frames together.
     pub max_message_bytes: usize,
@@ -342,16 +343,49 @@ impl RawRouterConfig {
 }
 
 impl RouterConfig {
-    /// The broker-wide byte limit: [`RouterConfig::max_memory_bytes`], or a
-    /// quarter of the machine's physical memory when unset (at least 64 MiB).
+    /// The broker-wide byte limit: [`RouterConfig::max_memory_bytes`], or,
+    /// when unset, a quarter of the memory the process may use (at least
+    /// 64 MiB): the machine's physical memory, or the memory limit of its
+    /// control group when that is lower (in a container).
     pub fn memory_limit_bytes(&self) -> usize {
         self.max_memory_bytes.unwrap_or_else(|| {
             // SAFETY: sysconf has no preconditions; it returns -1 on error.
             let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
-            let total = (pages.max(0) as usize).saturating_mul(page.max(0) as usize);
+            let physical = (pages.max(0) as usize).saturating_mul(page.max(0) as usize);
+            let total = cgroup_memory_limit().map_or(physical, |limit| limit.min(physical));
             (total / 4).max(64 << 20)
         })
     }
+}
+
+/// The memory limit of this process's control group, bytes: cgroup v2's
+/// `memory.max` or cgroup v1's `memory.limit_in_bytes` of the group
+/// `/proc/self/cgroup` names (mounted under `/sys/fs/cgroup`). `None` when
+/// there is none ("max"), or it cannot be read or parsed.
+fn cgroup_memory_limit() -> Option<usize> {
+    let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mut candidates = Vec::new();
+    for line in groups.lines() {
+        // "0::/path" (v2) or "N:memory:/path" (v1, possibly "memory,..." lists).
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let path = path.trim_start_matches('/');
+        if controllers.is_empty() {
+            candidates.push(format!("/sys/fs/cgroup/{path}/memory.max"));
+            candidates.push("/sys/fs/cgroup/memory.max".to_string());
+        } else if controllers.split(',').any(|c| c == "memory") {
+            candidates.push(format!("/sys/fs/cgroup/memory/{path}/memory.limit_in_bytes"));
+            candidates.push("/sys/fs/cgroup/memory/memory.limit_in_bytes".to_string());
+        }
+    }
+    candidates.iter().find_map(|file| parse_cgroup_limit(&std::fs::read_to_string(file).ok()?))
+}
+
+/// A cgroup memory limit file's content: a number of bytes, or `max` (v2)
+/// or a huge number (v1's "unlimited", 2^63 rounded to pages) for none.
+fn parse_cgroup_limit(text: &str) -> Option<usize> {
+    let bytes: u64 = text.trim().parse().ok()?;
+    (bytes < 1 << 60).then(|| usize::try_from(bytes).ok()).flatten()
 }
 
 impl Default for RouterConfig {
@@ -579,6 +613,19 @@ mod tests {
         let c = toml::from_str::<RawRouterConfig>(DEFAULT_TOML).unwrap().validate().unwrap();
         assert_eq!(c.default_queues, vec![(10, "default".to_string())]);
         assert_eq!(c.text.max_line_bytes, limits::TEXT_MAX_LINE_BYTES);
+    }
+
+    #[test]
+    fn cgroup_memory_limits_parse_and_unlimited_is_none() {
+        assert_eq!(parse_cgroup_limit("536870912\n"), Some(512 << 20));
+        assert_eq!(parse_cgroup_limit("max\n"), None);
+        assert_eq!(parse_cgroup_limit("9223372036854771712\n"), None, "v1 unlimited");
+        assert_eq!(parse_cgroup_limit(""), None);
+        assert_eq!(parse_cgroup_limit("-1"), None);
+        // The default limit is a quarter of what the process may use, never
+        // below 64 MiB, and never above a quarter of physical memory.
+        let limit = RouterConfig::default().memory_limit_bytes();
+        assert!(limit >= 64 << 20, "{limit}");
     }
 
     #[test]
