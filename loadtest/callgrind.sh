@@ -33,8 +33,9 @@ mkdir -p "$OUT"
 PID=
 DATA=
 cleanup() {
-  [ -n "$PID" ] && kill "$PID" 2>/dev/null; wait 2>/dev/null || true
-  [ -n "$DATA" ] && rm -rf "$DATA"
+  if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; fi
+  wait 2>/dev/null || true
+  if [ -n "$DATA" ]; then rm -rf "$DATA"; fi
 }
 trap cleanup EXIT
 
@@ -51,14 +52,17 @@ wait_port() { # PORT: until something listens (120 s: valgrind starts slowly)
   echo "nothing listens on $1" >&2; return 1
 }
 
-# run TARGET N -> prints total instructions (Ir) of the target for N jobs
+# run TARGET N -> prints total instructions (Ir) of the target for N jobs.
+# Runs in a command substitution (a subshell of its own): its trap stops
+# its target and removes its data directory however it ends.
 run() {
+  trap cleanup EXIT
   local target=$1 n=$2 fp bp file
   fp=$(free_port); bp=$(free_port)
   file=$OUT/$target-$n.callgrind
   local cg=(valgrind --tool=callgrind --callgrind-out-file="$file" --separate-threads=no)
   case $target in
-    emq) rm -rf "$DATA"; DATA=$(mktemp -d /tmp/emq-callgrind-XXXXXX)
+    emq) DATA=$(mktemp -d /tmp/emq-callgrind-XXXXXX)
          "${cg[@]}" "$ROUTER" --data-dir "$DATA" --durability "$DURABILITY" --frontend-addr "tcp://127.0.0.1:$fp" --backend-addr "tcp://127.0.0.1:$bp" \
            --admin-addr "tcp://127.0.0.1:$(free_port)" --text-addr off --latency-interval 0s \
            --log warn >"$OUT/$target-$n.log" 2>&1 &
