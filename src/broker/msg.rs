@@ -262,7 +262,8 @@ impl ShardMsg {
     /// Bytes of the new eMQP jobs in a [`ShardMsg::Batch`] (REQUESTs not
     /// yet forwarded to `default`): what the I/O thread counted into
     /// [`crate::broker::shard::ShardContext::in_transit_bytes`] when it
-    /// handed the batch over, and the shard takes out as it takes the batch.
+    /// handed the batch over (each job leaves that count when a shard
+    /// admits or refuses it), and takes out again if the hand-over fails.
     pub fn in_transit_bytes(&self) -> usize {
         let ShardMsg::Batch(msgs) = self else { return 0 };
         msgs.iter()

@@ -352,33 +352,49 @@ impl RouterConfig {
             // SAFETY: sysconf has no preconditions; it returns -1 on error.
             let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
             let physical = (pages.max(0) as usize).saturating_mul(page.max(0) as usize);
-            let total = cgroup_memory_limit().map_or(physical, |limit| limit.min(physical));
+            // A physical size sysconf cannot tell (0) is no limit of its own.
+            let total = match (cgroup_memory_limit(), physical) {
+                (Some(limit), 0) => limit,
+                (Some(limit), physical) => limit.min(physical),
+                (None, physical) => physical,
+            };
             (total / 4).max(64 << 20)
         })
     }
 }
 
-/// The memory limit of this process's control group, bytes: cgroup v2's
-/// `memory.max` or cgroup v1's `memory.limit_in_bytes` of the group
-/// `/proc/self/cgroup` names (mounted under `/sys/fs/cgroup`). `None` when
-/// there is none ("max"), or it cannot be read or parsed.
+/// The memory limit of this process's control group, bytes: the lowest
+/// cgroup v2 `memory.max` or cgroup v1 `memory.limit_in_bytes` of the group
+/// `/proc/self/cgroup` names and of each group above it (mounted under
+/// `/sys/fs/cgroup`). `None` when none sets one ("max"), or none can be
+/// read or parsed.
 fn cgroup_memory_limit() -> Option<usize> {
     let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let mut candidates = Vec::new();
+    let mut files = Vec::new();
     for line in groups.lines() {
         // "0::/path" (v2) or "N:memory:/path" (v1, possibly "memory,..." lists).
         let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let path = path.trim_start_matches('/');
-        if controllers.is_empty() {
-            candidates.push(format!("/sys/fs/cgroup/{path}/memory.max"));
-            candidates.push("/sys/fs/cgroup/memory.max".to_string());
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let (root, file) = if controllers.is_empty() {
+            ("/sys/fs/cgroup", "memory.max")
         } else if controllers.split(',').any(|c| c == "memory") {
-            candidates.push(format!("/sys/fs/cgroup/memory/{path}/memory.limit_in_bytes"));
-            candidates.push("/sys/fs/cgroup/memory/memory.limit_in_bytes".to_string());
+            ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
+        } else {
+            continue;
+        };
+        // The group and each one above it; a path leading outside this
+        // namespace ("/../..") names no file here.
+        let path = path.trim_end_matches(" (deleted)");
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        if parts.contains(&"..") {
+            files.push(format!("{root}/{file}"));
+            continue;
+        }
+        for depth in (0..=parts.len()).rev() {
+            files.push(format!("{root}/{}/{file}", parts[..depth].join("/")).replace("//", "/"));
         }
     }
-    candidates.iter().find_map(|file| parse_cgroup_limit(&std::fs::read_to_string(file).ok()?))
+    files.iter().filter_map(|file| parse_cgroup_limit(&std::fs::read_to_string(file).ok()?)).min()
 }
 
 /// A cgroup memory limit file's content: a number of bytes, or `max` (v2)
@@ -623,7 +639,7 @@ mod tests {
         assert_eq!(parse_cgroup_limit(""), None);
         assert_eq!(parse_cgroup_limit("-1"), None);
         // The default limit is a quarter of what the process may use, never
-        // below 64 MiB, and never above a quarter of physical memory.
+        // below 64 MiB.
         let limit = RouterConfig::default().memory_limit_bytes();
         assert!(limit >= 64 << 20, "{limit}");
     }

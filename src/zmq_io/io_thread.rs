@@ -93,7 +93,7 @@ pub struct IoThread {
     pub inbox_load: Arc<[AtomicUsize]>,
     /// Bytes of every waiting and in-flight job (the shards' count).
     pub job_bytes: Arc<AtomicUsize>,
-    /// Bytes of new jobs handed to shards and not taken yet
+    /// Bytes of new jobs handed to shards and not yet admitted or refused
     /// ([`crate::broker::shard::ShardContext::in_transit_bytes`]).
     pub in_transit_bytes: Arc<AtomicUsize>,
     /// The limits the I/O thread enforces.
@@ -249,7 +249,10 @@ impl Loop {
             }
             let msg = ShardMsg::Batch(std::mem::take(pending));
             self.io.inbox_load[index].fetch_add(msg.inbox_weight(), Ordering::Relaxed);
-            if self.io.shards[index].send(msg).is_err() {
+            if let Err(crossbeam_channel::SendError(msg)) = self.io.shards[index].send(msg) {
+                let bytes = msg.in_transit_bytes();
+                let take = |v: usize| Some(v.saturating_sub(bytes));
+                let _ = self.io.in_transit_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, take);
                 tracing::error!(shard = index, "shard gone; messages dropped");
             }
         }

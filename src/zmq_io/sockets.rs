@@ -35,7 +35,9 @@ pub fn router_socket(
     s.set_router_mandatory(true).map_err(ZmqError::at("ROUTER_MANDATORY"))?;
     s.set_router_handover(true).map_err(ZmqError::at("ROUTER_HANDOVER"))?;
     s.set_sndhwm(hwm).map_err(ZmqError::at("SNDHWM"))?;
-    s.set_rcvhwm(hwm.min(limits::ZMQ_RCVHWM)).map_err(ZmqError::at("RCVHWM"))?;
+    // 0 is "no limit" to libzmq: the read-ahead cap holds then too.
+    let rcvhwm = if hwm <= 0 { limits::ZMQ_RCVHWM } else { hwm.min(limits::ZMQ_RCVHWM) };
+    s.set_rcvhwm(rcvhwm).map_err(ZmqError::at("RCVHWM"))?;
     s.set_maxmsgsize(i64::try_from(max_frame_bytes).unwrap_or(i64::MAX)).map_err(ZmqError::at("MAXMSGSIZE"))?;
     s.set_linger(limits::ROUTER_LINGER.as_millis() as i32).map_err(ZmqError::at("LINGER"))?;
     s.bind(addr).map_err(ZmqError::at(format!("bind {name} {addr}")))?;

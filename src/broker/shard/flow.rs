@@ -28,15 +28,27 @@ impl Shard {
         }
         let queue =
             if fallback_done { QueueName::named(limits::DEFAULT_QUEUE) } else { QueueName::from(frames.queue()) };
-        if let Err(code) = self.admit(&queue, frames.len()) {
-            let text = self.refusal_text(code, &queue, frames.len());
-            return self.send_error(&client, MsgId::from(frames.msgid()), code.as_str(), text, cx);
+        let len = frames.len();
+        if let Err(code) = self.admit(&queue, len) {
+            let text = self.refusal_text(code, &queue, len);
+            self.send_error(&client, MsgId::from(frames.msgid()), code.as_str(), text, cx);
+            return self.release_in_transit(len);
         }
         let accepted = OutMsg::Accepted(frames.clone());
         cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: client, msg: accepted, on_fail: OnFail::Count });
         let mut job = Job::new(self.next_job_id(), frames, Origin::Emqp, fallback_done, self.ctx.started, cx.now);
         self.log_accepted(&mut job);
         self.enqueue_new(&queue, job, cx);
+        // Now counted in job_bytes: no longer in transit.
+        self.release_in_transit(len);
+    }
+
+    /// A new eMQP job of `len` bytes was admitted or refused: it leaves
+    /// [`super::ShardContext::in_transit_bytes`], where the I/O thread put
+    /// it (saturating: a request handed over by a test was never counted).
+    fn release_in_transit(&self, len: usize) {
+        let take = |v: usize| Some(v.saturating_sub(len));
+        let _ = self.ctx.in_transit_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, take);
     }
 
     /// Whether a new job of `bytes` bytes may join `queue` now; the refusal

@@ -134,12 +134,13 @@ pub struct ShardContext {
     /// Bytes of every waiting and in-flight job (checked against the
     /// memory limit).
     pub job_bytes: Arc<AtomicUsize>,
-    /// Bytes of new eMQP jobs the I/O thread has handed to some shard that
-    /// it has not taken yet ([`ShardMsg::in_transit_bytes`]): the I/O
-    /// thread counts them with [`ShardContext::job_bytes`] against the
-    /// memory limit, and refuses a REQUEST past it at once, so that a
-    /// producer pushing large jobs at a full broker costs no more memory
-    /// than the limit (docs/configuration.md, `max_memory_bytes`).
+    /// Bytes of new eMQP jobs the I/O thread has handed to the shards that
+    /// no shard has admitted or refused yet ([`ShardMsg::in_transit_bytes`];
+    /// a job forwarded to `default` stays counted until `default`'s shard
+    /// decides): the I/O thread counts them with [`ShardContext::job_bytes`]
+    /// against the memory limit, and refuses a REQUEST past it at once, so
+    /// that a producer pushing large jobs at a full broker costs no more
+    /// memory than the limit (docs/configuration.md, `max_memory_bytes`).
     pub in_transit_bytes: Arc<AtomicUsize>,
     /// Registered workers of every shard together (checked against `max_workers`).
     pub worker_count: Arc<AtomicUsize>,
@@ -278,12 +279,6 @@ impl Shard {
                 let weight = msg.inbox_weight();
                 if weight > 0 {
                     self.ctx.inbox_load[self.index].fetch_sub(weight, Ordering::Relaxed);
-                    let bytes = msg.in_transit_bytes();
-                    if bytes > 0 {
-                        // Saturating: a batch handed over by a test counts nothing.
-                        let take = |v: usize| Some(v.saturating_sub(bytes));
-                        let _ = self.ctx.in_transit_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, take);
-                    }
                 }
                 if matches!(msg, ShardMsg::Shutdown) {
                     // Jobs still travelling between shards land here first,

@@ -3,7 +3,7 @@
 
 use super::harness::Harness;
 use super::observe::shape;
-use crate::broker::msg::{Dest, OnFail};
+use crate::broker::msg::{Dest, OnFail, ShardMsg};
 use crate::protocol::text::ErrorCode;
 
 /// The shard counts most tests run on.
@@ -254,5 +254,33 @@ fn queue_holding_jobs_stays_and_falls_back_once_empty() {
         h.advance(h.ctx.config.text.ask_grace);
         h.request("c1", "m2", "t", "r2");
         assert_eq!((h.waiting("t"), h.waiting("default")), (vec![], vec!["r2".to_string()]));
+    }
+}
+
+/// A new eMQP job stays counted in transit (as the I/O thread counted it)
+/// until a shard admits it (then it is in job_bytes) or refuses it: also
+/// while it travels on to `default`'s shard, and when it is refused there.
+#[test]
+fn a_job_is_in_transit_until_a_shard_admits_or_refuses_it() {
+    use std::sync::atomic::Ordering::Relaxed;
+    for refuse in [false, true] {
+        let mut h = Harness::new(3);
+        let (home, default) = (h.shard_of("nosuch"), h.shard_of("default"));
+        assert_ne!(home, default, "the test needs the fallback to cross shards");
+        h.set_draining(refuse);
+        let frames =
+            crate::broker::types::JobFrames::new(b"m1", b"nosuch", b"", b"job", &[] as &[&[u8]]).expect("frames");
+        let len = frames.len();
+        h.ctx.in_transit_bytes.fetch_add(len, Relaxed);
+        let client = super::harness::peer("c1");
+        h.post(home, ShardMsg::Batch(vec![ShardMsg::Request { client, frames, fallback_done: false }]));
+        assert!(h.step(home));
+        assert_eq!(h.ctx.in_transit_bytes.load(Relaxed), len, "forwarded to default: still in transit");
+        assert_eq!(h.ctx.job_bytes.load(Relaxed), 0);
+        assert!(h.step(default));
+        assert_eq!(h.ctx.in_transit_bytes.load(Relaxed), 0, "refused: {refuse}");
+        assert_eq!(h.ctx.job_bytes.load(Relaxed), if refuse { 0 } else { len });
+        let answer = if refuse { "ERROR" } else { "REPLY" };
+        assert_eq!(h.take_commands("c1"), [answer]);
     }
 }

@@ -98,6 +98,21 @@ impl Harness {
         self.run();
     }
 
+    /// Puts `msg` in shard `index`'s inbox without handling anything.
+    pub fn post(&mut self, index: usize, msg: ShardMsg) {
+        self.inbox[index].push_back(msg);
+    }
+
+    /// Handles the next message in shard `index`'s inbox only (what it
+    /// sends other shards waits in their inboxes); false when it was empty.
+    pub fn step(&mut self, index: usize) -> bool {
+        let Some(msg) = self.inbox[index].pop_front() else { return false };
+        let mut out = VecOutbox::default();
+        self.shards[index].handle(msg, self.now, &mut out);
+        self.collect(out);
+        true
+    }
+
     /// Handles queued messages until every inbox is empty.
     pub fn run(&mut self) {
         while let Some(i) = self.pick() {
