@@ -352,26 +352,36 @@ impl RouterConfig {
             // SAFETY: sysconf has no preconditions; it returns -1 on error.
             let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
             let physical = (pages.max(0) as usize).saturating_mul(page.max(0) as usize);
-            // A physical size sysconf cannot tell (0) is no limit of its own.
-            let total = match (cgroup_memory_limit(), physical) {
-                (Some(limit), 0) => limit,
-                (Some(limit), physical) => limit.min(physical),
-                (None, physical) => physical,
-            };
-            (total / 4).max(64 << 20)
+            let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok().and_then(|groups| {
+                let files = cgroup_limit_files(&groups);
+                files.iter().filter_map(|file| parse_cgroup_limit(&std::fs::read_to_string(file).ok()?)).min()
+            });
+            default_memory_limit(cgroup, physical)
         })
     }
 }
 
-/// The memory limit of this process's control group, bytes: the lowest
-/// cgroup v2 `memory.max` or cgroup v1 `memory.limit_in_bytes` of the group
-/// `/proc/self/cgroup` names and of each group above it (mounted under
-/// `/sys/fs/cgroup`). `None` when none sets one ("max"), or none can be
-/// read or parsed.
-fn cgroup_memory_limit() -> Option<usize> {
-    let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+/// A quarter of what the process may use, at least 64 MiB: the lower of the
+/// control group's limit and the physical memory (0: sysconf could not
+/// tell, no limit of its own).
+fn default_memory_limit(cgroup: Option<usize>, physical: usize) -> usize {
+    let total = match (cgroup, physical) {
+        (Some(limit), 0) => limit,
+        (Some(limit), physical) => limit.min(physical),
+        (None, physical) => physical,
+    };
+    (total / 4).max(64 << 20)
+}
+
+/// The files that may hold this process's memory limit, given
+/// `/proc/self/cgroup`: cgroup v2 `memory.max` or cgroup v1
+/// `memory.limit_in_bytes` (under `/sys/fs/cgroup`) of its group and of each
+/// group above it; the lowest limit among them applies. A path leading
+/// outside this namespace ("/../..") names only the root's file; malformed
+/// lines are skipped.
+fn cgroup_limit_files(proc_cgroup: &str) -> Vec<String> {
     let mut files = Vec::new();
-    for line in groups.lines() {
+    for line in proc_cgroup.lines() {
         // "0::/path" (v2) or "N:memory:/path" (v1, possibly "memory,..." lists).
         let mut parts = line.splitn(3, ':');
         let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
@@ -382,19 +392,16 @@ fn cgroup_memory_limit() -> Option<usize> {
         } else {
             continue;
         };
-        // The group and each one above it; a path leading outside this
-        // namespace ("/../..") names no file here.
-        let path = path.trim_end_matches(" (deleted)");
-        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-        if parts.contains(&"..") {
-            files.push(format!("{root}/{file}"));
-            continue;
-        }
-        for depth in (0..=parts.len()).rev() {
-            files.push(format!("{root}/{}/{file}", parts[..depth].join("/")).replace("//", "/"));
+        let parts: Vec<&str> = path.trim_end_matches(" (deleted)").split('/').filter(|p| !p.is_empty()).collect();
+        let depths = if parts.contains(&"..") { 0..=0 } else { 0..=parts.len() };
+        for depth in depths.rev() {
+            files.push(match depth {
+                0 => format!("{root}/{file}"),
+                _ => format!("{root}/{}/{file}", parts[..depth].join("/")),
+            });
         }
     }
-    files.iter().filter_map(|file| parse_cgroup_limit(&std::fs::read_to_string(file).ok()?)).min()
+    files
 }
 
 /// A cgroup memory limit file's content: a number of bytes, or `max` (v2)
@@ -638,10 +645,35 @@ mod tests {
         assert_eq!(parse_cgroup_limit("9223372036854771712\n"), None, "v1 unlimited");
         assert_eq!(parse_cgroup_limit(""), None);
         assert_eq!(parse_cgroup_limit("-1"), None);
-        // The default limit is a quarter of what the process may use, never
-        // below 64 MiB.
-        let limit = RouterConfig::default().memory_limit_bytes();
-        assert!(limit >= 64 << 20, "{limit}");
+        let gib = 1 << 30;
+        assert_eq!(default_memory_limit(Some(2 * gib), 24 * gib), gib / 2, "the container's limit");
+        assert_eq!(default_memory_limit(Some(64 * gib), 24 * gib), 6 * gib, "RAM when lower");
+        assert_eq!(default_memory_limit(None, 24 * gib), 6 * gib);
+        assert_eq!(default_memory_limit(Some(2 * gib), 0), gib / 2, "sysconf could not tell");
+        assert_eq!(default_memory_limit(None, 0), 64 << 20, "at least 64 MiB");
+    }
+
+    #[test]
+    fn cgroup_limit_files_cover_the_group_and_every_group_above_it() {
+        let v2 = cgroup_limit_files("0::/system.slice/emq.service\n");
+        assert_eq!(
+            v2,
+            [
+                "/sys/fs/cgroup/system.slice/emq.service/memory.max",
+                "/sys/fs/cgroup/system.slice/memory.max",
+                "/sys/fs/cgroup/memory.max"
+            ]
+        );
+        let v1 = cgroup_limit_files("9:cpu:/\n4:memory,hugetlb:/docker/abc (deleted)\ngarbage\n0::/../..\n");
+        assert_eq!(
+            v1,
+            [
+                "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes",
+                "/sys/fs/cgroup/memory/docker/memory.limit_in_bytes",
+                "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                "/sys/fs/cgroup/memory.max"
+            ]
+        );
     }
 
     #[test]

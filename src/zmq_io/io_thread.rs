@@ -250,9 +250,7 @@ impl Loop {
             let msg = ShardMsg::Batch(std::mem::take(pending));
             self.io.inbox_load[index].fetch_add(msg.inbox_weight(), Ordering::Relaxed);
             if let Err(crossbeam_channel::SendError(msg)) = self.io.shards[index].send(msg) {
-                let bytes = msg.in_transit_bytes();
-                let take = |v: usize| Some(v.saturating_sub(bytes));
-                let _ = self.io.in_transit_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, take);
+                crate::broker::shard::release_in_transit(&self.io.in_transit_bytes, msg.in_transit_bytes());
                 tracing::error!(shard = index, "shard gone; messages dropped");
             }
         }

@@ -32,7 +32,7 @@ impl Shard {
         if let Err(code) = self.admit(&queue, len) {
             let text = self.refusal_text(code, &queue, len);
             self.send_error(&client, MsgId::from(frames.msgid()), code.as_str(), text, cx);
-            return self.release_in_transit(len);
+            return super::release_in_transit(&self.ctx.in_transit_bytes, len);
         }
         let accepted = OutMsg::Accepted(frames.clone());
         cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: client, msg: accepted, on_fail: OnFail::Count });
@@ -40,15 +40,7 @@ impl Shard {
         self.log_accepted(&mut job);
         self.enqueue_new(&queue, job, cx);
         // Now counted in job_bytes: no longer in transit.
-        self.release_in_transit(len);
-    }
-
-    /// A new eMQP job of `len` bytes was admitted or refused: it leaves
-    /// [`super::ShardContext::in_transit_bytes`], where the I/O thread put
-    /// it (saturating: a request handed over by a test was never counted).
-    fn release_in_transit(&self, len: usize) {
-        let take = |v: usize| Some(v.saturating_sub(len));
-        let _ = self.ctx.in_transit_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, take);
+        super::release_in_transit(&self.ctx.in_transit_bytes, len);
     }
 
     /// Whether a new job of `bytes` bytes may join `queue` now; the refusal

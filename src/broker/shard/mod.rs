@@ -157,6 +157,14 @@ pub struct ShardContext {
     pub inbox_load: Arc<[AtomicUsize]>,
 }
 
+/// Takes `bytes` of new jobs out of [`ShardContext::in_transit_bytes`]
+/// (a job admitted or refused by a shard, or a hand-over that failed);
+/// saturating: a request handed over by a test was never counted.
+pub fn release_in_transit(in_transit: &AtomicUsize, bytes: usize) {
+    let take = |v: usize| Some(v.saturating_sub(bytes));
+    let _ = in_transit.fetch_update(Ordering::Relaxed, Ordering::Relaxed, take);
+}
+
 impl ShardContext {
     /// A context for `shards` shards on `config`, started at `started`.
     pub fn new(config: Arc<RouterConfig>, shards: usize, started: Instant) -> ShardContext {
