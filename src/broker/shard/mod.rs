@@ -65,7 +65,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use super::counts::QueueCounter;
 use super::msg::{Dest, OnFail, OutMsg, Outbox, Outgoing, ShardMsg};
 use super::snapshot::ShardSnapshot;
-use super::timers::Timers;
+use super::timers::{Grid, Timers};
 use crate::config::RouterConfig;
 use crate::ids::{ConnId, MsgId, PeerId, QueueName, WorkerKey};
 use crate::limits;
@@ -204,6 +204,9 @@ pub struct Shard {
     index: usize,
     ctx: ShardContext,
     timers: Timers<Timer>,
+    /// What worker heartbeat and expiry deadlines are rounded to, so that
+    /// those of many workers fall due together.
+    grid: Grid,
     queues: QueueTable,
     workers: WorkerTable,
     offers: OfferTable,
@@ -240,10 +243,12 @@ impl Shard {
         let workers = WorkerTable::new(ctx.worker_count.clone());
         let asked_cap = ctx.config.text.max_asked_queues / ctx.shards.max(1);
         let queue_timeouts = ctx.config.job_timeouts.iter().map(|(q, t)| (q.as_bytes().to_vec(), *t)).collect();
+        let grid = Grid::for_heartbeats(ctx.started, ctx.config.heartbeat_interval);
         let mut shard = Shard {
             index,
             ctx,
             timers: Timers::default(),
+            grid,
             queues,
             workers,
             offers: OfferTable::new(index),

@@ -61,8 +61,8 @@ impl Shard {
             let inform = msgid.clone();
             self.send_to_shard(index, ShardMsg::AddCandidate { queue, weight, worker: shared.clone(), inform }, cx);
         }
-        self.timers.arm(cx.now + self.ctx.config.heartbeat_interval, Timer::WorkerHeartbeat(key));
-        self.timers.arm(cx.now + self.ctx.config.heartbeat_timeout, Timer::WorkerExpiry(key));
+        self.arm_worker_heartbeat(key, cx);
+        self.arm_worker_expiry(key, cx.now + self.ctx.config.heartbeat_timeout);
     }
 
     /// Refreshes the worker's liveness; `None` when it is unknown, which
@@ -123,7 +123,7 @@ impl Shard {
         };
         self.remove_candidates(&worker, cx);
         tracing::info!(worker = %id, "KBYE: no new jobs for this worker");
-        self.timers.arm(cx.now + self.ctx.config.heartbeat_timeout, Timer::WorkerExpiry(worker.key));
+        self.arm_worker_expiry(worker.key, cx.now + self.ctx.config.heartbeat_timeout);
     }
 
     pub(super) fn handle_dispatched(&mut self, key: WorkerKey, job: Job, cx: &mut Cx) {
@@ -184,14 +184,29 @@ impl Shard {
     pub(super) fn worker_heartbeat_due(&mut self, key: WorkerKey, cx: &mut Cx) {
         let Some(id) = self.workers.id_of(key).cloned() else { return };
         self.send_heartbeat(Dest::Backend, &id, cx);
-        self.timers.arm(cx.now + self.ctx.config.heartbeat_interval, Timer::WorkerHeartbeat(key));
+        self.arm_worker_heartbeat(key, cx);
+    }
+
+    /// The worker's next HEARTBEAT: `heartbeat_interval` after this one,
+    /// rounded down to the shard's grid (never later, at most a grid step
+    /// earlier), so that the heartbeats of workers registered within one
+    /// step go out in one batch (docs/emqp.md "HEARTBEAT").
+    fn arm_worker_heartbeat(&mut self, key: WorkerKey, cx: &Cx) {
+        let due = self.grid.next_heartbeat(cx.now, self.ctx.config.heartbeat_interval);
+        self.timers.arm(due, Timer::WorkerHeartbeat(key));
+    }
+
+    /// The worker's expiry check at `deadline` rounded up to the shard's
+    /// grid: never early, at most a grid step late.
+    fn arm_worker_expiry(&mut self, key: WorkerKey, deadline: std::time::Instant) {
+        self.timers.arm(self.grid.ceil(deadline), Timer::WorkerExpiry(key));
     }
 
     pub(super) fn worker_expiry_due(&mut self, key: WorkerKey, cx: &mut Cx) {
         let (timeout, grace) = (self.ctx.config.heartbeat_timeout, self.ctx.config.kbye_grace);
         match self.workers.expiry(key, cx.now, timeout, grace) {
             Expiry::Gone => {}
-            Expiry::NotBefore(deadline) => self.timers.arm(deadline, Timer::WorkerExpiry(key)),
+            Expiry::NotBefore(deadline) => self.arm_worker_expiry(key, deadline),
             Expiry::KbyeOver => self.remove_worker(key, "KBYE drain over", cx),
             Expiry::Silent => {
                 Counters::bump(&self.ctx.counters.expired_workers);

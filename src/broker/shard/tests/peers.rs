@@ -115,6 +115,9 @@ fn silent_worker_expires_and_its_jobs_go_back_to_the_front_in_dispatch_order() {
 
 #[test]
 fn any_message_keeps_a_worker_alive() {
+    // Expiry checks are rounded up to the grid (100 ms for the default 3 s
+    // interval): a worker heard from off the grid goes at most a step late.
+    let step = crate::broker::timers::Grid::for_heartbeats(std::time::Instant::now(), HEARTBEAT_INTERVAL).step();
     for mut h in Harness::setups(|_| {}) {
         h.inform("w1", &[(10, "q")]);
         h.advance(HEARTBEAT_TIMEOUT - MS);
@@ -124,7 +127,38 @@ fn any_message_keeps_a_worker_alive() {
         h.advance(HEARTBEAT_TIMEOUT - MS);
         assert!(h.key_of("w1").is_some(), "{}", h.setup());
         h.advance(MS);
+        assert!(h.key_of("w1").is_some(), "not before the next grid instant: {}", h.setup());
+        h.advance(step);
         assert_eq!(h.key_of("w1"), None);
+    }
+}
+
+#[test]
+fn heartbeats_of_workers_informing_within_one_grid_step_fall_due_together() {
+    for mut h in Harness::setups(|_| {}) {
+        h.advance(10 * MS);
+        h.inform("w1", &[(10, "q")]);
+        h.advance(50 * MS);
+        h.inform("w2", &[(10, "q")]);
+        h.take_commands("w1");
+        h.take_commands("w2");
+        // Both were informed within (0 ms, 100 ms]: their next heartbeats
+        // go out at 3 s, one grid step early for w2 and 10 ms early for w1.
+        h.advance(HEARTBEAT_INTERVAL - 60 * MS - MS);
+        assert!(h.take_commands("w1").is_empty(), "{}", h.setup());
+        assert!(h.take_commands("w2").is_empty(), "{}", h.setup());
+        h.advance(MS);
+        assert_eq!(h.take_commands("w1"), ["HEARTBEAT"], "{}", h.setup());
+        assert_eq!(h.take_commands("w2"), ["HEARTBEAT"], "{}", h.setup());
+        // Then every interval exactly (while they stay alive).
+        h.heartbeat("w1");
+        h.heartbeat("w2");
+        h.advance(HEARTBEAT_INTERVAL - MS);
+        assert!(h.take_commands("w1").is_empty(), "{}", h.setup());
+        assert!(h.take_commands("w2").is_empty(), "{}", h.setup());
+        h.advance(MS);
+        assert_eq!(h.take_commands("w1"), ["HEARTBEAT"], "{}", h.setup());
+        assert_eq!(h.take_commands("w2"), ["HEARTBEAT"], "{}", h.setup());
     }
 }
 
