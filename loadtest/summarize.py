@@ -44,6 +44,11 @@ def main(out, bench):
         extra = rs[0][1].get("extra")
         if extra and "broker_cpu_us_per_job" in extra:
             cpu[(scen, target)] = sorted(r["extra"]["broker_cpu_us_per_job"] for _, r in rs)
+        elif extra and "broker_cpu_percent_of_one_core" in extra:
+            share = sorted(r["extra"]["broker_cpu_percent_of_one_core"] or 0.0 for _, r in rs)
+            lines.append(f"| {scen} | {target} | {len(rs)} | broker CPU {statistics.median(share):.1f} % of a core "
+                         f"(runs: {', '.join(f'{c:.1f}' for c in share)}), {extra.get('total_workers')} workers | | | | | |")
+            continue
         elif extra:
             lines.append(f"| {scen} | {target} | {len(rs)} | {json.dumps(extra)} | | | | | |")
             continue
@@ -60,6 +65,8 @@ def main(out, bench):
             if emq and medians.get((scen, other)):
                 lines.append(f"* {scen}: emq/{other} = {emq / medians[(scen, other)]:.3f}")
         memory = medians.get((scen, "emq-memory"))
+        if memory and medians.get((scen, "beanstalkd")):
+            lines.append(f"* {scen}: emq-memory/beanstalkd = {memory / medians[(scen, 'beanstalkd')]:.3f}")
         for mine in ("emq-shard-sync", "emq-async"):
             if memory and medians.get((scen, mine)):
                 lines.append(f"* {scen}: {mine}/emq-memory = {medians[(scen, mine)] / memory:.3f}")
@@ -76,6 +83,10 @@ def main(out, bench):
                 if emq and cpu.get((scen, other)):
                     ratio = statistics.median(emq) / statistics.median(cpu[(scen, other)])
                     lines.append(f"* {scen}: emq/{other} CPU per job = {ratio:.3f}")
+            memory, bean = cpu.get((scen, "emq-memory")), cpu.get((scen, "beanstalkd"))
+            if memory and bean:
+                ratio = statistics.median(memory) / statistics.median(bean)
+                lines.append(f"* {scen}: emq-memory/beanstalkd CPU per job = {ratio:.3f}")
     acks = {k: rs for k, rs in sorted(runs.items()) if (rs[0][1].get("ack_latency_ms") or {}).get("count")}
     if acks:
         lines += ["", "## Acceptance latency (eMQP: client send → acceptance REPLY), medians over the runs", "",

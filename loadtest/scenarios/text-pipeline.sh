@@ -3,7 +3,7 @@
 # batch, since SCHED has no success reply) vs beanstalkd `put` (each
 # answered INSERTED). Throughput = jobs stored per second.
 MODE=text
-TARGETS="emq beanstalkd"
+TARGETS="emq emq-memory beanstalkd"
 RUNS=3
 ARGS="--pipeline --clients 4 --in-flight 2000 --batch 200 --size 64 --requests 400000 --warmup 300ms"
 # The router stops with the jobs still queued and logs each one: not kept.
