@@ -119,7 +119,9 @@ pub struct IoLimits {
 
 /// Answers that could not be delivered (a full pipe: the peer does not read;
 /// or the peer is gone), counted per peer and logged at most once a minute
-/// per peer; the map holds at most [`limits::UNDELIVERED_PEERS`] peers.
+/// per peer, and these lines rate-limited together ([`crate::log_limited`]:
+/// 10,000 workers leaving at once wrote 10,000 lines); the map holds at
+/// most [`limits::UNDELIVERED_PEERS`] peers.
 #[derive(Default)]
 struct Undelivered {
     peers: crate::ids::FastMap<PeerId, (u64, Option<std::time::Instant>)>,
@@ -135,7 +137,7 @@ impl Undelivered {
         *count += 1;
         if logged.is_none_or(|at| now.duration_since(at) >= limits::UNDELIVERED_LOG_EVERY) {
             let why = if unreachable { "gone" } else { "not reading (pipe full)" };
-            tracing::warn!(%peer, answers = *count, why, "answers to this peer could not be delivered");
+            crate::log_limited!(warn, %peer, answers = *count, why, "answers to this peer could not be delivered");
             *count = 0;
             *logged = Some(now);
         }
