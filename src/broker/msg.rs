@@ -399,6 +399,19 @@ pub struct TextReply {
     pub conn: ConnId,
     /// The outcome of its command.
     pub outcome: TextOutcome,
+    /// The outcome of a SCHED whose job was stored: with `durability =
+    /// "sync"` it, and every later answer to the same connection until
+    /// it is released, leaves only after the sync of its batch (the
+    /// producer's next reply promises the job is durable). Other answers
+    /// leave at once (see `router::outbox`).
+    pub stored: bool,
+}
+
+impl TextReply {
+    /// An answer that promises nothing about the log (`stored: false`).
+    pub fn new(conn: ConnId, outcome: TextOutcome) -> TextReply {
+        TextReply { conn, outcome, stored: false }
+    }
 }
 
 /// The answers of one shard's batch for one [`TextPort`], in order.

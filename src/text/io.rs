@@ -268,7 +268,7 @@ impl IoThread {
     fn on_answers(&mut self, batch: TextBatch, now: Instant) {
         let TextBatch { shard, replies } = batch;
         let mut round = Round { now, shared: &self.shared, batches: &mut self.batches, owed: &mut self.owed };
-        for TextReply { conn: id, outcome } in replies {
+        for TextReply { conn: id, outcome, .. } in replies {
             *round.owed = round.owed.saturating_sub(1);
             let slot = slot_of(id);
             let back = match self.conns.get_mut(slot).and_then(Option::as_mut).filter(|c| c.id == id) {
@@ -407,7 +407,7 @@ impl IoThread {
             let replies = cmds
                 .into_iter()
                 .filter(|c| !matches!(c.cmd, TextCmd::Release { .. } | TextCmd::Cancel))
-                .map(|c| TextReply { conn: c.conn, outcome: TextOutcome::Refused(ErrorCode::ShuttingDown) })
+                .map(|c| TextReply::new(c.conn, TextOutcome::Refused(ErrorCode::ShuttingDown)))
                 .collect();
             self.on_answers(TextBatch { shard, replies }, Instant::now());
         }

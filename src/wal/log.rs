@@ -105,6 +105,16 @@ pub struct SyncShared {
 }
 
 impl SyncShared {
+    /// Nothing synced yet, for the log in `dir`.
+    pub fn new(dir: PathBuf) -> SyncShared {
+        SyncShared {
+            dir,
+            synced: AtomicU64::new(0),
+            stats: Arc::new(WalStats::default()),
+            hist: Mutex::new(new_histogram()),
+        }
+    }
+
     /// Records one sync that took `took`.
     pub fn record_sync(&self, took: Duration) {
         let us = (took.as_micros() as u64).clamp(1, limits::LATENCY_MAX_US);
@@ -210,13 +220,7 @@ impl ShardLog {
     ) -> Result<ShardLog, super::WalError> {
         std::fs::create_dir_all(dir).map_err(super::WalError::io(dir))?;
         let file = new_segment(dir, shard, shards, number, seq_floor)?;
-        let stats = Arc::new(WalStats::default());
-        let shared = Arc::new(SyncShared {
-            dir: dir.to_path_buf(),
-            synced: AtomicU64::new(0),
-            stats,
-            hist: Mutex::new(new_histogram()),
-        });
+        let shared = Arc::new(SyncShared::new(dir.to_path_buf()));
         let mut log = ShardLog {
             shard,
             shards,

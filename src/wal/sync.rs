@@ -2,7 +2,9 @@
 //! `durability = "sync"`): the shard writes a batch's records and goes on
 //! with the next batch; this thread syncs the log and only then releases
 //! what the batch promised (acceptance REPLYs and other frontend frames,
-//! text answers; frames for workers leave at once, see
+//! text answers to stored SCHEDs and what follows them on their
+//! connections; frames for workers and other text answers leave at once, see
+//! `router::outbox` and
 //! [`crate::broker::msg::Outbox::flush_after_sync`]). Requests that pile
 //! up while a sync runs share the next one (group commit across batches).
 //! Releases keep the order of the batches.

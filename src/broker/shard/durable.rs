@@ -139,7 +139,8 @@ impl Shard {
     /// The end of a batch: commits the log, then releases what the batch
     /// produced: frames for workers at once (a worker running a job whose
     /// record is written but not yet synced is at-least-once, not loss),
-    /// acceptances and text answers only once the batch's records are
+    /// acceptances and text answers to stored SCHEDs (with what follows
+    /// them on their connections) only once the batch's records are
     /// durable (through the sync thread, or after syncing here); then takes
     /// one bounded compaction step.
     pub(super) fn end_batch(&mut self, now: Instant, out: &mut dyn Outbox) {

@@ -44,6 +44,7 @@ impl Shard {
     /// `Release` and `Cancel` (never) and an `AskWait` that waits (later).
     pub(super) fn handle_text(&mut self, port: &TextPort, cmds: Vec<TextRequest>, cx: &mut Cx) {
         for TextRequest { conn, cmd } in cmds {
+            let sched = matches!(cmd, TextCmd::Sched { .. });
             let outcome = match cmd {
                 TextCmd::Sched { queue, data } => self.text_sched(queue, data, cx),
                 TextCmd::Ask { queue } => self.text_ask(conn, queue, cx),
@@ -61,7 +62,8 @@ impl Shard {
                     continue;
                 }
             };
-            cx.out.text(port, TextReply { conn, outcome });
+            let stored = sched && outcome == TextOutcome::Done;
+            cx.out.text(port, TextReply { conn, outcome, stored });
         }
     }
 
@@ -119,7 +121,7 @@ impl Shard {
         if let Some(old) = displaced {
             // The front end sends one ASK at a time per connection; answer a
             // displaced wait anyway rather than leave it unanswered.
-            cx.out.text(&old.port, TextReply { conn, outcome: TextOutcome::Nope });
+            cx.out.text(&old.port, TextReply::new(conn, TextOutcome::Nope));
         }
         None
     }
@@ -178,7 +180,7 @@ impl Shard {
             let Some(waiter) = self.waits.pop(&queue.0) else { return };
             let Some(job) = self.queues.pop(&queue.0) else { return };
             let outcome = self.offer_job(waiter.conn, waiter.queue, job, cx);
-            cx.out.text(&waiter.port, TextReply { conn: waiter.conn, outcome });
+            cx.out.text(&waiter.port, TextReply::new(waiter.conn, outcome));
         }
     }
 
@@ -219,7 +221,7 @@ impl Shard {
     /// The connection closed while its long-poll ASK waits here: `NOPE` now.
     fn text_cancel(&mut self, conn: ConnId, cx: &mut Cx) {
         if let Some(waiter) = self.waits.remove(conn) {
-            cx.out.text(&waiter.port, TextReply { conn, outcome: TextOutcome::Nope });
+            cx.out.text(&waiter.port, TextReply::new(conn, TextOutcome::Nope));
         }
     }
 
@@ -259,7 +261,7 @@ impl Shard {
             WaitCheck::NotBefore(deadline) => self.timers.arm(deadline, Timer::AskTimeout(conn)),
             WaitCheck::Lapsed(waiter) => {
                 Counters::bump(&self.ctx.counters.text_ask_waits_expired);
-                cx.out.text(&waiter.port, TextReply { conn, outcome: TextOutcome::Nope });
+                cx.out.text(&waiter.port, TextReply::new(conn, TextOutcome::Nope));
             }
         }
     }
