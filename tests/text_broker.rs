@@ -222,3 +222,30 @@ fn a_second_offer_gets_its_own_full_timeout() {
     b.send(b"ASK q\n");
     b.expect(b"WANT? two\n");
 }
+
+#[test]
+fn a_sched_behind_a_waiting_long_poll_ask_goes_once_the_ask_is_answered() {
+    // The shard answers in the order commands reach it; a SCHED sent while
+    // the connection's long-poll ASK waits there would be answered first
+    // and its outcome taken for the ASK's (and the ASK's offer for the
+    // SCHED's). Queues q and r share the one shard.
+    let _w = Watchdog::new("text_broker_sched_behind_long_poll", 30);
+    for shards in [1, 3] {
+        let h = router_with_text(shards, |_| {});
+        let mut a = connect(&h);
+        a.send(b"ASK q 5000\nSCHED y@r\n");
+        // Let the ASK reach its shard and wait (were b's SCHED first, the ASK
+        // would simply find x: the same replies).
+        std::thread::sleep(Duration::from_millis(200));
+        let mut b = connect(&h);
+        b.send(b"SCHED x@q\n");
+        a.expect(b"WANT? x\n");
+        a.send(b"ACK\nASK r\n");
+        a.expect(b"WANT? y\n");
+        a.send(b"ACK\nASK q\nASK r\n");
+        a.expect(b"NOPE\n");
+        a.expect(b"NOPE\n");
+        assert_eq!(h.counters().text_acked.load(Relaxed), 2, "{shards} shards");
+        assert_eq!(h.counters().text_returned_disconnect.load(Relaxed), 0);
+    }
+}

@@ -15,11 +15,14 @@
 //!
 //! # What waits
 //!
-//! SCHED goes out without waiting for anything. ASK, ACK, DCL, DEL and END
+//! SCHED goes out without waiting, except behind a long-poll ASK still
+//! waiting on its shard: the shard would answer the SCHED first, and the
+//! order-based matching above would hand the SCHED's outcome to the ASK and
+//! the ASK's (perhaps an offer) to the SCHED. ASK, ACK, DCL, DEL and END
 //! depend on whether the connection holds an offer, so while an ASK is
-//! unanswered the next one of them is held back, and everything after it
-//! waits unread (so nothing overtakes it). At most one ASK per connection is
-//! thus ever unanswered.
+//! unanswered the next one of them is held back. A command held back waits
+//! with everything after it unread (so nothing overtakes it). At most one
+//! ASK per connection is thus ever unanswered.
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
@@ -225,9 +228,10 @@ impl Conn {
     }
 
     /// Runs one well-formed command, or holds it back behind an unanswered
-    /// ASK.
+    /// ASK (a SCHED only behind a long-poll one; see the module docs).
     fn command(&mut self, command: TextCommand, r: &mut Round) {
-        if self.asking.is_some() && !matches!(command, TextCommand::Sched { .. }) {
+        let sched = matches!(command, TextCommand::Sched { .. });
+        if self.asking.is_some_and(|(_, long)| long || !sched) {
             self.held = Some(command);
             return;
         }
