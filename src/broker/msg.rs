@@ -573,10 +573,12 @@ pub trait Outbox {
     fn flush(&mut self) {}
     /// The end of a batch whose write-ahead log records must be durable
     /// (up to `wait`) before what it promises leaves (`durability = "sync"`
-    /// with a sync thread): frames for workers ([`Dest::Backend`]) leave
-    /// now, frontend frames (acceptance REPLYs) and text answers once the
-    /// log is durable. Messages to other shards are never held. The default
-    /// flushes at once.
+    /// with a sync thread): frames for workers ([`Dest::Backend`]) and text
+    /// answers that promise nothing leave now; frontend frames (acceptance
+    /// REPLYs) and text answers to stored SCHEDs, with the later answers
+    /// to their connections, once the log is durable
+    /// ([`TextReply::stored`]). Messages to other shards are never held.
+    /// The default flushes at once.
     fn flush_after_sync(&mut self, wait: crate::wal::sync::SyncWait) {
         let _ = wait;
         self.flush();

@@ -182,6 +182,9 @@ impl Outbox for ShardOutbox {
         if self.sync.as_ref().is_some_and(SyncThread::busy) {
             self.flush_early();
             self.release_unheld_text();
+            if self.emqp.is_empty() && self.text.is_empty() {
+                return;
+            }
             let rel = self.take_release();
             if let Some(sync) = &self.sync {
                 sync.release_after(None, Box::new(rel));
@@ -270,9 +273,13 @@ mod tests {
         let (tx, port_rx) = crossbeam_channel::unbounded();
         let port = TextPort { id: 1, tx, wake: None };
         let next = || port_rx.recv_timeout(std::time::Duration::from_secs(5)).expect("an answer batch");
+        // A batch that wrote records (flush_after_sync, a real sync to wait
+        // for), then one that wrote none while the sync thread is busy (flush).
+        let path = std::env::temp_dir().join(format!("emq-outbox-test-{}", std::process::id()));
+        let file = Arc::new(std::fs::File::create(&path).expect("temp file"));
         out.text(&port, reply(1, TextOutcome::Done, true));
         out.text(&port, reply(2, TextOutcome::Nope, false));
-        out.flush();
+        out.flush_after_sync(SyncWait { file, upto: 1 });
         assert_eq!(conns(&next().replies), [2], "the consumer's NOPE leaves during the sync");
         out.text(&port, reply(1, TextOutcome::Nope, false));
         out.text(&port, reply(2, TextOutcome::Nope, false));
@@ -283,9 +290,16 @@ mod tests {
         go.send(()).expect("sync thread");
         assert_eq!(conns(&next().replies), [1], "its stored SCHED first");
         assert_eq!(conns(&next().replies), [1], "then its later answer");
+        // Counted down just after the hand-over, on the sync thread.
+        let t0 = std::time::Instant::now();
+        while !out.held.lock().is_empty() && t0.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(out.held.lock().is_empty(), "nothing waits once released");
         drop(out);
         // The sync thread is joined: every release ran.
         assert!(port_rx.try_recv().is_err());
+        let _ = std::fs::remove_file(path);
     }
 
     #[test]

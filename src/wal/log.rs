@@ -147,8 +147,10 @@ pub enum Commit {
     /// Leave now: nothing it promises waits for a sync (`async`, or no
     /// new records).
     Release,
-    /// Frames for workers may leave now; acceptances and text answers once
-    /// the sync thread has made the log durable up to the wait.
+    /// Frames for workers may leave now, and text answers that promise
+    /// nothing; acceptances and text answers to stored SCHEDs (with what
+    /// follows them on their connections) once the sync thread has made
+    /// the log durable up to the wait (see `router::outbox`).
     AfterSync(SyncWait),
     /// Frames for workers may leave now; the caller syncs
     /// ([`ShardLog::sync_here`]), then releases the rest.

@@ -274,13 +274,19 @@ impl Harness {
 
     /// A text command from connection `conn` to shard `index`; its answer.
     pub fn text_cmd(&mut self, index: usize, conn: u64, cmd: TextCmd) -> Option<TextOutcome> {
+        self.text_reply(index, conn, cmd).map(|r| r.outcome)
+    }
+
+    /// A text command from connection `conn` to shard `index`; its whole
+    /// reply (with [`TextReply::stored`]).
+    pub fn text_reply(&mut self, index: usize, conn: u64, cmd: TextCmd) -> Option<TextReply> {
         let before = self.text.len();
         let msg = ShardMsg::Text { port: self.port.clone(), cmds: vec![TextRequest { conn: ConnId(conn), cmd }] };
         self.send(index, msg);
         // Only this command's answer: answers to others (long polls served
         // by it) stay for `text_answers`.
         let at = self.text[before..].iter().position(|r| r.conn == ConnId(conn))?;
-        Some(self.text.remove(before + at).outcome)
+        Some(self.text.remove(before + at))
     }
 
     /// `SCHED data@queue` from `conn`.

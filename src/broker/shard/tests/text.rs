@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::harness::{body, done, offer_id, refused, Harness};
-use crate::broker::msg::{TextAnswer, TextCmd, TextOutcome};
-use crate::ids::OfferId;
+use crate::broker::msg::{TextAnswer, TextCmd, TextOutcome, TextReply};
+use crate::ids::{ConnId, OfferId, QueueName};
 use crate::protocol::text::ErrorCode;
 
 const OFFER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -170,5 +170,34 @@ fn snapshots_count_waiting_offered_processed_and_inflight() {
         assert!(w.inflight.iter().all(|(q, age)| q == "q" && *age == Duration::from_secs(2)));
         let pending: usize = (0..h.shards.len()).map(|i| h.snapshot(i).pending()).sum();
         assert_eq!(pending, 3, "offered and in flight count as pending");
+    }
+}
+
+#[test]
+fn only_the_answer_to_a_sched_that_stored_its_task_is_marked_stored() {
+    // With durability sync such answers wait for the sync; the rest leave
+    // at once (router::outbox).
+    for mut h in with_tasks(&[]) {
+        let q = h.shard_of("q");
+        let sched = |data: &str| TextCmd::Sched { queue: QueueName::named("q"), data: data.as_bytes().to_vec() };
+        let stored = |r: Option<TextReply>| r.map(|r| (r.stored, r.outcome));
+        assert_eq!(stored(h.text_reply(q, 1, sched("t1"))), Some((true, done())), "{}", h.setup());
+        let ask = TextCmd::Ask { queue: QueueName::named("q") };
+        let offered = h.text_reply(q, 2, ask.clone()).expect("an offer");
+        assert!(!offered.stored && offer_id(&offered.outcome).is_some(), "{}", h.setup());
+        let id = offer_id(&offered.outcome).expect("an offer");
+        let ack = TextCmd::Answer { offer: id, answer: TextAnswer::Ack };
+        assert_eq!(stored(h.text_reply(id.shard, 2, ack)), Some((false, done())), "an ACK's Done promises nothing");
+        assert_eq!(stored(h.text_reply(q, 2, ask)), Some((false, TextOutcome::Nope)));
+        // A long poll served by another connection's SCHED.
+        assert_eq!(h.text_ask_wait(3, "q", Duration::from_secs(5)), None);
+        assert_eq!(stored(h.text_reply(q, 1, sched("t2"))), Some((true, done())));
+        let served: Vec<bool> = h.text.iter().filter(|r| r.conn == ConnId(3)).map(|r| r.stored).collect();
+        assert_eq!(served, [false], "{}", h.setup());
+        h.text_answers(3);
+        // Refused: nothing stored.
+        h.set_draining(true);
+        let refusal = h.text_reply(q, 1, sched("t3")).expect("an answer");
+        assert!(!refusal.stored && matches!(refusal.outcome, TextOutcome::Refused(_)), "{}", h.setup());
     }
 }
