@@ -165,7 +165,9 @@ impl Conn {
     }
 
     /// The peer closed its sending side: what was read is still answered. A
-    /// long poll stops waiting (it is answered `NOPE` at once).
+    /// long poll stops waiting (it is answered `NOPE` at once). Only seen
+    /// once everything sent before the close is read, so not while commands
+    /// wait unread behind a long poll (README "The text protocol").
     pub fn input_ended(&mut self, r: &mut Round) {
         self.eof = true;
         self.line_deadline = None;
