@@ -254,3 +254,22 @@ fn out_of_descriptors_a_client_is_still_told_busy() {
         })
     });
 }
+
+#[test]
+fn a_half_closed_connection_stops_waiting_even_with_commands_behind_its_long_poll() {
+    // The commands after the long poll wait unread behind it; the close
+    // behind them is seen from the readiness event. Were the ASK to wait
+    // its 60 s, the watchdog would end the test.
+    let _w = Watchdog::new("text_long_poll_half_closed", 30);
+    let h = router_with_text(1, |_| {});
+    let mut c = connect(&h);
+    c.send(b"ASK q 60000\nSCHED zz@r\nASK r 60000\nASK q 60000\n");
+    c.writer.shutdown(std::net::Shutdown::Write).expect("half-close");
+    c.expect(b"NOPE\n");
+    c.expect(b"WANT? zz\n");
+    c.expect_err("PENDING");
+    c.expect_closed();
+    let mut d = connect(&h);
+    d.send(b"ASK r\n");
+    d.expect(b"WANT? zz\n");
+}

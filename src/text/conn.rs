@@ -97,6 +97,9 @@ pub(super) struct Conn {
     pub readable: bool,
     /// The peer sent all it will send (read returned 0).
     eof: bool,
+    /// The peer closed its sending side (the readiness event said so),
+    /// perhaps before what it sent is all read.
+    peer_closed: bool,
     /// END was read: close once every reply is written.
     ending: bool,
     /// On the I/O thread's list of connections to serve this turn.
@@ -120,6 +123,7 @@ impl Conn {
             timer_at: None,
             readable: true,
             eof: false,
+            peer_closed: false,
             ending: false,
             queued: false,
         }
@@ -165,13 +169,26 @@ impl Conn {
     }
 
     /// The peer closed its sending side: what was read is still answered. A
-    /// long poll stops waiting (it is answered `NOPE` at once). Only seen
-    /// once everything sent before the close is read, so not while commands
-    /// wait unread behind a long poll (README "The text protocol").
+    /// long poll stops waiting (it is answered `NOPE` at once).
     pub fn input_ended(&mut self, r: &mut Round) {
         self.eof = true;
         self.line_deadline = None;
+        self.stop_waiting(r);
+    }
+
+    /// The readiness event says the peer closed its sending side, which
+    /// may lie behind commands not read yet (they wait unread behind a
+    /// long poll): at the next [`Conn::resume`] the long poll stops
+    /// waiting, and later ones do not wait (README "The text protocol").
+    pub fn note_peer_closed(&mut self) {
+        self.peer_closed = true;
+    }
+
+    /// Cancels a waiting long poll, once: its shard answers it `NOPE`
+    /// before anything sent after the cancel.
+    fn stop_waiting(&mut self, r: &mut Round) {
         if let Some((shard, true)) = self.asking {
+            self.asking = Some((shard, false));
             r.send(shard, self.id, TextCmd::Cancel);
         }
     }
@@ -179,6 +196,9 @@ impl Conn {
     /// Goes on with what was held back or left undecoded, once the reason
     /// to wait may be gone (an answer arrived, replies were written).
     pub fn resume(&mut self, r: &mut Round) {
+        if self.peer_closed {
+            self.stop_waiting(r);
+        }
         if let Some(command) = self.held.take() {
             self.command(command, r);
         }
@@ -270,7 +290,7 @@ impl Conn {
         }
         let shard = r.shard_of(&queue);
         // A client that closed its sending side does not wait.
-        let long = !wait.is_zero() && !self.eof;
+        let long = !wait.is_zero() && !self.eof && !self.peer_closed;
         self.asking = Some((shard, long));
         let cmd = if long { TextCmd::AskWait { queue, wait } } else { TextCmd::Ask { queue } };
         self.send(shard, Kind::Ask, cmd, r);

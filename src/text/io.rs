@@ -199,6 +199,9 @@ impl IoThread {
             Token(t) => {
                 let slot = t - FIRST_CONN;
                 let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else { return };
+                if event.is_read_closed() {
+                    conn.note_peer_closed();
+                }
                 if event.is_readable() || event.is_read_closed() || event.is_error() {
                     conn.readable = true;
                     queue(&mut self.work, conn, slot);
