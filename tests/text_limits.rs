@@ -259,7 +259,7 @@ fn out_of_descriptors_a_client_is_still_told_busy() {
 fn a_half_closed_connection_stops_waiting_even_with_commands_behind_its_long_poll() {
     // The commands after the long poll wait unread behind it; the close
     // behind them is seen from the readiness event. Were the ASK to wait
-    // its 60 s, the watchdog would end the test.
+    // its 60 s, the connection's 10 s read timeout would fail the test.
     let _w = Watchdog::new("text_long_poll_half_closed", 30);
     let h = router_with_text(1, |_| {});
     let mut c = connect(&h);
