@@ -121,8 +121,11 @@ impl ShardOutbox {
             let conns: Vec<ConnId> = text.iter().flat_map(|(_, r)| r.iter().map(|r| r.conn)).collect();
             release(index, &egress, emqp, text);
             // After the hand-over, so a later answer to one of these
-            // connections cannot overtake them.
-            held.lock().released(conns);
+            // connections cannot overtake them (no lock for a release of
+            // eMQP frames only).
+            if !conns.is_empty() {
+                held.lock().released(conns);
+            }
         }
     }
 
