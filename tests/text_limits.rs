@@ -273,3 +273,39 @@ fn a_half_closed_connection_stops_waiting_even_with_commands_behind_its_long_pol
     d.send(b"ASK r\n");
     d.expect(b"WANT? zz\n");
 }
+
+#[test]
+fn commands_and_a_half_close_arriving_together_are_answered_and_the_connection_closes() {
+    // The kind: the last bytes and the close come in one readiness event,
+    // so a short read does not mean the socket is drained; the end of
+    // input must still be read. Many connections at once make the I/O
+    // thread read behind the senders, so the two arrive together.
+    let _w = Watchdog::new("text_data_and_half_close_together", 60);
+    let h = router_with_text(1, |_| {});
+    const N: usize = 200;
+    let mut conns: Vec<TextConn> = (0..N).map(|_| connect(&h)).collect();
+    for (i, c) in conns.iter_mut().enumerate() {
+        c.send(format!("SCHED j{i}@hc\nASK hc\nASK hc 60000\n").as_bytes());
+        c.writer.shutdown(std::net::Shutdown::Write).expect("half-close");
+    }
+    for c in &mut conns {
+        let first = c.line();
+        assert!(first.starts_with(b"WANT? j") || first == b"NOPE\n", "{:?}", first.escape_ascii().to_string());
+        let second = c.line();
+        let want: &[u8] = if first == b"NOPE\n" { b"NOPE\n" } else { b"ERR PENDING " };
+        assert!(second.starts_with(want), "{:?}", second.escape_ascii().to_string());
+        c.expect_closed();
+    }
+    // Every offer went back when its connection closed: nothing is lost.
+    let mut d = connect(&h);
+    let mut got = std::collections::BTreeSet::new();
+    for _ in 0..N {
+        d.send(b"ASK hc\n");
+        let line = d.line();
+        let data = line.strip_prefix(b"WANT? ").expect("a task for every SCHED");
+        assert!(got.insert(data.to_vec()), "twice: {:?}", data.escape_ascii().to_string());
+        d.send(b"ACK\n");
+    }
+    d.send(b"ASK hc\n");
+    d.expect(b"NOPE\n");
+}

@@ -184,6 +184,11 @@ impl Conn {
         self.peer_closed = true;
     }
 
+    /// Whether the readiness event said the peer closed its sending side.
+    pub fn peer_closed(&self) -> bool {
+        self.peer_closed
+    }
+
     /// Cancels a waiting long poll, once: its shard answers it `NOPE`
     /// before anything sent after the cancel.
     fn stop_waiting(&mut self, r: &mut Round) {

@@ -309,8 +309,11 @@ impl IoThread {
                 }
                 Ok(n) => {
                     // A short read emptied the socket: the next byte to
-                    // arrive raises a new readiness event.
-                    conn.readable = n == self.buf.len();
+                    // arrive raises a new readiness event. Not so for the
+                    // end of input once its event is taken: the peer's
+                    // close may have come in the same event as these
+                    // bytes, so read on until 0.
+                    conn.readable = n == self.buf.len() || conn.peer_closed();
                     conn.input(&self.buf[..n], &mut round);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => conn.readable = false,
