@@ -181,9 +181,10 @@ pub const MAX_QUEUE_BYTES: usize = 1 << 30;
 /// connection has at most [`TEXT_MAX_PENDING_COMMANDS`] commands
 /// unanswered, then TCP pushes back.
 pub const SHARD_INBOX_MESSAGES: usize = 65_536;
-/// Once sweeps have forgotten this many queues (in one sweep or several)
-/// the freed heap goes back to the operating system (`malloc_trim`), so
-/// that RSS falls again after a burst of one-off queue names.
+/// Once sweeps have forgotten this many queues and asked names (in one
+/// sweep or several; also at the first quiet sweep after a burst) the
+/// freed heap goes back to the operating system (`malloc_trim`), so that
+/// RSS falls again after a burst of one-off queue names.
 pub const QUEUE_SWEEP_TRIM_MIN: usize = 1_000;
 /// While a shard is behind (see [`SHARD_INBOX_MESSAGES`]) the I/O thread
 /// looks at it again this often; it reads no socket meanwhile.

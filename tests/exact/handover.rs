@@ -48,8 +48,10 @@ fn request_once(ctx: &zmq::Context, endpoint: &str, id: &[u8], msgid: &str) -> b
 }
 
 #[test]
-fn a_thousand_reconnects_of_one_client_identity_are_all_answered_and_memory_stays_flat() {
-    let _w = watchdog::start("thousand_reconnects", Duration::from_secs(240));
+fn thousands_of_reconnects_of_one_client_identity_are_all_answered_and_memory_stays_flat() {
+    const RECONNECTS: usize = 3_000;
+    const WARM: usize = 1_000;
+    let _w = watchdog::start("thousands_of_reconnects", Duration::from_secs(240));
     let dir = TestDir::new("handover-clients");
     let router = Router::start_kind(&dir, RouterKind::Rust(crate::common::router::rust_router_bin()));
     let pid = router.child.pid();
@@ -61,7 +63,7 @@ fn a_thousand_reconnects_of_one_client_identity_are_all_answered_and_memory_stay
     let ctx = zmq::Context::new();
     let (mut lost, mut rss_warm) = (Vec::new(), 0);
     let t0 = Instant::now();
-    for i in 0..1000 {
+    for i in 0..RECONNECTS {
         let msgid = format!("churn-{i}");
         if !request_once(&ctx, &router.frontend, b"fixed-client-identity", &msgid) {
             lost.push(i);
@@ -73,23 +75,28 @@ fn a_thousand_reconnects_of_one_client_identity_are_all_answered_and_memory_stay
                 w.ready(1);
             }
         }
-        if i == 99 {
+        if i == WARM - 1 {
             rss_warm = rss_kib(pid);
         }
     }
     let rss_end = rss_kib(pid);
     let growth = rss_end.saturating_sub(rss_warm);
+    let measured = (RECONNECTS - WARM) as f64;
     eprintln!(
-        "1,000 reconnects of one identity in {:?}: {} unanswered; router RSS {rss_warm} KiB after 100, {rss_end} KiB \
-         after 1,000 (+{growth} KiB, {:.2} KiB per reconnect)",
+        "{RECONNECTS} reconnects of one identity in {:?}: {} unanswered; router RSS {rss_warm} KiB after {WARM}, \
+         {rss_end} KiB at the end (+{growth} KiB, {:.2} KiB per reconnect)",
         t0.elapsed(),
         lost.len(),
-        growth as f64 / 900.0
+        growth as f64 / measured
     );
     assert!(lost.is_empty(), "{} REQUESTs unanswered, e.g. {:?}", lost.len(), &lost[..lost.len().min(10)]);
-    // Measured: +44 KiB. A leak of ~0.3 KiB per reconnect (a pipe's or an
-    // identity's bookkeeping kept) would pass 256 KiB here.
-    assert!(growth < 256, "router RSS grew {growth} KiB over 900 reconnects");
+    // Measured alone: +44 KiB from reconnect 100 to 1,000. The first 1,000
+    // are warm-up: how high the heap climbs during them follows the
+    // machine's load (+592 KiB over 100..1,000 once in a CI run beside
+    // other tests, +350-620 KiB with the disk busy), a high-water mark
+    // reached once. A leak grows on: ~0.13 KiB per reconnect (a pipe's or
+    // an identity's bookkeeping kept) passes 256 KiB over the next 2,000.
+    assert!(growth < 256, "router RSS grew {growth} KiB over {measured} reconnects after the warm-up");
 }
 
 #[test]

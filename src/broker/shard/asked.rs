@@ -24,6 +24,8 @@ pub struct AskedQueues {
     /// there is at most one entry per name.
     order: VecDeque<(Instant, QueueName)>,
     cap: usize,
+    /// Names forgotten since the last [`AskedQueues::sweep`].
+    forgotten: usize,
 }
 
 /// [`AskedQueues::touch`] found the table full of names in their grace.
@@ -33,7 +35,7 @@ pub struct Full;
 impl AskedQueues {
     /// A table of at most `cap` names (at least one).
     pub fn new(cap: usize) -> AskedQueues {
-        AskedQueues { until: FastMap::default(), order: VecDeque::new(), cap: cap.max(1) }
+        AskedQueues { until: FastMap::default(), order: VecDeque::new(), cap: cap.max(1), forgotten: 0 }
     }
 
     /// Records an ASK for `queue` at `now`: it stays known until `until`.
@@ -76,16 +78,17 @@ impl AskedQueues {
         self.until.is_empty()
     }
 
-    /// Drops the names whose grace ended by `now`.
     /// Forgets the names whose grace is over and gives back the memory of a
     /// burst (the queue sweep calls this, so that a burst of one-off names
-    /// is freed even when no new name is asked for).
-    pub fn sweep(&mut self, now: Instant) {
+    /// is freed even when no new name is asked for). Returns how many names
+    /// were forgotten since the last sweep, here or as new names arrived.
+    pub fn sweep(&mut self, now: Instant) -> usize {
         self.prune(now);
         if self.until.capacity() > 4 * self.until.len().max(64) {
             self.until.shrink_to_fit();
             self.order.shrink_to_fit();
         }
+        std::mem::take(&mut self.forgotten)
     }
 
     fn prune(&mut self, now: Instant) {
@@ -98,6 +101,7 @@ impl AskedQueues {
                 Some(end) if *end > now => self.order.push_back((*end, name)),
                 _ => {
                     self.until.remove(&name);
+                    self.forgotten += 1;
                 }
             }
         }

@@ -112,15 +112,13 @@ impl Shard {
         // set is not idle: its counts stay.
         let (offers, retries, dead) = (&self.offers, &self.retries, &self.dead);
         let gone = self.queues.sweep(cx.now, grace, |q| offers.held(q) + retries.count(q) + dead.count(q));
-        self.asked.sweep(cx.now);
+        let asked_gone = self.asked.sweep(cx.now);
         for name in &gone {
             self.latency.forget(&name.0);
         }
         // Counted over sweeps: names arriving slowly (with `durability =
         // "sync"` under load) are forgotten a few hundred per sweep.
-        self.reclaimed_untrimmed += gone.len();
-        if self.reclaimed_untrimmed >= limits::QUEUE_SWEEP_TRIM_MIN {
-            self.reclaimed_untrimmed = 0;
+        if self.trim.after_sweep(gone.len() + asked_gone) {
             crate::metrics::trim_heap();
         }
         if !gone.is_empty() {

@@ -39,6 +39,7 @@ pub mod retries;
 pub mod schedulers;
 mod scheduling;
 mod text;
+mod trim;
 pub mod waits;
 pub mod workers;
 
@@ -228,9 +229,8 @@ pub struct Shard {
     local: VecDeque<ShardMsg>,
     /// Jobs accepted so far (the sequence part of their [`crate::ids::JobId`]).
     accepted: u64,
-    /// Queues forgotten since the heap was last trimmed (see
-    /// [`limits::QUEUE_SWEEP_TRIM_MIN`]).
-    reclaimed_untrimmed: usize,
+    /// When to give the heap back after sweeps.
+    trim: trim::HeapTrim,
     /// The shard's write-ahead log (`None`: `durability = "memory"`).
     wal: Option<crate::wal::log::ShardLog>,
 }
@@ -263,7 +263,7 @@ impl Shard {
             dead: DeadSet::default(),
             local: VecDeque::new(),
             accepted: 0,
-            reclaimed_untrimmed: 0,
+            trim: trim::HeapTrim::default(),
             wal: None,
         };
         if index == 0 {
