@@ -105,7 +105,8 @@ pub const DEFAULT_QUEUE: &str = "default";
 pub const DEFAULT_QUEUE_WEIGHT: i64 = 10;
 /// Most frames in one eMQP message (identity included): a REQUEST has 8
 /// and may carry a few extra; a message with more is read, dropped and
-/// counted as malformed.
+/// counted as malformed, and answered about its msgid when a client or
+/// worker waits for an answer (docs/emqp.md "ERROR").
 pub const MAX_FRAMES: usize = 64;
 /// Longest msgid (REQUEST frame 3) the broker accepts, in bytes: Python peers
 /// send 36-byte uuids; the job record keeps the length in one byte.

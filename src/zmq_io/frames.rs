@@ -50,7 +50,9 @@ pub enum Received {
     Nothing,
     /// A message of this many frames (identity first) is in [`Inbound::frames`].
     Frames(usize),
-    /// A message with more than [`limits::MAX_FRAMES`] frames, read and dropped.
+    /// A message of this many frames, more than [`limits::MAX_FRAMES`]: read
+    /// whole, and only its first [`limits::MAX_FRAMES`] frames kept in
+    /// [`Inbound::frames`] (enough to answer its msgid).
     TooManyFrames(usize),
 }
 
@@ -80,13 +82,16 @@ impl Inbound {
             }
         }
         if total > limits::MAX_FRAMES {
-            self.len = 0;
+            // Slots 0..MAX_FRAMES were each written once; later frames
+            // went to the spare slot past them.
+            self.len = limits::MAX_FRAMES;
             return Ok(Received::TooManyFrames(total));
         }
         Ok(Received::Frames(total))
     }
 
-    /// The frames of the last message received.
+    /// The frames of the last message received (of one with too many, its
+    /// first [`limits::MAX_FRAMES`]).
     pub fn frames(&self) -> &[InFrame] {
         &self.slots[..self.len]
     }

@@ -222,12 +222,17 @@ impl Loop {
                 Ok(Received::Frames(_)) => self.on_message(which, inbound.frames()),
                 Ok(Received::TooManyFrames(n)) => {
                     Counters::bump(self.malformed(which));
-                    tracing::warn!(
+                    crate::log_limited!(
+                        warn,
                         socket = which.name(),
                         frames = n,
                         max = limits::MAX_FRAMES,
                         "message with too many frames dropped"
                     );
+                    if let Some((identity, frames)) = inbound.frames().split_first() {
+                        let why = format!("the message has {n} frames; at most {} are accepted", limits::MAX_FRAMES);
+                        self.refuse_unreadable(which, &PeerId::from(identity.as_ref()), frames, &why);
+                    }
                 }
                 Ok(Received::Nothing) => break,
                 Err(e) => {
@@ -353,8 +358,8 @@ impl Loop {
             Err(e) => {
                 Counters::bump(self.malformed(which));
                 crate::log_limited!(warn, socket = which.name(), %peer, error = %e, frames = %ShowFrames(frames), "malformed message dropped");
-                if which == Socket::Frontend {
-                    self.refuse_short_schedule(&peer, frames, &e);
+                if let DecodeError::MissingFrame { .. } = e {
+                    self.refuse_unreadable(which, &peer, frames, &e.to_string());
                 }
                 return;
             }
@@ -487,15 +492,28 @@ impl Loop {
         Ok(queues.into_iter().map(|(w, n)| (w, QueueName::from(n.into_bytes()))).collect())
     }
 
-    /// A SCHEDULE/UNSCHEDULE with frames missing gets `ERROR BAD_FRAMES`
-    /// naming the frame (EventMQ dropped it, or killed its scheduler, S6).
-    fn refuse_short_schedule(&mut self, peer: &PeerId, frames: &[InFrame], e: &DecodeError) {
-        let (DecodeError::MissingFrame { command: "SCHEDULE" | "UNSCHEDULE", .. }, Some(msgid)) = (e, frames.get(3))
-        else {
-            return;
-        };
-        Counters::bump(&self.io.counters.rejected_schedule_invalid);
-        self.error(Dest::Frontend, peer, msgid.as_ref(), "BAD_FRAMES", &e.to_string());
+    /// A message dropped unread (frames missing, or more than
+    /// [`limits::MAX_FRAMES`]) whose frame 3 is there is answered about that
+    /// msgid when its frame 2 names a command that expects an answer: on
+    /// the frontend a REQUEST, SCHEDULE or UNSCHEDULE gets `ERROR BAD_FRAMES
+    /// <why>` (the router answers every REQUEST; docs/emqp.md "ERROR"), an
+    /// INFORM on either socket `ERROR BAD_INFORM <why>`. Anything else stays
+    /// unanswered (logged and counted as malformed). EventMQ 0.3.13 dropped
+    /// all of these silently, or killed its scheduler (S6).
+    fn refuse_unreadable(&mut self, which: Socket, peer: &PeerId, frames: &[InFrame], why: &str) {
+        let (Some(command), Some(msgid)) = (frames.get(2), frames.get(3)) else { return };
+        match (which, command.as_ref()) {
+            (Socket::Frontend, b"SCHEDULE" | b"UNSCHEDULE") => {
+                Counters::bump(&self.io.counters.rejected_schedule_invalid);
+                self.error(Dest::Frontend, peer, msgid.as_ref(), "BAD_FRAMES", why);
+            }
+            (Socket::Frontend, b"REQUEST") => self.error(Dest::Frontend, peer, msgid.as_ref(), "BAD_FRAMES", why),
+            (Socket::Frontend | Socket::Backend, b"INFORM") => {
+                let dest = if which == Socket::Backend { Dest::Backend } else { Dest::Frontend };
+                self.reject_inform(dest, peer, msgid.as_ref(), why);
+            }
+            _ => {}
+        }
     }
 
     fn wrong_socket(&mut self, which: Socket, peer: &PeerId, msgid: &[u8]) {

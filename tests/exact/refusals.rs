@@ -180,3 +180,57 @@ fn shell_words_split_like_sh() {
         ["emq-cli", "schedule", "email", "--cron", "*/5 * * * *", "--args", r#"["x"]"#]
     );
 }
+
+#[test]
+fn requests_and_informs_dropped_unread_are_answered_about_their_msgid() {
+    // The kind: whatever the router cannot read (frames missing, more than
+    // 64) still gets an answer when it is a command that expects one and
+    // names its msgid; other commands are only counted (docs/emqp.md "ERROR").
+    let _w = Watchdog::new("unreadable_answered", 30);
+    let h = crate::emqp_router::router(2);
+    let c = Peer::new(&h.endpoints.frontend, b"a-client");
+    let error_of = |e: &Vec<Vec<u8>>| {
+        (
+            String::from_utf8_lossy(&e[4]).into_owned(),
+            String::from_utf8_lossy(&e[5]).into_owned(),
+            String::from_utf8_lossy(&e[6]).into_owned(),
+        )
+    };
+    let head: [&[u8]; 7] = [b"", b"eMQP/1.0", b"REQUEST", b"many", b"q", b"", b"body"];
+    // 64 frames with the identity: accepted, extras and all.
+    let mut frames: Vec<&[u8]> = head.to_vec();
+    frames[3] = b"most";
+    frames.resize(63, b"x");
+    c.send(&frames);
+    assert_eq!(c.expect("REPLY")[4], b"most");
+    // One more: refused, about its msgid.
+    frames[3] = b"many";
+    frames.push(b"x");
+    for command in [&b"REQUEST"[..], b"SCHEDULE", b"UNSCHEDULE"] {
+        frames[2] = command;
+        c.send(&frames);
+        let why = "the message has 65 frames; at most 64 are accepted".to_string();
+        assert_eq!(error_of(&c.expect("ERROR")), ("many".into(), "BAD_FRAMES".into(), why));
+    }
+    // Frames missing.
+    c.send(&[b"", b"eMQP/1.0", b"REQUEST", b"short", b"q"]);
+    let (msgid, code, why) = error_of(&c.expect("ERROR"));
+    assert_eq!((msgid.as_str(), code.as_str()), ("short", "BAD_FRAMES"));
+    assert!(why.starts_with("frame 5: REQUEST needs"), "{why}");
+    let w = Peer::new(&h.endpoints.backend, b"a-worker");
+    w.send(&[b"", b"eMQP/1.0", b"INFORM", b"inf"]);
+    let (msgid, code, why) = error_of(&w.expect("ERROR"));
+    assert_eq!((msgid.as_str(), code.as_str()), ("inf", "BAD_INFORM"));
+    assert!(why.starts_with("frame 4: INFORM needs"), "{why}");
+    // A worker's READY with too many frames: counted, not answered.
+    let mut ready: Vec<&[u8]> = vec![b"", b"eMQP/1.0", b"READY", b"r1"];
+    ready.resize(70, b"x");
+    w.send(&ready);
+    w.expect_none("ERROR", 300);
+    let counters = &crate::emqp_router::admin(&h, "STATUS")["emq"]["counters"];
+    assert_eq!((counters["malformed_frontend"].as_u64(), counters["malformed_backend"].as_u64()), (Some(4), Some(2)));
+    assert_eq!(counters["rejected_schedule_invalid"], 2, "{counters}");
+    // The router goes on.
+    c.send(&head);
+    assert_eq!(c.expect("REPLY")[4], b"many");
+}
