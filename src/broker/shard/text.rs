@@ -126,11 +126,18 @@ impl Shard {
         None
     }
 
-    /// Records that `queue` was asked for; refuses a new name when the table
-    /// of asked names is full and nothing else makes the queue known.
+    /// Records that `queue` was asked for. Refuses (`QUEUE_LIMIT`, counted)
+    /// a name that is no queue yet, is not asked for already, and that
+    /// nothing else makes known, when the broker holds `max_queues` queues
+    /// (an ASK names a queue like a SCHED does: README "Limits",
+    /// `max_queues`) or the table of asked names is full.
     fn note_ask(&mut self, queue: &QueueName, cx: &mut Cx) -> Result<(), ErrorCode> {
+        let name = &queue.0;
+        let known = self.queues.is_known(name);
+        let new_name = !known && !self.queues.exists(name) && !self.asked.is_live(name, cx.now);
+        let room = !new_name || self.queues.total() < self.ctx.config.max_queues;
         let until = cx.now + self.ctx.config.text.ask_grace;
-        if self.asked.touch(queue, cx.now, until).is_ok() || self.queues.is_known(&queue.0) {
+        if room && (self.asked.touch(queue, cx.now, until).is_ok() || known) {
             return Ok(());
         }
         Counters::bump(&self.ctx.counters.rejected_queue_limit);
@@ -139,9 +146,17 @@ impl Shard {
 
     /// Whether a REQUEST for `queue` stays on it: the rule of
     /// [`super::queues::QueueTable::is_known`], or a text client ASKed for
-    /// it within `text_ask_grace`, or a long-poll ASK waits on it.
+    /// it within `text_ask_grace`, or a long-poll ASK waits on it. A name
+    /// known only so, with no queue yet, stays known only while a queue may
+    /// still be made (fewer than `max_queues`): past that the REQUEST goes
+    /// to `default`, as it would without the ASK, and is never refused
+    /// `QUEUE_LIMIT` for a name it did not choose to create.
     pub(super) fn queue_known(&self, queue: &[u8], cx: &Cx) -> bool {
-        self.queues.is_known(queue) || self.asked.is_live(queue, cx.now) || self.waits.has(queue)
+        if self.queues.is_known(queue) {
+            return true;
+        }
+        let asked = self.asked.is_live(queue, cx.now) || self.waits.has(queue);
+        asked && (self.queues.exists(queue) || self.queues.total() < self.ctx.config.max_queues)
     }
 
     /// The queues [`Shard::queue_known`] keeps known for text clients at

@@ -171,3 +171,32 @@ fn a_declined_offer_is_not_a_delivery() {
     assert_eq!(h.waiting("q"), ["t"]);
     assert_eq!(h.ctx.counters.text_dead_lettered.load(Relaxed), 0);
 }
+
+#[test]
+fn an_ask_past_max_queues_is_refused_and_never_makes_a_request_refused() {
+    for shards in [1, 3] {
+        let mut h = Harness::with_config(shards, |c| {
+            c.max_queues = 2;
+            c.text.ask_grace = 60 * S;
+        });
+        h.inform("w1", &[(10, "a"), (10, "b")]);
+        assert_eq!(h.text_ask(1, "newq"), harness::refused(ErrorCode::QueueLimit), "a new name past the limit");
+        assert_eq!(h.text_ask_wait(1, "newq", S), Some(harness::refused(ErrorCode::QueueLimit)));
+        assert!(h.snapshot(h.shard_of("newq")).asked.is_empty(), "not recorded");
+        assert_eq!(h.text_ask(1, "a"), TextOutcome::Nope, "a queue held is asked for as before");
+        assert_eq!(h.ctx.counters.rejected_queue_limit.load(Relaxed), 2);
+        h.request("c1", "m1", "newq", "x");
+        assert_eq!(h.waiting("default"), ["x"], "the REQUEST goes to default, as without the ASK");
+    }
+    // A name asked below the limit, then the limit reached by other
+    // queues: REQUESTs for it fall back instead of being refused.
+    let mut h = Harness::with_config(1, |c| {
+        c.max_queues = 1;
+        c.text.ask_grace = 60 * S;
+    });
+    assert_eq!(h.text_ask(1, "early"), TextOutcome::Nope);
+    h.text_sched(9, "other", "o");
+    h.request("c1", "m2", "early", "y");
+    assert_eq!(h.waiting("default"), ["y"]);
+    assert_eq!(h.ctx.counters.rejected_queue_limit.load(Relaxed), 0, "nothing refused");
+}
