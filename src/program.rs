@@ -28,11 +28,30 @@ pub fn error_line(program: &str, error: &(dyn Error + 'static)) -> String {
     line
 }
 
-/// Runs a binary's `main`: on error, prints [`error_line`] to stderr and
-/// exits with status 1.
+/// `text` with its control characters escaped (`\u{1b}`, `\r`, `\n`), for
+/// a terminal: text from peers (queue names, msgids, task data, error texts)
+/// can then neither move the cursor, colour the screen nor break a line.
+pub fn printable(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
+/// Like [`printable`], but line breaks and tabs are kept (multi-line
+/// messages, such as a config file's error with its caret line).
+pub fn printable_lines(text: &str) -> String {
+    text.split_inclusive('\n')
+        .map(|line| {
+            let (body, end) = line.strip_suffix('\n').map_or((line, ""), |b| (b, "\n"));
+            body.split('\t').map(printable).collect::<Vec<_>>().join("\t") + end
+        })
+        .collect()
+}
+
+/// Runs a binary's `main`: on error, prints [`error_line`] to stderr (control
+/// characters escaped but line breaks, [`printable_lines`]) and exits with
+/// status 1.
 pub fn exit_on_error<E: AsRef<dyn Error + Send + Sync + 'static>>(program: &str, result: Result<(), E>) {
     if let Err(e) = result {
-        eprintln!("{}", error_line(program, e.as_ref()));
+        eprintln!("{}", printable_lines(&error_line(program, e.as_ref())));
         std::process::exit(1);
     }
 }
@@ -43,4 +62,15 @@ pub fn exit_on_error<E: AsRef<dyn Error + Send + Sync + 'static>>(program: &str,
 pub fn exit_on_broken_pipe() {
     // SAFETY: signal(2) with SIG_DFL only resets the disposition; no handler runs our code.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_and_lines_kept_where_asked() {
+        assert_eq!(printable("a\u{1b}[31mb\r\nc"), "a\\u{1b}[31mb\\r\\nc");
+        assert_eq!(printable_lines("bad key\n  | x\t= \u{7}\r\n"), "bad key\n  | x\t= \\u{7}\\r\n");
+    }
 }

@@ -354,10 +354,12 @@ impl Out {
         }
     }
 
+    /// Prints `value` as JSON with `--json`, else `text` as one line (its
+    /// control characters escaped: it may hold a peer's bytes).
     fn line(self, value: Value, text: String) {
         match self.json {
             true => println!("{value}"),
-            false => println!("{text}"),
+            false => println!("{}", emq::program::printable(&text)),
         }
     }
 

@@ -6,11 +6,17 @@
 use std::collections::BTreeSet;
 
 use emq::broker::counts::QueueCounter;
+use emq::program::printable;
 use serde_json::{Map, Value};
 
 /// Lines of `rows` under `header`, each column as wide as its widest cell.
-/// A column whose cells are all numbers (or `-`) is right-aligned.
+/// A column whose cells are all numbers (or `-`) is right-aligned. Cells
+/// come from the broker's answers, so from peers (queue names a worker
+/// declared, callables, msgids): their control characters are escaped
+/// ([`emq::program::printable`]), and a cell never breaks its line or drives the terminal.
 pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows.iter().map(|row| row.iter().map(|cell| printable(cell)).collect()).collect();
+    let rows = &rows;
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -135,7 +141,7 @@ fn summary(emq: &Value) -> String {
     let shards = emq.get("shards").and_then(Value::as_u64).unwrap_or(0);
     let mut out = format!(
         "emq {}, {shards} shard{}, up {}, {}\n",
-        emq.get("version").and_then(Value::as_str).unwrap_or("?"),
+        printable(emq.get("version").and_then(Value::as_str).unwrap_or("?")),
         if shards == 1 { "" } else { "s" },
         duration(emq.get("uptime_secs").and_then(Value::as_u64).unwrap_or(0)),
         if emq.get("draining").and_then(Value::as_bool) == Some(true) { "draining" } else { "accepting jobs" },
@@ -144,7 +150,8 @@ fn summary(emq: &Value) -> String {
         let mut figures = Vec::new();
         nonzero(value, "", &mut figures);
         if !figures.is_empty() {
-            out += &format!("{key}: {}\n", figures.join(" "));
+            out += &printable(&format!("{key}: {}", figures.join(" ")));
+            out += "\n";
         }
     }
     out
@@ -167,7 +174,7 @@ fn wal(v: &Value) -> String {
     let Some(w) = v.pointer("/emq/wal") else { return String::new() };
     let durability = w.get("durability").and_then(Value::as_str).unwrap_or("-");
     let dir = w.get("data_dir").and_then(Value::as_str).unwrap_or("-");
-    let mut out = format!("\ndurability {durability}, data dir {dir}\n");
+    let mut out = format!("\ndurability {}, data dir {}\n", printable(durability), printable(dir));
     let shards = w.get("shards").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     if shards.is_empty() {
         return out;
@@ -278,12 +285,6 @@ pub fn dead_show(v: &Value) -> String {
     out
 }
 
-/// `text` with control characters escaped (`\u{1b}`, `\r`), so that a
-/// producer's bytes cannot move the operator's cursor or colour the terminal.
-fn printable(text: &str) -> String {
-    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
-}
-
 /// A dead job's cells in `dead_list`'s column order.
 fn dead_row(j: &Value) -> [String; 7] {
     let text = |k: &str| j.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
@@ -379,6 +380,19 @@ mod tests {
             "max_latency_messages_by_queue": {"email": 628}, "waiting_messages_by_queue": {},
             "processed_messages_by_queue": {"default": 1}, "processed_messages_by_worker": {"w": 1}});
         assert_eq!(status(&eventmq), "QUEUE    WAITING  IN-FLIGHT  PROCESSED\ndefault        0          0          1\nemail          0          1          0\n");
+    }
+
+    #[test]
+    fn names_from_peers_never_drive_the_terminal_or_break_a_line() {
+        // A worker may declare any queue name over eMQP (EventMQ does); the
+        // tables escape what a terminal would act on.
+        let w = json!({"connected_workers": {"w1": {"queues": [[10, "\u{1b}[31mRED\u{1b}[0m"], [1, "a\nb"]], "available_slots": 1, "state": "live"}}});
+        let out = workers(&w);
+        assert!(!out.contains('\u{1b}') && out.lines().count() == 2, "{out:?}");
+        assert!(out.contains("\\u{1b}[31mRED\\u{1b}[0m:10,a\\nb:1"), "{out:?}");
+        let st = json!({"served_queues": ["\u{1b}]0;title\u{7}", "ok"], "emq": {"version": "1\r", "counters": {"x\u{1b}": 1}}});
+        let out = status(&st);
+        assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{out:?}");
     }
 
     #[test]
