@@ -405,8 +405,7 @@ impl Server {
         Counters::bump(&counters.http_requests);
         let request = if end == 0 { Err(Refusal::HEAD_TOO_LARGE) } else { parse_head(head) };
         let text = "text/plain; charset=utf-8";
-        let (status, body, content_type, head_only, extra): (u16, Vec<u8>, &str, bool, &[(&str, &str)]) = match request
-        {
+        let (status, body, content_type, head_only, extra): (u16, Vec<u8>, &str, bool, Headers) = match request {
             Err(refusal) => (refusal.status, refusal.body.as_bytes().to_vec(), text, false, refusal.headers),
             Ok(req) => {
                 let head_only = req.method == "HEAD";
@@ -488,12 +487,15 @@ struct Request<'a> {
     target: &'a str,
 }
 
+/// Extra headers of an answer: `(name, value)`.
+type Headers = &'static [(&'static str, &'static str)];
+
 /// A request refused before routing: status, body, extra headers.
 #[derive(Debug, PartialEq, Eq)]
 struct Refusal {
     status: u16,
     body: &'static str,
-    headers: &'static [(&'static str, &'static str)],
+    headers: Headers,
 }
 
 impl Refusal {
