@@ -20,6 +20,36 @@ pub const METRICS_ADDR: &str = "127.0.0.1:47296";
 /// `emq_metrics_queues_folded`), so a scrape stays bounded however many
 /// queues there are.
 pub const METRICS_MAX_QUEUES: usize = 1_000;
+/// Most HTTP connections the metrics server holds at once (README "Limits",
+/// `metrics_max_connections`). A connection past it is answered `503` at
+/// once and closed, counted in `http_connections_refused`. The server is
+/// for one Prometheus scraper and a few browsers; 64 leaves room for those
+/// and keeps its descriptors and memory (each connection at most
+/// [`HTTP_MAX_HEAD_BYTES`] of request plus one answer) small beside the
+/// text front end's `text_reserved_fds`.
+pub const METRICS_MAX_CONNECTIONS: usize = 64;
+/// A metrics HTTP connection is closed this long after it was accepted,
+/// whether its request head has not arrived (slowloris; answered `408` when
+/// nothing was sent yet) or its answer has not been read
+/// (`metrics_request_timeout`; counted in `http_timed_out`). A scrape on
+/// loopback takes milliseconds; Prometheus' own scrape timeout is 10 s.
+pub const METRICS_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest HTTP request head (request line and headers, with their line
+/// ends) the metrics server reads, in bytes; a longer one is answered
+/// `431` and the connection closed. 8 KiB is what Apache (8,190 bytes)
+/// and nginx (8 KiB) allow one request line or header by default; a
+/// scrape's whole head is under 300 bytes.
+pub const HTTP_MAX_HEAD_BYTES: usize = 8 * 1024;
+/// After answering, the metrics server half-closes the connection and
+/// reads and discards what the client still sends (a body it refused, say)
+/// for at most this long and [`HTTP_LINGER_BYTES`], so the kernel does not
+/// reset the connection before the client read the answer (nginx's
+/// "lingering close"). Discarded bytes are never kept.
+pub const HTTP_LINGER: Duration = Duration::from_secs(2);
+/// Most bytes discarded while lingering (see [`HTTP_LINGER`]).
+pub const HTTP_LINGER_BYTES: usize = 1024 * 1024;
+/// Bytes read from an HTTP connection per `read` call (a stack buffer).
+pub const HTTP_READ_CHUNK_BYTES: usize = 4 * 1024;
 /// The status page reloads itself this often.
 pub const STATUS_PAGE_REFRESH: std::time::Duration = std::time::Duration::from_secs(5);
 /// Most queues drawn in the status page's latency plot (the busiest).

@@ -6,6 +6,7 @@ mod common;
 mod durability;
 mod emqp_router;
 mod exact;
+mod http;
 mod interop;
 mod interop_pubsub;
 mod interop_scheduler;

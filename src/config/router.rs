@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::kinds::{
-    AtLeastOne, EmqpAddr, Humantime, HumantimeOrOff, Kind, LogFilter, Optional, Plain, Switch, TextListen,
+    AtLeastOne, EmqpAddr, Humantime, HumantimeOrOff, Kind, LogFilter, Optional, Period, Plain, Switch, TextListen,
 };
 use super::table::{settings, Settings};
 use super::ConfigError;
@@ -33,6 +33,12 @@ settings! {
         /// Most queues labelled in `/metrics` and shown on the status page;
         /// the rest are summed as `queue="_other"`.
         metrics_max_queues: AtLeastOne = limits::METRICS_MAX_QUEUES, env "EMQ_METRICS_MAX_QUEUES";
+        /// Most HTTP connections to the metrics server at once; past it a
+        /// connection is answered `503` and closed (`http_connections_refused`).
+        metrics_max_connections: AtLeastOne = limits::METRICS_MAX_CONNECTIONS, env "EMQ_METRICS_MAX_CONNECTIONS";
+        /// A metrics HTTP connection is closed this long after it was
+        /// accepted, request read and answer sent or not (e.g. `10s`).
+        metrics_request_timeout: Period = limits::METRICS_REQUEST_TIMEOUT, env "EMQ_METRICS_REQUEST_TIMEOUT";
         /// Dispatcher shards (queue-owning threads). 0 = pick from the core count.
         shards: Shards = 0usize, env "EMQ_SHARDS";
         /// Pin the I/O and shard threads to cores when there are enough cores.
@@ -176,6 +182,11 @@ pub struct RouterConfig {
     pub metrics_addr: Option<SocketAddr>,
     /// Most queues labelled in `/metrics` and on the status page.
     pub metrics_max_queues: usize,
+    /// Most HTTP connections to the metrics server at once.
+    pub metrics_max_connections: usize,
+    /// Time from accepting a metrics HTTP connection to closing it at the
+    /// latest.
+    pub metrics_request_timeout: Duration,
     /// Number of dispatcher shards, ≥ 1.
     pub shards: usize,
     /// Pin threads to cores where the machine has enough of them.

@@ -128,10 +128,21 @@ counters! {
     /// Job-result REPLYs for jobs already taken back by their deadline
     /// (ignored).
     late_replies,
-    /// HTTP requests to the metrics server (`/metrics`, the status page).
+    /// HTTP requests to the metrics server (`/metrics`, the status page),
+    /// every request head read, answered 200 or refused.
     http_requests,
-    /// HTTP requests answered 404 or 405 (the server is read-only).
+    /// HTTP requests refused: 404 (unknown path), 405 (a method but GET
+    /// and HEAD: the server is read-only), 413 (a request with a body,
+    /// which is never read), 431 (a head over `limits::HTTP_MAX_HEAD_BYTES`),
+    /// 400 (a malformed head), 505 (an HTTP version but 1.0 and 1.1).
     http_refused,
+    /// HTTP connections refused with `503` because `metrics_max_connections`
+    /// were open.
+    http_connections_refused,
+    /// HTTP connections closed by `metrics_request_timeout`: the request
+    /// head did not arrive in time (answered `408`) or the answer was not
+    /// read in time.
+    http_timed_out,
 }
 
 impl Counters {

@@ -3,52 +3,116 @@
 //! `GET /` the status page ([`super::status_page`]). Read-only: every
 //! other path is 404, every other method 405.
 //!
-//! `tiny_http` accepts and parses on its own threads; this server answers
-//! the requests one at a time on one thread (`emq-http`), each from a fresh
-//! [`Scrape`], off the hot path like the admin thread. Requests are
-//! counted in the broker counters (`http_requests`, `http_refused`).
+//! One thread (`emq-http`) accepts, reads and answers every connection
+//! with non-blocking sockets in one `mio` poll, each answer from a fresh
+//! [`Scrape`](super::scrape::Scrape), off the hot path like the admin
+//! thread. Every connection is bounded (README "Limits"):
+//!
+//! * at most `metrics_max_connections` ([`limits::METRICS_MAX_CONNECTIONS`])
+//!   at once; one past it is answered `503` and closed
+//!   (`http_connections_refused`);
+//! * one request per connection (`Connection: close`), its head at most
+//!   [`limits::HTTP_MAX_HEAD_BYTES`] (else `431`);
+//! * a request with a body (`Content-Length` above 0, any
+//!   `Transfer-Encoding`) is answered `413` without reading the body: the
+//!   server takes no input but the head, so no memory or time depends on a
+//!   length the client declares;
+//! * the whole exchange ends `metrics_request_timeout`
+//!   ([`limits::METRICS_REQUEST_TIMEOUT`]) after the accept (`408` when the
+//!   head is not complete; `http_timed_out`);
+//! * after its answer a connection is half-closed and what the client
+//!   still sends is discarded, for at most [`limits::HTTP_LINGER`] and
+//!   [`limits::HTTP_LINGER_BYTES`], so the client reads the answer before
+//!   the close.
+//!
+//! It replaces `tiny_http` (0.12), which could not be bounded: it spawns a
+//! thread per connection with no limit and no read timeout, reads a header
+//! line with no length limit, and when a request is answered or dropped
+//! drains its declared `Content-Length` into one buffer of that size
+//! (`EqualReader::drop`), so one `Content-Length: 99999999999` aborted the
+//! router. Requests are counted in the broker counters (`http_requests`,
+//! `http_refused`).
 
-use std::net::{SocketAddr, TcpListener};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use tiny_http::{Header, Method, Request, Response, Server};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::scrape::Sources;
 use super::status_page::Rates;
 use super::StartError;
+use crate::limits;
 use crate::metrics::counters::Counters;
+
+const LISTENER: Token = Token(usize::MAX - 1);
+const WAKER: Token = Token(usize::MAX - 2);
+/// How often deadlines are checked (a sweep over the open connections).
+const SWEEP: Duration = Duration::from_millis(100);
+/// Connections accepted per loop turn before the open ones are served.
+const ACCEPT_BATCH: usize = 64;
+/// After an `accept` failure (out of descriptors), the next try.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// The limits of the HTTP server (README "Limits", docs/configuration.md).
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    /// Most connections open at once (`metrics_max_connections`).
+    pub max_connections: usize,
+    /// Accept to close at the latest (`metrics_request_timeout`).
+    pub request_timeout: Duration,
+    /// Most queues shown by name (`metrics_max_queues`).
+    pub max_queues: usize,
+}
 
 /// The running HTTP server.
 pub struct HttpServer {
-    server: Arc<Server>,
+    stop: Arc<AtomicBool>,
+    waker: Arc<Waker>,
     thread: JoinHandle<()>,
     addr: SocketAddr,
 }
 
 impl HttpServer {
-    /// Binds `addr` and serves from `sources` on thread `emq-http`, showing
-    /// at most `max_queues` queues by name.
+    /// Binds `addr` and serves from `sources` on thread `emq-http` within
+    /// `limits`.
     ///
     /// # Errors
-    /// [`StartError::Io`] when the address cannot be bound or the thread
-    /// not spawned.
-    pub fn start(addr: SocketAddr, sources: Sources, max_queues: usize) -> Result<HttpServer, StartError> {
+    /// [`StartError::Io`] when the address cannot be bound, the poll not
+    /// made or the thread not spawned.
+    pub fn start(addr: SocketAddr, sources: Sources, limits: HttpLimits) -> Result<HttpServer, StartError> {
         let what = || format!("metrics listener {addr}");
-        let listener = TcpListener::bind(addr).map_err(|source| StartError::Io { what: what(), source })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Io { what: what(), source })?;
-        let server = Server::from_listener(listener, None)
-            .map_err(|e| StartError::Io { what: what(), source: std::io::Error::other(e.to_string()) })?;
-        let server = Arc::new(server);
-        let serving = server.clone();
-        let thread = super::spawn("emq-http".into(), move || {
-            let mut rates = Rates::default();
-            for req in serving.incoming_requests() {
-                answer(req, &sources, max_queues, &mut rates);
-            }
-        })?;
-        tracing::info!(%addr, "metrics and status page served");
-        Ok(HttpServer { server, thread, addr })
+        let io_err = |source| StartError::Io { what: what(), source };
+        let listener = std::net::TcpListener::bind(addr).map_err(io_err)?;
+        let addr = listener.local_addr().map_err(io_err)?;
+        listener.set_nonblocking(true).map_err(io_err)?;
+        let mut listener = TcpListener::from_std(listener);
+        let poll = Poll::new().map_err(io_err)?;
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE).map_err(io_err)?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(io_err)?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = Server {
+            poll,
+            listener,
+            conns: Vec::new(),
+            free: Vec::new(),
+            open: 0,
+            limits,
+            sources,
+            rates: Rates::default(),
+            stop: stop.clone(),
+            accept_ready: true,
+            accept_retry: None,
+            accept_next_log: None,
+            accept_unlogged: 0,
+        };
+        let thread = super::spawn("emq-http".into(), move || server.run())?;
+        tracing::info!(%addr, max_connections = limits.max_connections, "metrics and status page served");
+        Ok(HttpServer { stop, waker, thread, addr })
     }
 
     /// The bound address (port 0 resolved).
@@ -56,45 +120,571 @@ impl HttpServer {
         self.addr
     }
 
-    /// Stops serving and waits for the thread.
+    /// Stops serving (open connections are closed) and waits for the
+    /// thread.
     pub fn shutdown(self) {
-        self.server.unblock();
+        self.stop.store(true, Ordering::Release);
+        if let Err(e) = self.waker.wake() {
+            tracing::warn!(error = %e, "HTTP server not woken; it stops within its next sweep");
+        }
         let _ = self.thread.join();
     }
 }
 
-fn header(name: &str, value: &str) -> Option<Header> {
-    Header::from_bytes(name.as_bytes(), value.as_bytes()).ok()
+/// Where a connection is in its one exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Reading the request head.
+    Head,
+    /// Writing the answer.
+    Answer,
+    /// Answer sent and the write side shut: discarding what still comes.
+    Linger,
 }
 
-fn answer(req: Request, sources: &Sources, max_queues: usize, rates: &mut Rates) {
-    let counters = &sources.broker.ctx.counters;
-    Counters::bump(&counters.http_requests);
-    let path = req.url().split('?').next().unwrap_or("").to_string();
-    let (status, body, content_type) = match (req.method(), path.as_str()) {
-        (Method::Get | Method::Head, "/metrics") => {
-            (200, super::prometheus::render(sources.read(max_queues)), super::prometheus::CONTENT_TYPE)
+struct Conn {
+    stream: TcpStream,
+    phase: Phase,
+    /// The request head so far (at most [`limits::HTTP_MAX_HEAD_BYTES`]).
+    head: Vec<u8>,
+    /// `head[..scanned]` holds no end of the head.
+    scanned: usize,
+    /// The answer, written from `sent`.
+    out: Vec<u8>,
+    sent: usize,
+    /// The connection is closed at this instant at the latest.
+    deadline: Instant,
+    /// Bytes still to discard while lingering.
+    linger_left: usize,
+}
+
+struct Server {
+    poll: Poll,
+    listener: TcpListener,
+    /// Connections by token; `None` slots are listed in `free`.
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    open: usize,
+    limits: HttpLimits,
+    sources: Sources,
+    rates: Rates,
+    stop: Arc<AtomicBool>,
+    /// The listener may hold connections not accepted yet.
+    accept_ready: bool,
+    accept_retry: Option<Instant>,
+    accept_next_log: Option<Instant>,
+    accept_unlogged: u64,
+}
+
+/// What the server does with one connection after an event.
+enum Next {
+    Keep,
+    Close,
+}
+
+impl Server {
+    fn counters(&self) -> &Counters {
+        &self.sources.broker.ctx.counters
+    }
+
+    fn run(mut self) {
+        let mut events = Events::with_capacity(256);
+        let mut next_sweep = Instant::now() + SWEEP;
+        while !self.stop.load(Ordering::Acquire) {
+            let now = Instant::now();
+            let timeout = if self.accept_ready {
+                Duration::ZERO
+            } else {
+                let mut wake = next_sweep;
+                if let Some(at) = self.accept_retry {
+                    wake = wake.min(at);
+                }
+                wake.saturating_duration_since(now)
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    crate::log_limited!(warn, error = %e, "HTTP poll failed");
+                    std::thread::sleep(SWEEP);
+                }
+                continue;
+            }
+            for event in events.iter() {
+                match event.token() {
+                    WAKER => {}
+                    LISTENER => self.accept_ready = true,
+                    Token(slot) => self.drive(slot),
+                }
+            }
+            let now = Instant::now();
+            if self.accept_retry.is_some_and(|at| at <= now) {
+                self.accept_retry = None;
+                self.accept_ready = true;
+            }
+            if self.accept_ready {
+                self.accept(now);
+            }
+            if now >= next_sweep {
+                self.sweep(now);
+                next_sweep = now + SWEEP;
+            }
         }
-        (Method::Get | Method::Head, "/" | "/index.html") => {
-            (200, super::status_page::render(&sources.read(max_queues), rates), "text/html; charset=utf-8")
+        for slot in 0..self.conns.len() {
+            self.close(slot);
         }
-        (Method::Get | Method::Head, _) => {
+    }
+
+    /// Accepts up to [`ACCEPT_BATCH`] connections: admitted below the
+    /// limit, else answered `503` and closed.
+    fn accept(&mut self, now: Instant) {
+        for _ in 0..ACCEPT_BATCH {
+            match self.listener.accept() {
+                Ok((stream, _)) if self.open >= self.limits.max_connections => self.refuse_busy(stream),
+                Ok((stream, _)) => self.admit(stream, now),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.accept_ready = false;
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // Out of descriptors, most likely: the connection stays
+                    // in the backlog; try again a little later.
+                    if self.accept_next_log.is_none_or(|at| now >= at) {
+                        tracing::warn!(error = %e, not_logged = self.accept_unlogged, "HTTP accept failed");
+                        self.accept_unlogged = 0;
+                        self.accept_next_log = Some(now + Duration::from_secs(1));
+                    } else {
+                        self.accept_unlogged += 1;
+                    }
+                    self.accept_ready = false;
+                    self.accept_retry = Some(now + ACCEPT_RETRY);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn refuse_busy(&mut self, mut stream: TcpStream) {
+        Counters::bump(&self.counters().http_connections_refused);
+        crate::log_limited!(
+            warn,
+            max = self.limits.max_connections,
+            "HTTP connection refused: metrics_max_connections open"
+        );
+        // Best effort, never blocking: take what the request already sent
+        // (so the close is not a reset), answer, close.
+        let mut buf = [0u8; limits::HTTP_READ_CHUNK_BYTES];
+        let _ = stream.read(&mut buf);
+        let body = format!("busy: {} HTTP connections open (metrics_max_connections)\n", self.limits.max_connections);
+        let answer = response(503, "text/plain; charset=utf-8", body.as_bytes(), false, &[("Retry-After", "1")]);
+        let _ = stream.write(&answer);
+        let _ = stream.shutdown(Shutdown::Both);
+    }
+
+    fn admit(&mut self, mut stream: TcpStream, now: Instant) {
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+        };
+        if let Err(e) = self.poll.registry().register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE)
+        {
+            crate::log_limited!(warn, error = %e, "HTTP connection not registered; closed");
+            self.free.push(slot);
+            return;
+        }
+        let _ = stream.set_nodelay(true);
+        self.conns[slot] = Some(Conn {
+            stream,
+            phase: Phase::Head,
+            head: Vec::new(),
+            scanned: 0,
+            out: Vec::new(),
+            sent: 0,
+            deadline: now + self.limits.request_timeout,
+            linger_left: limits::HTTP_LINGER_BYTES,
+        });
+        self.open += 1;
+        // Its request may be there already (edge-triggered poll).
+        self.drive(slot);
+    }
+
+    fn close(&mut self, slot: usize) {
+        if let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) {
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+            self.free.push(slot);
+            self.open -= 1;
+        }
+    }
+
+    /// Closes the connections past their deadline.
+    fn sweep(&mut self, now: Instant) {
+        let counters = self.sources.broker.ctx.counters.clone();
+        for slot in 0..self.conns.len() {
+            let Some(conn) = self.conns[slot].as_mut() else { continue };
+            if conn.deadline > now {
+                continue;
+            }
+            match conn.phase {
+                Phase::Head => {
+                    let secs = self.limits.request_timeout.as_secs_f64();
+                    let body = format!("request head not complete within {secs} s\n");
+                    let answer = response(408, "text/plain; charset=utf-8", body.as_bytes(), false, &[]);
+                    // Best effort: the socket's buffer is empty, so it fits.
+                    let _ = conn.stream.write(&answer);
+                    Counters::bump(&counters.http_timed_out);
+                }
+                Phase::Answer => Counters::bump(&counters.http_timed_out),
+                Phase::Linger => {}
+            }
+            self.close(slot);
+        }
+    }
+
+    /// Moves connection `slot` on as far as its socket allows.
+    fn drive(&mut self, slot: usize) {
+        let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) else { return };
+        let next = self.step(&mut conn);
+        self.conns[slot] = Some(conn);
+        if let Next::Close = next {
+            self.close(slot);
+        }
+    }
+
+    fn step(&mut self, conn: &mut Conn) -> Next {
+        loop {
+            match conn.phase {
+                Phase::Head => match read_head(conn) {
+                    Ok(None) => return Next::Keep,
+                    Ok(Some(end)) => {
+                        conn.out = self.answer(&conn.head[..end], end);
+                        conn.head = Vec::new();
+                        conn.phase = Phase::Answer;
+                    }
+                    Err(()) => return Next::Close,
+                },
+                Phase::Answer => {
+                    while conn.sent < conn.out.len() {
+                        match conn.stream.write(&conn.out[conn.sent..]) {
+                            Ok(0) => return Next::Close,
+                            Ok(n) => conn.sent += n,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::Keep,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Err(_) => return Next::Close,
+                        }
+                    }
+                    conn.out = Vec::new();
+                    if conn.stream.shutdown(Shutdown::Write).is_err() {
+                        return Next::Close;
+                    }
+                    conn.phase = Phase::Linger;
+                    conn.deadline = conn.deadline.min(Instant::now() + limits::HTTP_LINGER);
+                }
+                Phase::Linger => {
+                    let mut buf = [0u8; limits::HTTP_READ_CHUNK_BYTES];
+                    loop {
+                        match conn.stream.read(&mut buf) {
+                            Ok(0) => return Next::Close,
+                            Ok(n) if n >= conn.linger_left => return Next::Close,
+                            Ok(n) => conn.linger_left -= n,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::Keep,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Err(_) => return Next::Close,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The whole answer to the request head `head` (`end` bytes with its
+    /// empty line; a 431 when `end` is 0), counted.
+    fn answer(&mut self, head: &[u8], end: usize) -> Vec<u8> {
+        let counters = &self.sources.broker.ctx.counters;
+        Counters::bump(&counters.http_requests);
+        let request = if end == 0 { Err(Refusal::HEAD_TOO_LARGE) } else { parse_head(head) };
+        let text = "text/plain; charset=utf-8";
+        let (status, body, content_type, head_only, extra): (u16, Vec<u8>, &str, bool, Headers) = match request {
+            Err(refusal) => (refusal.status, refusal.body.as_bytes().to_vec(), text, false, refusal.headers),
+            Ok(req) => {
+                let head_only = req.method == "HEAD";
+                let path = req.target.split('?').next().unwrap_or("");
+                match (req.method, path) {
+                    ("GET" | "HEAD", "/metrics") => {
+                        let body = super::prometheus::render(self.sources.read(self.limits.max_queues));
+                        (200, body.into_bytes(), super::prometheus::CONTENT_TYPE, head_only, &[])
+                    }
+                    ("GET" | "HEAD", "/" | "/index.html") => {
+                        let scrape = self.sources.read(self.limits.max_queues);
+                        let body = super::status_page::render(&scrape, &mut self.rates);
+                        (200, body.into_bytes(), "text/html; charset=utf-8", head_only, &[])
+                    }
+                    ("GET" | "HEAD", _) => (404, b"not found: try /metrics or /\n".to_vec(), text, head_only, &[]),
+                    _ => (405, b"read-only: GET and HEAD only\n".to_vec(), text, false, &[("Allow", "GET, HEAD")]),
+                }
+            }
+        };
+        if status != 200 {
             Counters::bump(&counters.http_refused);
-            (404, "not found: try /metrics or /\n".to_string(), "text/plain; charset=utf-8")
+            crate::log_limited!(debug, status, "HTTP request refused");
         }
-        _ => {
-            Counters::bump(&counters.http_refused);
-            (405, "read-only: GET only\n".to_string(), "text/plain; charset=utf-8")
+        response(status, content_type, &body, head_only, extra)
+    }
+}
+
+/// Reads what the socket holds into `conn.head`: `Ok(Some(end))` once the
+/// head is complete (`end` bytes, with its empty line; `Some(0)`: over
+/// [`limits::HTTP_MAX_HEAD_BYTES`]), `Ok(None)` to wait for more,
+/// `Err(())` when the client is gone.
+fn read_head(conn: &mut Conn) -> Result<Option<usize>, ()> {
+    let mut buf = [0u8; limits::HTTP_READ_CHUNK_BYTES];
+    loop {
+        let n = match conn.stream.read(&mut buf) {
+            Ok(0) => return Err(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return Err(()),
+        };
+        let mut got = &buf[..n];
+        if conn.head.is_empty() {
+            // Empty lines before the request line are ignored (RFC 9112 §2.2).
+            let skip = got.iter().take_while(|&&b| b == b'\r' || b == b'\n').count();
+            got = &got[skip..];
         }
+        let room = limits::HTTP_MAX_HEAD_BYTES - conn.head.len();
+        conn.head.extend_from_slice(&got[..got.len().min(room)]);
+        if let Some(end) = head_end(&conn.head, conn.scanned) {
+            return Ok(Some(end));
+        }
+        conn.scanned = conn.head.len().saturating_sub(2);
+        if conn.head.len() >= limits::HTTP_MAX_HEAD_BYTES {
+            return Ok(Some(0));
+        }
+    }
+}
+
+/// The length of the head in `buf` up to and with its empty line (`LF LF`
+/// or `LF CR LF`), searching from `from`.
+fn head_end(buf: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    while let Some(at) = memchr::memchr(b'\n', &buf[i..]) {
+        let lf = i + at;
+        match (buf.get(lf + 1), buf.get(lf + 2)) {
+            (Some(b'\n'), _) => return Some(lf + 2),
+            (Some(b'\r'), Some(b'\n')) => return Some(lf + 3),
+            _ => i = lf + 1,
+        }
+    }
+    None
+}
+
+/// A request the server can answer.
+#[derive(Debug, PartialEq, Eq)]
+struct Request<'a> {
+    method: &'a str,
+    target: &'a str,
+}
+
+/// Extra headers of an answer: `(name, value)`.
+type Headers = &'static [(&'static str, &'static str)];
+
+/// A request refused before routing: status, body, extra headers.
+#[derive(Debug, PartialEq, Eq)]
+struct Refusal {
+    status: u16,
+    body: &'static str,
+    headers: Headers,
+}
+
+impl Refusal {
+    const BAD: Refusal = Refusal { status: 400, body: "malformed request\n", headers: &[] };
+    const VERSION: Refusal = Refusal { status: 505, body: "HTTP/1.0 and HTTP/1.1 only\n", headers: &[] };
+    const BODY: Refusal = Refusal {
+        status: 413,
+        body: "a request body is refused (not read): the server is read-only, GET and HEAD without a body\n",
+        headers: &[],
     };
-    let mut response = Response::from_string(body).with_status_code(status);
-    if let Some(h) = header("Content-Type", content_type) {
-        response = response.with_header(h);
+    const HEAD_TOO_LARGE: Refusal =
+        Refusal { status: 431, body: "request head over 8192 bytes (limits::HTTP_MAX_HEAD_BYTES)\n", headers: &[] };
+}
+
+/// Parses a complete request head (with its empty line). A body announced
+/// (`Content-Length` above 0, or any `Transfer-Encoding`) is refused with
+/// 413 whatever the method: the server never reads one.
+fn parse_head(head: &[u8]) -> Result<Request<'_>, Refusal> {
+    let mut lines = head.split(|&b| b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let line = lines.next().ok_or(Refusal::BAD)?;
+    let line = std::str::from_utf8(line).map_err(|_| Refusal::BAD)?;
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(Refusal::BAD);
+    };
+    if method.is_empty() || !method.bytes().all(is_tchar) || target.is_empty() || target.bytes().any(|b| b <= b' ') {
+        return Err(Refusal::BAD);
     }
-    if let Some(h) = header("Cache-Control", "no-store") {
-        response = response.with_header(h);
+    match version.as_bytes() {
+        b"HTTP/1.0" | b"HTTP/1.1" => {}
+        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor] if major.is_ascii_digit() && minor.is_ascii_digit() => {
+            return Err(Refusal::VERSION)
+        }
+        _ => return Err(Refusal::BAD),
     }
-    if let Err(e) = req.respond(response) {
-        tracing::debug!(error = %e, %path, "HTTP answer not sent");
+    let mut body = false;
+    for line in lines {
+        if line.is_empty() {
+            break;
+        }
+        if line[0] == b' ' || line[0] == b'\t' {
+            return Err(Refusal::BAD); // obsolete line folding (RFC 9112 §5.2)
+        }
+        let colon = memchr::memchr(b':', line).ok_or(Refusal::BAD)?;
+        let (name, value) = (&line[..colon], trim(&line[colon + 1..]));
+        if name.is_empty() || !name.iter().copied().all(is_tchar) {
+            return Err(Refusal::BAD);
+        }
+        if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            body = true;
+        } else if name.eq_ignore_ascii_case(b"content-length") {
+            // A list of equal lengths is allowed (RFC 9110 §8.6); only
+            // whether one is above 0 matters, so no number is parsed.
+            for length in value.split(|&b| b == b',').map(trim) {
+                if length.is_empty() || !length.iter().all(u8::is_ascii_digit) {
+                    return Err(Refusal::BAD);
+                }
+                body |= length.iter().any(|&b| b != b'0');
+            }
+        }
+    }
+    if body {
+        return Err(Refusal::BODY);
+    }
+    Ok(Request { method, target })
+}
+
+fn trim(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}
+
+/// A token character (RFC 9110 §5.6.2).
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        505 => "HTTP Version Not Supported",
+        _ => "",
+    }
+}
+
+/// An HTTP/1.1 answer that closes the connection; `head_only` (HEAD) leaves
+/// the body out but keeps its length.
+fn response(status: u16, content_type: &str, body: &[u8], head_only: bool, extra: &[(&str, &str)]) -> Vec<u8> {
+    let date = chrono::Utc::now().format("%a, %d %b %Y %H:%M:%S GMT");
+    let mut out = format!(
+        "HTTP/1.1 {status} {}\r\nDate: {date}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+         Cache-Control: no-store\r\nConnection: close\r\n",
+        reason(status),
+        body.len()
+    )
+    .into_bytes();
+    for (name, value) in extra {
+        out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    if !head_only {
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<(String, String), u16> {
+        let end = head_end(s.as_bytes(), 0).expect("a complete head");
+        parse_head(&s.as_bytes()[..end]).map(|r| (r.method.into(), r.target.into())).map_err(|r| r.status)
+    }
+
+    #[test]
+    fn heads_end_at_the_first_empty_line() {
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: x\r\n\r\nrest", 0), Some(27));
+        assert_eq!(head_end(b"GET / HTTP/1.1\nHost: x\n\nrest", 0), Some(24));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: x\r\n", 0), None);
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: x\r\n\r", 0), None);
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 24), Some(27), "from a rescanned tail");
+    }
+
+    #[test]
+    fn gets_and_heads_parse() {
+        assert_eq!(parse("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"), Ok(("GET".into(), "/metrics".into())));
+        assert_eq!(parse("HEAD /?a=b HTTP/1.0\r\n\r\n"), Ok(("HEAD".into(), "/?a=b".into())));
+        assert_eq!(parse("GET / HTTP/1.1\r\nContent-Length: 0\r\n\r\n"), Ok(("GET".into(), "/".into())));
+        assert_eq!(parse("GET / HTTP/1.1\r\nContent-Length: 000, 0\r\n\r\n"), Ok(("GET".into(), "/".into())));
+        assert_eq!(parse("POST / HTTP/1.1\r\n\r\n"), Ok(("POST".into(), "/".into())), "405 when routed");
+    }
+
+    #[test]
+    fn any_body_is_refused_without_reading_its_length() {
+        for head in [
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n",
+            "GET / HTTP/1.1\r\nContent-Length: 99999999999999999999999999999999999999\r\n\r\n",
+            "POST / HTTP/1.1\r\ncontent-length:1\r\n\r\n",
+            "GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nTRANSFER-ENCODING: gzip, chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\n",
+        ] {
+            assert_eq!(parse(head), Err(413), "{head:?}");
+        }
+    }
+
+    #[test]
+    fn malformed_heads_are_bad_requests() {
+        for head in [
+            "GET /\r\n\r\n",
+            "GET  / HTTP/1.1\r\n\r\n",
+            "GET / HTTP/1.1 x\r\n\r\n",
+            "GET / HTTX/1.1\r\n\r\n",
+            "G(T / HTTP/1.1\r\n\r\n",
+            "GET / HTTP/1.1\r\nno colon\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost : x\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n",
+            "GET / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+            "GET / HTTP/1.1\r\nContent-Length: 1e3\r\n\r\n",
+            "GET / HTTP/1.1\r\nContent-Length:\r\n\r\n",
+        ] {
+            assert_eq!(parse(head), Err(400), "{head:?}");
+        }
+        assert_eq!(parse("GET / HTTP/2.0\r\n\r\n"), Err(505));
+        assert_eq!(parse_head(b"\xff / HTTP/1.1\r\n\r\n").map_err(|r| r.status), Err(400));
+    }
+
+    #[test]
+    fn answers_close_and_head_keeps_the_length() {
+        let get = String::from_utf8(response(200, "text/plain", b"hello", false, &[])).unwrap();
+        assert!(get.starts_with("HTTP/1.1 200 OK\r\n"), "{get}");
+        assert!(get.contains("\r\nContent-Length: 5\r\n") && get.contains("\r\nConnection: close\r\n"), "{get}");
+        assert!(get.ends_with("\r\n\r\nhello"), "{get}");
+        let head = String::from_utf8(response(405, "text/plain", b"hello", true, &[("Allow", "GET, HEAD")])).unwrap();
+        assert!(head.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{head}");
+        assert!(head.contains("\r\nAllow: GET, HEAD\r\n") && head.ends_with("\r\n\r\n"), "{head}");
     }
 }

@@ -429,7 +429,12 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         Some(addr) => {
             let sources =
                 scrape::Sources { broker: broker.clone(), latency: latency.clone(), text: text_stats.clone() };
-            Some(http::HttpServer::start(addr, sources, config.metrics_max_queues)?)
+            let limits = http::HttpLimits {
+                max_connections: config.metrics_max_connections,
+                request_timeout: config.metrics_request_timeout,
+                max_queues: config.metrics_max_queues,
+            };
+            Some(http::HttpServer::start(addr, sources, limits)?)
         }
         None => None,
     };

@@ -65,6 +65,8 @@ pub struct Router {
     pub admin: String,
     /// Text protocol `127.0.0.1:P` (`None` for the Python router).
     pub text: Option<String>,
+    /// The metrics HTTP server, `127.0.0.1:P` (`None` for the Python router).
+    pub metrics: Option<String>,
     /// The process.
     pub child: Child,
 }
@@ -90,10 +92,10 @@ impl Router {
         let (frontend, backend, admin) = (zmq_endpoint(fp), zmq_endpoint(bp), zmq_endpoint(ap));
         // Only the eMQP ports are waited for; see [`Router::wait_text`].
         let ports = [fp, bp, ap];
-        let (mut cmd, text) = match &kind {
+        let (mut cmd, text, metrics) = match &kind {
             RouterKind::Python => {
                 assert!(extra.is_empty(), "the Python router takes no flags: {extra:?}");
-                (python_cmd(dir, &frontend, &backend, &admin), None)
+                (python_cmd(dir, &frontend, &backend, &admin), None, None)
             }
             RouterKind::Rust(bin) => {
                 assert!(
@@ -104,9 +106,10 @@ impl Router {
                 );
                 let tp = free_port();
                 let text = format!("127.0.0.1:{tp}");
-                let mut cmd = rust_cmd(bin, &frontend, &backend, &admin, &text);
+                let metrics = format!("127.0.0.1:{}", free_port());
+                let mut cmd = rust_cmd(bin, &frontend, &backend, &admin, &text, &metrics);
                 cmd.arg("--data-dir").arg(dir.join("router-data")).args(extra);
-                (cmd, Some(text))
+                (cmd, Some(text), Some(metrics))
             }
         };
         let mut child = Child::spawn("router", &mut cmd, &dir.join("router.log"));
@@ -117,7 +120,7 @@ impl Router {
             child.exit_status(),
             child.log_tail(40)
         );
-        Router { kind, frontend, backend, admin, text, child }
+        Router { kind, frontend, backend, admin, text, metrics, child }
     }
 
     /// Waits until the text protocol port accepts connections; panics after
@@ -136,7 +139,7 @@ impl Router {
     }
 }
 
-fn rust_cmd(bin: &PathBuf, frontend: &str, backend: &str, admin: &str, text: &str) -> Command {
+fn rust_cmd(bin: &PathBuf, frontend: &str, backend: &str, admin: &str, text: &str, metrics: &str) -> Command {
     let mut cmd = Command::new(bin);
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("EMQ_") {
@@ -144,7 +147,7 @@ fn rust_cmd(bin: &PathBuf, frontend: &str, backend: &str, admin: &str, text: &st
         }
     }
     cmd.args(["--frontend", frontend, "--backend", backend, "--admin", admin, "--text", text]);
-    cmd.args(["--metrics", &format!("127.0.0.1:{}", free_port())]);
+    cmd.args(["--metrics", metrics]);
     cmd
 }
 

@@ -1,0 +1,222 @@
+//! The metrics HTTP server's bounds (README "Metrics and the status page",
+//! "Limits"), spoken as raw HTTP over 127.0.0.1 to an `emq-router`
+//! process: a request with a body is refused with 413 without its body
+//! being read (a `Content-Length` of 99,999,999,999 once aborted the
+//! router), connections past `metrics_max_connections` get 503, slow
+//! clients get 408 after `metrics_request_timeout`, and the router's
+//! threads and descriptors do not grow with HTTP connections.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::common::proc::TestDir;
+use crate::common::router::{rust_router_bin, Router, RouterKind};
+use crate::common::wait;
+use crate::common::watchdog::Watchdog;
+
+const T: Duration = Duration::from_secs(5);
+
+fn start(name: &str, extra: &[&str]) -> (TestDir, Router, String) {
+    let dir = TestDir::new(name);
+    let router = Router::start_with(&dir, RouterKind::Rust(rust_router_bin()), extra);
+    let addr = router.metrics.clone().expect("a Rust router serves metrics");
+    let port: u16 = addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port");
+    let up = wait::until(T, || crate::common::ports::is_listening(port));
+    assert!(up, "metrics port {addr} not listening");
+    (dir, router, addr)
+}
+
+fn connect(addr: &str) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("the HTTP server accepts");
+    s.set_read_timeout(Some(T)).expect("read timeout");
+    s
+}
+
+/// Reads until the server closes (or [`T`] passes): everything it sent.
+fn read_all(s: &mut TcpStream) -> String {
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("answer not read to its end ({e}); got so far: {:?}", String::from_utf8_lossy(&raw)),
+        }
+    }
+    String::from_utf8_lossy(&raw).into_owned()
+}
+
+/// Sends `request` on a fresh connection and reads the answer to the close.
+fn exchange(addr: &str, request: &[u8]) -> String {
+    let mut s = connect(addr);
+    s.write_all(request).expect("request sent");
+    read_all(&mut s)
+}
+
+fn status_line(answer: &str) -> &str {
+    answer.lines().next().unwrap_or("")
+}
+
+/// `GET /metrics`: the exposition text.
+fn scrape(addr: &str) -> String {
+    let answer = exchange(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(status_line(&answer), "HTTP/1.1 200 OK", "{answer}");
+    answer
+}
+
+/// The value of `emq_events_total{event="<event>"}` in a scrape.
+fn event(text: &str, event: &str) -> u64 {
+    let prefix = format!("emq_events_total{{event=\"{event}\"}} ");
+    let line = text.lines().find_map(|l| l.strip_prefix(prefix.as_str()));
+    line.and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| panic!("{prefix} missing\n{text}"))
+}
+
+fn threads(router: &Router) -> usize {
+    std::fs::read_dir(format!("/proc/{}/task", router.child.pid())).expect("/proc/<pid>/task").count()
+}
+
+fn descriptors(router: &Router) -> usize {
+    std::fs::read_dir(format!("/proc/{}/fd", router.child.pid())).expect("/proc/<pid>/fd").count()
+}
+
+#[test]
+fn http_requests_with_a_body_get_413_unread_and_the_router_stays_up() {
+    let _w = Watchdog::new("http_body_refused", 60);
+    let (_dir, mut router, addr) = start("http-body", &[]);
+    let huge = "Content-Length: 99999999999\r\n";
+    let refused: Vec<(String, Vec<u8>)> = vec![
+        ("GET /metrics, huge length".into(), format!("GET /metrics HTTP/1.1\r\nHost: x\r\n{huge}\r\n").into()),
+        ("POST /, huge length".into(), format!("POST / HTTP/1.1\r\nHost: x\r\n{huge}\r\n").into()),
+        ("GET /nope, huge length".into(), format!("GET /nope HTTP/1.1\r\nHost: x\r\n{huge}\r\n").into()),
+        (
+            "a length past u64".into(),
+            b"GET / HTTP/1.1\r\nContent-Length: 999999999999999999999999999999\r\n\r\n".to_vec(),
+        ),
+        (
+            "a chunked body, sent".into(),
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n".to_vec(),
+        ),
+        ("a chunked body never sent".into(), b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec()),
+        ("10 bytes announced, none sent".into(), b"GET / HTTP/1.0\r\nContent-Length: 10\r\n\r\n".to_vec()),
+    ];
+    for (what, request) in &refused {
+        let t0 = Instant::now();
+        let answer = exchange(&addr, request);
+        assert_eq!(status_line(&answer), "HTTP/1.1 413 Content Too Large", "{what}: {answer}");
+        assert!(answer.contains("\r\nConnection: close\r\n"), "{what}: {answer}");
+        assert!(t0.elapsed() < Duration::from_secs(2), "{what}: answered at once, not after a timeout");
+        assert!(router.child.is_alive(), "{what}: the router died\n{}", router.child.log_tail(30));
+    }
+    // A body being sent while the answer comes: discarded, the answer read.
+    let mut s = connect(&addr);
+    s.write_all(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 262144\r\n\r\n").expect("head sent");
+    s.write_all(&vec![b'x'; 262_144]).expect("body sent (discarded by the server)");
+    let answer = read_all(&mut s);
+    assert_eq!(status_line(&answer), "HTTP/1.1 413 Content Too Large", "{answer}");
+    // A head past 8 KiB: 431, the rest never buffered.
+    let mut s = connect(&addr);
+    let long = format!("GET /metrics HTTP/1.1\r\nX-Long: {}\r\n\r\n", "a".repeat(20_000));
+    let _ = s.write_all(long.as_bytes()); // the server may close before it all arrives
+    let answer = read_all(&mut s);
+    assert_eq!(status_line(&answer), "HTTP/1.1 431 Request Header Fields Too Large", "{answer}");
+    // Still served, every refusal counted.
+    let text = scrape(&addr);
+    assert_eq!(event(&text, "http_refused"), refused.len() as u64 + 2, "{text}");
+    assert_eq!(event(&text, "http_requests"), refused.len() as u64 + 3, "{text}");
+    let head = exchange(&addr, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(status_line(&head), "HTTP/1.1 200 OK", "{head}");
+    assert!(head.ends_with("\r\n\r\n"), "HEAD has no body: {head}");
+    let post = exchange(&addr, b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(status_line(&post), "HTTP/1.1 405 Method Not Allowed", "{post}");
+    assert!(router.child.is_alive(), "{}", router.child.log_tail(30));
+}
+
+#[test]
+fn http_connections_past_the_limit_get_503_and_threads_stay_bounded() {
+    let _w = Watchdog::new("http_connection_limit", 90);
+    let (_dir, mut router, addr) = start("http-limit", &[]);
+    scrape(&addr);
+    std::thread::sleep(Duration::from_millis(300));
+    let (threads_before, fds_before) = (threads(&router), descriptors(&router));
+    // 64 (the default limit) idle connections are held; the next 36 are
+    // answered 503 and closed.
+    let limit = 64;
+    let mut held = Vec::new();
+    for i in 0..100 {
+        let mut s = connect(&addr);
+        if i < limit {
+            held.push(s);
+            continue;
+        }
+        let answer = read_all(&mut s);
+        assert_eq!(status_line(&answer), "HTTP/1.1 503 Service Unavailable", "connection {i}: {answer}");
+    }
+    for (i, s) in held.iter().enumerate() {
+        s.set_nonblocking(true).expect("nonblocking");
+        let mut byte = [0u8; 1];
+        let open = matches!((&*s).read(&mut byte), Err(e) if e.kind() == ErrorKind::WouldBlock);
+        assert!(open, "held connection {i} is still open and unanswered");
+    }
+    let (threads_open, fds_open) = (threads(&router), descriptors(&router));
+    assert!(threads_open <= threads_before, "{threads_open} threads with {limit} connections, {threads_before} before");
+    assert!(fds_open <= fds_before + limit, "{fds_open} descriptors with {limit} connections, {fds_before} before");
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    // The held ones close; then 300 more connections come and go, in waves.
+    let served = wait::until(T, || {
+        let answer = exchange(&addr, b"GET /metrics HTTP/1.0\r\n\r\n");
+        status_line(&answer) == "HTTP/1.1 200 OK"
+    });
+    assert!(served, "/metrics served again once the connections closed");
+    for _ in 0..3 {
+        let wave: Vec<TcpStream> = (0..50).map(|_| connect(&addr)).collect();
+        for mut s in wave {
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").expect("request sent");
+            assert_eq!(status_line(&read_all(&mut s)), "HTTP/1.1 200 OK");
+        }
+        let idle: Vec<TcpStream> = (0..50).map(|_| connect(&addr)).collect();
+        assert!(threads(&router) <= threads_before, "threads grew with 50 idle connections");
+        drop(idle);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let text = scrape(&addr);
+    assert_eq!(event(&text, "http_connections_refused"), 36, "{text}");
+    let (threads_after, fds_after) = (threads(&router), descriptors(&router));
+    assert!(threads_after <= threads_before, "{threads_after} threads after, {threads_before} before");
+    assert!(fds_after <= fds_before + 2, "{fds_after} descriptors after, {fds_before} before");
+    assert!(router.child.is_alive(), "{}", router.child.log_tail(30));
+}
+
+#[test]
+fn http_slow_and_idle_clients_get_408_at_the_request_timeout() {
+    let _w = Watchdog::new("http_request_timeout", 60);
+    let (_dir, router, addr) =
+        start("http-timeout", &["--metrics-request-timeout", "1s", "--metrics-max-connections", "4"]);
+    let t0 = Instant::now();
+    let mut slow = connect(&addr);
+    slow.write_all(b"GET /metr").expect("a part of a request line");
+    let mut idle = connect(&addr);
+    for s in [&mut slow, &mut idle] {
+        let answer = read_all(s);
+        assert_eq!(status_line(&answer), "HTTP/1.1 408 Request Timeout", "{answer}");
+    }
+    let waited = t0.elapsed();
+    assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(3), "closed after {waited:?}");
+    // A trickle that keeps sending does not keep the connection either:
+    // writes fail once the server closed it.
+    let mut trickle = connect(&addr);
+    let t0 = Instant::now();
+    let bytes = b"GET /metrics HTTP/1.1\r\nX-Slow: ".iter().chain([b'a'; 100].iter());
+    let closed = bytes.into_iter().any(|b| {
+        std::thread::sleep(Duration::from_millis(50));
+        trickle.write_all(&[*b]).is_err()
+    });
+    assert!(closed, "a trickling client is cut off");
+    assert!(t0.elapsed() < Duration::from_secs(3), "the trickle was cut at about 1 s: {:?}", t0.elapsed());
+    let text = scrape(&addr);
+    assert_eq!(event(&text, "http_timed_out"), 3, "{text}");
+    assert_eq!(event(&text, "http_connections_refused"), 0, "{text}");
+    drop(router);
+}
