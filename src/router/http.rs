@@ -25,7 +25,9 @@
 //!   [`limits::HTTP_LINGER_BYTES`], so the client reads the answer before
 //!   the close.
 //!
-//! It replaces `tiny_http` (0.12), which could not be bounded: it spawns a
+//! The request head is parsed by `httparse` (hyper's parser); what is
+//! ours is the bounded connection handling around it. It replaces
+//! `tiny_http` (0.12), which could not be bounded: it spawns a
 //! thread per connection with no limit and no read timeout, reads a header
 //! line with no length limit, and when a request is answered or dropped
 //! drains its declared `Content-Length` into one buffer of that size
@@ -510,47 +512,37 @@ impl Refusal {
         Refusal { status: 431, body: "request head over 8192 bytes (limits::HTTP_MAX_HEAD_BYTES)\n", headers: &[] };
 }
 
-/// Parses a complete request head (with its empty line). A body announced
-/// (`Content-Length` above 0, or any `Transfer-Encoding`) is refused with
-/// 413 whatever the method: the server never reads one.
+/// Most header fields in a request head (httparse needs a fixed table);
+/// more get 431, as a head over [`limits::HTTP_MAX_HEAD_BYTES`] does.
+const MAX_HEADERS: usize = 64;
+
+/// Parses a complete request head (with its empty line) with `httparse`
+/// (the request line and header grammar of RFC 9112; obsolete line
+/// folding and stray spaces are errors). A body announced (`Content-Length`
+/// above 0, or any `Transfer-Encoding`) is refused with 413 whatever the
+/// method: the server never reads one, and never converts the length to a
+/// number.
 fn parse_head(head: &[u8]) -> Result<Request<'_>, Refusal> {
-    let mut lines = head.split(|&b| b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l));
-    let line = lines.next().ok_or(Refusal::BAD)?;
-    let line = std::str::from_utf8(line).map_err(|_| Refusal::BAD)?;
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(Refusal::BAD);
-    };
-    if method.is_empty() || !method.bytes().all(is_tchar) || target.is_empty() || target.bytes().any(|b| b <= b' ') {
-        return Err(Refusal::BAD);
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(Refusal::BAD),
+        // httparse takes HTTP/1.0 and HTTP/1.1; another HTTP version is
+        // 505, anything else in its place a malformed request.
+        Err(httparse::Error::Version) if http_version_named(head) => return Err(Refusal::VERSION),
+        Err(httparse::Error::TooManyHeaders) => return Err(Refusal::HEAD_TOO_LARGE),
+        Err(_) => return Err(Refusal::BAD),
     }
-    match version.as_bytes() {
-        b"HTTP/1.0" | b"HTTP/1.1" => {}
-        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor] if major.is_ascii_digit() && minor.is_ascii_digit() => {
-            return Err(Refusal::VERSION)
-        }
-        _ => return Err(Refusal::BAD),
-    }
+    let (Some(method), Some(target)) = (req.method, req.path) else { return Err(Refusal::BAD) };
     let mut body = false;
-    for line in lines {
-        if line.is_empty() {
-            break;
-        }
-        if line[0] == b' ' || line[0] == b'\t' {
-            return Err(Refusal::BAD); // obsolete line folding (RFC 9112 §5.2)
-        }
-        let colon = memchr::memchr(b':', line).ok_or(Refusal::BAD)?;
-        let (name, value) = (&line[..colon], trim(&line[colon + 1..]));
-        if name.is_empty() || !name.iter().copied().all(is_tchar) {
-            return Err(Refusal::BAD);
-        }
-        if name.eq_ignore_ascii_case(b"transfer-encoding") {
+    for header in req.headers.iter() {
+        if header.name.eq_ignore_ascii_case("transfer-encoding") {
             body = true;
-        } else if name.eq_ignore_ascii_case(b"content-length") {
+        } else if header.name.eq_ignore_ascii_case("content-length") {
             // A list of equal lengths is allowed (RFC 9110 §8.6); only
             // whether one is above 0 matters, so no number is parsed.
-            for length in value.split(|&b| b == b',').map(trim) {
+            for length in header.value.split(|&b| b == b',').map(trim) {
                 if length.is_empty() || !length.iter().all(u8::is_ascii_digit) {
                     return Err(Refusal::BAD);
                 }
@@ -564,6 +556,13 @@ fn parse_head(head: &[u8]) -> Result<Request<'_>, Refusal> {
     Ok(Request { method, target })
 }
 
+/// Whether the request line ends in `HTTP/<digit>.<digit>`.
+fn http_version_named(head: &[u8]) -> bool {
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    matches!(line.rsplit(|&b| b == b' ').next(), Some([b'H', b'T', b'T', b'P', b'/', major, b'.', minor]) if major.is_ascii_digit() && minor.is_ascii_digit())
+}
+
 fn trim(mut s: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = s {
         s = rest;
@@ -572,11 +571,6 @@ fn trim(mut s: &[u8]) -> &[u8] {
         s = rest;
     }
     s
-}
-
-/// A token character (RFC 9110 §5.6.2).
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 fn reason(status: u16) -> &'static str {
