@@ -86,7 +86,7 @@ fn a_run_not_yet_due_at_the_restart_comes_at_its_original_time() {
         secs(&runs, t0),
         (Instant::now() - t0).as_secs_f64()
     );
-    assert!(runs.len() >= 1, "a scheduler restarted more often than the interval never ran the job");
+    assert!(!runs.is_empty(), "a scheduler restarted more often than the interval never ran the job");
     let first = runs[0] - t0;
     assert!(
         first >= Duration::from_secs(6) && first < Duration::from_millis(6800),
