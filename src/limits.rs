@@ -175,6 +175,15 @@ pub const SCHEDULE_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 /// scheduler's single timer heap is built for. Past it the key routed
 /// least recently is forgotten.
 pub const MAX_ROUTED_SCHEDULE_KEYS: usize = 100_000;
+/// Most UNSCHEDULE (and moved-schedule) tombstones the router keeps for
+/// schedulers that were not connected (`src/broker/shard/tombstones.rs`,
+/// docs/emqp.md "Schedulers"); past it the oldest is forgotten and counted
+/// (`schedule_tombstones_evicted`). A registering emq-scheduler gets at
+/// most this many messages.
+pub const MAX_SCHEDULE_TOMBSTONES: usize = 10_000;
+/// Most bytes of frames the tombstones hold (their messages as received);
+/// past it the oldest is forgotten, as for [`MAX_SCHEDULE_TOMBSTONES`].
+pub const MAX_SCHEDULE_TOMBSTONE_BYTES: usize = 16 * 1024 * 1024;
 /// Longest scheduler name (INFORM frame 6, emq extension) the router accepts.
 pub const MAX_SCHEDULER_NAME_BYTES: usize = 128;
 /// Waiting jobs per queue before REQUEST/SCHED is rejected. EventMQ uses

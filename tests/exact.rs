@@ -10,6 +10,7 @@ mod ids;
 mod inform;
 mod offers;
 mod refusals;
+mod restarts;
 mod schedules;
 mod stores;
 mod written_off;

@@ -299,7 +299,7 @@ fn stale_timers_do_not_accumulate() {
 
 fn stored(args: &str) -> (emq::scheduler::key::ScheduleKey, Stored) {
     let record = ["q".to_string(), "run_count:4".into(), "60".into(), body(args), String::new()];
-    (key_body(record[3].as_bytes()).unwrap().key, Stored { record, runs_left: Some(3) })
+    (key_body(record[3].as_bytes()).unwrap().key, Stored { record, runs_left: Some(3), next_fire: None })
 }
 
 /// Runs `f` with the warnings logged on this thread written (no colours)
@@ -376,15 +376,86 @@ fn redis_record_matches_eventmq_v21() {
     use emq::scheduler::redis_store::{decode_record, encode_record};
     let record = ["default".to_string(), "guarantee".into(), "60".into(), BODY_1_2.into(), String::new()];
     let v21 = r#"["default", "guarantee", "60", "[\"run\", {\"callable\": \"add\", \"path\": \"jobs_mod\", \"args\": [1, 2], \"kwargs\": {}, \"class_args\": [], \"class_kwargs\": {}}]", ""]"#;
-    let stored = Stored { record: record.clone(), runs_left: None };
+    let stored = Stored { record: record.clone(), runs_left: None, next_fire: None };
     assert_eq!(encode_record(&stored), v21);
     assert_eq!(decode_record(v21).unwrap(), stored);
     let counted = Stored {
         record: ["q".into(), "guarantee,run_count:3".into(), "5".into(), "[]".into(), "".into()],
         runs_left: Some(1),
+        next_fire: None,
     };
     let text = encode_record(&counted);
     assert_eq!(text, r#"["q", "guarantee,run_count:1", "5", "[]", ""]"#);
     assert_eq!(decode_record(&text).unwrap().runs_left, Some(1));
     assert!(decode_record(r#"["a"]"#).is_err());
+}
+
+/// The job's next fire after a restart at `at`, restored from a record whose
+/// stored next fire is `stored_next`, and how many times it fires at `at`.
+fn restored(d: Definition, stored_next: Option<&str>, at: Now) -> (Timetable, Option<Now>, usize) {
+    let mut tt = Timetable::new(Tz::UTC);
+    tt.restore(d, None, stored_next.map(wall), at).unwrap();
+    let fired = tt.fire_due(at).0.len();
+    let n = next(&mut tt);
+    (tt, n, fired)
+}
+
+#[test]
+fn a_restored_interval_job_keeps_its_phase_and_makes_up_a_missed_run_once() {
+    let at = t("2024-01-01T00:00:40Z");
+    // Due at :30 and at :36 while down (every 6 s): one run at once, then every 6 s from it.
+    let (mut tt, n, fired) = restored(def("q", "nohaste", "6", "[1]", ""), Some("2024-01-01T00:00:30Z"), at);
+    assert_eq!((fired, n), (1, Some(t("2024-01-01T00:00:46Z"))), "nohaste plays no part in a restore");
+    assert!(tt.fire_due(t("2024-01-01T00:00:45Z")).0.is_empty());
+    assert_eq!(tt.fire_due(t("2024-01-01T00:00:46Z")).0.len(), 1);
+    // Not yet due: at its stored time, not one interval after the restart.
+    let (_, n, fired) = restored(def("q", "", "6", "[1]", ""), Some("2024-01-01T00:00:42Z"), at);
+    assert_eq!((fired, n), (0, Some(t("2024-01-01T00:00:42Z"))));
+    // A stored time more than an interval ahead (the wall clock went back
+    // while down): no later than one interval from the restart.
+    let (_, n, _) = restored(def("q", "", "6", "[1]", ""), Some("2024-01-01T01:00:00Z"), at);
+    assert_eq!(n, Some(t("2024-01-01T00:00:46Z")));
+    // Unknown (an older record): one interval from the restart, no run now.
+    let (_, n, fired) = restored(def("q", "", "6", "[1]", ""), None, at);
+    assert_eq!((fired, n), (0, Some(t("2024-01-01T00:00:46Z"))));
+}
+
+#[test]
+fn a_restored_cron_job_makes_up_a_time_missed_while_down_once() {
+    let at = t("2024-01-01T00:12:30Z");
+    // Every 5 minutes; :05 and :10 passed while down: one run at once, then :15.
+    let (mut tt, _, fired) = restored(def("q", "", "-1", "[1]", "*/5 * * * *"), Some("2024-01-01T00:05:00Z"), at);
+    assert_eq!(fired, 1);
+    assert_eq!(tt.list(at)[0].next_fire, wall("2024-01-01T00:15:00Z"));
+    assert!(tt.fire_due(t("2024-01-01T00:14:59Z")).0.is_empty());
+    assert_eq!(tt.fire_due(t("2024-01-01T00:15:00Z")).0.len(), 1);
+    // Not yet due: its next time, no run now.
+    let (tt, _, fired) = restored(def("q", "", "-1", "[1]", "*/5 * * * *"), Some("2024-01-01T00:15:00Z"), at);
+    assert_eq!((fired, tt.list(at)[0].next_fire), (0, wall("2024-01-01T00:15:00Z")));
+}
+
+#[test]
+fn every_run_stores_the_next_fire_and_the_file_store_keeps_it() {
+    let mut tt = Timetable::new(Tz::UTC);
+    let now = t("2024-01-01T00:00:00Z");
+    let d = def("q", "nohaste", "6", "[1]", "");
+    let key = d.key.clone();
+    tt.schedule(d, now).unwrap();
+    let (fires, changes) = tt.fire_due(plus(now, 6));
+    assert_eq!(
+        (fires.len(), changes),
+        (1, vec![Change::Put(key.clone(), None)]),
+        "an unlimited job's run is stored too"
+    );
+    assert_eq!(tt.next_of(&key, plus(now, 6)), Some(wall("2024-01-01T00:00:12Z")));
+    let dir = tempfile::tempdir().unwrap();
+    let record = ["q".to_string(), "nohaste".into(), "6".into(), body("[1]"), String::new()];
+    let kept = Stored { record, runs_left: None, next_fire: Some(wall("2024-01-01T00:00:12.345Z")) };
+    {
+        let mut s = FileStore::open(dir.path()).unwrap();
+        s.put(&key, &kept).unwrap();
+        s.sync().unwrap();
+    }
+    let mut s = FileStore::open(dir.path()).unwrap();
+    assert_eq!(s.load().unwrap(), vec![(key, kept)]);
 }

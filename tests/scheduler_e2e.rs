@@ -349,6 +349,7 @@ fn scheduler_redis_store_uses_eventmq_layout() {
     let py_value = emq::scheduler::redis_store::encode_record(&emq::scheduler::store::Stored {
         record: ["email".into(), "guarantee".into(), "30".into(), py_body, String::new()],
         runs_left: None,
+        next_fire: None,
     });
     let _: () = redis::cmd("SET").arg(py_key.as_str()).arg(&py_value).query(&mut con).unwrap();
     let _: () = redis::cmd("LPUSH").arg("interval_jobs").arg(py_key.as_str()).query(&mut con).unwrap();

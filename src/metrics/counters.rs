@@ -105,6 +105,15 @@ counters! {
     /// Schedule keys whose owner the router forgot to make room
     /// (`MAX_ROUTED_SCHEDULE_KEYS`, least recently routed first).
     schedule_owners_forgotten,
+    /// UNSCHEDULEs whose schedule's owner was not connected: answered
+    /// `deferred` by the router, delivered when the owner registers.
+    schedule_unschedules_deferred,
+    /// UNSCHEDULE/DROP messages sent to a scheduler at its registration
+    /// (tombstones it had not heard of).
+    schedule_tombstones_delivered,
+    /// Tombstones forgotten to make room (`MAX_SCHEDULE_TOMBSTONES`,
+    /// `MAX_SCHEDULE_TOMBSTONE_BYTES`, oldest first).
+    schedule_tombstones_evicted,
     /// Sends that failed (peer gone or pipe full), all kinds.
     send_failures,
     /// Text offers ACKed.

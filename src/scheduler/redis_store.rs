@@ -31,6 +31,11 @@
 //! reconcile period, and a schedule the router gave to another scheduler
 //! since (its owner changed) is dropped from memory here.
 //!
+//! **Next fires** (emq extension, ignored by Python): `emq:scheduler:next:<key>`
+//! holds [`Stored::next_fire`] as Unix milliseconds, written with the
+//! record (so at every run) and deleted with it; a record without one is
+//! restored as if registered at the restart.
+//!
 //! Limitation: since only the rewritten headers are stored, a client that
 //! re-sends the original `run_count:N` SCHEDULE after a restart counts as a
 //! changed definition (replaced, with a haste run). The embedded
@@ -50,6 +55,9 @@ pub const LIST_KEY: &str = "interval_jobs";
 pub const ALIVE_PREFIX: &str = "emq:scheduler:alive:";
 /// Prefix of a schedule's owner key (emq extension): `<prefix><key>`.
 pub const OWNER_PREFIX: &str = "emq:scheduler:owner:";
+/// Prefix of a schedule's next-fire key (emq extension): `<prefix><key>`,
+/// Unix milliseconds as text.
+pub const NEXT_PREFIX: &str = "emq:scheduler:next:";
 
 /// Claims `KEYS[1]` (an owner key) for `ARGV[1]` unless another scheduler
 /// whose lease (`ARGV[2]` .. owner) is alive holds it. Returns 1 if the
@@ -61,20 +69,22 @@ redis.call('SET', KEYS[1], ARGV[1])
 return 1
 ";
 
-/// Stores a schedule: `KEYS` = record key, list, owner key; `ARGV` =
-/// record, owner name. The key ends up listed exactly once.
+/// Stores a schedule: `KEYS` = record key, list, owner key, next-fire
+/// key; `ARGV` = record, owner name, next fire (Unix ms, or empty when
+/// unknown). The key ends up listed exactly once.
 const PUT: &str = r"
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('LREM', KEYS[2], 0, KEYS[1])
 redis.call('LPUSH', KEYS[2], KEYS[1])
 redis.call('SET', KEYS[3], ARGV[2])
+if ARGV[3] == '' then redis.call('DEL', KEYS[4]) else redis.call('SET', KEYS[4], ARGV[3]) end
 return 1
 ";
 
-/// Deletes a schedule: `KEYS` = record key, list, owner key.
+/// Deletes a schedule: `KEYS` = record key, list, owner key, next-fire key.
 const DELETE: &str = r"
 redis.call('LREM', KEYS[2], 0, KEYS[1])
-redis.call('DEL', KEYS[1], KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
 return 1
 ";
 
@@ -171,8 +181,14 @@ impl RedisStore {
                 tracing::warn!(key = %key, "redis: listed key without a valid record");
                 continue;
             };
+            let next: Option<String> = self.query(|c| redis::cmd("GET").arg(format!("{NEXT_PREFIX}{key}")).query(c))?;
             match decode_record(&value) {
-                Ok(stored) => out.claimed.push((k, stored)),
+                Ok(mut stored) => {
+                    stored.next_fire = next
+                        .and_then(|ms| ms.trim().parse::<i64>().ok())
+                        .and_then(chrono::DateTime::from_timestamp_millis);
+                    out.claimed.push((k, stored))
+                }
                 Err(e) => tracing::warn!(key = %key, error = %e, "redis: skipping record"),
             }
         }
@@ -193,7 +209,7 @@ impl RedisStore {
 /// use emq::scheduler::redis_store::encode_record;
 /// use emq::scheduler::store::Stored;
 /// let record = ["default".into(), "guarantee,run_count:5".into(), "60".into(), "[\"run\", {}]".into(), "".into()];
-/// let v = encode_record(&Stored { record, runs_left: Some(2) });
+/// let v = encode_record(&Stored { record, runs_left: Some(2), next_fire: None });
 /// assert_eq!(v, r#"["default", "guarantee,run_count:2", "60", "[\"run\", {}]", ""]"#);
 /// ```
 pub fn encode_record(stored: &Stored) -> String {
@@ -209,7 +225,8 @@ pub fn encode_record(stored: &Stored) -> String {
 }
 
 /// Reads a STRING value back: the five frames, and the runs left taken from
-/// the headers' `run_count:N`.
+/// the headers' `run_count:N` (the next fire, kept under its own key, is
+/// `None` here).
 ///
 /// # Errors
 /// [`StoreError::Redis`] when the value is not a JSON array of 5 strings.
@@ -220,7 +237,7 @@ pub fn decode_record(value: &str) -> Result<Stored, StoreError> {
     let runs_left = headers::value(record[1].as_bytes(), b"run_count")
         .and_then(|v| std::str::from_utf8(v).ok())
         .and_then(|v| v.trim().parse().ok());
-    Ok(Stored { record, runs_left })
+    Ok(Stored { record, runs_left, next_fire: None })
 }
 
 impl Store for RedisStore {
@@ -234,8 +251,9 @@ impl Store for RedisStore {
     fn put(&mut self, key: &ScheduleKey, stored: &Stored) -> Result<(), StoreError> {
         let k = key.as_str();
         let mut cmd = redis::cmd("EVAL");
-        cmd.arg(PUT).arg(3).arg(k).arg(LIST_KEY).arg(format!("{OWNER_PREFIX}{k}"));
-        cmd.arg(encode_record(stored)).arg(&self.name);
+        cmd.arg(PUT).arg(4).arg(k).arg(LIST_KEY).arg(format!("{OWNER_PREFIX}{k}")).arg(format!("{NEXT_PREFIX}{k}"));
+        let next = stored.next_fire.map(|t| t.timestamp_millis().to_string()).unwrap_or_default();
+        cmd.arg(encode_record(stored)).arg(&self.name).arg(next);
         self.query(|c| cmd.query::<i64>(c))?;
         self.mine.insert(k.to_string());
         Ok(())
@@ -245,7 +263,7 @@ impl Store for RedisStore {
     fn delete(&mut self, key: &ScheduleKey) -> Result<(), StoreError> {
         let k = key.as_str();
         let mut cmd = redis::cmd("EVAL");
-        cmd.arg(DELETE).arg(3).arg(k).arg(LIST_KEY).arg(format!("{OWNER_PREFIX}{k}"));
+        cmd.arg(DELETE).arg(4).arg(k).arg(LIST_KEY).arg(format!("{OWNER_PREFIX}{k}")).arg(format!("{NEXT_PREFIX}{k}"));
         self.query(|c| cmd.query::<i64>(c))?;
         self.mine.remove(k);
         Ok(())

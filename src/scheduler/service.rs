@@ -72,8 +72,10 @@ pub struct Service {
 }
 
 impl Service {
-    /// Restores every stored schedule (no haste runs; first fires computed
-    /// from `now`, docs/emqp.md "The scheduler"). Records that no longer validate are logged
+    /// Restores every stored schedule (no haste runs; each keeps its phase
+    /// from its stored next fire, and one that fell due while the
+    /// scheduler was down fires once at once: [`Timetable::restore`],
+    /// docs/emqp.md "The scheduler"). Records that no longer validate are logged
     /// and skipped. A store that cannot be read is logged and tried again
     /// later (module docs).
     pub fn restore(tz: Tz, mut store: Box<dyn Store>, now: Now) -> Service {
@@ -105,7 +107,7 @@ impl Service {
                 if def.key != key {
                     tracing::warn!(stored = %key, computed = %def.key, "stored key differs from the body's key");
                 }
-                self.timetable.restore(def, stored.runs_left, now)
+                self.timetable.restore(def, stored.runs_left, stored.next_fire, now)
             });
             if let Err(e) = restored {
                 tracing::warn!(key = %key, error = %e, "skipping stored schedule");
@@ -130,7 +132,7 @@ impl Service {
         let (outcome, haste, changes) = self.timetable.schedule(def, now)?;
         tracing::info!(key = %key, ?outcome, haste = haste.is_some(), "SCHEDULE");
         if outcome != Outcome::Unchanged {
-            self.persist(changes, now.mono);
+            self.persist(changes, now);
         }
         let word = match outcome {
             Outcome::Added => "added",
@@ -152,7 +154,7 @@ impl Service {
         let key = key_body(&body.body)?.key;
         let found = self.timetable.unschedule(&key);
         tracing::info!(key = %key, found, "UNSCHEDULE");
-        self.persist(vec![Change::Delete(key.clone())], Instant::now());
+        self.persist(vec![Change::Delete(key.clone())], Now::read());
         Ok(Answer { key, outcome: if found { "unscheduled" } else { "not_found" }, next_fire: None })
     }
 
@@ -187,7 +189,7 @@ impl Service {
     /// Fires every job due at `now` and persists run counts and finished jobs.
     pub fn fire_due(&mut self, now: Now) -> Vec<Fire> {
         let (fires, changes) = self.timetable.fire_due(now);
-        self.persist(changes, now.mono);
+        self.persist(changes, now);
         fires
     }
 
@@ -211,7 +213,7 @@ impl Service {
             return;
         }
         if !self.dirty.is_empty() {
-            self.flush(now.mono);
+            self.flush(now);
             if self.retry_at.is_some() {
                 return;
             }
@@ -246,7 +248,7 @@ impl Service {
 
     /// Notes the changed schedules and writes them, unless the store is
     /// failing and its retry is not due.
-    fn persist(&mut self, changes: Vec<Change>, now: Instant) {
+    fn persist(&mut self, changes: Vec<Change>, now: Now) {
         if changes.is_empty() {
             return;
         }
@@ -254,21 +256,25 @@ impl Service {
             let (Change::Put(key, _) | Change::Delete(key)) = change;
             self.dirty.insert(key);
         }
-        if self.retry_at.is_none_or(|at| now >= at) {
+        if self.retry_at.is_none_or(|at| now.mono >= at) {
             self.flush(now);
         }
     }
 
-    /// Writes the current state of every changed schedule; stops at the
-    /// first failure (the store is retried later).
-    fn flush(&mut self, now: Instant) {
+    /// Writes the current state of every changed schedule (definition,
+    /// runs left, next fire); stops at the first failure (the store is
+    /// retried later).
+    fn flush(&mut self, now: Now) {
         while let Some(key) = self.dirty.first().cloned() {
+            let next_fire = self.timetable.next_of(&key, now);
             let result = match self.timetable.get(&key) {
-                Some((def, runs_left)) => self.store.put(&key, &Stored { record: def.record.clone(), runs_left }),
+                Some((def, runs_left)) => {
+                    self.store.put(&key, &Stored { record: def.record.clone(), runs_left, next_fire })
+                }
                 None => self.store.delete(&key),
             };
             if let Err(e) = result {
-                return self.store_failed(&e, now);
+                return self.store_failed(&e, now.mono);
             }
             self.dirty.remove(&key);
         }

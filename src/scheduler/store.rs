@@ -4,8 +4,11 @@
 //! # FileStore format
 //! One append-only log, `<data dir>/schedules.log`. Each line is
 //! `<crc32 of payload, 8 lowercase hex> <payload JSON>\n`, the payload being
-//! `{"op":"put","key":K,"record":[queue,headers,interval,body,cron],"runs_left":N|null}`
-//! or `{"op":"del","key":K}`.
+//! `{"op":"put","key":K,"record":[queue,headers,interval,body,cron],"runs_left":N|null,"next_ms":T}`
+//! or `{"op":"del","key":K}`; `next_ms` is [`Stored::next_fire`] in Unix
+//! milliseconds, absent when unknown (logs written before it existed read
+//! as unknown). A put is written at every run of a schedule (its next fire
+//! moved), so the log grows by one line per run and is compacted as below.
 //!
 //! Crash safety:
 //! * every change is one `write` of one whole line, so a `kill -9` loses
@@ -30,19 +33,26 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::key::ScheduleKey;
 use crate::limits;
 
-/// A persisted schedule: SCHEDULE frames 4..8 as received and the
-/// runs left (`None`: unlimited).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A persisted schedule: SCHEDULE frames 4..8 as received, the runs left
+/// (`None`: unlimited) and when it is due next.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stored {
     /// `[queue, headers, interval, body, cron]` (the record of docs/emqp.md "The scheduler").
     pub record: [String; 5],
     /// Runs left of a `run_count` job.
     pub runs_left: Option<u64>,
+    /// The wall time (UTC) the schedule was due next when it was last
+    /// written (written at every run, so a restart keeps the schedule's
+    /// phase: docs/emqp.md "The scheduler", "Restarts"). `None`: unknown
+    /// (a record written before the field existed, or by a Python scheduler);
+    /// such a schedule is restored as if registered at the restart.
+    pub next_fire: Option<DateTime<Utc>>,
 }
 
 /// A storage failure: which file or server, and why.
@@ -126,8 +136,16 @@ pub struct Reconciled {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 enum Entry {
-    Put { key: String, record: [String; 5], runs_left: Option<u64> },
-    Del { key: String },
+    Put {
+        key: String,
+        record: [String; 5],
+        runs_left: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        next_ms: Option<i64>,
+    },
+    Del {
+        key: String,
+    },
 }
 
 /// The embedded append-only log store. See the module docs.
@@ -186,7 +204,7 @@ impl Store for FileStore {
 
     fn put(&mut self, key: &ScheduleKey, stored: &Stored) -> Result<(), StoreError> {
         self.live.insert(key.clone(), stored.clone());
-        self.append(&Entry::Put { key: key.to_string(), record: stored.record.clone(), runs_left: stored.runs_left })
+        self.append(&put_entry(key, stored))
     }
 
     fn delete(&mut self, key: &ScheduleKey) -> Result<(), StoreError> {
@@ -274,6 +292,15 @@ impl DataDir {
     }
 }
 
+fn put_entry(key: &ScheduleKey, stored: &Stored) -> Entry {
+    Entry::Put {
+        key: key.to_string(),
+        record: stored.record.clone(),
+        runs_left: stored.runs_left,
+        next_ms: stored.next_fire.map(|t| t.timestamp_millis()),
+    }
+}
+
 fn io_err(path: &Path) -> impl Fn(std::io::Error) -> StoreError + '_ {
     move |source| StoreError::Io { path: path.to_path_buf(), source }
 }
@@ -298,9 +325,10 @@ fn replay(path: &Path) -> Result<Replay, StoreError> {
     let lines = bytes[..complete].split(|b| *b == b'\n').enumerate().filter(|(_, l)| !l.is_empty());
     for (n, line) in lines {
         match parse_line(line) {
-            Ok(Entry::Put { key, record, runs_left }) => match ScheduleKey::from_hex(&key) {
+            Ok(Entry::Put { key, record, runs_left, next_ms }) => match ScheduleKey::from_hex(&key) {
                 Some(k) => {
-                    live.insert(k, Stored { record, runs_left });
+                    let next_fire = next_ms.and_then(DateTime::from_timestamp_millis);
+                    live.insert(k, Stored { record, runs_left, next_fire });
                 }
                 None => skipped.push(format!("line {}: bad key {key:?}", n + 1)),
             },
@@ -360,7 +388,7 @@ fn write_compacted(dir: &Path, live: &BTreeMap<ScheduleKey, Stored>) -> Result<F
     let (tmp, path) = (dir.join("schedules.log.tmp"), dir.join("schedules.log"));
     let mut out = Vec::new();
     for (key, s) in live {
-        let entry = Entry::Put { key: key.to_string(), record: s.record.clone(), runs_left: s.runs_left };
+        let entry = put_entry(key, s);
         let payload = serde_json::to_string(&entry).map_err(|e| StoreError::Encode(e.to_string()))?;
         out.extend_from_slice(format!("{:08x} {payload}\n", crc32fast::hash(payload.as_bytes())).as_bytes());
     }

@@ -109,7 +109,9 @@ pub enum Outcome {
 /// [`Timetable::schedule`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    /// Store the job's definition with this many runs left (`None`: unlimited).
+    /// Store the job's definition with this many runs left (`None`:
+    /// unlimited) and its next fire ([`Timetable::next_of`]): after every
+    /// run, and when a SCHEDULE adds or replaces it.
     Put(ScheduleKey, Option<u64>),
     /// The job is gone (finished or removed).
     Delete(ScheduleKey),
@@ -228,14 +230,37 @@ impl Timetable {
         Ok((outcome, haste, vec![Change::Put(key, runs_left)]))
     }
 
-    /// Re-adds a persisted job after a restart: no haste run, first fire
-    /// computed from `now` (docs/emqp.md "The scheduler"; EventMQ 0.3.13 never restored).
+    /// Re-adds a persisted job after a restart (EventMQ 0.3.13 never
+    /// restored). A restore is not a registration: no haste run, and
+    /// `nohaste` plays no part. `next_fire` is the wall time the job was due
+    /// next when it was last stored (docs/emqp.md "The scheduler",
+    /// "Restarts"):
+    /// * passed (the job fell due while the scheduler was down): it fires
+    ///   once at once, then keeps its period from that run, as after a
+    ///   stall (one run however many were missed, interval and cron alike);
+    /// * still ahead: an interval job fires then, but never later than one
+    ///   interval from `now` (a wall clock set back while the scheduler was
+    ///   down cannot silence it for longer); a cron job at its next time
+    ///   after `now`;
+    /// * `None` (unknown: an older record): as a new job without its haste
+    ///   run, `now + interval` or the next cron time.
     ///
     /// # Errors
     /// As [`Timetable::schedule`].
-    pub fn restore(&mut self, def: Definition, runs_left: Option<u64>, now: Now) -> Result<(), ScheduleError> {
+    pub fn restore(
+        &mut self,
+        def: Definition,
+        runs_left: Option<u64>,
+        next_fire: Option<DateTime<Utc>>,
+        now: Now,
+    ) -> Result<(), ScheduleError> {
         self.check_clocks(now);
-        let (due, wall) = self.first(&def, now)?;
+        let (mut due, mut wall) = self.first(&def, now)?;
+        match (next_fire, &def.kind) {
+            (Some(next), Kind::Cron(_)) if next <= now.wall => (due, wall) = (now.mono, Some(next)),
+            (Some(next), Kind::Interval { .. }) => due = due.min(now.mono_at(next)),
+            _ => {}
+        }
         self.jobs.remove(&def.key);
         if runs_left != Some(0) {
             self.insert(Job { def, due, wall, fired: None, runs_left, gen: 0 });
@@ -359,9 +384,8 @@ impl Timetable {
             }
             match self.advance(&mut job, due, now) {
                 Ok(()) => {
-                    if job.runs_left.is_some() {
-                        changes.push(Change::Put(key, job.runs_left));
-                    }
+                    // Its next fire moved: stored, so a restart keeps the phase.
+                    changes.push(Change::Put(key, job.runs_left));
                     self.insert(job);
                 }
                 Err(e) => {

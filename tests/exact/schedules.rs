@@ -283,12 +283,82 @@ fn a_schedule_sent_again_while_its_owner_is_away_moves_and_the_returning_copy_is
     // Sent again meanwhile: the survivor takes it and runs it.
     assert_eq!(p.again("nohaste"), "added");
     assert_eq!(p.scheds[other].keys().len(), 1);
-    // The first owner comes back with its stored copy; the next SCHEDULE
-    // of the key drops that copy, and the schedule runs once per second.
+    // The first owner comes back with its stored copy; the router's
+    // tombstone makes it drop that copy before its ACK, and the schedule
+    // runs once per second, on its new owner.
     p.restart_owner();
-    assert_eq!(p.scheds[p.owner].keys().len(), 1, "restored from its data directory");
+    assert!(p.scheds[p.owner].keys().is_empty(), "the returning copy was not dropped at its registration");
     assert_eq!(p.again("nohaste"), "unchanged", "it stays with its new owner");
-    eventually(10, "the returning copy dropped", || p.scheds[p.owner].keys().is_empty());
+    assert!(p.scheds[p.owner].keys().is_empty());
     let runs = p.runs(Duration::from_millis(500), Duration::from_secs(5));
     assert!((3..=7).contains(&runs.len()) && min_gap(&runs) > 0.5, "once per second: {} runs", runs.len());
+}
+
+#[test]
+fn a_silent_scheduler_is_removed_at_the_heartbeat_timeout_never_early_and_at_most_a_grid_step_late() {
+    let _w = Watchdog::new("scheduler_expiry_timing", 60);
+    // Heartbeats every 300 ms: a grid of 10 ms steps; timeout 1.5 s. The
+    // old check every half timeout (750 ms) removed a scheduler up to
+    // 750 ms late; three schedulers registered 250 ms apart cannot all be
+    // lucky with it.
+    let h = fast_router();
+    let step = Duration::from_millis(10);
+    let timeout = Duration::from_millis(1500);
+    let mut informed = Vec::new();
+    let mut peers = Vec::new();
+    for i in 0..3 {
+        let id = format!("silent-sched-{i}");
+        let p = Peer::new(&h.endpoints.frontend, id.as_bytes());
+        let t = Instant::now();
+        p.send(&[b"", b"eMQP/1.0", b"INFORM", b"inf", b"", b"scheduler"]);
+        p.expect("ACK");
+        informed.push((id, t));
+        peers.push(p);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let mut removed: Vec<Option<Duration>> = vec![None; 3];
+    let end = Instant::now() + Duration::from_secs(5);
+    while removed.iter().any(Option::is_none) && Instant::now() < end {
+        let listed = crate::emqp_router::admin(&h, "ROUTER_SHOW_SCHEDULERS")["connected_schedulers"].clone();
+        for (i, (id, t)) in informed.iter().enumerate() {
+            if removed[i].is_none() && listed.get(id).is_none() {
+                removed[i] = Some(t.elapsed());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    eprintln!("silent schedulers removed after {removed:?} (timeout {timeout:?}, grid step {step:?})");
+    for (i, took) in removed.iter().enumerate() {
+        let took = took.unwrap_or_else(|| panic!("scheduler {i} never removed"));
+        assert!(took >= timeout, "scheduler {i} removed early: {took:?}");
+        // One grid step late at most, plus the admin poll's own latency.
+        assert!(took <= timeout + step + Duration::from_millis(120), "scheduler {i} removed late: {took:?}");
+    }
+}
+
+#[test]
+fn an_unschedule_while_its_owner_is_away_is_deferred_and_the_owner_drops_the_schedule_when_it_returns() {
+    let _w = Watchdog::new("schedule_unschedule_owner_away", 150);
+    let mut p = Pair::start("exact-unschedule-owner-away", 9, "nohaste");
+    let other = 1 - p.owner;
+    p.kill_owner();
+    // Not `not_found`: the owner holds it and would run it when back.
+    let tick = p.tick.clone();
+    let answer = p.client.unschedule_confirmed("ticks", &tick, "").expect("sent");
+    let ScheduleAnswer::Accepted { detail, .. } = &answer else { panic!("not accepted: {answer:?}") };
+    let v: Value = serde_json::from_str(detail).expect("JSON");
+    assert_eq!(v["outcome"], "deferred", "{detail}");
+    assert_eq!(v["next_fire"], Value::Null, "{detail}");
+    let status = crate::emqp_router::admin(&p.h, "STATUS");
+    assert_eq!(status["emq"]["counters"]["schedule_unschedules_deferred"], 1);
+    // The owner comes back with its stored copy: it drops it before it
+    // could run it.
+    p.restart_owner();
+    let runs = p.runs(Duration::ZERO, Duration::from_secs(3));
+    assert!(runs.is_empty(), "the unscheduled schedule ran {} times after its owner came back", runs.len());
+    assert!(p.scheds[p.owner].keys().is_empty() && p.scheds[other].keys().is_empty());
+    let again = p.client.unschedule_confirmed("ticks", &tick, "").expect("sent");
+    assert_eq!(outcome(&again), "not_found");
+    let status = crate::emqp_router::admin(&p.h, "STATUS");
+    assert_eq!(status["emq"]["counters"]["schedule_tombstones_delivered"], 1, "{}", status["emq"]["counters"]);
 }

@@ -39,6 +39,7 @@ pub mod retries;
 pub mod schedulers;
 mod scheduling;
 mod text;
+pub mod tombstones;
 mod trim;
 pub mod waits;
 pub mod workers;
@@ -82,6 +83,7 @@ use owners::Owners;
 use queues::QueueTable;
 use retries::RetryTable;
 use schedulers::Schedulers;
+use tombstones::Tombstones;
 use waits::WaitTable;
 use workers::WorkerTable;
 
@@ -218,6 +220,8 @@ pub struct Shard {
     answers: PendingAnswers,
     /// Which scheduler owns which schedule key (shard 0).
     owners: Owners,
+    /// UNSCHEDULEs and moves not yet heard of by every scheduler (shard 0).
+    tombstones: Tombstones,
     latency: ShardLatency,
     /// `job_timeouts`: per-queue time limits (`None`: none), by name.
     queue_timeouts: crate::ids::FastMap<Vec<u8>, Option<std::time::Duration>>,
@@ -257,6 +261,7 @@ impl Shard {
             schedulers: Schedulers::default(),
             answers: PendingAnswers::default(),
             owners: Owners::default(),
+            tombstones: Tombstones::default(),
             latency: ShardLatency::default(),
             queue_timeouts,
             retries: RetryTable::default(),

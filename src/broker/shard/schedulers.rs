@@ -123,9 +123,20 @@ impl Schedulers {
         self.list.iter().filter(|e| &e.id != except).map(|e| (e.id.clone(), e.named)).collect()
     }
 
+    /// The names of the registered schedulers that gave one (emq-schedulers).
+    pub fn named(&self) -> Vec<Name> {
+        self.list.iter().filter(|e| e.named).map(|e| e.name.clone()).collect()
+    }
+
     /// Every scheduler's identity, in INFORM order.
     pub fn ids(&self) -> Vec<PeerId> {
         self.list.iter().map(|e| e.id.clone()).collect()
+    }
+
+    /// When the longest-silent registered scheduler was last heard from
+    /// (`None` when none is registered): its expiry is the next one due.
+    pub fn earliest_seen(&self) -> Option<Instant> {
+        self.list.iter().map(|e| e.last_seen).min()
     }
 
     /// Removes and returns the schedulers silent for `timeout` or longer.

@@ -50,12 +50,14 @@
 //! 7 s stall never registered again. Bounded by
 //! [`crate::limits::MAX_SCHEDULERS`] like INFORM.
 
+use super::owners::Name;
+use super::tombstones::Kind;
 use super::{Cx, Shard, Timer};
 use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, Schedule};
 use crate::ids::{show, MsgId, PeerId};
 use crate::limits;
 use crate::metrics::counters::Counters;
-use crate::protocol::emqp::{heartbeat_timestamp, new_msgid, Command, Frame};
+use crate::protocol::emqp::{heartbeat_timestamp, new_msgid, Command, Frame, Message};
 use crate::scheduler::schedule::check_schedule;
 
 impl Shard {
@@ -95,6 +97,9 @@ impl Shard {
         }
         let shown = name.as_deref().map(show);
         tracing::info!(scheduler = %id, name = ?shown, "{what}");
+        if let Some(n) = name.as_deref() {
+            self.deliver_tombstones(id, n, cx);
+        }
         if let Some(old) = self.schedulers.add(id.clone(), name, cx.now) {
             tracing::info!(scheduler = %id, replaced = %old, "the name's earlier registration is replaced");
         }
@@ -121,9 +126,25 @@ impl Shard {
             let text = format!("{} SCHEDULE answers are pending, the limit; retry later", self.answers.len());
             return self.send_error(&sched.client, sched.msgid, "BUSY", text, cx);
         }
-        let Some(owner) = self.route(key.as_str().as_bytes(), sched.unschedule) else {
+        let k = key.as_str().as_bytes();
+        let away = self.owners.get(k).filter(|name| self.schedulers.by_name(name).is_none());
+        if let (true, Some(name)) = (sched.unschedule, away.as_ref()) {
+            return self.defer_unschedule(&sched, k, name, cx);
+        }
+        let Some(owner) = self.route(k, sched.unschedule) else {
             return self.no_scheduler(&sched.client, sched.msgid, cx);
         };
+        // Schedulers not connected now hear of it when they register
+        // ([`super::tombstones`]): an UNSCHEDULE always; a SCHEDULE when it
+        // moved the key from an owner that is away, or follows a tombstone.
+        let kind = match sched.unschedule {
+            true => Some(Kind::Unschedule),
+            false if away.is_some() || self.tombstones.contains(k) => Some(Kind::Drop),
+            false => None,
+        };
+        if let Some(kind) = kind {
+            self.record_tombstone(k, kind, sched.frames.clone());
+        }
         tracing::debug!(%key, scheduler = %owner, client = %sched.client, msgid = %sched.msgid, "routed");
         // Cannot fail: the table had room (checked above).
         let _ = self.answers.insert(owner.clone(), sched.msgid.clone(), sched.client.clone(), cx.now);
@@ -175,6 +196,81 @@ impl Shard {
             }
             let msg = OutMsg::Frames(frames);
             cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: id, msg, on_fail: OnFail::Unschedule });
+        }
+    }
+
+    /// An UNSCHEDULE whose owner `owner` is not connected: the router
+    /// keeps a tombstone that the owner gets before its ACK when it
+    /// registers again ([`super::tombstones`]), sends the UNSCHEDULE to
+    /// every connected scheduler (any of them may hold an older copy;
+    /// fresh msgids, their answers are dropped), and answers the client
+    /// itself: `REPLY` with `{"outcome":"deferred","key":…,"next_fire":null,
+    /// "owner":<name>}` (docs/emqp.md "Schedulers"). Before this the
+    /// UNSCHEDULE went to a live scheduler, which answered `not_found`, and
+    /// the owner restored the schedule and ran it when it came back.
+    fn defer_unschedule(&mut self, sched: &Schedule, key: &[u8], owner: &Name, cx: &mut Cx) {
+        Counters::bump(&self.ctx.counters.schedule_unschedules_deferred);
+        let shown = show(owner);
+        tracing::info!(client = %sched.client, msgid = %sched.msgid, owner = %shown, "UNSCHEDULE deferred: its owner is not connected");
+        self.owners.remove(key);
+        self.record_tombstone(key, Kind::Unschedule, sched.frames.clone());
+        for id in self.schedulers.ids() {
+            self.schedulers.count_routed(&id);
+            let mut frames = sched.frames.clone();
+            if frames.len() > 3 {
+                frames[3] = new_msgid();
+            }
+            cx.out.emqp(Outgoing {
+                dest: Dest::Frontend,
+                peer: id,
+                msg: OutMsg::Frames(frames),
+                on_fail: OnFail::Count,
+            });
+        }
+        let detail = serde_json::json!({
+            "outcome": "deferred",
+            "key": String::from_utf8_lossy(key),
+            "next_fire": null,
+            "owner": shown,
+        });
+        let mut frames = Message::new(Command::Reply { body: sched.msgid.0.to_vec() }).encode();
+        frames.push(detail.to_string().into_bytes());
+        let msg = OutMsg::Frames(frames);
+        cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: sched.client.clone(), msg, on_fail: OnFail::Count });
+    }
+
+    /// Records a tombstone naming the connected emq-schedulers (they get the
+    /// message now); counts and logs evictions.
+    fn record_tombstone(&mut self, key: &[u8], kind: Kind, frames: Vec<Frame>) {
+        let evicted = self.tombstones.record(key, kind, frames, self.schedulers.named());
+        if evicted > 0 {
+            let c = &self.ctx.counters.schedule_tombstones_evicted;
+            c.fetch_add(evicted as u64, std::sync::atomic::Ordering::Relaxed);
+            crate::log_limited!(
+                warn,
+                evicted,
+                limit = limits::MAX_SCHEDULE_TOMBSTONES,
+                "schedule tombstones forgotten to make room: a scheduler away since then may run those schedules again"
+            );
+        }
+    }
+
+    /// Sends scheduler `id`, registering under `name`, the UNSCHEDULE or
+    /// DROP of every tombstone it has not had, before its ACK (module docs
+    /// of [`super::tombstones`]).
+    fn deliver_tombstones(&mut self, id: &PeerId, name: &[u8], cx: &mut Cx) {
+        let name: Name = std::sync::Arc::from(name);
+        for (kind, mut frames) in self.tombstones.deliver(&name) {
+            Counters::bump(&self.ctx.counters.schedule_tombstones_delivered);
+            if frames.len() > 3 {
+                frames[2] = match kind {
+                    Kind::Unschedule => b"UNSCHEDULE".to_vec(),
+                    Kind::Drop => b"DROP".to_vec(),
+                };
+                frames[3] = new_msgid();
+            }
+            let msg = OutMsg::Frames(frames);
+            cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: id.clone(), msg, on_fail: OnFail::Count });
         }
     }
 
@@ -232,8 +328,21 @@ impl Shard {
         }
         let expired = self.answers.expire(cx.now, limits::SCHEDULE_ANSWER_TIMEOUT);
         self.ctx.counters.schedule_answers_expired.fetch_add(expired as u64, std::sync::atomic::Ordering::Relaxed);
-        // Checked every half timeout: a dead scheduler goes within 1.5 × timeout.
-        self.timers.arm(cx.now + timeout / 2, Timer::SchedulerExpiry);
+        self.arm_scheduler_expiry(cx.now);
+    }
+
+    /// Arms the next scheduler expiry check at the earliest instant a
+    /// registered scheduler can be silent for `heartbeat_timeout`, rounded
+    /// up to the heartbeat grid, as for workers (docs/emqp.md "Liveness":
+    /// never early, at most one grid step late); with none registered, one
+    /// timeout from `now` (a scheduler registering later expires no
+    /// earlier than that, and a message only moves its deadline later).
+    /// Before this, the check ran every half timeout, so a silent
+    /// scheduler went after up to 1.5 × the timeout (7.1–8.3 s for 5 s).
+    pub(super) fn arm_scheduler_expiry(&mut self, now: std::time::Instant) {
+        let timeout = self.ctx.config.heartbeat_timeout;
+        let deadline = self.schedulers.earliest_seen().map_or(now + timeout, |seen| seen + timeout);
+        self.timers.arm(self.grid.ceil(deadline.max(now)), Timer::SchedulerExpiry);
     }
 
     /// KBYE to every scheduler (shutdown).

@@ -111,11 +111,12 @@ fn schedulers_get_heartbeats_every_interval() {
     }
 }
 
-/// Expiry checks run at the timeout, then every half timeout: a scheduler
-/// heard from at `t` goes at the first check at or after `t + timeout`.
+/// A scheduler heard from at `t` goes at the first heartbeat grid step at
+/// or after `t + timeout` (docs/emqp.md "Liveness"), as a worker does: not
+/// at the next of checks every half timeout, as before.
 #[test]
 fn silent_schedulers_expire_and_forwarding_is_no_heartbeat() {
-    let half = HEARTBEAT_TIMEOUT / 2;
+    let step = HEARTBEAT_INTERVAL / 30;
     for mut h in with_schedulers(3) {
         h.advance(Duration::from_secs(1));
         h.scheduler_heartbeat("s2");
@@ -125,8 +126,10 @@ fn silent_schedulers_expire_and_forwarding_is_no_heartbeat() {
         h.advance(HEARTBEAT_TIMEOUT - Duration::from_secs(1));
         let ids = |h: &Harness| h.snapshot(0).schedulers.into_iter().map(|s| s.id).collect::<Vec<_>>();
         assert_eq!(ids(&h), ["s2", "nobody"], "{}", h.setup());
-        h.advance(half);
-        assert_eq!(ids(&h), Vec::<String>::new());
+        h.advance(Duration::from_secs(1) - Duration::from_millis(1));
+        assert_eq!(ids(&h), ["s2", "nobody"], "never early");
+        h.advance(Duration::from_millis(1) + step);
+        assert_eq!(ids(&h), Vec::<String>::new(), "at most one grid step late");
         assert_eq!(h.counter(|c| &c.expired_schedulers), 4);
     }
 }
