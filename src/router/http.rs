@@ -151,6 +151,10 @@ struct Conn {
     head: Vec<u8>,
     /// `head[..scanned]` holds no end of the head.
     scanned: usize,
+    /// Empty lines read before the request line (RFC 9112 §2.2): skipped,
+    /// but counted toward [`limits::HTTP_MAX_HEAD_BYTES`], so that a
+    /// stream of them ends in 431 like any over-long head.
+    skipped: usize,
     /// The answer, written from `sent`.
     out: Vec<u8>,
     sent: usize,
@@ -302,6 +306,7 @@ impl Server {
             phase: Phase::Head,
             head: Vec::new(),
             scanned: 0,
+            skipped: 0,
             out: Vec::new(),
             sent: 0,
             deadline: now + self.limits.request_timeout,
@@ -454,14 +459,18 @@ fn read_head(conn: &mut Conn) -> Result<Option<usize>, ()> {
             // Empty lines before the request line are ignored (RFC 9112 §2.2).
             let skip = got.iter().take_while(|&&b| b == b'\r' || b == b'\n').count();
             got = &got[skip..];
+            conn.skipped += skip;
+            if conn.skipped >= limits::HTTP_MAX_HEAD_BYTES {
+                return Ok(Some(0));
+            }
         }
-        let room = limits::HTTP_MAX_HEAD_BYTES - conn.head.len();
+        let room = limits::HTTP_MAX_HEAD_BYTES.saturating_sub(conn.head.len() + conn.skipped);
         conn.head.extend_from_slice(&got[..got.len().min(room)]);
         if let Some(end) = head_end(&conn.head, conn.scanned) {
             return Ok(Some(end));
         }
         conn.scanned = conn.head.len().saturating_sub(2);
-        if conn.head.len() >= limits::HTTP_MAX_HEAD_BYTES {
+        if conn.head.len() + conn.skipped >= limits::HTTP_MAX_HEAD_BYTES {
             return Ok(Some(0));
         }
     }

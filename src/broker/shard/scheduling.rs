@@ -243,6 +243,10 @@ impl Shard {
     /// message now); counts and logs evictions.
     fn record_tombstone(&mut self, key: &[u8], kind: Kind, frames: Vec<Frame>) {
         let evicted = self.tombstones.record(key, kind, frames, self.schedulers.named());
+        self.count_evicted_tombstones(evicted);
+    }
+
+    fn count_evicted_tombstones(&self, evicted: usize) {
         if evicted > 0 {
             let c = &self.ctx.counters.schedule_tombstones_evicted;
             c.fetch_add(evicted as u64, std::sync::atomic::Ordering::Relaxed);
@@ -260,7 +264,9 @@ impl Shard {
     /// of [`super::tombstones`]).
     fn deliver_tombstones(&mut self, id: &PeerId, name: &[u8], cx: &mut Cx) {
         let name: Name = std::sync::Arc::from(name);
-        for (kind, mut frames) in self.tombstones.deliver(&name) {
+        let (messages, evicted) = self.tombstones.deliver(&name);
+        self.count_evicted_tombstones(evicted);
+        for (kind, mut frames) in messages {
             Counters::bump(&self.ctx.counters.schedule_tombstones_delivered);
             if frames.len() > 3 {
                 frames[2] = match kind {

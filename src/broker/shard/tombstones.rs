@@ -33,6 +33,11 @@ use super::owners::Name;
 use crate::limits;
 use crate::protocol::emqp::Frame;
 
+/// Bytes counted for each name a tombstone holds, beside the name itself
+/// (its `Arc` and the set's slot), toward
+/// [`limits::MAX_SCHEDULE_TOMBSTONE_BYTES`].
+const NAME_COST_BYTES: usize = 48;
+
 /// What a later registrant gets for a tombstone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -65,27 +70,24 @@ pub struct Tombstones {
 
 impl Tombstones {
     /// Records `kind` for `key` with `frames`, naming `told` (the named
-    /// schedulers that got the message now). A drop keeps the names of an
-    /// earlier tombstone of the key. Returns how many tombstones were
-    /// evicted to make room.
+    /// schedulers that got the message now), in place of any earlier
+    /// tombstone of the key: a drop names only those connected now, so a
+    /// scheduler that became the key's owner since an earlier UNSCHEDULE,
+    /// and is away now, still gets it. The bytes counted include the names
+    /// ([`NAME_COST_BYTES`] each beside the name). Returns how many
+    /// tombstones were evicted to make room.
     pub fn record(&mut self, key: &[u8], kind: Kind, frames: Vec<Frame>, told: Vec<Name>) -> usize {
-        let mut names: HashSet<Name> = told.into_iter().collect();
-        if let Some(old) = self.take(key) {
-            if kind == Kind::Drop {
-                names.extend(old.told);
-            }
-        }
-        let bytes = key.len() + frames.iter().map(Vec::len).sum::<usize>();
+        let names: HashSet<Name> = told.into_iter().collect();
+        self.take(key);
+        let bytes = key.len()
+            + frames.iter().map(Vec::len).sum::<usize>()
+            + names.iter().map(|n| n.len() + NAME_COST_BYTES).sum::<usize>();
         let mut evicted = 0;
         while !self.by_key.is_empty()
             && (self.by_key.len() >= limits::MAX_SCHEDULE_TOMBSTONES
                 || self.bytes + bytes > limits::MAX_SCHEDULE_TOMBSTONE_BYTES)
         {
-            let Some((_, oldest)) = self.order.pop_first() else { break };
-            if let Some(t) = self.by_key.remove(&oldest) {
-                self.bytes -= t.bytes;
-                evicted += 1;
-            }
+            evicted += self.evict_oldest();
         }
         self.next_stamp += 1;
         self.order.insert(self.next_stamp, key.to_vec());
@@ -105,16 +107,38 @@ impl Tombstones {
     }
 
     /// The messages scheduler `name` has not had yet, oldest first, as
-    /// `(kind, frames)`; it is named in each from now on.
-    pub fn deliver(&mut self, name: &Name) -> Vec<(Kind, Vec<Frame>)> {
+    /// `(kind, frames)`; it is named in each from now on. The names count
+    /// toward [`limits::MAX_SCHEDULE_TOMBSTONE_BYTES`], so registrations
+    /// under ever new names evict the oldest tombstones instead of growing
+    /// memory; the second value is how many were evicted so.
+    pub fn deliver(&mut self, name: &Name) -> (Vec<(Kind, Vec<Frame>)>, usize) {
         let mut out = Vec::new();
+        let cost = name.len() + NAME_COST_BYTES;
         for key in self.order.values() {
             let Some(t) = self.by_key.get_mut(key) else { continue };
             if t.told.insert(name.clone()) {
                 out.push((t.kind, t.frames.clone()));
+                t.bytes += cost;
+                self.bytes += cost;
             }
         }
-        out
+        let mut evicted = 0;
+        while self.bytes > limits::MAX_SCHEDULE_TOMBSTONE_BYTES && !self.by_key.is_empty() {
+            evicted += self.evict_oldest();
+        }
+        (out, evicted)
+    }
+
+    /// Forgets the oldest tombstone: 1, or 0 when there is none.
+    fn evict_oldest(&mut self) -> usize {
+        let Some((_, oldest)) = self.order.pop_first() else { return 0 };
+        match self.by_key.remove(&oldest) {
+            Some(t) => {
+                self.bytes -= t.bytes;
+                1
+            }
+            None => 0,
+        }
     }
 
     /// Tombstones kept.
@@ -145,23 +169,42 @@ mod tests {
     }
 
     #[test]
-    fn a_registrant_gets_each_tombstone_once_and_a_drop_keeps_the_names() {
+    fn a_registrant_gets_each_tombstone_once_and_a_drop_names_only_those_connected_now() {
         let mut t = Tombstones::default();
         t.record(b"k1", Kind::Unschedule, vec![b"u1".to_vec()], vec![n("b")]);
         t.record(b"k2", Kind::Unschedule, vec![b"u2".to_vec()], vec![]);
         assert!(t.is_unscheduled(b"k1"));
-        assert_eq!(t.deliver(&n("b")), vec![(Kind::Unschedule, vec![b"u2".to_vec()])]);
-        assert_eq!(t.deliver(&n("a")).len(), 2);
-        assert!(t.deliver(&n("a")).is_empty(), "told once");
-        // k1 scheduled again: a drop for those not told yet.
+        assert_eq!(t.deliver(&n("b")).0, vec![(Kind::Unschedule, vec![b"u2".to_vec()])]);
+        assert_eq!(t.deliver(&n("a")).0.len(), 2);
+        assert!(t.deliver(&n("a")).0.is_empty(), "told once");
+        // k1 scheduled again, to c: a drop for every scheduler not
+        // connected now, even one told of the UNSCHEDULE (it may have
+        // owned k1 since).
         t.record(b"k1", Kind::Drop, vec![b"s1".to_vec()], vec![n("c")]);
         assert!(!t.is_unscheduled(b"k1"));
         assert_eq!(
-            t.deliver(&n("d")),
+            t.deliver(&n("d")).0,
             vec![(Kind::Unschedule, vec![b"u2".to_vec()]), (Kind::Drop, vec![b"s1".to_vec()])]
         );
-        assert!(t.deliver(&n("a")).is_empty(), "a had both");
-        assert_eq!(t.deliver(&n("c")), vec![(Kind::Unschedule, vec![b"u2".to_vec()])], "c had only the drop");
+        assert_eq!(t.deliver(&n("a")).0, vec![(Kind::Drop, vec![b"s1".to_vec()])], "a had the UNSCHEDULE only");
+        assert_eq!(t.deliver(&n("c")).0, vec![(Kind::Unschedule, vec![b"u2".to_vec()])], "c had only the drop");
+    }
+
+    #[test]
+    fn registrations_under_ever_new_names_evict_instead_of_growing() {
+        let mut t = Tombstones::default();
+        let frames = vec![vec![0u8; 1000]];
+        for i in 0..1000 {
+            t.record(format!("k{i}").as_bytes(), Kind::Unschedule, frames.clone(), vec![]);
+        }
+        let mut evicted = 0;
+        for i in 0..2000 {
+            let (out, gone) = t.deliver(&n(&format!("name-{i:04}")));
+            assert_eq!(out.len(), t.len() + gone, "every tombstone left, and the ones evicted after delivery");
+            evicted += gone;
+            assert!(t.bytes <= limits::MAX_SCHEDULE_TOMBSTONE_BYTES);
+        }
+        assert!(evicted > 0 && t.len() < 1000, "{evicted} evicted, {} left", t.len());
     }
 
     #[test]
