@@ -55,7 +55,9 @@ fn a_run_missed_while_the_scheduler_was_down_is_made_up_once_then_the_period_goe
     assert!(runs[0] - back < Duration::from_millis(1500), "made up only {:?} after the restart", runs[0] - back);
     let gap = runs[1] - runs[0];
     assert!(
-        gap > Duration::from_millis(2800) && gap < Duration::from_millis(3300),
+        // Slack for a loaded machine; a lost phase would put the next
+        // run a whole period (3 s) after a late first one.
+        gap > Duration::from_millis(2500) && gap < Duration::from_millis(4000),
         "one run for the missed ones, then the 3 s period: gap {gap:?}"
     );
     assert_eq!(runs.len(), 2, "a burst of missed runs: {:?}", secs(&runs, back));
@@ -89,7 +91,10 @@ fn a_run_not_yet_due_at_the_restart_comes_at_its_original_time() {
     assert!(!runs.is_empty(), "a scheduler restarted more often than the interval never ran the job");
     let first = runs[0] - t0;
     assert!(
-        first >= Duration::from_secs(6) && first < Duration::from_millis(6800),
+        // A restart may land just before 6 s: the run waits for the
+        // scheduler's start. Without the stored phase it would never come
+        // while the restarts go on (until ~12 s).
+        first >= Duration::from_secs(6) && first < Duration::from_millis(8000),
         "the first run came at {first:?}, not at its original time (6 s)"
     );
 }
