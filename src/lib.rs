@@ -20,7 +20,7 @@
 //!                         │ shard 0..N-1 │ heartbeat/expiry timers, text offers
 //!                         └──────┬───────┘
 //!          TextCmd batches ▲     │ TextReply batches per I/O thread
-//!  text clients ─► text I/O threads, one per core (mio readiness loops,
+//!  text clients ─► text I/O threads, one per 2 cores (mio readiness loops,
 //!                  many non-blocking connections each, commands batched per shard)
 //! ```
 //!

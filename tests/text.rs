@@ -89,6 +89,9 @@ pub struct TextFixture {
 /// Default text limits with the given changes.
 pub fn text_config(edit: impl FnOnce(&mut TextConfig)) -> TextConfig {
     let mut c = RouterConfig::default().text;
+    // Two I/O threads whatever the core count (the default on 2 cores is
+    // one), so connections and shard answers cross threads here too.
+    c.threads = 2;
     edit(&mut c);
     c
 }

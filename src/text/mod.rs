@@ -1,5 +1,5 @@
 //! The text protocol front end (text-protocol.md): a fixed pool of I/O
-//! threads (`text_threads`, default one per core), each a readiness loop
+//! threads (`text_threads`, default one per two cores), each a readiness loop
 //! over many non-blocking connections ([`io`]); the first `text_acceptors`
 //! of them also accept and hand connections out round-robin (`accept.rs`).
 //!
