@@ -137,6 +137,10 @@ counters! {
     /// Job-result REPLYs for jobs already taken back by their deadline
     /// (ignored).
     late_replies,
+    /// Job-result REPLYs from a registered worker that match no job it
+    /// holds (ignored): a duplicate, an unknown msgid, or the answer to a
+    /// job its re-INFORM under the same identity already sent back.
+    unmatched_replies,
     /// HTTP requests to the metrics server (`/metrics`, the status page),
     /// every request head read, answered 200 or refused.
     http_requests,

@@ -108,6 +108,10 @@ impl Shard {
             let end_to_end = cx.now.saturating_duration_since(f.job.accepted_at(self.ctx.started));
             self.latency.record(queue, Kind::EndToEnd, end_to_end);
             self.job_ended(&id, &f, false, cx);
+        } else {
+            Counters::bump(&self.ctx.counters.unmatched_replies);
+            let msgid = crate::ids::show(&request_msgid.0);
+            tracing::debug!(worker = %id, %msgid, "REPLY matches no job this worker holds: ignored");
         }
     }
 

@@ -64,6 +64,10 @@ fn re_inform_replaces_the_registration_and_requeues_its_jobs() {
         };
         assert_eq!((candidates(&h, "a"), candidates(&h, "b")), (vec![], vec![(5, "w1".to_string())]));
         assert_eq!(h.counter(|c| &c.requeued_jobs), 2);
+        // The old registration's jobs were sent back: their answers now
+        // complete nothing and are counted.
+        h.reply("w1", "m0");
+        assert_eq!((h.counter(|c| &c.completed_jobs), h.counter(|c| &c.unmatched_replies)), (0, 1));
     }
 }
 
@@ -78,6 +82,8 @@ fn job_reply_completes_and_unknown_msgids_are_ignored() {
         h.reply("w2", "m0");
         assert_eq!(h.inflight("w1"), ["m0"], "a REPLY from another peer completes nothing");
         assert_eq!(h.counter(|c| &c.unknown_worker_messages), 1);
+        h.reply("w1", "m1");
+        assert_eq!(h.counter(|c| &c.unmatched_replies), 2, "`nosuch` and the second answer of m1");
     }
 }
 
