@@ -28,8 +28,15 @@ impl Sched {
     /// Starts `emq-scheduler` against `frontend` with its store in `data`
     /// and fast heartbeats (the router under test uses a short timeout).
     pub fn start(dir: &TestDir, frontend: &str, data: &Path, name: &str) -> Sched {
+        Sched::start_with(dir, frontend, data, name, &[])
+    }
+
+    /// Like [`Sched::start`], with `extra` flags (`--redis URL`: its
+    /// schedules in Redis, its name still in `data`).
+    pub fn start_with(dir: &TestDir, frontend: &str, data: &Path, name: &str, extra: &[&str]) -> Sched {
         let admin = zmq_endpoint(free_port());
         let mut cmd = super::scheduler_cmd(frontend, &admin, data, "30s");
+        cmd.args(extra);
         let child = Child::spawn(name, &mut cmd, &dir.join(&format!("{name}.log")));
         Sched { child, admin }
     }
@@ -202,24 +209,33 @@ fn a_schedule_sent_twice_to_three_schedulers_fires_at_its_own_rate_and_changes_r
 
 /// Two emq-schedulers with file stores, a counting worker on `ticks`, a
 /// client, and one schedule (`tick`, every second) with its owner found.
-struct Pair {
+pub(super) struct Pair {
     h: emq::router::RouterHandle,
     dir: TestDir,
     data: [std::path::PathBuf; 2],
     scheds: Vec<Sched>,
     counter: Counter,
     client: Client,
-    tick: Vec<u8>,
-    owner: usize,
+    pub(super) tick: Vec<u8>,
+    pub(super) owner: usize,
+    /// Each scheduler's extra flags (its store), kept for a restart.
+    stores: [Vec<String>; 2],
 }
 
 impl Pair {
     fn start(test: &str, n: i64, headers: &str) -> Pair {
+        Pair::start_with(TestDir::new(test), n, headers, [vec![], vec![]])
+    }
+
+    /// Like [`Pair::start`] in `dir`, scheduler `i` started with `stores[i]`.
+    pub(super) fn start_with(dir: TestDir, n: i64, headers: &str, stores: [Vec<String>; 2]) -> Pair {
         let h = fast_router();
-        let dir = TestDir::new(test);
         let data = [dir.join("data-0"), dir.join("data-1")];
-        let scheds: Vec<Sched> =
-            (0..2).map(|i| Sched::start(&dir, &h.endpoints.frontend, &data[i], &format!("sched-{i}"))).collect();
+        let start = |i: usize| {
+            let extra: Vec<&str> = stores[i].iter().map(String::as_str).collect();
+            Sched::start_with(&dir, &h.endpoints.frontend, &data[i], &format!("sched-{i}"), &extra)
+        };
+        let scheds: Vec<Sched> = (0..2).map(start).collect();
         wait_schedulers(&h, 2);
         let counter = Counter::start(&h.endpoints.backend, "ticks");
         let mut client = Client::connect(&h.endpoints.frontend).expect("client").with_timeout(Duration::from_secs(5));
@@ -227,7 +243,7 @@ impl Pair {
         let first = client.schedule_confirmed("ticks", &Schedule::Interval(1), &tick, headers).expect("sent");
         assert_eq!(outcome(&first), "added");
         let owner = (0..2).find(|&i| !scheds[i].keys().is_empty()).expect("an owner");
-        Pair { h, dir, data, scheds, counter, client, tick, owner }
+        Pair { h, dir, data, scheds, counter, client, tick, owner, stores }
     }
 
     /// SIGKILLs the owner and waits until the router has expired it.
@@ -238,7 +254,9 @@ impl Pair {
 
     /// Starts the owner again on its data directory (so under its name).
     fn restart_owner(&mut self) {
-        let back = Sched::start(&self.dir, &self.h.endpoints.frontend, &self.data[self.owner], "sched-back");
+        let extra: Vec<&str> = self.stores[self.owner].iter().map(String::as_str).collect();
+        let back =
+            Sched::start_with(&self.dir, &self.h.endpoints.frontend, &self.data[self.owner], "sched-back", &extra);
         wait_schedulers(&self.h, 2);
         self.scheds[self.owner] = back;
     }
@@ -339,7 +357,14 @@ fn a_silent_scheduler_is_removed_at_the_heartbeat_timeout_never_early_and_at_mos
 #[test]
 fn an_unschedule_while_its_owner_is_away_is_deferred_and_the_owner_drops_the_schedule_when_it_returns() {
     let _w = Watchdog::new("schedule_unschedule_owner_away", 150);
-    let mut p = Pair::start("exact-unschedule-owner-away", 9, "nohaste");
+    let p = Pair::start("exact-unschedule-owner-away", 9, "nohaste");
+    unschedule_while_owner_away(p);
+}
+
+/// The owner of `p`'s schedule is killed; an UNSCHEDULE gets `deferred`;
+/// the owner, restarted on its store, drops the schedule before it runs.
+/// Returns the pair after that, for checks on the store.
+pub(super) fn unschedule_while_owner_away(mut p: Pair) -> Pair {
     let other = 1 - p.owner;
     p.kill_owner();
     // Not `not_found`: the owner holds it and would run it when back.
@@ -361,4 +386,5 @@ fn an_unschedule_while_its_owner_is_away_is_deferred_and_the_owner_drops_the_sch
     assert_eq!(outcome(&again), "not_found");
     let status = crate::emqp_router::admin(&p.h, "STATUS");
     assert_eq!(status["emq"]["counters"]["schedule_tombstones_delivered"], 1, "{}", status["emq"]["counters"]);
+    p
 }

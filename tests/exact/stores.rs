@@ -43,7 +43,18 @@ impl Redis {
     }
 
     fn get(&self, key: &str) -> Option<String> {
-        redis::cmd("GET").arg(key).query(&mut self.con()).ok().flatten()
+        self.get_in(0, key)
+    }
+
+    /// The URL of database `db` of this server.
+    fn url_of(&self, db: u32) -> String {
+        format!("{}/{db}", self.url.trim_end_matches("/0"))
+    }
+
+    /// `GET key` in database `db`.
+    fn get_in(&self, db: u32, key: &str) -> Option<String> {
+        let mut con = redis::Client::open(self.url_of(db).as_str()).expect("url").get_connection().expect("connection");
+        redis::cmd("GET").arg(key).query(&mut con).ok().flatten()
     }
 
     /// Calls of `command` so far (INFO commandstats).
@@ -152,4 +163,28 @@ fn two_schedulers_sharing_redis_the_survivor_takes_a_dead_ones_schedules_over() 
     let owner_key = format!("{}{}", emq::scheduler::redis_store::OWNER_PREFIX, key.as_str());
     let name = std::fs::read_to_string(dir.join(&format!("data-{other}")).join("name")).expect("name");
     assert_eq!(redis.get(&owner_key), Some(name.trim().to_string()), "the record names its new owner");
+}
+
+#[test]
+fn an_unschedule_while_its_owner_is_away_is_deferred_and_the_owner_removes_it_from_redis_when_it_returns() {
+    let _w = Watchdog::new("unschedule_owner_away_redis", 150);
+    let dir = TestDir::new("exact-unschedule-owner-away-redis");
+    let redis = Redis::start(&dir);
+    // Each scheduler its own database, as each has its own file store in
+    // the file-store version of this test (`tests/exact/schedules.rs`).
+    let stores = [0, 1].map(|db| vec!["--redis".to_string(), redis.url_of(db)]);
+    let p = super::schedules::Pair::start_with(dir, 9, "nohaste", stores);
+    let tick = String::from_utf8(p.tick.clone()).expect("utf-8");
+    let key = emq::scheduler::key::key_body(tick.as_bytes()).expect("key").key.as_str().to_string();
+    let owner_db = p.owner as u32;
+    let next = format!("emq:scheduler:next:{key}");
+    assert!(redis.get_in(owner_db, &key).is_some(), "the owner stored the schedule in its database");
+    let p = super::schedules::unschedule_while_owner_away(p);
+    // Dropped from the owner's store, not only from its memory.
+    let gone = wait::until(Duration::from_secs(10), || {
+        redis.get_in(owner_db, &key).is_none() && redis.get_in(owner_db, &next).is_none()
+    });
+    assert!(gone, "the schedule is still in Redis: {:?}", redis.get_in(owner_db, &key));
+    assert!(redis.get_in(1 - owner_db, &key).is_none(), "the other scheduler never stored it");
+    drop(p);
 }
