@@ -136,6 +136,21 @@ fn http_requests_with_a_body_get_413_unread_and_the_router_stays_up() {
     assert!(head.ends_with("\r\n\r\n"), "HEAD has no body: {head}");
     let post = exchange(&addr, b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(status_line(&post), "HTTP/1.1 405 Method Not Allowed", "{post}");
+    // A refused HEAD gets no body either (its Content-Length tells the
+    // body's length, as for a HEAD answered 200).
+    for refused_head in
+        [&b"HEAD /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n"[..], b"HEAD /nope HTTP/1.0\r\n\r\n"]
+    {
+        let answer = exchange(&addr, refused_head);
+        assert!(answer.starts_with("HTTP/1.1 4") && answer.ends_with("\r\n\r\n"), "no body: {answer}");
+        assert!(answer.contains("\r\nContent-Length: "), "{answer}");
+    }
+    // HTTP/1.1 needs one Host field (RFC 9112 §3.2).
+    for no_host in [&b"GET /metrics HTTP/1.1\r\n\r\n"[..], b"GET /metrics HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"] {
+        let answer = exchange(&addr, no_host);
+        assert_eq!(status_line(&answer), "HTTP/1.1 400 Bad Request", "{answer}");
+        assert!(answer.contains("Host field"), "{answer}");
+    }
     assert!(router.child.is_alive(), "{}", router.child.log_tail(30));
 }
 

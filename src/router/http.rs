@@ -13,6 +13,8 @@
 //!   (`http_connections_refused`);
 //! * one request per connection (`Connection: close`), its head at most
 //!   [`limits::HTTP_MAX_HEAD_BYTES`] (else `431`);
+//! * an HTTP/1.1 request without exactly one `Host` field is `400` (RFC
+//!   9112 §3.2), and a refused `HEAD` gets no body either;
 //! * a request with a body (`Content-Length` above 0, any
 //!   `Transfer-Encoding`) is answered `413` without reading the body: the
 //!   server takes no input but the head, so no memory or time depends on a
@@ -413,7 +415,10 @@ impl Server {
         let request = if end == 0 { Err(Refusal::HEAD_TOO_LARGE) } else { parse_head(head) };
         let text = "text/plain; charset=utf-8";
         let (status, body, content_type, head_only, extra): (u16, Vec<u8>, &str, bool, Headers) = match request {
-            Err(refusal) => (refusal.status, refusal.body.as_bytes().to_vec(), text, false, refusal.headers),
+            // A refused HEAD still gets no body (RFC 9110 §9.3.2).
+            Err(refusal) => {
+                (refusal.status, refusal.body.as_bytes().to_vec(), text, head.starts_with(b"HEAD "), refusal.headers)
+            }
             Ok(req) => {
                 let head_only = req.method == "HEAD";
                 let path = req.target.split('?').next().unwrap_or("");
@@ -511,6 +516,11 @@ struct Refusal {
 
 impl Refusal {
     const BAD: Refusal = Refusal { status: 400, body: "malformed request\n", headers: &[] };
+    const HOST: Refusal = Refusal {
+        status: 400,
+        body: "an HTTP/1.1 request needs one Host field (RFC 9112 section 3.2)\n",
+        headers: &[],
+    };
     const VERSION: Refusal = Refusal { status: 505, body: "HTTP/1.0 and HTTP/1.1 only\n", headers: &[] };
     const BODY: Refusal = Refusal {
         status: 413,
@@ -545,8 +555,11 @@ fn parse_head(head: &[u8]) -> Result<Request<'_>, Refusal> {
     }
     let (Some(method), Some(target)) = (req.method, req.path) else { return Err(Refusal::BAD) };
     let mut body = false;
+    let mut hosts = 0;
     for header in req.headers.iter() {
-        if header.name.eq_ignore_ascii_case("transfer-encoding") {
+        if header.name.eq_ignore_ascii_case("host") {
+            hosts += 1;
+        } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
             body = true;
         } else if header.name.eq_ignore_ascii_case("content-length") {
             // A list of equal lengths is allowed (RFC 9110 §8.6); only
@@ -561,6 +574,10 @@ fn parse_head(head: &[u8]) -> Result<Request<'_>, Refusal> {
     }
     if body {
         return Err(Refusal::BODY);
+    }
+    // HTTP/1.1 needs exactly one Host field (RFC 9112 §3.2); HTTP/1.0 none.
+    if (req.version == Some(1) && hosts == 0) || hosts > 1 {
+        return Err(Refusal::HOST);
     }
     Ok(Request { method, target })
 }
@@ -640,9 +657,13 @@ mod tests {
     fn gets_and_heads_parse() {
         assert_eq!(parse("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"), Ok(("GET".into(), "/metrics".into())));
         assert_eq!(parse("HEAD /?a=b HTTP/1.0\r\n\r\n"), Ok(("HEAD".into(), "/?a=b".into())));
-        assert_eq!(parse("GET / HTTP/1.1\r\nContent-Length: 0\r\n\r\n"), Ok(("GET".into(), "/".into())));
-        assert_eq!(parse("GET / HTTP/1.1\r\nContent-Length: 000, 0\r\n\r\n"), Ok(("GET".into(), "/".into())));
-        assert_eq!(parse("POST / HTTP/1.1\r\n\r\n"), Ok(("POST".into(), "/".into())), "405 when routed");
+        assert_eq!(parse("GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"), Ok(("GET".into(), "/".into())));
+        assert_eq!(
+            parse("GET / HTTP/1.1\r\nhost: x\r\nContent-Length: 000, 0\r\n\r\n"),
+            Ok(("GET".into(), "/".into()))
+        );
+        assert_eq!(parse("POST / HTTP/1.1\r\nHost: x\r\n\r\n"), Ok(("POST".into(), "/".into())), "405 when routed");
+        assert_eq!(parse("GET / HTTP/1.0\r\n\r\n"), Ok(("GET".into(), "/".into())), "HTTP/1.0 needs no Host");
     }
 
     #[test]
@@ -673,6 +694,9 @@ mod tests {
             "GET / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
             "GET / HTTP/1.1\r\nContent-Length: 1e3\r\n\r\n",
             "GET / HTTP/1.1\r\nContent-Length:\r\n\r\n",
+            "GET / HTTP/1.1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET / HTTP/1.0\r\nHost: a\r\nhost: a\r\n\r\n",
         ] {
             assert_eq!(parse(head), Err(400), "{head:?}");
         }
