@@ -64,7 +64,7 @@ run() {
   case $target in
     emq) DATA=$(mktemp -d /tmp/emq-callgrind-XXXXXX)
          "${cg[@]}" "$ROUTER" --data-dir "$DATA" --durability "$DURABILITY" --frontend-addr "tcp://127.0.0.1:$fp" --backend-addr "tcp://127.0.0.1:$bp" \
-           --admin-addr "tcp://127.0.0.1:$(free_port)" --text-addr off --latency-interval 0s \
+           --admin-addr "tcp://127.0.0.1:$(free_port)" --text-addr off --metrics off --latency-interval 0s \
            --log warn >"$OUT/$target-$n.log" 2>&1 &
          ;;
     forwarder) "${cg[@]}" "$BENCH" forwarder --frontend-addr "tcp://127.0.0.1:$fp" \

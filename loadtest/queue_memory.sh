@@ -34,7 +34,7 @@ measure() { # PROTOCOL
   [ "$1" = text ] && durability=async
   rm -rf "$DATA"/*
   "$ROUTER" --data-dir "$DATA" --durability "$durability" --frontend-addr "tcp://127.0.0.1:$fp" --backend-addr "tcp://127.0.0.1:$(port)" \
-    --admin-addr "tcp://127.0.0.1:$(port)" --text-addr "127.0.0.1:$tp" --latency-interval 0s \
+    --admin-addr "tcp://127.0.0.1:$(port)" --text-addr "127.0.0.1:$tp" --metrics off --latency-interval 0s \
     --max-queue-len "$((N + 1))" --log warn &
   PID=$!
   wait_port "$fp"; wait_port "$tp"

@@ -46,7 +46,7 @@ start() { # LOG [FLAGS…]: the router on FP BP AP TP and DATA, logging to LOG
   local log=$1
   shift
   "$ROUTER" "$@" --frontend-addr "tcp://127.0.0.1:$FP" --backend-addr "tcp://127.0.0.1:$BP" \
-    --admin-addr "tcp://127.0.0.1:$AP" --text-addr "127.0.0.1:$TP" --latency-interval 0s \
+    --admin-addr "tcp://127.0.0.1:$AP" --text-addr "127.0.0.1:$TP" --metrics off --latency-interval 0s \
     --max-queue-len "$((N + 1))" --data-dir "$DATA" --log info >"$log" 2>&1 &
   PID=$!
 }

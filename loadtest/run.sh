@@ -107,9 +107,11 @@ try_router() {
         emq-shard-sync) flags=(--wal-sync-thread false) ;;
       esac
       new_data_dir
+      # Every port fresh: the metrics server is off (its default port may be
+      # taken by another router on this machine).
       # shellcheck disable=SC2086
       "$ROUTER" --log warn --frontend "$FE" --backend "$BE" --admin "tcp://127.0.0.1:$p3" \
-        --text "$TEXT" --data-dir "$DATA" "${flags[@]}" $ROUTER_ARGS >>"${ROUTER_LOG:-$OUT/router-emq.log}" 2>&1 &
+        --text "$TEXT" --metrics off --data-dir "$DATA" "${flags[@]}" $ROUTER_ARGS >>"${ROUTER_LOG:-$OUT/router-emq.log}" 2>&1 &
       ;;
     forwarder)
       "$BENCH" forwarder --frontend-addr "$FE" --backend-addr "$BE" >/dev/null 2>&1 &
