@@ -166,6 +166,14 @@ fn a_message_over_max_message_bytes_is_refused_and_the_router_keeps_serving() {
     let job = worker.expect("REQUEST");
     assert_eq!(job.last().map(Vec::as_slice), Some(&b"small"[..]), "only the small job ran");
     assert_eq!(h.counters().rejected_too_big.load(Relaxed), 1);
+    // A job result over the limit is still an answer: the router reads its
+    // msgid, never keeps the result, and the job completes (a dropped
+    // answer left the job held and its worker barred from the queue).
+    let result = "r".repeat(6000);
+    worker.send(&[b"", b"eMQP/1.0", b"REPLY", b"reply-1", result.as_bytes(), &job[3]]);
+    let done = crate::common::wait::until(Duration::from_secs(5), || h.counters().completed_jobs.load(Relaxed) == 1);
+    assert!(done, "the big result completed the job");
+    assert_eq!(h.counters().rejected_too_big.load(Relaxed), 1, "not refused");
 }
 
 #[test]

@@ -137,6 +137,10 @@ counters! {
     /// Job-result REPLYs for jobs already taken back by their deadline
     /// (ignored).
     late_replies,
+    /// Answers owed for jobs taken back by their deadline that did not come
+    /// within the job's time limit again: the worker gets that queue's
+    /// jobs again.
+    late_replies_given_up,
     /// Job-result REPLYs from a registered worker that match no job it
     /// holds (ignored): a duplicate, an unknown msgid, or the answer to a
     /// job its re-INFORM under the same identity already sent back.

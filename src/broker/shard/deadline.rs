@@ -9,13 +9,16 @@
 //! taken back: one setback, so it is tried again on another worker after
 //! its back-off, or goes to the dead set when out of retries (`dead.rs`).
 //! The worker gets no more jobs of that queue until it answers the job;
-//! that late REPLY is ignored and counted.
+//! that late REPLY is ignored and counted. An answer can be lost (a REPLY
+//! over ZeroMQ's message size limit, a send error a worker swallows), so
+//! the router waits for it as long as the job's time limit again, then
+//! serves the worker that queue's jobs again (counted).
 //!
 //! One timer per worker, armed for its earliest deadline: a job answered in
 //! time costs no timer work, and a timer that finds a later deadline armed
 //! since does nothing.
 
-use super::workers::InFlight;
+use super::workers::{Forgiven, InFlight, Lapsed};
 use super::{Cx, Shard, Timer};
 use crate::broker::job::Job;
 use crate::broker::msg::ShardMsg;
@@ -66,13 +69,23 @@ impl Shard {
     }
 
     /// The deadline timer of worker `key`: takes back every job past its
-    /// deadline, pauses the worker on their queues, re-arms for the next.
+    /// deadline, pauses the worker on their queues, lifts the pauses whose
+    /// answers were waited for as long again, re-arms for the next.
     pub(super) fn job_deadline_due(&mut self, key: WorkerKey, cx: &mut Cx) {
-        let Some((lapsed, next)) = self.workers.take_lapsed(key, cx.now) else { return };
+        let Some(Lapsed { jobs: lapsed, forgiven, next }) = self.workers.take_lapsed(key, cx.now) else { return };
         if let Some(at) = next {
             self.timers.arm(at, Timer::JobDeadline(key));
         }
         let worker = self.workers.id_of(key).map(ToString::to_string).unwrap_or_default();
+        for Forgiven { msgid, queue, still_owed } in forgiven {
+            Counters::bump(&self.ctx.counters.late_replies_given_up);
+            let msgid = crate::ids::show(&msgid);
+            crate::log_limited!(warn, %worker, %queue, %msgid, "no answer for a job taken back by its deadline after as long again: the worker gets that queue's jobs again");
+            if !still_owed {
+                let index = self.shard_of(&queue.0);
+                self.send_to_shard(index, ShardMsg::PauseCandidate { queue, key, paused: false }, cx);
+            }
+        }
         let mut paused: Vec<QueueName> = Vec::new();
         for InFlight { job, since, .. } in lapsed {
             Counters::bump(&self.ctx.counters.jobs_timed_out);

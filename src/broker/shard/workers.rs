@@ -35,13 +35,41 @@ pub struct InFlight {
 }
 
 /// A job taken back from a worker by its deadline, remembered until the
-/// worker answers it.
+/// worker answers it, or until as long again has passed.
 #[derive(Debug)]
 struct Owed {
     /// The job's msgid, which its late REPLY carries.
     msgid: Box<[u8]>,
     /// Its queue: the worker gets none of its jobs until it answers.
     queue: QueueName,
+    /// When the answer is no longer waited for: the job's own time limit
+    /// (with its grace) after it was taken back. An answer can be lost
+    /// (a REPLY over ZeroMQ's message size limit, a send error a worker
+    /// swallows), and a live worker must not be barred from a queue for
+    /// good by a message that will never come.
+    until: Instant,
+}
+
+/// Owed answers no longer waited for (see [`Owed::until`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Forgiven {
+    /// The job's msgid.
+    pub msgid: Box<[u8]>,
+    /// Its queue.
+    pub queue: QueueName,
+    /// The worker still owes another answer on that queue.
+    pub still_owed: bool,
+}
+
+/// What a worker's deadline timer finds ([`Workers::take_lapsed`]).
+#[derive(Debug)]
+pub struct Lapsed {
+    /// Jobs past their deadline, taken back, oldest dispatch first.
+    pub jobs: Vec<InFlight>,
+    /// Owed answers no longer waited for.
+    pub forgiven: Vec<Forgiven>,
+    /// The next instant to arm the timer for.
+    pub next: Option<Instant>,
 }
 
 /// A worker as its home shard holds it.
@@ -196,9 +224,11 @@ impl WorkerTable {
 
     /// The deadline timer of worker `key` fired at `now`: takes its jobs
     /// past their deadline (oldest dispatch first), remembers that it owes
-    /// their answers, and gives the next deadline to arm. `None` when the
-    /// worker is gone or a later timer is armed (this one is stale).
-    pub fn take_lapsed(&mut self, key: WorkerKey, now: Instant) -> Option<(Vec<InFlight>, Option<Instant>)> {
+    /// their answers (each for as long as the job's time limit again),
+    /// forgets owed answers waited for that long, and gives the next
+    /// instant to arm. `None` when the worker is gone or a later timer is
+    /// armed (this one is stale).
+    pub fn take_lapsed(&mut self, key: WorkerKey, now: Instant) -> Option<Lapsed> {
         let w = self.by_key.get(&key).and_then(|id| self.by_id.get_mut(id))?;
         if w.deadline_armed.is_some_and(|armed| armed > now) {
             return None;
@@ -215,12 +245,24 @@ impl WorkerTable {
         for (seq, hash) in seqs {
             if let Ok(found) = w.inflight.find_entry(hash, |f| f.seq == seq) {
                 let f = found.remove().0;
-                w.owed.push(Owed { msgid: f.job.frames.msgid().into(), queue: f.job.queue() });
+                let span = f.deadline.map_or(Duration::ZERO, |d| d.saturating_duration_since(f.since));
+                w.owed.push(Owed { msgid: f.job.frames.msgid().into(), queue: f.job.queue(), until: now + span });
                 lapsed.push(f);
             }
         }
-        w.deadline_armed = w.inflight.iter().filter_map(|f| f.deadline).min();
-        Some((lapsed, w.deadline_armed))
+        let mut forgiven = Vec::new();
+        if w.owed.iter().any(|o| o.until <= now) {
+            let (gone, kept): (Vec<Owed>, Vec<Owed>) =
+                std::mem::take(&mut w.owed).into_iter().partition(|o| o.until <= now);
+            w.owed = kept;
+            for o in gone {
+                let still_owed = w.owed.iter().any(|k| k.queue == o.queue);
+                forgiven.push(Forgiven { msgid: o.msgid, queue: o.queue, still_owed });
+            }
+        }
+        let next_owed = w.owed.iter().map(|o| o.until).min();
+        w.deadline_armed = w.inflight.iter().filter_map(|f| f.deadline).chain(next_owed).min();
+        Some(Lapsed { jobs: lapsed, forgiven, next: w.deadline_armed })
     }
 
     /// Jobs taken back by their deadline whose answer worker `key` owes.

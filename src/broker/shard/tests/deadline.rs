@@ -52,6 +52,35 @@ fn a_job_past_its_deadline_runs_on_another_worker_and_the_late_reply_is_ignored(
 }
 
 #[test]
+fn an_answer_that_never_comes_bars_the_worker_for_the_jobs_time_limit_again_not_for_good() {
+    // The REPLY was lost (over ZeroMQ's size limit, or a send error the
+    // worker swallowed): the worker lives on, heartbeating, with free slots.
+    for mut h in setups(Some(10 * S)) {
+        h.inform("w1", &[(10, "q")]);
+        h.ready("w1", 2);
+        h.request("c1", "m1", "q", "lost answer");
+        assert_eq!(h.take_bodies("w1"), ["lost answer"]);
+        let limit = 10 * S + JOB_DEADLINE_GRACE;
+        h.advance(limit);
+        assert!(h.inflight("w1").is_empty(), "taken back ({})", h.setup());
+        h.request("c1", "m2", "q", "next");
+        h.advance(limit - S);
+        assert_eq!(h.waiting("q"), ["lost answer", "next"], "still paused within the limit ({})", h.setup());
+        assert_eq!(h.counter(|c| &c.late_replies_given_up), 0);
+        h.advance(S);
+        assert_eq!(h.counter(|c| &c.late_replies_given_up), 1, "{}", h.setup());
+        assert_eq!(h.take_bodies("w1"), ["lost answer"], "w1 serves q again, in its one free slot ({})", h.setup());
+        h.ready("w1", 1); // the READY that followed the lost REPLY
+        assert_eq!(h.take_bodies("w1"), ["next"]);
+        // The answer arriving after all completes nothing and is counted.
+        h.reply("w1", "m1");
+        assert_eq!(h.counter(|c| &c.late_replies), 0);
+        assert_eq!(h.counter(|c| &c.unmatched_replies), 0, "m1 is held again: this REPLY completes it");
+        assert_eq!(h.inflight("w1"), ["m2"], "{}", h.setup());
+    }
+}
+
+#[test]
 fn a_paused_worker_still_serves_its_other_queues() {
     for mut h in setups(Some(10 * S)) {
         h.inform("w1", &[(10, "q"), (5, "r")]);
