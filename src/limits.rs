@@ -249,6 +249,10 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// libzmq's default of 1,000 drops or blocks bursts; workers and clients
 /// that pipeline need more.
 pub const ZMQ_HWM: i32 = 100_000;
+/// emq-pubsub's send high-water mark, messages per subscriber: libzmq's
+/// own default, so a subscriber that stops reading costs at most this
+/// many messages of memory, not [`ZMQ_HWM`] (10 KB messages: 10 MB).
+pub const PUBSUB_HWM: usize = 1_000;
 /// Most messages ZeroMQ reads ahead from one peer before the I/O thread
 /// takes them (the router sockets' `ZMQ_RCVHWM`, when `zmq_hwm` is
 /// higher). Past it libzmq stops reading that connection and TCP pushes

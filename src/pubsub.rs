@@ -17,6 +17,8 @@ pub struct PubSubStats {
     pub published: u64,
     /// Messages dropped as malformed (wrong command, missing frames).
     pub malformed: u64,
+    /// PUBLISH messages dropped for being over `max_message_bytes`.
+    pub too_big: u64,
 }
 
 /// A bound device: ROUTER in, PUB out.
@@ -24,6 +26,7 @@ pub struct PubSub {
     incoming: zmq::Socket,
     outgoing: zmq::Socket,
     stats: PubSubStats,
+    max_message_bytes: usize,
     _ctx: zmq::Context,
 }
 
@@ -34,18 +37,29 @@ impl PubSub {
     /// # Errors
     /// [`ZmqError`] naming the address when a bind fails (address in use,
     /// bad endpoint).
-    pub fn bind(in_addr: &str, out_addr: &str) -> Result<PubSub, ZmqError> {
+    ///
+    /// `hwm` is the messages queued per subscriber (ZeroMQ's send
+    /// high-water mark: past it a slow subscriber misses messages), and
+    /// `max_message_bytes` the largest PUBLISH taken: a larger one is
+    /// dropped and counted in [`PubSubStats::too_big`], and one frame over
+    /// twice it is dropped by ZeroMQ with its connection before it is
+    /// buffered. So a subscriber that stops reading holds at most
+    /// `hwm` × `max_message_bytes` of the device's memory.
+    pub fn bind(in_addr: &str, out_addr: &str, hwm: usize, max_message_bytes: usize) -> Result<PubSub, ZmqError> {
         let ctx = zmq::Context::new();
         let zerr = |what, addr| ZmqError::at(format!("pubsub {what} for {addr}"));
+        let hwm = i32::try_from(hwm).unwrap_or(i32::MAX);
+        let frame_limit = i64::try_from(max_message_bytes.saturating_mul(2)).unwrap_or(i64::MAX);
         let incoming = ctx.socket(zmq::ROUTER).map_err(zerr("socket", in_addr))?;
         incoming.set_linger(crate::limits::PUBSUB_LINGER_MS).map_err(zerr("linger", in_addr))?;
         incoming.set_rcvhwm(crate::limits::ZMQ_HWM).map_err(zerr("rcvhwm", in_addr))?;
+        incoming.set_maxmsgsize(frame_limit).map_err(zerr("maxmsgsize", in_addr))?;
         incoming.bind(in_addr).map_err(zerr("bind", in_addr))?;
         let outgoing = ctx.socket(zmq::PUB).map_err(zerr("socket", out_addr))?;
         outgoing.set_linger(crate::limits::PUBSUB_LINGER_MS).map_err(zerr("linger", out_addr))?;
-        outgoing.set_sndhwm(crate::limits::ZMQ_HWM).map_err(zerr("sndhwm", out_addr))?;
+        outgoing.set_sndhwm(hwm).map_err(zerr("sndhwm", out_addr))?;
         outgoing.bind(out_addr).map_err(zerr("bind", out_addr))?;
-        Ok(PubSub { incoming, outgoing, stats: PubSubStats::default(), _ctx: ctx })
+        Ok(PubSub { incoming, outgoing, stats: PubSubStats::default(), max_message_bytes, _ctx: ctx })
     }
 
     /// The bound endpoints `(incoming, outgoing)`, ports resolved.
@@ -90,6 +104,13 @@ impl PubSub {
 
     /// Handles one R-frame message (identity first).
     fn handle(&mut self, frames: &[Vec<u8>]) {
+        let bytes: usize = frames.iter().skip(1).map(Vec::len).sum();
+        if bytes > self.max_message_bytes {
+            self.stats.too_big += 1;
+            let max = self.max_message_bytes;
+            tracing::warn!(bytes, max, total = self.stats.too_big, "PUBLISH over pubsub_max_message_bytes dropped");
+            return;
+        }
         match decode(&frames[1.min(frames.len())..], Socket::PubIn).map(|m| m.command) {
             Ok(Command::Publish { topic, message }) => {
                 if let Err(e) = self.outgoing.send_multipart([topic, message], zmq::DONTWAIT) {

@@ -34,11 +34,14 @@ fn run() -> anyhow::Result<()> {
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::low_level::pipe::register(sig, stop_tx.try_clone()?).context("signal handler")?;
     }
-    let mut device = PubSub::bind(&settings.pubsub_in, &settings.pubsub_out)?;
+    let mut device = PubSub::bind(&settings.pubsub_in, &settings.pubsub_out, settings.hwm, settings.max_message_bytes)?;
     let (i, o) = device.endpoints();
     println!("emq-pubsub in={i} out={o}");
     std::io::stdout().flush()?;
     let stats = device.run(Some(stop_rx.as_raw_fd()))?;
-    eprintln!("emq-pubsub: published {} messages, dropped {} malformed", stats.published, stats.malformed);
+    eprintln!(
+        "emq-pubsub: published {} messages, dropped {} malformed and {} too big",
+        stats.published, stats.malformed, stats.too_big
+    );
     Ok(())
 }

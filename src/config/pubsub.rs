@@ -1,7 +1,7 @@
 //! `emq-pubsub`'s settings: one table ([`RawPubSubConfig`]), its typed
 //! result ([`PubSubSettings`]) and its commented defaults ([`PUBSUB_TOML`]).
 
-use super::kinds::{EmqpAddr, LogFilter};
+use super::kinds::{AtLeastOne, EmqpAddr, LogFilter};
 use super::table::{settings, Settings};
 use super::ConfigError;
 use crate::limits;
@@ -14,6 +14,12 @@ settings! {
         pubsub_in: EmqpAddr = limits::PUBSUB_IN_ADDR, env "EMQ_PUBSUB_IN_ADDR", was r#in "EMQ_PUBSUB_IN";
         /// Outgoing PUB address to bind (subscribers).
         pubsub_out: EmqpAddr = limits::PUBSUB_OUT_ADDR, env "EMQ_PUBSUB_OUT_ADDR", was out "EMQ_PUBSUB_OUT";
+        /// Messages queued per subscriber (ZeroMQ send high-water mark);
+        /// past it a slow subscriber misses messages.
+        pubsub_hwm => hwm: AtLeastOne = limits::PUBSUB_HWM, env "EMQ_PUBSUB_HWM";
+        /// Largest PUBLISH taken (topic and message); a larger one is
+        /// dropped and counted.
+        pubsub_max_message_bytes => max_message_bytes: AtLeastOne = limits::MAX_MESSAGE_BYTES, env "EMQ_PUBSUB_MAX_MESSAGE_BYTES";
         /// Log filter (`info`, `warn`).
         log: LogFilter = limits::LOG, env "EMQ_LOG";
     }
@@ -26,6 +32,10 @@ pub struct PubSubSettings {
     pub pubsub_in: String,
     /// Outgoing PUB address.
     pub pubsub_out: String,
+    /// Messages queued per subscriber.
+    pub hwm: usize,
+    /// Largest PUBLISH taken, bytes.
+    pub max_message_bytes: usize,
     /// Log filter.
     pub log: String,
 }

@@ -147,7 +147,82 @@ fn emq_pubsub_forwards_and_survives_garbage() {
     assert!(wait_exit(&mut child.0, S).success());
     let mut err = String::new();
     child.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    assert!(err.contains("dropped 4 malformed"), "{err}");
+    assert!(err.contains("dropped 4 malformed and 0 too big"), "{err}");
+}
+
+/// Resident memory of `pid`, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn emq_pubsub_bounds_a_stalled_subscriber_and_drops_a_publish_over_its_size_limit() {
+    let _w = watchdog(60);
+    let child = Command::new(env!("CARGO_BIN_EXE_emq-pubsub"))
+        .args(["--pubsub-in", "tcp://127.0.0.1:*", "--pubsub-out", "tcp://127.0.0.1:*"])
+        .args(["--pubsub-hwm", "10", "--pubsub-max-message-bytes", "8192"])
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = ChildGuard(child);
+    let mut line = String::new();
+    BufReader::new(child.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let parts: Vec<&str> = line.trim().split(' ').collect();
+    let (in_ep, out_ep) = (parts[1].strip_prefix("in=").unwrap(), parts[2].strip_prefix("out=").unwrap());
+    let ctx = zmq::Context::new();
+    let sub = ctx.socket(zmq::SUB).unwrap();
+    sub.set_linger(0).unwrap();
+    sub.set_subscribe(b"").unwrap();
+    sub.set_rcvtimeo(100).unwrap();
+    sub.connect(out_ep).unwrap();
+    // A subscriber that never reads, buffering one message on its side.
+    let stalled = ctx.socket(zmq::SUB).unwrap();
+    stalled.set_linger(0).unwrap();
+    stalled.set_rcvhwm(1).unwrap();
+    stalled.set_rcvbuf(4096).unwrap();
+    stalled.set_subscribe(b"").unwrap();
+    stalled.connect(out_ep).unwrap();
+    let publisher = ctx.socket(zmq::DEALER).unwrap();
+    publisher.set_linger(0).unwrap();
+    publisher.connect(in_ep).unwrap();
+    let publish =
+        |topic: &[u8], msg: &[u8]| publisher.send_multipart([b"" as &[u8], V, b"PUBLISH", b"m", topic, msg], 0);
+    let got = (0..50).find_map(|_| {
+        publish(b"t", b"hello").unwrap();
+        sub.recv_multipart(0).ok()
+    });
+    assert_eq!(got, Some(vec![b"t".to_vec(), b"hello".to_vec()]));
+    std::thread::sleep(Duration::from_millis(200)); // the stalled subscription is live too
+    let before = rss_kib(child.0.id());
+    // 40 MB published; the reading subscriber keeps up, the stalled one
+    // holds at most 10 messages of the device's memory.
+    let body = vec![b'x'; 8000];
+    for i in 0..5000u32 {
+        publish(b"t", &body).unwrap();
+        if i % 50 == 0 {
+            while sub.recv_multipart(zmq::DONTWAIT).is_ok() {}
+        }
+    }
+    // Drained (the device drops what a subscriber 10 behind misses).
+    sub.set_rcvtimeo(300).unwrap();
+    while sub.recv_multipart(0).is_ok() {}
+    publish(b"big", &vec![b'y'; 9000]).unwrap(); // over 8192: dropped
+    publish(b"last", b"small").unwrap();
+    sub.set_rcvtimeo(5000).unwrap();
+    let last = sub.recv_multipart(0).ok();
+    assert_eq!(last, Some(vec![b"last".to_vec(), b"small".to_vec()]), "the big one dropped, the next delivered");
+    let grown = rss_kib(child.0.id()).saturating_sub(before);
+    assert!(grown < 12 * 1024, "the device grew {grown} KiB for a stalled subscriber (40 MB published)");
+    sigterm(&child.0);
+    assert!(wait_exit(&mut child.0, S).success());
+    let mut err = String::new();
+    child.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.contains("dropped 0 malformed and 1 too big"), "{err}");
+    drop(stalled);
 }
 
 #[test]
