@@ -250,6 +250,13 @@ impl Conn {
     fn handle(&mut self, item: Result<TextCommand, TextError>, r: &mut Round) {
         match item {
             Ok(command) => self.command(command, r),
+            Err(e @ TextError::Http) => {
+                // As END: the lines after it (a forged request's body) never run.
+                crate::log_limited!(warn, "HTTP request on the text port (cross-protocol request?): connection closed");
+                self.err(e.code(), &e.to_string(), r.stats());
+                self.ending = true;
+                self.unread = Vec::new();
+            }
             Err(e) => self.err(e.code(), &e.to_string(), r.stats()),
         }
     }

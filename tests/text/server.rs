@@ -264,3 +264,26 @@ fn shutdown_closes_connections_and_returns_offers() {
     assert_eq!(backend.queue("default"), vec![b"a".to_vec()]);
     assert_eq!(stats.connections_open.load(Relaxed), 0);
 }
+
+#[test]
+fn an_http_request_on_the_text_port_is_refused_and_its_body_never_runs() {
+    // Cross-protocol request forgery: a web page makes the browser POST a
+    // text/plain form to 127.0.0.1:47294, its body a list of commands
+    // (the attack Redis closes connections for).
+    let _w = text_watchdog(20);
+    let f = TextFixture::default();
+    let mut victim = f.connect();
+    victim.send(b"SCHED real job@default\n");
+    text_wait_until("the real job is queued", || f.backend.queue("default").len() == 1);
+    for first in [&b"POST / HTTP/1.1\r\nHost: 127.0.0.1:47294\r\n"[..], b"Host: 127.0.0.1\r\n"] {
+        let mut c = f.connect();
+        let mut forged = first.to_vec();
+        forged.extend_from_slice(b"Content-Type: text/plain\r\n\r\nSCHED evil@default\nASK default\nDEL\n");
+        c.send(&forged);
+        let line = c.line();
+        assert!(line.starts_with(b"ERR UNKNOWN_COMMAND an HTTP request on the text port"), "{}", line.escape_ascii());
+        c.expect_closed();
+    }
+    assert_eq!(f.backend.queue("default"), vec![b"real job".to_vec()], "nothing taken, deleted or added");
+    assert_eq!(f.backend.counts().deleted, 0);
+}

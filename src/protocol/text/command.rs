@@ -63,6 +63,12 @@ pub enum TextError {
         /// What is wrong, e.g. "SCHED needs data".
         why: &'static str,
     },
+    /// An HTTP request line or `Host:` field: a web page making a browser
+    /// post to the text port (cross-protocol request forgery, the attack
+    /// Redis closes connections for). Answered with `UNKNOWN_COMMAND`, and
+    /// the connection is closed before any later line runs.
+    #[error("an HTTP request on the text port: closing the connection (nothing after this line is run)")]
+    Http,
     /// The line is longer than the limit; it is discarded.
     #[error("line longer than {max_line_bytes} bytes")]
     TooBig {
@@ -75,7 +81,7 @@ impl TextError {
     /// The wire token for this error.
     pub fn code(&self) -> ErrorCode {
         match self {
-            TextError::UnknownCommand { .. } => ErrorCode::UnknownCommand,
+            TextError::UnknownCommand { .. } | TextError::Http => ErrorCode::UnknownCommand,
             TextError::BadFormat { .. } => ErrorCode::BadFormat,
             TextError::TooBig { .. } => ErrorCode::TooBig,
         }
@@ -149,10 +155,26 @@ fn match_keyword(keyword: &[u8], arg: &[u8]) -> Result<TextCommand, TextError> {
         no_argument(arg, TextCommand::Del)
     } else if is(b"END") {
         no_argument(arg, TextCommand::End)
+    } else if is_http(keyword, arg) {
+        Err(TextError::Http)
     } else {
         let quoted = &keyword[..keyword.len().min(QUOTED_KEYWORD_BYTES)];
         Err(TextError::UnknownCommand { keyword: quoted.escape_ascii().to_string() })
     }
+}
+
+/// Whether a line is an HTTP request line (`POST /x HTTP/1.1`: a method,
+/// a target, an `HTTP/` version) or a `Host:` field: what a browser sends
+/// first when a web page posts a form to the text port. No text command
+/// looks like either.
+fn is_http(keyword: &[u8], arg: &[u8]) -> bool {
+    const METHODS: [&[u8]; 9] =
+        [b"GET", b"POST", b"PUT", b"HEAD", b"DELETE", b"OPTIONS", b"PATCH", b"CONNECT", b"TRACE"];
+    if keyword.eq_ignore_ascii_case(b"Host:") {
+        return true;
+    }
+    let version = arg.iter().rposition(|&b| b == b' ').map_or(&b""[..], |sp| &arg[sp + 1..]);
+    METHODS.iter().any(|m| keyword.eq_ignore_ascii_case(m)) && version.starts_with(b"HTTP/")
 }
 
 fn parse_sched(arg: &[u8]) -> Result<TextCommand, TextError> {
@@ -281,6 +303,14 @@ mod tests {
     #[test]
     fn unknown_and_blank() {
         assert_eq!(code(b"GET / HTTP/1.1"), ErrorCode::UnknownCommand);
+        for http in
+            [&b"POST / HTTP/1.1"[..], b"get /x?a=b HTTP/1.0", b"Host: 127.0.0.1:47294", b"HOST: x", b"PUT / HTTP/2"]
+        {
+            assert_eq!(parse_command(http), Some(Err(TextError::Http)), "{}", http.escape_ascii());
+        }
+        for not_http in [&b"POST x"[..], b"GET", b"Hosts: x", b"POSTHTTP/1.1"] {
+            assert!(matches!(parse_command(not_http), Some(Err(TextError::UnknownCommand { .. }))));
+        }
         assert_eq!(code(b"WANT? x"), ErrorCode::UnknownCommand);
         assert_eq!(code(b"NOPE"), ErrorCode::UnknownCommand);
         assert_eq!(code(b" ASK"), ErrorCode::UnknownCommand);
