@@ -108,10 +108,10 @@ settings! {
             text_max_line_bytes => max_line_bytes: AtLeastOne = limits::TEXT_MAX_LINE_BYTES,
                 env "EMQ_TEXT_MAX_LINE_BYTES", was text_max_line "EMQ_TEXT_MAX_LINE";
             /// Text offer timeout (e.g. `300s`).
-            text_offer_timeout => offer_timeout: Humantime = limits::TEXT_OFFER_TIMEOUT,
+            text_offer_timeout => offer_timeout: Period = limits::TEXT_OFFER_TIMEOUT,
                 env "EMQ_TEXT_OFFER_TIMEOUT";
             /// A text line must be complete this long after its first byte (e.g. `60s`).
-            text_line_timeout => line_timeout: Humantime = limits::TEXT_LINE_TIMEOUT, env "EMQ_TEXT_LINE_TIMEOUT",
+            text_line_timeout => line_timeout: Period = limits::TEXT_LINE_TIMEOUT, env "EMQ_TEXT_LINE_TIMEOUT",
                 was text_idle_timeout "EMQ_TEXT_IDLE_TIMEOUT";
             /// Most open text connections.
             text_max_connections => max_connections: AtLeastOne = limits::TEXT_MAX_CONNECTIONS,
@@ -144,7 +144,7 @@ settings! {
             /// `sync_interval`) or `memory` (no log).
             durability => durability: DurabilityKind = "sync", env "EMQ_DURABILITY";
             /// With `durability = "async"`: how often the log is synced (e.g. `50ms`).
-            sync_interval => sync_interval: Humantime = limits::WAL_SYNC_INTERVAL, env "EMQ_SYNC_INTERVAL";
+            sync_interval => sync_interval: Period = limits::WAL_SYNC_INTERVAL, env "EMQ_SYNC_INTERVAL";
             /// Size at which a log segment file is closed and the next begun.
             wal_segment_bytes => segment_bytes: SegmentBytes = limits::WAL_SEGMENT_BYTES, env "EMQ_WAL_SEGMENT_BYTES";
             /// With `durability = "sync"`: sync on a thread of each shard's own
@@ -796,6 +796,14 @@ mod tests {
         assert!(message(raw).starts_with("setting text: \"nowhere\" is not a text address (no :port): "));
         let raw = RawRouterConfig { text_max_line_bytes: Some(0), ..Default::default() };
         assert_eq!(message(raw), "setting text_max_line_bytes: must be at least 1");
+        // A zero time that would make its feature unusable: every offer
+        // lapsing at once, every partial line cut, a sync loop never sleeping.
+        let raw = RawRouterConfig { text_offer_timeout: Some("0s".into()), ..Default::default() };
+        assert_eq!(message(raw), "setting text_offer_timeout: must be more than 0");
+        let raw = RawRouterConfig { text_line_timeout: Some("0ms".into()), ..Default::default() };
+        assert_eq!(message(raw), "setting text_line_timeout: must be more than 0");
+        let raw = RawRouterConfig { sync_interval: Some("0s".into()), ..Default::default() };
+        assert_eq!(message(raw), "setting sync_interval: must be more than 0");
         let raw = RawRouterConfig { text_max_line: Some(0), ..Default::default() };
         assert_eq!(message(raw), "setting text_max_line_bytes: must be at least 1");
         let raw = RawRouterConfig { shards: Some(limits::MAX_SHARDS + 1), ..Default::default() };
