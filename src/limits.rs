@@ -402,13 +402,40 @@ pub const WORKER_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 pub const WORKER_JOB_TIMEOUT: Duration = Duration::from_secs(300);
 /// Jobs an `emq-worker` runs at once unless told: EventMQ's `CONCURRENT_JOBS`.
 pub const WORKER_CONCURRENCY: usize = 4;
+/// Most jobs a worker (`emq-worker -J`, `client::worker`) runs at once:
+/// each is a pool thread (and, for `emq-worker`, a running command), so a
+/// larger count is refused at start (`must be at most 1024`) instead of
+/// running the process out of threads (`-J 100000` aborted). Run more
+/// workers to go further.
+pub const WORKER_MAX_CONCURRENCY: usize = 1024;
+/// At `drain_timeout` with jobs still running, `emq-worker` sends their
+/// commands' process groups SIGTERM, then SIGKILL after this grace.
+pub const WORKER_KILL_GRACE: Duration = Duration::from_secs(2);
+/// After asking running jobs to stop at `drain_timeout` (`emq-worker`:
+/// [`WORKER_KILL_GRACE`] then SIGKILL), the worker waits this long for them
+/// to end and sends their failed REPLYs; a job still running then is
+/// reported failed anyway, and the worker closes.
+pub const WORKER_ABANDON_WAIT: Duration = Duration::from_secs(3);
 /// `emq-worker` reconnects under a new identity after this much router
 /// silence: EventMQ's jobmanager allows 3 × `HEARTBEAT_TIMEOUT`.
 pub const WORKER_SILENCE_TIMEOUT: Duration = Duration::from_secs(15);
 /// Period of `emq-worker`'s `jobs ok=… failed=…` log line.
 pub const WORKER_STATS_INTERVAL: Duration = Duration::from_secs(60);
-/// Most bytes of a child's stdout `emq-worker` keeps as the job result.
-pub const WORKER_MAX_RESULT_BYTES: usize = 16 << 20;
+/// Most bytes of a command's stdout `emq-worker` takes as the job result:
+/// past it the command's process group is killed and the job fails
+/// (`output over 15728640 bytes: job killed`). Below
+/// [`WORKER_MAX_REPLY_BYTES`], so that plain text output up to it fits in
+/// the REPLY.
+pub const WORKER_MAX_OUTPUT_BYTES: usize = 15 << 20;
+/// Largest job-result REPLY a worker sends, all frames together, in bytes:
+/// the router's default `max_message_bytes` ([`MAX_MESSAGE_BYTES`]) less
+/// 64 KiB. A result that would be larger once JSON-encoded (a control byte
+/// becomes `\u0001`, 6 bytes) is not sent: the worker sends a failed REPLY
+/// with a short error text instead, so the router never gets a REPLY it
+/// would refuse (and keep the job in flight until its deadline).
+pub const WORKER_MAX_REPLY_BYTES: usize = MAX_MESSAGE_BYTES - (64 << 10);
+// Plain output up to the cap, with the REPLY's other frames, fits the limit.
+const _: () = assert!(WORKER_MAX_OUTPUT_BYTES + 1024 < WORKER_MAX_REPLY_BYTES);
 /// emq-scheduler's own admin socket (`SCHEDULES` query). The next free port
 /// after the router's ports (47290-47294); EventMQ's scheduler had none.
 pub const SCHEDULER_ADMIN_ADDR: &str = "tcp://127.0.0.1:47295";

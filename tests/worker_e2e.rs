@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use emq::client::emqp::{Client, Outcome};
 use emq::client::worker::{Worker, WorkerConfig};
 
+use crate::common::proc::{self, TestDir};
 use crate::emqp_router::{admin, config, eventually, Watchdog};
 
 /// Kills the child (SIGKILL) when dropped.
@@ -153,4 +154,294 @@ fn restarted_library_worker_never_inflates_slots() {
     }
     let status = admin(&h, "STATUS");
     assert_eq!(status["waiting_messages_by_queue"], serde_json::json!({}), "{status}");
+}
+
+/// A ZeroMQ ROUTER playing the router's backend for one `emq-worker`, so
+/// that a test sees the worker's exact REPLYs.
+struct FakeRouter {
+    _ctx: zmq::Context,
+    sock: zmq::Socket,
+    endpoint: String,
+    worker: Vec<u8>,
+}
+
+impl FakeRouter {
+    fn new() -> FakeRouter {
+        let ctx = zmq::Context::new();
+        let sock = ctx.socket(zmq::ROUTER).unwrap();
+        sock.set_rcvtimeo(200).unwrap();
+        sock.set_linger(0).unwrap();
+        sock.bind("tcp://127.0.0.1:*").unwrap();
+        let endpoint = sock.get_last_endpoint().unwrap().unwrap();
+        FakeRouter { _ctx: ctx, sock, endpoint, worker: Vec::new() }
+    }
+
+    /// The next message with command `word` within `secs`, skipping
+    /// HEARTBEATs and READYs: `[identity, "", "eMQP/1.0", word, msgid, …]`.
+    fn expect(&self, word: &[u8], secs: u64) -> Vec<Vec<u8>> {
+        let end = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < end {
+            let Ok(frames) = self.sock.recv_multipart(0) else { continue };
+            if frames[3] == word {
+                return frames;
+            }
+            assert!(frames[3] == b"HEARTBEAT" || frames[3] == b"READY", "unexpected {frames:?}");
+        }
+        panic!("no {} within {secs} s", String::from_utf8_lossy(word));
+    }
+
+    /// Waits for the worker's INFORM and ACKs it.
+    fn register(&mut self) {
+        let inform = self.expect(b"INFORM", 10);
+        self.worker = inform[0].clone();
+        self.sock.send_multipart([&self.worker[..], b"", b"eMQP/1.0", b"ACK", b"ack-1", &inform[4]], 0).unwrap();
+    }
+
+    fn send_job(&self, msgid: &str, body: &[u8]) {
+        let frames: [&[u8]; 8] =
+            [&self.worker, b"", b"eMQP/1.0", b"REQUEST", msgid.as_bytes(), b"q", b"reply-requested", body];
+        self.sock.send_multipart(frames, 0).unwrap();
+    }
+
+    /// The next job-result REPLY: (request msgid, result, marked failed).
+    fn reply(&self, secs: u64) -> (String, Vec<u8>, bool) {
+        let r = self.expect(b"REPLY", secs);
+        let failed = match r.get(7) {
+            None => false,
+            Some(f) if f == b"failed" => true,
+            Some(f) => panic!("frame 6 {f:?}"),
+        };
+        assert!(r.len() <= 8, "{r:?}");
+        (String::from_utf8(r[6].clone()).unwrap(), r[5].clone(), failed)
+    }
+}
+
+/// `emq-worker` serving `fake`, running `script` with `DIR` set to `dir`.
+fn worker_for(fake: &FakeRouter, dir: &TestDir, script: &Path, flags: &[&str]) -> proc::Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-worker"));
+    cmd.args(["-B", &fake.endpoint, "-Q", "q", "--silence-timeout", "60s", "--stats-interval", "0s"])
+        .args(flags)
+        .arg("--")
+        .arg(script)
+        .env("DIR", &dir.path);
+    proc::Child::spawn("emq-worker", &mut cmd, &dir.join("worker.log"))
+}
+
+fn write_script(dir: &TestDir, body: &str) -> PathBuf {
+    let path = dir.join("job.sh");
+    std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path
+}
+
+/// Process ids a job script wrote to `<dir>/<name>.pid`, waited for.
+fn pid_file(dir: &TestDir, name: &str) -> i32 {
+    let mut pid = None;
+    eventually(10, "pid file", || {
+        pid = std::fs::read_to_string(dir.join(&format!("{name}.pid"))).ok().and_then(|s| s.trim().parse().ok());
+        pid.is_some()
+    });
+    pid.unwrap_or_default()
+}
+
+/// Whether `pid` has ended (gone, or a zombie waiting for its reaper).
+fn ended(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// SIGKILLs processes a job script started (by PID, and the process group
+/// of one that leads its own) when dropped, so that a failing test leaves
+/// none behind.
+struct Reap(Vec<i32>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            if !ended(pid) {
+                // SAFETY: getpgid(2) and kill(2) on a process this test's job
+                // script started (a job command leads its own group).
+                unsafe {
+                    if libc::getpgid(pid) == pid {
+                        libc::kill(-pid, libc::SIGKILL);
+                    }
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn emq_worker_timeout_covers_a_background_child_holding_stdout() {
+    let _w = Watchdog::new("emq_worker_timeout_bg_child", 30);
+    let dir = TestDir::new("worker-timeout-bg");
+    // The command prints and exits at once, but leaves a child holding its
+    // stdout for 30 s: in its process group (`bg`) or in a session of its own
+    // (`setsid`, out of the group's reach).
+    let script = write_script(
+        &dir,
+        "kind=$(cat)\n\
+         case $kind in\n\
+         bg) sleep 30 & echo $! > \"$DIR/bg.pid\" ;;\n\
+         setsid) setsid sleep 30 & echo $! > \"$DIR/setsid.pid\" ;;\n\
+         esac\n\
+         echo parent-done\n",
+    );
+    let mut fake = FakeRouter::new();
+    let _worker = worker_for(&fake, &dir, &script, &["-J", "2", "--timeout", "2s"]);
+    fake.register();
+    let start = Instant::now();
+    fake.send_job("job-bg", b"bg");
+    fake.send_job("job-setsid", b"setsid");
+    let reap = Reap(vec![pid_file(&dir, "bg"), pid_file(&dir, "setsid")]);
+    let mut replies = vec![fake.reply(10), fake.reply(10)];
+    let took = start.elapsed();
+    replies.sort();
+    let timed_out = br#"{"value": "TimeoutError"}"#.to_vec();
+    assert_eq!(replies, [("job-bg".into(), timed_out.clone(), true), ("job-setsid".into(), timed_out, true)]);
+    assert!(took >= Duration::from_millis(1900) && took < Duration::from_secs(5), "{took:?}");
+    // The child in the job's process group was killed with it.
+    eventually(5, "background child killed", || ended(reap.0[0]));
+}
+
+#[test]
+fn emq_worker_kills_running_commands_at_its_drain_timeout_and_reports_them_failed() {
+    let _w = Watchdog::new("emq_worker_drain_kill", 30);
+    let dir = TestDir::new("worker-drain-kill");
+    // `plain` dies of SIGTERM; `stubborn` ignores it (and so does its
+    // sleep) and needs the SIGKILL 2 s later.
+    let script = write_script(
+        &dir,
+        "kind=$(cat)\n\
+         echo $$ > \"$DIR/$kind.pid\"\n\
+         if [ \"$kind\" = stubborn ]; then trap '' TERM; fi\n\
+         sleep 30\n\
+         echo finished\n",
+    );
+    let mut fake = FakeRouter::new();
+    let mut worker = worker_for(&fake, &dir, &script, &["-J", "2", "--drain-timeout", "1s"]);
+    fake.register();
+    fake.send_job("job-plain", b"plain");
+    fake.send_job("job-stubborn", b"stubborn");
+    let reap = Reap(vec![pid_file(&dir, "plain"), pid_file(&dir, "stubborn")]);
+    let start = Instant::now();
+    // SAFETY: kill(2) on the emq-worker this test started.
+    unsafe { libc::kill(worker.pid(), libc::SIGTERM) };
+    fake.expect(b"KBYE", 5);
+    // At the drain timeout (1 s) both groups get SIGTERM: `plain` ends at once.
+    let plain = fake.reply(5);
+    let plain_at = start.elapsed();
+    let text = br#"{"value": "stopped at the worker's drain timeout: signal: 15 (SIGTERM)"}"#;
+    assert_eq!(plain, ("job-plain".into(), text.to_vec(), true));
+    assert!(plain_at >= Duration::from_millis(900) && plain_at < Duration::from_millis(2500), "{plain_at:?}");
+    // 2 s later, SIGKILL for `stubborn`.
+    let stubborn = fake.reply(5);
+    let stubborn_at = start.elapsed();
+    let text = br#"{"value": "stopped at the worker's drain timeout: signal: 9 (SIGKILL)"}"#;
+    assert_eq!(stubborn, ("job-stubborn".into(), text.to_vec(), true));
+    assert!(stubborn_at >= Duration::from_millis(2900) && stubborn_at < Duration::from_millis(4500), "{stubborn_at:?}");
+    eventually(5, "worker exited", || !worker.is_alive());
+    assert_eq!(worker.exit_status().and_then(|s| s.code()), Some(0));
+    assert!(reap.0.iter().all(|&pid| ended(pid)), "a command outlived its worker");
+    let log = worker.log_text();
+    let summary = "emq-worker: jobs ok=0 failed=2 timed_out=0 abandoned=0;";
+    assert!(log.contains(summary), "{}", worker.log_tail(20));
+}
+
+#[test]
+fn library_worker_reports_jobs_still_running_at_its_drain_timeout_failed() {
+    let _w = Watchdog::new("worker_drain_abandon", 20);
+    let fake_ctx = zmq::Context::new();
+    let router = fake_ctx.socket(zmq::ROUTER).unwrap();
+    router.set_rcvtimeo(5000).unwrap();
+    router.set_linger(0).unwrap();
+    router.bind("tcp://127.0.0.1:*").unwrap();
+    let endpoint = router.get_last_endpoint().unwrap().unwrap();
+    let over = WorkerConfig::new(&endpoint).concurrency(1025);
+    let refused = Worker::start(over, |_| Ok(Vec::new())).err().map(|e| e.to_string());
+    assert_eq!(refused.as_deref(), Some("worker config: concurrency 1025 is over the limit of 1024 jobs at once"));
+
+    let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(0);
+    let mut config = WorkerConfig::new(&endpoint).concurrency(1);
+    config.drain_timeout = Duration::from_millis(300);
+    // A handler that cannot be stopped: it ends when the test lets it.
+    let worker = Worker::start(config, move |_| {
+        let _ = release_rx.recv_timeout(Duration::from_secs(10));
+        Ok(b"late".to_vec())
+    })
+    .unwrap();
+    let inform = router.recv_multipart(0).unwrap();
+    let id = inform[0].clone();
+    router.send_multipart([&id[..], b"", b"eMQP/1.0", b"ACK", b"ack-1", &inform[4]], 0).unwrap();
+    assert_eq!(router.recv_multipart(0).unwrap()[3], b"READY");
+    router
+        .send_multipart([&id[..], b"", b"eMQP/1.0", b"REQUEST", b"job-1", b"q", b"reply-requested", b"x"], 0)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let start = Instant::now();
+    let stats = std::thread::spawn(move || worker.shutdown());
+    assert_eq!(router.recv_multipart(0).unwrap()[3], b"KBYE");
+    let reply = router.recv_multipart(0).unwrap();
+    let took = start.elapsed();
+    let text = br#"{"value": "worker stopped: job abandoned at its drain timeout"}"#;
+    assert_eq!(
+        (&reply[3][..], &reply[5][..], &reply[6][..], reply.get(7)),
+        (&b"REPLY"[..], &text[..], &b"job-1"[..], Some(&b"failed".to_vec()))
+    );
+    assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(2), "{took:?}");
+    let stats = stats.join().unwrap().unwrap();
+    assert_eq!((stats.succeeded, stats.failed, stats.abandoned, stats.replies_sent), (0, 0, 1, 1));
+    drop(release_tx);
+}
+
+#[test]
+fn emq_worker_refuses_concurrency_over_its_limit() {
+    let _w = Watchdog::new("emq_worker_max_concurrency", 30);
+    let dir = TestDir::new("worker-max-j");
+    for j in ["1025", "100000"] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-worker"));
+        cmd.args(["-B", "tcp://127.0.0.1:1", "-J", j, "--", "cat"]);
+        let (status, out, err) = proc::run("emq-worker", &mut cmd, &dir.path, Duration::from_secs(10));
+        assert_eq!(status.and_then(|s| s.code()), Some(1), "-J {j}: {err}");
+        let why =
+            "emq-worker: setting concurrency: must be at most 1024 (each job is a thread; run more workers for more)\n";
+        assert_eq!((out.as_str(), err.as_str()), ("", why), "-J {j}");
+    }
+}
+
+#[test]
+fn emq_worker_output_over_its_cap_fails_the_job_and_a_reply_never_outgrows_the_router() {
+    let _w = Watchdog::new("emq_worker_output_cap", 60);
+    let dir = TestDir::new("worker-output-cap");
+    // The body is `<count> <char>`: the command prints that many of that byte.
+    let script = write_script(&dir, "read -r n c\nhead -c \"$n\" /dev/zero | tr '\\0' \"$c\"\n");
+    let mut fake = FakeRouter::new();
+    let _worker = worker_for(&fake, &dir, &script, &["-J", "1", "--timeout", "30s"]);
+    fake.register();
+    let cap = emq::limits::WORKER_MAX_OUTPUT_BYTES;
+    assert_eq!(cap, 15 << 20);
+
+    // Exactly the cap: the result, as it is.
+    fake.send_job("job-at-cap", format!("{cap} x").as_bytes());
+    let (id, result, failed) = fake.reply(20);
+    assert_eq!((id.as_str(), failed, result.len()), ("job-at-cap", false, cap + 13));
+    assert!(result.starts_with(br#"{"value": "xxx"#) && result.ends_with(br#"xx"}"#));
+
+    // One byte more: the command is killed and the job fails, saying why.
+    fake.send_job("job-over-cap", format!("{} x", cap + 1).as_bytes());
+    let text = br#"{"value": "output over 15728640 bytes: job killed"}"#;
+    assert_eq!(fake.reply(20), ("job-over-cap".into(), text.to_vec(), true));
+
+    // 3 MiB of control bytes is 18 MiB of JSON (`\u0001` each): over the
+    // worker's REPLY limit, so a short failed REPLY goes instead.
+    fake.send_job("job-escaped", format!("{} \\001", 3 << 20).as_bytes());
+    let size = "eMQP/1.0REPLY".len() + 36 + 6 * (3 << 20) + 13 + "job-escaped".len();
+    let text = format!(
+        r#"{{"value": "job result too big: its REPLY would be {size} bytes, over the worker's limit of {}"}}"#,
+        emq::limits::WORKER_MAX_REPLY_BYTES
+    );
+    assert_eq!(fake.reply(20), ("job-escaped".into(), text.into_bytes(), true));
 }

@@ -25,7 +25,14 @@
 //!   `ERROR BAD_INFORM` (its queue list refused) is logged with the
 //!   router's reason.
 //! * **KBYE and drain**: [`Worker::shutdown`] sends KBYE, lets running jobs
-//!   finish (up to `drain_timeout`), sends their REPLYs, then closes.
+//!   finish (up to `drain_timeout`), sends their REPLYs, then closes. Jobs
+//!   still running at `drain_timeout` are asked to stop (the
+//!   `on_drain_timeout` hook, then up to `abandon_wait`) and the rest are
+//!   reported failed, so the router retries them at once instead of
+//!   holding them for its `kbye_grace`.
+//! * **Results fit the router**: a REPLY that would be over
+//!   [`limits::WORKER_MAX_REPLY_BYTES`] once encoded is replaced by a
+//!   failed REPLY saying so.
 //! * Headers are matched as whole tokens: a job-result REPLY
 //!   `{"value": "<text>"}` is sent when the headers hold `reply-requested`.
 //!
@@ -66,7 +73,9 @@ use std::thread::JoinHandle;
 
 use super::worker_loop::{self, Parts};
 use super::worker_types::Counters;
-pub use super::worker_types::{Handler, Job, JobError, Stopper, WorkerConfig, WorkerError, WorkerStats};
+pub use super::worker_types::{
+    DrainTimeoutHook, Handler, Job, JobError, Stopper, WorkerConfig, WorkerError, WorkerStats,
+};
 use crate::limits;
 use crate::zmq_error::ZmqError;
 
@@ -82,7 +91,8 @@ impl Worker {
     /// `handler` for each job on a pool of `config.concurrency` threads.
     ///
     /// # Errors
-    /// [`WorkerError::Config`] when `config.addresses` is empty;
+    /// [`WorkerError::Config`] when `config.addresses` is empty or
+    /// `config.concurrency` is over [`limits::WORKER_MAX_CONCURRENCY`];
     /// [`WorkerError::Zmq`] when the sockets cannot be made.
     pub fn start<H>(config: WorkerConfig, handler: H) -> Result<Worker, WorkerError>
     where
@@ -90,6 +100,13 @@ impl Worker {
     {
         if config.addresses.is_empty() {
             return Err(WorkerError::Config("no router address".into()));
+        }
+        if config.concurrency > limits::WORKER_MAX_CONCURRENCY {
+            return Err(WorkerError::Config(format!(
+                "concurrency {} is over the limit of {} jobs at once",
+                config.concurrency,
+                limits::WORKER_MAX_CONCURRENCY
+            )));
         }
         let ctx = zmq::Context::new();
         let wake_addr = format!("inproc://emq-worker-wake-{}", uuid::Uuid::new_v4());

@@ -2,6 +2,7 @@
 //! heartbeat, liveness and INFORM timers, and does the READY accounting.
 //! Jobs run on the pool threads started here.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,6 +57,12 @@ struct Loop {
     last_recv: Instant,
     next_heartbeat: Instant,
     drain_deadline: Option<Instant>,
+    /// Set when the drain timeout passed with jobs running and the
+    /// `on_drain_timeout` hook was called: the end of the wait for them.
+    abandon_deadline: Option<Instant>,
+    /// Jobs handed to the pool and not finished, by (epoch, msgid): whether
+    /// each wants a REPLY (a msgid may be held twice).
+    running: HashMap<(u64, Frame), Vec<bool>>,
     jobs_tx: Sender<Dispatch>,
     done_rx: Receiver<Completion>,
 }
@@ -82,6 +89,8 @@ pub(crate) fn run(p: Parts) -> Result<(), WorkerError> {
         last_recv: now,
         next_heartbeat: now,
         drain_deadline: None,
+        abandon_deadline: None,
+        running: HashMap::new(),
         jobs_tx,
         done_rx,
     };
@@ -117,10 +126,11 @@ impl Loop {
                 self.begin_drain();
             }
             if let Some(deadline) = self.drain_deadline {
-                if self.busy == 0 || Instant::now() >= deadline {
-                    if self.busy > 0 {
-                        tracing::warn!(busy = self.busy, "drain timeout: jobs still running are abandoned");
-                    }
+                if self.busy == 0 {
+                    return Ok(());
+                }
+                if self.drain_timed_out(deadline) {
+                    self.abandon_running();
                     return Ok(());
                 }
             }
@@ -136,19 +146,55 @@ impl Loop {
         Ok(())
     }
 
-    fn next_deadline(&self) -> Instant {
-        let c = &self.p.config;
-        let mut d = match self.state {
-            State::Registering { sent_at } => sent_at + c.inform_retry,
-            State::Ready if self.drain_deadline.is_none() => {
-                self.next_heartbeat.min(self.last_recv + c.silence_timeout())
-            }
-            State::Ready => self.last_recv + c.silence_timeout(),
-        };
-        if let Some(dd) = self.drain_deadline {
-            d = d.min(dd);
+    /// Past the drain deadline with jobs running: calls the
+    /// `on_drain_timeout` hook once and waits `abandon_wait` more for the
+    /// jobs it stops. True when the worker should now give up on them.
+    fn drain_timed_out(&mut self, deadline: Instant) -> bool {
+        let now = Instant::now();
+        if now < deadline {
+            return false;
         }
-        d
+        if let Some(end) = self.abandon_deadline {
+            return now >= end;
+        }
+        let Some(hook) = self.p.config.on_drain_timeout.clone() else { return true };
+        tracing::warn!(busy = self.busy, "drain timeout: stopping the jobs still running");
+        (hook.0)();
+        self.abandon_deadline = Some(now + self.p.config.abandon_wait);
+        false
+    }
+
+    /// Reports every job still running failed (a failed REPLY, so that the
+    /// router retries it at once instead of holding it for `kbye_grace`).
+    /// The worker closes next; the jobs' own results, if they ever come,
+    /// are not sent.
+    fn abandon_running(&mut self) {
+        tracing::warn!(busy = self.busy, "drain timeout: jobs still running are reported failed and abandoned");
+        let text = result_json(b"worker stopped: job abandoned at its drain timeout");
+        let current = matches!(self.state, State::Ready);
+        for ((epoch, msgid), wants) in std::mem::take(&mut self.running) {
+            for reply_requested in wants {
+                self.p.counters.abandoned.fetch_add(1, Ordering::Relaxed);
+                if reply_requested && current && epoch == self.epoch {
+                    let reply = Command::JobReply { result: text.clone(), request_msgid: msgid.clone(), failed: true };
+                    if self.send(reply) {
+                        self.p.counters.replies_sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
+    fn next_deadline(&self) -> Instant {
+        if let Some(drain) = self.drain_deadline {
+            // No timers while draining (see `timers`): only the drain's own.
+            return self.abandon_deadline.unwrap_or(drain);
+        }
+        let c = &self.p.config;
+        match self.state {
+            State::Registering { sent_at } => sent_at + c.inform_retry,
+            State::Ready => self.next_heartbeat.min(self.last_recv + c.silence_timeout()),
+        }
     }
 
     /// Heartbeat, liveness and registration timers. A missing ACK (after
@@ -223,8 +269,12 @@ impl Loop {
 
     /// Sends one message; failures are logged and counted (never fatal).
     fn send(&mut self, command: Command) -> bool {
+        self.send_frames(Message::new(command).encode())
+    }
+
+    /// Sends one encoded message, as [`Loop::send`].
+    fn send_frames(&mut self, frames: Vec<Frame>) -> bool {
         let Some(dealer) = self.dealer.as_ref() else { return false };
-        let frames = Message::new(command).encode();
         match dealer.send_multipart(&frames, zmq::DONTWAIT) {
             Ok(()) => true,
             Err(e) => {
@@ -306,10 +356,14 @@ impl Loop {
             tracing::warn!(busy = self.busy, "router sent more jobs than READYs; job waits for a free thread");
         }
         let epoch = self.epoch;
+        let key = (epoch, job.msgid.clone());
+        let reply_requested = job.reply_requested();
         if self.jobs_tx.send(Dispatch { epoch, job }).is_err() {
             self.busy -= 1;
             tracing::error!("job pool is gone; job dropped");
+            return;
         }
+        self.running.entry(key).or_default().push(reply_requested);
     }
 
     fn drain_completions(&mut self) {
@@ -320,25 +374,101 @@ impl Loop {
 
     fn handle_completion(&mut self, done: Completion) {
         self.busy = self.busy.saturating_sub(1);
+        let key = (done.epoch, done.msgid);
+        if let Some(wants) = self.running.get_mut(&key) {
+            wants.pop();
+            if wants.is_empty() {
+                self.running.remove(&key);
+            }
+        }
+        let (epoch, msgid) = key;
         let c = &self.p.counters;
-        let (counter, value) = match &done.result {
-            Ok(out) => (&c.succeeded, result_json(out)),
-            Err(JobError::Timeout) => (&c.timed_out, result_json(b"TimeoutError")),
-            Err(JobError::Failed(text)) => (&c.failed, result_json(text.as_bytes())),
+        let counter = match &done.result {
+            Ok(_) => &c.succeeded,
+            Err(JobError::Timeout) => &c.timed_out,
+            Err(JobError::Failed(_)) => &c.failed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        let current = done.epoch == self.epoch && matches!(self.state, State::Ready);
+        let current = epoch == self.epoch && matches!(self.state, State::Ready);
         if done.reply_requested && current {
-            let failed = done.result.is_err();
-            if self.send(Command::JobReply { result: value, request_msgid: done.msgid, failed }) {
+            let (frames, oversized) = job_reply(msgid.clone(), &done.result, limits::WORKER_MAX_REPLY_BYTES);
+            if oversized {
+                self.p.counters.oversized_results.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(msgid = %String::from_utf8_lossy(&msgid), max = limits::WORKER_MAX_REPLY_BYTES,
+                    "job result too big for a REPLY: reported failed instead");
+            }
+            if self.send_frames(frames) {
                 self.p.counters.replies_sent.fetch_add(1, Ordering::Relaxed);
             }
         } else if done.reply_requested {
-            tracing::info!(msgid = %String::from_utf8_lossy(&done.msgid), "result of a job from an earlier connection dropped");
+            tracing::info!(msgid = %String::from_utf8_lossy(&msgid), "result of a job from an earlier connection dropped");
         }
         let may_ready = matches!(self.state, State::Ready) && self.drain_deadline.is_none();
         if may_ready && self.busy < self.p.config.concurrency {
             self.send_ready(1);
         }
+    }
+}
+
+/// The job-result REPLY of a finished job, encoded, and whether its result
+/// was replaced: a REPLY over `max_bytes` (all frames) would be refused by
+/// the router, so it becomes a failed REPLY whose result names the limit.
+fn job_reply(request_msgid: Frame, result: &Result<Vec<u8>, JobError>, max_bytes: usize) -> (Vec<Frame>, bool) {
+    let value = match result {
+        Ok(out) => result_json(out),
+        Err(JobError::Timeout) => result_json(b"TimeoutError"),
+        Err(JobError::Failed(text)) => result_json(text.as_bytes()),
+    };
+    let failed = result.is_err();
+    let frames =
+        Message::new(Command::JobReply { result: value, request_msgid: request_msgid.clone(), failed }).encode();
+    let size: usize = frames.iter().map(Vec::len).sum();
+    if size <= max_bytes {
+        return (frames, false);
+    }
+    let text = format!("job result too big: its REPLY would be {size} bytes, over the worker's limit of {max_bytes}");
+    let reply = Command::JobReply { result: result_json(text.as_bytes()), request_msgid, failed: true };
+    (Message::new(reply).encode(), true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::emqp::FAILED;
+
+    fn frames_size(frames: &[Frame]) -> usize {
+        frames.iter().map(Vec::len).sum()
+    }
+
+    #[test]
+    fn a_reply_over_the_limit_becomes_a_failed_reply_naming_it() {
+        let id = b"job-1".to_vec();
+        // Small results are sent as they are, failed or not.
+        let (frames, oversized) = job_reply(id.clone(), &Ok(b"hi".to_vec()), limits::WORKER_MAX_REPLY_BYTES);
+        assert!(!oversized);
+        assert_eq!(&frames[4..], [br#"{"value": "hi"}"#.to_vec(), id.clone()]);
+        let (frames, oversized) = job_reply(id.clone(), &Err(JobError::Timeout), limits::WORKER_MAX_REPLY_BYTES);
+        assert!(!oversized);
+        assert_eq!(&frames[4..], [br#"{"value": "TimeoutError"}"#.to_vec(), id.clone(), FAILED.to_vec()]);
+
+        // 3 MiB of control bytes: 18 MiB once escaped (`\u0001`), over the
+        // router's default 16 MiB message limit.
+        let out = vec![1u8; 3 << 20];
+        assert_eq!(result_json(&out).len(), 6 * (3 << 20) + 13);
+        let (frames, oversized) = job_reply(id.clone(), &Ok(out), limits::WORKER_MAX_REPLY_BYTES);
+        assert!(oversized);
+        let size = "eMQP/1.0REPLY".len() + 36 + 6 * (3 << 20) + 13 + "job-1".len();
+        let text = format!(
+            r#"{{"value": "job result too big: its REPLY would be {size} bytes, over the worker's limit of {}"}}"#,
+            limits::WORKER_MAX_REPLY_BYTES
+        );
+        assert_eq!(&frames[4..], [text.into_bytes(), id.clone(), FAILED.to_vec()]);
+        assert!(frames_size(&frames) < 200);
+
+        // Exactly at the limit is sent; one byte over is not.
+        let (frames, _) = job_reply(id.clone(), &Ok(b"abc".to_vec()), usize::MAX);
+        let exact = frames_size(&frames);
+        assert!(!job_reply(id.clone(), &Ok(b"abc".to_vec()), exact).1);
+        assert!(job_reply(id, &Ok(b"abc".to_vec()), exact - 1).1);
     }
 }

@@ -80,8 +80,32 @@ pub struct WorkerConfig {
     pub heartbeat_liveness: u32,
     /// Wait for the ACK before INFORMing again under a new identity (5 s).
     pub inform_retry: Duration,
-    /// Longest wait for running jobs at shutdown.
+    /// Longest wait for running jobs at shutdown. Past it, the
+    /// [`WorkerConfig::on_drain_timeout`] hook runs (if set) and the worker
+    /// waits up to [`WorkerConfig::abandon_wait`] more for the jobs to end;
+    /// every job still running then is reported failed to the router (a
+    /// REPLY marked `failed`, so that the router retries it at once instead
+    /// of holding it for its `kbye_grace`), and the worker closes.
     pub drain_timeout: Duration,
+    /// Called once, on the I/O thread, when `drain_timeout` passes with jobs
+    /// still running: it should make them end soon (`emq-worker` signals
+    /// their commands' process groups). Must not block.
+    pub on_drain_timeout: Option<DrainTimeoutHook>,
+    /// How long after calling `on_drain_timeout` the worker waits for the
+    /// jobs to end (their results are sent as usual) before it reports the
+    /// rest failed. Not used without a hook.
+    pub abandon_wait: Duration,
+}
+
+/// A function run when the drain timeout passes with jobs still running
+/// ([`WorkerConfig::on_drain_timeout`]).
+#[derive(Clone)]
+pub struct DrainTimeoutHook(pub Arc<dyn Fn() + Send + Sync + 'static>);
+
+impl std::fmt::Debug for DrainTimeoutHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DrainTimeoutHook")
+    }
 }
 
 impl WorkerConfig {
@@ -96,6 +120,8 @@ impl WorkerConfig {
             heartbeat_liveness: 3,
             inform_retry: limits::HEARTBEAT_TIMEOUT,
             drain_timeout: limits::WORKER_DRAIN_TIMEOUT,
+            on_drain_timeout: None,
+            abandon_wait: limits::WORKER_ABANDON_WAIT,
         }
     }
 
@@ -105,7 +131,8 @@ impl WorkerConfig {
         self
     }
 
-    /// Sets the number of concurrent jobs (at least 1).
+    /// Sets the number of concurrent jobs (at least 1; [`super::worker::Worker::start`]
+    /// refuses more than [`limits::WORKER_MAX_CONCURRENCY`]).
     pub fn concurrency(mut self, n: usize) -> WorkerConfig {
         self.concurrency = n.max(1);
         self
@@ -142,6 +169,13 @@ pub struct WorkerStats {
     pub replies_sent: u64,
     /// Sends that failed (no connection, full pipe); logged.
     pub send_failed: u64,
+    /// Jobs still running when the worker closed after its drain timeout
+    /// (and the wait after its hook): reported failed to the router.
+    pub abandoned: u64,
+    /// Results not sent because their REPLY would have been over
+    /// [`limits::WORKER_MAX_REPLY_BYTES`]: a failed REPLY was sent instead
+    /// (the job also counts in `succeeded` or `failed` as it ended).
+    pub oversized_results: u64,
 }
 
 /// Live counters shared by the I/O thread and the pool.
@@ -155,6 +189,8 @@ pub(crate) struct Counters {
     pub ready_sent: AtomicU64,
     pub replies_sent: AtomicU64,
     pub send_failed: AtomicU64,
+    pub abandoned: AtomicU64,
+    pub oversized_results: AtomicU64,
 }
 
 impl Counters {
@@ -169,6 +205,8 @@ impl Counters {
             ready_sent: g(&self.ready_sent),
             replies_sent: g(&self.replies_sent),
             send_failed: g(&self.send_failed),
+            abandoned: g(&self.abandoned),
+            oversized_results: g(&self.oversized_results),
         }
     }
 }

@@ -20,11 +20,16 @@ settings! {
         /// Queue to serve, as NAME or NAME:WEIGHT (weight at least 1, default 10; the higher tier of
         /// workers gets a queue's jobs first); repeat for several. None: the router's default queues.
         queue => queues: Many<QueueSpec> = Vec::<String>::new(), env "EMQ_WORKER_QUEUE", short 'Q';
-        /// Jobs run at once.
-        concurrency: AtLeastOne = limits::WORKER_CONCURRENCY, env "EMQ_WORKER_CONCURRENCY", short 'J';
-        /// Time limit of a job without a `timeout:N` header (e.g. `300s`).
+        /// Jobs run at once (1 to 1024).
+        concurrency: Concurrency = limits::WORKER_CONCURRENCY, env "EMQ_WORKER_CONCURRENCY", short 'J';
+        /// Time limit of a job without a `timeout:N` header (e.g. `300s`), from its start until
+        /// its command has exited and closed its stdout; past it the command's process group is
+        /// killed and the job fails (timed out).
         timeout: Period = limits::WORKER_JOB_TIMEOUT, env "EMQ_WORKER_TIMEOUT";
-        /// Longest wait for running jobs at shutdown (e.g. `30s`).
+        /// Longest wait for running jobs at shutdown (e.g. `30s`); then their commands' process
+        /// groups get SIGTERM, SIGKILL 2 s later, and each job is reported failed to the router
+        /// (which retries it on another worker instead of holding it for its `kbye_grace`) before
+        /// the worker exits.
         drain_timeout: Period = limits::WORKER_DRAIN_TIMEOUT, env "EMQ_WORKER_DRAIN_TIMEOUT";
         /// Router silence before reconnecting under a new identity (e.g. `15s`).
         silence_timeout: Period = limits::WORKER_SILENCE_TIMEOUT, env "EMQ_WORKER_SILENCE_TIMEOUT";
@@ -70,6 +75,29 @@ impl RawWorkerConfig {
             return Err(ConfigError::Invalid { name: "backend", why: "give at least one address".into() });
         }
         Ok(settings)
+    }
+}
+
+/// Jobs a worker runs at once: 1 to [`limits::WORKER_MAX_CONCURRENCY`].
+pub struct Concurrency;
+
+impl Kind for Concurrency {
+    type Raw = usize;
+    type Value = usize;
+
+    fn parse(text: &str) -> Result<usize, String> {
+        AtLeastOne::parse(text)
+    }
+
+    fn check(n: usize) -> Result<usize, String> {
+        let n = AtLeastOne::check(n)?;
+        if n > limits::WORKER_MAX_CONCURRENCY {
+            return Err(format!(
+                "must be at most {} (each job is a thread; run more workers for more)",
+                limits::WORKER_MAX_CONCURRENCY
+            ));
+        }
+        Ok(n)
     }
 }
 
@@ -143,5 +171,10 @@ mod tests {
         let addr = parse(&["--backend", "127.0.0.1:1"]).unwrap_err();
         assert!(addr.contains("eMQP addresses look like tcp://host:port"), "{addr}");
         assert!(parse(&["--timeout", "0s"]).unwrap_err().contains("must be more than 0"));
+        assert_eq!(parse(&["-J", "0"]).unwrap_err(), "setting concurrency: must be at least 1");
+        assert_eq!(parse(&["-J", "1024"]).unwrap().concurrency, 1024);
+        let over = "setting concurrency: must be at most 1024 (each job is a thread; run more workers for more)";
+        assert_eq!(parse(&["-J", "1025"]).unwrap_err(), over);
+        assert_eq!(parse(&["-J", "100000"]).unwrap_err(), over);
     }
 }
