@@ -28,11 +28,24 @@ pub fn error_line(program: &str, error: &(dyn Error + 'static)) -> String {
     line
 }
 
-/// `text` with its control characters escaped (`\u{1b}`, `\r`, `\n`), for
-/// a terminal: text from peers (queue names, msgids, task data, error texts)
-/// can then neither move the cursor, colour the screen nor break a line.
+/// `text` with its control characters escaped (`\u{1b}`, `\r`, `\n`), and
+/// the invisible characters that reorder text (`\u{202e}`), for a terminal:
+/// text from peers (queue names, msgids, task data, error texts) can then
+/// neither move the cursor, colour the screen, break a line nor show in
+/// another order than it is.
 pub fn printable(text: &str) -> String {
-    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+    text.chars().map(|c| if hidden(c) { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
+/// Control characters, and the invisible format characters that reorder
+/// or hide text on a terminal: bidirectional embeddings, overrides and
+/// isolates (U+202A–U+202E, U+2066–U+2069, the "Trojan Source" kind),
+/// marks (U+200E, U+200F, U+061C), zero-width characters (U+200B–U+200D,
+/// U+2060, U+FEFF).
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200B}'..='\u{200F}')
+        || matches!(c, '\u{061C}' | '\u{2060}' | '\u{FEFF}')
 }
 
 /// Like [`printable`], but line breaks and tabs are kept (multi-line
@@ -72,5 +85,12 @@ mod tests {
     fn control_characters_are_escaped_and_lines_kept_where_asked() {
         assert_eq!(printable("a\u{1b}[31mb\r\nc"), "a\\u{1b}[31mb\\r\\nc");
         assert_eq!(printable_lines("bad key\n  | x\t= \u{7}\r\n"), "bad key\n  | x\t= \\u{7}\\r\n");
+    }
+
+    #[test]
+    fn invisible_reordering_characters_are_escaped_and_other_text_kept() {
+        assert_eq!(printable("admin\u{202e}txt.exe"), "admin\\u{202e}txt.exe");
+        assert_eq!(printable("a\u{2066}b\u{200b}c\u{feff}"), "a\\u{2066}b\\u{200b}c\\u{feff}");
+        assert_eq!(printable("café 東京 ✓"), "café 東京 ✓");
     }
 }

@@ -278,7 +278,7 @@ pub fn dead_show(v: &Value) -> String {
     let names = ["id", "queue", "reason", "failures", "dead at (UTC)", "bytes", "msgid"];
     let mut out = String::new();
     for (name, value) in names.iter().zip(dead_row(job)) {
-        out.push_str(&format!("{name:<14}{value}\n"));
+        out.push_str(&format!("{name:<14}{}\n", printable(&value)));
     }
     let text = |k: &str| printable(job.get(k).and_then(Value::as_str).unwrap_or(""));
     out.push_str(&format!("{:<14}{}\n{:<14}{}\n", "headers", text("headers"), "body", text("body")));
@@ -324,6 +324,11 @@ mod tests {
         let shown = dead_show(&json!({ "job": job }));
         let hostile = dead_show(&json!({ "job": {"body": "a\u{1b}[31mred\r"} }));
         assert!(hostile.ends_with("body          a\\u{1b}[31mred\\r\n"), "{hostile}");
+        // Every field a peer chose (the queue and msgid come over eMQP).
+        let job = json!({"queue": "q\u{1b}]0;owned\u{7}", "msgid": "m\u{202e}x"});
+        let hostile = dead_show(&json!({ "job": job }));
+        assert!(hostile.contains("queue         q\\u{1b}]0;owned\\u{7}\n"), "{hostile}");
+        assert!(hostile.contains("msgid         m\\u{202e}x\n"), "{hostile}");
         assert!(shown.contains("reason        failed\n") && shown.ends_with("body          {}\n"), "{shown}");
     }
 
