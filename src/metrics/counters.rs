@@ -41,9 +41,11 @@ counters! {
     readmitted_schedulers,
     /// REQUESTs and SCHEDs accepted (queued or dispatched).
     accepted_jobs,
-    /// Jobs sent to eMQP workers.
+    /// Jobs sent to eMQP workers (not text offers: see `text_acked` and the
+    /// other `text_` counters).
     dispatched_jobs,
-    /// Job-result REPLYs matched to an in-flight job.
+    /// Job-result REPLYs matched to an in-flight job, failed ones included
+    /// (the per-queue figures split them into completed and failed).
     completed_jobs,
     /// Jobs put back to the front of their queue (dead worker, failed send).
     requeued_jobs,
