@@ -200,8 +200,10 @@ fn parse_ask(arg: &[u8]) -> Result<TextCommand, TextError> {
         Ok(queue) if valid_queue_name(name) => queue.to_string(),
         _ => return Err(TextError::BadFormat { why: "invalid queue name (1 to 255 bytes of A-Z a-z 0-9 _ - . :)" }),
     };
-    let Some(wait) = wait else { return Ok(TextCommand::Ask { queue }) };
-    if wait.is_empty() || wait.len() > MAX_WAIT_DIGITS || !wait.iter().all(u8::is_ascii_digit) {
+    // An empty wait (`ASK q ` with a trailing space) is no wait, as an
+    // empty argument is no argument.
+    let Some(wait) = wait.filter(|w| !w.is_empty()) else { return Ok(TextCommand::Ask { queue }) };
+    if wait.len() > MAX_WAIT_DIGITS || !wait.iter().all(u8::is_ascii_digit) {
         return Err(TextError::BadFormat { why: "the wait of ASK <queue> <ms> is 1 to 19 digits" });
     }
     let wait_ms = wait.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
@@ -282,7 +284,9 @@ mod tests {
         assert_eq!(parse_command(b"ask default 0"), wait("default", 0));
         assert_eq!(parse_command(b"ASK q 9999999999999999999"), wait("q", 9_999_999_999_999_999_999));
         assert_eq!(parse_command(b"ASK 500"), Some(Ok(TextCommand::Ask { queue: "500".into() })), "a number is a name");
-        for line in [&b"ASK q "[..], b"ASK q x", b"ASK q -1", b"ASK q 1 2", b"ASK q 1.5", b"ASK q 99999999999999999999"]
+        assert_eq!(parse_command(b"ASK q "), Some(Ok(TextCommand::Ask { queue: "q".into() })), "an empty wait is none");
+        for line in
+            [&b"ASK q  1"[..], b"ASK q x", b"ASK q -1", b"ASK q 1 2", b"ASK q 1.5", b"ASK q 99999999999999999999"]
         {
             assert_eq!(code(line), ErrorCode::BadFormat, "{line:?}");
         }
