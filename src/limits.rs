@@ -431,8 +431,12 @@ pub const WORKER_MAX_OUTPUT_BYTES: usize = 15 << 20;
 /// the router's default `max_message_bytes` ([`MAX_MESSAGE_BYTES`]) less
 /// 64 KiB. A result that would be larger once JSON-encoded (a control byte
 /// becomes `\u0001`, 6 bytes) is not sent: the worker sends a failed REPLY
-/// with a short error text instead, so the router never gets a REPLY it
-/// would refuse (and keep the job in flight until its deadline).
+/// with a short error text instead, so a router on its default limits
+/// always gets the answer. (A router takes a job result over its
+/// `max_message_bytes` anyway, but ZeroMQ drops a frame over twice that
+/// with the connection: against a router with a lower limit a large
+/// result can still be lost, and the job is then taken back at its
+/// deadline.)
 pub const WORKER_MAX_REPLY_BYTES: usize = MAX_MESSAGE_BYTES - (64 << 10);
 // Plain output up to the cap, with the REPLY's other frames, fits the limit.
 const _: () = assert!(WORKER_MAX_OUTPUT_BYTES + 1024 < WORKER_MAX_REPLY_BYTES);

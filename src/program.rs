@@ -40,12 +40,17 @@ pub fn printable(text: &str) -> String {
 /// Control characters, and the invisible format characters that reorder
 /// or hide text on a terminal: bidirectional embeddings, overrides and
 /// isolates (U+202A–U+202E, U+2066–U+2069, the "Trojan Source" kind),
-/// marks (U+200E, U+200F, U+061C), zero-width characters (U+200B–U+200D,
-/// U+2060, U+FEFF).
+/// marks (U+200E, U+200F, U+061C), zero-width and invisible format
+/// characters (U+200B–U+200D, U+2060–U+2064, U+206A–U+206F, U+00AD,
+/// U+180E, U+FEFF, U+FFF9–U+FFFB), line and paragraph separators (U+2028,
+/// U+2029) and tag characters (U+E0001, U+E0020–U+E007F, "ASCII
+/// smuggling").
 fn hidden(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200B}'..='\u{200F}')
-        || matches!(c, '\u{061C}' | '\u{2060}' | '\u{FEFF}')
+        || matches!(c, '\u{2060}'..='\u{2064}' | '\u{206A}'..='\u{206F}' | '\u{2028}' | '\u{2029}')
+        || matches!(c, '\u{061C}' | '\u{00AD}' | '\u{180E}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
+        || matches!(c, '\u{E0001}' | '\u{E0020}'..='\u{E007F}')
 }
 
 /// Like [`printable`], but line breaks and tabs are kept (multi-line
@@ -91,6 +96,7 @@ mod tests {
     fn invisible_reordering_characters_are_escaped_and_other_text_kept() {
         assert_eq!(printable("admin\u{202e}txt.exe"), "admin\\u{202e}txt.exe");
         assert_eq!(printable("a\u{2066}b\u{200b}c\u{feff}"), "a\\u{2066}b\\u{200b}c\\u{feff}");
+        assert_eq!(printable("a\u{e0041}\u{2028}b\u{ad}"), "a\\u{e0041}\\u{2028}b\\u{ad}");
         assert_eq!(printable("café 東京 ✓"), "café 東京 ✓");
     }
 }

@@ -104,14 +104,12 @@ impl PubSub {
 
     /// Handles one R-frame message (identity first).
     fn handle(&mut self, frames: &[Vec<u8>]) {
-        let bytes: usize = frames.iter().skip(1).map(Vec::len).sum();
-        if bytes > self.max_message_bytes {
-            self.stats.too_big += 1;
-            let max = self.max_message_bytes;
-            tracing::warn!(bytes, max, total = self.stats.too_big, "PUBLISH over pubsub_max_message_bytes dropped");
-            return;
-        }
         match decode(&frames[1.min(frames.len())..], Socket::PubIn).map(|m| m.command) {
+            Ok(Command::Publish { topic, message }) if topic.len() + message.len() > self.max_message_bytes => {
+                self.stats.too_big += 1;
+                let (bytes, max) = (topic.len() + message.len(), self.max_message_bytes);
+                tracing::warn!(bytes, max, total = self.stats.too_big, "PUBLISH over pubsub_max_message_bytes dropped");
+            }
             Ok(Command::Publish { topic, message }) => {
                 if let Err(e) = self.outgoing.send_multipart([topic, message], zmq::DONTWAIT) {
                     tracing::warn!(error = %e, "PUB send failed");

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use emq::client::emqp::{Client, Outcome};
-use emq::client::worker::{Worker, WorkerConfig};
+use emq::client::worker::{DrainTimeoutHook, Worker, WorkerConfig};
 
 use crate::common::proc::{self, TestDir};
 use crate::emqp_router::{admin, config, eventually, Watchdog};
@@ -367,7 +367,10 @@ fn library_worker_reports_jobs_still_running_at_its_drain_timeout_failed() {
     let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(0);
     let mut config = WorkerConfig::new(&endpoint).concurrency(1);
     config.drain_timeout = Duration::from_millis(300);
-    // A handler that cannot be stopped: it ends when the test lets it.
+    // A hook that was to stop the job (emq-worker kills its command here);
+    // the handler ends only when the test lets it.
+    config.on_drain_timeout = Some(DrainTimeoutHook(std::sync::Arc::new(|| {})));
+    config.abandon_wait = Duration::ZERO;
     let worker = Worker::start(config, move |_| {
         let _ = release_rx.recv_timeout(Duration::from_secs(10));
         Ok(b"late".to_vec())
@@ -394,6 +397,39 @@ fn library_worker_reports_jobs_still_running_at_its_drain_timeout_failed() {
     assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(2), "{took:?}");
     let stats = stats.join().unwrap().unwrap();
     assert_eq!((stats.succeeded, stats.failed, stats.abandoned, stats.replies_sent), (0, 0, 1, 1));
+    drop(release_tx);
+
+    // Without a hook nothing stopped the handler: no failed REPLY (the
+    // router would run the job again beside it); it holds the job for its
+    // kbye_grace as before.
+    let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(0);
+    let mut config = WorkerConfig::new(&endpoint).concurrency(1);
+    config.drain_timeout = Duration::from_millis(300);
+    let worker = Worker::start(config, move |_| {
+        let _ = release_rx.recv_timeout(Duration::from_secs(10));
+        Ok(b"late".to_vec())
+    })
+    .unwrap();
+    let inform = loop {
+        let m = router.recv_multipart(0).unwrap();
+        if m[3] == b"INFORM" {
+            break m;
+        }
+    };
+    let id = inform[0].clone();
+    router.send_multipart([&id[..], b"", b"eMQP/1.0", b"ACK", b"ack-2", &inform[4]], 0).unwrap();
+    assert_eq!(router.recv_multipart(0).unwrap()[3], b"READY");
+    router
+        .send_multipart([&id[..], b"", b"eMQP/1.0", b"REQUEST", b"job-2", b"q", b"reply-requested", b"x"], 0)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let stats = std::thread::spawn(move || worker.shutdown());
+    assert_eq!(router.recv_multipart(0).unwrap()[3], b"KBYE");
+    router.set_rcvtimeo(1000).unwrap();
+    let after: Vec<Vec<u8>> = std::iter::from_fn(|| router.recv_multipart(0).ok()).map(|m| m[3].clone()).collect();
+    assert!(!after.iter().any(|c| c == b"REPLY"), "no REPLY without a hook: {after:?}");
+    let stats = stats.join().unwrap().unwrap();
+    assert_eq!((stats.abandoned, stats.replies_sent), (1, 0));
     drop(release_tx);
 }
 

@@ -165,13 +165,16 @@ impl Loop {
     }
 
     /// Reports every job still running failed (a failed REPLY, so that the
-    /// router retries it at once instead of holding it for `kbye_grace`).
-    /// The worker closes next; the jobs' own results, if they ever come,
-    /// are not sent.
+    /// router retries it at once instead of holding it for `kbye_grace`),
+    /// when an `on_drain_timeout` hook stopped them. Without a hook the
+    /// handlers may still run, and a failed REPLY would have the router run
+    /// the job again beside them: nothing is sent, and the router holds the
+    /// jobs for its `kbye_grace` as before. The worker closes next; the
+    /// jobs' own results, if they ever come, are not sent.
     fn abandon_running(&mut self) {
-        tracing::warn!(busy = self.busy, "drain timeout: jobs still running are reported failed and abandoned");
+        tracing::warn!(busy = self.busy, "drain timeout: jobs still running are abandoned");
         let text = result_json(b"worker stopped: job abandoned at its drain timeout");
-        let current = matches!(self.state, State::Ready);
+        let current = matches!(self.state, State::Ready) && self.p.config.on_drain_timeout.is_some();
         for ((epoch, msgid), wants) in std::mem::take(&mut self.running) {
             for reply_requested in wants {
                 self.p.counters.abandoned.fetch_add(1, Ordering::Relaxed);
@@ -376,7 +379,12 @@ impl Loop {
         self.busy = self.busy.saturating_sub(1);
         let key = (done.epoch, done.msgid);
         if let Some(wants) = self.running.get_mut(&key) {
-            wants.pop();
+            // The run that ended: one whose reply wish matches (the same
+            // msgid may be held twice).
+            let at = wants.iter().position(|&w| w == done.reply_requested).unwrap_or(0);
+            if at < wants.len() {
+                wants.remove(at);
+            }
             if wants.is_empty() {
                 self.running.remove(&key);
             }

@@ -144,8 +144,11 @@ counters! {
     /// jobs again.
     late_replies_given_up,
     /// Job-result REPLYs from a registered worker that match no job it
-    /// holds (ignored): a duplicate, an unknown msgid, or the answer to a
-    /// job its re-INFORM under the same identity already sent back.
+    /// holds (ignored): a duplicate, an unknown msgid, the answer to a job
+    /// its re-INFORM under the same identity already sent back, or one
+    /// that came after `late_replies_given_up` gave up on it (while the
+    /// same worker runs that job again, such an answer completes the
+    /// new run instead).
     unmatched_replies,
     /// HTTP requests to the metrics server (`/metrics`, the status page),
     /// every request head read, answered 200 or refused.

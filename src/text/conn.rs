@@ -256,6 +256,8 @@ impl Conn {
                 self.err(e.code(), &e.to_string(), r.stats());
                 self.ending = true;
                 self.unread = Vec::new();
+                // A long poll sent before it ends now (NOPE), not at its wait.
+                self.stop_waiting(r);
             }
             Err(e) => self.err(e.code(), &e.to_string(), r.stats()),
         }

@@ -350,7 +350,8 @@ impl Loop {
         let Some((identity, frames)) = frames.split_first() else { return };
         let peer = PeerId::from(identity.as_ref());
         let bytes: usize = frames.iter().map(|f| f.as_ref().len()).sum();
-        if bytes > self.io.limits.max_message_bytes && !is_job_result(which, frames) {
+        let max = self.io.limits.max_message_bytes;
+        if bytes > max && !(is_job_result(which, frames) && bytes - frames[4].as_ref().len() <= max) {
             return self.too_big(which, &peer, frames, bytes);
         }
         let msg = match decode_ref(frames, which) {
@@ -568,12 +569,13 @@ impl Loop {
 }
 
 /// Whether `frames` (without the identity) are a worker's job-result REPLY
-/// on the backend. Such a message is taken whatever its size
-/// (`max_message_bytes` bounds what the router keeps): the router reads
-/// only its msgid and `failed` frames and never stores or forwards the
-/// result, and dropping it would leave its job unanswered, held until its
-/// deadline and its worker barred from the queue. (ZeroMQ still drops a
-/// frame over twice `max_message_bytes` with its connection.)
+/// on the backend. Its result frame (frame 4) is taken whatever its size
+/// (`max_message_bytes` bounds what the router keeps, and the rest of the
+/// message must still fit it): the router reads only its msgid and
+/// `failed` frames and never stores or forwards the result, and dropping it
+/// would leave its job unanswered, held until its deadline and its worker
+/// barred from the queue. (ZeroMQ still drops a frame over twice
+/// `max_message_bytes` with its connection.)
 fn is_job_result(which: Socket, frames: &[InFrame]) -> bool {
     which == Socket::Backend && frames.len() >= 6 && frames[2].as_ref() == b"REPLY"
 }

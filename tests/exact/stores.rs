@@ -54,7 +54,7 @@ impl Redis {
     /// `GET key` in database `db`.
     fn get_in(&self, db: u32, key: &str) -> Option<String> {
         let mut con = redis::Client::open(self.url_of(db).as_str()).expect("url").get_connection().expect("connection");
-        redis::cmd("GET").arg(key).query(&mut con).ok().flatten()
+        redis::cmd("GET").arg(key).query(&mut con).expect("GET")
     }
 
     /// Calls of `command` so far (INFO commandstats).

@@ -61,7 +61,7 @@ pub struct Forgiven {
     pub still_owed: bool,
 }
 
-/// What a worker's deadline timer finds ([`Workers::take_lapsed`]).
+/// What a worker's deadline timer finds ([`WorkerTable::take_lapsed`]).
 #[derive(Debug)]
 pub struct Lapsed {
     /// Jobs past their deadline, taken back, oldest dispatch first.
