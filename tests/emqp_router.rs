@@ -541,11 +541,23 @@ fn a_job_that_kills_every_worker_is_dropped_after_max_deliveries() {
     assert_eq!(c.expect("REPLY")[4], b"poison");
     let deliveries = emq::limits::MAX_RETRIES as usize + 1;
     for i in 0..deliveries {
-        // Each worker takes the job and dies (goes silent).
+        // Each worker takes the job and dies (goes silent). It heartbeats
+        // until the job comes: silent while it waits (800 ms is soon on a
+        // loaded machine), it could expire with the worker before it and
+        // cost the job a delivery it never got.
         let w = Peer::new(&h.endpoints.backend, format!("victim-{i}").as_bytes());
         w.inform_worker(r#"[[10, "default"]]"#);
         w.ready(1);
-        assert_eq!(w.expect("REQUEST")[3], b"poison", "delivery {}", i + 1);
+        let end = Instant::now() + Duration::from_secs(10);
+        let job = loop {
+            assert!(Instant::now() < end, "no REQUEST within 10 s (delivery {})", i + 1);
+            w.send(&[b"", b"eMQP/1.0", b"HEARTBEAT", b"hb", b"0"]);
+            match w.recv_within(100) {
+                Some(f) if f[2] == b"REQUEST" => break f,
+                _ => {}
+            }
+        };
+        assert_eq!(job[3], b"poison", "delivery {}", i + 1);
     }
     eventually(10, "dropped", || h.counters().dead_lettered.load(Ordering::Relaxed) == 1);
     let status = admin(&h, "STATUS");
