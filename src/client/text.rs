@@ -22,9 +22,9 @@
 //! The barrier costs one line per reading call that follows write-only
 //! commands, and counts as one `BAD_FORMAT` in the server's STATUS.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::limits;
 use crate::protocol::text::{encode_command, parse_server_line, EncodeError, ErrorCode, ServerLine, TextCommand};
@@ -312,15 +312,52 @@ impl TextClient {
         }
     }
 
+    /// Reads one server line. The socket's read timeout (the client's
+    /// timeout, plus a long poll's wait) bounds the whole line, not each
+    /// read: a server sending a byte at a time cannot hold the caller
+    /// past it.
     fn read_server_line(&mut self) -> Result<ServerLine, TextClientError> {
+        let limit = self.writer.read_timeout()?;
+        let deadline = limit.and_then(|t| Instant::now().checked_add(t));
+        let line = self.read_line_by(deadline);
+        if deadline.is_some() {
+            self.writer.set_read_timeout(limit)?;
+        }
+        let line = line?;
+        parse_server_line(&line).map_err(|e| TextClientError::Protocol(e.to_string()))
+    }
+
+    /// The bytes of the next line, without its LF, read before `deadline`.
+    fn read_line_by(&mut self, deadline: Option<Instant>) -> Result<Vec<u8>, TextClientError> {
         let mut line = Vec::new();
-        let n = (&mut self.reader).take(limits::TEXT_CLIENT_MAX_LINE_BYTES).read_until(b'\n', &mut line)?;
-        match line.pop() {
-            Some(b'\n') => parse_server_line(&line).map_err(|e| TextClientError::Protocol(e.to_string())),
-            _ if n as u64 == limits::TEXT_CLIENT_MAX_LINE_BYTES => {
-                Err(TextClientError::Protocol("server line too long".into()))
+        loop {
+            if let Some(deadline) = deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(TextClientError::Timeout);
+                }
+                self.writer.set_read_timeout(Some(left))?;
             }
-            _ => Err(TextClientError::Closed),
+            let buf = match self.reader.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if buf.is_empty() {
+                return Err(TextClientError::Closed);
+            }
+            let (take, done) = match memchr::memchr(b'\n', buf) {
+                Some(lf) => (lf, true),
+                None => (buf.len(), false),
+            };
+            line.extend_from_slice(&buf[..take]);
+            self.reader.consume(take + usize::from(done));
+            if done {
+                return Ok(line);
+            }
+            if line.len() as u64 >= limits::TEXT_CLIENT_MAX_LINE_BYTES {
+                return Err(TextClientError::Protocol("server line too long".into()));
+            }
         }
     }
 }

@@ -153,3 +153,31 @@ fn client_long_poll_waits_past_its_own_timeout() {
     producer.join().unwrap();
     assert_eq!(f.backend.counts().acked, 1);
 }
+
+#[test]
+fn the_timeout_bounds_a_whole_answer_not_each_read() {
+    // A server that trickles its answer a byte every 200 ms: each read is
+    // well within a 1 s timeout, the line never is.
+    let _w = text_watchdog(20);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut ask = [0u8; 6];
+        s.read_exact(&mut ask).unwrap();
+        for &b in b"WANT? slow and never done" {
+            if s.write_all(&[b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    let mut c = TextClient::connect(addr, Duration::from_secs(1)).unwrap();
+    let t0 = std::time::Instant::now();
+    let answer = c.ask("q");
+    let took = t0.elapsed();
+    assert!(matches!(answer, Err(TextClientError::Timeout)), "{answer:?}");
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(3), "{took:?}");
+    drop(c);
+    server.join().unwrap();
+}
