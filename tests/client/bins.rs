@@ -101,11 +101,12 @@ fn emq_worker_runs_a_script_per_job() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn emq_pubsub_forwards_and_survives_garbage() {
-    let _w = watchdog(30);
+/// Starts emq-pubsub on free loopback ports with `extra` flags; gives the
+/// process and its (incoming, outgoing) endpoints from its first line.
+fn start_pubsub(extra: &[&str]) -> (ChildGuard, String, String) {
     let child = Command::new(env!("CARGO_BIN_EXE_emq-pubsub"))
         .args(["--pubsub-in", "tcp://127.0.0.1:*", "--pubsub-out", "tcp://127.0.0.1:*"])
+        .args(extra)
         .env("RUST_LOG", "error")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -115,7 +116,16 @@ fn emq_pubsub_forwards_and_survives_garbage() {
     let mut line = String::new();
     BufReader::new(child.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let parts: Vec<&str> = line.trim().split(' ').collect();
-    let (in_ep, out_ep) = (parts[1].strip_prefix("in=").unwrap(), parts[2].strip_prefix("out=").unwrap());
+    let endpoint = |i: usize, prefix: &str| parts[i].strip_prefix(prefix).unwrap().to_string();
+    let (in_ep, out_ep) = (endpoint(1, "in="), endpoint(2, "out="));
+    (child, in_ep, out_ep)
+}
+
+#[test]
+fn emq_pubsub_forwards_and_survives_garbage() {
+    let _w = watchdog(30);
+    let (mut child, in_ep, out_ep) = start_pubsub(&[]);
+    let (in_ep, out_ep) = (in_ep.as_str(), out_ep.as_str());
     let ctx = zmq::Context::new();
     let sub = ctx.socket(zmq::SUB).unwrap();
     sub.set_linger(0).unwrap();
@@ -160,19 +170,8 @@ fn rss_kib(pid: u32) -> u64 {
 #[test]
 fn emq_pubsub_bounds_a_stalled_subscriber_and_drops_a_publish_over_its_size_limit() {
     let _w = watchdog(60);
-    let child = Command::new(env!("CARGO_BIN_EXE_emq-pubsub"))
-        .args(["--pubsub-in", "tcp://127.0.0.1:*", "--pubsub-out", "tcp://127.0.0.1:*"])
-        .args(["--pubsub-hwm", "10", "--pubsub-max-message-bytes", "8192"])
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = ChildGuard(child);
-    let mut line = String::new();
-    BufReader::new(child.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let parts: Vec<&str> = line.trim().split(' ').collect();
-    let (in_ep, out_ep) = (parts[1].strip_prefix("in=").unwrap(), parts[2].strip_prefix("out=").unwrap());
+    let (mut child, in_ep, out_ep) = start_pubsub(&["--pubsub-hwm", "10", "--pubsub-max-message-bytes", "8192"]);
+    let (in_ep, out_ep) = (in_ep.as_str(), out_ep.as_str());
     let ctx = zmq::Context::new();
     let sub = ctx.socket(zmq::SUB).unwrap();
     sub.set_linger(0).unwrap();
