@@ -46,7 +46,8 @@
 //! * [`scheduler`]: emq-scheduler (SCHEDULE/UNSCHEDULE, timers, persistence).
 //! * [`config`]: settings, declared once and validated once; [`logging`]
 //!   and [`program`]: what every binary does at its start and end.
-//! * [`zmq_error`]: [`zmq_error::ZmqError`], the error of a failed zmq call, for every layer.
+//! * [`zmq_error`]: [`zmq_error::ZmqError`], the error of a failed zmq call, for every layer;
+//!   [`heap`]: giving freed C-heap pages back to the OS after connection churn.
 
 #![warn(missing_docs)]
 
@@ -54,6 +55,7 @@ pub mod bench;
 pub mod broker;
 pub mod client;
 pub mod config;
+pub mod heap;
 pub mod ids;
 pub mod limits;
 pub mod logging;

@@ -253,6 +253,10 @@ pub const ZMQ_HWM: i32 = 100_000;
 /// own default, so a subscriber that stops reading costs at most this
 /// many messages of memory, not [`ZMQ_HWM`] (10 KB messages: 10 MB).
 pub const PUBSUB_HWM: usize = 1_000;
+/// How often emq-pubsub gives freed heap pages back to the OS
+/// ([`crate::heap::release_free_memory`]): subscriber churn otherwise
+/// raises its RSS for good. One wake-up a minute when idle.
+pub const HEAP_TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 /// Most messages ZeroMQ reads ahead from one peer before the I/O thread
 /// takes them (the router sockets' `ZMQ_RCVHWM`, when `zmq_hwm` is
 /// higher). Past it libzmq stops reading that connection and TCP pushes

@@ -3,9 +3,12 @@
 //!
 //! Unlike EventMQ's: malformed input is logged and counted, never a crash;
 //! the loop blocks in `zmq::poll` until input or the stop descriptor is
-//! readable (no 1 ms polling).
+//! readable (no 1 ms polling), waking once a minute besides to give the
+//! heap pages freed by departed subscribers back to the OS
+//! ([`crate::heap`]).
 
 use std::os::fd::RawFd;
+use std::time::Instant;
 
 use crate::protocol::emqp::{decode, Command, ShowFrames, Socket};
 use crate::zmq_error::ZmqError;
@@ -74,17 +77,27 @@ impl PubSub {
     }
 
     /// Runs until `stop_fd` (e.g. a signal pipe) becomes readable; `None`
-    /// runs forever. Blocks in `zmq::poll` between messages.
+    /// runs forever. Blocks in `zmq::poll` between messages, at most
+    /// [`crate::limits::HEAP_TRIM_EVERY`] at a time: every that often it
+    /// returns freed heap pages to the OS ([`crate::heap::release_free_memory`]).
     ///
     /// # Errors
     /// [`ZmqError`] when polling or receiving fails.
     pub fn run(&mut self, stop_fd: Option<RawFd>) -> Result<PubSubStats, ZmqError> {
+        let mut trim_at = Instant::now() + crate::limits::HEAP_TRIM_EVERY;
         loop {
+            let now = Instant::now();
+            if now >= trim_at {
+                crate::heap::release_free_memory();
+                trim_at = now + crate::limits::HEAP_TRIM_EVERY;
+            }
             let mut items = vec![self.incoming.as_poll_item(zmq::POLLIN)];
             if let Some(fd) = stop_fd {
                 items.push(zmq::PollItem::from_fd(fd, zmq::POLLIN));
             }
-            match zmq::poll(&mut items, -1) {
+            // Rounded up: never wakes just before the trim is due.
+            let timeout = trim_at.saturating_duration_since(now).as_millis() as i64 + 1;
+            match zmq::poll(&mut items, timeout) {
                 Ok(_) | Err(zmq::Error::EINTR) => {}
                 Err(e) => return Err(ZmqError::new("pubsub poll", e)),
             }
