@@ -431,17 +431,25 @@ pub const WORKER_STATS_INTERVAL: Duration = Duration::from_secs(60);
 /// [`WORKER_MAX_REPLY_BYTES`], so that plain text output up to it fits in
 /// the REPLY.
 pub const WORKER_MAX_OUTPUT_BYTES: usize = 15 << 20;
-/// Largest job-result REPLY a worker sends, all frames together, in bytes:
+/// Default largest job-result REPLY a worker sends, all frames together,
+/// in bytes (`emq-worker --max-reply-bytes`, `WorkerConfig::max_reply_bytes`):
 /// the router's default `max_message_bytes` ([`MAX_MESSAGE_BYTES`]) less
 /// 64 KiB. A result that would be larger once JSON-encoded (a control byte
 /// becomes `\u0001`, 6 bytes) is not sent: the worker sends a failed REPLY
 /// with a short error text instead, so a router on its default limits
-/// always gets the answer. (A router takes a job result over its
-/// `max_message_bytes` anyway, but ZeroMQ drops a frame over twice that
-/// with the connection: against a router with a lower limit a large
-/// result can still be lost, and the job is then taken back at its
-/// deadline.)
+/// always gets the answer.
+///
+/// What a router really refuses: it takes a job result over its
+/// `max_message_bytes` (only the REPLY's other frames must fit it), but
+/// ZeroMQ (`ZMQ_MAXMSGSIZE`, twice `max_message_bytes` on the router's
+/// sockets) drops a larger frame with the connection, and the job is then
+/// taken back only at its deadline. A worker of a router run with a lower
+/// `max_message_bytes` is matched to it with `max_reply_bytes` (that limit
+/// less 64 KiB keeps the same margin).
 pub const WORKER_MAX_REPLY_BYTES: usize = MAX_MESSAGE_BYTES - (64 << 10);
+/// Smallest `max_reply_bytes` a worker takes: room for the failed REPLY
+/// (about 150 bytes and the msgid) that replaces a larger result.
+pub const WORKER_MIN_REPLY_BYTES: usize = 1024;
 // Plain output up to the cap, with the REPLY's other frames, fits the limit.
 const _: () = assert!(WORKER_MAX_OUTPUT_BYTES + 1024 < WORKER_MAX_REPLY_BYTES);
 /// emq-scheduler's own admin socket (`SCHEDULES` query). The next free port

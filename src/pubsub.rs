@@ -117,7 +117,8 @@ impl PubSub {
 
     /// Handles one R-frame message (identity first).
     fn handle(&mut self, frames: &[Vec<u8>]) {
-        match decode(&frames[1.min(frames.len())..], Socket::PubIn).map(|m| m.command) {
+        let (peer, sent) = frames.split_first().map_or((&[][..], frames), |(id, sent)| (id.as_slice(), sent));
+        match decode(sent, Socket::PubIn).map(|m| m.command) {
             Ok(Command::Publish { topic, message }) if topic.len() + message.len() > self.max_message_bytes => {
                 self.stats.too_big += 1;
                 let (bytes, max) = (topic.len() + message.len(), self.max_message_bytes);
@@ -130,13 +131,54 @@ impl PubSub {
                     self.stats.published += 1;
                 }
             }
-            Ok(_) => self.malformed(frames, "not PUBLISH"),
-            Err(e) => self.malformed(frames, &e.to_string()),
+            Ok(_) => self.malformed(peer, sent, "not PUBLISH"),
+            Err(e) => self.malformed(peer, sent, &e.to_string()),
         }
     }
 
-    fn malformed(&mut self, frames: &[Vec<u8>], why: &str) {
+    /// Counts and logs a dropped message. Its frames are logged as the
+    /// publisher sent them (docs/emqp.md "Frames"), without the identity
+    /// the ROUTER socket puts in front, which is logged apart (`peer`): the
+    /// `frames` count, the frames shown (`content`) and the frame numbers
+    /// and count in `why` (the decoder's "frame 2: …", "message has 3
+    /// frame(s)") all count the same frames.
+    fn malformed(&mut self, peer: &[u8], sent: &[Vec<u8>], why: &str) {
         self.stats.malformed += 1;
-        tracing::warn!(why, frames = %ShowFrames(frames), total = self.stats.malformed, "malformed input dropped");
+        let (peer, count, total) = (peer.escape_ascii(), sent.len(), self.stats.malformed);
+        tracing::warn!(%peer, why, frames = count, content = %ShowFrames(sent), total, "malformed input dropped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(parts: &[&[u8]]) -> Vec<Vec<u8>> {
+        parts.iter().map(|p| p.to_vec()).collect()
+    }
+
+    #[test]
+    fn malformed_input_is_logged_with_the_frames_the_publisher_sent() {
+        let mut device = PubSub::bind("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", 10, 1024).expect("binds");
+        let ((), log) = crate::logging::capture("warn", || {
+            // A PUBLISH without its message: 5 frames sent, 6 received.
+            device.handle(&frames(&[b"pub-1", b"", b"eMQP/1.0", b"PUBLISH", b"m1", b"topic"]));
+            // Another command: 4 frames sent.
+            device.handle(&frames(&[b"pub-2", b"", b"eMQP/1.0", b"READY", b"m2"]));
+            // Too short for eMQP: 2 frames sent.
+            device.handle(&frames(&[b"pub-3", b"", b"x"]));
+        });
+        let lines: Vec<&str> =
+            log.lines().map(|l| l.split_once("malformed input dropped ").map_or(l, |(_, f)| f)).collect();
+        assert_eq!(
+            lines,
+            [
+                r#"peer=pub-1 why="frame 5: PUBLISH needs the message (message has 5 frames)" frames=5 content=["", "eMQP/1.0", "PUBLISH", "m1", "topic"] total=1"#,
+                r#"peer=pub-2 why="frame 2: command READY is not accepted on the pubsub socket" frames=4 content=["", "eMQP/1.0", "READY", "m2"] total=2"#,
+                r#"peer=pub-3 why="message has 2 frame(s); eMQP needs at least 4 (empty, version, command, msgid)" frames=2 content=["", "x"] total=3"#,
+            ],
+            "{log}"
+        );
+        assert_eq!(device.stats(), PubSubStats { published: 0, malformed: 3, too_big: 0 });
     }
 }

@@ -177,6 +177,47 @@ fn a_message_over_max_message_bytes_is_refused_and_the_router_keeps_serving() {
 }
 
 #[test]
+fn a_message_over_max_message_bytes_is_too_big_before_it_has_too_many_frames() {
+    // The order of the checks: size first, then the frame count (then
+    // decoding). docs/emqp.md "ERROR".
+    let _w = Watchdog::new("bounds_too_big_many_frames", 30);
+    let cfg = crate::emqp_router::config(1, |r| r.max_message_bytes = Some(4096));
+    let h = emq::router::start(cfg).expect("router starts");
+    let client = Peer::new(&h.endpoints.frontend, b"client-many");
+    let error = |e: &Vec<Vec<u8>>| {
+        let t = |i: usize| String::from_utf8_lossy(&e[i]).into_owned();
+        (t(4), t(5), t(6))
+    };
+    // 100 frames of 100 bytes after the head: 10,020 bytes (none over
+    // twice the limit, so ZeroMQ passes each): TOO_BIG, whatever the count.
+    let filler = [b'x'; 100];
+    let mut frames: Vec<&[u8]> = vec![b"", b"eMQP/1.0", b"REQUEST", b"huge", b"q", b""];
+    frames.extend(std::iter::repeat_n(&filler[..], 100));
+    let bytes: usize = frames.iter().map(|f| f.len()).sum();
+    assert_eq!(bytes, 10_020);
+    client.send(&frames);
+    let why = "the message has 10020 bytes; at most 4096 are accepted".to_string();
+    assert_eq!(error(&client.expect("ERROR")), ("huge".into(), "TOO_BIG".into(), why));
+    // The same frame count within the size: BAD_FRAMES.
+    let mut small: Vec<&[u8]> = vec![b"", b"eMQP/1.0", b"REQUEST", b"many", b"q", b""];
+    small.extend(std::iter::repeat_n(&b"x"[..], 100));
+    client.send(&small);
+    let why = "the message has 107 frames; at most 64 are accepted".to_string();
+    assert_eq!(error(&client.expect("ERROR")), ("many".into(), "BAD_FRAMES".into(), why));
+    // Exactly at the limit with too many frames is a frame-count refusal.
+    let mut at: Vec<&[u8]> = vec![b"", b"eMQP/1.0", b"REQUEST", b"at", b"q", b""];
+    let last = vec![b'z'; 4096 - 8 - 7 - 2 - 1 - 99 * 40];
+    let forty = [b'y'; 40];
+    at.extend(std::iter::repeat_n(&forty[..], 99));
+    at.push(&last);
+    assert_eq!(at.iter().map(|f| f.len()).sum::<usize>(), 4096);
+    client.send(&at);
+    assert_eq!(error(&client.expect("ERROR")).1, "BAD_FRAMES");
+    let counters = &admin(&h, "STATUS")["emq"]["counters"];
+    assert_eq!((counters["rejected_too_big"].as_u64(), counters["malformed_frontend"].as_u64()), (Some(1), Some(2)));
+}
+
+#[test]
 fn an_inform_past_max_queues_per_worker_is_refused_before_it_is_parsed() {
     let _w = Watchdog::new("bounds_big_inform", 30);
     let h = router(1);

@@ -178,6 +178,40 @@ fn misspelled_addresses_get_the_expected_form() {
 }
 
 #[test]
+fn invalid_ip_addresses_are_refused_at_start_by_every_program() {
+    let _w = watchdog::Watchdog::new("address-ip-literals", 30);
+    let v4 = "is not an eMQP address (\"256.1.1.1\" is not an IPv4 address: it needs four numbers from 0 to 255): \
+              eMQP addresses look like tcp://host:port, e.g. tcp://127.0.0.1:47291";
+    let bad = "tcp://256.1.1.1:5";
+    refused(bin("emq-cli").args(["--admin", bad, "status"]), &format!("emq-cli: setting admin: \"{bad}\" {v4}"));
+    refused(
+        bin("emq-worker").args(["--backend", bad, "--", "/bin/cat"]),
+        &format!("emq-worker: setting backend: \"{bad}\" {v4}"),
+    );
+    refused(
+        bin("emq-scheduler").args(["--frontend", bad]),
+        &format!("emq-scheduler: setting frontend: \"{bad}\" {v4}"),
+    );
+    refused(bin("emq-router").args(["--admin", bad]), &format!("emq-router: setting admin: \"{bad}\" {v4}"));
+    refused(bin("emq-pubsub").args(["--pubsub-in", bad]), &format!("emq-pubsub: setting pubsub_in: \"{bad}\" {v4}"));
+    refused(
+        bin("emq-cli").args(["--text", "1.2.3:47294", "sched", "x"]),
+        "emq-cli: setting text: \"1.2.3:47294\" is not a text address (\"1.2.3\" is not an IPv4 address: it needs \
+         four numbers from 0 to 255): the text address is host:port, e.g. 127.0.0.1:47294",
+    );
+    refused(
+        bin("emq-router").args(["--frontend", "tcp://[::g]:1"]),
+        "emq-router: setting frontend: \"tcp://[::g]:1\" is not an eMQP address (\"[::g]\" is not an IPv6 address in \
+         brackets): eMQP addresses look like tcp://host:port, e.g. tcp://127.0.0.1:47291",
+    );
+    // emq-bench's address flags take the same check (clap reports it).
+    let out = bin("emq-bench").args(["idle", "--backend", bad]).output().expect("runs");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("invalid value '{bad}' for '--backend <BACKEND>': \"{bad}\" {v4}")), "{err}");
+}
+
+#[test]
 fn errors_are_printed_once() {
     let _w = watchdog::Watchdog::new("errors-once", 30);
     let dir = TestDir::new("errors-once");

@@ -164,6 +164,37 @@ fn interop_killed_jobmanager_in_flight_jobs_rerun_on_survivor() {
 }
 
 #[test]
+fn interop_jobmanager_finishes_its_job_after_its_kbye_without_router_heartbeats() {
+    // After a jobmanager's KBYE (SIGTERM) emq-router sends it no more
+    // HEARTBEATs; the jobmanager, which no longer reads its socket then,
+    // finishes the job it holds (over three heartbeat intervals), sends its
+    // result and exits; the job completes once and is not requeued.
+    let _turn = begin("interop_kbye_no_heartbeats", Duration::from_secs(120));
+    let queues = r#"[[10,"default"]]"#;
+    let mut setup = Setup::start("interop-kbye", &[("A", queues)], 1);
+    let out = setup.dir.join("jobs.txt");
+    let sent = python::send_jobs(&setup.dir, &setup.router.frontend, &out, 1, &["default"], "bye", Some(10.0));
+    let tag = sent[0].tag.clone();
+    let started = || jobs::by_tag(&jobs::read(&out), "start").contains_key(&tag);
+    assert!(wait::until(Duration::from_secs(60), started), "the job never started\n{}", setup.logs());
+    // SAFETY: plain syscall on our own, not yet reaped, child.
+    unsafe { libc::kill(setup.jobmanagers[0].pid(), libc::SIGTERM) };
+    let done = || jobs::by_tag(&jobs::read(&out), "done").get(&tag).map(Vec::len) == Some(1);
+    assert!(wait::until(Duration::from_secs(30), done), "the job did not finish after the KBYE\n{}", setup.logs());
+    let exited = wait::until(Duration::from_secs(15), || !setup.jobmanagers[0].is_alive());
+    assert!(exited, "the jobmanager did not exit after its job\n{}", setup.logs());
+    assert_eq!(setup.jobmanagers[0].exit_status().and_then(|s| s.code()), Some(0), "{}", setup.logs());
+    if let crate::common::router::RouterKind::Rust(_) = setup.router.kind {
+        let counters =
+            || crate::common::admin::request(&setup.router.admin, "STATUS").map(|s| s["emq"]["counters"].clone());
+        let completed = wait::until(Duration::from_secs(5), || counters().is_ok_and(|c| c["completed_jobs"] == 1));
+        assert!(completed, "the result sent after the KBYE was not taken: {:?}\n{}", counters(), setup.logs());
+        let c = counters().unwrap_or_default();
+        assert_eq!((c["requeued_jobs"].as_u64(), c["retried_jobs"].as_u64()), (Some(0), Some(0)), "{c}");
+    }
+}
+
+#[test]
 fn interop_python_scheduler_schedule_and_unschedule() {
     let _turn = begin("interop_scheduler", Duration::from_secs(240));
     let started = Instant::now();

@@ -481,3 +481,45 @@ fn emq_worker_output_over_its_cap_fails_the_job_and_a_reply_never_outgrows_the_r
     );
     assert_eq!(fake.reply(20), ("job-escaped".into(), text.into_bytes(), true));
 }
+
+#[test]
+fn emq_worker_max_reply_bytes_sets_its_reply_limit_exactly() {
+    let _w = Watchdog::new("emq_worker_max_reply_bytes", 60);
+    let dir = TestDir::new("worker-max-reply");
+    let script = write_script(&dir, "read -r n c\nhead -c \"$n\" /dev/zero | tr '\\0' \"$c\"\n");
+    let mut fake = FakeRouter::new();
+    let _worker = worker_for(&fake, &dir, &script, &["-J", "1", "--max-reply-bytes", "2000"]);
+    fake.register();
+    // A REPLY's frames: "", "eMQP/1.0", "REPLY", a 36-byte msgid, the result
+    // (`{"value": "…"}`, 13 bytes more than the output) and the request's
+    // msgid: 1,932 bytes of output from "job-at" make exactly 2,000.
+    fake.send_job("job-at", b"1932 x");
+    let (id, result, failed) = fake.reply(20);
+    assert_eq!((id.as_str(), failed, result.len()), ("job-at", false, 1932 + 13));
+    // One byte more: a failed REPLY naming the size and the limit.
+    fake.send_job("job-ov", b"1933 x");
+    let text = br#"{"value": "job result too big: its REPLY would be 2001 bytes, over the worker's limit of 2000"}"#;
+    assert_eq!(fake.reply(20), ("job-ov".into(), text.to_vec(), true));
+}
+
+#[test]
+fn emq_worker_matched_to_a_router_with_a_low_max_message_bytes_reports_a_large_result_failed() {
+    let _w = Watchdog::new("emq_worker_matched_reply_limit", 60);
+    // ZeroMQ drops a frame over twice max_message_bytes (16 KiB here) with
+    // the connection: a 20,000-byte result would never arrive. The worker
+    // matched to the router sends a failed REPLY instead, at once.
+    let h = emq::router::start(config(1, |r| r.max_message_bytes = Some(8192))).unwrap();
+    let dir = TestDir::new("worker-matched-reply");
+    let script = write_script(&dir, "read -r n c\nhead -c \"$n\" /dev/zero | tr '\\0' \"$c\"\n");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-worker"));
+    cmd.args(["-B", &h.endpoints.backend, "-Q", "default", "--stats-interval", "0s", "--", script.to_str().unwrap()])
+        .env("EMQ_WORKER_MAX_REPLY_BYTES", (8192 - 1024).to_string());
+    let _worker = proc::Child::spawn("emq-worker", &mut cmd, &dir.join("worker.log"));
+    let mut c = Client::connect(&h.endpoints.frontend).unwrap().with_timeout(Duration::from_secs(5));
+    let outcome = c.request("default", "retry:0", b"20000 x").unwrap();
+    assert!(matches!(outcome, Outcome::Accepted { .. }), "{outcome:?}");
+    let counters = h.counters();
+    let n = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    eventually(20, "the failed REPLY ends the job", || n(&counters.dead_lettered) == 1);
+    assert_eq!((n(&counters.completed_jobs), n(&counters.rejected_too_big)), (1, 0));
+}

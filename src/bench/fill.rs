@@ -32,10 +32,10 @@ const WINDOW: usize = 10_000;
 #[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct FillSettings {
     /// The broker's eMQP frontend (REQUESTs); give this or `--text`.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::config::addr::emqp_arg)]
     pub frontend: Option<String>,
     /// The broker's text address `HOST:PORT` (SCHEDs).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::config::addr::text_arg)]
     pub text: Option<String>,
     /// Jobs to queue.
     #[arg(long, default_value_t = 1_000_000)]
@@ -55,7 +55,7 @@ pub struct FillSettings {
     #[arg(long)]
     pub refusals_ok: bool,
     /// The broker's eMQP backend, for `--hold`.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::config::addr::emqp_arg)]
     pub backend: Option<String>,
     /// Slots of a worker that never reads (READYs sent before the fill).
     #[arg(long, default_value_t = 0)]

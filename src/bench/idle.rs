@@ -23,7 +23,7 @@ const SOCKETS_PER_CONTEXT: usize = 1000;
 #[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct IdleSettings {
     /// The broker's backend.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::config::addr::emqp_arg)]
     pub backend: String,
     /// Idle workers (each a DEALER: two file descriptors here, one in the broker).
     #[arg(long, default_value_t = 1000)]

@@ -11,7 +11,7 @@ use emq::bench::emqp::Target;
 use emq::bench::report::{self, Record};
 use emq::bench::run::{with_progress, RunResult};
 use emq::bench::{baseline, beanstalk, emqp, idle, plot, text, BenchError, LoadSettings};
-use emq::config::{self, ConfigArgs, RawBenchConfig};
+use emq::config::{self, addr, ConfigArgs, RawBenchConfig};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 /// Load generator for eMQP and text-protocol brokers (emq, EventMQ,
@@ -50,7 +50,7 @@ struct BrokerPid {
 #[derive(clap::Args)]
 struct LineArgs {
     /// The broker's address, `HOST:PORT`.
-    #[arg(long)]
+    #[arg(long, value_parser = addr::text_arg)]
     addr: String,
     #[command(flatten)]
     broker: BrokerPid,
@@ -70,10 +70,10 @@ enum Cmd {
     /// eMQP clients and workers against a broker's frontend and backend.
     Emqp {
         /// The broker's frontend (clients).
-        #[arg(long)]
+        #[arg(long, value_parser = addr::emqp_arg)]
         frontend: String,
         /// The broker's backend (workers).
-        #[arg(long)]
+        #[arg(long, value_parser = addr::emqp_arg)]
         backend: String,
         /// Label of the target in reports (`emq`, `python`, …).
         #[arg(long, default_value = "emq")]
@@ -100,10 +100,10 @@ enum Cmd {
     /// Prints `frontend=<endpoint> backend=<endpoint>` once bound.
     Forwarder {
         /// Frontend endpoint (clients); port `*` picks a free one.
-        #[arg(long, default_value = "tcp://127.0.0.1:*")]
+        #[arg(long, default_value = "tcp://127.0.0.1:*", value_parser = addr::emqp_arg)]
         frontend_addr: String,
         /// Backend endpoint (workers); port `*` picks a free one.
-        #[arg(long, default_value = "tcp://127.0.0.1:*")]
+        #[arg(long, default_value = "tcp://127.0.0.1:*", value_parser = addr::emqp_arg)]
         backend_addr: String,
     },
     /// Text-protocol producers (`--clients`, SCHED) and consumers (`--workers`, ASK/ACK).

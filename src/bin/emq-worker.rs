@@ -16,6 +16,10 @@
 //!   whole process group is killed and the job counts as timed out.
 //! * Stdout over [`limits::WORKER_MAX_OUTPUT_BYTES`]: the process group is
 //!   killed and the job fails (`output over 15728640 bytes: job killed`).
+//! * A result whose REPLY would be over `--max-reply-bytes` (default
+//!   [`limits::WORKER_MAX_REPLY_BYTES`], for a router on its default
+//!   `max_message_bytes`) once JSON-encoded is replaced by a failed REPLY
+//!   naming its size and the limit.
 //! * SIGTERM/SIGINT: KBYE, running jobs finish (up to `--drain-timeout`);
 //!   then their process groups get SIGTERM, SIGKILL after
 //!   [`limits::WORKER_KILL_GRACE`], and each job is reported failed to the
@@ -74,6 +78,7 @@ fn run() -> anyhow::Result<()> {
     let stopper = running.clone();
     config.on_drain_timeout = Some(DrainTimeoutHook(Arc::new(move || stopper.stop_all())));
     config.abandon_wait = limits::WORKER_ABANDON_WAIT;
+    config.max_reply_bytes = settings.max_reply_bytes;
     let mut command = args.command;
     command[0] = program.to_string_lossy().into_owned();
     let command = Arc::new(command);

@@ -31,7 +31,8 @@
 //!   reported failed, so the router retries them at once instead of
 //!   holding them for its `kbye_grace`.
 //! * **Results fit the router**: a REPLY that would be over
-//!   [`limits::WORKER_MAX_REPLY_BYTES`] once encoded is replaced by a
+//!   [`WorkerConfig::max_reply_bytes`] (default
+//!   [`limits::WORKER_MAX_REPLY_BYTES`]) once encoded is replaced by a
 //!   failed REPLY saying so.
 //! * Headers are matched as whole tokens: a job-result REPLY
 //!   `{"value": "<text>"}` is sent when the headers hold `reply-requested`.

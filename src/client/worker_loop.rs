@@ -399,11 +399,12 @@ impl Loop {
         counter.fetch_add(1, Ordering::Relaxed);
         let current = epoch == self.epoch && matches!(self.state, State::Ready);
         if done.reply_requested && current {
-            let (frames, oversized) = job_reply(msgid.clone(), &done.result, limits::WORKER_MAX_REPLY_BYTES);
+            let max = self.p.config.max_reply_bytes.max(limits::WORKER_MIN_REPLY_BYTES);
+            let (frames, oversized) = job_reply(msgid.clone(), &done.result, max);
             if oversized {
                 self.p.counters.oversized_results.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(msgid = %String::from_utf8_lossy(&msgid), max = limits::WORKER_MAX_REPLY_BYTES,
-                    "job result too big for a REPLY: reported failed instead");
+                tracing::warn!(msgid = %String::from_utf8_lossy(&msgid), max,
+                    "job result too big for a REPLY (max_reply_bytes): reported failed instead");
             }
             if self.send_frames(frames) {
                 self.p.counters.replies_sent.fetch_add(1, Ordering::Relaxed);

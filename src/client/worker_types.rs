@@ -95,6 +95,15 @@ pub struct WorkerConfig {
     /// jobs to end (their results are sent as usual) before it reports the
     /// rest failed. Not used without a hook.
     pub abandon_wait: Duration,
+    /// Largest job-result REPLY sent, all frames together, in bytes
+    /// ([`limits::WORKER_MAX_REPLY_BYTES`] by default): a result whose REPLY
+    /// would be larger once JSON-encoded is replaced by a failed REPLY
+    /// naming its size and this limit (counted in
+    /// [`WorkerStats::oversized_results`]). Match it to the router's
+    /// `max_message_bytes` (that less 64 KiB) when the router runs with a
+    /// lower one. A value under [`limits::WORKER_MIN_REPLY_BYTES`] counts as
+    /// that.
+    pub max_reply_bytes: usize,
 }
 
 /// A function run when the drain timeout passes with jobs still running
@@ -122,6 +131,7 @@ impl WorkerConfig {
             drain_timeout: limits::WORKER_DRAIN_TIMEOUT,
             on_drain_timeout: None,
             abandon_wait: limits::WORKER_ABANDON_WAIT,
+            max_reply_bytes: limits::WORKER_MAX_REPLY_BYTES,
         }
     }
 
@@ -173,7 +183,7 @@ pub struct WorkerStats {
     /// (and the wait after its hook): reported failed to the router.
     pub abandoned: u64,
     /// Results not sent because their REPLY would have been over
-    /// [`limits::WORKER_MAX_REPLY_BYTES`]: a failed REPLY was sent instead
+    /// [`WorkerConfig::max_reply_bytes`]: a failed REPLY was sent instead
     /// (the job also counts in `succeeded` or `failed` as it ended).
     pub oversized_results: u64,
 }

@@ -16,6 +16,24 @@
 //! eMQP addresses are ZeroMQ endpoints: `tcp://host:port` (host a name, an
 //! IP address, `[IPv6]` or `*`; port 1 to 65535, or `*` to bind any free
 //! port), `ipc://path` or `inproc://name`. The text address is `host:port`.
+//!
+//! A host that can only be meant as an IP address must be a valid one: one
+//! of digits and dots is read as an IPv4 address and must be four numbers
+//! from 0 to 255 (`256.1.1.1`, `1.2.3` and `1.2.3.4.5` are refused at start,
+//! not found unreachable later), and one in brackets must be an IPv6
+//! address (a `%zone` after it is left to the system). Every program's
+//! eMQP and text addresses go through this check: the settings of
+//! emq-router, emq-worker, emq-cli, emq-scheduler and emq-pubsub, the
+//! client library (every eMQP client's connect) and emq-bench's address
+//! flags.
+//!
+//! ```
+//! use emq::config::addr;
+//! let e = addr::emqp("tcp://256.1.1.1:5").unwrap_err().to_string();
+//! assert_eq!(e, "\"tcp://256.1.1.1:5\" is not an eMQP address \
+//!                (\"256.1.1.1\" is not an IPv4 address: it needs four numbers from 0 to 255): \
+//!                eMQP addresses look like tcp://host:port, e.g. tcp://127.0.0.1:47291");
+//! ```
 
 /// An address that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,6 +71,24 @@ pub fn emqp(given: &str) -> Result<(), AddrError> {
     }
 }
 
+/// [`emqp`] as a command-line value parser (`#[arg(value_parser =
+/// addr::emqp_arg)]`): the address itself when it passes.
+///
+/// # Errors
+/// [`AddrError`], as [`emqp`].
+pub fn emqp_arg(given: &str) -> Result<String, AddrError> {
+    emqp(given).map(|()| given.to_string())
+}
+
+/// [`text`] as a command-line value parser: the address itself when it
+/// passes.
+///
+/// # Errors
+/// [`AddrError`], as [`text`].
+pub fn text_arg(given: &str) -> Result<String, AddrError> {
+    text(given).map(|()| given.to_string())
+}
+
 /// Checks a text-protocol address (`host:port`) and splits it.
 ///
 /// # Errors
@@ -79,11 +115,32 @@ fn host_port(text: &str, star: bool) -> Result<(), String> {
     if host == "*" && !star {
         return Err("the host must not be *".into());
     }
+    ip_literal(host)?;
     match port.parse::<u16>() {
         Ok(p) if p > 0 || !star => Ok(()),
         _ if star && port == "*" => Ok(()),
         _ => Err(format!("port {port:?} is not a number from 1 to 65535")),
     }
+}
+
+/// Checks a host that can only be an IP address: digits and dots (IPv4)
+/// or brackets (IPv6). Names (`localhost`, `db-1.example`), interface names
+/// and `*` pass; so does an IPv6 zone (`[fe80::1%eth0]`), after the address.
+fn ip_literal(host: &str) -> Result<(), String> {
+    if let Some(inner) = host.strip_prefix('[') {
+        let Some(inner) = inner.strip_suffix(']') else {
+            return Err(format!("{host:?} has no closing ]"));
+        };
+        let addr = inner.split_once('%').map_or(inner, |(addr, _zone)| addr);
+        return match addr.parse::<std::net::Ipv6Addr>() {
+            Ok(_) => Ok(()),
+            Err(_) => Err(format!("{host:?} is not an IPv6 address in brackets")),
+        };
+    }
+    if host.bytes().all(|b| b.is_ascii_digit() || b == b'.') && host.parse::<std::net::Ipv4Addr>().is_err() {
+        return Err(format!("{host:?} is not an IPv4 address: it needs four numbers from 0 to 255"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -108,6 +165,31 @@ mod tests {
         assert_eq!(why(emqp("tcp://a:0")), "port \"0\" is not a number from 1 to 65535");
         assert_eq!(why(emqp("tcp://a:70000")), "port \"70000\" is not a number from 1 to 65535");
         assert_eq!(why(emqp("ipc://")), "nothing after ipc://");
+    }
+
+    #[test]
+    fn ip_literals_must_be_valid() {
+        for ok in [
+            "tcp://0.0.0.0:1",
+            "tcp://255.255.255.255:1",
+            "tcp://[::]:1",
+            "tcp://[fe80::1%eth0]:1",
+            "tcp://[::ffff:1.2.3.4]:1",
+            "tcp://db-1.example:1",
+            "tcp://eth0:1",
+            "tcp://1a.2.3.4:1",
+        ] {
+            assert_eq!(emqp(ok), Ok(()), "{ok}");
+        }
+        let v4 = |h: &str| format!("{h:?} is not an IPv4 address: it needs four numbers from 0 to 255");
+        for bad in ["256.1.1.1", "1.2.3", "1.2.3.4.5", "1..2.3", "01.2.3.4", "999", "1.2.3.4."] {
+            assert_eq!(why(emqp(&format!("tcp://{bad}:5"))), v4(bad), "{bad}");
+            assert_eq!(why(text(&format!("{bad}:5"))), v4(bad), "{bad}");
+        }
+        assert_eq!(why(emqp("tcp://[::g]:5")), "\"[::g]\" is not an IPv6 address in brackets");
+        assert_eq!(why(emqp("tcp://[1.2.3.4]:5")), "\"[1.2.3.4]\" is not an IPv6 address in brackets");
+        assert_eq!(why(emqp("tcp://[::1:5")), "\"[::1\" has no closing ]");
+        assert_eq!(why(text("[::1:5")), "\"[::1\" has no closing ]");
     }
 
     #[test]

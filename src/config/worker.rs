@@ -35,6 +35,10 @@ settings! {
         silence_timeout: Period = limits::WORKER_SILENCE_TIMEOUT, env "EMQ_WORKER_SILENCE_TIMEOUT";
         /// Period of the `jobs ok=… failed=…` log line (`0s`: only on exit).
         stats_interval: HumantimeOrOff = limits::WORKER_STATS_INTERVAL, env "EMQ_WORKER_STATS_INTERVAL";
+        /// Largest job-result REPLY sent, in bytes (at least 1024); a result whose REPLY would be
+        /// larger once JSON-encoded is reported failed instead, naming its size. Match it to the
+        /// router: its `max_message_bytes` less 64 KiB.
+        max_reply_bytes: ReplyBytes = limits::WORKER_MAX_REPLY_BYTES, env "EMQ_WORKER_MAX_REPLY_BYTES";
         /// Log filter (`info`, `emq=debug`, `warn`).
         log: LogFilter = limits::LOG, env "EMQ_LOG";
     }
@@ -57,6 +61,8 @@ pub struct WorkerSettings {
     pub silence_timeout: Duration,
     /// Period of the counters line; `None`: only on exit.
     pub stats_interval: Option<Duration>,
+    /// Largest job-result REPLY, all frames together, in bytes.
+    pub max_reply_bytes: usize,
     /// Log filter.
     pub log: String,
 }
@@ -95,6 +101,30 @@ impl Kind for Concurrency {
             return Err(format!(
                 "must be at most {} (each job is a thread; run more workers for more)",
                 limits::WORKER_MAX_CONCURRENCY
+            ));
+        }
+        Ok(n)
+    }
+}
+
+/// The largest job-result REPLY a worker sends, in bytes: at least
+/// [`limits::WORKER_MIN_REPLY_BYTES`], room for the failed REPLY that
+/// replaces a larger result.
+pub struct ReplyBytes;
+
+impl Kind for ReplyBytes {
+    type Raw = usize;
+    type Value = usize;
+
+    fn parse(text: &str) -> Result<usize, String> {
+        AtLeastOne::parse(text)
+    }
+
+    fn check(n: usize) -> Result<usize, String> {
+        if n < limits::WORKER_MIN_REPLY_BYTES {
+            return Err(format!(
+                "must be at least {} (room for the failed REPLY that replaces a larger result)",
+                limits::WORKER_MIN_REPLY_BYTES
             ));
         }
         Ok(n)
@@ -176,5 +206,21 @@ mod tests {
         let over = "setting concurrency: must be at most 1024 (each job is a thread; run more workers for more)";
         assert_eq!(parse(&["-J", "1025"]).unwrap_err(), over);
         assert_eq!(parse(&["-J", "100000"]).unwrap_err(), over);
+    }
+
+    #[test]
+    fn max_reply_bytes_is_a_flag_a_variable_and_a_key_with_a_floor() {
+        assert_eq!(parse(&[]).unwrap().max_reply_bytes, limits::WORKER_MAX_REPLY_BYTES);
+        assert_eq!(limits::WORKER_MAX_REPLY_BYTES, 16_711_680);
+        assert_eq!(parse(&["--max-reply-bytes", "1048576"]).unwrap().max_reply_bytes, 1 << 20);
+        assert_eq!(parse(&["--max-reply-bytes", "1024"]).unwrap().max_reply_bytes, 1024);
+        let floor =
+            "setting max_reply_bytes: must be at least 1024 (room for the failed REPLY that replaces a larger result)";
+        assert_eq!(parse(&["--max-reply-bytes", "1023"]).unwrap_err(), floor);
+        assert_eq!(parse(&["--max-reply-bytes", "0"]).unwrap_err(), floor);
+        let vars = |name: &str| (name == "EMQ_WORKER_MAX_REPLY_BYTES").then(|| "4000000".into());
+        assert_eq!(RawWorkerConfig::from_env(&vars).unwrap().validate().unwrap().max_reply_bytes, 4_000_000);
+        let file: RawWorkerConfig = toml::from_str("max_reply_bytes = 2048").unwrap();
+        assert_eq!(file.validate().unwrap().max_reply_bytes, 2048);
     }
 }

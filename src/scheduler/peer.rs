@@ -360,7 +360,10 @@ fn drain_admin(admin: &zmq::Socket, service: &Service) {
         };
         // R-frames: identity, then frames ["", version, command, msgid].
         let (Some(identity), Some(word), Some(msgid)) = (frames.first(), frames.get(3), frames.get(4)) else {
-            tracing::warn!(frames = %ShowFrames(&frames), "short admin request");
+            // As sent: the frames after the identity, which goes apart.
+            let (peer, sent) = frames.split_first().map_or((&[][..], &frames[..]), |(id, sent)| (&id[..], sent));
+            let peer = peer.escape_ascii();
+            tracing::warn!(%peer, frames = sent.len(), content = %ShowFrames(sent), "short admin request");
             continue;
         };
         let command = match word.as_slice() {

@@ -50,10 +50,17 @@ pub enum Received {
     Nothing,
     /// A message of this many frames (identity first) is in [`Inbound::frames`].
     Frames(usize),
-    /// A message of this many frames, more than [`limits::MAX_FRAMES`]: read
-    /// whole, and only its first [`limits::MAX_FRAMES`] frames kept in
+    /// A message of more than [`limits::MAX_FRAMES`] frames: read whole,
+    /// and only its first [`limits::MAX_FRAMES`] frames kept in
     /// [`Inbound::frames`] (enough to answer its msgid).
-    TooManyFrames(usize),
+    TooManyFrames {
+        /// Its frames, identity first.
+        frames: usize,
+        /// The bytes of all its frames but the identity, those not kept
+        /// included, so that its size is judged before its frame count
+        /// (docs/emqp.md "ERROR").
+        bytes: usize,
+    },
 }
 
 impl Inbound {
@@ -64,6 +71,7 @@ impl Inbound {
     pub fn recv(&mut self, socket: &zmq::Socket) -> Result<Received, zmq::Error> {
         self.len = 0;
         let mut total = 0;
+        let mut bytes = 0usize;
         loop {
             let at = self.len.min(limits::MAX_FRAMES);
             if at == self.slots.len() {
@@ -75,6 +83,9 @@ impl Inbound {
                 Err(zmq::Error::EAGAIN) if total == 0 => return Ok(Received::Nothing),
                 Err(e) => return Err(e),
             }
+            if total > 0 {
+                bytes = bytes.saturating_add(self.slots[at].0.len());
+            }
             total += 1;
             self.len = (at + 1).min(limits::MAX_FRAMES);
             if !self.slots[at].0.get_more() {
@@ -85,7 +96,7 @@ impl Inbound {
             // Slots 0..MAX_FRAMES were each written once; later frames
             // went to the spare slot past them.
             self.len = limits::MAX_FRAMES;
-            return Ok(Received::TooManyFrames(total));
+            return Ok(Received::TooManyFrames { frames: total, bytes });
         }
         Ok(Received::Frames(total))
     }

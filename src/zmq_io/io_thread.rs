@@ -220,7 +220,14 @@ impl Loop {
         for _ in 0..limits::BATCH {
             match inbound.recv(self.socket(which)) {
                 Ok(Received::Frames(_)) => self.on_message(which, inbound.frames()),
-                Ok(Received::TooManyFrames(n)) => {
+                Ok(Received::TooManyFrames { frames: n, bytes }) => {
+                    // Size first, then the frame count, as for any message.
+                    if let Some((identity, frames)) = inbound.frames().split_first() {
+                        if self.over_size(which, frames, bytes) {
+                            self.too_big(which, &PeerId::from(identity.as_ref()), frames, bytes);
+                            continue;
+                        }
+                    }
                     Counters::bump(self.malformed(which));
                     crate::log_limited!(
                         warn,
@@ -350,8 +357,7 @@ impl Loop {
         let Some((identity, frames)) = frames.split_first() else { return };
         let peer = PeerId::from(identity.as_ref());
         let bytes: usize = frames.iter().map(|f| f.as_ref().len()).sum();
-        let max = self.io.limits.max_message_bytes;
-        if bytes > max && !(is_job_result(which, frames) && bytes - frames[4].as_ref().len() <= max) {
+        if self.over_size(which, frames, bytes) {
             return self.too_big(which, &peer, frames, bytes);
         }
         let msg = match decode_ref(frames, which) {
@@ -370,6 +376,17 @@ impl Loop {
             Socket::Admin => self.on_admin(peer, msg),
             _ => self.on_frontend(peer, msg, frames),
         }
+    }
+
+    /// Whether a message of `bytes` (every frame but the identity; `frames`
+    /// are its first frames without the identity) is over
+    /// `max_message_bytes`: refused `TOO_BIG`. The first check on every
+    /// message, before its frame count and its decoding (docs/emqp.md
+    /// "ERROR"). A job result's result frame does not count
+    /// ([`is_job_result`]).
+    fn over_size(&self, which: Socket, frames: &[InFrame], bytes: usize) -> bool {
+        let max = self.io.limits.max_message_bytes;
+        bytes > max && !(is_job_result(which, frames) && bytes - frames[4].as_ref().len() <= max)
     }
 
     /// Whether a new job of `len` bytes would take the jobs held, in transit

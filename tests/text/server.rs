@@ -186,6 +186,13 @@ fn bad_input_gets_errors_and_others_are_still_served() {
     let mut bad = f.connect();
     bad.send(b"\x00\x01\xff\xfe garbage \x80\n\n \t \n");
     bad.expect(b"ERR UNKNOWN_COMMAND unknown command \"\\x00\\x01\\xff\\xfe\"\n");
+    // A leading space is refused saying so, and nothing is stored.
+    bad.send(b" SCHED x\n\tASK\nASK\n");
+    bad.expect(b"ERR UNKNOWN_COMMAND the line starts with a space: write the command first (SCHED, ASK, ACK, DCL, DEL or END)\n");
+    bad.expect(
+        b"ERR UNKNOWN_COMMAND the line starts with a tab: write the command first (SCHED, ASK, ACK, DCL, DEL or END)\n",
+    );
+    bad.expect(b"NOPE\n");
     let long = [b"SCHED ".as_slice(), &[b'x'; 58]].concat();
     assert_eq!(long.len(), 64);
     bad.send(&[long.as_slice(), b"\r\n"].concat());

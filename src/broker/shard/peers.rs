@@ -15,9 +15,10 @@
 //! received: no state, no amplification.
 //!
 //! KBYE (emq's rule, docs/emqp.md "KBYE"): the worker gets no new jobs at
-//! once; jobs it still holds stay in flight, because a Python jobmanager
-//! finishes them and sends their REPLYs after its KBYE, without
-//! heartbeating any more (see [`super::workers::WorkerTable::expiry`]).
+//! once, and no more HEARTBEATs; jobs it still holds stay in flight,
+//! because a Python jobmanager finishes them and sends their REPLYs after
+//! its KBYE, without heartbeating any more (see
+//! [`super::workers::WorkerTable::expiry`]).
 //! Whatever it still holds when it goes returns to the front of its queues
 //! (at-least-once).
 
@@ -185,8 +186,14 @@ impl Shard {
         }
     }
 
+    /// Heartbeats worker `key` and arms its next HEARTBEAT, unless it is
+    /// gone or has said KBYE: a worker that said goodbye is not
+    /// heartbeated any more (EventMQ 0.3.13 removes it at its KBYE), and
+    /// its timer lapses here. A jobmanager stops reading its socket after
+    /// its KBYE; emq's worker keeps reading but checks no router silence
+    /// while it drains.
     pub(super) fn worker_heartbeat_due(&mut self, key: WorkerKey, cx: &mut Cx) {
-        let Some(id) = self.workers.id_of(key).cloned() else { return };
+        let Some(id) = self.workers.heartbeat_target(key).cloned() else { return };
         self.send_heartbeat(Dest::Backend, &id, cx);
         self.arm_worker_heartbeat(key, cx);
     }

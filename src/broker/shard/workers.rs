@@ -153,6 +153,13 @@ impl WorkerTable {
         self.by_key.get(&key)
     }
 
+    /// The identity to heartbeat for registration `key`: `None` when it is
+    /// gone or has said KBYE (it gets no more HEARTBEATs).
+    pub fn heartbeat_target(&self, key: WorkerKey) -> Option<&PeerId> {
+        let id = self.by_key.get(&key)?;
+        self.by_id.get(id).filter(|w| w.kbye_at.is_none()).map(|_| id)
+    }
+
     /// Adds a live worker (its identity must not be registered).
     pub fn register(&mut self, shared: Arc<WorkerShared>, now: Instant) {
         self.by_key.insert(shared.key, shared.id.clone());

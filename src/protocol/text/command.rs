@@ -63,6 +63,16 @@ pub enum TextError {
         /// What is wrong, e.g. "SCHED needs data".
         why: &'static str,
     },
+    /// The line starts with a space or tab (text-protocol.md "Lines": the
+    /// command word comes first, and spaces only separate it from its
+    /// argument). Answered with `UNKNOWN_COMMAND`, like any line whose first
+    /// word is not a command, but saying why, where the keyword would be
+    /// empty or begin with the tab.
+    #[error("the line starts with {what}: write the command first (SCHED, ASK, ACK, DCL, DEL or END)")]
+    LeadingSpace {
+        /// `a space`, `a tab`, or `whitespace` (another ASCII white-space byte).
+        what: &'static str,
+    },
     /// An HTTP request line or `Host:` field: a web page making a browser
     /// post to the text port (cross-protocol request forgery, the attack
     /// Redis closes connections for). Answered with `UNKNOWN_COMMAND`, and
@@ -81,7 +91,9 @@ impl TextError {
     /// The wire token for this error.
     pub fn code(&self) -> ErrorCode {
         match self {
-            TextError::UnknownCommand { .. } | TextError::Http => ErrorCode::UnknownCommand,
+            TextError::UnknownCommand { .. } | TextError::LeadingSpace { .. } | TextError::Http => {
+                ErrorCode::UnknownCommand
+            }
             TextError::BadFormat { .. } => ErrorCode::BadFormat,
             TextError::TooBig { .. } => ErrorCode::TooBig,
         }
@@ -157,9 +169,23 @@ fn match_keyword(keyword: &[u8], arg: &[u8]) -> Result<TextCommand, TextError> {
         no_argument(arg, TextCommand::End)
     } else if is_http(keyword, arg) {
         Err(TextError::Http)
+    } else if let Some(what) = leading_space(keyword) {
+        Err(TextError::LeadingSpace { what })
     } else {
         let quoted = &keyword[..keyword.len().min(QUOTED_KEYWORD_BYTES)];
         Err(TextError::UnknownCommand { keyword: quoted.escape_ascii().to_string() })
+    }
+}
+
+/// What white space a keyword starts with, if it does: a line that starts
+/// with a space has an empty keyword, one that starts with a tab a keyword
+/// beginning with it.
+fn leading_space(keyword: &[u8]) -> Option<&'static str> {
+    match keyword.first() {
+        None => Some("a space"),
+        Some(b'\t') => Some("a tab"),
+        Some(b) if b.is_ascii_whitespace() || *b == 0x0b => Some("whitespace"),
+        Some(_) => None,
     }
 }
 
@@ -323,6 +349,30 @@ mod tests {
         assert_eq!(parse_command(b" \t  "), None);
         let e = parse_command(b"\xff\x00GET").and_then(Result::err).map(|e| e.to_string());
         assert_eq!(e.as_deref(), Some("unknown command \"\\xff\\x00GET\""));
+    }
+
+    #[test]
+    fn a_line_starting_with_white_space_is_refused_saying_so() {
+        let text = |line: &[u8]| parse_command(line).and_then(Result::err).map(|e| (e.code(), e.to_string()));
+        let why = |what: &str| {
+            Some((
+                ErrorCode::UnknownCommand,
+                format!("the line starts with {what}: write the command first (SCHED, ASK, ACK, DCL, DEL or END)"),
+            ))
+        };
+        for line in [&b" SCHED x"[..], b"  ASK", b" ACK", b" x", b" \tEND"] {
+            assert_eq!(text(line), why("a space"), "{}", line.escape_ascii());
+        }
+        for line in [&b"\tSCHED x"[..], b"\t ASK q", b"\tACK"] {
+            assert_eq!(text(line), why("a tab"), "{}", line.escape_ascii());
+        }
+        for line in [&b"\x0bASK"[..], b"\x0cASK", b"\rASK"] {
+            assert_eq!(text(line), why("whitespace"), "{}", line.escape_ascii());
+        }
+        // Blank lines stay ignored; white space inside the data is data.
+        assert_eq!(parse_command(b" \t "), None);
+        assert_eq!(parse_command(b"SCHED  x"), sched(b" x", "default"));
+        assert_eq!(text(b"SCHED\tx"), Some((ErrorCode::UnknownCommand, "unknown command \"SCHED\\tx\"".to_string())));
     }
 
     #[test]

@@ -184,7 +184,7 @@ fn heartbeats_are_sent_every_interval() {
 }
 
 #[test]
-fn kbye_stops_new_jobs_and_only_heartbeats_follow() {
+fn kbye_stops_new_jobs_and_heartbeats() {
     for h in Harness::setups(|c| c.kbye_grace = Duration::from_secs(60)) {
         let mut h = holding(h, &[(10, "q")], 1);
         h.ready("w1", 2);
@@ -193,10 +193,36 @@ fn kbye_stops_new_jobs_and_only_heartbeats_follow() {
         h.ready("w1", 1);
         assert_eq!(h.waiting("q"), ["late"], "{}", h.setup());
         h.advance(Duration::from_secs(30));
-        assert!(h.take_commands("w1").iter().all(|c| c == "HEARTBEAT"), "only heartbeats after KBYE");
+        assert_eq!(h.take_commands("w1"), Vec::<String>::new(), "nothing after KBYE: {}", h.setup());
         assert_eq!(held(&h, "w1"), ["j0"], "in flight within the grace");
         let snap = h.snapshot(h.shard_of("w1"));
         assert_eq!(snap.workers[0].state, "draining");
+    }
+}
+
+#[test]
+fn the_last_heartbeat_goes_before_the_kbye_and_a_re_inform_brings_them_back() {
+    for h in Harness::setups(|c| c.kbye_grace = Duration::from_secs(60)) {
+        let mut h = holding(h, &[(10, "q")], 1);
+        h.take_commands("w1");
+        h.advance(HEARTBEAT_INTERVAL);
+        assert_eq!(h.take_commands("w1"), ["HEARTBEAT"], "{}", h.setup());
+        h.heartbeat("w1");
+        h.advance(HEARTBEAT_INTERVAL - MS);
+        h.kbye("w1");
+        // The heartbeat due 1 ms later, and every one after, is not sent;
+        // the job it holds is still completed by its REPLY.
+        for _ in 0..5 {
+            h.advance(HEARTBEAT_INTERVAL);
+            assert_eq!(h.take_commands("w1"), Vec::<String>::new(), "{}", h.setup());
+        }
+        h.reply("w1", "m0");
+        assert_eq!(h.counter(|c| &c.completed_jobs), 1);
+        // The same identity registering again is heartbeated again.
+        h.inform("w1", &[(10, "q")]);
+        assert_eq!(h.take_commands("w1"), ["ACK", "HEARTBEAT"]);
+        h.advance(HEARTBEAT_INTERVAL);
+        assert_eq!(h.take_commands("w1"), ["HEARTBEAT"], "{}", h.setup());
     }
 }
 

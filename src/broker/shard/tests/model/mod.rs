@@ -22,7 +22,7 @@
 //!   in their queue before;
 //! * a job goes only to a worker that declared its queue, with frame 4 as the
 //!   client named it and `reply-requested` in its headers;
-//! * after its KBYE a worker gets nothing but HEARTBEAT (or KBYE);
+//! * after its KBYE a worker gets nothing (but the router's KBYE);
 //! * admission, ASK and answers give the outcomes the state calls for.
 //!
 //! `EMQ_SHARD_PROPTEST_CASES` sets the number of runs (10,000 by default);
