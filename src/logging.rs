@@ -6,14 +6,32 @@
 //! Every program takes its filter from its `log` setting (`--log`,
 //! `EMQ_LOG`, `log` in the config file; see [`crate::config`]).
 
-use tracing_subscriber::fmt::format::{DefaultFields, Format};
-use tracing_subscriber::fmt::Subscriber;
+use std::fmt;
+
+use tracing::field::Field;
+use tracing_subscriber::field::MakeExt;
+use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::EnvFilter;
 
+/// Writes one field of an event: the message as it is, any other field as
+/// `name=value`; both with control characters and the invisible characters
+/// that reorder text escaped ([`crate::program::printable`]). Log lines
+/// carry bytes peers chose (identities, msgids, queue names, error texts);
+/// escaped, a peer can neither break a line to forge the next nor send
+/// escape sequences to the terminal that shows the log. One rule for every
+/// field, so a new log line cannot forget it.
+fn escaped_field(w: &mut Writer<'_>, field: &Field, value: &dyn fmt::Debug) -> fmt::Result {
+    let text = crate::program::printable(&format!("{value:?}"));
+    match field.name() {
+        "message" => w.write_str(&text),
+        name => write!(w, "{name}={text}"),
+    }
+}
+
 /// The subscriber [`init`] installs: stderr, `filter`, time, level, thread
-/// name and target on each line, colours on a terminal. A bad filter falls
-/// back to `info` with a warning.
-pub fn subscriber(filter: &str) -> Subscriber<DefaultFields, Format, EnvFilter, fn() -> std::io::Stderr> {
+/// name and target on each line, colours on a terminal, every field escaped
+/// ([`escaped_field`]). A bad filter falls back to `info` with a warning.
+pub fn subscriber(filter: &str) -> impl tracing::Subscriber + Send + Sync + 'static {
     let env = EnvFilter::try_new(filter).unwrap_or_else(|e| {
         eprintln!("bad log filter {filter:?} ({e}); using info");
         EnvFilter::new("info")
@@ -24,6 +42,7 @@ pub fn subscriber(filter: &str) -> Subscriber<DefaultFields, Format, EnvFilter, 
         .with_env_filter(env)
         .with_ansi(ansi)
         .with_thread_names(true)
+        .fmt_fields(tracing_subscriber::fmt::format::debug_fn(escaped_field).delimited(" "))
         .with_writer(std::io::stderr as fn() -> std::io::Stderr)
         .finish()
 }
@@ -58,6 +77,7 @@ pub(crate) fn capture<R>(filter: &str, f: impl FnOnce() -> R) -> (R, String) {
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::new(filter))
         .with_ansi(false)
+        .fmt_fields(tracing_subscriber::fmt::format::debug_fn(escaped_field).delimited(" "))
         .with_writer(move || writer.clone())
         .finish();
     // One capture at a time, and callsite interest rebuilt under it:
@@ -145,6 +165,31 @@ macro_rules! log_limited {
 #[cfg(test)]
 mod tests {
     use super::RateLimit;
+
+    #[test]
+    fn peer_bytes_in_fields_and_messages_cannot_forge_lines_or_reach_the_terminal() {
+        let peer =
+            crate::ids::PeerId::from("X\n2026-12-02T11:00:00Z  INFO emq: FORGED\x1b]0;PWNED\x07\r\u{202e}".as_bytes());
+        let msgid = "m\nFORGED";
+        let ((), text) = super::capture("info", || {
+            tracing::warn!(worker = %peer, %msgid, quoted = ?msgid, "worker removed");
+            tracing::info!("message from {peer}");
+        });
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\r') && !text.contains('\u{7}') && !text.contains('\u{202e}')
+        );
+        assert!(lines[0].ends_with(
+            r#"worker removed worker=X\n2026-12-02T11:00:00Z  INFO emq: FORGED\u{1b}]0;PWNED\u{7}\r\u{202e} msgid=m\nFORGED quoted="m\nFORGED""#
+        ), "{}", lines[0]);
+        assert!(
+            lines[1]
+                .ends_with(r#"message from X\n2026-12-02T11:00:00Z  INFO emq: FORGED\u{1b}]0;PWNED\u{7}\r\u{202e}"#),
+            "{}",
+            lines[1]
+        );
+    }
 
     #[test]
     fn a_burst_gets_through_then_the_rest_is_counted() {

@@ -484,3 +484,37 @@ fn refusals_are_one_line_on_stderr_and_exit_1() {
         )
     );
 }
+
+#[test]
+fn peer_chosen_bytes_cannot_forge_router_log_lines_or_reach_the_terminal() {
+    let (_w, _dir, router, _text) = start_router("log-injection");
+    let ctx = zmq::Context::new();
+    let worker = ctx.socket(zmq::DEALER).expect("socket");
+    worker.set_linger(0).expect("linger");
+    let forged = "X\n2026-12-02T11:00:00.000000Z  INFO main emq::router: FORGED-BY-IDENTITY\u{1b}]0;PWNED\u{7}";
+    worker.set_identity(forged.as_bytes()).expect("identity");
+    worker.connect(&router.backend).expect("connect");
+    let inform: [&[u8]; 6] = [b"", b"eMQP/1.0", b"INFORM", b"m1", br#"[[10,"q"]]"#, b"worker"];
+    worker.send_multipart(inform, 0).expect("INFORM");
+    worker.set_rcvtimeo(5_000).expect("timeout");
+    let ack = worker.recv_multipart(0).expect("the router answers the INFORM");
+    assert_eq!(ack[2], b"ACK");
+    worker.send_multipart([&b""[..], b"eMQP/1.0", b"KBYE", b"m2"], 0).expect("KBYE");
+    let log = wait::until_ok(Duration::from_secs(10), || {
+        let log = router.child.log_text();
+        log.contains("KBYE").then_some(log.clone()).ok_or(log)
+    })
+    .unwrap_or_else(|log| panic!("no KBYE logged:\n{log}"));
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("FORGED-BY-IDENTITY")).collect();
+    assert!(lines.len() >= 2, "registration and KBYE name the worker:\n{log}");
+    for line in lines {
+        assert!(!line.starts_with("2026-12-02T11:00:00.000000Z"), "a forged line:\n{log}");
+        assert!(
+            line.contains(
+                r"X\n2026-12-02T11:00:00.000000Z  INFO main emq::router: FORGED-BY-IDENTITY\u{1b}]0;PWNED\u{7}"
+            ),
+            "{line}"
+        );
+    }
+    assert!(!log.contains('\u{1b}') && !log.contains('\u{7}'), "no terminal escape reaches the log:\n{log}");
+}
