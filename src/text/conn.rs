@@ -104,6 +104,12 @@ pub(super) struct Conn {
     ending: bool,
     /// On the I/O thread's list of connections to serve this turn.
     pub queued: bool,
+    /// On the I/O thread's list of connections waiting for the input
+    /// budget (see [`super::Shared::charge`]).
+    pub paused: bool,
+    /// Bytes of input counted for it in the input budget (what
+    /// [`Conn::input_bytes`] was when last counted).
+    pub charged: usize,
 }
 
 impl Conn {
@@ -126,6 +132,31 @@ impl Conn {
             peer_closed: false,
             ending: false,
             queued: false,
+            paused: false,
+            charged: 0,
+        }
+    }
+
+    /// Bytes of input held that are not commands yet: the partial line and
+    /// the bytes read but not decoded. At most `max_line_bytes + 1` plus
+    /// one read.
+    pub fn input_bytes(&self) -> usize {
+        self.decoder.buffered_bytes() + self.unread.len()
+    }
+
+    /// Whether the rest of an over-long line is being dropped: reading up
+    /// to its LF adds nothing to what the connection holds.
+    pub fn discarding(&self) -> bool {
+        self.decoder.discarding()
+    }
+
+    /// The first bytes of a line are in the socket but wait unread for the
+    /// input budget: the line's time runs from now unless it already runs
+    /// (text-protocol.md "Limits"), so a waiting connection is closed by
+    /// the line timeout if its line does not get through.
+    pub fn line_seen(&mut self, now: Instant, line_timeout: Duration) {
+        if self.line_deadline.is_none() && !self.eof {
+            self.line_deadline = Some(now + line_timeout);
         }
     }
 

@@ -67,6 +67,57 @@ struct Shared {
     next_conn: AtomicU64,
     next_thread: AtomicUsize,
     stopping: AtomicBool,
+    /// By I/O thread: whether it has connections paused for the input
+    /// budget, to be woken when the total falls below it.
+    budget_waiting: Vec<AtomicBool>,
+}
+
+/// The input budget (`text_max_buffered_bytes`, README "The text
+/// protocol"): bytes held for connections that are not commands yet,
+/// counted in [`TextStats::buffered_bytes`] by every I/O thread.
+///
+/// The rule: a connection may be read as usual (one read, up to
+/// [`crate::limits::TEXT_READ_BUF_BYTES`]) while the total is below the
+/// budget, so the total passes it by at most one read per I/O thread. Once
+/// it is spent a connection is read only through the end of its next line,
+/// if that end is in its socket within one read: the read completes a line,
+/// so the connection holds nothing after it, and a client of short complete
+/// lines is never held up by others' partial lines. A connection whose next
+/// line is not complete waits (paused: TCP makes its client wait) until the
+/// total falls below the budget, or until its line times out
+/// (`text_line_timeout`, whose clock starts when the waiting line's first
+/// byte is seen), which frees what it held: every byte held belongs to a
+/// line that completes or is closed within the line timeout, so the
+/// budget cannot stay spent by the same bytes.
+impl Shared {
+    /// Whether the budget is spent: connections are read only through the
+    /// end of their next line.
+    fn budget_spent(&self) -> bool {
+        self.stats.buffered_bytes.load(Ordering::SeqCst) >= self.config.max_buffered_bytes as u64
+    }
+
+    /// A connection now holds `now` bytes of input instead of `was`. A
+    /// fall of the total below the budget wakes the I/O threads with
+    /// paused connections (their own turn, else the next wake-up, retries
+    /// them). One atomic add or subtract, only when the figure changed.
+    fn charge(&self, was: usize, now: usize) {
+        let gauge = &self.stats.buffered_bytes;
+        if now > was {
+            let total = gauge.fetch_add((now - was) as u64, Ordering::SeqCst) + (now - was) as u64;
+            self.stats.buffered_bytes_peak.fetch_max(total, Ordering::Relaxed);
+        } else if now < was {
+            let freed = (was - now) as u64;
+            let before = gauge.fetch_sub(freed, Ordering::SeqCst);
+            let budget = self.config.max_buffered_bytes as u64;
+            if before >= budget && before - freed < budget {
+                for (waiting, inbox) in self.budget_waiting.iter().zip(&self.inboxes) {
+                    if waiting.load(Ordering::SeqCst) {
+                        inbox.wake.wake();
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A running text protocol server. Dropping it shuts it down.
@@ -126,6 +177,7 @@ impl TextServer {
             next_conn: AtomicU64::new(1),
             next_thread: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
+            budget_waiting: (0..threads).map(|_| AtomicBool::new(false)).collect(),
         });
         let mut server = TextServer { shared, local_addr, threads: Vec::new() };
         for (index, parts) in parts.into_iter().enumerate() {
