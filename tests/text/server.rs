@@ -288,3 +288,44 @@ fn an_http_request_on_the_text_port_is_refused_and_its_body_never_runs() {
     assert_eq!(f.backend.queue("default"), vec![b"real job".to_vec()], "nothing taken, deleted or added");
     assert_eq!(f.backend.counts().deleted, 0);
 }
+
+#[test]
+fn a_connection_paused_for_the_input_budget_resumes_when_another_thread_frees_it() {
+    // Two I/O threads: the first connection is served by the first, the
+    // second by the second. The second waits for the budget the first
+    // holds; the first's release must wake the second thread at once (its
+    // next timer is the line timeout, 60 s away).
+    let _w = text_watchdog(30);
+    const BUDGET: usize = 128 * 1024;
+    let f = TextFixture::start(
+        text_config(|c| {
+            c.max_buffered_bytes = BUDGET;
+            c.max_line_bytes = BUDGET;
+        }),
+        100,
+    );
+    let mut a = f.connect();
+    let mut line_a = b"SCHED ".to_vec();
+    line_a.resize(BUDGET - 2, b'a');
+    line_a.extend_from_slice(b"@q");
+    a.send(&line_a);
+    text_wait_until("the budget spent", || f.stats.buffered_bytes.load(Relaxed) == BUDGET as u64);
+    let mut b = f.connect();
+    let mut line_b = b"SCHED ".to_vec();
+    line_b.resize(100 * 1024, b'b');
+    line_b.extend_from_slice(b"@q\n");
+    b.send(&line_b);
+    text_wait_until("b paused", || f.stats.reads_paused.load(Relaxed) == 1);
+    assert_eq!(f.stats.buffered_bytes.load(Relaxed), BUDGET as u64, "b holds nothing");
+    assert!(f.backend.queue("q").is_empty());
+    a.send(b"\n");
+    text_wait_until("both stored", || f.backend.queue("q").len() == 2);
+    let mut got = f.backend.queue("q");
+    got.sort();
+    assert_eq!(got, [line_a[6..BUDGET - 2].to_vec(), line_b[6..100 * 1024].to_vec()]);
+    text_wait_until("nothing held", || f.stats.buffered_bytes.load(Relaxed) == 0);
+    let peak = f.stats.buffered_bytes_peak.load(Relaxed);
+    assert!(peak <= (BUDGET + 2 * emq::limits::TEXT_READ_BUF_BYTES) as u64, "{peak}");
+    assert_eq!(f.stats.reads_paused.load(Relaxed), 1);
+    assert_eq!(f.stats.line_timeout_closed.load(Relaxed), 0);
+}
