@@ -128,7 +128,8 @@ settings! {
                 env "EMQ_TEXT_MAX_UNSENT_BYTES";
             /// Most bytes of input held for all text connections together that
             /// are not commands yet (partial lines, bytes read but not decoded);
-            /// past it connections are read only to the end of their next line.
+            /// past it connections are read only to the end of their next line,
+            /// or one at a time through a longer line (at least 2 × text_max_line_bytes).
             text_max_buffered_bytes => max_buffered_bytes: AtLeastOne = limits::TEXT_MAX_BUFFERED_BYTES,
                 env "EMQ_TEXT_MAX_BUFFERED_BYTES";
             /// Longest wait of a long-poll `ASK <queue> <ms>` (e.g. `300s`).
@@ -303,8 +304,9 @@ pub struct TextConfig {
     /// I/O thread: partial lines and bytes read but not decoded. While it is
     /// spent a connection is read only through the end of its next line
     /// (so that it then holds nothing), else not at all until the total
-    /// falls (README "The text protocol", text-protocol.md "Limits"). At
-    /// least `max_line_bytes`, so that one longest line always fits.
+    /// falls or it may take the lead (README "The text protocol",
+    /// text-protocol.md "Limits"). At least `2 × max_line_bytes`: one
+    /// longest line of it is kept for the lead.
     pub max_buffered_bytes: usize,
     /// Longest long-poll wait.
     pub max_ask_wait: Duration,
@@ -344,12 +346,13 @@ impl RawRouterConfig {
                 ),
             });
         }
-        if config.text.max_buffered_bytes < config.text.max_line_bytes {
+        if config.text.max_buffered_bytes / 2 < config.text.max_line_bytes {
             return Err(ConfigError::Invalid {
                 name: "text_max_buffered_bytes",
                 why: format!(
-                    "must hold one longest line: at least text_max_line_bytes ({})",
-                    config.text.max_line_bytes
+                    "must hold two longest lines (one is kept for the oldest waiting line to finish): \
+                     at least 2 × text_max_line_bytes ({})",
+                    config.text.max_line_bytes.saturating_mul(2)
                 ),
             });
         }
@@ -833,15 +836,16 @@ mod tests {
         let raw = RawRouterConfig { text_max_buffered_bytes: Some(1000), ..Default::default() };
         assert_eq!(
             message(raw),
-            "setting text_max_buffered_bytes: must hold one longest line: at least text_max_line_bytes (1048576)"
+            "setting text_max_buffered_bytes: must hold two longest lines (one is kept for the oldest waiting \
+             line to finish): at least 2 × text_max_line_bytes (2097152)"
         );
         let raw = RawRouterConfig {
-            text_max_buffered_bytes: Some(1000),
+            text_max_buffered_bytes: Some(2000),
             text_max_line_bytes: Some(1000),
             text_max_unsent_bytes: Some(2000),
             ..Default::default()
         };
-        assert_eq!(raw.validate().unwrap().text.max_buffered_bytes, 1000);
+        assert_eq!(raw.validate().unwrap().text.max_buffered_bytes, 2000);
         let c = env(&[("EMQ_TEXT_MAX_BUFFERED_BYTES", "33554432")]).validate().unwrap();
         assert_eq!(c.text.max_buffered_bytes, 32 << 20);
         let raw = RawRouterConfig { shards: Some(limits::MAX_SHARDS + 1), ..Default::default() };

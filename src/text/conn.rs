@@ -110,6 +110,9 @@ pub(super) struct Conn {
     /// Bytes of input counted for it in the input budget (what
     /// [`Conn::input_bytes`] was when last counted).
     pub charged: usize,
+    /// It holds the lead of the input budget: it is read through the end
+    /// of its line whatever the total.
+    pub lead: bool,
 }
 
 impl Conn {
@@ -134,6 +137,7 @@ impl Conn {
             queued: false,
             paused: false,
             charged: 0,
+            lead: false,
         }
     }
 

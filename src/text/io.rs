@@ -13,10 +13,12 @@
 //! Reads follow the input budget ([`Shared`]'s `budget_spent` and `charge`):
 //! a connection that may not be read now is put on the thread's list of
 //! paused connections (readiness is edge-triggered: no new event may come).
-//! A turn that finds the total below the budget serves the oldest paused
-//! connections first, as many as one read each can fill; the thread sleeps
-//! while the budget is spent, and the thread whose release brings the total
-//! below it wakes the threads with paused connections.
+//! A turn that finds the total below the spent mark serves the oldest
+//! paused connections first, as many as one read each can fill (or, the
+//! lead being free, the oldest, to take it); the thread sleeps while the
+//! budget is spent and the lead taken, and the thread whose release brings
+//! the total below the mark or frees the lead wakes the threads with paused
+//! connections.
 
 use std::collections::VecDeque;
 use std::io::{self, Read};
@@ -336,13 +338,22 @@ impl IoThread {
         conn.resume(&mut round);
         let mut broken = false;
         if conn.wants_input() && conn.readable {
-            let spent = self.shared.budget_spent();
+            // The lead is read through the end of its line, whatever the total.
+            let by_line = conn.lead || self.shared.budget_spent();
             let mut pause = false;
-            let discarding = conn.discarding();
-            match read_input(&mut conn.stream, &mut self.buf, spent, discarding) {
+            let take_all = conn.lead || conn.discarding();
+            let mut got = read_input(&mut conn.stream, &mut self.buf, by_line, take_all);
+            if matches!(got, Ok(Got::Pause)) && self.shared.take_lead(conn.id) {
+                conn.lead = true;
+                got = read_input(&mut conn.stream, &mut self.buf, true, true);
+            }
+            match got {
                 Ok(Got::Bytes(0, _)) => {
                     conn.readable = false;
                     conn.input_ended(&mut round);
+                    if std::mem::take(&mut conn.lead) {
+                        self.shared.end_lead();
+                    }
                 }
                 Ok(Got::Bytes(n, more)) => {
                     // A short read emptied the socket: the next byte to
@@ -352,6 +363,11 @@ impl IoThread {
                     // bytes, so read on until 0.
                     conn.readable = more || conn.peer_closed();
                     conn.input(&self.buf[..n], &mut round);
+                    // The lead's line ended, or is dropped as too long.
+                    if conn.lead && (self.buf[n - 1] == b'\n' || conn.input_bytes() == 0) {
+                        conn.lead = false;
+                        self.shared.end_lead();
+                    }
                 }
                 Ok(Got::Pause) => pause = true,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => conn.readable = false,
@@ -428,6 +444,9 @@ impl IoThread {
         let mut round = Round { now, shared: &self.shared, batches: &mut self.batches, owed: &mut self.owed };
         conn.close(&mut round);
         self.shared.charge(conn.charged, 0);
+        if conn.lead {
+            self.shared.end_lead();
+        }
         let stats = &self.shared.stats;
         match why {
             Close::LineTimeout => TextStats::inc(&stats.line_timeout_closed),
@@ -442,15 +461,17 @@ impl IoThread {
     }
 
     /// Whether paused connections may be served now: some wait, and the
-    /// input budget is not spent.
+    /// input budget is not spent or the lead is free.
     fn can_unpause(&self) -> bool {
-        !self.paused.is_empty() && !self.shared.budget_spent()
+        !self.paused.is_empty() && (!self.shared.budget_spent() || self.shared.lead_free())
     }
 
     /// While the input budget is not spent, puts the oldest paused
     /// connections first on this turn's work: as many as one read each
-    /// could fill the room left (at least one), so a freed budget goes to
-    /// those that waited longest and the rest are not retried in vain.
+    /// could fill the room left (at least one: while the budget is spent
+    /// and the lead free, the oldest, to take the lead), so a freed budget
+    /// goes to those that waited longest and the rest are not retried in
+    /// vain.
     /// Entries of connections closed meanwhile are dropped; the list is
     /// compacted when it holds more than twice the thread's connections.
     fn unpause(&mut self) {
@@ -458,7 +479,7 @@ impl IoThread {
             return self.compact_paused();
         }
         let held = self.shared.stats.buffered_bytes.load(Ordering::Relaxed);
-        let room = (self.shared.config.max_buffered_bytes as u64).saturating_sub(held);
+        let room = self.shared.budget_soft_limit().saturating_sub(held);
         let most = room.div_ceil(limits::TEXT_READ_BUF_BYTES as u64).max(1);
         let mut first = Vec::new();
         while (first.len() as u64) < most {
@@ -552,19 +573,20 @@ impl IoThread {
     }
 }
 
-/// Reads a connection's next bytes into `buf`. While the input budget is
-/// not `spent`: one read, up to `buf.len()`. While it is: only through the
-/// first LF found by peeking at most [`limits::TEXT_PEEK_BYTES`], then
-/// `buf.len()` bytes (so that the connection holds nothing once they are
-/// decoded), or the peeked bytes of an over-long line being `discarding`
-/// (dropped as they come, they add nothing); else [`Got::Pause`]. Linear:
-/// a line of `n` bytes read this way costs copies of at most
-/// `TEXT_PEEK_BYTES + 16 n` bytes.
+/// Reads a connection's next bytes into `buf`. Unless `by_line` (the
+/// input budget is not spent, and the connection does not lead): one read,
+/// up to `buf.len()`. Else only through the first LF found by peeking at
+/// most [`limits::TEXT_PEEK_BYTES`], then `buf.len()` bytes (so that the
+/// connection holds nothing once they are decoded); with no LF, the peeked
+/// bytes if `take_all` (an over-long line being dropped adds nothing; the
+/// lead may hold its line), else [`Got::Pause`]. Linear: a line of `n`
+/// bytes read this way costs copies of at most `TEXT_PEEK_BYTES + 16 n`
+/// bytes.
 ///
 /// # Errors
 /// The socket's read error (`WouldBlock`: nothing to read now).
-fn read_input(stream: &mut TcpStream, buf: &mut [u8], spent: bool, discarding: bool) -> io::Result<Got> {
-    if !spent {
+fn read_input(stream: &mut TcpStream, buf: &mut [u8], by_line: bool, take_all: bool) -> io::Result<Got> {
+    if !by_line {
         let n = stream.read(buf)?;
         return Ok(Got::Bytes(n, n == buf.len()));
     }
@@ -579,7 +601,7 @@ fn read_input(stream: &mut TcpStream, buf: &mut [u8], spent: bool, discarding: b
         let take = match memchr::memchr(b'\n', &buf[..seen]) {
             Some(lf) => lf + 1,
             None if seen == window && i + 1 < windows.len() => continue,
-            None if discarding => seen,
+            None if take_all => seen,
             None => return Ok(Got::Pause),
         };
         let n = stream.read(&mut buf[..take])?;

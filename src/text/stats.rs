@@ -36,9 +36,10 @@ pub struct TextStats {
     /// The most [`TextStats::buffered_bytes`] has been since start.
     pub buffered_bytes_peak: AtomicU64,
     /// Times a connection stopped being read because the input budget
-    /// (`text_max_buffered_bytes`) was spent and its next line was not
-    /// complete in its socket (once per wait: it is read again when the
-    /// total falls, or its line times out).
+    /// (`text_max_buffered_bytes`) was spent, its next line was not
+    /// complete in its socket and another connection had the lead (once
+    /// per wait: it is read again when the total falls or the lead is
+    /// free, or its line times out).
     pub reads_paused: AtomicU64,
     /// Failed `accept` calls (logged at most once a second).
     pub accept_errors: AtomicU64,
