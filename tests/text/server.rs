@@ -290,42 +290,52 @@ fn an_http_request_on_the_text_port_is_refused_and_its_body_never_runs() {
 }
 
 #[test]
-fn a_connection_paused_for_the_input_budget_resumes_when_another_thread_frees_it() {
-    // Two I/O threads: the first connection is served by the first, the
-    // second by the second. The second waits for the budget the first
-    // holds; the first's release must wake the second thread at once (its
-    // next timer is the line timeout, 60 s away).
+fn a_connection_paused_for_the_input_budget_resumes_when_another_thread_frees_the_lead() {
+    // Two I/O threads: connections go to them in turn (a and c to the
+    // first, b to the second). a's partial line spends the budget; c's
+    // takes the lead; b waits. The end of c's line must wake the second
+    // thread at once (its next timer is the line timeout, 60 s away), and
+    // b then leads through its line.
     let _w = text_watchdog(30);
-    const BUDGET: usize = 128 * 1024;
+    const LINE: usize = 128 * 1024;
     let f = TextFixture::start(
         text_config(|c| {
-            c.max_buffered_bytes = BUDGET;
-            c.max_line_bytes = BUDGET;
+            c.max_buffered_bytes = 2 * LINE;
+            c.max_line_bytes = LINE;
         }),
         100,
     );
-    let mut a = f.connect();
-    let mut line_a = b"SCHED ".to_vec();
-    line_a.resize(BUDGET - 2, b'a');
-    line_a.extend_from_slice(b"@q");
+    let held = || f.stats.buffered_bytes.load(Relaxed);
+    let (mut a, mut b, mut c) = (f.connect(), f.connect(), f.connect());
+    let line = |fill: u8, len: usize| {
+        let mut line = b"SCHED ".to_vec();
+        line.resize(len - 2, fill);
+        line.extend_from_slice(b"@q");
+        line
+    };
+    // The budget is spent at 2 × LINE − (LINE + 1): a's line reaches it
+    // with its last byte, so a never needs the lead.
+    let spent = LINE - 1;
+    let (line_a, line_b, line_c) = (line(b'a', spent), line(b'b', 100 * 1024), line(b'c', 20 * 1024));
     a.send(&line_a);
-    text_wait_until("the budget spent", || f.stats.buffered_bytes.load(Relaxed) == BUDGET as u64);
-    let mut b = f.connect();
-    let mut line_b = b"SCHED ".to_vec();
-    line_b.resize(100 * 1024, b'b');
-    line_b.extend_from_slice(b"@q\n");
+    text_wait_until("a's line held", || held() == spent as u64);
+    c.send(&line_c);
+    text_wait_until("c leads", || held() == (spent + 20 * 1024) as u64);
     b.send(&line_b);
+    b.send(b"\n");
     text_wait_until("b paused", || f.stats.reads_paused.load(Relaxed) == 1);
-    assert_eq!(f.stats.buffered_bytes.load(Relaxed), BUDGET as u64, "b holds nothing");
-    assert!(f.backend.queue("q").is_empty());
+    assert_eq!(held(), (spent + 20 * 1024) as u64, "b holds nothing");
+    c.send(b"\n");
+    text_wait_until("c's and b's lines stored", || f.backend.queue("q").len() == 2);
     a.send(b"\n");
-    text_wait_until("both stored", || f.backend.queue("q").len() == 2);
+    text_wait_until("a's line stored", || f.backend.queue("q").len() == 3);
     let mut got = f.backend.queue("q");
     got.sort();
-    assert_eq!(got, [line_a[6..BUDGET - 2].to_vec(), line_b[6..100 * 1024].to_vec()]);
-    text_wait_until("nothing held", || f.stats.buffered_bytes.load(Relaxed) == 0);
+    let data = |line: &[u8]| line[6..line.len() - 2].to_vec();
+    assert_eq!(got, [data(&line_a), data(&line_b), data(&line_c)]);
+    text_wait_until("nothing held", || held() == 0);
     let peak = f.stats.buffered_bytes_peak.load(Relaxed);
-    assert!(peak <= (BUDGET + 2 * emq::limits::TEXT_READ_BUF_BYTES) as u64, "{peak}");
+    assert!(peak <= (2 * LINE + 2 * emq::limits::TEXT_READ_BUF_BYTES) as u64, "{peak}");
     assert_eq!(f.stats.reads_paused.load(Relaxed), 1);
     assert_eq!(f.stats.line_timeout_closed.load(Relaxed), 0);
 }
