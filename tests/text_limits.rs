@@ -385,9 +385,12 @@ fn partial_lines(h: &RouterHandle, n: usize) -> (Vec<TextConn>, Vec<std::sync::m
 /// whole; then the queue is empty.
 fn take_big_lines(c: &mut TextConn, n: usize) {
     let mut got = std::collections::BTreeSet::new();
+    // Well within the line timeout (60 s): no line waits for it.
+    let until = std::time::Instant::now() + Duration::from_secs(20);
     for _ in 0..n {
         // The lines complete as the router reads them: NOPE until then.
         let line = loop {
+            assert!(std::time::Instant::now() < until, "only {} of {n} lines stored", got.len());
             c.send(b"ASK big\n");
             let line = c.line();
             if line != b"NOPE\n" {
