@@ -471,9 +471,8 @@ impl IoThread {
     /// could fill the room left (at least one: while the budget is spent
     /// and the lead free, the oldest, to take the lead), so a freed budget
     /// goes to those that waited longest and the rest are not retried in
-    /// vain.
-    /// Entries of connections closed meanwhile are dropped; the list is
-    /// compacted when it holds more than twice the thread's connections.
+    /// vain. Entries of connections closed meanwhile are dropped; the list
+    /// is compacted when it holds more than twice the thread's connections.
     fn unpause(&mut self) {
         if !self.can_unpause() {
             return self.compact_paused();
@@ -573,15 +572,16 @@ impl IoThread {
     }
 }
 
-/// Reads a connection's next bytes into `buf`. Unless `by_line` (the
-/// input budget is not spent, and the connection does not lead): one read,
-/// up to `buf.len()`. Else only through the first LF found by peeking at
+/// Reads a connection's next bytes into `buf`. Not `by_line` (the input
+/// budget is not spent and the connection does not lead): one read, up to
+/// `buf.len()`. `by_line`: only through the first LF found by peeking at
 /// most [`limits::TEXT_PEEK_BYTES`], then `buf.len()` bytes (so that the
 /// connection holds nothing once they are decoded); with no LF, the peeked
 /// bytes if `take_all` (an over-long line being dropped adds nothing; the
 /// lead may hold its line), else [`Got::Pause`]. Linear: a line of `n`
-/// bytes read this way costs copies of at most `TEXT_PEEK_BYTES + 16 n`
-/// bytes.
+/// bytes (LF included) read this way costs copies of at most
+/// `TEXT_PEEK_BYTES + n` bytes when it fits in the first peek, else at
+/// most `18 n`; the lead's line, at most `4 KiB + 2 × 64 KiB` per 64 KiB.
 ///
 /// # Errors
 /// The socket's read error (`WouldBlock`: nothing to read now).
