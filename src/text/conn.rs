@@ -141,11 +141,23 @@ impl Conn {
         }
     }
 
-    /// Bytes of input held that are not commands yet: the partial line and
-    /// the bytes read but not decoded. At most `max_line_bytes + 1` plus
-    /// one read.
+    /// Bytes of input held that have not run yet: the partial line, the
+    /// bytes read but not decoded and a command held back behind an ASK
+    /// (its data and queue name). At most `max_line_bytes + 1` plus one
+    /// read.
     pub fn input_bytes(&self) -> usize {
-        self.decoder.buffered_bytes() + self.unread.len()
+        let held = match &self.held {
+            Some(TextCommand::Sched { data, queue }) => data.len() + queue.len(),
+            Some(TextCommand::Ask { queue } | TextCommand::AskWait { queue, .. }) => queue.len(),
+            _ => 0,
+        };
+        self.decoder.buffered_bytes() + self.unread.len() + held
+    }
+
+    /// Whether an ASK of it is unanswered: a line read now might be held
+    /// back behind it (until the answer, which serves the connection again).
+    pub fn awaits_answer(&self) -> bool {
+        self.asking.is_some()
     }
 
     /// Whether the rest of an over-long line is being dropped: reading up

@@ -337,9 +337,12 @@ impl IoThread {
         let mut round = Round { now, shared: &self.shared, batches: &mut self.batches, owed: &mut self.owed };
         conn.resume(&mut round);
         let mut broken = false;
-        if conn.wants_input() && conn.readable {
-            // The lead is read through the end of its line, whatever the total.
-            let by_line = conn.lead || self.shared.budget_spent();
+        // The lead is read through the end of its line, whatever the total.
+        // While the budget is spent, a connection whose ASK is unanswered is
+        // not read: the line would be held back behind it, not run (its
+        // answer serves it again).
+        let by_line = conn.wants_input() && conn.readable && (conn.lead || self.shared.budget_spent());
+        if conn.wants_input() && conn.readable && !(by_line && !conn.lead && conn.awaits_answer()) {
             let mut pause = false;
             let take_all = conn.lead || conn.discarding();
             let mut got = read_input(&mut conn.stream, &mut self.buf, by_line, take_all);

@@ -99,7 +99,12 @@ struct Shared {
 /// I/O thread; lines in progress that together spend it cannot wait on
 /// each other for ever (one of them leads and finishes); and every byte
 /// held belongs to a line that completes or is closed within the line
-/// timeout.
+/// timeout. A command held back behind an unanswered ASK counts too
+/// ([`conn::Conn::input_bytes`]); while the budget is spent a connection
+/// whose ASK is unanswered is not read (a line would only be held back;
+/// the answer serves it again), so such commands stay within the budget
+/// and free themselves when the ASK is answered (at most
+/// `text_max_ask_wait`).
 impl Shared {
     /// Where the budget is spent: the budget less one longest line (kept
     /// for the lead), in bytes.

@@ -29,8 +29,9 @@ pub struct TextStats {
     /// Connections refused with `ERR BUSY` because fewer than
     /// `text_reserved_fds` descriptors were left (also in `errors` BUSY).
     pub refused_fds: AtomicU64,
-    /// Bytes of input held now for all connections that are not commands
-    /// yet: partial lines and bytes read but not decoded (gauge). At most
+    /// Bytes of input held now for all connections that have not run yet:
+    /// partial lines, bytes read but not decoded, commands held back behind
+    /// an unanswered ASK (gauge). At most
     /// `text_max_buffered_bytes` plus one read (64 KiB) per I/O thread.
     pub buffered_bytes: AtomicU64,
     /// The most [`TextStats::buffered_bytes`] has been since start.
