@@ -339,3 +339,24 @@ fn a_connection_paused_for_the_input_budget_resumes_when_another_thread_frees_th
     assert_eq!(f.stats.reads_paused.load(Relaxed), 1);
     assert_eq!(f.stats.line_timeout_closed.load(Relaxed), 0);
 }
+
+#[test]
+fn a_command_held_behind_a_long_poll_counts_in_the_input_budget_until_it_runs() {
+    let _w = text_watchdog(30);
+    let f = TextFixture::default();
+    let held = || f.stats.buffered_bytes.load(Relaxed);
+    let mut c = f.connect();
+    let data = vec![b'h'; 100_000];
+    // The SCHED waits behind the long poll, parsed: its data and queue name.
+    c.send(&[b"ASK q 20000\nSCHED ".as_slice(), &data, b"@r\n"].concat());
+    text_wait_until("the SCHED held", || held() == 100_001);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(held(), 100_001, "held, not a line still arriving");
+    assert!(f.backend.queue("r").is_empty());
+    let mut p = f.connect();
+    p.send(b"SCHED t@q\n");
+    c.expect(b"WANT? t\n");
+    text_wait_until("the SCHED ran", || f.backend.queue("r").len() == 1);
+    assert_eq!(f.backend.queue("r"), [data]);
+    text_wait_until("nothing held", || held() == 0);
+}
