@@ -301,6 +301,22 @@ pub const TEXT_RESERVED_FDS: usize = 256;
 /// (text-protocol.md "Limits on connections"). At least one full `WANT?`
 /// line ([`TEXT_MAX_LINE_BYTES`] + 7) must fit.
 pub const TEXT_MAX_UNSENT_BYTES: usize = 4 << 20;
+/// Most bytes of input the text front end holds for all its connections
+/// together that are not commands yet: partial lines and bytes read but not
+/// decoded (text-protocol.md "Limits"). One longest line of it is kept for
+/// the oldest waiting line to finish; past the rest a connection is read
+/// only up to the end of its next line (which then holds nothing), or,
+/// one at a time, through its whole line, or not at all until the total
+/// falls: TCP makes its client wait, nothing is lost. 64 MiB is 63 lines of
+/// the longest kind in progress at once; without it 10,000 connections each
+/// 1 byte short of a full line held ~10 GiB.
+pub const TEXT_MAX_BUFFERED_BYTES: usize = 64 << 20;
+/// While the input budget ([`TEXT_MAX_BUFFERED_BYTES`]) is spent, the I/O
+/// thread peeks this much of a connection's socket for the end of its next
+/// line before it peeks a whole read ([`TEXT_READ_BUF_BYTES`]): a short
+/// command costs a copy of at most this, a longer one at most 16 times its
+/// length.
+pub const TEXT_PEEK_BYTES: usize = 4 * 1024;
 /// Longest wait a long-poll `ASK <queue> <ms>` may ask for; a longer one
 /// is `ERR BAD_FORMAT`. Equal to the offer timeout: both bound how long
 /// the broker keeps something for one connection.

@@ -309,3 +309,196 @@ fn commands_and_a_half_close_arriving_together_are_answered_and_the_connection_c
     d.send(b"ASK hc\n");
     d.expect(b"NOPE\n");
 }
+
+/// The text front end's STATUS figures.
+fn text_figures(h: &RouterHandle) -> serde_json::Value {
+    admin(h, "STATUS")["emq"]["text"].clone()
+}
+
+fn figure(figures: &serde_json::Value, name: &str) -> u64 {
+    figures[name].as_u64().unwrap_or_else(|| panic!("no {name} in {figures}"))
+}
+
+/// The figures once the bytes held and the pauses stay the same over
+/// 200 ms (the senders' bytes have all arrived or wait unread).
+fn settled(h: &RouterHandle) -> serde_json::Value {
+    let key = |t: &serde_json::Value| (figure(t, "buffered_bytes"), figure(t, "reads_paused"));
+    let mut last = text_figures(h);
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = text_figures(h);
+        if key(&now) == key(&last) {
+            return now;
+        }
+        last = now;
+    }
+    panic!("the text figures never settled: {last}");
+}
+
+const BUDGET: u64 = 1 << 20;
+const MAX_LINE: u64 = 256 * 1024;
+/// Where the budget is spent: one longest line of it is kept for the lead.
+const SPENT: u64 = BUDGET - MAX_LINE - 1;
+/// One read of an I/O thread: how far past the budget one thread may go.
+const ONE_READ: u64 = emq::limits::TEXT_READ_BUF_BYTES as u64;
+/// Bytes of each partial line: eight of them are well past the budget.
+const PART: usize = 200 * 1024;
+
+/// A router with one text I/O thread, a 1 MiB input budget and lines of at
+/// most 256 KiB, timed out after `line_timeout`.
+fn router_with_budget(line_timeout: &str) -> RouterHandle {
+    router_with_text(1, |r| {
+        r.text_threads = Some(1);
+        r.text_max_buffered_bytes = Some(BUDGET as usize);
+        r.text_max_line_bytes = Some(MAX_LINE as usize);
+        r.text_line_timeout = Some(line_timeout.into());
+        r.durability = Some("memory".into());
+    })
+}
+
+/// Opens `n` connections, each sending `SCHED <i>:xxx…` (`PART` bytes, no
+/// LF) from a thread of its own (the write waits while the router does not
+/// read); each thread then ends its line with `@big\n` once told to.
+fn partial_lines(h: &RouterHandle, n: usize) -> (Vec<TextConn>, Vec<std::sync::mpsc::Sender<()>>) {
+    let mut conns = Vec::new();
+    let mut finish = Vec::new();
+    for i in 0..n {
+        let c = connect(h);
+        let mut w = c.writer.try_clone().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            let mut line = format!("SCHED {i}:").into_bytes();
+            line.resize(PART, b'x');
+            // Errors: the router closed the connection (the line timed out).
+            if w.write_all(&line).is_ok() && rx.recv().is_ok() {
+                let _ = w.write_all(b"@big\n");
+            }
+        });
+        conns.push(c);
+        finish.push(tx);
+    }
+    (conns, finish)
+}
+
+/// Takes the `n` tasks the lines of [`partial_lines`] stored in queue
+/// `big` (asking again while they are not all there), checking each is
+/// whole; then the queue is empty.
+fn take_big_lines(c: &mut TextConn, n: usize) {
+    let mut got = std::collections::BTreeSet::new();
+    // Well within the line timeout (60 s): no line waits for it.
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    for _ in 0..n {
+        // The lines complete as the router reads them: NOPE until then.
+        let line = loop {
+            assert!(std::time::Instant::now() < until, "only {} of {n} lines stored", got.len());
+            c.send(b"ASK big\n");
+            let line = c.line();
+            if line != b"NOPE\n" {
+                break line;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let data = line.strip_prefix(b"WANT? ").unwrap_or_else(|| panic!("{:?}", line.escape_ascii().to_string()));
+        let (i, rest) = data.split_at(data.iter().position(|&b| b == b':').expect("i:"));
+        assert_eq!(rest.len(), PART - "SCHED ".len() - i.len() + 1, "the whole line (and the reply's LF)");
+        assert!(rest[1..rest.len() - 1].iter().all(|&b| b == b'x'));
+        assert!(got.insert(String::from_utf8(i.to_vec()).unwrap()));
+        c.send(b"ACK\n");
+    }
+    assert_eq!(got, (0..n).map(|i| i.to_string()).collect());
+    c.send(b"ASK big\n");
+    c.expect(b"NOPE\n");
+}
+
+#[test]
+fn long_lines_of_many_connections_all_get_through_a_small_input_budget() {
+    // Sixteen lines of 200 KiB at once, five times the budget, each longer
+    // than one read: read in turns they could together spend the budget
+    // with every one of them still unfinished; the lead lets one finish at
+    // a time, so none waits for the line timeout.
+    let _w = Watchdog::new("text_input_budget_long_lines", 60);
+    let h = router_with_budget("60s");
+    const N: usize = 16;
+    let (_conns, finish) = partial_lines(&h, N);
+    for tx in &finish {
+        tx.send(()).unwrap();
+    }
+    take_big_lines(&mut connect(&h), N);
+    eventually(10, "nothing held", || figure(&text_figures(&h), "buffered_bytes") == 0);
+    let t = text_figures(&h);
+    assert!(figure(&t, "buffered_bytes_peak") <= BUDGET + ONE_READ, "{t}");
+    assert_eq!(figure(&t, "line_timeout_closed"), 0, "{t}");
+}
+
+#[test]
+fn partial_lines_of_all_connections_stay_within_the_input_budget_and_complete_lines_still_run() {
+    let _w = Watchdog::new("text_input_budget", 60);
+    let h = router_with_budget("60s");
+    const N: usize = 8;
+    let (_partial, finish) = partial_lines(&h, N);
+    // The budget fills up; one line takes the lead, the lines that do not
+    // fit wait unread.
+    eventually(10, "the budget spent", || {
+        let t = text_figures(&h);
+        figure(&t, "buffered_bytes") >= SPENT && figure(&t, "reads_paused") >= 1
+    });
+    let t = settled(&h);
+    assert!((SPENT..=BUDGET + ONE_READ).contains(&figure(&t, "buffered_bytes")), "{t}");
+    assert!(figure(&t, "buffered_bytes_peak") <= BUDGET + ONE_READ, "{t}");
+
+    // A fresh connection's complete commands run at once, pipelined too.
+    let mut fresh = connect(&h);
+    fresh.send(b"SCHED small@q\nASK q\n");
+    fresh.expect(b"WANT? small\n");
+    fresh.send(b"ACK\nSCHED one@q\nSCHED two@q\nASK q\nACK\nASK q\nACK\nASK q\n");
+    fresh.expect(b"WANT? one\n");
+    fresh.expect(b"WANT? two\n");
+    fresh.expect(b"NOPE\n");
+    // A fresh connection's partial line waits unread (counted once), and
+    // goes through once its LF arrives: it then holds nothing.
+    let paused = figure(&text_figures(&h), "reads_paused");
+    let mut late = connect(&h);
+    late.send(b"SCHED wai");
+    eventually(10, "the partial line paused", || figure(&text_figures(&h), "reads_paused") > paused);
+    late.send(b"ted@q\nASK q\n");
+    late.expect(b"WANT? waited\n");
+    let t = text_figures(&h);
+    assert!((SPENT..=BUDGET + ONE_READ).contains(&figure(&t, "buffered_bytes")), "still spent: {t}");
+
+    // The partial lines end: every one gets through, paused or not.
+    for tx in &finish {
+        tx.send(()).unwrap();
+    }
+    take_big_lines(&mut fresh, N);
+    eventually(10, "nothing held", || figure(&text_figures(&h), "buffered_bytes") == 0);
+    let t = text_figures(&h);
+    assert!(figure(&t, "buffered_bytes_peak") <= BUDGET + ONE_READ, "{t}");
+    assert_eq!(figure(&t, "line_timeout_closed"), 0, "{t}");
+    assert_eq!(t["errors_by_code"]["TOO_BIG"], 0, "{t}");
+}
+
+#[test]
+fn a_spent_input_budget_frees_itself_as_partial_lines_time_out() {
+    let _w = Watchdog::new("text_input_budget_timeout", 60);
+    let h = router_with_budget("1s");
+    const N: usize = 8;
+    let (partial, _never) = partial_lines(&h, N);
+    eventually(10, "the budget spent", || figure(&text_figures(&h), "reads_paused") >= 1);
+    // Every one is closed by the line timeout, the ones that waited unread
+    // too (their line's time runs from when its first byte was seen).
+    for mut c in partial {
+        c.expect_closed();
+    }
+    eventually(10, "all timed out", || figure(&text_figures(&h), "line_timeout_closed") == N as u64);
+    let t = text_figures(&h);
+    assert_eq!(figure(&t, "buffered_bytes"), 0, "{t}");
+    assert!(figure(&t, "buffered_bytes_peak") <= BUDGET + ONE_READ, "{t}");
+    // The budget is free again: a line longer than one read gets through.
+    let mut c = connect(&h);
+    let mut line = b"SCHED ".to_vec();
+    line.resize(PART, b'y');
+    line.extend_from_slice(b"@q\nASK q\n");
+    c.send(&line);
+    let want = [b"WANT? ".as_slice(), &line[6..PART], b"\n"].concat();
+    c.expect(&want);
+}

@@ -126,6 +126,12 @@ settings! {
             /// A text connection holding more unsent reply bytes than this is closed.
             text_max_unsent_bytes => max_unsent_bytes: AtLeastOne = limits::TEXT_MAX_UNSENT_BYTES,
                 env "EMQ_TEXT_MAX_UNSENT_BYTES";
+            /// Most bytes of input held for all text connections together that
+            /// are not commands yet (partial lines, bytes read but not decoded);
+            /// past it connections are read only to the end of their next line,
+            /// or one at a time through a longer line (at least 2 × text_max_line_bytes).
+            text_max_buffered_bytes => max_buffered_bytes: AtLeastOne = limits::TEXT_MAX_BUFFERED_BYTES,
+                env "EMQ_TEXT_MAX_BUFFERED_BYTES";
             /// Longest wait of a long-poll `ASK <queue> <ms>` (e.g. `300s`).
             text_max_ask_wait => max_ask_wait: Humantime = limits::TEXT_MAX_ASK_WAIT, env "EMQ_TEXT_MAX_ASK_WAIT";
             /// An ASK keeps its queue known for eMQP REQUESTs this long (e.g. `60s`).
@@ -294,6 +300,14 @@ pub struct TextConfig {
     pub reserved_fds: usize,
     /// Unsent reply bytes past which a connection is closed.
     pub max_unsent_bytes: usize,
+    /// The input budget, in bytes, shared by every connection of every text
+    /// I/O thread: partial lines and bytes read but not decoded. While it is
+    /// spent a connection is read only through the end of its next line
+    /// (so that it then holds nothing), else not at all until the total
+    /// falls or it may take the lead (README "The text protocol",
+    /// text-protocol.md "Limits"). At least `2 × max_line_bytes`: one
+    /// longest line of it is kept for the lead.
+    pub max_buffered_bytes: usize,
     /// Longest long-poll wait.
     pub max_ask_wait: Duration,
     /// How long an ASK keeps its queue known.
@@ -329,6 +343,16 @@ impl RawRouterConfig {
                 why: format!(
                     "must hold one full WANT? line: at least text_max_line_bytes + {WANT_LINE_OVERHEAD_BYTES} ({})",
                     config.text.max_line_bytes + WANT_LINE_OVERHEAD_BYTES
+                ),
+            });
+        }
+        if config.text.max_buffered_bytes / 2 < config.text.max_line_bytes {
+            return Err(ConfigError::Invalid {
+                name: "text_max_buffered_bytes",
+                why: format!(
+                    "must hold two longest lines (one is kept for the oldest waiting line to finish): \
+                     at least 2 × text_max_line_bytes ({})",
+                    config.text.max_line_bytes.saturating_mul(2)
                 ),
             });
         }
@@ -656,6 +680,7 @@ mod tests {
         let c = toml::from_str::<RawRouterConfig>(DEFAULT_TOML).unwrap().validate().unwrap();
         assert_eq!(c.default_queues, vec![(10, "default".to_string())]);
         assert_eq!(c.text.max_line_bytes, limits::TEXT_MAX_LINE_BYTES);
+        assert_eq!(c.text.max_buffered_bytes, limits::TEXT_MAX_BUFFERED_BYTES);
     }
 
     #[test]
@@ -806,6 +831,23 @@ mod tests {
         assert_eq!(message(raw), "setting sync_interval: must be more than 0");
         let raw = RawRouterConfig { text_max_line: Some(0), ..Default::default() };
         assert_eq!(message(raw), "setting text_max_line_bytes: must be at least 1");
+        let raw = RawRouterConfig { text_max_buffered_bytes: Some(0), ..Default::default() };
+        assert_eq!(message(raw), "setting text_max_buffered_bytes: must be at least 1");
+        let raw = RawRouterConfig { text_max_buffered_bytes: Some(1000), ..Default::default() };
+        assert_eq!(
+            message(raw),
+            "setting text_max_buffered_bytes: must hold two longest lines (one is kept for the oldest waiting \
+             line to finish): at least 2 × text_max_line_bytes (2097152)"
+        );
+        let raw = RawRouterConfig {
+            text_max_buffered_bytes: Some(2000),
+            text_max_line_bytes: Some(1000),
+            text_max_unsent_bytes: Some(2000),
+            ..Default::default()
+        };
+        assert_eq!(raw.validate().unwrap().text.max_buffered_bytes, 2000);
+        let c = env(&[("EMQ_TEXT_MAX_BUFFERED_BYTES", "33554432")]).validate().unwrap();
+        assert_eq!(c.text.max_buffered_bytes, 32 << 20);
         let raw = RawRouterConfig { shards: Some(limits::MAX_SHARDS + 1), ..Default::default() };
         assert_eq!(message(raw), "setting shards: at most 65535");
         let raw = RawRouterConfig { drain_timeout: Some("10 parsecs".into()), ..Default::default() };

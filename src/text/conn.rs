@@ -104,6 +104,15 @@ pub(super) struct Conn {
     ending: bool,
     /// On the I/O thread's list of connections to serve this turn.
     pub queued: bool,
+    /// On the I/O thread's list of connections waiting for the input
+    /// budget (see [`super::Shared::charge`]).
+    pub paused: bool,
+    /// Bytes of input counted for it in the input budget (what
+    /// [`Conn::input_bytes`] was when last counted).
+    pub charged: usize,
+    /// It holds the lead of the input budget: it is read through the end
+    /// of its line whatever the total.
+    pub lead: bool,
 }
 
 impl Conn {
@@ -126,6 +135,44 @@ impl Conn {
             peer_closed: false,
             ending: false,
             queued: false,
+            paused: false,
+            charged: 0,
+            lead: false,
+        }
+    }
+
+    /// Bytes of input held that have not run yet: the partial line, the
+    /// bytes read but not decoded and a command held back behind an ASK
+    /// (its data and queue name). At most `max_line_bytes + 1` plus one
+    /// read.
+    pub fn input_bytes(&self) -> usize {
+        let held = match &self.held {
+            Some(TextCommand::Sched { data, queue }) => data.len() + queue.len(),
+            Some(TextCommand::Ask { queue } | TextCommand::AskWait { queue, .. }) => queue.len(),
+            _ => 0,
+        };
+        self.decoder.buffered_bytes() + self.unread.len() + held
+    }
+
+    /// Whether an ASK of it is unanswered: a line read now might be held
+    /// back behind it (until the answer, which serves the connection again).
+    pub fn awaits_answer(&self) -> bool {
+        self.asking.is_some()
+    }
+
+    /// Whether the rest of an over-long line is being dropped: reading up
+    /// to its LF adds nothing to what the connection holds.
+    pub fn discarding(&self) -> bool {
+        self.decoder.discarding()
+    }
+
+    /// The first bytes of a line are in the socket but wait unread for the
+    /// input budget: the line's time runs from now unless it already runs
+    /// (text-protocol.md "Limits"), so a waiting connection is closed by
+    /// the line timeout if its line does not get through.
+    pub fn line_seen(&mut self, now: Instant, line_timeout: Duration) {
+        if self.line_deadline.is_none() && !self.eof {
+            self.line_deadline = Some(now + line_timeout);
         }
     }
 

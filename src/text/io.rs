@@ -9,7 +9,18 @@
 //! replies with one write. Shards answer through this thread's [`TextPort`],
 //! whose wake-up is an eventfd in the same poll ([`Wake`]: producers write
 //! it only while this thread sleeps).
+//!
+//! Reads follow the input budget ([`Shared`]'s `budget_spent` and `charge`):
+//! a connection that may not be read now is put on the thread's list of
+//! paused connections (readiness is edge-triggered: no new event may come).
+//! A turn that finds the total below the spent mark serves the oldest
+//! paused connections first, as many as one read each can fill (or, the
+//! lead being free, the oldest, to take it); the thread sleeps while the
+//! budget is spent and the lead taken, and the thread whose release brings
+//! the total below the mark or frees the lead wakes the threads with paused
+//! connections.
 
+use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -118,12 +129,28 @@ pub(super) struct IoThread {
     dirty: Vec<usize>,
     /// The read buffer every connection of the thread shares.
     buf: Vec<u8>,
+    /// This thread's index among the I/O threads.
+    index: usize,
+    /// Connections waiting for the input budget, oldest first: `(slot, id)`
+    /// of connections whose `paused` is set (an entry whose connection has
+    /// closed or was served meanwhile is skipped).
+    paused: VecDeque<(usize, ConnId)>,
+}
+
+/// What one read of a connection gave.
+enum Got {
+    /// `n` bytes (0: the end of input); whether more may be waiting.
+    Bytes(usize, bool),
+    /// Nothing read: the input budget is spent and the next line is not
+    /// complete within one read.
+    Pause,
 }
 
 impl IoThread {
     /// A thread over `parts`.
     pub fn new(shared: Arc<Shared>, parts: IoParts) -> IoThread {
         let shards = shared.shards.len();
+        let index = parts.port.id as usize;
         IoThread {
             poll: parts.poll,
             wake: parts.wake,
@@ -139,6 +166,8 @@ impl IoThread {
             work: Vec::new(),
             dirty: Vec::new(),
             buf: vec![0; limits::TEXT_READ_BUF_BYTES],
+            index,
+            paused: VecDeque::new(),
             shared,
         }
     }
@@ -171,11 +200,17 @@ impl IoThread {
     /// next timer, with the wake-up armed (second value).
     fn timeout(&self) -> (Option<Duration>, bool) {
         let accept_now = self.acceptor.as_ref().is_some_and(|a| a.ready());
-        if !self.work.is_empty() || accept_now {
+        if !self.work.is_empty() || accept_now || self.can_unpause() {
             return (Some(Duration::ZERO), false);
         }
         self.wake.arm();
-        if !self.conns_rx.is_empty() || !self.replies_rx.is_empty() || self.shared.stopping.load(Ordering::Acquire) {
+        // A thread with paused connections has said so (`budget_waiting`)
+        // before arming: a release after this look wakes it.
+        if !self.conns_rx.is_empty()
+            || !self.replies_rx.is_empty()
+            || self.shared.stopping.load(Ordering::Acquire)
+            || self.can_unpause()
+        {
             // A wake-up written meanwhile shows in the next poll as WAKE.
             self.wake.unarm();
             return (Some(Duration::ZERO), false);
@@ -225,6 +260,7 @@ impl IoThread {
             acceptor.accept(now, &shared, |stream| self.add(stream, now));
             self.acceptor = Some(acceptor);
         }
+        self.unpause();
         for slot in std::mem::take(&mut self.work) {
             self.serve(slot, now);
         }
@@ -301,21 +337,42 @@ impl IoThread {
         let mut round = Round { now, shared: &self.shared, batches: &mut self.batches, owed: &mut self.owed };
         conn.resume(&mut round);
         let mut broken = false;
-        if conn.wants_input() && conn.readable {
-            match conn.stream.read(&mut self.buf) {
-                Ok(0) => {
+        // The lead is read through the end of its line, whatever the total.
+        // While the budget is spent, a connection whose ASK is unanswered is
+        // not read: the line would be held back behind it, not run (its
+        // answer serves it again).
+        let by_line = conn.wants_input() && conn.readable && (conn.lead || self.shared.budget_spent());
+        if conn.wants_input() && conn.readable && !(by_line && !conn.lead && conn.awaits_answer()) {
+            let mut pause = false;
+            let take_all = conn.lead || conn.discarding();
+            let mut got = read_input(&mut conn.stream, &mut self.buf, by_line, take_all);
+            if matches!(got, Ok(Got::Pause)) && self.shared.take_lead(conn.id) {
+                conn.lead = true;
+                got = read_input(&mut conn.stream, &mut self.buf, true, true);
+            }
+            match got {
+                Ok(Got::Bytes(0, _)) => {
                     conn.readable = false;
                     conn.input_ended(&mut round);
+                    if std::mem::take(&mut conn.lead) {
+                        self.shared.end_lead();
+                    }
                 }
-                Ok(n) => {
+                Ok(Got::Bytes(n, more)) => {
                     // A short read emptied the socket: the next byte to
                     // arrive raises a new readiness event. Not so for the
                     // end of input once its event is taken: the peer's
                     // close may have come in the same event as these
                     // bytes, so read on until 0.
-                    conn.readable = n == self.buf.len() || conn.peer_closed();
+                    conn.readable = more || conn.peer_closed();
                     conn.input(&self.buf[..n], &mut round);
+                    // The lead's line ended, or is dropped as too long.
+                    if conn.lead && (self.buf[n - 1] == b'\n' || conn.input_bytes() == 0) {
+                        conn.lead = false;
+                        self.shared.end_lead();
+                    }
                 }
+                Ok(Got::Pause) => pause = true,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => conn.readable = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -323,10 +380,21 @@ impl IoThread {
                     broken = true;
                 }
             }
-            if conn.readable && !broken {
+            if pause {
+                conn.line_seen(now, self.shared.config.line_timeout);
+                if !conn.paused {
+                    conn.paused = true;
+                    self.paused.push_back((slot, conn.id));
+                    self.shared.budget_waiting[self.index].store(true, Ordering::SeqCst);
+                    TextStats::inc(&self.shared.stats.reads_paused);
+                }
+            } else if conn.readable && !broken {
                 queue(&mut self.work, conn, slot);
             }
         }
+        let held = conn.input_bytes();
+        let was = std::mem::replace(&mut conn.charged, held);
+        self.shared.charge(was, conn.charged);
         arm_timer(&mut self.timers, conn);
         if broken {
             return self.close(slot, Close::Broken, now);
@@ -378,6 +446,10 @@ impl IoThread {
         let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) else { return };
         let mut round = Round { now, shared: &self.shared, batches: &mut self.batches, owed: &mut self.owed };
         conn.close(&mut round);
+        self.shared.charge(conn.charged, 0);
+        if conn.lead {
+            self.shared.end_lead();
+        }
         let stats = &self.shared.stats;
         match why {
             Close::LineTimeout => TextStats::inc(&stats.line_timeout_closed),
@@ -389,6 +461,66 @@ impl IoThread {
         TextStats::dec(&stats.connections_open);
         self.free.push(slot);
         tracing::debug!(conn = %conn.id, ?why, "text connection closed");
+    }
+
+    /// Whether paused connections may be served now: some wait, and the
+    /// input budget is not spent or the lead is free.
+    fn can_unpause(&self) -> bool {
+        !self.paused.is_empty() && (!self.shared.budget_spent() || self.shared.lead_free())
+    }
+
+    /// While the input budget is not spent, puts the oldest paused
+    /// connections first on this turn's work: as many as one read each
+    /// could fill the room left (at least one: while the budget is spent
+    /// and the lead free, the oldest, to take the lead), so a freed budget
+    /// goes to those that waited longest and the rest are not retried in
+    /// vain. Entries of connections closed meanwhile are dropped; the list
+    /// is compacted when it holds more than twice the thread's connections.
+    fn unpause(&mut self) {
+        if !self.can_unpause() {
+            return self.compact_paused();
+        }
+        let held = self.shared.stats.buffered_bytes.load(Ordering::Relaxed);
+        let room = self.shared.budget_soft_limit().saturating_sub(held);
+        let most = room.div_ceil(limits::TEXT_READ_BUF_BYTES as u64).max(1);
+        let mut first = Vec::new();
+        while (first.len() as u64) < most {
+            let Some((slot, id)) = self.paused.pop_front() else { break };
+            let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut).filter(|c| c.id == id) else {
+                continue;
+            };
+            if !conn.paused {
+                continue;
+            }
+            conn.paused = false;
+            if !conn.queued {
+                conn.queued = true;
+                first.push(slot);
+            }
+        }
+        if self.paused.is_empty() {
+            self.shared.budget_waiting[self.index].store(false, Ordering::SeqCst);
+        }
+        if !first.is_empty() {
+            first.append(&mut self.work);
+            self.work = first;
+        }
+    }
+
+    /// Drops the entries of closed connections from the paused list once it
+    /// holds more than twice the thread's open connections (each live one
+    /// is on it at most once), so a long-spent budget does not grow it.
+    fn compact_paused(&mut self) {
+        let open = self.conns.len() - self.free.len();
+        if self.paused.len() <= 2 * open + 16 {
+            return;
+        }
+        let conns = &self.conns;
+        self.paused
+            .retain(|&(slot, id)| conns.get(slot).and_then(Option::as_ref).is_some_and(|c| c.id == id && c.paused));
+        if self.paused.is_empty() {
+            self.shared.budget_waiting[self.index].store(false, Ordering::SeqCst);
+        }
     }
 
     /// Sends this turn's commands, one message per shard. A shard that is
@@ -443,6 +575,44 @@ impl IoThread {
     }
 }
 
+/// Reads a connection's next bytes into `buf`. Not `by_line` (the input
+/// budget is not spent and the connection does not lead): one read, up to
+/// `buf.len()`. `by_line`: only through the first LF found by peeking at
+/// most [`limits::TEXT_PEEK_BYTES`], then `buf.len()` bytes (so that the
+/// connection holds nothing once they are decoded); with no LF, the peeked
+/// bytes if `take_all` (an over-long line being dropped adds nothing; the
+/// lead may hold its line), else [`Got::Pause`]. Linear: a line of `n`
+/// bytes (LF included) read this way costs copies of at most
+/// `TEXT_PEEK_BYTES + n` bytes when it fits in the first peek, else at
+/// most `18 n`; the lead's line, at most `4 KiB + 2 × 64 KiB` per 64 KiB.
+///
+/// # Errors
+/// The socket's read error (`WouldBlock`: nothing to read now).
+fn read_input(stream: &mut TcpStream, buf: &mut [u8], by_line: bool, take_all: bool) -> io::Result<Got> {
+    if !by_line {
+        let n = stream.read(buf)?;
+        return Ok(Got::Bytes(n, n == buf.len()));
+    }
+    let windows = [limits::TEXT_PEEK_BYTES.min(buf.len()), buf.len()];
+    for (i, &window) in windows.iter().enumerate() {
+        let seen = stream.peek(&mut buf[..window])?;
+        if seen == 0 {
+            // The end of input: a read says so too.
+            let n = stream.read(buf)?;
+            return Ok(Got::Bytes(n, n == buf.len()));
+        }
+        let take = match memchr::memchr(b'\n', &buf[..seen]) {
+            Some(lf) => lf + 1,
+            None if seen == window && i + 1 < windows.len() => continue,
+            None if take_all => seen,
+            None => return Ok(Got::Pause),
+        };
+        let n = stream.read(&mut buf[..take])?;
+        return Ok(Got::Bytes(n, n < seen || seen == window));
+    }
+    Ok(Got::Pause)
+}
+
 /// Puts `conn` (at `slot`) on the list of connections to serve, once.
 fn queue(work: &mut Vec<usize>, conn: &mut Conn, slot: usize) {
     if !conn.queued {
@@ -459,5 +629,100 @@ fn arm_timer(timers: &mut Timers<ConnId>, conn: &mut Conn) {
     if conn.timer_at.is_none_or(|at| deadline < at) {
         conn.timer_at = Some(deadline);
         timers.arm(deadline, conn.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A connected pair over loopback: the client's end, and the server's as
+    /// a non-blocking mio stream.
+    fn pair() -> (std::net::TcpStream, TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let client = std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (server, _) = listener.accept().expect("accept");
+        server.set_nonblocking(true).expect("non-blocking");
+        (client, TcpStream::from_std(server))
+    }
+
+    /// Reads until something other than `WouldBlock` (the bytes written
+    /// may take a moment to arrive over loopback).
+    fn read(stream: &mut TcpStream, buf: &mut [u8], spent: bool, discarding: bool) -> Got {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            match read_input(stream, buf, spent, discarding) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                other => return other.expect("read"),
+            }
+        }
+    }
+
+    /// Waits until `n` bytes are in the socket, unread.
+    fn arrived(stream: &TcpStream, buf: &mut [u8], n: usize) {
+        let until = Instant::now() + Duration::from_secs(5);
+        while stream.peek(buf).unwrap_or(0) < n {
+            assert!(Instant::now() < until, "bytes never arrived");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn bytes(got: Got) -> (usize, bool) {
+        match got {
+            Got::Bytes(n, more) => (n, more),
+            Got::Pause => panic!("paused"),
+        }
+    }
+
+    #[test]
+    fn with_the_budget_spent_a_read_takes_one_complete_line_or_nothing() {
+        let (mut client, mut server) = pair();
+        let mut buf = vec![0; limits::TEXT_READ_BUF_BYTES];
+        client.write_all(b"SCHED x\nASK\nSCHED unfini").expect("write");
+        arrived(&server, &mut buf, 24);
+        assert_eq!(bytes(read(&mut server, &mut buf, true, false)), (8, true));
+        assert_eq!(&buf[..8], b"SCHED x\n");
+        assert_eq!(bytes(read(&mut server, &mut buf, true, false)), (4, true));
+        assert_eq!(&buf[..4], b"ASK\n");
+        assert!(matches!(read(&mut server, &mut buf, true, false), Got::Pause), "no LF: nothing read");
+        // The budget not spent: one plain read takes what is there.
+        assert_eq!(bytes(read(&mut server, &mut buf, false, false)), (12, false));
+        assert_eq!(&buf[..12], b"SCHED unfini");
+
+        // A line past the first peek, within one read, still gets through.
+        let long = [vec![b'a'; 10_000], b"\nnext".to_vec()].concat();
+        client.write_all(&long).expect("write");
+        arrived(&server, &mut buf, long.len());
+        assert_eq!(bytes(read(&mut server, &mut buf, true, false)), (10_001, true));
+        // Over-long lines being dropped take what is there, LF or not.
+        assert_eq!(bytes(read(&mut server, &mut buf, true, true)), (4, false));
+        assert_eq!(&buf[..4], b"next");
+
+        // A line longer than one read waits for the budget.
+        let huge = vec![b'b'; limits::TEXT_READ_BUF_BYTES + 10];
+        let mut writer = client.try_clone().expect("clone");
+        let sender = std::thread::spawn(move || writer.write_all(&huge).and_then(|()| writer.write_all(b"\n")));
+        let whole = buf.len();
+        arrived(&server, &mut buf, whole);
+        assert!(matches!(read(&mut server, &mut buf, true, false), Got::Pause));
+        assert_eq!(bytes(read(&mut server, &mut buf, false, false)), (buf.len(), true));
+
+        // The end of input is read as such.
+        sender.join().expect("sender").expect("written");
+        drop(client);
+        let mut total = 0;
+        loop {
+            match read(&mut server, &mut buf, true, true) {
+                Got::Bytes(0, _) => break,
+                Got::Bytes(n, _) => total += n,
+                Got::Pause => panic!("paused"),
+            }
+        }
+        assert_eq!(total, 11, "the rest of the long line and its LF");
     }
 }

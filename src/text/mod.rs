@@ -37,6 +37,7 @@ pub use stats::{TextStats, TextStatsSnapshot};
 
 use crate::broker::msg::{ShardMsg, TextPort};
 use crate::config::TextConfig;
+use crate::ids::ConnId;
 use crate::zmq_io::wake::Wake;
 use io::{IoParts, IoThread, Round, LISTENER, WAKE};
 
@@ -67,6 +68,100 @@ struct Shared {
     next_conn: AtomicU64,
     next_thread: AtomicUsize,
     stopping: AtomicBool,
+    /// By I/O thread: whether it has connections paused for the input
+    /// budget, to be woken when the total falls below it.
+    budget_waiting: Vec<AtomicBool>,
+    /// The [`ConnId`] of the connection holding the lead of the input
+    /// budget (0: none; ids start at 1 << 24).
+    lead: AtomicU64,
+}
+
+/// The input budget (`text_max_buffered_bytes`, README "The text
+/// protocol"): bytes held for connections that are not commands yet,
+/// counted in [`TextStats::buffered_bytes`] by every I/O thread.
+///
+/// The rule: the budget less one longest line (`text_max_line_bytes` + 1)
+/// is for lines in progress, the rest is kept for one line at a time to
+/// finish. Below the first part (the budget is not *spent*) a connection is
+/// read as usual (one read, up to [`crate::limits::TEXT_READ_BUF_BYTES`]).
+/// Once it is spent a connection is read only through the end of its next
+/// line, if that end is in its socket within one read: the read completes a
+/// line, so the connection holds nothing after it, and a client of short
+/// complete lines is never held up by others' partial lines. A connection
+/// whose next line is not complete may take the *lead*, if no connection
+/// holds it: it is then read through the end of that line, whatever the
+/// total (the kept part is for it), and gives the lead up when the line
+/// ends (or is cut as too long, or the connection closes). Otherwise it
+/// waits unread (paused: TCP makes its client wait) until the total falls
+/// below the first part or the lead is free, or until its line times out
+/// (`text_line_timeout`, whose clock starts when the waiting line's first
+/// byte is seen). So the total passes the budget by at most one read per
+/// I/O thread; lines in progress that together spend it cannot wait on
+/// each other for ever (one of them leads and finishes); and every byte
+/// held belongs to a line that completes or is closed within the line
+/// timeout. A command held back behind an unanswered ASK counts too
+/// ([`conn::Conn::input_bytes`]); while the budget is spent a connection
+/// whose ASK is unanswered is not read (a line would only be held back;
+/// the answer serves it again), so such commands stay within the budget
+/// and free themselves when the ASK is answered (at most
+/// `text_max_ask_wait`).
+impl Shared {
+    /// Where the budget is spent: the budget less one longest line (kept
+    /// for the lead), in bytes.
+    fn budget_soft_limit(&self) -> u64 {
+        (self.config.max_buffered_bytes as u64).saturating_sub(self.config.max_line_bytes as u64 + 1)
+    }
+
+    /// Whether the budget is spent: connections are read only through the
+    /// end of their next line, or as the lead.
+    fn budget_spent(&self) -> bool {
+        self.stats.buffered_bytes.load(Ordering::SeqCst) >= self.budget_soft_limit()
+    }
+
+    /// A connection now holds `now` bytes of input instead of `was`. A
+    /// fall of the total below the spent mark wakes the I/O threads with
+    /// paused connections (their own turn, else the next wake-up, retries
+    /// them). One atomic add or subtract, only when the figure changed.
+    fn charge(&self, was: usize, now: usize) {
+        let gauge = &self.stats.buffered_bytes;
+        if now > was {
+            let total = gauge.fetch_add((now - was) as u64, Ordering::SeqCst) + (now - was) as u64;
+            self.stats.buffered_bytes_peak.fetch_max(total, Ordering::Relaxed);
+        } else if now < was {
+            let freed = (was - now) as u64;
+            let before = gauge.fetch_sub(freed, Ordering::SeqCst);
+            let soft = self.budget_soft_limit();
+            if before >= soft && before - freed < soft {
+                self.wake_waiting();
+            }
+        }
+    }
+
+    /// Whether no connection holds the lead.
+    fn lead_free(&self) -> bool {
+        self.lead.load(Ordering::SeqCst) == 0
+    }
+
+    /// Connection `id` takes the lead if no connection holds it.
+    fn take_lead(&self, id: ConnId) -> bool {
+        self.lead.compare_exchange(0, id.0, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+    }
+
+    /// The lead's line ended: the lead is free, and the I/O threads with
+    /// paused connections are woken to take it.
+    fn end_lead(&self) {
+        self.lead.store(0, Ordering::SeqCst);
+        self.wake_waiting();
+    }
+
+    /// Wakes the I/O threads that have connections paused for the budget.
+    fn wake_waiting(&self) {
+        for (waiting, inbox) in self.budget_waiting.iter().zip(&self.inboxes) {
+            if waiting.load(Ordering::SeqCst) {
+                inbox.wake.wake();
+            }
+        }
+    }
 }
 
 /// A running text protocol server. Dropping it shuts it down.
@@ -126,6 +221,8 @@ impl TextServer {
             next_conn: AtomicU64::new(1),
             next_thread: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
+            budget_waiting: (0..threads).map(|_| AtomicBool::new(false)).collect(),
+            lead: AtomicU64::new(0),
         });
         let mut server = TextServer { shared, local_addr, threads: Vec::new() };
         for (index, parts) in parts.into_iter().enumerate() {

@@ -29,6 +29,19 @@ pub struct TextStats {
     /// Connections refused with `ERR BUSY` because fewer than
     /// `text_reserved_fds` descriptors were left (also in `errors` BUSY).
     pub refused_fds: AtomicU64,
+    /// Bytes of input held now for all connections that have not run yet:
+    /// partial lines, bytes read but not decoded, commands held back behind
+    /// an unanswered ASK (gauge). At most
+    /// `text_max_buffered_bytes` plus one read (64 KiB) per I/O thread.
+    pub buffered_bytes: AtomicU64,
+    /// The most [`TextStats::buffered_bytes`] has been since start.
+    pub buffered_bytes_peak: AtomicU64,
+    /// Times a connection stopped being read because the input budget
+    /// (`text_max_buffered_bytes`) was spent, its next line was not
+    /// complete in its socket and another connection had the lead (once
+    /// per wait: it is read again when the total falls or the lead is
+    /// free, or its line times out).
+    pub reads_paused: AtomicU64,
     /// Failed `accept` calls (logged at most once a second).
     pub accept_errors: AtomicU64,
     /// The process's descriptor limit (`RLIMIT_NOFILE`, soft) when the text
@@ -55,6 +68,12 @@ pub struct TextStatsSnapshot {
     pub slow_reader_closed: u64,
     /// See [`TextStats::refused_fds`].
     pub refused_fds: u64,
+    /// See [`TextStats::buffered_bytes`].
+    pub buffered_bytes: u64,
+    /// See [`TextStats::buffered_bytes_peak`].
+    pub buffered_bytes_peak: u64,
+    /// See [`TextStats::reads_paused`].
+    pub reads_paused: u64,
     /// See [`TextStats::accept_errors`].
     pub accept_errors: u64,
     /// See [`TextStats::fd_limit`].
@@ -94,6 +113,9 @@ impl TextStats {
             line_timeout_closed: self.line_timeout_closed.load(Relaxed),
             slow_reader_closed: self.slow_reader_closed.load(Relaxed),
             refused_fds: self.refused_fds.load(Relaxed),
+            buffered_bytes: self.buffered_bytes.load(Relaxed),
+            buffered_bytes_peak: self.buffered_bytes_peak.load(Relaxed),
+            reads_paused: self.reads_paused.load(Relaxed),
             accept_errors: self.accept_errors.load(Relaxed),
             fd_limit: self.fd_limit.load(Relaxed),
             errors: ErrorCode::ALL.iter().map(|&c| (c.as_str(), self.errors(c))).collect(),

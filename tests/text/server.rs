@@ -295,3 +295,75 @@ fn an_http_request_on_the_text_port_is_refused_and_its_body_never_runs() {
     assert_eq!(f.backend.queue("default"), vec![b"real job".to_vec()], "nothing taken, deleted or added");
     assert_eq!(f.backend.counts().deleted, 0);
 }
+
+#[test]
+fn a_connection_paused_for_the_input_budget_resumes_when_another_thread_frees_the_lead() {
+    // Two I/O threads: connections go to them in turn (a and c to the
+    // first, b to the second). a's partial line spends the budget; c's
+    // takes the lead; b waits. The end of c's line must wake the second
+    // thread at once (its next timer is the line timeout, 60 s away), and
+    // b then leads through its line.
+    let _w = text_watchdog(30);
+    const LINE: usize = 128 * 1024;
+    let f = TextFixture::start(
+        text_config(|c| {
+            c.max_buffered_bytes = 2 * LINE;
+            c.max_line_bytes = LINE;
+        }),
+        100,
+    );
+    let held = || f.stats.buffered_bytes.load(Relaxed);
+    let (mut a, mut b, mut c) = (f.connect(), f.connect(), f.connect());
+    let line = |fill: u8, len: usize| {
+        let mut line = b"SCHED ".to_vec();
+        line.resize(len - 2, fill);
+        line.extend_from_slice(b"@q");
+        line
+    };
+    // The budget is spent at 2 × LINE − (LINE + 1): a's line reaches it
+    // with its last byte, so a never needs the lead.
+    let spent = LINE - 1;
+    let (line_a, line_b, line_c) = (line(b'a', spent), line(b'b', 100 * 1024), line(b'c', 20 * 1024));
+    a.send(&line_a);
+    text_wait_until("a's line held", || held() == spent as u64);
+    c.send(&line_c);
+    text_wait_until("c leads", || held() == (spent + 20 * 1024) as u64);
+    b.send(&line_b);
+    b.send(b"\n");
+    text_wait_until("b paused", || f.stats.reads_paused.load(Relaxed) == 1);
+    assert_eq!(held(), (spent + 20 * 1024) as u64, "b holds nothing");
+    c.send(b"\n");
+    text_wait_until("c's and b's lines stored", || f.backend.queue("q").len() == 2);
+    a.send(b"\n");
+    text_wait_until("a's line stored", || f.backend.queue("q").len() == 3);
+    let mut got = f.backend.queue("q");
+    got.sort();
+    let data = |line: &[u8]| line[6..line.len() - 2].to_vec();
+    assert_eq!(got, [data(&line_a), data(&line_b), data(&line_c)]);
+    text_wait_until("nothing held", || held() == 0);
+    let peak = f.stats.buffered_bytes_peak.load(Relaxed);
+    assert!(peak <= (2 * LINE + 2 * emq::limits::TEXT_READ_BUF_BYTES) as u64, "{peak}");
+    assert_eq!(f.stats.reads_paused.load(Relaxed), 1);
+    assert_eq!(f.stats.line_timeout_closed.load(Relaxed), 0);
+}
+
+#[test]
+fn a_command_held_behind_a_long_poll_counts_in_the_input_budget_until_it_runs() {
+    let _w = text_watchdog(30);
+    let f = TextFixture::default();
+    let held = || f.stats.buffered_bytes.load(Relaxed);
+    let mut c = f.connect();
+    let data = vec![b'h'; 100_000];
+    // The SCHED waits behind the long poll, parsed: its data and queue name.
+    c.send(&[b"ASK q 20000\nSCHED ".as_slice(), &data, b"@r\n"].concat());
+    text_wait_until("the SCHED held", || held() == 100_001);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(held(), 100_001, "held, not a line still arriving");
+    assert!(f.backend.queue("r").is_empty());
+    let mut p = f.connect();
+    p.send(b"SCHED t@q\n");
+    c.expect(b"WANT? t\n");
+    text_wait_until("the SCHED ran", || f.backend.queue("r").len() == 1);
+    assert_eq!(f.backend.queue("r"), [data]);
+    text_wait_until("nothing held", || held() == 0);
+}

@@ -79,6 +79,12 @@ impl LineDecoder {
         !self.partial.is_empty() || self.discarding
     }
 
+    /// Whether the rest of an over-long line is being dropped as it
+    /// arrives: bytes up to its LF are not kept.
+    pub fn discarding(&self) -> bool {
+        self.discarding
+    }
+
     /// Bytes of the unfinished line held, at most `max_line_bytes + 1`.
     pub fn buffered_bytes(&self) -> usize {
         self.partial.len()
