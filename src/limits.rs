@@ -392,6 +392,20 @@ pub const DATA_DIR_LOCK_RETRY: Duration = Duration::from_millis(50);
 /// (malformed frames, refusals); past it lines are counted and reported as
 /// `suppressed = N` on the next line let through.
 pub const LOG_BURST: u64 = 10;
+/// Frames of one message shown in a log line
+/// ([`ShowFrames`](crate::protocol::emqp::ShowFrames)); the rest are
+/// counted (`…(+N frames)`). An eMQP command has at most 8 frames, so every
+/// well-formed message shows whole; a peer sending 100,000 frames cannot
+/// make one log line list them all.
+pub const LOG_FRAMES_SHOWN: usize = 16;
+/// Bytes of one frame shown in a log line (and of a command word or peer
+/// type quoted in a decoding error); the rest are counted (`…(+N)`).
+/// With [`LOG_FRAMES_SHOWN`] a line lists at most 1 KiB of a peer's bytes
+/// (4 KiB escaped).
+pub const LOG_FRAME_BYTES: usize = 64;
+/// Bytes of a reason text shown in a log line when it may quote a peer's
+/// input ([`ShowText`](crate::logging::ShowText)); the rest are counted.
+pub const LOG_TEXT_BYTES: usize = 256;
 /// Period of the latency reporter's log line.
 pub const LATENCY_REPORT_INTERVAL: Duration = Duration::from_secs(60);
 /// Largest latency an HdrHistogram records (1 hour, in microseconds).
