@@ -484,3 +484,111 @@ fn refusals_are_one_line_on_stderr_and_exit_1() {
         )
     );
 }
+
+/// `emq-router` on free ports (text on `text_addr`, metrics off) with its
+/// descriptor limit, soft and hard, at `fds` (`ulimit -n fds`), and `args`.
+fn router_under_fds(fds: u64, text_addr: &str, args: &[&str]) -> Command {
+    use std::os::unix::process::CommandExt;
+    let (fe, be, ad) = (zmq_endpoint(free_port()), zmq_endpoint(free_port()), zmq_endpoint(free_port()));
+    let mut cmd = bin("emq-router");
+    cmd.args(["--frontend", &fe, "--backend", &be, "--admin", &ad, "--text", text_addr, "--metrics", "off"]);
+    cmd.args(args);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs in pre_exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit { rlim_cur: fds, rlim_max: fds };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+#[test]
+fn a_text_descriptor_reserve_the_limit_cannot_hold_is_refused_at_start() {
+    let _w = watchdog::Watchdog::new("text-reserve", 60);
+    let dir = TestDir::new("text-reserve");
+    let text_addr = format!("127.0.0.1:{}", free_port());
+    // Not below the limit at all: refused before anything starts.
+    refused(
+        &mut router_under_fds(1024, &text_addr, &["--text-reserved-fds", "30000"]),
+        "emq-router: setting text_reserved_fds: 30000 is not below the descriptor limit (RLIMIT_NOFILE, hard) of \
+         1024: every text connection would get ERR BUSY too few descriptors left; lower it or raise the limit \
+         (ulimit -n), or turn the text port off (text = \"off\")",
+    );
+    refused(
+        &mut router_under_fds(1024, &text_addr, &["--text-reserved-fds", "1024"]),
+        "emq-router: setting text_reserved_fds: 1024 is not below the descriptor limit (RLIMIT_NOFILE, hard) of \
+         1024: every text connection would get ERR BUSY too few descriptors left; lower it or raise the limit \
+         (ulimit -n), or turn the text port off (text = \"off\")",
+    );
+    // Below it, but leaving nothing once the router's own are open: found
+    // at start, after the log lines of the start so far.
+    let (status, out, err) = crate::common::proc::run(
+        "router-reserve",
+        &mut router_under_fds(1024, &text_addr, &["--text-reserved-fds", "1020"]),
+        &dir.path,
+        Duration::from_secs(30),
+    );
+    let last = err.lines().last().unwrap_or("");
+    let open: u64 = last
+        .split(" and ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!((4..=1024).contains(&open), "{err}");
+    assert_eq!(
+        (status.and_then(|s| s.code()), out.as_str(), last),
+        (
+            Some(1),
+            "",
+            format!(
+                "emq-router: cannot start: setting text_reserved_fds: 1020 leaves no descriptor for text \
+                 connections: the descriptor limit (RLIMIT_NOFILE) is 1024 and {open} are open at start, so every \
+                 text connection would get ERR BUSY too few descriptors left; lower text_reserved_fds or raise the \
+                 limit (ulimit -n)"
+            )
+            .as_str()
+        )
+    );
+    assert!(!err.contains("text protocol listening"), "{err}");
+}
+
+#[test]
+fn text_connections_the_limit_cannot_hold_are_a_warning_at_start() {
+    let _w = watchdog::Watchdog::new("text-room", 60);
+    let dir = TestDir::new("text-room");
+    let text_addr = format!("127.0.0.1:{}", free_port());
+    let mut cmd =
+        router_under_fds(1024, &text_addr, &["--text-reserved-fds", "256", "--text-max-connections", "10000"]);
+    let mut router = Child::spawn("router", &mut cmd, &dir.join("router.log"));
+    let port = text_addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port");
+    assert!(
+        wait::until(Duration::from_secs(20), || crate::common::ports::is_listening(port)),
+        "{}",
+        router.log_tail(20)
+    );
+    let log = router.log_text();
+    let warning = log.lines().find_map(|l| l.split_once("WARN main emq::router: ")).map(|(_, w)| w);
+    let open: u64 = warning
+        .and_then(|w| w.split("and the ").nth(1))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(
+        warning,
+        Some(
+            format!(
+                "text_max_connections (10000) cannot all be open: the descriptor limit (RLIMIT_NOFILE) of 1024, \
+                 less text_reserved_fds (256) and the {open} descriptors open at start, leaves room for {} text \
+                 connections; past them a client gets ERR BUSY too few descriptors left",
+                1024 - 256 - open
+            )
+            .as_str()
+        )
+    );
+    assert_eq!(router.terminate(Duration::from_secs(20)).and_then(|s| s.code()), Some(0));
+}
