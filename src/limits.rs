@@ -542,6 +542,10 @@ pub const CLIENT_MAX_STASHED_ANSWERS: usize = 65_536;
 /// Longest line the text client reads from a server: the server's default
 /// line limit plus `WANT? ` and the LF.
 pub const TEXT_CLIENT_MAX_LINE_BYTES: u64 = TEXT_MAX_LINE_BYTES as u64 + 64;
+/// Lines the text client reads, once a write found the connection closed
+/// by the server, looking for the `ERR` that says why (`ERR BUSY`): the
+/// server's last words are at most its answers to the commands it had read.
+pub const TEXT_CLIENT_LINES_AFTER_CLOSE: usize = 1_024;
 
 // ZeroMQ LINGER (ms, as `set_linger` takes it): how long a closed socket
 // keeps trying to deliver what it still queues. The router's own sockets

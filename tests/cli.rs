@@ -592,3 +592,31 @@ fn text_connections_the_limit_cannot_hold_are_a_warning_at_start() {
     );
     assert_eq!(router.terminate(Duration::from_secs(20)).and_then(|s| s.code()), Some(0));
 }
+
+#[test]
+fn sched_and_ask_refused_for_too_many_connections_say_so() {
+    let _w = watchdog::Watchdog::new("cli-busy", 60);
+    let dir = TestDir::new("cli-busy");
+    let text_addr = format!("127.0.0.1:{}", free_port());
+    let mut cmd = router_under_fds(4096, &text_addr, &["--text-max-connections", "1", "--durability", "memory"]);
+    let router = Child::spawn("router", &mut cmd, &dir.join("router.log"));
+    let up = wait::until_ok(Duration::from_secs(20), || {
+        TextClient::connect(text_addr.as_str(), Duration::from_secs(5)).map_err(|e| e.to_string())
+    });
+    let mut held = up.unwrap_or_else(|e| panic!("{e}\n{}", router.log_tail(20)));
+    assert_eq!(held.ask("default").expect("the one connection"), None);
+    let cli = |args: &[&str]| {
+        let out = bin("emq-cli").args(["--text", &text_addr]).args(args).output().expect("runs");
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let busy = (Some(1), String::new(), "emq-cli: server error BUSY: too many connections\n".to_string());
+    for args in
+        [&["sched", "hi"][..], &["sched", "hi", "--queue", "email"], &["ask"], &["ask", "--dcl"], &["ask", "--del"]]
+    {
+        // Several times: the refusal races the client's writes differently each time.
+        for _ in 0..5 {
+            assert_eq!(cli(args), busy, "{args:?}");
+        }
+    }
+    held.end().expect("held connection ends cleanly");
+}
