@@ -593,6 +593,47 @@ fn text_connections_the_limit_cannot_hold_are_a_warning_at_start() {
     assert_eq!(router.terminate(Duration::from_secs(20)).and_then(|s| s.code()), Some(0));
 }
 
+/// The router's `emq::router::control` lines after their prefix.
+fn control_lines(log: &str) -> Vec<&str> {
+    log.lines().filter_map(|l| l.split_once("emq::router::control: ")).map(|(_, rest)| rest).collect()
+}
+
+#[test]
+fn a_drain_timeout_warns_only_when_something_remains() {
+    let _w = watchdog::Watchdog::new("drain-warn", 60);
+    let dir = TestDir::new("drain-warn");
+    for jobs in [0, 1] {
+        let text_addr = format!("127.0.0.1:{}", free_port());
+        let mut cmd = router_under_fds(4096, &text_addr, &["--drain-timeout", "0s", "--durability", "memory"]);
+        let log = dir.join(&format!("router-{jobs}.log"));
+        let mut router = Child::spawn("router", &mut cmd, &log);
+        let up = wait::until_ok(Duration::from_secs(20), || {
+            TextClient::connect(text_addr.as_str(), Duration::from_secs(5)).map_err(|e| e.to_string())
+        });
+        let mut client = up.unwrap_or_else(|e| panic!("{e}\n{}", router.log_tail(20)));
+        for _ in 0..jobs {
+            client.sched(b"left", None).expect("sched");
+        }
+        client.end().expect("accepted");
+        assert_eq!(router.terminate(Duration::from_secs(20)).and_then(|s| s.code()), Some(0));
+        let log = router.log_text();
+        let want = match jobs {
+            0 => vec![
+                "draining: new work is refused reason=Requested",
+                "drained: nothing queued or in flight",
+                "emq-router stopped",
+            ],
+            _ => vec![
+                "draining: new work is refused reason=Requested",
+                "drain timeout: jobs remain (each shard logs them: kept in the write-ahead log, or listed with \
+                 durability \"memory\") pending=1 shards_not_answering=0",
+                "emq-router stopped",
+            ],
+        };
+        assert_eq!(control_lines(&log), want, "{log}");
+    }
+}
+
 #[test]
 fn sched_and_ask_refused_for_too_many_connections_say_so() {
     let _w = watchdog::Watchdog::new("cli-busy", 60);
