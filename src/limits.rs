@@ -408,6 +408,20 @@ pub const DATA_DIR_LOCK_RETRY: Duration = Duration::from_millis(50);
 /// (malformed frames, refusals); past it lines are counted and reported as
 /// `suppressed = N` on the next line let through.
 pub const LOG_BURST: u64 = 10;
+/// Frames of one message shown in a log line
+/// ([`ShowFrames`](crate::protocol::emqp::ShowFrames)); the rest are
+/// counted (`…(+N frames)`). An eMQP command has at most 8 frames, so every
+/// well-formed message shows whole; a peer sending 100,000 frames cannot
+/// make one log line list them all.
+pub const LOG_FRAMES_SHOWN: usize = 16;
+/// Bytes of one frame shown in a log line (and of a command word or peer
+/// type quoted in a decoding error); the rest are counted (`…(+N)`).
+/// With [`LOG_FRAMES_SHOWN`] a line lists at most 1 KiB of a peer's bytes
+/// (4 KiB escaped).
+pub const LOG_FRAME_BYTES: usize = 64;
+/// Bytes of a reason text shown in a log line when it may quote a peer's
+/// input ([`ShowText`](crate::logging::ShowText)); the rest are counted.
+pub const LOG_TEXT_BYTES: usize = 256;
 /// Period of the latency reporter's log line.
 pub const LATENCY_REPORT_INTERVAL: Duration = Duration::from_secs(60);
 /// Largest latency an HdrHistogram records (1 hour, in microseconds).
@@ -544,6 +558,10 @@ pub const CLIENT_MAX_STASHED_ANSWERS: usize = 65_536;
 /// Longest line the text client reads from a server: the server's default
 /// line limit plus `WANT? ` and the LF.
 pub const TEXT_CLIENT_MAX_LINE_BYTES: u64 = TEXT_MAX_LINE_BYTES as u64 + 64;
+/// Lines the text client reads, once a write found the connection closed
+/// by the server, looking for the `ERR` that says why (`ERR BUSY`): the
+/// server's last words are at most its answers to the commands it had read.
+pub const TEXT_CLIENT_LINES_AFTER_CLOSE: usize = 1_024;
 
 // ZeroMQ LINGER (ms, as `set_linger` takes it): how long a closed socket
 // keeps trying to deliver what it still queues. The router's own sockets

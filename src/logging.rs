@@ -145,6 +145,28 @@ impl RateLimit {
     }
 }
 
+/// Text shown in a log line, cut at [`limits::LOG_TEXT_BYTES`](crate::limits::LOG_TEXT_BYTES)
+/// (at a character boundary; the bytes left out counted: `…(+N)`): for
+/// messages that may quote a peer's input (a refusal's reason naming the
+/// cron expression it could not read), so one line stays short whatever the
+/// peer sent.
+pub struct ShowText<'a>(pub &'a str);
+
+impl std::fmt::Display for ShowText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.0;
+        let mut end = text.len().min(crate::limits::LOG_TEXT_BYTES);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        f.write_str(&text[..end])?;
+        if end < text.len() {
+            write!(f, "…(+{})", text.len() - end)?;
+        }
+        Ok(())
+    }
+}
+
 /// A `tracing` event at `level` (`warn`, `info`, …) limited per call site by
 /// a [`RateLimit`]; the event carries `suppressed = N`, the events dropped
 /// since the last one logged here.
@@ -164,7 +186,16 @@ macro_rules! log_limited {
 
 #[cfg(test)]
 mod tests {
-    use super::RateLimit;
+    use super::{RateLimit, ShowText};
+
+    #[test]
+    fn shown_text_is_cut_at_a_character_boundary() {
+        assert_eq!(ShowText("short").to_string(), "short");
+        let long = format!("{}é{}", "a".repeat(255), "b".repeat(10_000));
+        assert_eq!(ShowText(&long).to_string(), format!("{}…(+10002)", "a".repeat(255)));
+        let exact = "c".repeat(256);
+        assert_eq!(ShowText(&exact).to_string(), exact);
+    }
 
     #[test]
     fn peer_bytes_in_fields_and_messages_cannot_forge_lines_or_reach_the_terminal() {

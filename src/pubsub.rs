@@ -122,11 +122,17 @@ impl PubSub {
             Ok(Command::Publish { topic, message }) if topic.len() + message.len() > self.max_message_bytes => {
                 self.stats.too_big += 1;
                 let (bytes, max) = (topic.len() + message.len(), self.max_message_bytes);
-                tracing::warn!(bytes, max, total = self.stats.too_big, "PUBLISH over pubsub_max_message_bytes dropped");
+                crate::log_limited!(
+                    warn,
+                    bytes,
+                    max,
+                    total = self.stats.too_big,
+                    "PUBLISH over pubsub_max_message_bytes dropped"
+                );
             }
             Ok(Command::Publish { topic, message }) => {
                 if let Err(e) = self.outgoing.send_multipart([topic, message], zmq::DONTWAIT) {
-                    tracing::warn!(error = %e, "PUB send failed");
+                    crate::log_limited!(warn, error = %e, "PUB send failed");
                 } else {
                     self.stats.published += 1;
                 }
@@ -142,10 +148,16 @@ impl PubSub {
     /// `frames` count, the frames shown (`content`) and the frame numbers
     /// and count in `why` (the decoder's "frame 2: …", "message has 3
     /// frame(s)") all count the same frames.
+    ///
+    /// As the router's: at most [`crate::limits::LOG_BURST`] lines a second
+    /// (the next line let through says how many were `suppressed`), and
+    /// [`ShowFrames`] shows at most 16 frames of 64 bytes, so a flood of
+    /// malformed or huge messages cannot flood the log.
     fn malformed(&mut self, peer: &[u8], sent: &[Vec<u8>], why: &str) {
         self.stats.malformed += 1;
+        // A ZeroMQ identity is at most 255 bytes: shown whole.
         let (peer, count, total) = (peer.escape_ascii(), sent.len(), self.stats.malformed);
-        tracing::warn!(%peer, why, frames = count, content = %ShowFrames(sent), total, "malformed input dropped");
+        crate::log_limited!(warn, %peer, why, frames = count, content = %ShowFrames(sent), total, "malformed input dropped");
     }
 }
 
@@ -157,28 +169,94 @@ mod tests {
         parts.iter().map(|p| p.to_vec()).collect()
     }
 
+    /// Seconds since the Unix epoch: the rate limit's windows.
+    fn now_secs() -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_secs()
+    }
+
+    /// Sleeps into the next second (5 ms past its start); returns it.
+    fn next_second() -> u64 {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970");
+        let left = std::time::Duration::from_secs(1) - std::time::Duration::from_nanos(u64::from(now.subsec_nanos()));
+        std::thread::sleep(left + std::time::Duration::from_millis(5));
+        now.as_secs() + 1
+    }
+
+    /// The fields of each captured line, after the message.
+    fn fields(log: &str) -> Vec<&str> {
+        log.lines().map(|l| l.split_once("malformed input dropped ").map_or(l, |(_, f)| f)).collect()
+    }
+
     #[test]
-    fn malformed_input_is_logged_with_the_frames_the_publisher_sent() {
+    fn malformed_input_is_logged_with_the_frames_the_publisher_sent_at_most_ten_lines_a_second() {
         let mut device = PubSub::bind("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", 10, 1024).expect("binds");
+        // The black-box tester's flood: messages of 100,000 one-byte frames
+        // (10 MB of log for 20 of them before), then many small ones.
+        let huge: Vec<Vec<u8>> = std::iter::once(b"big".to_vec()).chain((0..100_000).map(|_| b"x".to_vec())).collect();
+        let small = frames(&[b"small", b"", b"x"]);
+        // The limit is one per call site, counted in wall-clock seconds:
+        // everything below must happen within one second, tried again on a
+        // machine so slow it did not.
+        let (log, base) = loop {
+            next_second();
+            device.handle(&small); // reports what an earlier try left suppressed
+            let base = device.stats().malformed;
+            let ((start, end), log) = crate::logging::capture("warn", || {
+                let start = next_second();
+                // A PUBLISH without its message: 5 frames sent, 6 received.
+                device.handle(&frames(&[b"pub-1", b"", b"eMQP/1.0", b"PUBLISH", b"m1", b"topic"]));
+                // Another command: 4 frames sent.
+                device.handle(&frames(&[b"pub-2", b"", b"eMQP/1.0", b"READY", b"m2"]));
+                // Too short for eMQP: 2 frames sent.
+                device.handle(&frames(&[b"pub-3", b"", b"x"]));
+                for _ in 0..20 {
+                    device.handle(&huge);
+                }
+                for _ in 0..1_000 {
+                    device.handle(&small);
+                }
+                (start, now_secs())
+            });
+            if start == end {
+                break (log, base);
+            }
+        };
+        let xs = vec![r#""x""#; 16].join(", ");
+        let mut want = vec![
+            format!(
+                r#"suppressed=0 peer=pub-1 why="frame 5: PUBLISH needs the message (message has 5 frames)" frames=5 content=["", "eMQP/1.0", "PUBLISH", "m1", "topic"] total={}"#,
+                base + 1
+            ),
+            format!(
+                r#"suppressed=0 peer=pub-2 why="frame 2: command READY is not accepted on the pubsub socket" frames=4 content=["", "eMQP/1.0", "READY", "m2"] total={}"#,
+                base + 2
+            ),
+            format!(
+                r#"suppressed=0 peer=pub-3 why="message has 2 frame(s); eMQP needs at least 4 (empty, version, command, msgid)" frames=2 content=["", "x"] total={}"#,
+                base + 3
+            ),
+        ];
+        // Ten lines a second (limits::LOG_BURST), 16 frames each at most.
+        want.extend((4..=10).map(|n| {
+            format!(
+                r#"suppressed=0 peer=big why="frame 2: unknown command \"x\"" frames=100000 content=[{xs}, …(+99984 frames)] total={}"#,
+                base + n
+            )
+        }));
+        assert_eq!(fields(&log), want, "{log}");
+        assert!(log.len() < 4096, "{} bytes of log for 1,023 malformed messages", log.len());
+        // The next second's first line counts the 1,013 left out.
         let ((), log) = crate::logging::capture("warn", || {
-            // A PUBLISH without its message: 5 frames sent, 6 received.
-            device.handle(&frames(&[b"pub-1", b"", b"eMQP/1.0", b"PUBLISH", b"m1", b"topic"]));
-            // Another command: 4 frames sent.
-            device.handle(&frames(&[b"pub-2", b"", b"eMQP/1.0", b"READY", b"m2"]));
-            // Too short for eMQP: 2 frames sent.
-            device.handle(&frames(&[b"pub-3", b"", b"x"]));
+            next_second();
+            device.handle(&small);
         });
-        let lines: Vec<&str> =
-            log.lines().map(|l| l.split_once("malformed input dropped ").map_or(l, |(_, f)| f)).collect();
         assert_eq!(
-            lines,
-            [
-                r#"peer=pub-1 why="frame 5: PUBLISH needs the message (message has 5 frames)" frames=5 content=["", "eMQP/1.0", "PUBLISH", "m1", "topic"] total=1"#,
-                r#"peer=pub-2 why="frame 2: command READY is not accepted on the pubsub socket" frames=4 content=["", "eMQP/1.0", "READY", "m2"] total=2"#,
-                r#"peer=pub-3 why="message has 2 frame(s); eMQP needs at least 4 (empty, version, command, msgid)" frames=2 content=["", "x"] total=3"#,
-            ],
-            "{log}"
+            fields(&log),
+            [format!(
+                r#"suppressed=1013 peer=small why="message has 2 frame(s); eMQP needs at least 4 (empty, version, command, msgid)" frames=2 content=["", "x"] total={}"#,
+                base + 1_024
+            )]
         );
-        assert_eq!(device.stats(), PubSubStats { published: 0, malformed: 3, too_big: 0 });
+        assert_eq!(device.stats(), PubSubStats { published: 0, malformed: base + 1_024, too_big: 0 });
     }
 }

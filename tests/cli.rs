@@ -485,6 +485,183 @@ fn refusals_are_one_line_on_stderr_and_exit_1() {
     );
 }
 
+/// `emq-router` on free ports (text on `text_addr`, metrics off) with its
+/// descriptor limit, soft and hard, at `fds` (`ulimit -n fds`), and `args`.
+fn router_under_fds(fds: u64, text_addr: &str, args: &[&str]) -> Command {
+    use std::os::unix::process::CommandExt;
+    let (fe, be, ad) = (zmq_endpoint(free_port()), zmq_endpoint(free_port()), zmq_endpoint(free_port()));
+    let mut cmd = bin("emq-router");
+    cmd.args(["--frontend", &fe, "--backend", &be, "--admin", &ad, "--text", text_addr, "--metrics", "off"]);
+    cmd.args(args);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs in pre_exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit { rlim_cur: fds, rlim_max: fds };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+#[test]
+fn a_text_descriptor_reserve_the_limit_cannot_hold_is_refused_at_start() {
+    let _w = watchdog::Watchdog::new("text-reserve", 60);
+    let dir = TestDir::new("text-reserve");
+    let text_addr = format!("127.0.0.1:{}", free_port());
+    // Not below the limit at all: refused before anything starts.
+    refused(
+        &mut router_under_fds(1024, &text_addr, &["--text-reserved-fds", "30000"]),
+        "emq-router: setting text_reserved_fds: 30000 is not below the descriptor limit (RLIMIT_NOFILE, hard) of \
+         1024: every text connection would get ERR BUSY too few descriptors left; lower it or raise the limit \
+         (ulimit -n), or turn the text port off (text = \"off\")",
+    );
+    refused(
+        &mut router_under_fds(1024, &text_addr, &["--text-reserved-fds", "1024"]),
+        "emq-router: setting text_reserved_fds: 1024 is not below the descriptor limit (RLIMIT_NOFILE, hard) of \
+         1024: every text connection would get ERR BUSY too few descriptors left; lower it or raise the limit \
+         (ulimit -n), or turn the text port off (text = \"off\")",
+    );
+    // Below it, but leaving nothing once the router's own are open: found
+    // at start, after the log lines of the start so far.
+    let (status, out, err) = crate::common::proc::run(
+        "router-reserve",
+        &mut router_under_fds(1024, &text_addr, &["--text-reserved-fds", "1020"]),
+        &dir.path,
+        Duration::from_secs(30),
+    );
+    let last = err.lines().last().unwrap_or("");
+    let open: u64 = last
+        .split(" and ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!((4..=1024).contains(&open), "{err}");
+    assert_eq!(
+        (status.and_then(|s| s.code()), out.as_str(), last),
+        (
+            Some(1),
+            "",
+            format!(
+                "emq-router: cannot start: setting text_reserved_fds: 1020 leaves no descriptor for text \
+                 connections: the descriptor limit (RLIMIT_NOFILE) is 1024 and {open} are open at start, so every \
+                 text connection would get ERR BUSY too few descriptors left; lower text_reserved_fds or raise the \
+                 limit (ulimit -n)"
+            )
+            .as_str()
+        )
+    );
+    assert!(!err.contains("text protocol listening"), "{err}");
+}
+
+#[test]
+fn text_connections_the_limit_cannot_hold_are_a_warning_at_start() {
+    let _w = watchdog::Watchdog::new("text-room", 60);
+    let dir = TestDir::new("text-room");
+    let text_addr = format!("127.0.0.1:{}", free_port());
+    let mut cmd =
+        router_under_fds(1024, &text_addr, &["--text-reserved-fds", "256", "--text-max-connections", "10000"]);
+    let mut router = Child::spawn("router", &mut cmd, &dir.join("router.log"));
+    let port = text_addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port");
+    assert!(
+        wait::until(Duration::from_secs(20), || crate::common::ports::is_listening(port)),
+        "{}",
+        router.log_tail(20)
+    );
+    let log = router.log_text();
+    let warning = log.lines().find_map(|l| l.split_once("WARN main emq::router: ")).map(|(_, w)| w);
+    let open: u64 = warning
+        .and_then(|w| w.split("and the ").nth(1))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(
+        warning,
+        Some(
+            format!(
+                "text_max_connections (10000) cannot all be open: the descriptor limit (RLIMIT_NOFILE) of 1024, \
+                 less text_reserved_fds (256) and the {open} descriptors open at start, leaves room for {} text \
+                 connections; past them a client gets ERR BUSY too few descriptors left",
+                1024 - 256 - open
+            )
+            .as_str()
+        )
+    );
+    assert_eq!(router.terminate(Duration::from_secs(20)).and_then(|s| s.code()), Some(0));
+}
+
+/// The router's `emq::router::control` lines after their prefix.
+fn control_lines(log: &str) -> Vec<&str> {
+    log.lines().filter_map(|l| l.split_once("emq::router::control: ")).map(|(_, rest)| rest).collect()
+}
+
+#[test]
+fn a_drain_timeout_warns_only_when_something_remains() {
+    let _w = watchdog::Watchdog::new("drain-warn", 60);
+    let dir = TestDir::new("drain-warn");
+    for jobs in [0, 1] {
+        let text_addr = format!("127.0.0.1:{}", free_port());
+        let mut cmd = router_under_fds(4096, &text_addr, &["--drain-timeout", "0s", "--durability", "memory"]);
+        let log = dir.join(&format!("router-{jobs}.log"));
+        let mut router = Child::spawn("router", &mut cmd, &log);
+        let up = wait::until_ok(Duration::from_secs(20), || {
+            TextClient::connect(text_addr.as_str(), Duration::from_secs(5)).map_err(|e| e.to_string())
+        });
+        let mut client = up.unwrap_or_else(|e| panic!("{e}\n{}", router.log_tail(20)));
+        for _ in 0..jobs {
+            client.sched(b"left", None).expect("sched");
+        }
+        client.end().expect("accepted");
+        assert_eq!(router.terminate(Duration::from_secs(20)).and_then(|s| s.code()), Some(0));
+        let log = router.log_text();
+        let want = match jobs {
+            0 => vec![
+                "draining: new work is refused reason=Requested",
+                "drained: nothing queued or in flight",
+                "emq-router stopped",
+            ],
+            _ => vec![
+                "draining: new work is refused reason=Requested",
+                "drain timeout: jobs remain (each shard logs them: kept in the write-ahead log, or listed with \
+                 durability \"memory\") pending=1 shards_not_answering=0",
+                "emq-router stopped",
+            ],
+        };
+        assert_eq!(control_lines(&log), want, "{log}");
+    }
+}
+
+#[test]
+fn sched_and_ask_refused_for_too_many_connections_say_so() {
+    let _w = watchdog::Watchdog::new("cli-busy", 60);
+    let dir = TestDir::new("cli-busy");
+    let text_addr = format!("127.0.0.1:{}", free_port());
+    let mut cmd = router_under_fds(4096, &text_addr, &["--text-max-connections", "1", "--durability", "memory"]);
+    let router = Child::spawn("router", &mut cmd, &dir.join("router.log"));
+    let up = wait::until_ok(Duration::from_secs(20), || {
+        TextClient::connect(text_addr.as_str(), Duration::from_secs(5)).map_err(|e| e.to_string())
+    });
+    let mut held = up.unwrap_or_else(|e| panic!("{e}\n{}", router.log_tail(20)));
+    assert_eq!(held.ask("default").expect("the one connection"), None);
+    let cli = |args: &[&str]| {
+        let out = bin("emq-cli").args(["--text", &text_addr]).args(args).output().expect("runs");
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let busy = (Some(1), String::new(), "emq-cli: server error BUSY: too many connections\n".to_string());
+    for args in
+        [&["sched", "hi"][..], &["sched", "hi", "--queue", "email"], &["ask"], &["ask", "--dcl"], &["ask", "--del"]]
+    {
+        // Several times: the refusal races the client's writes differently each time.
+        for _ in 0..5 {
+            assert_eq!(cli(args), busy, "{args:?}");
+        }
+    }
+    held.end().expect("held connection ends cleanly");
+}
+
 #[test]
 fn peer_chosen_bytes_cannot_forge_router_log_lines_or_reach_the_terminal() {
     let (_w, _dir, router, _text) = start_router("log-injection");

@@ -21,6 +21,20 @@
 //!
 //! The barrier costs one line per reading call that follows write-only
 //! commands, and counts as one `BAD_FORMAT` in the server's STATUS.
+//!
+//! # A connection the server closed
+//!
+//! The server refuses a connection it cannot take (`text_max_connections`,
+//! the descriptor reserve) with one `ERR BUSY <why>` line, then closes it.
+//! A write to it succeeds once (the server's host answers it with a reset)
+//! and fails after (`EPIPE`, `ECONNRESET`), so the call that fails may be
+//! any of them, before anything was read. Every call therefore reads, when
+//! its write fails so, what the server wrote before closing: `ERR BUSY`
+//! comes back as [`TextClientError::Server`], whatever the call; `ERR`
+//! lines for earlier write-only commands as [`TextClientError::Deferred`];
+//! only when the server wrote neither is the I/O error returned. A call
+//! that reads (`ask`, `sync`, `end`) and meets `ERR BUSY` returns it as
+//! `Server` too.
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -139,7 +153,9 @@ impl TextClient {
     ///
     /// # Errors
     /// [`TextClientError::Encode`] for empty data, data with an LF, or an
-    /// invalid queue name (nothing is sent); I/O errors.
+    /// invalid queue name (nothing is sent); I/O errors; when the server
+    /// closed the connection, what it said before (`Server` for `ERR BUSY`;
+    /// see the module docs).
     pub fn sched(&mut self, data: &[u8], queue: Option<&str>) -> Result<(), TextClientError> {
         self.pipeline_sched([(data, queue)])
     }
@@ -215,7 +231,8 @@ impl TextClient {
     /// Sends `ACK` (write only).
     ///
     /// # Errors
-    /// I/O errors.
+    /// I/O errors; when the server closed the connection, what it said
+    /// before (`Server` for `ERR BUSY`; see the module docs).
     pub fn ack(&mut self) -> Result<(), TextClientError> {
         self.send(TextCommand::Ack)
     }
@@ -223,7 +240,8 @@ impl TextClient {
     /// Sends `DCL` (write only).
     ///
     /// # Errors
-    /// I/O errors.
+    /// I/O errors; when the server closed the connection, what it said
+    /// before (`Server` for `ERR BUSY`; see the module docs).
     pub fn dcl(&mut self) -> Result<(), TextClientError> {
         self.send(TextCommand::Dcl)
     }
@@ -231,7 +249,8 @@ impl TextClient {
     /// Sends `DEL` (write only).
     ///
     /// # Errors
-    /// I/O errors.
+    /// I/O errors; when the server closed the connection, what it said
+    /// before (`Server` for `ERR BUSY`; see the module docs).
     pub fn del(&mut self) -> Result<(), TextClientError> {
         self.send(TextCommand::Del)
     }
@@ -254,13 +273,17 @@ impl TextClient {
     /// Sends `END` and reads until the server closes the connection.
     ///
     /// # Errors
-    /// [`TextClientError::Deferred`] as [`TextClient::sync`]; I/O errors.
+    /// [`TextClientError::Deferred`] as [`TextClient::sync`]; `Server` for
+    /// `ERR BUSY` (a connection the server refused); I/O errors.
     pub fn end(mut self) -> Result<(), TextClientError> {
         self.out.clear();
         self.out.extend_from_slice(b"END\n");
         self.write_out(false)?;
         loop {
             match self.read_server_line() {
+                Ok(ServerLine::Err { code: ErrorCode::Busy, text }) => {
+                    return Err(TextClientError::Server { code: ErrorCode::Busy, text })
+                }
                 Ok(ServerLine::Err { code, text }) => self.deferred.push(ServerError { code, text }),
                 Ok(other) => return Err(TextClientError::Protocol(format!("unexpected {other:?} after END"))),
                 Err(TextClientError::Closed) => return self.deferred_result(),
@@ -289,9 +312,42 @@ impl TextClient {
     }
 
     fn write_out(&mut self, write_only: bool) -> Result<(), TextClientError> {
-        self.writer.write_all(&self.out)?;
+        if let Err(e) = self.writer.write_all(&self.out) {
+            return Err(self.closed_by_server(e));
+        }
         self.unsynced |= write_only;
         Ok(())
+    }
+
+    /// The error of a failed write: when the server closed the connection
+    /// (`EPIPE`, `ECONNRESET`), what it wrote before closing, read to the
+    /// end (at most [`limits::TEXT_CLIENT_LINES_AFTER_CLOSE`] lines, each
+    /// read within the client's timeout): its `ERR BUSY` as
+    /// [`TextClientError::Server`], else its `ERR` lines for earlier
+    /// write-only commands as [`TextClientError::Deferred`], else `e`.
+    fn closed_by_server(&mut self, e: io::Error) -> TextClientError {
+        use io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+        if !matches!(e.kind(), BrokenPipe | ConnectionReset | ConnectionAborted) {
+            return e.into();
+        }
+        for _ in 0..limits::TEXT_CLIENT_LINES_AFTER_CLOSE {
+            match self.read_server_line() {
+                Ok(ServerLine::Err { code: ErrorCode::Busy, text }) => {
+                    return TextClientError::Server { code: ErrorCode::Busy, text }
+                }
+                // The barrier's answer (the client sends no other bad line).
+                Ok(ServerLine::Err { code: ErrorCode::BadFormat, .. }) => {}
+                Ok(ServerLine::Err { code, text }) => self.deferred.push(ServerError { code, text }),
+                // An answer nobody waits for any more; read on.
+                Ok(ServerLine::Want(_) | ServerLine::Nope) => {}
+                Err(_) => break,
+            }
+        }
+        if self.deferred.is_empty() {
+            e.into()
+        } else {
+            TextClientError::Deferred(self.take_deferred())
+        }
     }
 
     /// Reads lines up to the barrier's `ERR BAD_FORMAT`, deferring the

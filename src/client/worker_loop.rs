@@ -282,7 +282,7 @@ impl Loop {
             Ok(()) => true,
             Err(e) => {
                 self.p.counters.send_failed.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(error = %e, frames = %ShowFrames(&frames), "send failed");
+                crate::log_limited!(warn, error = %e, frames = %ShowFrames(&frames), "send failed");
                 false
             }
         }
@@ -313,7 +313,7 @@ impl Loop {
                 Ok(msg) => self.handle(msg)?,
                 Err(e) => {
                     self.p.counters.malformed.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(error = %e, frames = %ShowFrames(&frames), "malformed message from router dropped");
+                    crate::log_limited!(warn, error = %e, frames = %ShowFrames(&frames), "malformed message from router dropped");
                 }
             }
         }
@@ -336,7 +336,7 @@ impl Loop {
             }
             Command::Error { code, text, .. } => {
                 let (code, text) = (String::from_utf8_lossy(&code), String::from_utf8_lossy(&text));
-                tracing::error!(%code, %text, "router refused a message");
+                crate::log_limited!(error, %code, %text, "router refused a message");
             }
             _ => {}
         }
@@ -356,7 +356,11 @@ impl Loop {
     fn handle_request(&mut self, job: Job) {
         self.busy += 1;
         if self.busy > self.p.config.concurrency {
-            tracing::warn!(busy = self.busy, "router sent more jobs than READYs; job waits for a free thread");
+            crate::log_limited!(
+                warn,
+                busy = self.busy,
+                "router sent more jobs than READYs; job waits for a free thread"
+            );
         }
         let epoch = self.epoch;
         let key = (epoch, job.msgid.clone());

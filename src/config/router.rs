@@ -356,6 +356,24 @@ impl RawRouterConfig {
                 ),
             });
         }
+        // The router raises its soft descriptor limit to the hard one; a
+        // reserve that is not below it refuses every text connection
+        // (the descriptors the router itself holds are checked at start:
+        // `text::fds::check_text_reserve`).
+        let hard = crate::text::fds::hard_nofile_limit();
+        if let (Some(_), Ok(hard)) = (config.text_addr, hard) {
+            if config.text.reserved_fds as u64 >= hard {
+                return Err(ConfigError::Invalid {
+                    name: "text_reserved_fds",
+                    why: format!(
+                        "{} is not below the descriptor limit (RLIMIT_NOFILE, hard) of {hard}: every text \
+                         connection would get ERR BUSY too few descriptors left; lower it or raise the limit \
+                         (ulimit -n), or turn the text port off (text = \"off\")",
+                        config.text.reserved_fds
+                    ),
+                });
+            }
+        }
         let (interval, timeout) = (config.heartbeat_interval, config.heartbeat_timeout);
         if interval.is_zero() || timeout <= interval {
             return Err(ConfigError::Invalid {
@@ -810,6 +828,25 @@ mod tests {
         assert_eq!((c.backend_addr.as_str(), log.as_str()), ("tcp://127.0.0.1:2", ""));
         let c = env(&[("EMQ_ADMIN_ADDR", "tcp://127.0.0.1:3")]).validate().unwrap();
         assert_eq!(c.admin_addr, "tcp://127.0.0.1:3");
+    }
+
+    #[test]
+    fn a_text_reserve_not_below_the_descriptor_limit_is_refused() {
+        let hard = crate::text::fds::hard_nofile_limit().unwrap();
+        let Ok(reserve) = usize::try_from(hard) else { return };
+        let raw = RawRouterConfig { text_reserved_fds: Some(reserve), ..Default::default() };
+        assert_eq!(
+            raw.validate().unwrap_err().to_string(),
+            format!(
+                "setting text_reserved_fds: {hard} is not below the descriptor limit (RLIMIT_NOFILE, hard) of \
+                 {hard}: every text connection would get ERR BUSY too few descriptors left; lower it or raise \
+                 the limit (ulimit -n), or turn the text port off (text = \"off\")"
+            )
+        );
+        let raw = RawRouterConfig { text_reserved_fds: Some(reserve - 1), ..Default::default() };
+        assert_eq!(raw.validate().unwrap().text.reserved_fds, reserve - 1, "the rest is checked at start");
+        let raw = RawRouterConfig { text_reserved_fds: Some(reserve), text: Some("off".into()), ..Default::default() };
+        assert_eq!(raw.validate().unwrap().text_addr, None, "no text port: no reserve to check");
     }
 
     #[test]

@@ -351,8 +351,17 @@ pub enum DecodeError {
     BadPeerType(String),
 }
 
+/// A peer's frame as text for an error: lossy UTF-8, cut at
+/// [`limits::LOG_FRAME_BYTES`](crate::limits::LOG_FRAME_BYTES) with the
+/// bytes left out counted, so an error's text (logged, sometimes sent back)
+/// stays short whatever the peer sent.
 fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+    let max = crate::limits::LOG_FRAME_BYTES;
+    let mut text = String::from_utf8_lossy(&b[..b.len().min(max)]).into_owned();
+    if b.len() > max {
+        text.push_str(&format!("…(+{})", b.len() - max));
+    }
+    text
 }
 
 /// Decodes frames read from `socket`.
@@ -633,23 +642,43 @@ pub fn heartbeat_timestamp() -> Frame {
     format!("{}.{:06}", now.as_secs(), now.subsec_micros()).into_bytes()
 }
 
+/// One frame shown for logs as [`ShowFrames`] shows each: quoted, hex
+/// escapes where not printable ASCII, cut at
+/// [`limits::LOG_FRAME_BYTES`](crate::limits::LOG_FRAME_BYTES) (the rest
+/// counted: `…(+N)`).
+pub struct ShowFrame<'a>(pub &'a [u8]);
+
+impl fmt::Display for ShowFrame<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (b, max) = (self.0, crate::limits::LOG_FRAME_BYTES);
+        write!(f, "\"{}\"", b[..b.len().min(max)].escape_ascii())?;
+        if b.len() > max {
+            write!(f, "…(+{})", b.len() - max)?;
+        }
+        Ok(())
+    }
+}
+
 /// Frames shown for logs: UTF-8 text where valid, hex escapes elsewhere,
-/// each frame cut at 64 bytes.
+/// at most [`limits::LOG_FRAMES_SHOWN`](crate::limits::LOG_FRAMES_SHOWN)
+/// frames (the rest counted: `…(+N frames)`), each cut at
+/// [`limits::LOG_FRAME_BYTES`](crate::limits::LOG_FRAME_BYTES) (the rest
+/// counted: `…(+N)`). Whatever a peer sends, the text is at most about
+/// 4.5 KiB, so every log line using it is bounded.
 pub struct ShowFrames<'a, F>(pub &'a [F]);
 
 impl<F: AsRef<[u8]>> fmt::Display for ShowFrames<'_, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let max_frames = crate::limits::LOG_FRAMES_SHOWN;
         f.write_str("[")?;
-        for (i, frame) in self.0.iter().enumerate() {
+        for (i, frame) in self.0.iter().take(max_frames).enumerate() {
             if i > 0 {
                 f.write_str(", ")?;
             }
-            let b = frame.as_ref();
-            let cut = &b[..b.len().min(64)];
-            write!(f, "\"{}\"", cut.escape_ascii())?;
-            if b.len() > 64 {
-                write!(f, "…(+{})", b.len() - 64)?;
-            }
+            write!(f, "{}", ShowFrame(frame.as_ref()))?;
+        }
+        if self.0.len() > max_frames {
+            write!(f, ", …(+{} frames)", self.0.len() - max_frames)?;
         }
         f.write_str("]")
     }
@@ -694,6 +723,33 @@ mod tests {
         assert_eq!(e, DecodeError::MissingFrame { command: "INFORM", index: 5, what: "the peer type", frames: 5 });
         assert!(e.to_string().starts_with("frame 5:"));
         assert_eq!(decode(&frames(&[b"", VERSION]), Socket::Backend), Err(DecodeError::TooShort { frames: 2 }));
+    }
+
+    #[test]
+    fn shown_frames_are_cut_in_number_and_in_bytes() {
+        let mut many: Vec<Frame> = (0..100_000).map(|i| vec![b'a' + (i % 26) as u8]).collect();
+        let shown = ShowFrames(&many).to_string();
+        assert_eq!(
+            shown,
+            r#"["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", …(+99984 frames)]"#
+        );
+        many.truncate(16);
+        assert!(!ShowFrames(&many).to_string().contains("…"), "16 frames show whole");
+        // The worst case: every byte escaped, every frame cut.
+        let wide = vec![vec![0xffu8; 100_000]; 20];
+        let shown = ShowFrames(&wide).to_string();
+        let frame = format!("\"{}\"…(+99936)", "\\xff".repeat(64));
+        assert_eq!(shown, format!("[{}, …(+4 frames)]", vec![frame; 16].join(", ")));
+        assert!(shown.len() < 4_700, "{} bytes", shown.len());
+    }
+
+    #[test]
+    fn decoding_errors_quote_at_most_64_bytes_of_a_frame() {
+        let word = vec![b'X'; 10_000];
+        let e = decode(&[&b""[..], VERSION, &word, b"m"], Socket::Frontend).unwrap_err();
+        assert_eq!(e.to_string(), format!("frame 2: unknown command \"{}…(+9936)\"", "X".repeat(64)));
+        let e = decode(&[&b""[..], VERSION, b"INFORM", b"m", b"[]", &word], Socket::Backend).unwrap_err();
+        assert_eq!(e, DecodeError::BadPeerType(format!("{}…(+9936)", "X".repeat(64))));
     }
 
     #[test]

@@ -55,6 +55,11 @@ pub(super) fn run(stop_rx: Receiver<StopReason>, broker: Broker, threads: Thread
 /// Waits until nothing is queued, offered or in flight, or the drain timeout.
 /// A shard too busy to answer within [`crate::limits::SHARD_ANSWER_TIMEOUT`]
 /// counts as not drained (it may hold anything).
+///
+/// Warns only when something remains: at the timeout, an empty reading
+/// gets its confirming second one (one [`crate::limits::DRAIN_POLL_INTERVAL`]
+/// later) first, so an empty router stopped with `drain_timeout = "0s"`
+/// logs "drained", not a timeout with `pending=0`.
 fn drain(broker: &Broker) {
     let deadline = Instant::now() + broker.ctx.config.drain_timeout;
     let mut zeros = 0;
@@ -71,7 +76,7 @@ fn drain(broker: &Broker) {
             tracing::info!("drained: nothing queued or in flight");
             return;
         }
-        if Instant::now() >= deadline {
+        if Instant::now() >= deadline && zeros == 0 {
             tracing::warn!(
                 pending,
                 shards_not_answering = asked.missing,

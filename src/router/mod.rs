@@ -51,6 +51,15 @@ pub enum StartError {
     /// directory, damaged log, file errors).
     #[error(transparent)]
     Wal(#[from] crate::wal::WalError),
+    /// Settings that cannot work on this machine, found at start (the
+    /// text front end's descriptor reserve against the descriptor limit).
+    #[error("setting {name}: {why}")]
+    Setting {
+        /// The setting's name as in the file.
+        name: &'static str,
+        /// What is wrong.
+        why: String,
+    },
     /// A thread could not be spawned, or the text listener not bound.
     #[error("{what}: {source}")]
     Io {
@@ -338,11 +347,30 @@ fn wal_status(config: &RouterConfig, logs: &[Arc<crate::wal::log::WalStats>]) ->
 }
 
 /// Starts the text front end over the shards, if configured, after raising
-/// the descriptor limit (each text connection is one descriptor).
+/// the descriptor limit (each text connection is one descriptor) and
+/// checking that `text_reserved_fds` leaves room for text connections
+/// ([`fds::check_text_reserve`]: none is an error, fewer than
+/// `text_max_connections` a warning). Runs after the eMQP sockets and the
+/// shards have opened their descriptors, so the count is the router's own.
 fn start_text(config: &RouterConfig, broker: &Broker) -> Result<Option<TextServer>, StartError> {
     let Some(addr) = config.text_addr else { return Ok(None) };
-    if let Err(e) = fds::raise_nofile_limit() {
+    let limit = fds::raise_nofile_limit().or_else(|e| {
         tracing::warn!(error = %e, "cannot raise the descriptor limit");
+        fds::nofile_limit()
+    });
+    let room = limit.and_then(|limit| {
+        Ok(fds::check_text_reserve(
+            config.text.reserved_fds,
+            config.text.max_connections,
+            limit,
+            fds::lowest_free(limit)?,
+        ))
+    });
+    match room {
+        Ok(Ok(None)) => {}
+        Ok(Ok(Some(warning))) => tracing::warn!("{warning}"),
+        Ok(Err(why)) => return Err(StartError::Setting { name: "text_reserved_fds", why }),
+        Err(e) => tracing::warn!(error = %e, "cannot count the descriptors open: text_reserved_fds not checked"),
     }
     let stats = Arc::new(TextStats::default());
     TextServer::start(addr, config.text.clone(), broker.shards.clone(), broker.ctx.inbox_load.clone(), stats)
@@ -403,7 +431,13 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let plan = pin_plan(&config);
     let shards = Shards::start(config.clone(), &egress_tx, plan.clone(), started, &mut starts)?;
     let broker = shards.broker.clone();
-    let text = start_text(&config, &broker)?;
+    let text = match start_text(&config, &broker) {
+        Ok(text) => text,
+        Err(e) => {
+            shards.stop();
+            return Err(e);
+        }
+    };
     let text_addr = text.as_ref().map(|t| t.local_addr());
     let text_stats = text.as_ref().map(|t| t.stats().clone());
     let (wal_config, inner_extra) = (config.clone(), extra);

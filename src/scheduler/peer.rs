@@ -43,7 +43,8 @@ use std::time::{Duration, Instant};
 use super::service::{Answer, Service};
 use super::timetable::{Fire, Now};
 use crate::limits;
-use crate::protocol::emqp::{self, Command, DecodeError, Frame, Message, PeerType, ShowFrames, Socket};
+use crate::logging::ShowText;
+use crate::protocol::emqp::{self, Command, DecodeError, Frame, Message, PeerType, ShowFrame, ShowFrames, Socket};
 use crate::protocol::headers;
 use crate::zmq_error::ZmqError;
 
@@ -207,7 +208,7 @@ impl Link {
     fn send_message(&self, msg: &Message) {
         if let Err(e) = self.socket.send_multipart(msg.encode(), zmq::DONTWAIT) {
             let word = String::from_utf8_lossy(msg.command.word()).into_owned();
-            tracing::warn!(command = %word, identity = %self.identity, error = %e, "send to router failed");
+            crate::log_limited!(warn, command = %word, identity = %self.identity, error = %e, "send to router failed");
         }
     }
 
@@ -322,7 +323,7 @@ impl Link {
     /// Logs an undecodable message; a SCHEDULE/UNSCHEDULE with missing
     /// frames also gets an ERROR back.
     fn reject_undecodable(&self, frames: &[Frame], e: &DecodeError) {
-        tracing::warn!(error = %e, frames = %ShowFrames(frames), "bad message from router");
+        crate::log_limited!(warn, error = %e, frames = %ShowFrames(frames), "bad message from router");
         if let (DecodeError::MissingFrame { command: "SCHEDULE" | "UNSCHEDULE", .. }, Some(msgid)) = (e, frames.get(3))
         {
             self.send_error(msgid, "BAD_FRAMES", &e.to_string());
@@ -330,7 +331,7 @@ impl Link {
     }
 
     fn send_error(&self, refers_to: &[u8], code: &str, text: &str) {
-        tracing::warn!(msgid = %String::from_utf8_lossy(refers_to), code, error = text, "rejected message");
+        crate::log_limited!(warn, msgid = %ShowFrame(refers_to), code, error = %ShowText(text), "rejected message");
         self.send(Command::Error {
             refers_to: refers_to.to_vec(),
             code: code.as_bytes().to_vec(),
@@ -363,7 +364,7 @@ fn drain_admin(admin: &zmq::Socket, service: &Service) {
             // As sent: the frames after the identity, which goes apart.
             let (peer, sent) = frames.split_first().map_or((&[][..], &frames[..]), |(id, sent)| (&id[..], sent));
             let peer = peer.escape_ascii();
-            tracing::warn!(%peer, frames = sent.len(), content = %ShowFrames(sent), "short admin request");
+            crate::log_limited!(warn, %peer, frames = sent.len(), content = %ShowFrames(sent), "short admin request");
             continue;
         };
         let command = match word.as_slice() {
@@ -378,7 +379,7 @@ fn drain_admin(admin: &zmq::Socket, service: &Service) {
         let mut out = vec![identity.clone()];
         out.extend(Message::new(command).encode());
         if let Err(e) = admin.send_multipart(out, zmq::DONTWAIT) {
-            tracing::warn!(error = %e, "admin reply failed");
+            crate::log_limited!(warn, error = %e, "admin reply failed");
         }
     }
 }

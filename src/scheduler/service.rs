@@ -165,7 +165,10 @@ impl Service {
     pub fn handle_drop(&mut self, body: &ScheduleBody) {
         let key = match key_body(&body.body) {
             Ok(k) => k.key,
-            Err(e) => return tracing::warn!(error = %e, "DROP with a bad body ignored"),
+            Err(e) => {
+                crate::log_limited!(warn, error = %e, "DROP with a bad body ignored");
+                return;
+            }
         };
         if self.timetable.unschedule(&key) {
             tracing::info!(key = %key, "DROP: another scheduler owns this schedule now; forgotten here");

@@ -181,3 +181,77 @@ fn the_timeout_bounds_a_whole_answer_not_each_read() {
     drop(c);
     server.join().unwrap();
 }
+
+/// Calls `call` on a fresh connection the server refused (it wrote `ERR
+/// BUSY` and closed), every 20 ms until it fails: the write-only commands
+/// may write once into the closed connection before its reset arrives.
+/// Returns the error.
+fn first_error(
+    addr: SocketAddr,
+    mut call: impl FnMut(&mut TextClient) -> Result<(), TextClientError>,
+) -> TextClientError {
+    let mut c = TextClient::connect(addr, T).unwrap();
+    for _ in 0..250 {
+        if let Err(e) = call(&mut c) {
+            return e;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("never failed")
+}
+
+#[test]
+fn every_command_on_a_refused_connection_reports_the_servers_busy_not_a_broken_pipe() {
+    let _w = text_watchdog(60);
+    let f = TextFixture::start(super::text_config(|c| c.max_connections = 1), 10);
+    let addr = f.server.local_addr();
+    let mut held = TextClient::connect(addr, T).unwrap();
+    assert_eq!(held.ask("q").unwrap(), None, "the one connection allowed");
+    let busy = |e: TextClientError| match e {
+        TextClientError::Server { code: ErrorCode::Busy, text } => text,
+        other => panic!("{other:?}"),
+    };
+    let want = "too many connections";
+    assert_eq!(busy(first_error(addr, |c| c.sched(b"hi", None))), want, "sched");
+    assert_eq!(busy(first_error(addr, |c| c.pipeline_sched([(&b"a"[..], None), (b"b", None)]))), want);
+    assert_eq!(busy(first_error(addr, |c| c.ack())), want, "ack");
+    assert_eq!(busy(first_error(addr, |c| c.dcl())), want, "dcl");
+    assert_eq!(busy(first_error(addr, |c| c.del())), want, "del");
+    assert_eq!(busy(first_error(addr, |c| c.ask("q").map(|_| ()))), want, "ask");
+    assert_eq!(busy(first_error(addr, |c| c.sched(b"x", None).and_then(|()| c.sync()))), want, "sync");
+    // END after a write that went through, and END whose own write fails.
+    let mut c = TextClient::connect(addr, T).unwrap();
+    c.sched(b"hi", None).unwrap();
+    assert_eq!(busy(c.end().unwrap_err()), want, "end after sched");
+    let mut c = TextClient::connect(addr, T).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = c.ack(); // into the closed connection: its reset comes back
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(busy(c.end().unwrap_err()), want, "end");
+    held.end().unwrap();
+    assert_eq!(f.backend.queue("default"), Vec::<Vec<u8>>::new(), "nothing from a refused connection");
+}
+
+#[test]
+fn a_failed_write_reports_the_errors_the_server_wrote_before_closing() {
+    let _w = text_watchdog(20);
+    // The server refuses the SCHED, then goes away without an ERR BUSY.
+    let (addr, fake) = fake_server(vec![(b"SCHED x\n", b"ERR QUEUE_FULL full\n")], false);
+    let mut c = TextClient::connect(addr, T).unwrap();
+    c.sched(b"x", Some("default")).unwrap_or_else(|e| panic!("{e:?}"));
+    fake.join().unwrap();
+    let mut errors = Vec::new();
+    for _ in 0..250 {
+        match c.ack() {
+            Ok(()) => std::thread::sleep(Duration::from_millis(20)),
+            Err(TextClientError::Deferred(e)) => {
+                errors = e;
+                break;
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(errors, vec![ServerError { code: ErrorCode::QueueFull, text: "full".into() }]);
+    // Read already: the next failure is the bare I/O error.
+    assert!(matches!(c.ack(), Err(TextClientError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe));
+}
