@@ -27,6 +27,9 @@
     along with this program.  If not, see <http://www.gnu.org/licenses/>.
 */
 
+//  Modified for emq on 2026-12-02: ZMQ_MAXMSGSIZE bounds a whole multipart
+//  message (see EMQ-PATCH.md at the root of this crate).
+
 #ifndef __ZMQ_DECODER_HPP_INCLUDED__
 #define __ZMQ_DECODER_HPP_INCLUDED__
 
@@ -41,6 +44,39 @@
 
 namespace zmq
 {
+//  emq patch (ZMQ_MAXMSGSIZE bounds a whole multipart message, not one
+//  frame): a peer could otherwise stream frames flagged MORE without end,
+//  each under the limit, and the session's pipe holds every one of them
+//  until the message completes (the socket never sees an incomplete
+//  message), so memory grew without bound. A decoder counts the message it
+//  is reading: every frame's size, plus msg_frame_overhead for every frame
+//  that has another after it (what the pipe keeps per frame, so that empty
+//  frames count too). A one-frame message is bounded exactly as before.
+//  A command frame without MORE (PING, PONG, SUBSCRIBE...) is no part of
+//  a multipart message: the engine consumes it, or passes it on complete;
+//  it is bounded on its own and leaves the count as it was.
+static const uint64_t msg_frame_overhead = sizeof (msg_t);
+
+//  True when a frame of size_ bytes with flags_ (msg_t flags), after the
+//  frames counted in total_, takes its message over max_ (>= 0) bytes.
+inline bool
+msg_size_exceeds (uint64_t total_, uint64_t size_, int flags_, int64_t max_)
+{
+    const uint64_t max = static_cast<uint64_t> (max_);
+    if ((flags_ & (msg_t::command | msg_t::more)) == msg_t::command)
+        total_ = 0;
+    return total_ > max || size_ > max - total_;
+}
+
+//  The count after a frame that passed msg_size_exceeds: zero when it ends
+//  its message.
+inline uint64_t next_msg_total (uint64_t total_, uint64_t size_, int flags_)
+{
+    if (flags_ & msg_t::more)
+        return total_ + size_ + msg_frame_overhead;
+    return (flags_ & msg_t::command) ? total_ : 0;
+}
+
 //  Helper base class for decoders that know the amount of data to read
 //  in advance at any moment. Knowing the amount in advance is a property
 //  of the protocol used. 0MQ framing protocol is based size-prefixed

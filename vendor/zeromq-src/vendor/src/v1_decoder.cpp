@@ -27,6 +27,9 @@
     along with this program.  If not, see <http://www.gnu.org/licenses/>.
 */
 
+//  Modified for emq on 2026-12-02: ZMQ_MAXMSGSIZE bounds a whole multipart
+//  message (see EMQ-PATCH.md at the root of this crate).
+
 #include "precompiled.hpp"
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +44,8 @@
 
 zmq::v1_decoder_t::v1_decoder_t (size_t bufsize_, int64_t maxmsgsize_) :
     decoder_base_t<v1_decoder_t> (bufsize_),
-    _max_msg_size (maxmsgsize_)
+    _max_msg_size (maxmsgsize_),
+    _msg_total (0)
 {
     int rc = _in_progress.init ();
     errno_assert (rc == 0);
@@ -70,8 +74,12 @@ int zmq::v1_decoder_t::one_byte_size_ready (unsigned char const *)
             return -1;
         }
 
+        //  emq patch: the whole multipart message's size, this frame added
+        //  to the frames before it (decoder.hpp, msg_size_exceeds).
+        //  (ZMTP 1.0 sends a frame's flags after its size; it has no
+        //  command frames.)
         if (_max_msg_size >= 0
-            && static_cast<int64_t> (*_tmpbuf - 1) > _max_msg_size) {
+            && msg_size_exceeds (_msg_total, *_tmpbuf - 1, 0, _max_msg_size)) {
             errno = EMSGSIZE;
             return -1;
         }
@@ -105,8 +113,11 @@ int zmq::v1_decoder_t::eight_byte_size_ready (unsigned char const *)
     }
 
     //  Message size must not exceed the maximum allowed size.
+    //  emq patch: the whole multipart message's, this frame added to the
+    //  frames before it (decoder.hpp, msg_size_exceeds).
     if (_max_msg_size >= 0
-        && payload_length - 1 > static_cast<uint64_t> (_max_msg_size)) {
+        && msg_size_exceeds (_msg_total, payload_length - 1, 0,
+                             _max_msg_size)) {
         errno = EMSGSIZE;
         return -1;
     }
@@ -140,6 +151,12 @@ int zmq::v1_decoder_t::flags_ready (unsigned char const *)
 {
     //  Store the flags from the wire into the message structure.
     _in_progress.set_flags (_tmpbuf[0] & msg_t::more);
+
+    //  emq patch: ZMTP 1.0 sends the flags after the size; the frame was
+    //  checked against its message's limit there.
+    if (_max_msg_size >= 0)
+        _msg_total = next_msg_total (_msg_total, _in_progress.size (),
+                                     _tmpbuf[0] & msg_t::more);
 
     next_step (_in_progress.data (), _in_progress.size (),
                &v1_decoder_t::message_ready);

@@ -27,6 +27,9 @@
     along with this program.  If not, see <http://www.gnu.org/licenses/>.
 */
 
+//  Modified for emq on 2026-12-02: ZMQ_MAXMSGSIZE bounds a whole multipart
+//  message (see EMQ-PATCH.md at the root of this crate).
+
 #ifndef __ZMQ_V1_DECODER_HPP_INCLUDED__
 #define __ZMQ_V1_DECODER_HPP_INCLUDED__
 
@@ -54,6 +57,10 @@ class v1_decoder_t ZMQ_FINAL : public decoder_base_t<v1_decoder_t>
     msg_t _in_progress;
 
     const int64_t _max_msg_size;
+
+    //  emq patch: the bytes counted so far of the multipart message being
+    //  read (decoder.hpp, msg_size_exceeds).
+    uint64_t _msg_total;
 
     ZMQ_NON_COPYABLE_NOR_MOVABLE (v1_decoder_t)
 };

@@ -27,6 +27,9 @@
     along with this program.  If not, see <http://www.gnu.org/licenses/>.
 */
 
+//  Modified for emq on 2026-12-02: ZMQ_MAXMSGSIZE bounds a whole multipart
+//  message (see EMQ-PATCH.md at the root of this crate).
+
 #include "precompiled.hpp"
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +47,8 @@ zmq::v2_decoder_t::v2_decoder_t (size_t bufsize_,
     decoder_base_t<v2_decoder_t, shared_message_memory_allocator> (bufsize_),
     _msg_flags (0),
     _zero_copy (zero_copy_),
-    _max_msg_size (maxmsgsize_)
+    _max_msg_size (maxmsgsize_),
+    _msg_total (0)
 {
     int rc = _in_progress.init ();
     errno_assert (rc == 0);
@@ -95,11 +99,17 @@ int zmq::v2_decoder_t::size_ready (uint64_t msg_size_,
                                    unsigned char const *read_pos_)
 {
     //  Message size must not exceed the maximum allowed size.
-    if (_max_msg_size >= 0)
-        if (unlikely (msg_size_ > static_cast<uint64_t> (_max_msg_size))) {
+    //  emq patch: the whole multipart message's, this frame added to the
+    //  frames before it (decoder.hpp, msg_size_exceeds).
+    if (_max_msg_size >= 0) {
+        if (unlikely (
+              msg_size_exceeds (_msg_total, msg_size_, _msg_flags,
+                                _max_msg_size))) {
             errno = EMSGSIZE;
             return -1;
         }
+        _msg_total = next_msg_total (_msg_total, msg_size_, _msg_flags);
+    }
 
     //  Message size must fit into size_t data type.
     if (unlikely (msg_size_ != static_cast<size_t> (msg_size_))) {

@@ -27,6 +27,9 @@
     along with this program.  If not, see <http://www.gnu.org/licenses/>.
 */
 
+//  Modified for emq on 2026-12-02: ZMQ_MAXMSGSIZE bounds a whole multipart
+//  message (see EMQ-PATCH.md at the root of this crate).
+
 #include "precompiled.hpp"
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +50,8 @@ zmq::ws_decoder_t::ws_decoder_t (size_t bufsize_,
     _zero_copy (zero_copy_),
     _max_msg_size (maxmsgsize_),
     _must_mask (must_mask_),
-    _size (0)
+    _size (0),
+    _msg_total (0)
 {
     memset (_tmpbuf, 0, sizeof (_tmpbuf));
     int rc = _in_progress.init ();
@@ -193,11 +197,16 @@ int zmq::ws_decoder_t::flags_ready (unsigned char const *read_from_)
 int zmq::ws_decoder_t::size_ready (unsigned char const *read_pos_)
 {
     //  Message size must not exceed the maximum allowed size.
-    if (_max_msg_size >= 0)
-        if (unlikely (_size > static_cast<uint64_t> (_max_msg_size))) {
+    //  emq patch: the whole multipart message's, this frame added to the
+    //  frames before it (decoder.hpp, msg_size_exceeds).
+    if (_max_msg_size >= 0) {
+        if (unlikely (
+              msg_size_exceeds (_msg_total, _size, _msg_flags, _max_msg_size))) {
             errno = EMSGSIZE;
             return -1;
         }
+        _msg_total = next_msg_total (_msg_total, _size, _msg_flags);
+    }
 
     //  Message size must fit into size_t data type.
     if (unlikely (_size != static_cast<size_t> (_size))) {

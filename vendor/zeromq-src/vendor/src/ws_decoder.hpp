@@ -27,6 +27,9 @@
     along with this program.  If not, see <http://www.gnu.org/licenses/>.
 */
 
+//  Modified for emq on 2026-12-02: ZMQ_MAXMSGSIZE bounds a whole multipart
+//  message (see EMQ-PATCH.md at the root of this crate).
+
 #ifndef __ZMQ_WS_DECODER_HPP_INCLUDED__
 #define __ZMQ_WS_DECODER_HPP_INCLUDED__
 
@@ -71,6 +74,10 @@ class ws_decoder_t ZMQ_FINAL
     const int64_t _max_msg_size;
     const bool _must_mask;
     uint64_t _size;
+
+    //  emq patch: the bytes counted so far of the multipart message being
+    //  read (decoder.hpp, msg_size_exceeds).
+    uint64_t _msg_total;
     zmq::ws_protocol_t::opcode_t _opcode;
     unsigned char _mask[4];
 
