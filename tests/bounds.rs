@@ -537,3 +537,26 @@ fn bounds_exact_a_message_of_64_frames_up_to_twice_max_message_bytes_reaches_the
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(h.counters().completed_jobs.load(Relaxed), 1, "the result one byte over never arrived");
 }
+
+#[test]
+fn bounds_a_message_that_never_ends_drops_its_connection_to_emq_scheduler_admin() {
+    // Its admin socket had no ZMQ_MAXMSGSIZE at all (10 MB of empty frames
+    // took an unpatched emq-scheduler to 321 MiB, 271 MiB after the close):
+    // now 132 KiB (limits::SCHEDULER_ADMIN_MAX_MESSAGE_BYTES).
+    let _w = Watchdog::new("bounds_endless_scheduler_admin", 120);
+    let dir = TestDir::new("bounds_endless_scheduler_admin");
+    let (router_port, admin_port) = (free_port(), free_port());
+    let admin_addr = zmq_endpoint(admin_port);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-scheduler"));
+    // No router there: the scheduler keeps trying; its admin socket serves.
+    cmd.args(["--frontend", &zmq_endpoint(router_port), "--scheduler-admin", &admin_addr]);
+    cmd.arg("--data-dir").arg(dir.join("scheduler-data")).env("EMQ_LOG", "warn");
+    let child = Child::spawn("emq-scheduler", &mut cmd, &dir.join("scheduler.log"));
+    eventually(20, "scheduler admin port", || is_listening(admin_port));
+    endless_messages_are_dropped(child.pid(), &[(&admin_addr, Zmtp::V3("DEALER"))], 20 << 20);
+    let peer = Peer::new(&admin_addr, b"admin-after-endless");
+    peer.send(&[b"", b"eMQP/1.0", b"SCHEDULES", b"s1"]);
+    let reply = peer.expect("REPLY");
+    let body: serde_json::Value = serde_json::from_slice(reply.last().expect("a body")).expect("JSON");
+    assert_eq!(body, serde_json::json!([]), "no schedules");
+}
