@@ -207,9 +207,28 @@ pub const MAX_QUEUES_PER_WORKER: usize = 1_000;
 pub const MAX_WORKERS: usize = 100_000;
 /// Largest eMQP message the broker takes, all frames together, in bytes:
 /// past it `ERROR TOO_BIG`. ZeroMQ itself drops the connection of a peer
-/// sending a single frame over twice this (`ZMQ_MAXMSGSIZE`), so that such a
-/// message is never buffered whole.
+/// whose message passes [`zmq_max_msg_size`] of it (about twice this), so
+/// that such a message is never buffered whole.
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+/// What emq's libzmq counts for each frame of a multipart message that has
+/// another after it, on top of the frames' bytes, against `ZMQ_MAXMSGSIZE`
+/// (`sizeof (zmq_msg_t)`, what its pipe holds per frame: empty frames
+/// count too; vendor/zeromq-src/EMQ-PATCH.md).
+pub const ZMQ_FRAME_OVERHEAD: usize = 64;
+/// `ZMQ_MAXMSGSIZE` of a socket bound for peers whose messages are bounded
+/// by `max_message_bytes`: twice it, plus the overhead of [`MAX_FRAMES`]
+/// frames (4 KiB). ZeroMQ drops the connection of a peer whose message
+/// counts more, before buffering it, and counts every frame's bytes plus
+/// [`ZMQ_FRAME_OVERHEAD`] for every frame but the last: so a message of at
+/// most [`MAX_FRAMES`] frames and at most twice `max_message_bytes` bytes
+/// always reaches the socket (a job result's result frame may exceed
+/// `max_message_bytes`: `zmq_io::io_thread`), and a peer streaming endless
+/// empty frames is cut off after about `2 × max_message_bytes / 64` of them
+/// instead of growing the pipe without bound.
+pub fn zmq_max_msg_size(max_message_bytes: usize) -> i64 {
+    let bytes = max_message_bytes.saturating_mul(2).saturating_add(ZMQ_FRAME_OVERHEAD * MAX_FRAMES);
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
 /// Most bytes of waiting jobs per queue (job buffers as held: frames plus a
 /// 12-byte header); past it `QUEUE_FULL`.
 pub const MAX_QUEUE_BYTES: usize = 1 << 30;
@@ -471,8 +490,9 @@ pub const WORKER_MAX_OUTPUT_BYTES: usize = 15 << 20;
 ///
 /// What a router really refuses: it takes a job result over its
 /// `max_message_bytes` (only the REPLY's other frames must fit it), but
-/// ZeroMQ (`ZMQ_MAXMSGSIZE`, twice `max_message_bytes` on the router's
-/// sockets) drops a larger frame with the connection, and the job is then
+/// ZeroMQ (`ZMQ_MAXMSGSIZE`, [`zmq_max_msg_size`]: twice
+/// `max_message_bytes` and 4 KiB on the router's sockets) drops a larger
+/// message with the connection, and the job is then
 /// taken back only at its deadline. A worker of a router run with a lower
 /// `max_message_bytes` is matched to it with `max_reply_bytes` (that limit
 /// less 64 KiB keeps the same margin).
@@ -485,6 +505,10 @@ const _: () = assert!(WORKER_MAX_OUTPUT_BYTES + 1024 < WORKER_MAX_REPLY_BYTES);
 /// emq-scheduler's own admin socket (`SCHEDULES` query). The next free port
 /// after the router's ports (47290-47294); EventMQ's scheduler had none.
 pub const SCHEDULER_ADMIN_ADDR: &str = "tcp://127.0.0.1:47295";
+/// Largest request emq-scheduler's admin socket takes (`ZMQ_MAXMSGSIZE`
+/// there is [`zmq_max_msg_size`] of it): its requests are four short
+/// frames; a peer sending more is dropped by ZeroMQ with its connection.
+pub const SCHEDULER_ADMIN_MAX_MESSAGE_BYTES: usize = 64 << 10;
 /// The time zone cron expressions are evaluated in unless configured: a
 /// fixed zone, so that schedules do not move with a host's local zone or
 /// its daylight saving time.

@@ -44,23 +44,28 @@ impl PubSub {
     /// `hwm` is the messages queued per subscriber (ZeroMQ's send
     /// high-water mark: past it a slow subscriber misses messages), and
     /// `max_message_bytes` the largest PUBLISH taken: a larger one is
-    /// dropped and counted in [`PubSubStats::too_big`], and one frame over
-    /// twice it is dropped by ZeroMQ with its connection before it is
-    /// buffered. So a subscriber that stops reading holds at most
-    /// `hwm` × `max_message_bytes` of the device's memory.
+    /// dropped and counted in [`PubSubStats::too_big`], and one over about
+    /// twice it ([`crate::limits::zmq_max_msg_size`]: every frame counted,
+    /// 64 bytes a frame more) is dropped by ZeroMQ with its connection
+    /// before it is buffered, on both sockets (a subscriber sends its
+    /// subscriptions to the PUB socket). So a subscriber that stops reading
+    /// holds at most `hwm` × `max_message_bytes` of the device's memory, and
+    /// a peer that never ends a message at most about twice
+    /// `max_message_bytes` per connection.
     pub fn bind(in_addr: &str, out_addr: &str, hwm: usize, max_message_bytes: usize) -> Result<PubSub, ZmqError> {
         let ctx = zmq::Context::new();
         let zerr = |what, addr| ZmqError::at(format!("pubsub {what} for {addr}"));
         let hwm = i32::try_from(hwm).unwrap_or(i32::MAX);
-        let frame_limit = i64::try_from(max_message_bytes.saturating_mul(2)).unwrap_or(i64::MAX);
+        let msg_limit = crate::limits::zmq_max_msg_size(max_message_bytes);
         let incoming = ctx.socket(zmq::ROUTER).map_err(zerr("socket", in_addr))?;
         incoming.set_linger(crate::limits::PUBSUB_LINGER_MS).map_err(zerr("linger", in_addr))?;
         incoming.set_rcvhwm(crate::limits::ZMQ_HWM).map_err(zerr("rcvhwm", in_addr))?;
-        incoming.set_maxmsgsize(frame_limit).map_err(zerr("maxmsgsize", in_addr))?;
+        incoming.set_maxmsgsize(msg_limit).map_err(zerr("maxmsgsize", in_addr))?;
         incoming.bind(in_addr).map_err(zerr("bind", in_addr))?;
         let outgoing = ctx.socket(zmq::PUB).map_err(zerr("socket", out_addr))?;
         outgoing.set_linger(crate::limits::PUBSUB_LINGER_MS).map_err(zerr("linger", out_addr))?;
         outgoing.set_sndhwm(hwm).map_err(zerr("sndhwm", out_addr))?;
+        outgoing.set_maxmsgsize(msg_limit).map_err(zerr("maxmsgsize", out_addr))?;
         outgoing.bind(out_addr).map_err(zerr("bind", out_addr))?;
         Ok(PubSub { incoming, outgoing, stats: PubSubStats::default(), max_message_bytes, _ctx: ctx })
     }

@@ -152,10 +152,11 @@ fn a_message_over_max_message_bytes_is_refused_and_the_router_keeps_serving() {
     client.request("m1", "q", "", &"x".repeat(5000));
     let err = client.expect("ERROR");
     assert_eq!((err[4].as_slice(), err[5].as_slice()), (&b"m1"[..], &b"TOO_BIG"[..]));
-    // One frame over twice the limit: ZeroMQ drops the peer's connection
-    // before buffering it; nothing reaches the broker.
+    // A message over twice the limit and 4 KiB (12,288; 64 bytes a frame
+    // counted on top): ZeroMQ drops the peer's connection before buffering
+    // it; nothing reaches the broker.
     let huge = Peer::new(&h.endpoints.frontend, b"client-huge");
-    huge.request("m2", "q", "", &"y".repeat(10_000));
+    huge.request("m2", "q", "", &"y".repeat(12_000));
     huge.expect_none("REPLY", 300);
     let worker = Peer::new(&h.endpoints.backend, b"worker-after-big");
     worker.inform_worker(r#"[[10, "q"]]"#);
@@ -188,15 +189,16 @@ fn a_message_over_max_message_bytes_is_too_big_before_it_has_too_many_frames() {
         let t = |i: usize| String::from_utf8_lossy(&e[i]).into_owned();
         (t(4), t(5), t(6))
     };
-    // 100 frames of 100 bytes after the head: 10,020 bytes (none over
-    // twice the limit, so ZeroMQ passes each): TOO_BIG, whatever the count.
-    let filler = [b'x'; 100];
+    // 100 frames of 50 bytes after the head: 5,020 bytes (ZeroMQ passes
+    // it: 11,740 counted with 64 bytes for each of 105 frames, under 12,288,
+    // limits::zmq_max_msg_size): TOO_BIG, whatever the count.
+    let filler = [b'x'; 50];
     let mut frames: Vec<&[u8]> = vec![b"", b"eMQP/1.0", b"REQUEST", b"huge", b"q", b""];
     frames.extend(std::iter::repeat_n(&filler[..], 100));
     let bytes: usize = frames.iter().map(|f| f.len()).sum();
-    assert_eq!(bytes, 10_020);
+    assert_eq!(bytes, 5_020);
     client.send(&frames);
-    let why = "the message has 10020 bytes; at most 4096 are accepted".to_string();
+    let why = "the message has 5020 bytes; at most 4096 are accepted".to_string();
     assert_eq!(error(&client.expect("ERROR")), ("huge".into(), "TOO_BIG".into(), why));
     // The same frame count within the size: BAD_FRAMES.
     let mut small: Vec<&[u8]> = vec![b"", b"eMQP/1.0", b"REQUEST", b"many", b"q", b""];
@@ -306,4 +308,255 @@ fn a_producer_pushing_past_max_memory_bytes_gets_queue_full_and_what_was_accepte
         worker.expect_none("REQUEST", 300);
         assert_eq!(ran, accepted, "{shards} shards: the accepted jobs, in order");
     }
+}
+
+/// How a raw peer of [`stream_endless_message`] talks.
+#[derive(Clone, Copy, Debug)]
+enum Zmtp {
+    /// ZMTP 3.0, NULL mechanism, READY with this socket type.
+    V3(&'static str),
+    /// ZMTP 1.0 (unversioned): an empty identity, then frames.
+    V1,
+}
+
+/// Peak resident set of process `pid` in KiB (`VmHWM`).
+fn peak_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM line");
+    line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("VmHWM figure")
+}
+
+/// Connects to `endpoint` (`tcp://127.0.0.1:P`) over plain TCP, does the
+/// handshake by hand (`zmtp`), then streams empty frames each flagged MORE,
+/// never the last one, up to `limit` bytes: a message that never ends.
+/// Returns the bytes of frames written before the peer dropped the
+/// connection (a write failed, or reading after the last write met EOF or
+/// a reset); panics if it did not drop it.
+fn stream_endless_message(endpoint: &str, zmtp: Zmtp, limit: usize) -> usize {
+    use std::io::{ErrorKind, Read};
+    let addr = endpoint.strip_prefix("tcp://").expect("a tcp:// endpoint");
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.set_write_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let frame: &[u8] = match zmtp {
+        Zmtp::V3(socket_type) => {
+            // Greeting: signature, version 3.0, "NULL", as-server 0, filler.
+            let mut greeting = vec![0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3, 0];
+            greeting.extend_from_slice(b"NULL");
+            greeting.resize(64, 0);
+            s.write_all(&greeting).expect("greeting");
+            let mut theirs = [0u8; 64];
+            s.read_exact(&mut theirs).expect("the peer's greeting");
+            assert_eq!((theirs[0], theirs[9], theirs[10]), (0xff, 0x7f, 3), "a ZMTP 3 greeting");
+            // READY with the property Socket-Type.
+            let mut body = b"\x05READY\x0bSocket-Type".to_vec();
+            body.extend_from_slice(&u32::try_from(socket_type.len()).expect("short").to_be_bytes());
+            body.extend_from_slice(socket_type.as_bytes());
+            let mut ready = vec![0x04, u8::try_from(body.len()).expect("short command")];
+            ready.extend_from_slice(&body);
+            s.write_all(&ready).expect("READY");
+            // Flags MORE, size 0.
+            &[0x01, 0x00]
+        }
+        Zmtp::V1 => {
+            // The identity message: size 1 (the flags byte alone), flags 0.
+            s.write_all(&[0x01, 0x00]).expect("identity");
+            // Size 1, flags MORE.
+            &[0x01, 0x01]
+        }
+    };
+    let chunk = frame.repeat(500_000);
+    let mut sent = 0;
+    while sent < limit {
+        match s.write_all(&chunk) {
+            Ok(()) => sent += chunk.len(),
+            Err(e) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) => return sent,
+            Err(e) => {
+                panic!("{endpoint} {zmtp:?}: write after {sent} bytes: {e} (not dropped: the peer stopped reading)")
+            }
+        }
+    }
+    // Everything was written: the drop must show as EOF or a reset.
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return sent,
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return sent,
+            Err(e) => panic!("{endpoint} {zmtp:?}: {sent} bytes of frames sent, connection still open: {e}"),
+        }
+    }
+}
+
+/// Streams `limit` bytes of an endless message at each of `targets`,
+/// checking each connection is dropped before that, then that the peak
+/// resident memory of `pid` grew less than 64 MiB over its resident memory
+/// before, and that it comes back within 16 MiB of it.
+fn endless_messages_are_dropped(pid: i32, targets: &[(&str, Zmtp)], limit: usize) {
+    let before = rss_kib(pid);
+    for &(endpoint, zmtp) in targets {
+        let sent = stream_endless_message(endpoint, zmtp, limit);
+        assert!(sent < limit, "{endpoint} {zmtp:?}: all {limit} bytes taken before the drop");
+        eprintln!("{endpoint} {zmtp:?}: dropped after {sent} bytes sent; peak {} KiB", peak_kib(pid));
+    }
+    let peak = peak_kib(pid);
+    assert!(peak < before + 64 * 1024, "resident {before} KiB before, peak {peak} KiB (want < +64 MiB)");
+    let settled = crate::common::wait::until(Duration::from_secs(10), || rss_kib(pid) < before + 16 * 1024);
+    assert!(settled, "resident {before} KiB before, {} KiB after the drops (want < +16 MiB)", rss_kib(pid));
+}
+
+#[test]
+fn bounds_a_message_that_never_ends_drops_its_connection_and_the_router_keeps_serving() {
+    // Empty frames flagged MORE, never the last one: libzmq held every
+    // frame in the pipe (the router never sees an unfinished message), ~64
+    // bytes of memory per 2 bytes sent, without bound (20 MB sent took the
+    // router to 620 MiB). emq's libzmq counts the whole message against
+    // ZMQ_MAXMSGSIZE, 64 bytes a frame (vendor/zeromq-src/EMQ-PATCH.md):
+    // at the default limits the connection is dropped after ~1 MB.
+    let _w = Watchdog::new("bounds_endless_message", 120);
+    let dir = TestDir::new("bounds_endless_message");
+    let r = crate::common::router::Router::start_with(
+        &dir,
+        crate::common::router::RouterKind::Rust(rust_router_bin()),
+        &["--durability", "memory", "--log", "warn"],
+    );
+    let pid = r.child.pid();
+    let targets = [
+        (r.frontend.as_str(), Zmtp::V3("DEALER")),
+        (r.backend.as_str(), Zmtp::V3("DEALER")),
+        (r.admin.as_str(), Zmtp::V3("DEALER")),
+        (r.frontend.as_str(), Zmtp::V1),
+    ];
+    endless_messages_are_dropped(pid, &targets, 20 << 20);
+    let worker = Peer::new(&r.backend, b"worker-after-endless");
+    worker.inform_worker(r#"[[10, "q"]]"#);
+    worker.ready(1);
+    let client = Peer::new(&r.frontend, b"client-after-endless");
+    client.request("m1", "q", "", "small");
+    assert_eq!(client.expect("REPLY")[4], b"m1");
+    assert_eq!(worker.expect("REQUEST").last().map(Vec::as_slice), Some(&b"small"[..]));
+}
+
+#[test]
+fn bounds_a_message_that_never_ends_drops_its_connection_to_emq_pubsub() {
+    let _w = Watchdog::new("bounds_endless_pubsub", 120);
+    let dir = TestDir::new("bounds_endless_pubsub");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-pubsub"));
+    cmd.args(["--in", "tcp://127.0.0.1:*", "--out", "tcp://127.0.0.1:*"]).env("EMQ_LOG", "warn");
+    let child = Child::spawn("emq-pubsub", &mut cmd, &dir.join("pubsub.log"));
+    // Its first line names the endpoints.
+    let line = crate::common::wait::until(Duration::from_secs(20), || child.log_text().contains("out="));
+    assert!(line, "emq-pubsub printed no endpoints: {}", child.log_text());
+    let text = child.log_text();
+    let field = |name: &str| text.split_whitespace().find_map(|p| p.strip_prefix(name)).map(String::from);
+    let (inp, out) = (field("in=").expect("in="), field("out=").expect("out="));
+    // The PUB socket reads its subscribers' subscriptions: it is bounded too.
+    endless_messages_are_dropped(child.pid(), &[(&inp, Zmtp::V3("DEALER")), (&out, Zmtp::V3("SUB"))], 20 << 20);
+    let ctx = zmq::Context::new();
+    let sub = ctx.socket(zmq::SUB).unwrap();
+    sub.set_linger(0).unwrap();
+    sub.set_subscribe(b"").unwrap();
+    sub.connect(&out).unwrap();
+    let publisher = Peer::new(&inp, b"publisher-after-endless");
+    let mut got = None;
+    for i in 0..100 {
+        // A SUB joins late: the first messages may be lost.
+        publisher.send(&[b"", b"eMQP/1.0", b"PUBLISH", format!("p{i}").as_bytes(), b"news", b"[1]"]);
+        if sub.poll(zmq::POLLIN, 100).unwrap() > 0 {
+            got = Some(sub.recv_multipart(0).unwrap());
+            break;
+        }
+    }
+    assert_eq!(got, Some(vec![b"news".to_vec(), b"[1]".to_vec()]));
+}
+
+#[test]
+fn bounds_exact_a_message_of_64_frames_up_to_twice_max_message_bytes_reaches_the_router() {
+    // max_message_bytes 4096: ZMQ_MAXMSGSIZE is 2 × 4096 + 64 × 64 = 12,288
+    // (limits::zmq_max_msg_size), against which libzmq counts a message's
+    // bytes plus 64 for every frame but the last.
+    let _w = Watchdog::new("bounds_exact_64_frames", 30);
+    assert_eq!(emq::limits::zmq_max_msg_size(4096), 12_288);
+    let cfg = crate::emqp_router::config(1, |r| r.max_message_bytes = Some(4096));
+    let h = emq::router::start(cfg).expect("router starts");
+    let worker = Peer::new(&h.endpoints.backend, b"worker-64");
+    worker.inform_worker(r#"[[10, "q"]]"#);
+    worker.ready(2);
+    let client = Peer::new(&h.endpoints.frontend, b"client-64");
+    // 63 frames sent, 64 with the identity (MAX_FRAMES), of `total` bytes.
+    let request = |msgid: &str, total: usize| -> Vec<Vec<u8>> {
+        let mut f: Vec<Vec<u8>> =
+            [&b""[..], b"eMQP/1.0", b"REQUEST", msgid.as_bytes(), b"q", b""].map(<[u8]>::to_vec).into();
+        let head: usize = f.iter().map(Vec::len).sum();
+        f.extend(std::iter::repeat_n(b"x".to_vec(), 56));
+        f.push(vec![b'y'; total - head - 56]);
+        assert_eq!((f.len(), f.iter().map(Vec::len).sum::<usize>()), (63, total));
+        f
+    };
+    let send = |p: &Peer, f: &[Vec<u8>]| p.send(&f.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    // Exactly max_message_bytes: accepted, and its worker gets all 63 frames.
+    send(&client, &request("at-limit", 4096));
+    assert_eq!(client.expect("REPLY")[4], b"at-limit");
+    let job = worker.expect("REQUEST");
+    // (The router adds `reply-requested` to its headers.)
+    assert_eq!((job.len(), job.iter().map(Vec::len).sum::<usize>()), (63, 4096 + b"reply-requested".len()));
+    // Twice it (12,160 counted): it reaches the router, which refuses it.
+    send(&client, &request("twice", 8192));
+    let err = client.expect("ERROR");
+    assert_eq!((err[4].as_slice(), err[5].as_slice()), (&b"twice"[..], &b"TOO_BIG"[..]));
+    // 7 frames counted exactly 12,288 (12,288 - 6 × 64 bytes): refused by
+    // the router; one byte more: dropped with the connection by ZeroMQ.
+    let body = 12_288 - 6 * 64 - (b"eMQP/1.0REQUESTedgeq".len());
+    client.request("edge", "q", "", &"e".repeat(body));
+    let err = client.expect("ERROR");
+    assert_eq!((err[4].as_slice(), err[5].as_slice()), (&b"edge"[..], &b"TOO_BIG"[..]));
+    let over = Peer::new(&h.endpoints.frontend, b"client-over");
+    over.request("over", "q", "", &"o".repeat(body + 1));
+    over.expect_none("ERROR", 500);
+    assert_eq!(h.counters().rejected_too_big.load(Relaxed), 2, "the one over was never read");
+    // A job result up to the same bound completes its job (the result frame
+    // is not held to max_message_bytes); one byte more is dropped with the
+    // worker's connection, and its job stays unanswered.
+    client.request("b", "q", "", "small");
+    assert_eq!(client.expect("REPLY")[4], b"b");
+    let job_b = worker.expect("REQUEST");
+    let reply = |msgid: &[u8], extra: usize| -> Vec<Vec<u8>> {
+        let head = b"eMQP/1.0".len() + b"REPLY".len() + b"rep".len() + msgid.len();
+        let result = vec![b'r'; 12_288 - 5 * 64 - head + extra];
+        let frames: [&[u8]; 6] = [b"", b"eMQP/1.0", b"REPLY", b"rep", &result, msgid];
+        assert_eq!(frames.iter().map(|f| f.len()).sum::<usize>() + 5 * 64, 12_288 + extra);
+        frames.map(<[u8]>::to_vec).into()
+    };
+    send(&worker, &reply(&job[3], 1));
+    // Let the DEALER reconnect (what it wrote after the dropped REPLY on that
+    // connection would be lost too).
+    std::thread::sleep(Duration::from_millis(500));
+    send(&worker, &reply(&job_b[3], 0));
+    let done = crate::common::wait::until(Duration::from_secs(5), || h.counters().completed_jobs.load(Relaxed) == 1);
+    assert!(done, "the result at the bound completed its job");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(h.counters().completed_jobs.load(Relaxed), 1, "the result one byte over never arrived");
+}
+
+#[test]
+fn bounds_a_message_that_never_ends_drops_its_connection_to_emq_scheduler_admin() {
+    // Its admin socket had no ZMQ_MAXMSGSIZE at all (10 MB of empty frames
+    // took an unpatched emq-scheduler to 321 MiB, 271 MiB after the close):
+    // now 132 KiB (limits::SCHEDULER_ADMIN_MAX_MESSAGE_BYTES).
+    let _w = Watchdog::new("bounds_endless_scheduler_admin", 120);
+    let dir = TestDir::new("bounds_endless_scheduler_admin");
+    let (router_port, admin_port) = (free_port(), free_port());
+    let admin_addr = zmq_endpoint(admin_port);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-scheduler"));
+    // No router there: the scheduler keeps trying; its admin socket serves.
+    cmd.args(["--frontend", &zmq_endpoint(router_port), "--scheduler-admin", &admin_addr]);
+    cmd.arg("--data-dir").arg(dir.join("scheduler-data")).env("EMQ_LOG", "warn");
+    let child = Child::spawn("emq-scheduler", &mut cmd, &dir.join("scheduler.log"));
+    eventually(20, "scheduler admin port", || is_listening(admin_port));
+    endless_messages_are_dropped(child.pid(), &[(&admin_addr, Zmtp::V3("DEALER"))], 20 << 20);
+    let peer = Peer::new(&admin_addr, b"admin-after-endless");
+    peer.send(&[b"", b"eMQP/1.0", b"SCHEDULES", b"s1"]);
+    let reply = peer.expect("REPLY");
+    let body: serde_json::Value = serde_json::from_slice(reply.last().expect("a body")).expect("JSON");
+    assert_eq!(body, serde_json::json!([]), "no schedules");
 }

@@ -505,8 +505,9 @@ fn emq_worker_max_reply_bytes_sets_its_reply_limit_exactly() {
 #[test]
 fn emq_worker_matched_to_a_router_with_a_low_max_message_bytes_reports_a_large_result_failed() {
     let _w = Watchdog::new("emq_worker_matched_reply_limit", 60);
-    // ZeroMQ drops a frame over twice max_message_bytes (16 KiB here) with
-    // the connection: a 20,000-byte result would never arrive. The worker
+    // ZeroMQ drops a REPLY over twice max_message_bytes and 4 KiB (20 KiB
+    // here, every frame but the last counted 64 bytes more) with the
+    // connection: a 24,000-byte result would never arrive. The worker
     // matched to the router sends a failed REPLY instead, at once.
     let h = emq::router::start(config(1, |r| r.max_message_bytes = Some(8192))).unwrap();
     let dir = TestDir::new("worker-matched-reply");
@@ -516,7 +517,7 @@ fn emq_worker_matched_to_a_router_with_a_low_max_message_bytes_reports_a_large_r
         .env("EMQ_WORKER_MAX_REPLY_BYTES", (8192 - 1024).to_string());
     let _worker = proc::Child::spawn("emq-worker", &mut cmd, &dir.join("worker.log"));
     let mut c = Client::connect(&h.endpoints.frontend).unwrap().with_timeout(Duration::from_secs(5));
-    let outcome = c.request("default", "retry:0", b"20000 x").unwrap();
+    let outcome = c.request("default", "retry:0", b"24000 x").unwrap();
     assert!(matches!(outcome, Outcome::Accepted { .. }), "{outcome:?}");
     let counters = h.counters();
     let n = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);

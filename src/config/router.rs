@@ -58,7 +58,8 @@ settings! {
         /// or of its control group's limit when lower (containers).
         max_memory_bytes: Optional<AtLeastOne>, env "EMQ_MAX_MEMORY_BYTES";
         /// Largest eMQP message in bytes, all frames together; past it
-        /// `ERROR TOO_BIG` (a single frame over twice this drops the peer).
+        /// `ERROR TOO_BIG` (a message over twice this and 4 KiB, 64 bytes
+        /// a frame counted on top, makes ZeroMQ drop the peer).
         max_message_bytes: AtLeastOne = limits::MAX_MESSAGE_BYTES, env "EMQ_MAX_MESSAGE_BYTES";
         /// Most queues held at once; a new name past it gets `QUEUE_LIMIT`.
         max_queues: AtLeastOne = limits::MAX_QUEUES, env "EMQ_MAX_QUEUES";

@@ -414,12 +414,13 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let mut wal = open_wal(&config, started)?;
     let zctx = zmq::Context::new();
     let hwm = config.zmq_hwm;
-    // A single frame over twice the message limit makes libzmq drop the peer;
-    // messages between the two get ERROR TOO_BIG from the I/O thread.
-    let max_frame = config.max_message_bytes.saturating_mul(2);
-    let (frontend, fe) = router_socket(&zctx, &config.frontend_addr, hwm, max_frame, "frontend")?;
-    let (backend, be) = router_socket(&zctx, &config.backend_addr, hwm, max_frame, "backend")?;
-    let (admin_sock, ad) = router_socket(&zctx, &config.admin_addr, hwm, max_frame, "admin")?;
+    // A message over about twice the message limit (every frame counted,
+    // 64 bytes a frame more) makes libzmq drop the peer; messages between
+    // the two get ERROR TOO_BIG from the I/O thread.
+    let max_msg = crate::limits::zmq_max_msg_size(config.max_message_bytes);
+    let (frontend, fe) = router_socket(&zctx, &config.frontend_addr, hwm, max_msg, "frontend")?;
+    let (backend, be) = router_socket(&zctx, &config.backend_addr, hwm, max_msg, "backend")?;
+    let (admin_sock, ad) = router_socket(&zctx, &config.admin_addr, hwm, max_msg, "admin")?;
     let (egress_tx, egress_rx) =
         egress::channel().map_err(|source| StartError::Io { what: "egress eventfd".into(), source })?;
 

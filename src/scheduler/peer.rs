@@ -122,6 +122,10 @@ pub fn run(cfg: &PeerConfig, service: &mut Service, shutdown_fd: RawFd) -> Resul
 fn bind_admin(ctx: &zmq::Context, addr: &str) -> Result<zmq::Socket, ZmqError> {
     let s = ctx.socket(zmq::ROUTER).map_err(ZmqError::at("admin socket"))?;
     s.set_linger(limits::ADMIN_LINGER_MS).map_err(ZmqError::at("admin linger"))?;
+    // Without it one frame, or one message that never ends, could take any
+    // amount of memory: ZeroMQ drops such a peer's connection.
+    let max = limits::zmq_max_msg_size(limits::SCHEDULER_ADMIN_MAX_MESSAGE_BYTES);
+    s.set_maxmsgsize(max).map_err(ZmqError::at("admin maxmsgsize"))?;
     s.bind(addr).map_err(ZmqError::at(format!("bind admin socket {addr}")))?;
     if let Ok(Ok(ep)) = s.get_last_endpoint() {
         tracing::info!(endpoint = %ep, "admin socket bound");

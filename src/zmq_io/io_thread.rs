@@ -591,8 +591,9 @@ impl Loop {
 /// message must still fit it): the router reads only its msgid and
 /// `failed` frames and never stores or forwards the result, and dropping it
 /// would leave its job unanswered, held until its deadline and its worker
-/// barred from the queue. (ZeroMQ still drops a frame over twice
-/// `max_message_bytes` with its connection.)
+/// barred from the queue. (ZeroMQ still drops a message over
+/// [`limits::zmq_max_msg_size`], about twice `max_message_bytes`, with its
+/// connection: a result up to twice `max_message_bytes` arrives.)
 fn is_job_result(which: Socket, frames: &[InFrame]) -> bool {
     which == Socket::Backend && frames.len() >= 6 && frames[2].as_ref() == b"REPLY"
 }

@@ -7,9 +7,10 @@ use crate::zmq_error::ZmqError;
 /// (a send to an unknown identity fails instead of vanishing),
 /// `ROUTER_HANDOVER`, the high-water mark `hwm` for sending and at most
 /// [`limits::ZMQ_RCVHWM`] for receiving, and
-/// `ZMQ_MAXMSGSIZE` `max_frame_bytes` (libzmq drops the connection of a
-/// peer that sends a larger frame, before buffering it). Returns the socket
-/// and the endpoint it really bound (port 0 resolved).
+/// `ZMQ_MAXMSGSIZE` `max_msg_size` ([`limits::zmq_max_msg_size`]: emq's
+/// libzmq drops the connection of a peer whose multipart message, every
+/// frame counted, passes it, before buffering it). Returns the socket and
+/// the endpoint it really bound (port 0 resolved).
 ///
 /// `ROUTER_HANDOVER` (emq's rule; EventMQ 0.3.13 leaves it off): when a peer
 /// connects with an identity that is already connected, the new connection
@@ -28,7 +29,7 @@ pub fn router_socket(
     ctx: &zmq::Context,
     addr: &str,
     hwm: i32,
-    max_frame_bytes: usize,
+    max_msg_size: i64,
     name: &str,
 ) -> Result<(zmq::Socket, String), ZmqError> {
     let s = ctx.socket(zmq::ROUTER).map_err(ZmqError::at(format!("{name} socket")))?;
@@ -38,7 +39,7 @@ pub fn router_socket(
     // 0 is "no limit" to libzmq: the read-ahead cap holds then too.
     let rcvhwm = if hwm <= 0 { limits::ZMQ_RCVHWM } else { hwm.min(limits::ZMQ_RCVHWM) };
     s.set_rcvhwm(rcvhwm).map_err(ZmqError::at("RCVHWM"))?;
-    s.set_maxmsgsize(i64::try_from(max_frame_bytes).unwrap_or(i64::MAX)).map_err(ZmqError::at("MAXMSGSIZE"))?;
+    s.set_maxmsgsize(max_msg_size).map_err(ZmqError::at("MAXMSGSIZE"))?;
     s.set_linger(limits::ROUTER_LINGER.as_millis() as i32).map_err(ZmqError::at("LINGER"))?;
     s.bind(addr).map_err(ZmqError::at(format!("bind {name} {addr}")))?;
     let bound = s.get_last_endpoint().ok().and_then(|e| e.ok()).unwrap_or_else(|| addr.to_string());
