@@ -388,6 +388,67 @@ fn stream_endless_message(endpoint: &str, zmtp: Zmtp, limit: usize) -> usize {
     }
 }
 
+/// Connects to `endpoint` over plain TCP as a ZMTP 3.0 DEALER and sends
+/// `frames` frames of 40 bytes flagged MORE, each in its own TCP segment
+/// (`TCP_NODELAY`, 1 ms apart) so that each is read on its own, the
+/// message never ended; returns the connection, still open.
+fn paced_unfinished_message(endpoint: &str, frames: usize) -> TcpStream {
+    use std::io::Read;
+    let addr = endpoint.strip_prefix("tcp://").expect("a tcp:// endpoint");
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_nodelay(true).expect("nodelay");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut greeting = vec![0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3, 0];
+    greeting.extend_from_slice(b"NULL");
+    greeting.resize(64, 0);
+    s.write_all(&greeting).expect("greeting");
+    let mut theirs = [0u8; 64];
+    s.read_exact(&mut theirs).expect("the peer's greeting");
+    let body = b"\x05READY\x0bSocket-Type\x00\x00\x00\x06DEALER";
+    let mut ready = vec![0x04, u8::try_from(body.len()).expect("short command")];
+    ready.extend_from_slice(body);
+    s.write_all(&ready).expect("READY");
+    let mut frame = vec![0x01, 40];
+    frame.resize(42, b'x');
+    for _ in 0..frames {
+        s.write_all(&frame).expect("a frame of the unfinished message");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    s
+}
+
+#[test]
+fn bounds_frames_of_an_unfinished_message_read_one_at_a_time_do_not_pin_read_buffers() {
+    // libzmq's zero-copy receive let a frame of 33 bytes or more point
+    // into the 8 KiB read buffer, keeping all of it (~18 KiB with its
+    // counters) alive while the frame waited in the pipe: 40-byte frames
+    // sent one per TCP segment cost ~190 times what ZMQ_MAXMSGSIZE counts
+    // (~6 GiB per connection at the default limit). emq's libzmq copies
+    // frames when a size limit is set (vendor/zeromq-src/EMQ-PATCH.md).
+    let _w = Watchdog::new("bounds_paced_frames", 120);
+    let dir = TestDir::new("bounds_paced_frames");
+    let r = crate::common::router::Router::start_with(
+        &dir,
+        crate::common::router::RouterKind::Rust(rust_router_bin()),
+        &["--durability", "memory", "--log", "warn"],
+    );
+    let pid = r.child.pid();
+    let before = rss_kib(pid);
+    // 3,000 frames: 312 KB counted, ~54 MB of pinned buffers before.
+    let open = paced_unfinished_message(&r.frontend, 3_000);
+    let grown = rss_kib(pid).saturating_sub(before);
+    eprintln!("3,000 paced frames, unfinished: the router grew {grown} KiB");
+    assert!(grown < 12 * 1024, "3,000 frames of 40 bytes, unfinished, grew the router by {grown} KiB (want < 12 MiB)");
+    drop(open);
+    let worker = Peer::new(&r.backend, b"worker-after-paced");
+    worker.inform_worker(r#"[[10, "q"]]"#);
+    worker.ready(1);
+    let client = Peer::new(&r.frontend, b"client-after-paced");
+    client.request("m1", "q", "", "small");
+    assert_eq!(client.expect("REPLY")[4], b"m1");
+    assert_eq!(worker.expect("REQUEST").last().map(Vec::as_slice), Some(&b"small"[..]));
+}
+
 /// Streams `limit` bytes of an endless message at each of `targets`,
 /// checking each connection is dropped before that, then that the peak
 /// resident memory of `pid` grew less than 64 MiB over its resident memory

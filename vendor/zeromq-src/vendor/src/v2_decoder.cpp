@@ -124,7 +124,11 @@ int zmq::v2_decoder_t::size_ready (uint64_t msg_size_,
     // data into a new message and complete it in the next receive.
 
     shared_message_memory_allocator &allocator = get_allocator ();
-    if (unlikely (!_zero_copy
+    //  emq patch: with a size limit, no zero-copy: a frame pointing into
+    //  the read buffer keeps that whole buffer (8 KiB and its counters)
+    //  alive while it waits in the pipe, ~190 times its counted size for a
+    //  33-byte frame read alone, so the limit would not bound the memory.
+    if (unlikely (!_zero_copy || _max_msg_size >= 0
                   || msg_size_ > static_cast<size_t> (
                        allocator.data () + allocator.size () - read_pos_))) {
         // a new message has started, but the size would exceed the pre-allocated arena

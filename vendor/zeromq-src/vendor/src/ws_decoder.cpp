@@ -221,7 +221,8 @@ int zmq::ws_decoder_t::size_ready (unsigned char const *read_pos_)
     // data into a new message and complete it in the next receive.
 
     shared_message_memory_allocator &allocator = get_allocator ();
-    if (unlikely (!_zero_copy || allocator.data () > read_pos_
+    //  emq patch: with a size limit, no zero-copy (v2_decoder.cpp).
+    if (unlikely (!_zero_copy || _max_msg_size >= 0 || allocator.data () > read_pos_
                   || static_cast<size_t> (read_pos_ - allocator.data ())
                        > allocator.size ()
                   || _size > static_cast<size_t> (
