@@ -21,6 +21,11 @@ use tracing_subscriber::EnvFilter;
 /// escape sequences to the terminal that shows the log. One rule for every
 /// field, so a new log line cannot forget it.
 fn escaped_field(w: &mut Writer<'_>, field: &Field, value: &dyn fmt::Debug) -> fmt::Result {
+    // Records from the `log` crate carry their origin as `log.*` fields,
+    // which the default formatter leaves out too.
+    if field.name().starts_with("log.") {
+        return Ok(());
+    }
     let text = crate::program::printable(&format!("{value:?}"));
     match field.name() {
         "message" => w.write_str(&text),

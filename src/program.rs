@@ -34,7 +34,18 @@ pub fn error_line(program: &str, error: &(dyn Error + 'static)) -> String {
 /// neither move the cursor, colour the screen, break a line nor show in
 /// another order than it is.
 pub fn printable(text: &str) -> String {
-    text.chars().map(|c| if hidden(c) { c.escape_default().to_string() } else { c.to_string() }).collect()
+    if !text.chars().any(hidden) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if hidden(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Control characters, and the invisible format characters that reorder
