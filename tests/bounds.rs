@@ -326,6 +326,48 @@ fn peak_kib(pid: i32) -> u64 {
     line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("VmHWM figure")
 }
 
+/// The ZMTP 3.0 handshake by hand on `s`: greeting (NULL mechanism, as
+/// client), the peer's greeting checked, READY with `socket_type`.
+fn zmtp3_handshake(s: &mut TcpStream, socket_type: &str) {
+    use std::io::Read;
+    // Greeting: signature, version 3.0, "NULL", as-server 0, filler.
+    let mut greeting = vec![0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3, 0];
+    greeting.extend_from_slice(b"NULL");
+    greeting.resize(64, 0);
+    s.write_all(&greeting).expect("greeting");
+    let mut theirs = [0u8; 64];
+    s.read_exact(&mut theirs).expect("the peer's greeting");
+    assert_eq!((theirs[0], theirs[9], theirs[10]), (0xff, 0x7f, 3), "a ZMTP 3 greeting");
+    // READY with the property Socket-Type.
+    let mut body = b"\x05READY\x0bSocket-Type".to_vec();
+    body.extend_from_slice(&u32::try_from(socket_type.len()).expect("short").to_be_bytes());
+    body.extend_from_slice(socket_type.as_bytes());
+    let mut ready = vec![0x04, u8::try_from(body.len()).expect("short command")];
+    ready.extend_from_slice(&body);
+    s.write_all(&ready).expect("READY");
+}
+
+/// The router binary on fresh ports, `durability = "memory"`, logging warnings.
+fn memory_router(dir: &TestDir) -> crate::common::router::Router {
+    crate::common::router::Router::start_with(
+        dir,
+        crate::common::router::RouterKind::Rust(rust_router_bin()),
+        &["--durability", "memory", "--log", "warn"],
+    )
+}
+
+/// A fresh worker and client (identities `worker-after-<tag>`,
+/// `client-after-<tag>`): the router still takes and dispatches a REQUEST.
+fn still_serves(r: &crate::common::router::Router, tag: &str) {
+    let worker = Peer::new(&r.backend, format!("worker-after-{tag}").as_bytes());
+    worker.inform_worker(r#"[[10, "q"]]"#);
+    worker.ready(1);
+    let client = Peer::new(&r.frontend, format!("client-after-{tag}").as_bytes());
+    client.request("m1", "q", "", "small");
+    assert_eq!(client.expect("REPLY")[4], b"m1");
+    assert_eq!(worker.expect("REQUEST").last().map(Vec::as_slice), Some(&b"small"[..]));
+}
+
 /// Connects to `endpoint` (`tcp://127.0.0.1:P`) over plain TCP, does the
 /// handshake by hand (`zmtp`), then streams empty frames each flagged MORE,
 /// never the last one, up to `limit` bytes: a message that never ends.
@@ -340,21 +382,7 @@ fn stream_endless_message(endpoint: &str, zmtp: Zmtp, limit: usize) -> usize {
     s.set_write_timeout(Some(Duration::from_secs(10))).expect("timeout");
     let frame: &[u8] = match zmtp {
         Zmtp::V3(socket_type) => {
-            // Greeting: signature, version 3.0, "NULL", as-server 0, filler.
-            let mut greeting = vec![0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3, 0];
-            greeting.extend_from_slice(b"NULL");
-            greeting.resize(64, 0);
-            s.write_all(&greeting).expect("greeting");
-            let mut theirs = [0u8; 64];
-            s.read_exact(&mut theirs).expect("the peer's greeting");
-            assert_eq!((theirs[0], theirs[9], theirs[10]), (0xff, 0x7f, 3), "a ZMTP 3 greeting");
-            // READY with the property Socket-Type.
-            let mut body = b"\x05READY\x0bSocket-Type".to_vec();
-            body.extend_from_slice(&u32::try_from(socket_type.len()).expect("short").to_be_bytes());
-            body.extend_from_slice(socket_type.as_bytes());
-            let mut ready = vec![0x04, u8::try_from(body.len()).expect("short command")];
-            ready.extend_from_slice(&body);
-            s.write_all(&ready).expect("READY");
+            zmtp3_handshake(&mut s, socket_type);
             // Flags MORE, size 0.
             &[0x01, 0x00]
         }
@@ -393,21 +421,11 @@ fn stream_endless_message(endpoint: &str, zmtp: Zmtp, limit: usize) -> usize {
 /// (`TCP_NODELAY`, 1 ms apart) so that each is read on its own, the
 /// message never ended; returns the connection, still open.
 fn paced_unfinished_message(endpoint: &str, frames: usize) -> TcpStream {
-    use std::io::Read;
     let addr = endpoint.strip_prefix("tcp://").expect("a tcp:// endpoint");
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_nodelay(true).expect("nodelay");
     s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    let mut greeting = vec![0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3, 0];
-    greeting.extend_from_slice(b"NULL");
-    greeting.resize(64, 0);
-    s.write_all(&greeting).expect("greeting");
-    let mut theirs = [0u8; 64];
-    s.read_exact(&mut theirs).expect("the peer's greeting");
-    let body = b"\x05READY\x0bSocket-Type\x00\x00\x00\x06DEALER";
-    let mut ready = vec![0x04, u8::try_from(body.len()).expect("short command")];
-    ready.extend_from_slice(body);
-    s.write_all(&ready).expect("READY");
+    zmtp3_handshake(&mut s, "DEALER");
     let mut frame = vec![0x01, 40];
     frame.resize(42, b'x');
     for _ in 0..frames {
@@ -427,11 +445,7 @@ fn bounds_frames_of_an_unfinished_message_read_one_at_a_time_do_not_pin_read_buf
     // frames when a size limit is set (vendor/zeromq-src/EMQ-PATCH.md).
     let _w = Watchdog::new("bounds_paced_frames", 120);
     let dir = TestDir::new("bounds_paced_frames");
-    let r = crate::common::router::Router::start_with(
-        &dir,
-        crate::common::router::RouterKind::Rust(rust_router_bin()),
-        &["--durability", "memory", "--log", "warn"],
-    );
+    let r = memory_router(&dir);
     let pid = r.child.pid();
     let before = rss_kib(pid);
     // 3,000 frames: 312 KB counted, ~54 MB of pinned buffers before.
@@ -440,13 +454,7 @@ fn bounds_frames_of_an_unfinished_message_read_one_at_a_time_do_not_pin_read_buf
     eprintln!("3,000 paced frames, unfinished: the router grew {grown} KiB");
     assert!(grown < 12 * 1024, "3,000 frames of 40 bytes, unfinished, grew the router by {grown} KiB (want < 12 MiB)");
     drop(open);
-    let worker = Peer::new(&r.backend, b"worker-after-paced");
-    worker.inform_worker(r#"[[10, "q"]]"#);
-    worker.ready(1);
-    let client = Peer::new(&r.frontend, b"client-after-paced");
-    client.request("m1", "q", "", "small");
-    assert_eq!(client.expect("REPLY")[4], b"m1");
-    assert_eq!(worker.expect("REQUEST").last().map(Vec::as_slice), Some(&b"small"[..]));
+    still_serves(&r, "paced");
 }
 
 /// Streams `limit` bytes of an endless message at each of `targets`,
@@ -476,11 +484,7 @@ fn bounds_a_message_that_never_ends_drops_its_connection_and_the_router_keeps_se
     // at the default limits the connection is dropped after ~1 MB.
     let _w = Watchdog::new("bounds_endless_message", 120);
     let dir = TestDir::new("bounds_endless_message");
-    let r = crate::common::router::Router::start_with(
-        &dir,
-        crate::common::router::RouterKind::Rust(rust_router_bin()),
-        &["--durability", "memory", "--log", "warn"],
-    );
+    let r = memory_router(&dir);
     let pid = r.child.pid();
     let targets = [
         (r.frontend.as_str(), Zmtp::V3("DEALER")),
@@ -489,13 +493,7 @@ fn bounds_a_message_that_never_ends_drops_its_connection_and_the_router_keeps_se
         (r.frontend.as_str(), Zmtp::V1),
     ];
     endless_messages_are_dropped(pid, &targets, 20 << 20);
-    let worker = Peer::new(&r.backend, b"worker-after-endless");
-    worker.inform_worker(r#"[[10, "q"]]"#);
-    worker.ready(1);
-    let client = Peer::new(&r.frontend, b"client-after-endless");
-    client.request("m1", "q", "", "small");
-    assert_eq!(client.expect("REPLY")[4], b"m1");
-    assert_eq!(worker.expect("REQUEST").last().map(Vec::as_slice), Some(&b"small"[..]));
+    still_serves(&r, "endless");
 }
 
 #[test]
