@@ -16,6 +16,11 @@
 # created if missing, for the "python" target; a beanstalkd, installed with
 # apt-get when missing and running as root, for the "beanstalkd" target),
 # runs emq-bench, and stops everything it started by PID.
+# EMQ_BENCH_TARGETS and EMQ_BENCH_RUNS replace the scenarios' target lists
+# and run counts; a target with `-before` appended (emq-before,
+# emq-memory-before, ...) runs the emq-router at EMQ_ROUTER_BEFORE as that
+# target runs the current one, for A/B runs of two builds interleaved in
+# one invocation.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -101,7 +106,13 @@ try_router() {
   case $1 in
     emq|emq-*)
       local flags=()
+      local bin=$ROUTER kind=$1
+      # An A/B run: `<target>-before` (emq-before, emq-memory-before, ...)
+      # is <target> run from another build, EMQ_ROUTER_BEFORE=/path/to/emq-router.
       case $1 in
+        *-before) bin=${EMQ_ROUTER_BEFORE:?$1 needs EMQ_ROUTER_BEFORE}; kind=${1%-before} ;;
+      esac
+      case $kind in
         emq-async) flags=(--durability async) ;;
         emq-memory) flags=(--durability memory) ;;
         emq-shard-sync) flags=(--wal-sync-thread false) ;;
@@ -110,7 +121,7 @@ try_router() {
       # Every port fresh: the metrics server is off (its default port may be
       # taken by another router on this machine).
       # shellcheck disable=SC2086
-      "$ROUTER" --log warn --frontend "$FE" --backend "$BE" --admin "tcp://127.0.0.1:$p3" \
+      "$bin" --log warn --frontend "$FE" --backend "$BE" --admin "tcp://127.0.0.1:$p3" \
         --text "$TEXT" --metrics off --data-dir "$DATA" "${flags[@]}" $ROUTER_ARGS >>"${ROUTER_LOG:-$OUT/router-emq.log}" 2>&1 &
       ;;
     forwarder)
@@ -189,6 +200,8 @@ for s in "${SCENARIOS[@]}"; do
   MODE= TARGETS= RUNS=1 ARGS= IDLE_WORKERS=10000 IDLE_SECONDS=20 ROUTER_ARGS= ROUTER_LOG=
   # shellcheck disable=SC1090
   . "loadtest/scenarios/$s.sh"
+  TARGETS=${EMQ_BENCH_TARGETS:-$TARGETS}
+  RUNS=${EMQ_BENCH_RUNS:-$RUNS}
   # Runs interleave the targets (a1 b1 a2 b2 …) so a shift in the shared
   # machine's load falls on every target alike.
   for i in $(seq "$RUNS"); do

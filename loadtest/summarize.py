@@ -70,6 +70,10 @@ def main(out, bench):
         for mine in ("emq-shard-sync", "emq-async"):
             if memory and medians.get((scen, mine)):
                 lines.append(f"* {scen}: {mine}/emq-memory = {medians[(scen, mine)] / memory:.3f}")
+        for (s2, target), tp in sorted(medians.items()):
+            before = medians.get((scen, target + "-before"))
+            if s2 == scen and tp and before:
+                lines.append(f"* {scen}: {target}/{target}-before (A/B of two builds) = {tp / before:.3f}")
     if cpu:
         lines += ["", "## Broker CPU per job (user + system, warm-up jobs included)", "",
                   "The broker's CPU time over the run divided by the jobs its consumers received: on a",
@@ -83,6 +87,11 @@ def main(out, bench):
                 if emq and cpu.get((scen, other)):
                     ratio = statistics.median(emq) / statistics.median(cpu[(scen, other)])
                     lines.append(f"* {scen}: emq/{other} CPU per job = {ratio:.3f}")
+            for (s2, target), us in sorted(cpu.items()):
+                before = cpu.get((scen, target + "-before"))
+                if s2 == scen and before:
+                    ratio = statistics.median(us) / statistics.median(before)
+                    lines.append(f"* {scen}: {target}/{target}-before CPU per job (A/B of two builds) = {ratio:.3f}")
             memory, bean = cpu.get((scen, "emq-memory")), cpu.get((scen, "beanstalkd"))
             if memory and bean:
                 ratio = statistics.median(memory) / statistics.median(bean)

@@ -27,6 +27,9 @@
     along with this program.  If not, see <http://www.gnu.org/licenses/>.
 */
 
+//  Modified for emq on 2026-12-04: POLLOUT changes that change nothing
+//  make no system call (see EMQ-PATCH.md at the root of this crate).
+
 #include "precompiled.hpp"
 #if defined ZMQ_IOTHREAD_POLLER_USE_EPOLL
 #include "epoll.hpp"
@@ -140,6 +143,10 @@ void zmq::epoll_t::set_pollout (handle_t handle_)
 {
     check_thread ();
     poll_entry_t *pe = static_cast<poll_entry_t *> (handle_);
+    //  emq: no system call when POLLOUT is already polled for (the engine
+    //  asks again after every partial write).
+    if (pe->ev.events & EPOLLOUT)
+        return;
     pe->ev.events |= EPOLLOUT;
     const int rc = epoll_ctl (_epoll_fd, EPOLL_CTL_MOD, pe->fd, &pe->ev);
     errno_assert (rc != -1);
@@ -149,6 +156,10 @@ void zmq::epoll_t::reset_pollout (handle_t handle_)
 {
     check_thread ();
     poll_entry_t *pe = static_cast<poll_entry_t *> (handle_);
+    //  emq: no system call when POLLOUT is not polled for (the engine stops
+    //  output after a speculative write that left nothing to send).
+    if (!(pe->ev.events & EPOLLOUT))
+        return;
     pe->ev.events &= ~(static_cast<short> (EPOLLOUT));
     const int rc = epoll_ctl (_epoll_fd, EPOLL_CTL_MOD, pe->fd, &pe->ev);
     errno_assert (rc != -1);

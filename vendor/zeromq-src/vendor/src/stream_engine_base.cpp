@@ -27,6 +27,9 @@
     along with this program.  If not, see <http://www.gnu.org/licenses/>.
 */
 
+//  Modified for emq on 2026-12-04: a speculative write does not poll for
+//  POLLOUT first (see EMQ-PATCH.md at the root of this crate).
+
 #include "precompiled.hpp"
 #include "macros.hpp"
 
@@ -326,6 +329,32 @@ bool zmq::stream_engine_base_t::in_event_internal ()
     return true;
 }
 
+bool zmq::stream_engine_base_t::fill_out_buffer ()
+{
+    _outpos = NULL;
+    _outsize = _encoder->encode (&_outpos, 0);
+
+    while (_outsize < static_cast<size_t> (_options.out_batch_size)) {
+        if ((this->*_next_msg) (&_tx_msg) == -1) {
+            //  ws_engine can cause an engine error and delete it, so
+            //  bail out immediately to avoid use-after-free
+            if (errno == ECONNRESET)
+                return false;
+            else
+                break;
+        }
+        _encoder->load_msg (&_tx_msg);
+        unsigned char *bufptr = _outpos + _outsize;
+        const size_t n =
+          _encoder->encode (&bufptr, _options.out_batch_size - _outsize);
+        zmq_assert (n > 0);
+        if (_outpos == NULL)
+            _outpos = bufptr;
+        _outsize += n;
+    }
+    return true;
+}
+
 void zmq::stream_engine_base_t::out_event ()
 {
     zmq_assert (!_io_error);
@@ -340,27 +369,8 @@ void zmq::stream_engine_base_t::out_event ()
             return;
         }
 
-        _outpos = NULL;
-        _outsize = _encoder->encode (&_outpos, 0);
-
-        while (_outsize < static_cast<size_t> (_options.out_batch_size)) {
-            if ((this->*_next_msg) (&_tx_msg) == -1) {
-                //  ws_engine can cause an engine error and delete it, so
-                //  bail out immediately to avoid use-after-free
-                if (errno == ECONNRESET)
-                    return;
-                else
-                    break;
-            }
-            _encoder->load_msg (&_tx_msg);
-            unsigned char *bufptr = _outpos + _outsize;
-            const size_t n =
-              _encoder->encode (&bufptr, _options.out_batch_size - _outsize);
-            zmq_assert (n > 0);
-            if (_outpos == NULL)
-                _outpos = bufptr;
-            _outsize += n;
-        }
+        if (!fill_out_buffer ())
+            return;
 
         //  If there is no data to send, stop polling for output.
         if (_outsize == 0) {
@@ -390,9 +400,35 @@ void zmq::stream_engine_base_t::out_event ()
 
     //  If we are still handshaking and there are no data
     //  to send, stop polling for output.
-    if (unlikely (_handshaking))
+    if (unlikely (_handshaking)) {
         if (_outsize == 0)
             reset_pollout ();
+        return;
+    }
+
+    //  emq: the socket did not take everything: poll for POLLOUT (a
+    //  speculative write from restart_output has not asked for it yet).
+    if (_outsize > 0) {
+        _output_stopped = false;
+        set_pollout ();
+        return;
+    }
+
+    //  emq: everything was written. Look for more now: when nothing is
+    //  left, output stops here, instead of on a POLLOUT event that
+    //  libzmq 4.3.4 asked for before the write and that found nothing
+    //  (two epoll_ctl calls and an epoll_wait wake-up per message sent).
+    //  When more is waiting it is written on the next POLLOUT, so one busy
+    //  connection does not hold the I/O thread.
+    if (!fill_out_buffer ())
+        return;
+    if (_outsize == 0) {
+        _output_stopped = true;
+        reset_pollout ();
+        return;
+    }
+    _output_stopped = false;
+    set_pollout ();
 }
 
 void zmq::stream_engine_base_t::restart_output ()
@@ -401,8 +437,12 @@ void zmq::stream_engine_base_t::restart_output ()
         return;
 
     if (likely (_output_stopped)) {
-        set_pollout ();
         _output_stopped = false;
+        //  emq: while handshaking, poll for POLLOUT first, as libzmq 4.3.4
+        //  does; after it, out_event asks for POLLOUT only when the
+        //  speculative write below leaves something unsent.
+        if (unlikely (_handshaking))
+            set_pollout ();
     }
 
     //  Speculative write: The assumption is that at the moment new message

@@ -27,6 +27,9 @@
     along with this program.  If not, see <http://www.gnu.org/licenses/>.
 */
 
+//  Modified for emq on 2026-12-04: a speculative write does not poll for
+//  POLLOUT first (see EMQ-PATCH.md at the root of this crate).
+
 #ifndef __ZMQ_STREAM_ENGINE_BASE_HPP_INCLUDED__
 #define __ZMQ_STREAM_ENGINE_BASE_HPP_INCLUDED__
 
@@ -75,6 +78,13 @@ class stream_engine_base_t : public io_object_t, public i_engine
     void in_event () ZMQ_FINAL;
     void out_event ();
     void timer_event (int id_) ZMQ_FINAL;
+
+  private:
+    //  emq: fills the write buffer from the encoder and the session; false
+    //  when the engine may have been deleted (ws_engine, ECONNRESET).
+    bool fill_out_buffer ();
+
+  public:
 
   protected:
     typedef metadata_t::dict_t properties_t;
