@@ -198,8 +198,11 @@ impl FakeRouter {
     }
 
     fn send_job(&self, msgid: &str, body: &[u8]) {
-        let frames: [&[u8]; 8] =
-            [&self.worker, b"", b"eMQP/1.0", b"REQUEST", msgid.as_bytes(), b"q", b"reply-requested", body];
+        self.send_job_with(msgid, b"reply-requested", body)
+    }
+
+    fn send_job_with(&self, msgid: &str, headers: &[u8], body: &[u8]) {
+        let frames: [&[u8]; 8] = [&self.worker, b"", b"eMQP/1.0", b"REQUEST", msgid.as_bytes(), b"q", headers, body];
         self.sock.send_multipart(frames, 0).unwrap();
     }
 
@@ -272,6 +275,30 @@ impl Drop for Reap {
             }
         }
     }
+}
+
+#[test]
+fn emq_worker_takes_timeout_0_as_no_limit_and_a_missing_header_as_its_timeout() {
+    let _w = Watchdog::new("emq_worker_timeout_0", 30);
+    let dir = TestDir::new("worker-timeout-0");
+    let script = write_script(&dir, "sleep 2\necho done\n");
+    let mut fake = FakeRouter::new();
+    let _worker = worker_for(&fake, &dir, &script, &["-J", "3", "--timeout", "1s"]);
+    fake.register();
+    fake.send_job_with("no-limit", b"reply-requested,timeout:0", b"");
+    fake.send_job_with("own-limit", b"reply-requested,timeout:5", b"");
+    fake.send_job("default-limit", b"");
+    let mut replies = vec![fake.reply(10), fake.reply(10), fake.reply(10)];
+    replies.sort();
+    let (timed_out, done) = (br#"{"value": "TimeoutError"}"#.to_vec(), br#"{"value": "done\n"}"#.to_vec());
+    assert_eq!(
+        replies,
+        [
+            ("default-limit".into(), timed_out, true),
+            ("no-limit".into(), done.clone(), false),
+            ("own-limit".into(), done, false)
+        ]
+    );
 }
 
 #[test]

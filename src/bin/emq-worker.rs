@@ -83,8 +83,7 @@ fn run() -> anyhow::Result<()> {
     command[0] = program.to_string_lossy().into_owned();
     let command = Arc::new(command);
     let default_timeout = settings.timeout;
-    let worker =
-        Worker::start(config, move |job| run_job(&command, &job, job.timeout().unwrap_or(default_timeout), &running))?;
+    let worker = Worker::start(config, move |job| run_job(&command, &job, job.time_limit(default_timeout), &running))?;
     let stopper = worker.stopper();
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])?;
     let handle = signals.handle();
@@ -243,11 +242,11 @@ enum Cut {
 
 /// Runs the command for one job: payload on stdin, stdout as the result.
 /// Everything (writing the payload, reading stdout to its end, waiting for
-/// the exit) is bounded by the job's deadline.
-fn run_job(command: &[String], job: &Job, timeout: Duration, running: &Running) -> Result<Vec<u8>, JobError> {
+/// the exit) is bounded by the job's time limit (`None`: no limit).
+fn run_job(command: &[String], job: &Job, timeout: Option<Duration>, running: &Running) -> Result<Vec<u8>, JobError> {
     let msgid = String::from_utf8_lossy(&job.msgid).into_owned();
     // A deadline too far to represent is no deadline (`timeout:N` is any u64).
-    let deadline = Instant::now().checked_add(timeout);
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     let mut child = Command::new(&command[0])
         .args(&command[1..])
         .env("EMQ_MSGID", &msgid)

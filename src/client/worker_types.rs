@@ -37,11 +37,19 @@ impl Job {
         headers::has(&self.headers, headers::REPLY_REQUESTED)
     }
 
-    /// The `timeout:N` header in seconds, if present and > 0.
-    pub fn timeout(&self) -> Option<Duration> {
-        let v = headers::value(&self.headers, b"timeout")?;
-        let secs: u64 = std::str::from_utf8(v).ok()?.trim().parse().ok()?;
-        (secs > 0).then(|| Duration::from_secs(secs))
+    /// The job's time limit: its `timeout:N` header in seconds, where
+    /// `timeout:0` means no limit (as for EventMQ 0.3.13's workers and
+    /// emq's router, README "Deadlines"); `default` when the header is
+    /// absent or not a whole number of seconds. `None`: no limit.
+    pub fn time_limit(&self, default: Duration) -> Option<Duration> {
+        let secs = headers::value(&self.headers, b"timeout")
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        match secs {
+            None => Some(default),
+            Some(0) => None,
+            Some(n) => Some(Duration::from_secs(n)),
+        }
     }
 
     /// The Python call in the body, if the body is one (docs/emqp.md "Job bodies").
@@ -268,5 +276,30 @@ impl Stopper {
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
         self.waker.wake();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(headers: &[u8]) -> Job {
+        Job {
+            msgid: b"m".to_vec(),
+            queue: b"q".to_vec(),
+            headers: headers.to_vec(),
+            body: Vec::new(),
+            extra: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_timeout_header_sets_the_limit_and_timeout_0_means_none() {
+        let default = Duration::from_secs(300);
+        assert_eq!(job(b"reply-requested,timeout:7").time_limit(default), Some(Duration::from_secs(7)));
+        assert_eq!(job(b"timeout:0").time_limit(default), None, "EventMQ: timeout:0 is no limit");
+        assert_eq!(job(b"reply-requested").time_limit(default), Some(default));
+        assert_eq!(job(b"timeout:abc").time_limit(default), Some(default), "unreadable: as absent");
+        assert_eq!(job(b"timeout:-1").time_limit(default), Some(default));
     }
 }
