@@ -443,6 +443,10 @@ pub const LOG_FRAME_BYTES: usize = 64;
 pub const LOG_TEXT_BYTES: usize = 256;
 /// Period of the latency reporter's log line.
 pub const LATENCY_REPORT_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The shortest period of a report (`latency_interval`, emq-worker's
+/// `stats_interval`); `0s` turns one off.
+pub const MIN_REPORT_PERIOD: Duration = Duration::from_secs(1);
 /// Largest latency an HdrHistogram records (1 hour, in microseconds).
 pub const LATENCY_MAX_US: u64 = 3_600_000_000;
 
@@ -598,6 +602,17 @@ pub const CLIENT_LINGER_MS: i32 = 500;
 /// Admin sockets (`AdminClient`, the scheduler's admin ROUTER): queries and
 /// their answers are worthless once either side has closed.
 pub const ADMIN_LINGER_MS: i32 = 0;
+/// The largest message an eMQP `Client` or `Publisher` takes from the
+/// broker (`ZMQ_MAXMSGSIZE` on its DEALER; emq's libzmq counts the whole
+/// message, vendor/zeromq-src/EMQ-PATCH.md): answers to clients are a msgid
+/// and a short text. A larger one is dropped with the connection by
+/// ZeroMQ, so the call ends in its timeout.
+pub const CLIENT_MAX_ANSWER_BYTES: i64 = 16 << 20;
+/// The largest answer an `AdminClient` (emq-cli) takes: STATUS and
+/// SHOW_WORKERS list up to [`MAX_QUEUES`] queues and [`MAX_WORKERS`]
+/// workers. A black-box test's 300 MB answer from a wrong address took
+/// emq-cli to 864 MB of RSS before.
+pub const ADMIN_MAX_ANSWER_BYTES: i64 = 256 << 20;
 /// A worker's or scheduler's DEALER while it runs: on reconnect it is
 /// replaced, and what it still queues belongs to the old identity (the new
 /// one registers afresh). Raised to a close linger for the final KBYE.

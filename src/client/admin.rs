@@ -28,7 +28,7 @@ impl AdminClient {
     /// [`ClientError::Address`] for a malformed address.
     pub fn connect(addr: &str) -> Result<AdminClient, ClientError> {
         let ctx = zmq::Context::new();
-        let dealer = Dealer::connect(&ctx, addr, limits::ADMIN_LINGER_MS)?;
+        let dealer = Dealer::connect(&ctx, addr, limits::ADMIN_LINGER_MS, limits::ADMIN_MAX_ANSWER_BYTES)?;
         Ok(AdminClient { dealer, timeout: limits::CLIENT_TIMEOUT, _ctx: ctx })
     }
 

@@ -111,7 +111,7 @@ impl Client {
     /// [`ClientError::Address`] for a malformed address.
     pub fn connect(addr: &str) -> Result<Client, ClientError> {
         let ctx = zmq::Context::new();
-        let dealer = Dealer::connect(&ctx, addr, limits::CLIENT_LINGER_MS)?;
+        let dealer = Dealer::connect(&ctx, addr, limits::CLIENT_LINGER_MS, limits::CLIENT_MAX_ANSWER_BYTES)?;
         Ok(Client { dealer, timeout: limits::CLIENT_TIMEOUT, stash: HashMap::new(), _ctx: ctx })
     }
 
@@ -315,7 +315,7 @@ impl Publisher {
     /// [`ClientError::Address`] for a malformed address.
     pub fn connect(addr: &str) -> Result<Publisher, ClientError> {
         let ctx = zmq::Context::new();
-        let dealer = Dealer::connect(&ctx, addr, limits::CLIENT_LINGER_MS)?;
+        let dealer = Dealer::connect(&ctx, addr, limits::CLIENT_LINGER_MS, limits::CLIENT_MAX_ANSWER_BYTES)?;
         Ok(Publisher { dealer, timeout: limits::CLIENT_TIMEOUT, _ctx: ctx })
     }
 

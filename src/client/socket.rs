@@ -54,14 +54,23 @@ pub(crate) struct Dealer {
 }
 
 impl Dealer {
-    /// A DEALER with a fresh uuid4 identity, LINGER `linger_ms`, and
-    /// `ZMQ_IMMEDIATE` so a send waits for a real connection.
-    pub fn connect(ctx: &zmq::Context, addr: &str, linger_ms: i32) -> Result<Dealer, ClientError> {
+    /// A DEALER with a fresh uuid4 identity, LINGER `linger_ms`,
+    /// `ZMQ_IMMEDIATE` so a send waits for a real connection, and
+    /// `ZMQ_MAXMSGSIZE` `max_answer_bytes`: ZeroMQ drops a larger message
+    /// from the peer (with the connection) instead of holding it, so a
+    /// wrong or hostile address cannot make the caller hold any size.
+    pub fn connect(
+        ctx: &zmq::Context,
+        addr: &str,
+        linger_ms: i32,
+        max_answer_bytes: i64,
+    ) -> Result<Dealer, ClientError> {
         crate::config::addr::emqp(addr)?;
         let zerr = |what| ZmqError::at(format!("{what} {addr}"));
         let socket = ctx.socket(zmq::DEALER).map_err(zerr("socket for"))?;
         socket.set_identity(&crate::protocol::emqp::new_msgid()).map_err(zerr("identity for"))?;
         socket.set_linger(linger_ms).map_err(zerr("linger for"))?;
+        socket.set_maxmsgsize(max_answer_bytes).map_err(zerr("max message size for"))?;
         socket.set_immediate(true).map_err(zerr("immediate for"))?;
         socket.connect(addr).map_err(zerr("connect"))?;
         Ok(Dealer { socket, addr: addr.to_string() })
@@ -101,6 +110,25 @@ pub(crate) fn millis(d: Duration) -> i32 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_over_the_limit_is_dropped_not_held() {
+        let ctx = zmq::Context::new();
+        let router = ctx.socket(zmq::ROUTER).unwrap();
+        router.set_linger(0).unwrap();
+        router.bind("tcp://127.0.0.1:*").unwrap();
+        let addr = router.get_last_endpoint().unwrap().unwrap();
+        let dealer = Dealer::connect(&ctx, &addr, 0, 1024).unwrap();
+        dealer.send_timeout(&[b"hello".to_vec()], Duration::from_secs(5)).unwrap();
+        let hello = router.recv_multipart(0).unwrap();
+        let in_a_second = || Instant::now() + Duration::from_secs(1);
+        router.send_multipart([&hello[0][..], &[7u8; 1000][..]], 0).unwrap();
+        assert_eq!(dealer.recv_deadline(in_a_second()).unwrap(), Some(vec![vec![7u8; 1000]]));
+        router.send_multipart([&hello[0][..], &[8u8; 1025][..]], 0).unwrap();
+        assert_eq!(dealer.recv_deadline(in_a_second()).unwrap(), None, "over max_answer_bytes: dropped");
+    }
+
     #[test]
     fn a_misspelled_address_says_what_was_expected() {
         let Err(e) = crate::client::admin::AdminClient::connect("127.0.0.1:47293") else { panic!("connected") };
