@@ -21,7 +21,7 @@ cd "$ROOT"
 command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
 cargo build --release --quiet --bin emq-bench --bin emq-router
 BENCH=$ROOT/target/release/emq-bench
-ROUTER=$ROOT/target/release/emq-router
+ROUTER=${EMQ_CG_ROUTER:-$ROOT/target/release/emq-router}
 REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 OUT=${EMQ_CG_OUT:-$ROOT/loadtest/results/callgrind-$REV}
 N1=${EMQ_CG_N1:-2000}

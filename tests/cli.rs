@@ -369,8 +369,9 @@ fn status_counts_what_workers_and_text_consumers_did() {
     assert!(out.starts_with("accepted "), "{out}");
     assert_eq!(
         note,
-        "emq-cli: note: no worker has declared queue \"jobz\" since the router started, so the router put the job on \
-         \"default\" (check the name, or start a worker for \"jobz\" first)\n"
+        "emq-cli: note: no worker serves queue \"jobz\" or has declared it lately (an idle queue is forgotten \
+         queue_idle_grace after its last worker left), so the router put the job on \"default\" (check the name, or \
+         start a worker for \"jobz\" first)\n"
     );
     wait::until_ok(Duration::from_secs(20), || {
         let s = status()?;
@@ -555,6 +556,27 @@ fn a_text_descriptor_reserve_the_limit_cannot_hold_is_refused_at_start() {
         )
     );
     assert!(!err.contains("text protocol listening"), "{err}");
+}
+
+#[test]
+fn settings_that_lose_python_peers_are_a_warning_at_start() {
+    let _w = watchdog::Watchdog::new("heartbeat-warning", 30);
+    let warning = "WARN main emq::config::router: Python EventMQ peers heartbeat every 3 s and reconnect after \
+                   ~15 s of router silence: these settings will expire or lose them";
+    for (flag, value) in
+        [("--heartbeat-timeout", "3200ms"), ("--heartbeat-timeout", "3400ms"), ("--heartbeat-interval", "6s")]
+    {
+        let mut cmd = bin("emq-router");
+        if flag == "--heartbeat-interval" {
+            cmd.args(["--heartbeat-timeout", "20s"]);
+        }
+        let (_, warnings) = print_config(cmd.args([flag, value]));
+        assert!(warnings.contains(warning), "{flag} {value}: {warnings:?}");
+    }
+    let (_, warnings) = print_config(bin("emq-router").env("EMQ_HEARTBEAT_TIMEOUT", "3100ms"));
+    assert!(warnings.contains(warning), "{warnings:?}");
+    let (_, warnings) = print_config(bin("emq-router").args(["--heartbeat-timeout", "3500ms"]));
+    assert_eq!(warnings, "", "3.5 s keeps Python peers");
 }
 
 #[test]

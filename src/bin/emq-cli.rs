@@ -80,8 +80,10 @@ enum Cmd {
     Schedules,
     /// Send a job over eMQP (REQUEST) and wait for the router's answer.
     ///
-    /// A queue no worker has declared since the router started, that holds
-    /// no jobs and that no text client has asked for lately is not kept:
+    /// A queue no worker has declared (since the router started, or since
+    /// the queue was reclaimed, `queue_idle_grace` after its last worker
+    /// left), that holds no jobs and that no text client has asked for
+    /// lately is not kept:
     /// like EventMQ, the router puts the job on `default`, and emq-cli says
     /// so.
     Request {
@@ -431,8 +433,9 @@ fn request(s: &CliSettings, out: Out, queue: &str, body: &[u8], headers: &str) -
             let fell_back = state.map(|(served, waiting)| !served && waiting == 0);
             let note = (fell_back == Some(true)).then(|| {
                 format!(
-                    "no worker has declared queue {queue:?} since the router started, so the router put the job \
-                     on {:?} (check the name, or start a worker for {queue:?} first)",
+                    "no worker serves queue {queue:?} or has declared it lately (an idle queue is forgotten \
+                     queue_idle_grace after its last worker left), so the router put the job on {:?} (check \
+                     the name, or start a worker for {queue:?} first)",
                     limits::DEFAULT_QUEUE
                 )
             });

@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::addr;
+use crate::limits;
 
 /// How one kind of setting is written and checked.
 ///
@@ -165,6 +166,31 @@ impl Kind for HumantimeOrOff {
 
     fn check(text: DurationText) -> Result<Option<Duration>, String> {
         Humantime::check(text).map(|period| (!period.is_zero()).then_some(period))
+    }
+}
+
+/// The period of a report (a log line, a latency file) in humantime syntax:
+/// `0s` means off (`None`), else at least [`limits::MIN_REPORT_PERIOD`]: a
+/// shorter period would keep an idle program busy writing reports (a black-box
+/// test's `latency_interval = "1ns"` took 1.7 cores).
+pub struct ReportPeriodOrOff;
+
+impl Kind for ReportPeriodOrOff {
+    type Raw = DurationText;
+    type Value = Option<Duration>;
+
+    fn parse(text: &str) -> Result<DurationText, String> {
+        Ok(text.into())
+    }
+
+    fn check(text: DurationText) -> Result<Option<Duration>, String> {
+        match Humantime::check(text)? {
+            d if d.is_zero() => Ok(None),
+            d if d < limits::MIN_REPORT_PERIOD => {
+                Err(format!("must be 0s (off) or at least {}", humantime::format_duration(limits::MIN_REPORT_PERIOD)))
+            }
+            d => Ok(Some(d)),
+        }
     }
 }
 
@@ -378,6 +404,11 @@ mod tests {
         assert_eq!(HumantimeOrOff::check("0s".into()), Ok(None));
         assert_eq!(Period::check("0s".into()), Err("must be more than 0".into()));
         assert_eq!(HumantimeOrOff::check(" 60s ".into()), Ok(Some(Duration::from_secs(60))));
+        assert_eq!(ReportPeriodOrOff::check("0s".into()), Ok(None));
+        assert_eq!(ReportPeriodOrOff::check("1s".into()), Ok(Some(Duration::from_secs(1))));
+        for short in ["1ns", "999ms"] {
+            assert_eq!(ReportPeriodOrOff::check(short.into()), Err("must be 0s (off) or at least 1s".into()));
+        }
         assert!(Humantime::check("3x".into()).unwrap_err().contains("\"3x\""));
         assert_eq!(TextListen::check("off".into()), Ok(None));
         assert_eq!(TextListen::check("127.0.0.1:1".into()), Ok(Some(([127, 0, 0, 1], 1).into())));

@@ -128,15 +128,17 @@ pub trait Program: Settings {
     fn log(checked: &Self::Checked) -> &str;
 }
 
-/// A program's start: [`resolve`] its settings, check them, then either
-/// print them (`--print-config`: returns `None`, the program exits) or set
+/// A program's start: [`resolve`] its settings, check them (warnings to
+/// stderr at once, as [`resolve`]'s), then either print them (`--print-config`: returns `None`, the program exits) or set
 /// up its log and return them.
 ///
 /// # Errors
 /// [`ConfigError`] naming the file or the setting.
 pub fn start<P: Program>(args: &ConfigArgs, flags: P) -> Result<Option<P::Checked>, ConfigError> {
     let raw = resolve(args, flags)?;
-    let checked = raw.clone().check()?;
+    // The checks warn too (settings that work but will cost something):
+    // like resolve's, their warnings go to stderr at once.
+    let checked = tracing::subscriber::with_default(crate::logging::subscriber("warn"), || raw.clone().check())?;
     if args.print_config {
         print!("{}", template::resolved(&raw, P::TEMPLATE)?);
         return Ok(None);

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::kinds::{
-    AtLeastOne, EmqpAddr, Humantime, HumantimeOrOff, Kind, LogFilter, Optional, Period, Plain, Switch, TextListen,
+    AtLeastOne, EmqpAddr, Humantime, HumantimeOrOff, Kind, LogFilter, Optional, Period, Plain, ReportPeriodOrOff,
+    Switch, TextListen,
 };
 use super::table::{settings, Settings};
 use super::ConfigError;
@@ -165,8 +166,8 @@ settings! {
             recover_skip_damaged => skip_damaged: Switch = false, env "EMQ_RECOVER_SKIP_DAMAGED";
         }
         latency: LatencyConfig {
-            /// Period of the latency log line (e.g. `60s`; `0s` = off).
-            latency_interval => report_interval: HumantimeOrOff = limits::LATENCY_REPORT_INTERVAL,
+            /// Period of the latency log line (e.g. `60s`; `0s` = off; at least `1s`).
+            latency_interval => report_interval: ReportPeriodOrOff = limits::LATENCY_REPORT_INTERVAL,
                 env "EMQ_LATENCY_INTERVAL";
             /// Directory for per-interval `.hgrm` latency files (off when unset).
             latency_dir => hgrm_dir: Optional<Plain<PathBuf>>, env "EMQ_LATENCY_DIR";
@@ -867,6 +868,9 @@ mod tests {
         assert_eq!(message(raw), "setting text_line_timeout: must be more than 0");
         let raw = RawRouterConfig { sync_interval: Some("0s".into()), ..Default::default() };
         assert_eq!(message(raw), "setting sync_interval: must be more than 0");
+        // A report period so short that an idle router would keep writing.
+        let raw = RawRouterConfig { latency_interval: Some("1ns".into()), ..Default::default() };
+        assert_eq!(message(raw), "setting latency_interval: must be 0s (off) or at least 1s");
         let raw = RawRouterConfig { text_max_line: Some(0), ..Default::default() };
         assert_eq!(message(raw), "setting text_max_line_bytes: must be at least 1");
         let raw = RawRouterConfig { text_max_buffered_bytes: Some(0), ..Default::default() };

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::kinds::{AtLeastOne, EmqpAddr, HumantimeOrOff, Kind, LogFilter, Many, Period};
+use super::kinds::{AtLeastOne, EmqpAddr, Kind, LogFilter, Many, Period, ReportPeriodOrOff};
 use super::table::{settings, Settings};
 use super::ConfigError;
 use crate::limits;
@@ -34,7 +34,7 @@ settings! {
         /// Router silence before reconnecting under a new identity (e.g. `15s`).
         silence_timeout: Period = limits::WORKER_SILENCE_TIMEOUT, env "EMQ_WORKER_SILENCE_TIMEOUT";
         /// Period of the `jobs ok=… failed=…` log line (`0s`: only on exit).
-        stats_interval: HumantimeOrOff = limits::WORKER_STATS_INTERVAL, env "EMQ_WORKER_STATS_INTERVAL";
+        stats_interval: ReportPeriodOrOff = limits::WORKER_STATS_INTERVAL, env "EMQ_WORKER_STATS_INTERVAL";
         /// Largest job-result REPLY sent, in bytes (at least 1024); a result whose REPLY would be
         /// larger once JSON-encoded is reported failed instead, naming its size. Match it to the
         /// router: its `max_message_bytes` less 64 KiB.
