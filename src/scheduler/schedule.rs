@@ -49,7 +49,9 @@ pub enum ScheduleError {
         what: &'static str,
     },
     /// frame 6 is not an integer, is 0, or is too large.
-    #[error("frame 6: bad interval {0:?} (seconds ≥ 1, or negative for a cron job)")]
+    #[error(
+        "frame 6: bad interval {0:?} (seconds from 1 to 316224000, 10 years of 366 days, or negative for a cron job)"
+    )]
     BadInterval(String),
     /// frame 8 is missing, empty or not a valid 5-field cron expression.
     #[error("frame 8: bad cron expression {expr:?}: {why}")]
@@ -200,4 +202,15 @@ pub fn parse_cron(expr: &str) -> Result<CronExpr, ScheduleError> {
         return Err(bad("a cron job (negative interval) needs a cron expression".into()));
     }
     CronExpr::parse(expr).map_err(bad)
+}
+
+#[cfg(test)]
+mod interval_message_tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_interval_names_the_accepted_range() {
+        let text = ScheduleError::BadInterval("400000000".into()).to_string();
+        assert!(text.contains(&format!("from 1 to {}", limits::SCHEDULER_MAX_INTERVAL_SECS)), "{text}");
+    }
 }
