@@ -47,6 +47,10 @@ counters! {
     /// Job-result REPLYs matched to an in-flight job, failed ones included
     /// (the per-queue figures split them into completed and failed).
     completed_jobs,
+    /// The failed ones among `completed_jobs` (REPLYs marked `failed`: the
+    /// job is retried or goes to the dead set), so `completed_jobs -
+    /// failed_results` is the jobs that succeeded.
+    failed_results,
     /// Jobs put back to the front of their queue (dead worker, failed send).
     requeued_jobs,
     /// Jobs moved to the dead set, out of retries (`max_retries`,

@@ -101,6 +101,7 @@ impl Shard {
             let queue = f.job.queue_bytes();
             self.latency.record(queue, Kind::Service, cx.now.saturating_duration_since(f.since));
             if failed {
+                Counters::bump(&self.ctx.counters.failed_results);
                 // Tried again after a back-off, or buried (`dead.rs`).
                 self.job_ended(&id, &f, true, cx);
                 return self.set_back(f.job, Setback::Failed, cx);

@@ -24,6 +24,12 @@ fn emqp_jobs_are_counted_on_their_queues_shard_whatever_the_workers_home() {
         let (q, r) = (h.counts("q"), h.counts("r"));
         assert_eq!((q.get(Dispatched), q.get(Completed), q.get(Failed)), (2, 1, 1), "{shards} shards");
         assert_eq!((r.get(Dispatched), r.get(Completed), r.get(Failed)), (1, 1, 0), "a repeated REPLY counts once");
+        let router_wide = (h.counter(|c| &c.completed_jobs), h.counter(|c| &c.failed_results));
+        assert_eq!(
+            router_wide,
+            (3, 1),
+            "{shards} shards: completed_jobs counts the failed one, failed_results it alone"
+        );
     }
 }
 
