@@ -1,9 +1,9 @@
 //! `emq-pubsub`: EventMQ's PUBLISH device. ROUTER in (default
 //! `tcp://127.0.0.1:47298`), PUB out (`tcp://127.0.0.1:47299`); emits
 //! `[topic, message]` per PUBLISH. SIGTERM/SIGINT stop it cleanly. On start it
-//! prints one line `emq-pubsub in=<endpoint> out=<endpoint>` on stdout.
+//! prints one line `emq-pubsub in=<endpoint> out=<endpoint>` on stdout (a
+//! stdout that cannot be written is logged, and the device runs on).
 
-use std::io::Write;
 use std::os::fd::AsRawFd;
 
 use anyhow::Context;
@@ -36,12 +36,13 @@ fn run() -> anyhow::Result<()> {
     }
     let mut device = PubSub::bind(&settings.pubsub_in, &settings.pubsub_out, settings.hwm, settings.max_message_bytes)?;
     let (i, o) = device.endpoints();
-    println!("emq-pubsub in={i} out={o}");
-    std::io::stdout().flush()?;
+    if let Err(e) = emq::program::output(format_args!("emq-pubsub in={i} out={o}\n")) {
+        tracing::warn!(error = format!("{e:#}"), "the endpoints line was not printed");
+    }
     let stats = device.run(Some(stop_rx.as_raw_fd()))?;
-    eprintln!(
+    emq::program::diagnostic(format_args!(
         "emq-pubsub: published {} messages, dropped {} malformed and {} too big",
         stats.published, stats.malformed, stats.too_big
-    );
+    ));
     Ok(())
 }

@@ -96,7 +96,7 @@ fn run() -> anyhow::Result<()> {
     report_periodically(&worker, settings.stats_interval);
     handle.close();
     let stats = worker.join()?;
-    eprintln!("emq-worker: {}", summary(&stats));
+    emq::program::diagnostic(format_args!("emq-worker: {}", summary(&stats)));
     Ok(())
 }
 
