@@ -1,7 +1,8 @@
 //! What every binary does at its end: an error becomes one line on stderr,
 //! with each cause once, and exit status 1. And how the binaries write
 //! outside their log: [`diagnostic`] (stderr, may be lost), [`output`]
-//! (stdout, a command's product: its failure is an error).
+//! (stdout, a command's product: its failure is an error), and the signals
+//! that stop them ([`STOP_SIGNALS`]).
 
 use std::error::Error;
 use std::io::Write;
@@ -119,6 +120,16 @@ pub fn output(text: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     out.write_fmt(text).and_then(|()| out.flush()).context("cannot write to stdout")
 }
+
+/// The signals that stop a long-running program gracefully (the router,
+/// the scheduler, the worker, the pub/sub device, emq-bench's forwarder),
+/// each as it stops at SIGTERM (the router and the worker drain):
+/// SIGTERM, SIGINT (Ctrl-C) and SIGHUP (the terminal or ssh session that
+/// started it closed). None of the programs reloads its configuration, so
+/// SIGHUP has no other use; unhandled, it would kill the program at once
+/// (no drain, a worker's running jobs left orphaned while the router gives
+/// them to another worker).
+pub const STOP_SIGNALS: [std::ffi::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
 /// Lets SIGPIPE end the process, as it does other Unix tools: output piped
 /// into `head` then stops quietly instead of failing with "Broken pipe"

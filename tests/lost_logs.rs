@@ -1,7 +1,8 @@
 //! Losing the log never stops a program (README "Configuration"): the
 //! router and emq-pubsub with stdout and stderr on a pipe whose reader is
 //! gone before any traffic serve as usual and stop cleanly; the router
-//! counts the lines it lost (`log_write_failures`). emq-scheduler's and emq-worker's own checks are
+//! counts the lines it lost (`log_write_failures`). And SIGHUP stops the
+//! router as SIGTERM does. emq-scheduler's and emq-worker's own checks are
 //! in `scheduler_e2e` and `worker_e2e`.
 
 use std::process::Command;
@@ -57,6 +58,20 @@ fn router_with_its_log_pipe_closed_keeps_serving_and_counts_the_lost_lines() {
     let lost = status["emq"]["counters"]["log_write_failures"].as_u64();
     assert!(lost.is_some_and(|n| n > 0), "{status}");
     assert_eq!(stop_with(&mut router.child, libc::SIGTERM), Some(0), "exit status at SIGTERM");
+}
+
+#[test]
+fn router_drains_and_exits_0_at_sighup() {
+    let _w = Watchdog::new("router_sighup", 60);
+    let dir = TestDir::new("router-sighup");
+    let rust = RouterKind::Rust(crate::common::router::rust_router_bin());
+    let mut router = Router::start_with(&dir, rust, &["--durability", "memory", "--drain-timeout", "200ms"]);
+    let worker = Peer::new(&router.backend, b"worker-1");
+    worker.inform_worker(r#"[[10, "q"]]"#);
+    assert_eq!(stop_with(&mut router.child, libc::SIGHUP), Some(0), "{}", router.child.log_tail(20));
+    // Drained like at SIGTERM: the worker was told goodbye.
+    worker.expect("KBYE");
+    assert!(router.child.log_text().contains("signal received"), "{}", router.child.log_tail(20));
 }
 
 #[test]

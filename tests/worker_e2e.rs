@@ -1,7 +1,7 @@
 //! emq-worker and the library Worker against the real router: every job
 //! exactly once, no loss when a worker is killed, exact slot accounting
-//! across worker restarts; emq-worker's drain at SIGTERM, and with a log
-//! that cannot be written.
+//! across worker restarts; emq-worker's drain at SIGTERM and SIGHUP, and
+//! with a log that cannot be written.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -316,6 +316,14 @@ fn emq_worker_timeout_covers_a_background_child_holding_stdout() {
 #[test]
 fn emq_worker_kills_running_commands_at_its_drain_timeout_and_reports_them_failed() {
     drain_kill_at(libc::SIGTERM);
+}
+
+/// SIGHUP (the terminal or ssh session closed) stops the worker as SIGTERM
+/// does: KBYE, the drain, the running commands' process groups stopped and
+/// their jobs reported failed, exit status 0.
+#[test]
+fn emq_worker_drains_at_sighup_as_at_sigterm() {
+    drain_kill_at(libc::SIGHUP);
 }
 
 /// An `emq-worker` with two running jobs given `signal`: KBYE, then at its

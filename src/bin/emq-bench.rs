@@ -13,7 +13,6 @@ use emq::bench::run::{with_progress, RunResult};
 use emq::bench::{baseline, beanstalk, emqp, idle, plot, text, BenchError, LoadSettings};
 use emq::config::{self, addr, ConfigArgs, RawBenchConfig};
 use emq::program::output as out;
-use signal_hook::consts::{SIGINT, SIGTERM};
 
 /// Load generator for eMQP and text-protocol brokers (emq, EventMQ,
 /// beanstalkd), with a zero-logic baseline, HdrHistogram output and plots.
@@ -97,7 +96,8 @@ enum Cmd {
         output: Output,
     },
     /// Runs the zero-logic baseline forwarder as a process of its own (so
-    /// its CPU per job can be read like a broker's), until SIGTERM/SIGINT.
+    /// its CPU per job can be read like a broker's), until SIGTERM, SIGINT or
+    /// SIGHUP.
     /// Prints `frontend=<endpoint> backend=<endpoint>` once bound.
     Forwarder {
         /// Frontend endpoint (clients); port `*` picks a free one.
@@ -256,7 +256,7 @@ fn main_inner() -> anyhow::Result<()> {
         Cmd::Forwarder { frontend_addr, backend_addr } => {
             let fwd = baseline::Forwarder::start_on(&frontend_addr, &backend_addr)?;
             out(format_args!("frontend={} backend={}\n", fwd.target.frontend, fwd.target.backend))?;
-            let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+            let mut signals = signal_hook::iterator::Signals::new(emq::program::STOP_SIGNALS)?;
             let _ = signals.forever().next();
             Ok(())
         }
