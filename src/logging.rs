@@ -131,20 +131,26 @@ pub fn subscriber(filter: &str) -> impl tracing::Subscriber + Send + Sync + 'sta
         EnvFilter::new("info")
     });
     use std::io::IsTerminal;
-    subscriber_to(env, io::stderr().is_terminal(), lossy_stderr())
+    subscriber_to(env, io::stderr().is_terminal(), true, lossy_stderr())
 }
 
-/// [`subscriber`]'s format with `filter`, colours when `ansi`, lines to
+/// [`subscriber`]'s format with `filter`, colours when `ansi`, the thread's
+/// name on each line when `thread_names`, lines to
 /// `writer` (for [`subscriber`] a [`Lossy`] one: this format's own reaction
 /// to a failed write is an `eprintln!` that panics when stderr fails).
-fn subscriber_to<W>(filter: EnvFilter, ansi: bool, writer: W) -> impl tracing::Subscriber + Send + Sync + 'static
+fn subscriber_to<W>(
+    filter: EnvFilter,
+    ansi: bool,
+    thread_names: bool,
+    writer: W,
+) -> impl tracing::Subscriber + Send + Sync + 'static
 where
     W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
 {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_thread_names(true)
+        .with_thread_names(thread_names)
         .fmt_fields(tracing_subscriber::fmt::format::debug_fn(escaped_field).delimited(" "))
         .with_writer(writer)
         .finish()
@@ -177,7 +183,7 @@ pub(crate) fn capture<R>(filter: &str, f: impl FnOnce() -> R) -> (R, String) {
 
     let lines = Lines::default();
     let writer = lines.clone();
-    let result = scoped(subscriber_to(EnvFilter::new(filter), false, move || writer.clone()), f);
+    let result = scoped(subscriber_to(EnvFilter::new(filter), false, false, move || writer.clone()), f);
     let text = String::from_utf8_lossy(&lines.0.lock()).into_owned();
     (result, text)
 }
@@ -343,7 +349,7 @@ mod tests {
     #[test]
     fn events_to_a_failing_writer_neither_panic_nor_print_and_each_is_counted() {
         static LOST: AtomicU64 = AtomicU64::new(0);
-        let subscriber = super::subscriber_to(super::EnvFilter::new("info"), false, Lossy::new(|| Full, &LOST));
+        let subscriber = super::subscriber_to(super::EnvFilter::new("info"), false, true, Lossy::new(|| Full, &LOST));
         super::scoped(subscriber, || {
             tracing::info!(queue = "q", "one");
             tracing::warn!("two");
