@@ -5,13 +5,96 @@
 //!
 //! Every program takes its filter from its `log` setting (`--log`,
 //! `EMQ_LOG`, `log` in the config file; see [`crate::config`]).
+//!
+//! Losing the log never stops a program: a line that cannot be written
+//! (stderr a pipe whose reader is gone, a file on a full disk) is dropped
+//! and counted ([`Lossy`], [`write_failures`]); the router shows the count
+//! as `log_write_failures` in STATUS's counters.
 
 use std::fmt;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tracing::field::Field;
 use tracing_subscriber::field::MakeExt;
 use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
+
+/// Log lines (and other diagnostics, [`crate::program::diagnostic`]) this
+/// process could not write to stderr since it started.
+static WRITE_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+/// How many log lines and diagnostics this process could not write to
+/// stderr (an error from the write: `EPIPE`, `ENOSPC`, `EIO`, …) and
+/// dropped, since it started. Process-wide: every subscriber [`init`]
+/// installs and every [`crate::program::diagnostic`] counts here.
+pub fn write_failures() -> u64 {
+    WRITE_FAILURES.load(Ordering::Relaxed)
+}
+
+/// A [`MakeWriter`] whose writers never fail: a write that returns an error
+/// is dropped and counted in `failures`, and reported written.
+///
+/// tracing-subscriber reacts to a failed write with `eprintln!`, which
+/// panics when stderr fails too, so the thread that logged would die (a
+/// router's shard, a scheduler's only thread); with this writer it never
+/// sees one. Each event is one `write_all` of its whole line, so one
+/// failure is one line lost (possibly its tail only, after a short write).
+#[derive(Debug, Clone, Copy)]
+pub struct Lossy<M> {
+    make: M,
+    failures: &'static AtomicU64,
+}
+
+impl<M> Lossy<M> {
+    /// Writers from `make`, their failures counted in `failures`.
+    pub const fn new(make: M, failures: &'static AtomicU64) -> Lossy<M> {
+        Lossy { make, failures }
+    }
+}
+
+/// [`Lossy`] over stderr, counted in [`write_failures`]: the writer of every
+/// program's log.
+pub fn lossy_stderr() -> Lossy<fn() -> io::Stderr> {
+    Lossy::new(io::stderr as fn() -> io::Stderr, &WRITE_FAILURES)
+}
+
+impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for Lossy<M> {
+    type Writer = LossyWriter<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        LossyWriter { inner: self.make.make_writer(), failures: self.failures }
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Self::Writer {
+        LossyWriter { inner: self.make.make_writer_for(meta), failures: self.failures }
+    }
+}
+
+/// One writer of a [`Lossy`]: every `write` and `flush` succeeds; the ones
+/// whose inner call failed are counted.
+#[derive(Debug)]
+pub struct LossyWriter<W> {
+    inner: W,
+    failures: &'static AtomicU64,
+}
+
+impl<W: io::Write> io::Write for LossyWriter<W> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        if self.inner.write_all(bytes).is_err() {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.inner.flush().is_err() {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
 
 /// Writes one field of an event: the message as it is, any other field as
 /// `name=value`; both with control characters and the invisible characters
@@ -26,29 +109,50 @@ fn escaped_field(w: &mut Writer<'_>, field: &Field, value: &dyn fmt::Debug) -> f
     if field.name().starts_with("log.") {
         return Ok(());
     }
-    let text = crate::program::printable(&format!("{value:?}"));
+    // Not `format!`: it panics when a `Debug` implementation fails.
+    let mut raw = String::new();
+    if fmt::Write::write_fmt(&mut raw, format_args!("{value:?}")).is_err() {
+        raw.push_str("<unprintable>");
+    }
+    let text = crate::program::printable(&raw);
     match field.name() {
         "message" => w.write_str(&text),
         name => write!(w, "{name}={text}"),
     }
 }
 
-/// The subscriber [`init`] installs: stderr, `filter`, time, level, thread
+/// The subscriber [`init`] installs: stderr ([`lossy_stderr`]: a line that
+/// cannot be written is dropped and counted), `filter`, time, level, thread
 /// name and target on each line, colours on a terminal, every field escaped
 /// ([`escaped_field`]). A bad filter falls back to `info` with a warning.
 pub fn subscriber(filter: &str) -> impl tracing::Subscriber + Send + Sync + 'static {
     let env = EnvFilter::try_new(filter).unwrap_or_else(|e| {
-        eprintln!("bad log filter {filter:?} ({e}); using info");
+        crate::program::diagnostic(format_args!("bad log filter {filter:?} ({e}); using info"));
         EnvFilter::new("info")
     });
     use std::io::IsTerminal;
-    let ansi = std::io::stderr().is_terminal();
+    subscriber_to(env, io::stderr().is_terminal(), true, lossy_stderr())
+}
+
+/// [`subscriber`]'s format with `filter`, colours when `ansi`, the thread's
+/// name on each line when `thread_names`, lines to
+/// `writer` (for [`subscriber`] a [`Lossy`] one: this format's own reaction
+/// to a failed write is an `eprintln!` that panics when stderr fails).
+fn subscriber_to<W>(
+    filter: EnvFilter,
+    ansi: bool,
+    thread_names: bool,
+    writer: W,
+) -> impl tracing::Subscriber + Send + Sync + 'static
+where
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
     tracing_subscriber::fmt()
-        .with_env_filter(env)
+        .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_thread_names(true)
+        .with_thread_names(thread_names)
         .fmt_fields(tracing_subscriber::fmt::format::debug_fn(escaped_field).delimited(" "))
-        .with_writer(std::io::stderr as fn() -> std::io::Stderr)
+        .with_writer(writer)
         .finish()
 }
 
@@ -79,25 +183,25 @@ pub(crate) fn capture<R>(filter: &str, f: impl FnOnce() -> R) -> (R, String) {
 
     let lines = Lines::default();
     let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::new(filter))
-        .with_ansi(false)
-        .fmt_fields(tracing_subscriber::fmt::format::debug_fn(escaped_field).delimited(" "))
-        .with_writer(move || writer.clone())
-        .finish();
-    // One capture at a time, and callsite interest rebuilt under it:
-    // tracing caches per call site whether any subscriber wants its events,
-    // and scoped subscribers created and dropped by tests running in
-    // parallel could leave a debug call site cached as unwanted (events
-    // missed now and then).
-    static ONE_AT_A_TIME: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
-    let _one = ONE_AT_A_TIME.lock();
-    let result = tracing::subscriber::with_default(subscriber, || {
-        tracing::callsite::rebuild_interest_cache();
-        f()
-    });
+    let result = scoped(subscriber_to(EnvFilter::new(filter), false, false, move || writer.clone()), f);
     let text = String::from_utf8_lossy(&lines.0.lock()).into_owned();
     (result, text)
+}
+
+/// Runs `f` with `subscriber` as this thread's, one such test at a time.
+#[cfg(test)]
+fn scoped<R>(subscriber: impl tracing::Subscriber + Send + Sync + 'static, f: impl FnOnce() -> R) -> R {
+    // One at a time, and callsite interest rebuilt under it: tracing caches
+    // per call site whether any subscriber wants its events, and scoped
+    // subscribers created and dropped by tests running in parallel could
+    // leave a debug call site cached as unwanted (events missed now and
+    // then).
+    static ONE_AT_A_TIME: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock();
+    tracing::subscriber::with_default(subscriber, || {
+        tracing::callsite::rebuild_interest_cache();
+        f()
+    })
 }
 
 /// At most [`limits::LOG_BURST`](crate::limits::LOG_BURST) events a second
@@ -191,7 +295,81 @@ macro_rules! log_limited {
 
 #[cfg(test)]
 mod tests {
-    use super::{RateLimit, ShowText};
+    use std::io::Write;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use tracing_subscriber::fmt::MakeWriter;
+
+    use super::{Lossy, RateLimit, ShowText};
+
+    /// A writer that fails every write and flush as stderr on a full disk.
+    struct Full;
+
+    impl std::io::Write for Full {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Err(std::io::Error::from_raw_os_error(libc::EIO))
+        }
+    }
+
+    #[test]
+    fn the_lossy_writer_never_fails_and_counts_what_it_lost() {
+        // A pipe whose reader is gone (EPIPE: Rust ignores SIGPIPE), a full
+        // device (ENOSPC), a writer failing every call; and one that works.
+        static PIPE: AtomicU64 = AtomicU64::new(0);
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let pipe = Lossy::new(move || writer.try_clone().expect("clone the pipe"), &PIPE);
+        assert_eq!(pipe.make_writer().write(b"line\n").ok(), Some(5));
+        pipe.make_writer().write_all(b"line\n").expect("reported written");
+        assert_eq!(PIPE.load(Ordering::Relaxed), 2);
+
+        static DEV_FULL: AtomicU64 = AtomicU64::new(0);
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+        let dev_full = Lossy::new(move || full.try_clone().expect("clone /dev/full"), &DEV_FULL);
+        dev_full.make_writer().write_all(b"line\n").expect("reported written");
+        assert_eq!(DEV_FULL.load(Ordering::Relaxed), 1);
+
+        static FULL: AtomicU64 = AtomicU64::new(0);
+        let failing = Lossy::new(|| Full, &FULL);
+        let mut w = failing.make_writer();
+        w.write_all(b"line\n").expect("reported written");
+        w.flush().expect("reported flushed");
+        assert_eq!(FULL.load(Ordering::Relaxed), 2);
+
+        static SINK: AtomicU64 = AtomicU64::new(0);
+        let sink = Lossy::new(std::io::sink, &SINK);
+        sink.make_writer().write_all(b"line\n").expect("written");
+        assert_eq!(SINK.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn events_to_a_failing_writer_neither_panic_nor_print_and_each_is_counted() {
+        static LOST: AtomicU64 = AtomicU64::new(0);
+        let subscriber = super::subscriber_to(super::EnvFilter::new("info"), false, true, Lossy::new(|| Full, &LOST));
+        super::scoped(subscriber, || {
+            tracing::info!(queue = "q", "one");
+            tracing::warn!("two");
+            tracing::debug!("filtered out: not written, not counted");
+            tracing::error!(error = %"disk full", "three");
+        });
+        assert_eq!(LOST.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn a_field_whose_debug_fails_is_shown_as_unprintable() {
+        struct Broken;
+        impl std::fmt::Debug for Broken {
+            fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                Err(std::fmt::Error)
+            }
+        }
+        let ((), text) = super::capture("info", || tracing::info!(field = ?Broken, "still logged"));
+        assert!(text.contains("still logged field=<unprintable>"), "{text}");
+    }
 
     #[test]
     fn shown_text_is_cut_at_a_character_boundary() {

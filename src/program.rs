@@ -1,7 +1,11 @@
 //! What every binary does at its end: an error becomes one line on stderr,
-//! with each cause once, and exit status 1.
+//! with each cause once, and exit status 1. And how the binaries write
+//! outside their log: [`diagnostic`] (stderr, may be lost), [`output`]
+//! (stdout, a command's product: its failure is an error), and the signals
+//! that stop them ([`STOP_SIGNALS`]).
 
 use std::error::Error;
+use std::io::Write;
 
 /// `program: error: cause: …`. A cause whose text the line already holds is
 /// left out, so an error that prints its source (`config file x: <TOML
@@ -76,14 +80,56 @@ pub fn printable_lines(text: &str) -> String {
 }
 
 /// Runs a binary's `main`: on error, prints [`error_line`] to stderr (control
-/// characters escaped but line breaks, [`printable_lines`]) and exits with
+/// characters escaped but line breaks, [`printable_lines`]; a [`diagnostic`],
+/// so a stderr that cannot be written changes nothing) and exits with
 /// status 1.
 pub fn exit_on_error<E: AsRef<dyn Error + Send + Sync + 'static>>(program: &str, result: Result<(), E>) {
     if let Err(e) = result {
-        eprintln!("{}", printable_lines(&error_line(program, e.as_ref())));
+        diagnostic(format_args!("{}", printable_lines(&error_line(program, e.as_ref()))));
         std::process::exit(1);
     }
 }
+
+/// Writes `line` and a line break to stderr in one write, like `eprintln!`
+/// but never panics: a failed write (a closed pipe, a full disk) is
+/// dropped and counted in [`crate::logging::write_failures`]. For what a
+/// program says outside its log (a summary at exit, an error at the end);
+/// losing it must not stop the program.
+pub fn diagnostic(line: std::fmt::Arguments<'_>) {
+    // Not `format!`: it panics when a `Display` implementation fails.
+    let mut text = String::new();
+    let _ = std::fmt::Write::write_fmt(&mut text, line);
+    text.push('\n');
+    use tracing_subscriber::fmt::MakeWriter;
+    // Never fails: a failed write is counted.
+    let _ = crate::logging::lossy_stderr().make_writer().write_all(text.as_bytes());
+}
+
+/// Writes `text` to stdout and flushes it, like `print!` but returning the
+/// error instead of panicking: for a command's product (emq-cli's answer,
+/// emq-bench's report), whose loss is the command's failure. A reader gone
+/// away ends the process by SIGPIPE where [`exit_on_broken_pipe`] was
+/// called; otherwise (`EPIPE` with SIGPIPE ignored, `ENOSPC`, `EIO`) the
+/// error names stdout.
+///
+/// # Errors
+/// The write's or the flush's error, in the context "cannot write to
+/// stdout".
+pub fn output(text: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(text).and_then(|()| out.flush()).context("cannot write to stdout")
+}
+
+/// The signals that stop a long-running program gracefully (the router,
+/// the scheduler, the worker, the pub/sub device, emq-bench's forwarder),
+/// each as it stops at SIGTERM (the router and the worker drain):
+/// SIGTERM, SIGINT (Ctrl-C) and SIGHUP (the terminal or ssh session that
+/// started it closed). None of the programs reloads its configuration, so
+/// SIGHUP has no other use; unhandled, it would kill the program at once
+/// (no drain, a worker's running jobs left orphaned while the router gives
+/// them to another worker).
+pub const STOP_SIGNALS: [std::ffi::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
 /// Lets SIGPIPE end the process, as it does other Unix tools: output piped
 /// into `head` then stops quietly instead of failing with "Broken pipe"

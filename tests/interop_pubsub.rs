@@ -22,7 +22,7 @@ impl Drop for Killed {
 
 /// Receives until a message on `topic` arrives or `within` passes, calling
 /// `send` between tries (a SUB joins late: the first messages may be lost).
-fn receive(sub: &zmq::Socket, within: Duration, mut send: impl FnMut()) -> Option<Vec<Vec<u8>>> {
+pub(crate) fn receive(sub: &zmq::Socket, within: Duration, mut send: impl FnMut()) -> Option<Vec<Vec<u8>>> {
     let end = Instant::now() + within;
     while Instant::now() < end {
         send();

@@ -1,7 +1,7 @@
 //! The `emq-scheduler` binary against a fake router (a raw zmq ROUTER in the
 //! test): registration, heartbeats, SCHEDULE → REQUEST byte-exact, ERROR on
 //! malformed messages, UNSCHEDULE, the admin socket, KBYE on SIGTERM, restart
-//! after kill -9 with the same data directory.
+//! after kill -9 with the same data directory, a log that cannot be written.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -23,6 +23,12 @@ struct Scheduler {
 
 impl Scheduler {
     fn start(router: &str, admin_port: u16, data_dir: &Path, log: &Path) -> Scheduler {
+        Scheduler::start_logging_to(router, admin_port, data_dir, std::fs::File::create(log).unwrap().into(), log)
+    }
+
+    /// Like [`Scheduler::start`], its stderr (debug log) going to `stderr`
+    /// (`log` is only named).
+    fn start_logging_to(router: &str, admin_port: u16, data_dir: &Path, stderr: Stdio, log: &Path) -> Scheduler {
         let child = Command::new(env!("CARGO_BIN_EXE_emq-scheduler"))
             .args(["--router-addr", router, "--admin-addr", &format!("tcp://127.0.0.1:{admin_port}")])
             .arg("--data-dir")
@@ -30,7 +36,7 @@ impl Scheduler {
             .args(["--heartbeat-interval", "300ms", "--inform-retry", "400ms", "--router-timeout", "20s"])
             .env("RUST_LOG", "debug")
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         Scheduler { child, log: log.to_path_buf() }
@@ -236,6 +242,24 @@ fn scheduler_end_to_end_with_fake_router() {
     let kbye = router.expect("KBYE", Duration::from_secs(5));
     assert_eq!((kbye.len(), kbye[0].as_slice(), kbye[3].as_slice()), (5, id.as_slice(), &b"KBYE"[..]));
     assert!(sched.wait_exit(Duration::from_secs(5)).success());
+}
+
+#[test]
+fn scheduler_with_its_log_pipe_closed_still_fires_and_stops_at_sigterm() {
+    let _w = watchdog("scheduler_log_pipe_closed", Duration::from_secs(60));
+    let dir = tempfile::tempdir().unwrap();
+    let router = FakeRouter::bind();
+    let pipe = crate::common::proc::closed_pipe().into();
+    let log = dir.path().join("log (a closed pipe)");
+    let mut sched = Scheduler::start_logging_to(&router.endpoint, free_port(), &dir.path().join("data"), pipe, &log);
+    let id = router.register();
+    router.send(&id, &schedule_frames(b"SCHEDULE", b"s-1", b"1", BODY_1_2.as_bytes(), b""));
+    // The haste run, then one a second later: the log lines of both lost.
+    assert_request(&router.expect("REQUEST", Duration::from_secs(3)), "default", BODY_1_2);
+    assert_request(&router.expect("REQUEST", Duration::from_secs(3)), "default", BODY_1_2);
+    sched.signal(15);
+    router.expect("KBYE", Duration::from_secs(5));
+    assert_eq!(sched.wait_exit(Duration::from_secs(5)).code(), Some(0));
 }
 
 #[test]

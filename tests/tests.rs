@@ -10,6 +10,7 @@ mod http;
 mod interop;
 mod interop_pubsub;
 mod interop_scheduler;
+mod lost_logs;
 mod ops;
 mod retries;
 mod scheduler;

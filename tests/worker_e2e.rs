@@ -1,6 +1,7 @@
 //! emq-worker and the library Worker against the real router: every job
 //! exactly once, no loss when a worker is killed, exact slot accounting
-//! across worker restarts.
+//! across worker restarts; emq-worker's drain at SIGTERM and SIGHUP, and
+//! with a log that cannot be written.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -221,13 +222,18 @@ impl FakeRouter {
 
 /// `emq-worker` serving `fake`, running `script` with `DIR` set to `dir`.
 fn worker_for(fake: &FakeRouter, dir: &TestDir, script: &Path, flags: &[&str]) -> proc::Child {
+    proc::Child::spawn("emq-worker", &mut worker_cmd(fake, dir, script, flags), &dir.join("worker.log"))
+}
+
+/// The command [`worker_for`] starts.
+fn worker_cmd(fake: &FakeRouter, dir: &TestDir, script: &Path, flags: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-worker"));
     cmd.args(["-B", &fake.endpoint, "-Q", "q", "--silence-timeout", "60s", "--stats-interval", "0s"])
         .args(flags)
         .arg("--")
         .arg(script)
         .env("DIR", &dir.path);
-    proc::Child::spawn("emq-worker", &mut cmd, &dir.join("worker.log"))
+    cmd
 }
 
 fn write_script(dir: &TestDir, body: &str) -> PathBuf {
@@ -336,8 +342,23 @@ fn emq_worker_timeout_covers_a_background_child_holding_stdout() {
 
 #[test]
 fn emq_worker_kills_running_commands_at_its_drain_timeout_and_reports_them_failed() {
-    let _w = Watchdog::new("emq_worker_drain_kill", 30);
-    let dir = TestDir::new("worker-drain-kill");
+    drain_kill_at(libc::SIGTERM);
+}
+
+/// SIGHUP (the terminal or ssh session closed) stops the worker as SIGTERM
+/// does: KBYE, the drain, the running commands' process groups stopped and
+/// their jobs reported failed, exit status 0.
+#[test]
+fn emq_worker_drains_at_sighup_as_at_sigterm() {
+    drain_kill_at(libc::SIGHUP);
+}
+
+/// An `emq-worker` with two running jobs given `signal`: KBYE, then at its
+/// drain timeout (1 s) both commands' groups get SIGTERM and a stubborn one
+/// SIGKILL 2 s later; both jobs reported failed; the worker exits 0.
+fn drain_kill_at(signal: i32) {
+    let _w = Watchdog::new(&format!("emq_worker_drain_kill_{signal}"), 30);
+    let dir = TestDir::new(&format!("worker-drain-kill-{signal}"));
     // `plain` dies of SIGTERM; `stubborn` ignores it (and so does its
     // sleep) and needs the SIGKILL 2 s later.
     let script = write_script(
@@ -356,7 +377,7 @@ fn emq_worker_kills_running_commands_at_its_drain_timeout_and_reports_them_faile
     let reap = Reap(vec![pid_file(&dir, "plain"), pid_file(&dir, "stubborn")]);
     let start = Instant::now();
     // SAFETY: kill(2) on the emq-worker this test started.
-    unsafe { libc::kill(worker.pid(), libc::SIGTERM) };
+    unsafe { libc::kill(worker.pid(), signal) };
     fake.expect(b"KBYE", 5);
     // At the drain timeout (1 s) both groups get SIGTERM: `plain` ends at once.
     let plain = fake.reply(5);
@@ -376,6 +397,27 @@ fn emq_worker_kills_running_commands_at_its_drain_timeout_and_reports_them_faile
     let log = worker.log_text();
     let summary = "emq-worker: jobs ok=0 failed=2 timed_out=0 abandoned=0;";
     assert!(log.contains(summary), "{}", worker.log_tail(20));
+}
+
+#[test]
+fn emq_worker_with_its_log_pipe_closed_finishes_a_job_and_exits_0_at_sigterm() {
+    let _w = Watchdog::new("emq_worker_log_pipe_closed", 30);
+    let dir = TestDir::new("worker-log-pipe-closed");
+    let script = write_script(&dir, "cat\n");
+    let mut fake = FakeRouter::new();
+    let mut cmd = worker_cmd(&fake, &dir, &script, &["--log", "debug"]);
+    let pipe = proc::closed_pipe();
+    cmd.stdout(pipe.try_clone().unwrap()).stderr(pipe);
+    let mut worker = proc::Child::spawn_keeping_output("emq-worker", &mut cmd, &dir.join("worker.log"));
+    fake.register();
+    fake.send_job("job-1", b"done");
+    assert_eq!(fake.reply(10), ("job-1".into(), br#"{"value": "done"}"#.to_vec(), false));
+    // SAFETY: kill(2) on the emq-worker this test started.
+    unsafe { libc::kill(worker.pid(), libc::SIGTERM) };
+    fake.expect(b"KBYE", 5);
+    // Its summary line at exit is lost too, and changes nothing.
+    eventually(10, "worker exited", || !worker.is_alive());
+    assert_eq!(worker.exit_status().and_then(|s| s.code()), Some(0));
 }
 
 #[test]

@@ -12,7 +12,7 @@ use emq::bench::report::{self, Record};
 use emq::bench::run::{with_progress, RunResult};
 use emq::bench::{baseline, beanstalk, emqp, idle, plot, text, BenchError, LoadSettings};
 use emq::config::{self, addr, ConfigArgs, RawBenchConfig};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use emq::program::output as out;
 
 /// Load generator for eMQP and text-protocol brokers (emq, EventMQ,
 /// beanstalkd), with a zero-logic baseline, HdrHistogram output and plots.
@@ -96,7 +96,8 @@ enum Cmd {
         output: Output,
     },
     /// Runs the zero-logic baseline forwarder as a process of its own (so
-    /// its CPU per job can be read like a broker's), until SIGTERM/SIGINT.
+    /// its CPU per job can be read like a broker's), until SIGTERM, SIGINT or
+    /// SIGHUP.
     /// Prints `frontend=<endpoint> backend=<endpoint>` once bound.
     Forwarder {
         /// Frontend endpoint (clients); port `*` picks a free one.
@@ -207,17 +208,17 @@ fn finish(mode: &str, settings: serde_json::Value, results: Vec<RunResult>, outp
             ratios.insert(format!("{}/baseline", r.target), (r.throughput_per_s / b.throughput_per_s).into());
         }
     }
-    print!("{}", report::table(&results));
+    out(format_args!("{}", report::table(&results)))?;
     for r in results.iter().filter_map(|r| r.extra.as_ref().map(|e| (&r.target, e))) {
-        println!("{}: {}", r.0, r.1);
+        out(format_args!("{}: {}\n", r.0, r.1))?;
     }
     for (k, v) in &ratios {
-        println!("throughput {k} = {:.3}", v.as_f64().unwrap_or(0.0));
+        out(format_args!("throughput {k} = {:.3}\n", v.as_f64().unwrap_or(0.0)))?;
     }
     let record = Record { tool: "emq-bench", mode, machine: report::machine(), settings, results: &results, ratios };
     let written = report::write(&output.out, &output.name, &record)?;
     for p in written {
-        println!("wrote {}", p.display());
+        out(format_args!("wrote {}\n", p.display()))?;
     }
     Ok(())
 }
@@ -254,8 +255,8 @@ fn main_inner() -> anyhow::Result<()> {
         }
         Cmd::Forwarder { frontend_addr, backend_addr } => {
             let fwd = baseline::Forwarder::start_on(&frontend_addr, &backend_addr)?;
-            println!("frontend={} backend={}", fwd.target.frontend, fwd.target.backend);
-            let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+            out(format_args!("frontend={} backend={}\n", fwd.target.frontend, fwd.target.backend))?;
+            let mut signals = signal_hook::iterator::Signals::new(emq::program::STOP_SIGNALS)?;
             let _ = signals.forever().next();
             Ok(())
         }
@@ -273,14 +274,12 @@ fn main_inner() -> anyhow::Result<()> {
         }
         Cmd::Fill { settings } => {
             let r = emq::bench::fill::run(&settings)?;
-            println!("{}", serde_json::to_string(&r)?);
-            Ok(())
+            out(format_args!("{}\n", serde_json::to_string(&r)?))
         }
         Cmd::Plot { files, output, title } => {
             let series = files.iter().map(|f| plot::Series::read(f)).collect::<Result<Vec<_>, _>>()?;
             plot::svg(&series, &title, &output)?;
-            println!("wrote {}", output.display());
-            Ok(())
+            out(format_args!("wrote {}\n", output.display()))
         }
     }
 }

@@ -277,14 +277,12 @@ fn run() -> anyhow::Result<()> {
         Cmd::Publish { topic, message } => {
             let mut p = Publisher::connect(&s.pubsub_in)?.with_timeout(s.timeout);
             let msgid = String::from_utf8_lossy(&p.publish(topic.as_bytes(), message.as_bytes())?).into_owned();
-            out.line(json!({"published": msgid, "topic": topic}), format!("published {msgid} on topic {topic}"));
-            Ok(())
+            out.line(json!({"published": msgid, "topic": topic}), format!("published {msgid} on topic {topic}"))
         }
         Cmd::Disconnect => {
             admin(&s, &s.admin)?.disconnect()?;
             let text = "the router acknowledged DISCONNECT: it drains its jobs, then stops";
-            out.line(json!({"acknowledged": "DISCONNECT"}), text.into());
-            Ok(())
+            out.line(json!({"acknowledged": "DISCONNECT"}), text.into())
         }
         Cmd::Dead { command } => dead(&s, out, command),
         Cmd::Sched { data, queue } => sched(&s, out, data, queue.as_deref().unwrap_or(limits::DEFAULT_QUEUE)),
@@ -303,7 +301,7 @@ fn dead(s: &CliSettings, out: Out, command: &DeadCmd) -> anyhow::Result<()> {
         DeadCmd::Show { id } => {
             let v = admin.dead(DeadQuery::Show, id.as_bytes(), None)?;
             if v["job"].is_null() {
-                out.json_only(&v);
+                out.json_only(&v)?;
                 bail!("no dead job {id} (see emq-cli dead list)");
             }
             out.show(v, table::dead_show)
@@ -316,15 +314,14 @@ fn dead(s: &CliSettings, out: Out, command: &DeadCmd) -> anyhow::Result<()> {
             let v = admin.dead(query, which.target(), which.queue.as_deref().map(str::as_bytes))?;
             let n = v[key].as_u64().unwrap_or(0);
             if let (Some(id), 0) = (&which.id, n) {
-                out.json_only(&v);
+                out.json_only(&v)?;
                 bail!("no dead job {id} (see emq-cli dead list)");
             }
             let text = match &which.id {
                 Some(id) => format!("dead job {id} {verb}"),
                 None => format!("{n} dead job(s) {verb}"),
             };
-            out.line(v, text);
-            Ok(())
+            out.line(v, text)
         }
     }
 }
@@ -342,26 +339,26 @@ struct Out {
 impl Out {
     fn show(self, value: Value, table: impl Fn(&Value) -> String) -> anyhow::Result<()> {
         match self.json {
-            true => println!("{value}"),
-            false => print!("{}", table(&value)),
+            true => emq::program::output(format_args!("{value}\n")),
+            false => emq::program::output(format_args!("{}", table(&value))),
         }
-        Ok(())
     }
 
     /// Prints `value` with `--json` only (an answer that is also an error:
     /// scripts still get the JSON on stdout).
-    fn json_only(self, value: &Value) {
-        if self.json {
-            println!("{value}");
+    fn json_only(self, value: &Value) -> anyhow::Result<()> {
+        match self.json {
+            true => emq::program::output(format_args!("{value}\n")),
+            false => Ok(()),
         }
     }
 
     /// Prints `value` as JSON with `--json`, else `text` as one line (its
     /// control characters escaped: it may hold a peer's bytes).
-    fn line(self, value: Value, text: String) {
+    fn line(self, value: Value, text: String) -> anyhow::Result<()> {
         match self.json {
-            true => println!("{value}"),
-            false => println!("{}", emq::program::printable(&text)),
+            true => emq::program::output(format_args!("{value}\n")),
+            false => emq::program::output(format_args!("{}\n", emq::program::printable(&text))),
         }
     }
 
@@ -381,11 +378,10 @@ impl Out {
         let detail_json = serde_json::from_str::<Value>(&detail).unwrap_or_else(|_| Value::String(detail.clone()));
         let value = json!({"status": status, "msgid": id, "detail": detail_json});
         if let ScheduleAnswer::Refused { .. } = answer {
-            self.json_only(&value);
+            self.json_only(&value)?;
             bail!("{what} {id} refused: {detail}");
         }
-        self.line(value, format!("{what} {status} {id} {detail}"));
-        Ok(())
+        self.line(value, format!("{what} {status} {id} {detail}"))
     }
 }
 
@@ -443,16 +439,19 @@ fn request(s: &CliSettings, out: Out, queue: &str, body: &[u8], headers: &str) -
             out.line(
                 json!({"status": "accepted", "msgid": id, "queue": went, "note": note.as_deref()}),
                 format!("accepted {id}"),
-            );
+            )?;
             if let (Some(note), false) = (note, out.json) {
-                eprintln!("emq-cli: note: {note}");
+                emq::program::diagnostic(format_args!("emq-cli: note: {note}"));
             }
             Ok(())
         }
         Outcome::Rejected { msgid, code, text } => {
             let id = String::from_utf8_lossy(&msgid).into_owned();
             if out.json {
-                println!("{}", json!({"status": "rejected", "msgid": id, "code": code, "text": text}));
+                emq::program::output(format_args!(
+                    "{}\n",
+                    json!({"status": "rejected", "msgid": id, "code": code, "text": text})
+                ))?;
             }
             Err(anyhow!("request {id} rejected: {code} {text}"))
         }
@@ -463,8 +462,7 @@ fn request(s: &CliSettings, out: Out, queue: &str, body: &[u8], headers: &str) -
                  so the job may be queued",
                 humantime::format_duration(s.timeout)
             );
-            out.line(json!({"status": "unknown", "msgid": id}), text);
-            Ok(())
+            out.line(json!({"status": "unknown", "msgid": id}), text)
         }
     }
 }
@@ -495,9 +493,9 @@ fn sched(s: &CliSettings, out: Out, data: &str, queue: &str) -> anyhow::Result<(
     out.line(
         json!({"status": "accepted", "queue": queue, "note": note.as_deref()}),
         format!("accepted on queue {queue}"),
-    );
+    )?;
     if let (Some(note), false) = (note, out.json) {
-        eprintln!("emq-cli: note: {note}");
+        emq::program::diagnostic(format_args!("emq-cli: note: {note}"));
     }
     Ok(())
 }
@@ -517,6 +515,5 @@ fn ask(s: &CliSettings, out: Out, queue: &str, dcl: bool, del: bool) -> anyhow::
     c.end()?;
     let text = task.as_deref().map(String::from_utf8_lossy);
     let line = text.as_deref().unwrap_or("NOPE").to_string();
-    out.line(json!({ "task": text }), line);
-    Ok(())
+    out.line(json!({ "task": text }), line)
 }

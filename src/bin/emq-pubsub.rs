@@ -1,9 +1,10 @@
 //! `emq-pubsub`: EventMQ's PUBLISH device. ROUTER in (default
 //! `tcp://127.0.0.1:47298`), PUB out (`tcp://127.0.0.1:47299`); emits
-//! `[topic, message]` per PUBLISH. SIGTERM/SIGINT stop it cleanly. On start it
-//! prints one line `emq-pubsub in=<endpoint> out=<endpoint>` on stdout.
+//! `[topic, message]` per PUBLISH. SIGTERM, SIGINT and SIGHUP stop it cleanly
+//! ([`emq::program::STOP_SIGNALS`]). On start it prints one line
+//! `emq-pubsub in=<endpoint> out=<endpoint>` on stdout (a stdout that cannot
+//! be written is logged, and the device runs on).
 
-use std::io::Write;
 use std::os::fd::AsRawFd;
 
 use anyhow::Context;
@@ -13,7 +14,7 @@ use emq::pubsub::PubSub;
 
 /// Publish/subscribe device, EventMQ compatible: publishers send PUBLISH
 /// (`emq-cli publish`), subscribers receive `[topic, message]` on a ZeroMQ
-/// SUB socket, filtered by topic prefix.
+/// SUB socket, filtered by topic prefix. SIGTERM, SIGINT and SIGHUP stop it.
 #[derive(Parser)]
 #[command(version)]
 struct Args {
@@ -31,17 +32,18 @@ fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     let Some(settings) = config::start(&args.config, args.raw)? else { return Ok(()) };
     let (stop_rx, stop_tx) = std::os::unix::net::UnixStream::pair().context("signal pipe")?;
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+    for sig in emq::program::STOP_SIGNALS {
         signal_hook::low_level::pipe::register(sig, stop_tx.try_clone()?).context("signal handler")?;
     }
     let mut device = PubSub::bind(&settings.pubsub_in, &settings.pubsub_out, settings.hwm, settings.max_message_bytes)?;
     let (i, o) = device.endpoints();
-    println!("emq-pubsub in={i} out={o}");
-    std::io::stdout().flush()?;
+    if let Err(e) = emq::program::output(format_args!("emq-pubsub in={i} out={o}\n")) {
+        tracing::warn!(error = format!("{e:#}"), "the endpoints line was not printed");
+    }
     let stats = device.run(Some(stop_rx.as_raw_fd()))?;
-    eprintln!(
+    emq::program::diagnostic(format_args!(
         "emq-pubsub: published {} messages, dropped {} malformed and {} too big",
         stats.published, stats.malformed, stats.too_big
-    );
+    ));
     Ok(())
 }

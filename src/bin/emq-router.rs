@@ -1,14 +1,16 @@
 //! `emq-router`: the broker. Runs on EventMQ's default addresses with no
-//! configuration; see `emq-router --help` and `--print-config`.
+//! configuration; see `emq-router --help` and `--print-config`. SIGTERM,
+//! SIGINT and SIGHUP drain it, then it exits
+//! ([`emq::program::STOP_SIGNALS`]; docs/emqp.md "Shutdown").
 
 use anyhow::Context;
 use clap::Parser;
 use emq::config::{self, ConfigArgs, RawRouterConfig};
-use signal_hook::consts::{SIGINT, SIGTERM};
 
 /// The emq broker: named job queues served over eMQP (EventMQ 0.3.13's wire,
 /// for clients, workers and schedulers) and the line-based text protocol.
-/// Runs on EventMQ's default ports with no configuration.
+/// Runs on EventMQ's default ports with no configuration. SIGTERM, SIGINT
+/// and SIGHUP drain it (up to `drain_timeout`), then it exits.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
@@ -28,7 +30,8 @@ fn run() -> anyhow::Result<()> {
     let handle = emq::router::start(config).context("cannot start")?;
     // The main thread waits for the signals itself (no thread of its own);
     // a router stopped otherwise (admin DISCONNECT) ends the wait.
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).context("installing signal handlers")?;
+    let mut signals =
+        signal_hook::iterator::Signals::new(emq::program::STOP_SIGNALS).context("installing signal handlers")?;
     let signal_handle = signals.handle();
     handle.on_stopped(move || signal_handle.close());
     if let Some(sig) = signals.forever().next() {

@@ -1,6 +1,6 @@
 //! emq-scheduler: connects to the router frontend as an eMQP scheduler and
-//! runs SCHEDULE'd jobs (see `emq::scheduler`). Stops on SIGTERM/SIGINT after
-//! sending KBYE.
+//! runs SCHEDULE'd jobs (see `emq::scheduler`). Stops on SIGTERM, SIGINT or
+//! SIGHUP after sending KBYE ([`emq::program::STOP_SIGNALS`]).
 
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -17,6 +17,7 @@ use emq::scheduler::store::{DataDir, FileStore, Store};
 /// Runs scheduled jobs for an emq (or EventMQ) router: interval and cron
 /// schedules sent with SCHEDULE (`emq-cli schedule`), kept across restarts,
 /// each firing sent as a REQUEST to its queue. EventMQ 0.3.13 compatible.
+/// SIGTERM, SIGINT and SIGHUP stop it (KBYE, store synced).
 #[derive(Parser)]
 #[command(version)]
 struct Args {
@@ -35,7 +36,7 @@ fn run() -> anyhow::Result<()> {
     let Some(cfg) = config::start(&args.config, args.raw)? else { return Ok(()) };
     let (signal_read, signal_write) = UnixStream::pair().context("signal pipe")?;
     signal_read.set_nonblocking(true).context("signal pipe")?;
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+    for sig in emq::program::STOP_SIGNALS {
         let w = signal_write.try_clone().context("signal pipe")?;
         signal_hook::low_level::pipe::register(sig, w).context("register signal handler")?;
     }

@@ -20,7 +20,8 @@
 //!   [`limits::WORKER_MAX_REPLY_BYTES`], for a router on its default
 //!   `max_message_bytes`) once JSON-encoded is replaced by a failed REPLY
 //!   naming its size and the limit.
-//! * SIGTERM/SIGINT: KBYE, running jobs finish (up to `--drain-timeout`);
+//! * SIGTERM, SIGINT or SIGHUP ([`emq::program::STOP_SIGNALS`]): KBYE,
+//!   running jobs finish (up to `--drain-timeout`);
 //!   then their process groups get SIGTERM, SIGKILL after
 //!   [`limits::WORKER_KILL_GRACE`], and each job is reported failed to the
 //!   router (which retries it on another worker instead of holding it for
@@ -49,7 +50,8 @@ use parking_lot::Mutex;
 
 /// A worker for any language: serves eMQP queues of an emq (or EventMQ)
 /// router and runs a command for every job, the job's payload on its stdin,
-/// its stdout as the result.
+/// its stdout as the result. SIGTERM, SIGINT and SIGHUP stop it: KBYE, then
+/// running jobs get `--drain-timeout`.
 #[derive(Parser)]
 #[command(version)]
 struct Args {
@@ -85,7 +87,7 @@ fn run() -> anyhow::Result<()> {
     let default_timeout = settings.timeout;
     let worker = Worker::start(config, move |job| run_job(&command, &job, job.time_limit(default_timeout), &running))?;
     let stopper = worker.stopper();
-    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])?;
+    let mut signals = signal_hook::iterator::Signals::new(emq::program::STOP_SIGNALS)?;
     let handle = signals.handle();
     std::thread::spawn(move || {
         if signals.forever().next().is_some() {
@@ -95,7 +97,7 @@ fn run() -> anyhow::Result<()> {
     report_periodically(&worker, settings.stats_interval);
     handle.close();
     let stats = worker.join()?;
-    eprintln!("emq-worker: {}", summary(&stats));
+    emq::program::diagnostic(format_args!("emq-worker: {}", summary(&stats)));
     Ok(())
 }
 

@@ -71,6 +71,13 @@ pub enum ConfigError {
         /// What is wrong.
         why: String,
     },
+    /// `--print-config`'s output could not be written (stdout a closed
+    /// pipe, a full disk).
+    #[error("cannot print the configuration to stdout: {source}")]
+    Print {
+        /// The I/O error.
+        source: std::io::Error,
+    },
 }
 
 /// Reads a TOML file of settings.
@@ -133,14 +140,18 @@ pub trait Program: Settings {
 /// up its log and return them.
 ///
 /// # Errors
-/// [`ConfigError`] naming the file or the setting.
+/// [`ConfigError`] naming the file or the setting; [`ConfigError::Print`]
+/// when `--print-config` cannot write to stdout.
 pub fn start<P: Program>(args: &ConfigArgs, flags: P) -> Result<Option<P::Checked>, ConfigError> {
     let raw = resolve(args, flags)?;
     // The checks warn too (settings that work but will cost something):
     // like resolve's, their warnings go to stderr at once.
     let checked = tracing::subscriber::with_default(crate::logging::subscriber("warn"), || raw.clone().check())?;
     if args.print_config {
-        print!("{}", template::resolved(&raw, P::TEMPLATE)?);
+        use std::io::Write;
+        let text = template::resolved(&raw, P::TEMPLATE)?;
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(|source| ConfigError::Print { source })?;
         return Ok(None);
     }
     crate::logging::init(P::log(&checked));

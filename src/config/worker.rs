@@ -26,7 +26,7 @@ settings! {
         /// its command has exited and closed its stdout; past it the command's process group is
         /// killed and the job fails (timed out).
         timeout: Period = limits::WORKER_JOB_TIMEOUT, env "EMQ_WORKER_TIMEOUT";
-        /// Longest wait for running jobs at shutdown (e.g. `30s`); then their commands' process
+        /// Longest wait for running jobs at shutdown (SIGTERM, SIGINT or SIGHUP; e.g. `30s`); then their commands' process
         /// groups get SIGTERM, SIGKILL 2 s later, and each job is reported failed to the router
         /// (which retries it on another worker instead of holding it for its `kbye_grace`) before
         /// the worker exits.

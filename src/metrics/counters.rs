@@ -14,10 +14,15 @@ macro_rules! counters {
         }
 
         impl Counters {
-            /// All counters as a JSON object, in declaration order.
+            /// All counters as a JSON object, in declaration order, then
+            /// the process's own: `log_write_failures`, log lines (and
+            /// other stderr diagnostics) that could not be written and
+            /// were dropped ([`crate::logging::write_failures`]: a closed
+            /// pipe, a full disk; the router serves on).
             pub fn to_json(&self) -> Value {
                 let mut m = serde_json::Map::new();
                 $(m.insert(stringify!($name).to_string(), json!(self.$name.load(Ordering::Relaxed)));)*
+                m.insert("log_write_failures".to_string(), json!(crate::logging::write_failures()));
                 Value::Object(m)
             }
         }

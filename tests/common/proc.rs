@@ -152,6 +152,15 @@ pub fn run(name: &str, cmd: &mut Command, dir: &Path, timeout: Duration) -> (Opt
     (status, read(&out_path), read(&err_path))
 }
 
+/// The writing end of a pipe whose reader is already closed: a child given
+/// it as stdout or stderr gets `EPIPE` at its every write (SIGPIPE, which
+/// Rust programs ignore, aside), like a program whose log reader went away.
+pub fn closed_pipe() -> std::io::PipeWriter {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    writer
+}
+
 static DIR_SEQ: AtomicUsize = AtomicUsize::new(0);
 
 /// A per-test scratch directory under the system temp dir. Removed on drop

@@ -88,6 +88,17 @@ impl Router {
     /// Like [`Router::start_kind`], with `extra` flags after the addresses
     /// (a Rust router only: the Python router takes none).
     pub fn start_with(dir: &TestDir, kind: RouterKind, extra: &[&str]) -> Router {
+        Router::start_with_output(dir, kind, extra, None)
+    }
+
+    /// Like [`Router::start_with`], with the router's stdout and stderr
+    /// going to `output` (both) instead of `router.log` when given.
+    pub fn start_with_output(
+        dir: &TestDir,
+        kind: RouterKind,
+        extra: &[&str],
+        output: Option<std::io::PipeWriter>,
+    ) -> Router {
         let (fp, bp, ap) = (free_port(), free_port(), free_port());
         let (frontend, backend, admin) = (zmq_endpoint(fp), zmq_endpoint(bp), zmq_endpoint(ap));
         // Only the eMQP ports are waited for; see [`Router::wait_text`].
@@ -112,7 +123,14 @@ impl Router {
                 (cmd, Some(text), Some(metrics))
             }
         };
-        let mut child = Child::spawn("router", &mut cmd, &dir.join("router.log"));
+        let log = dir.join("router.log");
+        let mut child = match output {
+            None => Child::spawn("router", &mut cmd, &log),
+            Some(out) => {
+                let err = out.try_clone().expect("clone the output pipe");
+                Child::spawn_keeping_output("router", cmd.stdout(out).stderr(err), &log)
+            }
+        };
         let up = wait::until(START_TIMEOUT, || !child.is_alive() || ports.iter().all(|&p| is_listening(p)));
         assert!(
             up && child.is_alive(),

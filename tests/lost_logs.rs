@@ -1,0 +1,105 @@
+//! Losing the log never stops a program (README "Configuration"): the
+//! router and emq-pubsub with stdout and stderr on a pipe whose reader is
+//! gone before any traffic serve as usual and stop cleanly; the router
+//! counts the lines it lost (`log_write_failures`). And SIGHUP stops the
+//! router as SIGTERM does. emq-scheduler's and emq-worker's own checks are
+//! in `scheduler_e2e` and `worker_e2e`.
+
+use std::process::Command;
+use std::time::Duration;
+
+use emq::client::emqp::Publisher;
+use emq::client::text::TextClient;
+
+use crate::common::ports::{free_port, is_listening};
+use crate::common::proc::{self, closed_pipe, TestDir};
+use crate::common::router::{Router, RouterKind};
+use crate::common::{admin, wait};
+use crate::emqp_router::{Peer, Watchdog};
+
+/// How long a program may take to stop after a stop signal.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Sends `sig` to `child` and returns its exit code once it has exited
+/// within [`STOP_GRACE`] (`None`: killed by a signal, or still running,
+/// then SIGKILLed).
+fn stop_with(child: &mut proc::Child, sig: i32) -> Option<i32> {
+    // SAFETY: kill(2) on a child this test started and has not reaped.
+    unsafe { libc::kill(child.pid(), sig) };
+    wait::until(STOP_GRACE, || !child.is_alive());
+    let code = child.exit_status().and_then(|s| s.code());
+    child.kill_group();
+    code
+}
+
+#[test]
+fn router_with_its_log_pipe_closed_keeps_serving_and_counts_the_lost_lines() {
+    let _w = Watchdog::new("router_log_pipe_closed", 60);
+    let dir = TestDir::new("router-log-pipe-closed");
+    let extra = ["--log", "debug", "--durability", "memory", "--drain-timeout", "200ms"];
+    let rust = RouterKind::Rust(crate::common::router::rust_router_bin());
+    let mut router = Router::start_with_output(&dir, rust, &extra, Some(closed_pipe()));
+    let text = router.wait_text();
+    // A worker registers (its INFORM is ACKed), a client's REQUEST is
+    // accepted and dispatched to it.
+    let worker = Peer::new(&router.backend, b"worker-1");
+    worker.inform_worker(r#"[[10, "q"]]"#);
+    worker.ready(1);
+    let client = Peer::new(&router.frontend, b"client-1");
+    client.request("job-1", "q", "", "payload");
+    assert_eq!(client.expect("REPLY")[4], b"job-1");
+    let job = worker.expect("REQUEST");
+    assert_eq!(job.last().map(Vec::as_slice), Some(&b"payload"[..]), "{job:?}");
+    // The text front end still takes tasks (not ERR SHUTTING_DOWN).
+    let mut t = TextClient::connect(text.as_str(), Duration::from_secs(5)).expect("text connection");
+    t.sched(b"task", Some("q")).expect("SCHED");
+    t.end().expect("SCHED accepted");
+    let status = admin::request(&router.admin, "STATUS").expect("STATUS answered");
+    let lost = status["emq"]["counters"]["log_write_failures"].as_u64();
+    assert!(lost.is_some_and(|n| n > 0), "{status}");
+    assert_eq!(stop_with(&mut router.child, libc::SIGTERM), Some(0), "exit status at SIGTERM");
+}
+
+#[test]
+fn router_drains_and_exits_0_at_sighup() {
+    let _w = Watchdog::new("router_sighup", 60);
+    let dir = TestDir::new("router-sighup");
+    let rust = RouterKind::Rust(crate::common::router::rust_router_bin());
+    let mut router = Router::start_with(&dir, rust, &["--durability", "memory", "--drain-timeout", "200ms"]);
+    let worker = Peer::new(&router.backend, b"worker-1");
+    worker.inform_worker(r#"[[10, "q"]]"#);
+    assert_eq!(stop_with(&mut router.child, libc::SIGHUP), Some(0), "{}", router.child.log_tail(20));
+    // Drained like at SIGTERM: the worker was told goodbye.
+    worker.expect("KBYE");
+    assert!(router.child.log_text().contains("signal received"), "{}", router.child.log_tail(20));
+}
+
+#[test]
+fn pubsub_with_its_output_pipe_closed_still_publishes() {
+    let _w = Watchdog::new("pubsub_log_pipe_closed", 60);
+    let dir = TestDir::new("pubsub-log-pipe-closed");
+    let (in_port, out_port) = (free_port(), free_port());
+    let (inp, out) = (format!("tcp://127.0.0.1:{in_port}"), format!("tcp://127.0.0.1:{out_port}"));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-pubsub"));
+    cmd.args(["--pubsub-in", &inp, "--pubsub-out", &out, "--log", "debug"]);
+    let pipe = closed_pipe();
+    cmd.stderr(pipe.try_clone().expect("clone the pipe")).stdout(pipe);
+    let mut pubsub = proc::Child::spawn_keeping_output("emq-pubsub", &mut cmd, &dir.join("pubsub.log"));
+    let up = wait::until(Duration::from_secs(10), || !pubsub.is_alive() || is_listening(in_port));
+    assert!(up && pubsub.is_alive(), "emq-pubsub did not start: {:?}", pubsub.exit_status());
+    let ctx = zmq::Context::new();
+    let sub = ctx.socket(zmq::SUB).expect("SUB socket");
+    sub.set_linger(0).expect("linger");
+    sub.set_rcvtimeo(100).expect("rcvtimeo");
+    sub.set_subscribe(b"").expect("subscribe");
+    sub.connect(&out).expect("connect SUB");
+    // A malformed message first: the device logs a warning it cannot write.
+    let bad = Peer::new(&inp, b"");
+    bad.send(&[b"", b"eMQP/1.0", b"BOGUS", b"m1"]);
+    let mut publisher = Publisher::connect(&inp).expect("publisher").with_timeout(Duration::from_secs(2));
+    let got = crate::interop_pubsub::receive(&sub, Duration::from_secs(20), || {
+        publisher.publish(b"news", b"still here").expect("PUBLISH sent");
+    });
+    assert_eq!(got, Some(vec![b"news".to_vec(), b"still here".to_vec()]));
+    assert_eq!(stop_with(&mut pubsub, libc::SIGTERM), Some(0), "exit status at SIGTERM");
+}
