@@ -488,21 +488,11 @@ fn refusals_are_one_line_on_stderr_and_exit_1() {
 /// `emq-router` on free ports (text on `text_addr`, metrics off) with its
 /// descriptor limit, soft and hard, at `fds` (`ulimit -n fds`), and `args`.
 fn router_under_fds(fds: u64, text_addr: &str, args: &[&str]) -> Command {
-    use std::os::unix::process::CommandExt;
     let (fe, be, ad) = (zmq_endpoint(free_port()), zmq_endpoint(free_port()), zmq_endpoint(free_port()));
     let mut cmd = bin("emq-router");
     cmd.args(["--frontend", &fe, "--backend", &be, "--admin", &ad, "--text", text_addr, "--metrics", "off"]);
     cmd.args(args);
-    // SAFETY: setrlimit is async-signal-safe; nothing else runs in pre_exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let limit = libc::rlimit { rlim_cur: fds, rlim_max: fds };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::common::proc::limit_descriptors(&mut cmd, fds);
     cmd
 }
 
