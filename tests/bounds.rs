@@ -655,7 +655,7 @@ fn bounds_connections_past_the_descriptor_limit_pause_accepting_without_a_busy_l
     let mut cmd = Command::new(rust_router_bin());
     cmd.args(["--frontend", &frontend, "--backend", &backend, "--admin", &admin_addr, "--text", "off"]);
     cmd.args(["--metrics", "off", "--durability", "memory", "--log", "warn"]).arg("--data-dir").arg(dir.join("data"));
-    crate::common::proc::limit_descriptors(&mut cmd, LIMIT);
+    crate::common::proc::limit_descriptors(&mut cmd, LIMIT, LIMIT);
     let child = Child::spawn("router", &mut cmd, &dir.join("router.log"));
     eventually(20, "eMQP ports", || [fp, bp, ap].iter().all(|&p| is_listening(p)));
     let pid = child.pid();

@@ -492,7 +492,7 @@ fn router_under_fds(fds: u64, text_addr: &str, args: &[&str]) -> Command {
     let mut cmd = bin("emq-router");
     cmd.args(["--frontend", &fe, "--backend", &be, "--admin", &ad, "--text", text_addr, "--metrics", "off"]);
     cmd.args(args);
-    crate::common::proc::limit_descriptors(&mut cmd, fds);
+    crate::common::proc::limit_descriptors(&mut cmd, fds, fds);
     cmd
 }
 
@@ -545,6 +545,29 @@ fn a_text_descriptor_reserve_the_limit_cannot_hold_is_refused_at_start() {
         )
     );
     assert!(!err.contains("text protocol listening"), "{err}");
+}
+
+#[test]
+fn the_router_raises_its_soft_descriptor_limit_to_the_hard_one_with_the_text_port_off() {
+    // eMQP connections cost descriptors too: once they are all taken no
+    // listener accepts, the admin socket's included (README "Limits").
+    let _w = watchdog::Watchdog::new("nofile-raise", 60);
+    let dir = TestDir::new("nofile-raise");
+    let admin_port = free_port();
+    let mut cmd = bin("emq-router");
+    cmd.args(["--frontend", &zmq_endpoint(free_port()), "--backend", &zmq_endpoint(free_port())]);
+    cmd.args(["--admin", &zmq_endpoint(admin_port), "--text", "off", "--metrics", "off", "--durability", "memory"]);
+    crate::common::proc::limit_descriptors(&mut cmd, 512, 1024);
+    let mut router = Child::spawn("router", &mut cmd, &dir.join("router.log"));
+    assert!(
+        wait::until(Duration::from_secs(20), || crate::common::ports::is_listening(admin_port)),
+        "{}",
+        router.log_tail(20)
+    );
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", router.pid())).expect("the router's limits");
+    let nofile = limits.lines().find(|l| l.starts_with("Max open files")).map(|l| l.split_whitespace().collect());
+    assert_eq!(nofile, Some(vec!["Max", "open", "files", "1024", "1024", "files"]), "{limits}");
+    assert_eq!(router.terminate(Duration::from_secs(20)).and_then(|s| s.code()), Some(0));
 }
 
 #[test]

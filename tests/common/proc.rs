@@ -29,13 +29,13 @@ pub fn kill_all_registered() {
     }
 }
 
-/// Makes `cmd` run with its descriptor limit (`RLIMIT_NOFILE`), soft and
-/// hard, at `fds` (`ulimit -n fds`).
-pub fn limit_descriptors(cmd: &mut Command, fds: u64) {
+/// Makes `cmd` run with its descriptor limit (`RLIMIT_NOFILE`) at `soft`
+/// and `hard` (`ulimit -Sn soft -Hn hard`).
+pub fn limit_descriptors(cmd: &mut Command, soft: u64, hard: u64) {
     // SAFETY: setrlimit is async-signal-safe; nothing else runs in pre_exec.
     unsafe {
         cmd.pre_exec(move || {
-            let limit = libc::rlimit { rlim_cur: fds, rlim_max: fds };
+            let limit = libc::rlimit { rlim_cur: soft, rlim_max: hard };
             if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
