@@ -422,7 +422,6 @@ fn text_status(stats: &TextStats, counters: &Counters) -> serde_json::Value {
 pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHandle, StartError> {
     let config = Arc::new(config);
     let started = Instant::now();
-    let fd_limit = raise_descriptor_limit();
     let mut wal = open_wal(&config, started)?;
     let zctx = zmq::Context::new();
     let hwm = config.zmq_hwm;
@@ -433,6 +432,8 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let (frontend, fe) = router_socket(&zctx, &config.frontend_addr, hwm, max_msg, "frontend")?;
     let (backend, be) = router_socket(&zctx, &config.backend_addr, hwm, max_msg, "backend")?;
     let (admin_sock, ad) = router_socket(&zctx, &config.admin_addr, hwm, max_msg, "admin")?;
+    // Once the addresses are known good (a bind error is the only line).
+    let fd_limit = raise_descriptor_limit();
     let (egress_tx, egress_rx) =
         egress::channel().map_err(|source| StartError::Io { what: "egress eventfd".into(), source })?;
 
