@@ -619,3 +619,79 @@ fn bounds_a_message_that_never_ends_drops_its_connection_to_emq_scheduler_admin(
     let body: serde_json::Value = serde_json::from_slice(reply.last().expect("a body")).expect("JSON");
     assert_eq!(body, serde_json::json!([]), "no schedules");
 }
+
+/// CPU time (user and system) process `pid` has used so far
+/// (`/proc/<pid>/stat` utime + stime).
+fn cpu_time(pid: i32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process stat");
+    // The fields after the command name, which is in parentheses: the
+    // 14th and 15th of the line are the 12th and 13th after it.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("a command name") + 1..].split_whitespace().collect();
+    let ticks: u64 = fields[11..13].iter().map(|f| f.parse::<u64>().expect("clock ticks")).sum();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).expect("clock ticks a second");
+    Duration::from_millis(ticks * 1000 / per_second)
+}
+
+/// Descriptors process `pid` has open.
+fn open_fds(pid: i32) -> u64 {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the process's descriptors");
+    u64::try_from(fds.count()).expect("a count")
+}
+
+#[test]
+fn bounds_connections_past_the_descriptor_limit_pause_accepting_without_a_busy_loop() {
+    // libzmq's listener kept its listening socket polled while accept
+    // failed with EMFILE: the connection waiting in the backlog made it
+    // readable again at once, and the I/O thread spun (~2 s of CPU in 2 s,
+    // 1.3 on two shared cores) for as long as the connections stayed open.
+    // emq's patched libzmq stops polling it for 100 ms after each such
+    // failure (vendor/zeromq-src/EMQ-PATCH.md).
+    const LIMIT: u64 = 256;
+    let _w = Watchdog::new("bounds_emfile", 120);
+    let dir = TestDir::new("bounds_emfile");
+    let (fp, bp, ap) = (free_port(), free_port(), free_port());
+    let (frontend, backend, admin_addr) = (zmq_endpoint(fp), zmq_endpoint(bp), zmq_endpoint(ap));
+    let mut cmd = Command::new(rust_router_bin());
+    cmd.args(["--frontend", &frontend, "--backend", &backend, "--admin", &admin_addr, "--text", "off"]);
+    cmd.args(["--metrics", "off", "--durability", "memory", "--log", "warn"]).arg("--data-dir").arg(dir.join("data"));
+    crate::common::proc::limit_descriptors(&mut cmd, LIMIT, LIMIT);
+    let child = Child::spawn("router", &mut cmd, &dir.join("router.log"));
+    eventually(20, "eMQP ports", || [fp, bp, ap].iter().all(|&p| is_listening(p)));
+    let pid = child.pid();
+    // Raw TCP connections that never say anything, each one accepted a
+    // descriptor of the router's, until they are all taken, and 16 more
+    // that wait in the listen backlog (libzmq's is 100, so connecting
+    // never waits for it).
+    let to: std::net::SocketAddr = format!("127.0.0.1:{fp}").parse().expect("address");
+    let mut held = Vec::new();
+    let mut past_limit = 0;
+    while past_limit < 16 && held.len() < 2 * LIMIT as usize {
+        held.push(TcpStream::connect_timeout(&to, Duration::from_secs(2)).expect("connect"));
+        if open_fds(pid) >= LIMIT {
+            past_limit += 1;
+        }
+    }
+    eventually(10, "the router's descriptors all taken", || open_fds(pid) >= LIMIT);
+    std::thread::sleep(Duration::from_secs(1));
+    let before = cpu_time(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let spent = cpu_time(pid) - before;
+    eprintln!("router CPU in 2 s out of descriptors: {spent:?}");
+    assert_eq!(open_fds(pid), LIMIT, "still out of descriptors at the end");
+    assert!(spent < Duration::from_millis(200), "the router used {spent:?} of CPU in 2 s out of descriptors");
+    // Once the connections close, the router serves again.
+    drop(held);
+    let status = crate::common::admin::request(&admin_addr, "STATUS").expect("STATUS answered");
+    assert!(status["emq"].is_object(), "{status}");
+    let r = crate::common::router::Router {
+        kind: crate::common::router::RouterKind::Rust(rust_router_bin()),
+        frontend,
+        backend,
+        admin: admin_addr,
+        text: None,
+        metrics: None,
+        child,
+    };
+    still_serves(&r, "emfile");
+}

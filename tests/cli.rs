@@ -489,21 +489,11 @@ fn refusals_are_one_line_on_stderr_and_exit_1() {
 /// `emq-router` on free ports (text on `text_addr`, metrics off) with its
 /// descriptor limit, soft and hard, at `fds` (`ulimit -n fds`), and `args`.
 fn router_under_fds(fds: u64, text_addr: &str, args: &[&str]) -> Command {
-    use std::os::unix::process::CommandExt;
     let (fe, be, ad) = (zmq_endpoint(free_port()), zmq_endpoint(free_port()), zmq_endpoint(free_port()));
     let mut cmd = bin("emq-router");
     cmd.args(["--frontend", &fe, "--backend", &be, "--admin", &ad, "--text", text_addr, "--metrics", "off"]);
     cmd.args(args);
-    // SAFETY: setrlimit is async-signal-safe; nothing else runs in pre_exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let limit = libc::rlimit { rlim_cur: fds, rlim_max: fds };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::common::proc::limit_descriptors(&mut cmd, fds, fds);
     cmd
 }
 
@@ -577,6 +567,29 @@ fn settings_that_lose_python_peers_are_a_warning_at_start() {
     assert!(warnings.contains(warning), "{warnings:?}");
     let (_, warnings) = print_config(bin("emq-router").args(["--heartbeat-timeout", "3500ms"]));
     assert_eq!(warnings, "", "3.5 s keeps Python peers");
+}
+
+#[test]
+fn the_router_raises_its_soft_descriptor_limit_to_the_hard_one_with_the_text_port_off() {
+    // eMQP connections cost descriptors too: once they are all taken no
+    // listener accepts, the admin socket's included (README "Limits").
+    let _w = watchdog::Watchdog::new("nofile-raise", 60);
+    let dir = TestDir::new("nofile-raise");
+    let admin_port = free_port();
+    let mut cmd = bin("emq-router");
+    cmd.args(["--frontend", &zmq_endpoint(free_port()), "--backend", &zmq_endpoint(free_port())]);
+    cmd.args(["--admin", &zmq_endpoint(admin_port), "--text", "off", "--metrics", "off", "--durability", "memory"]);
+    crate::common::proc::limit_descriptors(&mut cmd, 512, 1024);
+    let mut router = Child::spawn("router", &mut cmd, &dir.join("router.log"));
+    assert!(
+        wait::until(Duration::from_secs(20), || crate::common::ports::is_listening(admin_port)),
+        "{}",
+        router.log_tail(20)
+    );
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", router.pid())).expect("the router's limits");
+    let nofile = limits.lines().find(|l| l.starts_with("Max open files")).map(|l| l.split_whitespace().collect());
+    assert_eq!(nofile, Some(vec!["Max", "open", "files", "1024", "1024", "files"]), "{limits}");
+    assert_eq!(router.terminate(Duration::from_secs(20)).and_then(|s| s.code()), Some(0));
 }
 
 #[test]

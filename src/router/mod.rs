@@ -346,18 +346,29 @@ fn wal_status(config: &RouterConfig, logs: &[Arc<crate::wal::log::WalStats>]) ->
     })
 }
 
-/// Starts the text front end over the shards, if configured, after raising
-/// the descriptor limit (each text connection is one descriptor) and
-/// checking that `text_reserved_fds` leaves room for text connections
-/// ([`fds::check_text_reserve`]: none is an error, fewer than
-/// `text_max_connections` a warning). Runs after the eMQP sockets and the
-/// shards have opened their descriptors, so the count is the router's own.
-fn start_text(config: &RouterConfig, broker: &Broker) -> Result<Option<TextServer>, StartError> {
-    let Some(addr) = config.text_addr else { return Ok(None) };
-    let limit = fds::raise_nofile_limit().or_else(|e| {
+/// Raises the soft descriptor limit to the hard one: every eMQP and text
+/// connection is a descriptor, and when they run out no listener accepts,
+/// the admin socket's included (libzmq's pause a while and try again).
+/// Returns the limit in force.
+fn raise_descriptor_limit() -> std::io::Result<u64> {
+    fds::raise_nofile_limit().or_else(|e| {
         tracing::warn!(error = %e, "cannot raise the descriptor limit");
         fds::nofile_limit()
-    });
+    })
+}
+
+/// Starts the text front end over the shards, if configured, after
+/// checking that `text_reserved_fds` leaves room for text connections
+/// under the descriptor `limit` ([`fds::check_text_reserve`]: none is an
+/// error, fewer than `text_max_connections` a warning). Runs after the
+/// eMQP sockets and the shards have opened their descriptors, so the count
+/// is the router's own.
+fn start_text(
+    config: &RouterConfig,
+    broker: &Broker,
+    limit: std::io::Result<u64>,
+) -> Result<Option<TextServer>, StartError> {
+    let Some(addr) = config.text_addr else { return Ok(None) };
     let room = limit.and_then(|limit| {
         Ok(fds::check_text_reserve(
             config.text.reserved_fds,
@@ -421,6 +432,8 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let (frontend, fe) = router_socket(&zctx, &config.frontend_addr, hwm, max_msg, "frontend")?;
     let (backend, be) = router_socket(&zctx, &config.backend_addr, hwm, max_msg, "backend")?;
     let (admin_sock, ad) = router_socket(&zctx, &config.admin_addr, hwm, max_msg, "admin")?;
+    // Once the addresses are known good (a bind error is the only line).
+    let fd_limit = raise_descriptor_limit();
     let (egress_tx, egress_rx) =
         egress::channel().map_err(|source| StartError::Io { what: "egress eventfd".into(), source })?;
 
@@ -432,7 +445,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let plan = pin_plan(&config);
     let shards = Shards::start(config.clone(), &egress_tx, plan.clone(), started, &mut starts)?;
     let broker = shards.broker.clone();
-    let text = match start_text(&config, &broker) {
+    let text = match start_text(&config, &broker, fd_limit) {
         Ok(text) => text,
         Err(e) => {
             shards.stop();

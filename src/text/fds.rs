@@ -1,7 +1,7 @@
-//! The process's descriptor limit (`RLIMIT_NOFILE`): every text connection
-//! costs one descriptor, so the router raises its soft limit to the hard
-//! one at start, and the acceptors refuse text connections before the
-//! descriptors left for eMQP and admin run out (see `accept.rs`).
+//! The process's descriptor limit (`RLIMIT_NOFILE`): every eMQP and text
+//! connection costs one descriptor, so the router raises its soft limit to
+//! the hard one at start, and the acceptors refuse text connections before
+//! the descriptors left for eMQP and admin run out (see `accept.rs`).
 
 use std::io;
 

@@ -29,6 +29,21 @@ pub fn kill_all_registered() {
     }
 }
 
+/// Makes `cmd` run with its descriptor limit (`RLIMIT_NOFILE`) at `soft`
+/// and `hard` (`ulimit -Sn soft -Hn hard`).
+pub fn limit_descriptors(cmd: &mut Command, soft: u64, hard: u64) {
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs in pre_exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit { rlim_cur: soft, rlim_max: hard };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// A child process (and its process group), killed by PID on drop.
 pub struct Child {
     /// Short name used in messages.

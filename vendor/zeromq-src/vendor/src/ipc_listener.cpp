@@ -27,6 +27,10 @@
     along with this program.  If not, see <http://www.gnu.org/licenses/>.
 */
 
+//  Modified for emq on 2026-12-04: accept failing for lack of resources
+//  (EMFILE, ENFILE, ENOBUFS, ENOMEM) pauses the listener instead of
+//  spinning (see EMQ-PATCH.md at the root of this crate).
+
 #include "precompiled.hpp"
 #include "ipc_listener.hpp"
 
@@ -85,13 +89,15 @@ zmq::ipc_listener_t::ipc_listener_t (io_thread_t *io_thread_,
 
 void zmq::ipc_listener_t::in_event ()
 {
+    //  emq: errno is what accept () failed with, or 0 when it refused a
+    //  connection itself.
+    errno = 0;
     const fd_t fd = accept ();
 
-    //  If connection was reset by the peer in the meantime, just ignore it.
-    //  TODO: Handle specific errors like ENFILE/EMFILE etc.
+    //  If connection was reset by the peer in the meantime, just ignore it;
+    //  emq: for lack of resources, stop accepting for a while.
     if (fd == retired_fd) {
-        _socket->event_accept_failed (
-          make_unconnected_bind_endpoint_pair (_endpoint), zmq_errno ());
+        accept_failed ();
         return;
     }
 
@@ -322,8 +328,11 @@ zmq::fd_t zmq::ipc_listener_t::accept ()
         wsa_assert (last_error == WSAEWOULDBLOCK || last_error == WSAECONNRESET
                     || last_error == WSAEMFILE || last_error == WSAENOBUFS);
 #else
+        //  emq: EMFILE, ENOBUFS and ENOMEM too, as tcp_listener_t::accept
+        //  (they failed this assertion: the process aborted).
         errno_assert (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR
                       || errno == ECONNABORTED || errno == EPROTO
+                      || errno == ENOBUFS || errno == ENOMEM || errno == EMFILE
                       || errno == ENFILE);
 #endif
         return retired_fd;

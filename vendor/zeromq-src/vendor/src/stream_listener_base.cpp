@@ -27,6 +27,10 @@
     along with this program.  If not, see <http://www.gnu.org/licenses/>.
 */
 
+//  Modified for emq on 2026-12-04: accept failing for lack of resources
+//  (EMFILE, ENFILE, ENOBUFS, ENOMEM) pauses the listener instead of
+//  spinning (see EMQ-PATCH.md at the root of this crate).
+
 #include "precompiled.hpp"
 #include "stream_listener_base.hpp"
 #include "session_base.hpp"
@@ -46,6 +50,7 @@ zmq::stream_listener_base_t::stream_listener_base_t (
   const zmq::options_t &options_) :
     own_t (io_thread_, options_),
     io_object_t (io_thread_),
+    _has_accept_backoff_timer (false),
     _s (retired_fd),
     _handle (static_cast<handle_t> (NULL)),
     _socket (socket_)
@@ -73,10 +78,37 @@ void zmq::stream_listener_base_t::process_plug ()
 
 void zmq::stream_listener_base_t::process_term (int linger_)
 {
+    if (_has_accept_backoff_timer) {
+        cancel_timer (accept_backoff_timer_id);
+        _has_accept_backoff_timer = false;
+    }
     rm_fd (_handle);
     _handle = static_cast<handle_t> (NULL);
     close ();
     own_t::process_term (linger_);
+}
+
+void zmq::stream_listener_base_t::accept_failed ()
+{
+    const int err = zmq_errno ();
+    _socket->event_accept_failed (
+      make_unconnected_bind_endpoint_pair (_endpoint), err);
+
+    if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM)
+        return;
+    //  The connection stays in the backlog; try again when the timer fires.
+    //  in_event runs only while polling for input, so no timer runs now.
+    zmq_assert (!_has_accept_backoff_timer);
+    reset_pollin (_handle);
+    add_timer (accept_backoff_ivl, accept_backoff_timer_id);
+    _has_accept_backoff_timer = true;
+}
+
+void zmq::stream_listener_base_t::timer_event (int id_)
+{
+    zmq_assert (id_ == accept_backoff_timer_id);
+    _has_accept_backoff_timer = false;
+    set_pollin (_handle);
 }
 
 int zmq::stream_listener_base_t::close ()

@@ -27,6 +27,10 @@
     along with this program.  If not, see <http://www.gnu.org/licenses/>.
 */
 
+//  Modified for emq on 2026-12-04: accept failing for lack of resources
+//  (EMFILE, ENFILE, ENOBUFS, ENOMEM) pauses the listener instead of
+//  spinning (see EMQ-PATCH.md at the root of this crate).
+
 #ifndef __ZMQ_STREAM_LISTENER_BASE_HPP_INCLUDED__
 #define __ZMQ_STREAM_LISTENER_BASE_HPP_INCLUDED__
 
@@ -63,9 +67,36 @@ class stream_listener_base_t : public own_t, public io_object_t
     void process_plug () ZMQ_FINAL;
     void process_term (int linger_) ZMQ_FINAL;
 
+    //  emq: the back-off timer re-arms polling the listening socket.
+    void timer_event (int id_) ZMQ_FINAL;
+
+    enum
+    {
+        accept_backoff_timer_id = 0x40
+    };
+
+    //  emq: how long the listener stops polling for new connections after
+    //  accept failed for lack of resources, in milliseconds.
+    static const int accept_backoff_ivl = 100;
+
+    //  emq: the back-off timer is running (the listening socket is not
+    //  polled for input meanwhile).
+    bool _has_accept_backoff_timer;
+
   protected:
     //  Close the listening socket.
     virtual int close ();
+
+    //  emq: called by in_event when accept () gave no connection, with
+    //  errno as accept left it (in_event zeroes errno before accept, so a
+    //  connection accept () closed itself, a filtered one, leaves no stale
+    //  error). Emits ZMQ_EVENT_ACCEPT_FAILED as before; when the error is
+    //  a lack of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM) also stops
+    //  polling the listening socket for accept_backoff_ivl ms: it stays
+    //  readable while the connection waits in the backlog, so polling it
+    //  would call accept () again at once, failing the same way, for as
+    //  long as the resources stay short (100 % of a core).
+    void accept_failed ();
 
     virtual void create_engine (fd_t fd);
 

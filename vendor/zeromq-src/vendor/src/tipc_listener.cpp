@@ -27,6 +27,10 @@
     along with this program.  If not, see <http://www.gnu.org/licenses/>.
 */
 
+//  Modified for emq on 2026-12-04: accept failing for lack of resources
+//  (EMFILE, ENFILE, ENOBUFS, ENOMEM) pauses the listener instead of
+//  spinning (see EMQ-PATCH.md at the root of this crate).
+
 #include "precompiled.hpp"
 
 #include "tipc_listener.hpp"
@@ -64,13 +68,15 @@ zmq::tipc_listener_t::tipc_listener_t (io_thread_t *io_thread_,
 
 void zmq::tipc_listener_t::in_event ()
 {
+    //  emq: errno is what accept () failed with, or 0 when it refused a
+    //  connection itself.
+    errno = 0;
     fd_t fd = accept ();
 
-    //  If connection was reset by the peer in the meantime, just ignore it.
-    //  TODO: Handle specific errors like ENFILE/EMFILE etc.
+    //  If connection was reset by the peer in the meantime, just ignore it;
+    //  emq: for lack of resources, stop accepting for a while.
     if (fd == retired_fd) {
-        _socket->event_accept_failed (
-          make_unconnected_bind_endpoint_pair (_endpoint), zmq_errno ());
+        accept_failed ();
         return;
     }
 
@@ -163,7 +169,7 @@ zmq::fd_t zmq::tipc_listener_t::accept ()
 #endif
     if (sock == -1) {
         errno_assert (errno == EAGAIN || errno == EWOULDBLOCK
-                      || errno == ENOBUFS || errno == EINTR
+                      || errno == ENOBUFS || errno == ENOMEM || errno == EINTR
                       || errno == ECONNABORTED || errno == EPROTO
                       || errno == EMFILE || errno == ENFILE);
         return retired_fd;
