@@ -38,17 +38,15 @@ impl Job {
     }
 
     /// The job's time limit: its `timeout:N` header in seconds, where
-    /// `timeout:0` means no limit (as for EventMQ 0.3.13's workers and
-    /// emq's router, README "Deadlines"); `default` when the header is
-    /// absent or not a whole number of seconds. `None`: no limit.
+    /// `timeout:0` means no limit (as for EventMQ 0.3.13's workers; the
+    /// router reads the header the same way, [`headers::header_timeout`],
+    /// README "Deadlines"); `default` when the header is absent or not a
+    /// whole number of seconds. `None`: no limit.
     pub fn time_limit(&self, default: Duration) -> Option<Duration> {
-        let secs = headers::value(&self.headers, b"timeout")
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|v| v.trim().parse::<u64>().ok());
-        match secs {
-            None => Some(default),
-            Some(0) => None,
-            Some(n) => Some(Duration::from_secs(n)),
+        match headers::header_timeout(&self.headers) {
+            headers::HeaderTimeout::Absent => Some(default),
+            headers::HeaderTimeout::NoLimit => None,
+            headers::HeaderTimeout::Limit(limit) => Some(limit),
         }
     }
 
@@ -301,5 +299,6 @@ mod tests {
         assert_eq!(job(b"reply-requested").time_limit(default), Some(default));
         assert_eq!(job(b"timeout:abc").time_limit(default), Some(default), "unreadable: as absent");
         assert_eq!(job(b"timeout:-1").time_limit(default), Some(default));
+        assert_eq!(job(b"timeout:+5").time_limit(default), Some(default), "as the router reads it");
     }
 }

@@ -26,27 +26,20 @@ use crate::broker::retry::Setback;
 use crate::ids::{PeerId, QueueName, WorkerKey};
 use crate::limits;
 use crate::metrics::counters::Counters;
-use crate::protocol::headers;
-use std::time::{Duration, Instant};
-
-/// The `timeout:N` header of a REQUEST in whole seconds, when present and
-/// more than 0 (`timeout:0` and a malformed value are no limit, as for
-/// EventMQ's workers; past [`limits::JOB_TIMEOUT_MAX_SECS`] it is capped).
-pub fn header_timeout(headers: &[u8]) -> Option<Duration> {
-    let secs = headers::whole_number(headers, b"timeout")?;
-    (secs > 0).then(|| Duration::from_secs(secs.min(limits::JOB_TIMEOUT_MAX_SECS)))
-}
+use crate::protocol::headers::{header_timeout, HeaderTimeout};
+use std::time::Instant;
 
 impl Shard {
     /// When a job dispatched at `now` must have been answered, if ever: its
-    /// `timeout:N` header, else its queue's `job_timeouts` entry, else
-    /// `job_timeout`, plus the grace.
+    /// `timeout:N` header (`timeout:0`: never), else its queue's
+    /// `job_timeouts` entry, else `job_timeout`, plus the grace.
     fn deadline_of(&self, job: &Job, now: std::time::Instant) -> Option<Instant> {
         let limit = match header_timeout(job.frames.headers()) {
-            Some(limit) => limit,
+            HeaderTimeout::Limit(limit) => limit,
+            HeaderTimeout::NoLimit => return None,
             // Most routers set no per-queue limit: no hash per dispatch then.
-            None if self.queue_timeouts.is_empty() => self.ctx.config.job_timeout?,
-            None => match self.queue_timeouts.get(job.queue_bytes()) {
+            HeaderTimeout::Absent if self.queue_timeouts.is_empty() => self.ctx.config.job_timeout?,
+            HeaderTimeout::Absent => match self.queue_timeouts.get(job.queue_bytes()) {
                 Some(per_queue) => (*per_queue)?,
                 None => self.ctx.config.job_timeout?,
             },
@@ -127,24 +120,6 @@ impl Shard {
         self.queues.pause_candidate(&queue, key, paused);
         if !paused {
             self.pump(&queue, cx);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::header_timeout;
-    use std::time::Duration;
-
-    #[test]
-    fn the_timeout_header_is_whole_seconds_above_zero() {
-        assert_eq!(header_timeout(b"reply-requested,timeout:30"), Some(Duration::from_secs(30)));
-        assert_eq!(header_timeout(b"timeout: 5 ,guarantee"), Some(Duration::from_secs(5)));
-        for none in [&b""[..], b"timeout:0", b"timeout:-1", b"timeout:1.5", b"timeout:x", b"timeouts:3", b"timeout"] {
-            assert_eq!(header_timeout(none), None, "{:?}", String::from_utf8_lossy(none));
-        }
-        for huge in [&b"timeout:99999999999999999"[..], b"timeout:999999999999999999999999"] {
-            assert_eq!(header_timeout(huge).map(|d| d.as_secs()), Some(crate::limits::JOB_TIMEOUT_MAX_SECS));
         }
     }
 }

@@ -130,18 +130,19 @@ fn a_queues_own_limit_overrides_job_timeout_and_the_header_overrides_both() {
     });
     for mut h in setups {
         h.inform("w1", &[(10, "fast"), (10, "free"), (10, "other")]);
-        h.ready("w1", 4);
+        h.ready("w1", 5);
         h.request("c1", "m1", "fast", "a");
         h.request("c1", "m2", "free", "b");
         h.request("c1", "m3", "other", "c");
         h.request_with("c1", "m4", "fast", "d", b"timeout:50", &[]);
-        assert_eq!(h.take_bodies("w1").len(), 4);
+        h.request_with("c1", "m5", "fast", "e", b"reply-requested,timeout:0", &[]);
+        assert_eq!(h.take_bodies("w1").len(), 5);
         h.advance(5 * S + JOB_DEADLINE_GRACE);
-        assert_eq!(h.inflight("w1"), ["m2", "m3", "m4"], "fast's own 5 s ({})", h.setup());
+        assert_eq!(h.inflight("w1"), ["m2", "m3", "m4", "m5"], "fast's own 5 s ({})", h.setup());
         h.advance(100 * S);
-        assert_eq!(h.inflight("w1"), ["m2"], "job_timeout for other, the header's 50 s for m4 ({})", h.setup());
+        assert_eq!(h.inflight("w1"), ["m2", "m5"], "job_timeout for other, the header's 50 s for m4 ({})", h.setup());
         h.advance(800 * S);
-        assert_eq!(h.inflight("w1"), ["m2"], "\"0s\": no limit on free");
+        assert_eq!(h.inflight("w1"), ["m2", "m5"], "\"0s\": no limit on free; timeout:0, none on m5");
     }
 }
 
