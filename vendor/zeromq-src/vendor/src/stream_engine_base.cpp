@@ -420,6 +420,17 @@ void zmq::stream_engine_base_t::out_event ()
     //  (two epoll_ctl calls and an epoll_wait wake-up per message sent).
     //  When more is waiting it is written on the next POLLOUT, so one busy
     //  connection does not hold the I/O thread.
+    //  Only while the messages come from the session: the handshake, PING
+    //  and PONG and the WebSocket close sequence keep libzmq 4.3.4's way
+    //  (POLLOUT, then look on the next event), since their producers may
+    //  end the engine (ws_engine's close deletes it) while the code that
+    //  called out_event, e.g. the decoder loop, still runs.
+    if (_next_msg != &stream_engine_base_t::pull_and_encode
+        && _next_msg != &stream_engine_base_t::pull_msg_from_session) {
+        _output_stopped = false;
+        set_pollout ();
+        return;
+    }
     if (!fill_out_buffer ())
         return;
     if (_outsize == 0) {

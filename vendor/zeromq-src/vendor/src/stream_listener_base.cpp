@@ -97,8 +97,11 @@ void zmq::stream_listener_base_t::accept_failed ()
     if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM)
         return;
     //  The connection stays in the backlog; try again when the timer fires.
-    //  in_event runs only while polling for input, so no timer runs now.
-    zmq_assert (!_has_accept_backoff_timer);
+    //  in_event runs only while polling for input, so no timer runs now,
+    //  but for an event that epoll reports twice (EPOLLIN with EPOLLERR or
+    //  EPOLLHUP): then the timer already runs.
+    if (_has_accept_backoff_timer)
+        return;
     reset_pollin (_handle);
     add_timer (accept_backoff_ivl, accept_backoff_timer_id);
     _has_accept_backoff_timer = true;
