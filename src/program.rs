@@ -2,7 +2,7 @@
 //! with each cause once, and exit status 1. And how the binaries write
 //! outside their log: [`diagnostic`] (stderr, may be lost), [`output`]
 //! (stdout, a command's product: its failure is an error), and the signals
-//! that stop them ([`STOP_SIGNALS`]).
+//! that stop them ([`stop_signals`]).
 
 use std::error::Error;
 use std::io::Write;
@@ -128,8 +128,27 @@ pub fn output(text: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
 /// started it closed). None of the programs reloads its configuration, so
 /// SIGHUP has no other use; unhandled, it would kill the program at once
 /// (no drain, a worker's running jobs left orphaned while the router gives
-/// them to another worker).
-pub const STOP_SIGNALS: [std::ffi::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+/// them to another worker). SIGHUP is left out when the program was
+/// started with it ignored (`nohup`): it then survives the session's end,
+/// as the user asked.
+pub fn stop_signals() -> Vec<std::ffi::c_int> {
+    let mut signals = vec![libc::SIGTERM, libc::SIGINT];
+    if !ignored(libc::SIGHUP) {
+        signals.push(libc::SIGHUP);
+    }
+    signals
+}
+
+/// Whether `signal`'s disposition is "ignore" (inherited from the parent,
+/// as `nohup` sets SIGHUP's).
+fn ignored(signal: std::ffi::c_int) -> bool {
+    // SAFETY: sigaction(2) with a null new action only reads the current
+    // disposition into `old`, a zeroed sigaction owned here.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
 
 /// Lets SIGPIPE end the process, as it does other Unix tools: output piped
 /// into `head` then stops quietly instead of failing with "Broken pipe"

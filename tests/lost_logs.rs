@@ -75,6 +75,35 @@ fn router_drains_and_exits_0_at_sighup() {
 }
 
 #[test]
+fn a_router_started_with_sighup_ignored_keeps_it_ignored() {
+    // As `nohup emq-router &` starts it: the session's end must not stop it.
+    let _w = Watchdog::new("router_nohup", 60);
+    let dir = TestDir::new("router-nohup");
+    let admin_port = free_port();
+    let admin = format!("tcp://127.0.0.1:{admin_port}");
+    let mut cmd = Command::new(crate::common::router::rust_router_bin());
+    cmd.args(["--frontend", &format!("tcp://127.0.0.1:{}", free_port())]);
+    cmd.args(["--backend", &format!("tcp://127.0.0.1:{}", free_port()), "--admin", &admin]);
+    cmd.args(["--text", "off", "--metrics", "off", "--durability", "memory", "--drain-timeout", "200ms"]);
+    // SAFETY: signal(2) in the child between fork and exec, as nohup does.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut router = proc::Child::spawn("router", &mut cmd, &dir.join("router.log"));
+    assert!(wait::until(Duration::from_secs(20), || is_listening(admin_port)), "{}", router.log_tail(20));
+    // SAFETY: kill(2) on a child this test started and has not reaped.
+    unsafe { libc::kill(router.pid(), libc::SIGHUP) };
+    std::thread::sleep(Duration::from_millis(500));
+    let status = admin::request(&admin, "STATUS").expect("STATUS answered after SIGHUP");
+    assert!(status["emq"]["counters"].is_object(), "{status}");
+    assert!(router.is_alive(), "{}", router.log_tail(20));
+    assert_eq!(stop_with(&mut router, libc::SIGTERM), Some(0), "exit status at SIGTERM");
+}
+
+#[test]
 fn pubsub_with_its_output_pipe_closed_still_publishes() {
     let _w = Watchdog::new("pubsub_log_pipe_closed", 60);
     let dir = TestDir::new("pubsub-log-pipe-closed");

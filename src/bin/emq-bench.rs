@@ -256,7 +256,7 @@ fn main_inner() -> anyhow::Result<()> {
         Cmd::Forwarder { frontend_addr, backend_addr } => {
             let fwd = baseline::Forwarder::start_on(&frontend_addr, &backend_addr)?;
             out(format_args!("frontend={} backend={}\n", fwd.target.frontend, fwd.target.backend))?;
-            let mut signals = signal_hook::iterator::Signals::new(emq::program::STOP_SIGNALS)?;
+            let mut signals = signal_hook::iterator::Signals::new(emq::program::stop_signals())?;
             let _ = signals.forever().next();
             Ok(())
         }

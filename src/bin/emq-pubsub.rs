@@ -1,7 +1,7 @@
 //! `emq-pubsub`: EventMQ's PUBLISH device. ROUTER in (default
 //! `tcp://127.0.0.1:47298`), PUB out (`tcp://127.0.0.1:47299`); emits
 //! `[topic, message]` per PUBLISH. SIGTERM, SIGINT and SIGHUP stop it cleanly
-//! ([`emq::program::STOP_SIGNALS`]). On start it prints one line
+//! ([`emq::program::stop_signals`]). On start it prints one line
 //! `emq-pubsub in=<endpoint> out=<endpoint>` on stdout (a stdout that cannot
 //! be written is logged, and the device runs on).
 
@@ -32,7 +32,7 @@ fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     let Some(settings) = config::start(&args.config, args.raw)? else { return Ok(()) };
     let (stop_rx, stop_tx) = std::os::unix::net::UnixStream::pair().context("signal pipe")?;
-    for sig in emq::program::STOP_SIGNALS {
+    for sig in emq::program::stop_signals() {
         signal_hook::low_level::pipe::register(sig, stop_tx.try_clone()?).context("signal handler")?;
     }
     let mut device = PubSub::bind(&settings.pubsub_in, &settings.pubsub_out, settings.hwm, settings.max_message_bytes)?;

@@ -1,7 +1,7 @@
 //! `emq-router`: the broker. Runs on EventMQ's default addresses with no
 //! configuration; see `emq-router --help` and `--print-config`. SIGTERM,
 //! SIGINT and SIGHUP drain it, then it exits
-//! ([`emq::program::STOP_SIGNALS`]; docs/emqp.md "Shutdown").
+//! ([`emq::program::stop_signals`]; docs/emqp.md "Shutdown").
 
 use anyhow::Context;
 use clap::Parser;
@@ -27,11 +27,14 @@ fn main() {
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     let Some(config) = config::start(&args.config, args.raw)? else { return Ok(()) };
+    // The handlers are in place before the router serves anything, so a
+    // stop signal is never the default instant death (a peer may have been
+    // answered before `start` returns).
+    let mut signals =
+        signal_hook::iterator::Signals::new(emq::program::stop_signals()).context("installing signal handlers")?;
     let handle = emq::router::start(config).context("cannot start")?;
     // The main thread waits for the signals itself (no thread of its own);
     // a router stopped otherwise (admin DISCONNECT) ends the wait.
-    let mut signals =
-        signal_hook::iterator::Signals::new(emq::program::STOP_SIGNALS).context("installing signal handlers")?;
     let signal_handle = signals.handle();
     handle.on_stopped(move || signal_handle.close());
     if let Some(sig) = signals.forever().next() {

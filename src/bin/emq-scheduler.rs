@@ -1,6 +1,6 @@
 //! emq-scheduler: connects to the router frontend as an eMQP scheduler and
 //! runs SCHEDULE'd jobs (see `emq::scheduler`). Stops on SIGTERM, SIGINT or
-//! SIGHUP after sending KBYE ([`emq::program::STOP_SIGNALS`]).
+//! SIGHUP after sending KBYE ([`emq::program::stop_signals`]).
 
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -36,7 +36,7 @@ fn run() -> anyhow::Result<()> {
     let Some(cfg) = config::start(&args.config, args.raw)? else { return Ok(()) };
     let (signal_read, signal_write) = UnixStream::pair().context("signal pipe")?;
     signal_read.set_nonblocking(true).context("signal pipe")?;
-    for sig in emq::program::STOP_SIGNALS {
+    for sig in emq::program::stop_signals() {
         let w = signal_write.try_clone().context("signal pipe")?;
         signal_hook::low_level::pipe::register(sig, w).context("register signal handler")?;
     }

@@ -20,7 +20,7 @@
 //!   [`limits::WORKER_MAX_REPLY_BYTES`], for a router on its default
 //!   `max_message_bytes`) once JSON-encoded is replaced by a failed REPLY
 //!   naming its size and the limit.
-//! * SIGTERM, SIGINT or SIGHUP ([`emq::program::STOP_SIGNALS`]): KBYE,
+//! * SIGTERM, SIGINT or SIGHUP ([`emq::program::stop_signals`]): KBYE,
 //!   running jobs finish (up to `--drain-timeout`);
 //!   then their process groups get SIGTERM, SIGKILL after
 //!   [`limits::WORKER_KILL_GRACE`], and each job is reported failed to the
@@ -87,7 +87,7 @@ fn run() -> anyhow::Result<()> {
     let default_timeout = settings.timeout;
     let worker = Worker::start(config, move |job| run_job(&command, &job, job.time_limit(default_timeout), &running))?;
     let stopper = worker.stopper();
-    let mut signals = signal_hook::iterator::Signals::new(emq::program::STOP_SIGNALS)?;
+    let mut signals = signal_hook::iterator::Signals::new(emq::program::stop_signals())?;
     let handle = signals.handle();
     std::thread::spawn(move || {
         if signals.forever().next().is_some() {

@@ -13,7 +13,7 @@
 //!    KBYE or DISCONNECT ("I do not know you"), re-INFORM at once.
 //!    Schedules live in the [`Service`] and survive;
 //! 4. on SIGTERM, SIGINT or SIGHUP (the stop fd's signals,
-//!    [`crate::program::STOP_SIGNALS`]) send KBYE, sync the store and return (EventMQ sent no KBYE).
+//!    [`crate::program::stop_signals`]) send KBYE, sync the store and return (EventMQ sent no KBYE).
 //!
 //! **Liveness is symmetric** (emq's rule): only the router's HEARTBEATs
 //! (and the ACK of an INFORM) count as the router being alive, as only the
