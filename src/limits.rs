@@ -610,9 +610,13 @@ pub const ADMIN_LINGER_MS: i32 = 0;
 pub const CLIENT_MAX_ANSWER_BYTES: i64 = 16 << 20;
 /// The largest answer an `AdminClient` (emq-cli) takes: STATUS and
 /// SHOW_WORKERS list up to [`MAX_QUEUES`] queues and [`MAX_WORKERS`]
-/// workers. A black-box test's 300 MB answer from a wrong address took
-/// emq-cli to 864 MB of RSS before.
-pub const ADMIN_MAX_ANSWER_BYTES: i64 = 256 << 20;
+/// workers with their queues, and DEAD_SHOW a dead job's body escaped (up
+/// to six bytes of text a byte; dead jobs hold up to 64 MiB by default),
+/// so the bound is wide: it stops a wrong or hostile address from making
+/// emq-cli hold any size (a 300 MB answer took it to 864 MB of RSS), not
+/// large answers. Over it, ZeroMQ drops the answer and the call ends in
+/// its timeout.
+pub const ADMIN_MAX_ANSWER_BYTES: i64 = 1 << 30;
 /// A worker's or scheduler's DEALER while it runs: on reconnect it is
 /// replaced, and what it still queues belongs to the old identity (the new
 /// one registers afresh). Raised to a close linger for the final KBYE.

@@ -118,13 +118,14 @@ mod tests {
         let router = ctx.socket(zmq::ROUTER).unwrap();
         router.set_linger(0).unwrap();
         router.bind("tcp://127.0.0.1:*").unwrap();
+        router.set_rcvtimeo(10_000).unwrap();
         let addr = router.get_last_endpoint().unwrap().unwrap();
         let dealer = Dealer::connect(&ctx, &addr, 0, 1024).unwrap();
         dealer.send_timeout(&[b"hello".to_vec()], Duration::from_secs(5)).unwrap();
-        let hello = router.recv_multipart(0).unwrap();
+        let hello = router.recv_multipart(0).expect("hello within 10 s");
         let in_a_second = || Instant::now() + Duration::from_secs(1);
-        router.send_multipart([&hello[0][..], &[7u8; 1000][..]], 0).unwrap();
-        assert_eq!(dealer.recv_deadline(in_a_second()).unwrap(), Some(vec![vec![7u8; 1000]]));
+        router.send_multipart([&hello[0][..], &[7u8; 1024][..]], 0).unwrap();
+        assert_eq!(dealer.recv_deadline(in_a_second()).unwrap(), Some(vec![vec![7u8; 1024]]), "the limit itself");
         router.send_multipart([&hello[0][..], &[8u8; 1025][..]], 0).unwrap();
         assert_eq!(dealer.recv_deadline(in_a_second()).unwrap(), None, "over max_answer_bytes: dropped");
     }
