@@ -44,6 +44,9 @@ counters! {
     /// Schedulers registered again on a HEARTBEAT after the router had
     /// forgotten them (expired, or registered with an earlier router).
     readmitted_schedulers,
+    /// Registrations of a scheduler under a name it had lost to another
+    /// live scheduler: two schedulers share a name (logged as a warning).
+    scheduler_name_conflicts,
     /// REQUESTs and SCHEDs accepted (queued or dispatched).
     accepted_jobs,
     /// Jobs sent to eMQP workers (not text offers: see `text_acked` and the

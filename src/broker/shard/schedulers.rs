@@ -35,7 +35,13 @@ struct Entry {
 #[derive(Debug, Default)]
 pub struct Schedulers {
     list: Vec<Entry>,
+    /// The last identities that lost their name to a newer registration,
+    /// with that name, oldest first (at most [`DISPLACED_KEPT`]).
+    displaced: std::collections::VecDeque<(Name, PeerId)>,
 }
+
+/// How many displaced (name, identity) pairs [`Schedulers`] remembers.
+const DISPLACED_KEPT: usize = 64;
 
 /// The rendezvous score of `name` for schedule `key` (module docs).
 pub fn score(key: &[u8], name: &[u8]) -> u64 {
@@ -58,8 +64,22 @@ impl Schedulers {
         let named = name.is_some();
         let name: Name = Arc::from(name.unwrap_or_else(|| id.0.to_vec()));
         let replaced = self.list.iter().position(|e| e.name == name).map(|i| self.list.remove(i).id);
+        if let (true, Some(old)) = (named, &replaced) {
+            if self.displaced.len() >= DISPLACED_KEPT {
+                self.displaced.pop_front();
+            }
+            self.displaced.push_back((name.clone(), old.clone()));
+        }
         self.list.push(Entry { id, name, named, last_seen: now, scheduled: 0 });
         replaced
+    }
+
+    /// Whether `id` lost `name` to a newer registration before: registering
+    /// under it again means two live schedulers share the name (a restarted
+    /// scheduler comes back under a new identity, never its old one), and
+    /// they would take it from each other at every re-registration.
+    pub fn was_displaced(&self, id: &PeerId, name: &[u8]) -> bool {
+        self.displaced.iter().any(|(n, i)| i == id && n.as_ref() == name)
     }
 
     /// Refreshes a scheduler's liveness; false (and nothing changed) when
@@ -206,6 +226,21 @@ mod tests {
         t.add(p("python-uuid"), None, Instant::now());
         assert_eq!(t.by_name(b"python-uuid"), Some(p("python-uuid")));
         assert_eq!(t.others(&p("id-b")), vec![(p("id-a-restarted"), true), (p("python-uuid"), false)]);
+    }
+
+    #[test]
+    fn a_displaced_identity_taking_its_name_back_is_told_from_a_restart() {
+        let mut t = table(&["a"]);
+        assert!(!t.was_displaced(&p("id-a2"), b"a"), "a second scheduler named a");
+        t.add(p("id-a2"), Some(b"a".to_vec()), Instant::now());
+        assert!(t.was_displaced(&p("id-a"), b"a"), "the first one comes back: two share the name");
+        assert!(!t.was_displaced(&p("id-a-restarted"), b"a"), "a restart has a new identity");
+        assert!(!t.was_displaced(&p("id-a"), b"b"));
+        // The first "x" displaces nobody; each later one displaces the one before.
+        for n in 0..=DISPLACED_KEPT {
+            t.add(p(&format!("id-x{n}")), Some(b"x".to_vec()), Instant::now());
+        }
+        assert!(!t.was_displaced(&p("id-a"), b"a"), "bounded: the oldest pair forgotten");
     }
 
     #[test]

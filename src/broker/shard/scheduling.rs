@@ -97,6 +97,15 @@ impl Shard {
         }
         let shown = name.as_deref().map(show);
         tracing::info!(scheduler = %id, name = ?shown, "{what}");
+        if name.as_deref().is_some_and(|n| self.schedulers.was_displaced(id, n)) {
+            Counters::bump(&self.ctx.counters.scheduler_name_conflicts);
+            crate::log_limited!(
+                warn,
+                scheduler = %id,
+                name = ?shown,
+                "two live schedulers share this name and take it from each other: give each its own name"
+            );
+        }
         if let Some(n) = name.as_deref() {
             self.deliver_tombstones(id, n, cx);
         }

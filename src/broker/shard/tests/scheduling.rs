@@ -243,3 +243,14 @@ fn an_unknown_worker_is_told_disconnect_but_not_for_kbye() {
     assert_eq!(h.take_commands("nobody"), ["DISCONNECT", "DISCONNECT", "DISCONNECT"]);
     assert_eq!(counter(&h, |c| &c.disconnects_to_unknown_workers), 3);
 }
+
+#[test]
+fn two_live_schedulers_sharing_a_name_are_counted_when_one_takes_it_back() {
+    let mut h = Harness::new(1);
+    inform(&mut h, "a-1", Some("a"));
+    inform(&mut h, "a-2", Some("a"));
+    assert_eq!(counter(&h, |c| &c.scheduler_name_conflicts), 0, "a restart under a new identity");
+    inform(&mut h, "a-1", Some("a"));
+    inform(&mut h, "a-2", Some("a"));
+    assert_eq!(counter(&h, |c| &c.scheduler_name_conflicts), 2, "each takes the name back from the other");
+}
