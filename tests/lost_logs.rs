@@ -24,12 +24,7 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 /// within [`STOP_GRACE`] (`None`: killed by a signal, or still running,
 /// then SIGKILLed).
 fn stop_with(child: &mut proc::Child, sig: i32) -> Option<i32> {
-    // SAFETY: kill(2) on a child this test started and has not reaped.
-    unsafe { libc::kill(child.pid(), sig) };
-    wait::until(STOP_GRACE, || !child.is_alive());
-    let code = child.exit_status().and_then(|s| s.code());
-    child.kill_group();
-    code
+    child.stop_with(sig, STOP_GRACE)
 }
 
 #[test]
@@ -94,8 +89,7 @@ fn a_router_started_with_sighup_ignored_keeps_it_ignored() {
     }
     let mut router = proc::Child::spawn("router", &mut cmd, &dir.join("router.log"));
     assert!(wait::until(Duration::from_secs(20), || is_listening(admin_port)), "{}", router.log_tail(20));
-    // SAFETY: kill(2) on a child this test started and has not reaped.
-    unsafe { libc::kill(router.pid(), libc::SIGHUP) };
+    router.signal(libc::SIGHUP);
     std::thread::sleep(Duration::from_millis(500));
     let status = admin::request(&admin, "STATUS").expect("STATUS answered after SIGHUP");
     assert!(status["emq"]["counters"].is_object(), "{status}");

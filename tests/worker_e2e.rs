@@ -376,8 +376,7 @@ fn drain_kill_at(signal: i32) {
     fake.send_job("job-stubborn", b"stubborn");
     let reap = Reap(vec![pid_file(&dir, "plain"), pid_file(&dir, "stubborn")]);
     let start = Instant::now();
-    // SAFETY: kill(2) on the emq-worker this test started.
-    unsafe { libc::kill(worker.pid(), signal) };
+    worker.signal(signal);
     fake.expect(b"KBYE", 5);
     // At the drain timeout (1 s) both groups get SIGTERM: `plain` ends at once.
     let plain = fake.reply(5);
@@ -412,8 +411,7 @@ fn emq_worker_with_its_log_pipe_closed_finishes_a_job_and_exits_0_at_sigterm() {
     fake.register();
     fake.send_job("job-1", b"done");
     assert_eq!(fake.reply(10), ("job-1".into(), br#"{"value": "done"}"#.to_vec(), false));
-    // SAFETY: kill(2) on the emq-worker this test started.
-    unsafe { libc::kill(worker.pid(), libc::SIGTERM) };
+    worker.signal(libc::SIGTERM);
     fake.expect(b"KBYE", 5);
     // Its summary line at exit is lost too, and changes nothing.
     eventually(10, "worker exited", || !worker.is_alive());

@@ -112,15 +112,28 @@ impl Child {
         LIVE_GROUPS.lock().unwrap_or_else(|e| e.into_inner()).retain(|&g| g != self.pgid);
     }
 
+    /// Sends `sig` to the leader while it has not been reaped.
+    pub fn signal(&mut self, sig: i32) {
+        if self.is_alive() {
+            // SAFETY: plain syscall on our own, not yet reaped, child.
+            unsafe { libc::kill(self.pgid, sig) };
+        }
+    }
+
+    /// Sends `sig` to the leader, waits up to `grace` for it to exit, then
+    /// SIGKILLs whatever is left of the group. Returns the leader's exit
+    /// code (`None`: ended by a signal, or killed after `grace`).
+    pub fn stop_with(&mut self, sig: i32, grace: Duration) -> Option<i32> {
+        self.signal(sig);
+        wait::until(grace, || !self.is_alive());
+        self.kill_group();
+        self.reaped.and_then(|s| s.code())
+    }
+
     /// SIGTERMs the leader, waits up to `grace` for it to exit, then
     /// SIGKILLs whatever is left of the group. Returns the leader's status.
     pub fn terminate(&mut self, grace: Duration) -> Option<ExitStatus> {
-        if self.is_alive() {
-            // SAFETY: plain syscall on our own, not yet reaped, child.
-            unsafe { libc::kill(self.pgid, libc::SIGTERM) };
-            wait::until(grace, || !self.is_alive());
-        }
-        self.kill_group();
+        self.stop_with(libc::SIGTERM, grace);
         self.reaped
     }
 
