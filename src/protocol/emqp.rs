@@ -165,8 +165,9 @@ pub struct ScheduleBody<B = Frame> {
     pub interval: B,
     /// frame 7: job body JSON.
     pub body: B,
-    /// frame 8: cron expression, empty for interval jobs. `None` when the frame is
-    /// missing (tolerated for UNSCHEDULE, which needs only frames 4..7).
+    /// frame 8: cron expression, empty for interval jobs. `None` when the
+    /// frame is empty or missing (missing is tolerated for UNSCHEDULE and
+    /// DROP, which need only frames 4..7); encoded as an empty frame.
     pub cron: Option<B>,
 }
 
@@ -187,6 +188,7 @@ pub enum Command<B = Frame> {
         /// the router routes SCHEDULEs by (rendezvous hashing) so that a
         /// restarted scheduler, connecting under a fresh identity, owns the
         /// same schedules. EventMQ's router ignores extra INFORM frames.
+        /// `None` when empty or missing.
         name: Option<B>,
     },
     /// ACK: the router accepted an INFORM (or an admin DISCONNECT).
@@ -259,7 +261,8 @@ pub enum Command<B = Frame> {
         query: DeadQuery,
         /// frame 4: a queue name (`DEAD_LIST`), a job id or `*`.
         target: B,
-        /// frame 5, optional: the queue `*` is kept to.
+        /// frame 5, optional: the queue `*` is kept to (`None` when empty
+        /// or missing).
         queue: Option<B>,
     },
     /// `HELLO`, which the Python emq-cli sends on connect; never answered.
@@ -406,7 +409,7 @@ pub fn decode_ref<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Messag
         "INFORM" => Command::Inform {
             queues: body.get(4, "the queue list")?,
             peer: peer_type(body.get(5, "the peer type")?)?,
-            name: body.opt(6),
+            name: body.present(6),
         },
         "ACK" => Command::Ack { acked: body.get(4, "the acknowledged msgid")? },
         "READY" => Command::Ready,
@@ -441,7 +444,7 @@ pub fn decode_ref<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Messag
                 _ => DeadQuery::Delete,
             },
             target: body.opt(4).unwrap_or_default(),
-            queue: body.opt(5),
+            queue: body.present(5),
         },
         "HELLO" => Command::Hello,
         "ERROR" => Command::Error {
@@ -500,7 +503,12 @@ fn schedule_body<'a, F: AsRef<[u8]>>(
         headers: body.get(5, "the headers")?,
         interval: body.get(6, "the interval")?,
         body: body.get(7, "the job body")?,
-        cron: if need_cron { Some(body.get(8, "the cron expression")?) } else { body.opt(8) },
+        // SCHEDULE needs the frame (EventMQ always sends five body frames);
+        // an empty one, like a missing one elsewhere, is no cron expression.
+        cron: match need_cron {
+            true => Some(body.get(8, "the cron expression")?).filter(|c| !c.is_empty()),
+            false => body.present(8),
+        },
     })
 }
 
@@ -521,6 +529,14 @@ impl<'a, F: AsRef<[u8]>> Body<'a, F> {
 
     fn opt(&self, index: usize) -> Option<&'a [u8]> {
         self.frames.get(index).map(|f| f.as_ref())
+    }
+
+    /// An optional frame whose absence and emptiness mean the same: `None`
+    /// for both (docs/emqp.md "Frames"), so that what [`Message::encode`]
+    /// writes for `None` (an empty frame where later frames need the
+    /// position, nothing at the end) decodes to `None` again.
+    fn present(&self, index: usize) -> Option<&'a [u8]> {
+        self.opt(index).filter(|f| !f.is_empty())
     }
 
     fn rest(&self, from: usize) -> Vec<&'a [u8]> {
@@ -750,6 +766,57 @@ mod tests {
         assert_eq!(e.to_string(), format!("frame 2: unknown command \"{}…(+9936)\"", "X".repeat(64)));
         let e = decode(&[&b""[..], VERSION, b"INFORM", b"m", b"[]", &word], Socket::Backend).unwrap_err();
         assert_eq!(e, DecodeError::BadPeerType(format!("{}…(+9936)", "X".repeat(64))));
+    }
+
+    /// Every optional frame: absent and empty decode alike, and every
+    /// decoded message encodes to frames that decode to it again (the
+    /// emqp_decode fuzz target's round trip; its failing input of issue 25,
+    /// a DROP without a cron frame, is `drop_without_cron` in its corpus).
+    #[test]
+    fn an_absent_and_an_empty_optional_frame_mean_the_same() {
+        let cases: [(&[u8], usize, Socket); 6] = [
+            (b"INFORM", 6, Socket::Frontend),
+            (b"DEAD_LIST", 5, Socket::Admin),
+            (b"DEAD_DELETE", 5, Socket::Admin),
+            (b"UNSCHEDULE", 8, Socket::Frontend),
+            (b"DROP", 8, Socket::SchedulerSide),
+            (b"UNSCHEDULE", 8, Socket::SchedulerSide),
+        ];
+        let body = |word: &[u8]| -> Vec<Frame> {
+            match word {
+                b"INFORM" => frames(&[b"[]", b"scheduler"]),
+                b"DEAD_LIST" | b"DEAD_DELETE" => frames(&[b"*"]),
+                _ => frames(&[b"q", b"h", b"60", b"[]"]),
+            }
+        };
+        for (word, index, socket) in cases {
+            let mut absent = frames(&[b"", VERSION, word, b"m"]);
+            absent.extend(body(word));
+            assert_eq!(absent.len(), index, "{}", ShowFrames(&absent));
+            let mut empty = absent.clone();
+            empty.push(Vec::new());
+            let (a, e) = (decode(&absent, socket).unwrap(), decode(&empty, socket).unwrap());
+            assert_eq!(a, e, "{} on {socket:?}", ShowFrames(&empty));
+            for m in [a, e] {
+                assert_eq!(decode(&m.encode(), socket).as_ref(), Ok(&m), "{} on {socket:?}", ShowFrames(&m.encode()));
+            }
+        }
+        // SCHEDULE needs its cron frame; empty is an interval job's.
+        let f = frames(&[b"", VERSION, b"SCHEDULE", b"m", b"q", b"h", b"60", b"[]", b""]);
+        let m = decode(&f, Socket::Frontend).unwrap();
+        assert!(matches!(&m.command, Command::Schedule(s) if s.cron.is_none()));
+        assert_eq!(m.encode(), f);
+        assert!(decode(&f[..8], Socket::Frontend).is_err(), "SCHEDULE without its cron frame");
+        // The fuzz input itself (the target decodes the frames after the
+        // first byte, split at LF, on every socket; DROP is the scheduler
+        // side's).
+        let input = [
+            &b"\xff\xfe\xfe\x83\xe8\xb9\xb0\xaf\x01\x9aeee\n0\xfb\xb6NFOM\nDROP\n-,1\nRM\nDM\nmNFOerSCHE\x01\x01RO|P\n-"[..],
+        ]
+        .concat();
+        let frames: Vec<&[u8]> = input[1..].split(|b| *b == b'\n').collect();
+        let m = decode(&frames, Socket::SchedulerSide).unwrap();
+        assert_eq!(decode(&m.encode(), Socket::SchedulerSide), Ok(m));
     }
 
     #[test]

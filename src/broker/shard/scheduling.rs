@@ -62,6 +62,7 @@ use crate::scheduler::schedule::check_schedule;
 
 impl Shard {
     pub(super) fn handle_scheduler_inform(&mut self, id: PeerId, msgid: MsgId, name: Option<Vec<u8>>, cx: &mut Cx) {
+        // An empty name frame decodes as no name (docs/emqp.md "Frames").
         if let Some(n) = name.as_ref().filter(|n| n.is_empty() || n.len() > limits::MAX_SCHEDULER_NAME_BYTES) {
             Counters::bump(&self.ctx.counters.rejected_inform);
             let text = format!("scheduler name of {} bytes: 1 to {} bytes", n.len(), limits::MAX_SCHEDULER_NAME_BYTES);
