@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use emq::broker::job::JobFrames;
 use emq::broker::msg::{ShardMsg, VecOutbox};
 use emq::broker::shard::{Shard, ShardContext};
 use emq::config::RouterConfig;
 use emq::ids::{MsgId, PeerId, QueueName};
+use emq::job::JobFrames;
 
 fn dispatch(c: &mut Criterion) {
     let mut g = c.benchmark_group("shard");

@@ -32,10 +32,16 @@
 //! Modules, lowest layer first:
 //! * [`ids`] and [`limits`]: identifier newtypes and every limit, shared by all layers.
 //! * [`protocol`]: pure codecs (eMQP frames, headers, queue lists, text lines, Python JSON).
+//! * [`job`]: the job data model (frames, job record, setbacks, dead jobs),
+//!   shared by the broker and its job log.
 //! * [`metrics`]: counters and latency histograms over plain keys.
 //! * [`broker`]: dispatcher shards as deterministic state machines: queues,
 //!   workers, selection, in-flight, timers, text offers.
-//! * [`wal`]: each shard's write-ahead log (group commit, recovery, compaction).
+//! * [`joblog`]: the contract between a shard and the log that keeps its
+//!   jobs across a restart (hooks, tickets, faults, recovered facts), with
+//!   no log at all ([`joblog::NoLog`]) as one implementation.
+//! * [`wal`]: each shard's write-ahead log, the local implementation of
+//!   [`joblog`] (group commit, recovery, compaction, repair).
 //! * [`zmq_io`]: the only code that calls the zmq crate on the router side
 //!   (I/O thread, egress, socket set-up).
 //! * [`text`]: the text protocol server: a fixed pool of I/O threads, each a
@@ -57,6 +63,8 @@ pub mod client;
 pub mod config;
 pub mod heap;
 pub mod ids;
+pub mod job;
+pub mod joblog;
 pub mod limits;
 pub mod logging;
 pub mod metrics;

@@ -405,6 +405,35 @@ pub const WAL_SEGMENT_BYTES: u64 = 64 << 20;
 /// Smallest segment size accepted: a segment must hold its header and a
 /// few records (tests use small segments to exercise rotation).
 pub const WAL_MIN_SEGMENT_BYTES: u64 = 4096;
+/// Default of `disk_free_limit`: 256 MiB. RabbitMQ's 50 MB default is
+/// known to be too low to stop publishers before the disk fills; 256 MiB
+/// leaves room for consumers' records, compaction and a rebuild of a
+/// typical log while producers are refused (docs/durability.md).
+pub const DISK_FREE_LIMIT: u64 = 256 << 20;
+
+/// How often a shard's log reads the free space of the data directory's
+/// file system and checks that its directory and files are still there
+/// when nothing else wakes it (under load every batch's sync checks the
+/// files; free space is read at most this often).
+pub const WAL_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// First wait before a faulty log tries to repair itself; it doubles after
+/// every failed attempt up to [`WAL_RETRY_MAX`].
+pub const WAL_RETRY_MIN: Duration = Duration::from_millis(100);
+
+/// Longest wait between a faulty log's attempts to repair itself.
+pub const WAL_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Records a log out of space keeps buffered to write again (64 MiB);
+/// past it the buffer goes and the log is rebuilt from memory once it can
+/// be written.
+pub const WAL_FAULT_BUFFER_BYTES: usize = 64 << 20;
+
+/// A log whose durable point has not moved for this long while
+/// acknowledgements wait for it is stalled (a hung disk or file system):
+/// new jobs are refused (`STORE_FAILED`) until it moves again.
+pub const LOG_STALL_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Default of `wal_sync_thread` (measured: README "Durability").
 pub const WAL_SYNC_THREAD: bool = true;
 /// The log keeps its disk use within this factor of the bytes of its live

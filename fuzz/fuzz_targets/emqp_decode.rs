@@ -7,7 +7,7 @@
 //! by `\n`.
 #![no_main]
 
-use emq::broker::job::JobFrames;
+use emq::job::JobFrames;
 use emq::broker::msg::Schedule;
 use emq::ids::PeerId;
 use emq::protocol::emqp::{decode, decode_ref, Command, PeerType, Socket};

@@ -5,8 +5,8 @@
 
 use serde_json::{json, Value};
 
-use crate::broker::retry::{DeadJob, Setback};
 use crate::ids::{show, JobId, QueueName};
+use crate::job::{DeadJob, Setback};
 
 /// Which dead jobs a retry or delete takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +113,7 @@ impl DeadEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::job::{Job, JobFrames, Origin};
+    use crate::job::{Job, JobFrames, Origin};
 
     #[test]
     fn an_entry_shows_its_job_and_its_body_only_when_asked() {

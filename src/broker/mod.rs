@@ -5,7 +5,6 @@
 
 pub mod counts;
 pub mod dead;
-pub mod job;
 pub mod msg;
 pub mod retry;
 pub mod selection;

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use super::counts::QueueCounter;
-use super::job::{Job, JobFrames};
 use super::snapshot::ShardSnapshot;
 use super::types::WorkerShared;
 use crate::ids::{ConnId, MsgId, OfferId, PeerId, QueueName, WorkerKey};
+use crate::job::{Job, JobFrames};
 use crate::metrics::latency::Taken;
 use crate::protocol::emqp::{Command, Frame, Message, ScheduleBody};
 use crate::protocol::text::ErrorCode;
@@ -170,7 +170,7 @@ pub enum ShardMsg {
         /// The job.
         job: Job,
         /// Why.
-        why: crate::broker::retry::Setback,
+        why: crate::job::Setback,
     },
     /// The router's dead set is over `dead_max_jobs` or `dead_max_bytes`
     /// and the shard that buried the last job could not drop enough of its
@@ -209,16 +209,12 @@ pub enum ShardMsg {
         /// The commands, in the order their connections sent them.
         cmds: Vec<TextRequest>,
     },
-    /// A job the receiving shard accepted is done: its `Done` record goes
-    /// to that shard's write-ahead log (a worker's home shard → the shard
-    /// in the low bits of the job id).
+    /// A job the receiving shard accepted, dispatched and lent to another
+    /// shard's worker is done: its log records it (a worker's home shard →
+    /// the shard in the low bits of the job id).
     LogDone {
         /// The job.
         id: crate::ids::JobId,
-        /// The log segment holding its `Accepted` record ([`Job::wal_segment`]).
-        segment: u32,
-        /// That record's size in bytes.
-        record_bytes: usize,
     },
     /// Hand over the latency histograms recorded since the last take.
     LatencyTake {
@@ -571,22 +567,18 @@ pub trait Outbox {
     /// The end of a batch of messages: wake whoever has to act on what was
     /// handed over (one wake-up per batch instead of one per message).
     fn flush(&mut self) {}
-    /// The end of a batch whose write-ahead log records must be durable
-    /// (up to `wait`) before what it promises leaves (`durability = "sync"`
-    /// with a sync thread): frames for workers ([`Dest::Backend`]) and text
-    /// answers that promise nothing leave now; frontend frames (acceptance
-    /// REPLYs) and text answers to stored SCHEDs, with the later answers
-    /// to their connections, once the log is durable
-    /// ([`TextReply::stored`]). Messages to other shards are never held.
-    /// The default flushes at once.
-    fn flush_after_sync(&mut self, wait: crate::wal::sync::SyncWait) {
-        let _ = wait;
+    /// The end of a batch whose promises wait for the job log to hold
+    /// everything before `ticket` ([`crate::joblog::Commit::After`]):
+    /// frames for workers ([`Dest::Backend`]), frontend frames other than
+    /// acceptance REPLYs ([`OutMsg::Accepted`]) and text answers that
+    /// promise nothing leave now; acceptance REPLYs, and text answers to
+    /// stored SCHEDs with the later answers to their connections
+    /// ([`TextReply::stored`]), once the log holds the ticket. Messages to
+    /// other shards are never held. The default flushes at once.
+    fn flush_after(&mut self, ticket: crate::joblog::Ticket) {
+        let _ = ticket;
         self.flush();
     }
-    /// Before the shard syncs its log itself: hands over the frames for
-    /// workers ([`Dest::Backend`]) now; the rest waits for the next
-    /// [`Outbox::flush`]. The default keeps everything for that flush.
-    fn flush_early(&mut self) {}
 }
 
 /// An [`Outbox`] that keeps everything, in order, for tests and tools.

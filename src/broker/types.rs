@@ -1,5 +1,5 @@
 //! Routing to shards and the worker state shared by the shards. The job
-//! record is in [`super::job`].
+//! record is in [`crate::job`].
 
 use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 
@@ -7,7 +7,7 @@ use crate::ids::{PeerId, QueueName, WorkerKey};
 
 pub use crate::ids::shard_of;
 
-pub use super::job::{Job, JobFrames, Origin};
+pub use crate::job::{Job, JobFrames, Origin};
 
 /// A worker's life stage, shared between its home shard and the shards of
 /// its queues.

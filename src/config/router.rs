@@ -12,7 +12,6 @@ use super::kinds::{
 use super::table::{settings, Settings};
 use super::ConfigError;
 use crate::limits;
-pub use crate::wal::Durability;
 
 settings! {
     /// The router's settings as flags, `EMQ_*` environment variables and the
@@ -159,6 +158,10 @@ settings! {
             /// (`true`), so the shard serves the next batch meanwhile, or on
             /// the shard's thread (`false`).
             wal_sync_thread => sync_thread: Plain<bool> = limits::WAL_SYNC_THREAD, env "EMQ_WAL_SYNC_THREAD";
+            /// New jobs are refused (`STORE_FULL`) while the data directory's
+            /// file system has fewer free bytes than this; 0: never
+            /// (docs/durability.md).
+            disk_free_limit => disk_free_limit: Plain<u64> = limits::DISK_FREE_LIMIT, env "EMQ_DISK_FREE_LIMIT";
             /// At start, on damage in the middle of the log: skip the damaged
             /// bytes (logged with counts), move the damaged segments to the
             /// data directory's `damaged/` folder and start with the rest,
@@ -257,6 +260,28 @@ pub struct RouterConfig {
     pub log: String,
 }
 
+/// What an acknowledgement promises (setting `durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Acknowledged once synced to disk.
+    Sync,
+    /// Acknowledged once written; synced every `sync_interval`.
+    Async,
+    /// No log.
+    Memory,
+}
+
+impl Durability {
+    /// The setting's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Sync => "sync",
+            Durability::Async => "async",
+            Durability::Memory => "memory",
+        }
+    }
+}
+
 /// Write-ahead log settings (see [`crate::wal`]).
 #[derive(Debug, Clone)]
 pub struct WalConfig {
@@ -270,6 +295,8 @@ pub struct WalConfig {
     pub segment_bytes: u64,
     /// `sync`: sync on a per-shard thread rather than the shard's.
     pub sync_thread: bool,
+    /// Free bytes below which new jobs are refused (0: never).
+    pub disk_free_limit: u64,
     /// Start past damage in the middle of the log (`--recover-skip-damaged`).
     pub skip_damaged: bool,
 }

@@ -82,6 +82,15 @@ counters! {
     queues_reclaimed,
     /// REQUESTs and SCHEDs refused while draining.
     rejected_shutting_down,
+    /// REQUESTs and SCHEDs refused with `STORE_FULL`: the job log is out
+    /// of space, or free space is below `disk_free_limit`.
+    rejected_store_full,
+    /// REQUESTs and SCHEDs refused with `STORE_FAILED`: the job log cannot
+    /// be written (read-only, I/O errors, its directory gone) or is stalled.
+    rejected_store_failed,
+    /// Times a shard found its job log stalled: acknowledgements waited
+    /// `LOG_STALL_TIMEOUT` without the log's durable point moving.
+    log_stalls,
     /// SCHEDULE/UNSCHEDULE refused because no scheduler is connected.
     rejected_no_scheduler,
     /// REQUESTs refused before admission (a frame past its limit: msgid,

@@ -43,11 +43,17 @@ pub enum ErrorCode {
     /// ASK (or SCHED) naming a new queue while the broker holds its most
     /// queue names; nothing is stored.
     QueueLimit,
+    /// SCHED while the job log is out of space (or below
+    /// `disk_free_limit`); the task is not stored.
+    StoreFull,
+    /// SCHED while the job log cannot be written (read-only, failing, its
+    /// directory gone, stalled); the task is not stored.
+    StoreFailed,
 }
 
 impl ErrorCode {
     /// Every code, in the spec's table order (for counters indexed by code).
-    pub const ALL: [ErrorCode; 9] = [
+    pub const ALL: [ErrorCode; 11] = [
         ErrorCode::UnknownCommand,
         ErrorCode::BadFormat,
         ErrorCode::TooBig,
@@ -57,6 +63,8 @@ impl ErrorCode {
         ErrorCode::ShuttingDown,
         ErrorCode::Busy,
         ErrorCode::QueueLimit,
+        ErrorCode::StoreFull,
+        ErrorCode::StoreFailed,
     ];
 
     /// The token as written on the wire, e.g. `"NO_TASK"`.
@@ -71,6 +79,8 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
             ErrorCode::Busy => "BUSY",
             ErrorCode::QueueLimit => "QUEUE_LIMIT",
+            ErrorCode::StoreFull => "STORE_FULL",
+            ErrorCode::StoreFailed => "STORE_FAILED",
         }
     }
 
@@ -79,7 +89,7 @@ impl ErrorCode {
         ErrorCode::ALL.into_iter().find(|c| c.as_str().as_bytes() == token)
     }
 
-    /// Position in [`ErrorCode::ALL`] (0..9).
+    /// Position in [`ErrorCode::ALL`] (0..11).
     pub fn index(self) -> usize {
         self as usize
     }
@@ -97,6 +107,8 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => "the broker is shutting down",
             ErrorCode::Busy => "too many connections",
             ErrorCode::QueueLimit => "too many queue names",
+            ErrorCode::StoreFull => "the job log is out of space; the task is not stored",
+            ErrorCode::StoreFailed => "the job log cannot be written; the task is not stored",
         }
     }
 }
@@ -129,6 +141,8 @@ mod tests {
             "SHUTTING_DOWN",
             "BUSY",
             "QUEUE_LIMIT",
+            "STORE_FULL",
+            "STORE_FAILED",
         ];
         assert_eq!(tokens, want);
     }

@@ -2,6 +2,7 @@
 //! thread in order (text front end, HTTP server, reporter, shards, I/O thread, admin).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -24,7 +25,7 @@ pub(super) struct Threads {
     pub admin: JoinHandle<()>,
     pub zctx: zmq::Context,
     /// The locked data directory, released once every shard has stopped.
-    pub data_dir: Option<crate::wal::dir::DataDir>,
+    pub data_dir: Option<Arc<crate::wal::dir::DataDir>>,
 }
 
 /// Waits for a stop request, drains, then stops every thread in order.

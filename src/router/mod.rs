@@ -14,6 +14,7 @@ mod dead_admin;
 pub mod http;
 pub mod outbox;
 pub mod prometheus;
+pub mod release;
 pub mod reporter;
 pub mod scrape;
 pub mod status_page;
@@ -40,6 +41,7 @@ use crate::zmq_io::io_thread::{IoLimits, IoThread, StopReason};
 use crate::zmq_io::sockets::router_socket;
 use admin::ExtraStatus;
 use outbox::ShardOutbox;
+use release::Releaser;
 
 /// Why the router could not start.
 #[derive(Debug, thiserror::Error)]
@@ -135,15 +137,18 @@ impl Shards {
         let mut threads = Vec::new();
         for (i, rx) in rxs.into_iter().enumerate() {
             let mut shard = Shard::new(i, broker.ctx.clone(), started);
-            let mut sync = None;
             if let Some(start) = logs.get_mut(i).and_then(Option::take) {
-                sync = start
-                    .log
-                    .sync_thread()
-                    .map_err(|source| StartError::Io { what: format!("emq-sync-{i}"), source })?;
-                shard.attach_log(start);
+                shard.attach_log(Box::new(start.log), start.recovered);
             }
-            let mut out = ShardOutbox::new(i, egress.clone(), broker.shards.clone(), sync);
+            let durable = shard.log().durable();
+            let wal = &config.wal;
+            let releaser = if wal.durability == crate::config::Durability::Sync && wal.sync_thread {
+                Releaser::thread(i, durable)
+                    .map_err(|source| StartError::Io { what: format!("emq-sync-{i}"), source })?
+            } else {
+                Releaser::inline(durable)
+            };
+            let mut out = ShardOutbox::new(i, egress.clone(), broker.shards.clone(), releaser);
             let plan = plan.clone();
             threads.push(spawn(format!("emq-shard-{i}"), move || {
                 pin(&plan, i + 1);
@@ -329,19 +334,21 @@ pub fn start(config: RouterConfig) -> Result<RouterHandle, StartError> {
 /// `config.wal.skip_damaged` (`--recover-skip-damaged`) decides whether damage
 /// in the middle of a log stops the start.
 fn open_wal(config: &RouterConfig, started: Instant) -> Result<Option<crate::wal::Opened>, StartError> {
-    if config.wal.durability == crate::wal::Durability::Memory {
+    if config.wal.durability == crate::config::Durability::Memory {
         return Ok(None);
     }
     let skip = config.wal.skip_damaged;
-    Ok(Some(crate::wal::open(&config.wal, config.shards, skip, config.max_retries, started, started)?))
+    Ok(Some(crate::wal::open(&config.wal, config.shards, skip, started, started)?))
 }
 
-/// STATUS's `wal` figures: the durability, the data directory and each
-/// shard's log.
-fn wal_status(config: &RouterConfig, logs: &[Arc<crate::wal::log::WalStats>]) -> serde_json::Value {
+/// STATUS's `wal` figures: the durability, the data directory, the free
+/// space limit and each shard's log.
+fn wal_status(config: &RouterConfig, logs: &[Arc<dyn crate::joblog::LogStatus>]) -> serde_json::Value {
+    let durable = config.wal.durability != crate::config::Durability::Memory;
     serde_json::json!({
         "durability": config.wal.durability.as_str(),
-        "data_dir": (config.wal.durability != crate::wal::Durability::Memory).then(|| config.wal.data_dir().display().to_string()),
+        "data_dir": durable.then(|| config.wal.data_dir().display().to_string()),
+        "disk_free_limit": durable.then_some(config.wal.disk_free_limit),
         "shards": logs.iter().enumerate().map(|(i, s)| s.to_json(i)).collect::<Vec<_>>(),
     })
 }
@@ -441,7 +448,8 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         Some(opened) => std::mem::take(&mut opened.shards).into_iter().map(Some).collect(),
         None => Vec::new(),
     };
-    let log_stats: Vec<_> = starts.iter().flatten().map(|s| s.log.shared().stats.clone()).collect();
+    let log_stats: Vec<Arc<dyn crate::joblog::LogStatus>> =
+        starts.iter().flatten().map(|s| crate::joblog::JobLog::status(&s.log)).collect();
     let plan = pin_plan(&config);
     let shards = Shards::start(config.clone(), &egress_tx, plan.clone(), started, &mut starts)?;
     let broker = shards.broker.clone();

@@ -6,23 +6,18 @@
 //! text answers are gathered per port and sent as one message per port per
 //! batch.
 //!
-//! With `durability = "sync"`, a batch's frames for workers leave at once,
-//! but its frontend frames (acceptance REPLYs, ERRORs) are handed to the
-//! shard's sync thread ([`Outbox::flush_after_sync`]), which releases them
-//! once the batch's log records are durable; while any such release is
-//! outstanding, later batches' frontend frames go the same way, so they
-//! keep their order. Text answers wait only where a producer was promised
-//! something: the answer to a SCHED that stored a job
-//! ([`TextReply::stored`]) waits for the sync, and so does every later
-//! answer to that connection while one of its answers is held ([`Held`]),
-//! so each connection's answers keep their order (the text front end
-//! matches them to commands by order). The others, a consumer's `WANT?`,
-//! `NOPE` and answers to its ACK/DCL/DEL, leave at once: like a job sent to
-//! an eMQP worker before the sync, a task offered before its record is
-//! durable can be lost in a power cut only if no producer was told it was
-//! stored. (With the sync on the shard's thread, [`Outbox::flush_early`]
-//! hands over the workers' frames before the sync, and everything else
-//! waits for it.)
+//! What a batch promised waits for its job log ([`Outbox::flush_after`],
+//! [`super::release`]): the acceptance REPLYs ([`OutMsg::Accepted`]) and the
+//! answers to SCHEDs that stored a job ([`TextReply::stored`]). Every later
+//! answer to such a text connection waits too while one of its answers is
+//! held ([`Held`]), so each connection's answers keep their order (the text
+//! front end matches them to commands by order). Everything else leaves
+//! at once: frames for workers (a job may run before its record is
+//! durable: at least once, never lost), ERRORs (a producer refused while
+//! the log is faulty hears so at once), heartbeats, admin answers, and a
+//! consumer's `WANT?`, `NOPE` and answers to its ACK/DCL/DEL (a task
+//! offered before its record is durable can be lost in a power cut only if
+//! no producer was told it was stored).
 
 use std::sync::Arc;
 
@@ -30,9 +25,10 @@ use crossbeam_channel::Sender;
 
 use parking_lot::Mutex;
 
-use crate::broker::msg::{Dest, Outbox, Outgoing, ShardMsg, TextPort, TextReply};
-use crate::ids::{ConnId, FastMap};
-use crate::wal::sync::{SyncThread, SyncWait};
+use super::release::{Release, Releaser};
+use crate::broker::msg::{Dest, OutMsg, Outbox, Outgoing, ShardMsg, TextPort, TextReply};
+use crate::ids::{ConnId, FastMap, PeerId};
+use crate::joblog::Ticket;
 use crate::zmq_io::egress::EgressTx;
 
 /// The router's [`Outbox`] for one shard thread.
@@ -40,119 +36,152 @@ pub struct ShardOutbox {
     index: usize,
     egress: EgressTx,
     shards: Arc<[Sender<ShardMsg>]>,
-    /// Messages for frontend peers, handed to the I/O thread as one batch
-    /// at flush (after the sync, when the log has one to wait for).
+    /// Frames gathered since the last flush.
     emqp: Vec<Outgoing>,
-    /// Messages for workers (backend), which never wait for a sync.
-    backend: Vec<Outgoing>,
     text: Vec<(TextPort, Vec<TextReply>)>,
-    /// The shard's sync thread, when its log syncs on one.
-    sync: Option<SyncThread>,
-    /// Text answers handed to the sync thread and not yet released.
-    held: Arc<Mutex<Held>>,
+    /// Where promised output waits for the log.
+    releaser: Releaser,
+    /// What was handed to the releaser and not yet released.
+    held: Arc<Mutex<Waiting>>,
 }
 
-/// Per text connection, how many of its answers wait in the sync thread;
-/// a connection is in the map only while that is above zero, so the map
-/// holds at most one entry per open connection.
-#[derive(Debug, Default)]
-pub struct Held(FastMap<ConnId, usize>);
+/// Per key (a text connection, an eMQP client), how many of its messages
+/// wait for the log; a key is in the map only while that is above zero, so
+/// the map holds at most one entry per open connection or client with a
+/// message waiting.
+#[derive(Debug)]
+pub struct Held<K>(FastMap<K, usize>);
 
-impl Held {
-    /// Splits one port's answers, in order, into those that may leave now
-    /// and those that wait for the sync: a stored SCHED's answer waits,
-    /// and so does every later answer to a connection with one waiting
-    /// (counted here until [`Held::released`]).
-    pub fn split(&mut self, replies: Vec<TextReply>) -> (Vec<TextReply>, Vec<TextReply>) {
+impl<K> Default for Held<K> {
+    fn default() -> Held<K> {
+        Held(FastMap::default())
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Held<K> {
+    /// Splits `items`, in order, into those that may leave now and those
+    /// that wait for the log: an item that `promises` something waits, and
+    /// so does every later item to a key with one waiting (counted here
+    /// until [`Held::released`]). Items without a key never wait.
+    pub fn split<T>(
+        &mut self,
+        items: Vec<T>,
+        key: impl Fn(&T) -> Option<&K>,
+        promises: impl Fn(&T) -> bool,
+    ) -> (Vec<T>, Vec<T>) {
         let (mut now, mut later) = (Vec::new(), Vec::new());
-        for reply in replies {
-            if reply.stored || self.0.contains_key(&reply.conn) {
-                *self.0.entry(reply.conn).or_default() += 1;
-                later.push(reply);
+        for item in items {
+            let wait = match key(&item) {
+                Some(k) if promises(&item) || (!self.0.is_empty() && self.0.contains_key(k)) => {
+                    *self.0.entry(k.clone()).or_default() += 1;
+                    true
+                }
+                _ => false,
+            };
+            if wait {
+                later.push(item);
             } else {
-                now.push(reply);
+                now.push(item);
             }
         }
         (now, later)
     }
 
-    /// `conns` had one held answer each released (handed to their port).
-    pub fn released(&mut self, conns: impl IntoIterator<Item = ConnId>) {
-        for conn in conns {
-            if let Some(n) = self.0.get_mut(&conn) {
+    /// `keys` had one waiting message each released.
+    pub fn released(&mut self, keys: impl IntoIterator<Item = K>) {
+        for key in keys {
+            if let Some(n) = self.0.get_mut(&key) {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
-                    self.0.remove(&conn);
+                    self.0.remove(&key);
                 }
             }
         }
     }
 
-    /// Connections with answers waiting.
+    /// Keys with messages waiting.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
-    /// Whether no answer waits.
+    /// Whether no message waits.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }
 
+/// What waits for the log: text answers by connection, frontend frames by
+/// client.
+#[derive(Debug, Default)]
+pub struct Waiting {
+    /// Text connections.
+    pub conns: Held<ConnId>,
+    /// eMQP frontend peers.
+    pub peers: Held<PeerId>,
+}
+
+/// The key a frame waits under: its peer, on the frontend only (workers
+/// and admin peers are never promised anything).
+fn frontend_peer(o: &Outgoing) -> Option<&PeerId> {
+    (o.dest == Dest::Frontend).then_some(&o.peer)
+}
+
 impl ShardOutbox {
-    /// The outbox of shard `index`, releasing through `sync` when given.
-    pub fn new(
-        index: usize,
-        egress: EgressTx,
-        shards: Arc<[Sender<ShardMsg>]>,
-        sync: Option<SyncThread>,
-    ) -> ShardOutbox {
+    /// The outbox of shard `index`, releasing promised output through `releaser`.
+    pub fn new(index: usize, egress: EgressTx, shards: Arc<[Sender<ShardMsg>]>, releaser: Releaser) -> ShardOutbox {
         let held = Arc::default();
-        ShardOutbox { index, egress, shards, emqp: Vec::new(), backend: Vec::new(), text: Vec::new(), sync, held }
+        ShardOutbox { index, egress, shards, emqp: Vec::new(), text: Vec::new(), releaser, held }
     }
 
-    /// What was gathered since the last flush, as one release through the
-    /// sync thread (its text answers counted in [`Held`] until then).
-    fn take_release(&mut self) -> impl FnOnce() + Send + 'static {
-        let (egress, emqp) = (self.egress.clone(), std::mem::take(&mut self.emqp));
-        let (index, text) = (self.index, std::mem::take(&mut self.text));
-        let held = self.held.clone();
-        move || {
-            let conns: Vec<ConnId> = text.iter().flat_map(|(_, r)| r.iter().map(|r| r.conn)).collect();
-            release(index, &egress, emqp, text);
-            // After the hand-over, so a later answer to one of these
-            // connections cannot overtake them (no lock for a release of
-            // eMQP frames only).
-            if !conns.is_empty() {
-                held.lock().released(conns);
-            }
-        }
-    }
-
-    /// Hands over now the text answers that need not wait for a sync
-    /// (see the module docs); the rest stay for [`Self::take_release`].
-    fn release_unheld_text(&mut self) {
-        let mut now = Vec::new();
-        {
+    /// Hands over now what need not wait, and returns the rest as one
+    /// release (`None` when nothing waits): what the batch `promised`
+    /// (acceptances, stored SCHEDs' answers), and every later message to a
+    /// client or connection with a message waiting ([`Waiting`]).
+    fn split(&mut self, promised: bool) -> Option<Release> {
+        let (emqp_now, emqp_later, text_now, text_later) = {
             let mut held = self.held.lock();
-            for (port, replies) in &mut self.text {
-                let (go, wait) = held.split(std::mem::take(replies));
-                if !go.is_empty() {
-                    now.push((port.clone(), go));
+            let nothing_held = held.peers.is_empty() && held.conns.is_empty();
+            if !promised && nothing_held {
+                (std::mem::take(&mut self.emqp), Vec::new(), std::mem::take(&mut self.text), Vec::new())
+            } else {
+                let accepted = |o: &Outgoing| promised && matches!(o.msg, OutMsg::Accepted(_));
+                let (now, later) = held.peers.split(std::mem::take(&mut self.emqp), frontend_peer, accepted);
+                let (mut text_now, mut text_later) = (Vec::new(), Vec::new());
+                for (port, replies) in std::mem::take(&mut self.text) {
+                    let (go, wait) = held.conns.split(replies, |r| Some(&r.conn), |r| promised && r.stored);
+                    if !go.is_empty() {
+                        text_now.push((port.clone(), go));
+                    }
+                    if !wait.is_empty() {
+                        text_later.push((port, wait));
+                    }
                 }
-                *replies = wait;
+                (now, later, text_now, text_later)
             }
+        };
+        release(self.index, &self.egress, emqp_now, text_now);
+        if emqp_later.is_empty() && text_later.is_empty() {
+            return None;
         }
-        self.text.retain(|(_, replies)| !replies.is_empty());
-        for (port, replies) in now {
-            let _ = port.send(self.index, replies);
-        }
+        let (index, egress, held) = (self.index, self.egress.clone(), self.held.clone());
+        Some(Box::new(move || {
+            let conns: Vec<ConnId> = text_later.iter().flat_map(|(_, r)| r.iter().map(|r| r.conn)).collect();
+            let peers: Vec<PeerId> = emqp_later.iter().filter_map(frontend_peer).cloned().collect();
+            release(index, &egress, emqp_later, text_later);
+            // After the hand-over, so a later message to one of these
+            // cannot overtake them.
+            let mut held = held.lock();
+            held.conns.released(conns);
+            held.peers.released(peers);
+        }))
     }
 }
 
 /// Hands frames to the I/O thread and answers to text ports.
 fn release(index: usize, egress: &EgressTx, emqp: Vec<Outgoing>, text: Vec<(TextPort, Vec<TextReply>)>) {
-    egress.send_batch(emqp);
+    if !emqp.is_empty() {
+        egress.send_batch(emqp);
+    }
     for (port, replies) in text {
         // Only a stopped text front end no longer reads its port.
         let _ = port.send(index, replies);
@@ -161,10 +190,7 @@ fn release(index: usize, egress: &EgressTx, emqp: Vec<Outgoing>, text: Vec<(Text
 
 impl Outbox for ShardOutbox {
     fn emqp(&mut self, out: Outgoing) {
-        match out.dest {
-            Dest::Backend => self.backend.push(out),
-            _ => self.emqp.push(out),
-        }
+        self.emqp.push(out);
     }
 
     fn shard(&mut self, index: usize, msg: ShardMsg) {
@@ -181,40 +207,22 @@ impl Outbox for ShardOutbox {
         }
     }
 
+    /// Nothing the batch promised waits for the log; messages to clients
+    /// and connections with messages held still wait behind them.
     fn flush(&mut self) {
-        if self.sync.as_ref().is_some_and(SyncThread::busy) {
-            self.flush_early();
-            self.release_unheld_text();
-            if self.emqp.is_empty() && self.text.is_empty() {
-                return;
-            }
-            let rel = self.take_release();
-            if let Some(sync) = &self.sync {
-                sync.release_after(None, Box::new(rel));
-            }
-            return;
-        }
-        let mut all = std::mem::take(&mut self.backend);
-        all.append(&mut self.emqp);
-        release(self.index, &self.egress, all, std::mem::take(&mut self.text));
-    }
-
-    fn flush_after_sync(&mut self, wait: SyncWait) {
-        self.flush_early();
-        if self.sync.is_some() {
-            self.release_unheld_text();
-        }
-        let rel = self.take_release();
-        match &self.sync {
-            Some(sync) => sync.release_after(Some(wait), Box::new(rel)),
-            None => rel(),
+        self.releaser.poll();
+        if let Some(rel) = self.split(false) {
+            self.releaser.submit(None, rel);
         }
     }
 
-    fn flush_early(&mut self) {
-        if !self.backend.is_empty() {
-            self.egress.send_batch(std::mem::take(&mut self.backend));
-        }
+    /// Always hands the ticket over, even with nothing promised: the log
+    /// is then synced for the batch's other records too (a job's end,
+    /// logged promptly, does not come back after a crash).
+    fn flush_after(&mut self, ticket: Ticket) {
+        self.releaser.poll();
+        let rel = self.split(true).unwrap_or_else(|| Box::new(|| {}));
+        self.releaser.submit(Some(ticket), rel);
     }
 }
 
@@ -227,13 +235,17 @@ mod tests {
         TextReply { conn: ConnId(conn), outcome, stored }
     }
 
+    fn split_text(held: &mut Held<ConnId>, replies: Vec<TextReply>) -> (Vec<TextReply>, Vec<TextReply>) {
+        held.split(replies, |r| Some(&r.conn), |r| r.stored)
+    }
+
     fn conns(replies: &[TextReply]) -> Vec<u64> {
         replies.iter().map(|r| r.conn.0).collect()
     }
 
     #[test]
     fn a_stored_sched_and_every_later_answer_of_its_connection_wait() {
-        let mut held = Held::default();
+        let mut held = Held::<ConnId>::default();
         let batch = vec![
             reply(1, TextOutcome::Nope, false),
             reply(2, TextOutcome::Done, true),
@@ -241,77 +253,135 @@ mod tests {
             reply(2, TextOutcome::Nope, false),
             reply(3, TextOutcome::Done, false),
         ];
-        let (now, later) = held.split(batch);
+        let (now, later) = split_text(&mut held, batch);
         assert_eq!(conns(&now), [1, 1, 3], "consumers' answers leave at once");
         assert_eq!(conns(&later), [2, 2], "the producer's SCHED and what follows it wait");
         // A later batch: connection 2 still has answers waiting.
-        let (now, later) = held.split(vec![reply(2, TextOutcome::Nope, false), reply(1, TextOutcome::Nope, false)]);
+        let (now, later) =
+            split_text(&mut held, vec![reply(2, TextOutcome::Nope, false), reply(1, TextOutcome::Nope, false)]);
         assert_eq!((conns(&now), conns(&later)), (vec![1], vec![2]));
         assert_eq!(held.len(), 1);
         // Released: the first two, then the third.
         held.released([ConnId(2), ConnId(2)]);
         assert_eq!(held.len(), 1, "one answer of connection 2 still waits");
-        let (_, later) = held.split(vec![reply(2, TextOutcome::Nope, false)]);
+        let (_, later) = split_text(&mut held, vec![reply(2, TextOutcome::Nope, false)]);
         assert_eq!(conns(&later), [2]);
         held.released([ConnId(2), ConnId(2)]);
         assert!(held.is_empty(), "forgotten once nothing waits");
-        let (now, later) = held.split(vec![reply(2, TextOutcome::Nope, false)]);
+        let (now, later) = split_text(&mut held, vec![reply(2, TextOutcome::Nope, false)]);
         assert_eq!((conns(&now), conns(&later)), (vec![2], vec![]));
     }
 
-    #[test]
-    fn a_consumers_answers_do_not_wait_for_a_sync_that_a_producers_do() {
-        let shared = Arc::new(crate::wal::log::SyncShared::new(std::env::temp_dir()));
-        let sync = SyncThread::start(0, shared).expect("sync thread");
-        // A release that blocks the sync thread until `go`: a sync under way.
-        let (go, gate) = crossbeam_channel::bounded::<()>(0);
-        sync.release_after(
-            None,
-            Box::new(move || {
-                let _ = gate.recv();
-            }),
-        );
-        let (egress, _egress_rx) = crate::zmq_io::egress::channel().expect("eventfd");
-        let mut out = ShardOutbox::new(0, egress, Arc::from(Vec::new()), Some(sync));
-        let (tx, port_rx) = crossbeam_channel::unbounded();
-        let port = TextPort { id: 1, tx, wake: None };
-        let next = || port_rx.recv_timeout(std::time::Duration::from_secs(5)).expect("an answer batch");
-        // A batch that wrote records (flush_after_sync, a real sync to wait
-        // for), then one that wrote none while the sync thread is busy (flush).
-        let path = std::env::temp_dir().join(format!("emq-outbox-test-{}", std::process::id()));
-        let file = Arc::new(std::fs::File::create(&path).expect("temp file"));
-        out.text(&port, reply(1, TextOutcome::Done, true));
-        out.text(&port, reply(2, TextOutcome::Nope, false));
-        out.flush_after_sync(SyncWait { file, upto: 1 });
-        assert_eq!(conns(&next().replies), [2], "the consumer's NOPE leaves during the sync");
-        out.text(&port, reply(1, TextOutcome::Nope, false));
-        out.text(&port, reply(2, TextOutcome::Nope, false));
-        out.flush();
-        assert_eq!(conns(&next().replies), [2]);
-        assert!(port_rx.try_recv().is_err(), "the producer's answers wait");
-        assert_eq!(out.held.lock().len(), 1);
-        go.send(()).expect("sync thread");
-        assert_eq!(conns(&next().replies), [1], "its stored SCHED first");
-        assert_eq!(conns(&next().replies), [1], "then its later answer");
-        // Counted down just after the hand-over, on the sync thread.
-        let t0 = std::time::Instant::now();
-        while !out.held.lock().is_empty() && t0.elapsed() < std::time::Duration::from_secs(5) {
-            std::thread::sleep(std::time::Duration::from_millis(1));
+    /// A log whose durable point the test moves by hand.
+    #[derive(Default)]
+    struct Hand(std::sync::atomic::AtomicU64);
+
+    impl crate::joblog::Durable for Hand {
+        fn make_durable(&self, upto: Ticket) -> bool {
+            self.0.load(std::sync::atomic::Ordering::Acquire) >= upto.0
         }
-        assert!(out.held.lock().is_empty(), "nothing waits once released");
-        drop(out);
-        // The sync thread is joined: every release ran.
-        assert!(port_rx.try_recv().is_err());
-        let _ = std::fs::remove_file(path);
+        fn wait(&self, upto: Ticket, timeout: std::time::Duration) -> bool {
+            std::thread::sleep(timeout.min(std::time::Duration::from_millis(2)));
+            self.make_durable(upto)
+        }
+        fn durable_upto(&self) -> Ticket {
+            Ticket(self.0.load(std::sync::atomic::Ordering::Acquire))
+        }
+    }
+
+    fn frames_of(egress: &crate::zmq_io::egress::EgressRx) -> Vec<Vec<u8>> {
+        let mut words = Vec::new();
+        while let Some(e) = egress.try_recv() {
+            if let crate::zmq_io::egress::Egress::Send(batch) = e {
+                words.extend(batch.iter().map(|o| o.frames()[2].clone()));
+            }
+        }
+        words
+    }
+
+    #[test]
+    fn acceptances_and_stored_scheds_wait_for_the_log_and_nothing_else_does() {
+        for threaded in [false, true] {
+            let hand = Arc::new(Hand::default());
+            let releaser =
+                if threaded { Releaser::thread(0, hand.clone()).unwrap() } else { Releaser::inline(hand.clone()) };
+            let (egress, egress_rx) = crate::zmq_io::egress::channel().expect("eventfd");
+            let mut out = ShardOutbox::new(0, egress, Arc::from(Vec::new()), releaser);
+            let (tx, port_rx) = crossbeam_channel::unbounded();
+            let port = TextPort { id: 1, tx, wake: None };
+            let next = || port_rx.recv_timeout(std::time::Duration::from_secs(5)).expect("an answer batch");
+            let frames = crate::job::JobFrames::new(b"m", b"q", b"", b"x", &[] as &[&[u8]]).unwrap();
+            let to = |peer: &[u8], msg| Outgoing {
+                dest: crate::broker::msg::Dest::Frontend,
+                peer: crate::ids::PeerId::from(peer),
+                msg,
+                on_fail: crate::broker::msg::OnFail::Count,
+            };
+            let error = || {
+                use crate::protocol::emqp::{Command, Message};
+                let refused =
+                    Command::Error { refers_to: b"m2".to_vec(), code: b"STORE_FULL".to_vec(), text: Vec::new() };
+                OutMsg::Frames(Message::new(refused).encode())
+            };
+            // A batch that promised: an acceptance and a stored SCHED; an
+            // ERROR to another producer and a consumer's NOPE with them.
+            out.emqp(to(b"client", OutMsg::Accepted(frames.clone())));
+            out.emqp(to(b"other", error()));
+            out.text(&port, reply(1, TextOutcome::Done, true));
+            out.text(&port, reply(2, TextOutcome::Nope, false));
+            out.flush_after(Ticket(10));
+            assert_eq!(frames_of(&egress_rx), [b"ERROR".to_vec()], "the ERROR leaves at once (threaded {threaded})");
+            assert_eq!(conns(&next().replies), [2], "the consumer's NOPE leaves at once");
+            // A batch that promised nothing: the producer's next answer waits behind its held one.
+            out.text(&port, reply(1, TextOutcome::Nope, false));
+            out.text(&port, reply(2, TextOutcome::Nope, false));
+            // An ERROR to the client whose acceptance waits keeps its order.
+            out.emqp(to(b"client", error()));
+            out.flush();
+            assert_eq!(conns(&next().replies), [2]);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            out.flush();
+            assert!(port_rx.try_recv().is_err(), "the producer's answers wait");
+            assert!(frames_of(&egress_rx).is_empty(), "the acceptance waits");
+            assert_eq!(out.held.lock().conns.len(), 1);
+            hand.0.store(10, std::sync::atomic::Ordering::Release);
+            out.flush();
+            assert_eq!(conns(&next().replies), [1], "its stored SCHED first");
+            assert_eq!(conns(&next().replies), [1], "then its later answer");
+            let t0 = std::time::Instant::now();
+            let mut words = Vec::new();
+            while words.is_empty() && t0.elapsed() < std::time::Duration::from_secs(5) {
+                words = frames_of(&egress_rx);
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            while words.len() < 2 && t0.elapsed() < std::time::Duration::from_secs(5) {
+                words.extend(frames_of(&egress_rx));
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert_eq!(
+                words,
+                [b"REPLY".to_vec(), b"ERROR".to_vec()],
+                "the acceptance once the log holds it, then its client's ERROR"
+            );
+            while !(out.held.lock().conns.is_empty() && out.held.lock().peers.is_empty())
+                && t0.elapsed() < std::time::Duration::from_secs(5)
+            {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert!(
+                out.held.lock().conns.is_empty() && out.held.lock().peers.is_empty(),
+                "nothing waits once released"
+            );
+        }
     }
 
     #[test]
     fn a_refused_sched_waits_only_behind_held_answers() {
-        let mut held = Held::default();
+        let mut held = Held::<ConnId>::default();
         let refused = TextOutcome::Refused(crate::protocol::text::ErrorCode::ShuttingDown);
-        let (now, _) = held.split(vec![reply(7, refused.clone(), false)]);
+        let (now, _) = split_text(&mut held, vec![reply(7, refused.clone(), false)]);
         assert_eq!(conns(&now), [7], "nothing stored, nothing promised");
-        let (now, later) = held.split(vec![reply(7, TextOutcome::Done, true), reply(7, refused, false)]);
+        let (now, later) = split_text(&mut held, vec![reply(7, TextOutcome::Done, true), reply(7, refused, false)]);
         assert_eq!((conns(&now), conns(&later)), (vec![], vec![7, 7]), "its ERR follows its stored SCHED");
         held.released([ConnId(1)]);
         assert_eq!(held.len(), 1, "releasing another connection changes nothing");

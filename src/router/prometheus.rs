@@ -62,6 +62,8 @@ const QUEUE_COUNTERS: &[(&str, &str, QueueCounter)] = &[
 const REFUSALS: &[(&str, &str)] = &[
     ("queue_full", "rejected_queue_full"),
     ("shutting_down", "rejected_shutting_down"),
+    ("store_full", "rejected_store_full"),
+    ("store_failed", "rejected_store_failed"),
     ("no_scheduler", "rejected_no_scheduler"),
     ("bad_request", "rejected_bad_request"),
     ("queue_limit", "rejected_queue_limit"),

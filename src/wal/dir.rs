@@ -1,5 +1,5 @@
-//! The data directory: its lock file and the switch from one log layout to
-//! another.
+//! The data directory: its locks, its identity while the router runs, and
+//! the switch from one log layout to another.
 //!
 //! ```text
 //! <data dir>/lock              exclusive lock (flock) while a router runs
@@ -9,52 +9,93 @@
 //! <data dir>/damaged/          segments set aside by --recover-skip-damaged
 //! ```
 //!
+//! # Two locks
+//!
+//! A router holds the data directory by two locks: `flock` on the file
+//! `lock` in it, and an abstract Unix socket named after the directory's
+//! canonical path (`emq-router-data-dir/<sha1 of the path>`). The file
+//! lock goes with the directory when someone deletes or replaces it; the
+//! socket name cannot be deleted, and the kernel drops it when the process
+//! ends (even by `kill -9`). So a second router is refused on a path whose
+//! router runs, also after that router's directory was deleted (issue 25).
+//! Abstract socket names belong to a network namespace: two routers in
+//! different network namespaces see only each other's file lock.
+//!
+//! # Identity
+//!
+//! [`DataDir::check`] compares the directory and its lock file as opened
+//! with what their paths name now: deleted, moved away or replaced (a
+//! volume mounted over it) shows as [`FaultKind::Gone`]. A shard's log
+//! checks its own directory and segment the same way before it
+//! acknowledges anything ([`Identity`]). [`DataDir::release`] closes the
+//! files (so a file system gone read-only can be unmounted and checked),
+//! keeping the socket lock; [`DataDir::ensure`] re-creates the directory
+//! and takes its file lock again.
+//!
+//! # Layout switches
+//!
 //! A new layout is written to `wal.new`, synced, marked complete (the file
 //! `wal.new/complete`), then `wal` becomes `wal.old`, `wal.new` becomes
 //! `wal` and `wal.old` is removed. [`DataDir::settle`] finishes or undoes
 //! an interrupted switch, so a crash at any step leaves one whole layout.
 
 use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
+use parking_lot::Mutex;
+
 use super::WalError;
+use crate::joblog::FaultKind;
 use crate::limits;
 
-/// The data directory, locked for this process.
+/// The data directory, locked for this process (see the module docs).
 #[derive(Debug)]
 pub struct DataDir {
     path: PathBuf,
-    _lock: File,
+    /// The abstract socket holding the directory's name for the process.
+    _name: UnixListener,
+    open: Mutex<Opened>,
+}
+
+/// The directory and lock file as this process opened them (`None` once
+/// released).
+#[derive(Debug, Default)]
+struct Opened {
+    dir: Option<File>,
+    lock: Option<File>,
 }
 
 impl DataDir {
-    /// Creates `path` if needed and takes its lock (retried for about a
-    /// second: see [`limits::DATA_DIR_LOCK_TRIES`]).
+    /// Creates `path` if needed and takes both its locks (the file lock is
+    /// retried for about a second: see [`limits::DATA_DIR_LOCK_TRIES`]).
     ///
     /// # Errors
     /// [`WalError::Io`] naming the directory or lock file;
-    /// [`WalError::Locked`] when another process holds the lock.
+    /// [`WalError::Locked`] when another process holds either lock.
     pub fn lock(path: &Path) -> Result<DataDir, WalError> {
         fs::create_dir_all(path).map_err(WalError::io(path))?;
-        let lock_path = path.join("lock");
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(WalError::io(&lock_path))?;
+        let path = fs::canonicalize(path).map_err(WalError::io(path))?;
+        let lock = open_lock(&path)?;
         let mut tries = 0;
-        while lock.try_lock().is_err() {
+        let name = loop {
+            // A router that is just stopping still holds both for a moment.
+            match bind_name(&path)? {
+                Some(name) if lock.try_lock().is_ok() => break name,
+                _ => {}
+            }
             tries += 1;
             if tries >= limits::DATA_DIR_LOCK_TRIES {
-                return Err(WalError::Locked { dir: path.to_path_buf() });
+                return Err(WalError::Locked { dir: path });
             }
             std::thread::sleep(limits::DATA_DIR_LOCK_RETRY);
-        }
-        Ok(DataDir { path: path.to_path_buf(), _lock: lock })
+        };
+        let dir = File::open(&path).map_err(WalError::io(&path))?;
+        Ok(DataDir { path, _name: name, open: Mutex::new(Opened { dir: Some(dir), lock: Some(lock) }) })
     }
 
-    /// The directory.
+    /// The directory (canonical).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -72,6 +113,67 @@ impl DataDir {
     /// Where damaged segments are moved, `<data dir>/damaged`.
     pub fn damaged(&self) -> PathBuf {
         self.path.join("damaged")
+    }
+
+    /// Whether the directory and its lock file are still the ones this
+    /// process opened (and open): [`FaultKind::Gone`] when either was
+    /// deleted, moved or replaced, or was released.
+    pub fn check(&self) -> Result<(), FaultKind> {
+        self.open.lock().check(&self.path)
+    }
+
+    /// Closes the directory and lock file (the socket lock stays): after a
+    /// fault, so that the file system can be unmounted and checked.
+    pub fn release(&self) {
+        let mut open = self.open.lock();
+        if open.dir.is_some() {
+            tracing::warn!(dir = %self.path.display(), "data directory released until the log can be repaired");
+        }
+        *open = Opened::default();
+    }
+
+    /// Makes the directory usable again after [`DataDir::check`] failed or
+    /// [`DataDir::release`]: re-creates it when it is missing, opens it and
+    /// takes the file lock of its (perhaps new) lock file. Does nothing
+    /// when the check passes.
+    ///
+    /// # Errors
+    /// The fault's kind and the OS error: the path cannot be created or
+    /// opened ([`FaultKind::of`]), or [`FaultKind::Taken`] when another
+    /// process holds the new lock file.
+    pub fn ensure(&self) -> Result<(), (FaultKind, std::io::Error)> {
+        // Under the lock: two shards repairing at once make it again once.
+        let mut open = self.open.lock();
+        if open.check(&self.path).is_ok() {
+            return Ok(());
+        }
+        let io = |e: std::io::Error| (FaultKind::of(&e), e);
+        fs::create_dir_all(&self.path).map_err(io)?;
+        let dir = File::open(&self.path).map_err(io)?;
+        let lock = open_lock(&self.path).map_err(|e| match e {
+            WalError::Io { source, .. } => io(source),
+            other => (FaultKind::Other, std::io::Error::other(other.to_string())),
+        })?;
+        if lock.try_lock().is_err() {
+            let why = format!("{}/lock is held by another process", self.path.display());
+            return Err((FaultKind::Taken, std::io::Error::other(why)));
+        }
+        sync_dir(&self.path).map_err(|e| match e {
+            WalError::Io { source, .. } => io(source),
+            other => (FaultKind::Other, std::io::Error::other(other.to_string())),
+        })?;
+        tracing::warn!(dir = %self.path.display(), "data directory opened and locked again");
+        *open = Opened { dir: Some(dir), lock: Some(lock) };
+        Ok(())
+    }
+
+    /// Free bytes for unprivileged writers on the directory's file system
+    /// (`statvfs`: available blocks × fragment size).
+    ///
+    /// # Errors
+    /// The OS error (the directory is gone, say).
+    pub fn free_bytes(&self) -> std::io::Result<u64> {
+        free_bytes(&self.path)
     }
 
     /// Finishes or undoes a layout switch a crash interrupted (see the
@@ -115,6 +217,102 @@ impl DataDir {
     }
 }
 
+impl Opened {
+    fn check(&self, path: &Path) -> Result<(), FaultKind> {
+        let (Some(dir), Some(lock)) = (&self.dir, &self.lock) else { return Err(FaultKind::Gone) };
+        same_file(dir, path)?;
+        same_file(lock, &path.join("lock"))
+    }
+}
+
+/// An open file or directory and the path it was opened at: whether the
+/// path still names it ([`Identity::check`]).
+#[derive(Debug)]
+pub struct Identity {
+    /// The path.
+    pub path: PathBuf,
+    /// The file or directory, open.
+    pub file: File,
+}
+
+impl Identity {
+    /// Opens `path` (a directory or file, read-only).
+    ///
+    /// # Errors
+    /// The OS error.
+    pub fn open(path: &Path) -> std::io::Result<Identity> {
+        Ok(Identity { path: path.to_path_buf(), file: File::open(path)? })
+    }
+
+    /// [`FaultKind::Gone`] when the file was deleted or its path now names
+    /// something else.
+    pub fn check(&self) -> Result<(), FaultKind> {
+        same_file(&self.file, &self.path)
+    }
+}
+
+/// Whether `file` is still linked and `path` still names it.
+fn same_file(file: &File, path: &Path) -> Result<(), FaultKind> {
+    let held = file.metadata().map_err(|e| FaultKind::of(&e))?;
+    if held.nlink() == 0 {
+        return Err(FaultKind::Gone);
+    }
+    let named = fs::metadata(path).map_err(|_| FaultKind::Gone)?;
+    if (named.dev(), named.ino()) != (held.dev(), held.ino()) {
+        return Err(FaultKind::Gone);
+    }
+    Ok(())
+}
+
+/// Whether a segment file this log writes is still linked.
+pub fn linked(file: &File) -> Result<(), FaultKind> {
+    match file.metadata() {
+        Ok(m) if m.nlink() > 0 => Ok(()),
+        Ok(_) => Err(FaultKind::Gone),
+        Err(e) => Err(FaultKind::of(&e)),
+    }
+}
+
+/// Free bytes on the file system holding `path` (see [`DataDir::free_bytes`]).
+///
+/// # Errors
+/// The OS error.
+pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path; `st` is written by statvfs
+    // before it is read, and read only when the call succeeded.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+/// Binds the abstract socket name of the data directory at `path`;
+/// `None` when another process holds it.
+fn bind_name(path: &Path) -> Result<Option<UnixListener>, WalError> {
+    use sha1::{Digest, Sha1};
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    let digest = Sha1::digest(path.as_os_str().as_bytes());
+    let name = format!("emq-router-data-dir/{}", hex::encode(digest));
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).map_err(WalError::io(path))?;
+    match UnixListener::bind_addr(&addr) {
+        Ok(l) => Ok(Some(l)),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Ok(None),
+        Err(e) => Err(WalError::Io { path: path.to_path_buf(), source: e }),
+    }
+}
+
+fn open_lock(dir: &Path) -> Result<File, WalError> {
+    let lock_path = dir.join("lock");
+    OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(WalError::io(&lock_path))
+}
+
 /// Syncs a directory, so that files created, renamed or removed in it stay so.
 ///
 /// # Errors
@@ -152,6 +350,33 @@ mod tests {
     }
 
     #[test]
+    fn a_deleted_directory_stays_locked_and_is_seen_gone_then_made_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("data");
+        let first = DataDir::lock(&path).unwrap();
+        assert_eq!(first.check(), Ok(()));
+        fs::remove_dir_all(&path).unwrap();
+        assert_eq!(first.check(), Err(FaultKind::Gone));
+        let err = DataDir::lock(&path).unwrap_err();
+        assert!(matches!(err, WalError::Locked { .. }), "the socket lock outlives the directory: {err}");
+        first.ensure().unwrap();
+        assert_eq!(first.check(), Ok(()));
+        assert!(path.join("lock").exists());
+        // Replaced: moved away, a new directory in its place.
+        fs::rename(&path, tmp.path().join("moved")).unwrap();
+        fs::create_dir(&path).unwrap();
+        assert_eq!(first.check(), Err(FaultKind::Gone));
+        first.ensure().unwrap();
+        assert_eq!(first.check(), Ok(()));
+        // Released, then taken again.
+        first.release();
+        assert_eq!(first.check(), Err(FaultKind::Gone));
+        first.ensure().unwrap();
+        drop(first);
+        DataDir::lock(&path).unwrap();
+    }
+
+    #[test]
     fn settle_finishes_a_complete_switch_and_drops_an_unfinished_one() {
         let tmp = tempfile::tempdir().unwrap();
         let d = DataDir::lock(tmp.path()).unwrap();
@@ -163,5 +388,12 @@ mod tests {
         d.switch_to_new().unwrap();
         assert!(d.wal().join("shard-1").exists() && !d.wal().join("shard-0").exists());
         assert!(!d.wal_new().exists() && !tmp.path().join("wal.old").exists());
+    }
+
+    #[test]
+    fn free_bytes_reads_the_file_system() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert!(free_bytes(tmp.path()).unwrap() > 0);
+        assert!(free_bytes(&tmp.path().join("missing")).is_err());
     }
 }

@@ -1,133 +1,63 @@
-//! [`ShardLog`]: one shard's write-ahead log while the router runs.
+//! [`ShardLog`]: one shard's write-ahead log while the router runs, the
+//! local implementation of [`JobLog`].
 //!
-//! The shard calls a hook per event ([`ShardLog::accepted`],
-//! [`ShardLog::dispatched`], [`ShardLog::requeued`], [`ShardLog::done`]);
-//! each appends a record to an in-memory buffer. At the end of every batch
-//! [`ShardLog::commit`] writes the buffer with one `write` and, by
-//! durability:
-//!
-//! * `sync` on the shard thread: syncs (`fdatasync`) once, then the shard
-//!   releases the batch's output;
-//! * `sync` with the sync thread: returns a [`SyncWait`]; the shard's
-//!   outbox hands the batch's output to the thread, which syncs and then
-//!   releases it, while the shard serves the next batch;
-//! * `async`: releases at once and syncs when [`ShardLog::next_deadline`]
-//!   comes (every `sync_interval` while something is unsynced).
+//! Each hook appends a record to an in-memory buffer. At the end of every
+//! batch [`JobLog::commit`] writes the buffer with one positional write
+//! and returns the batch's ticket (see [`super::shared`] for when a ticket
+//! is durable).
 //!
 //! Per segment the log tracks the jobs whose latest `Accepted` record it
-//! holds ([`SegmentInfo`], found through [`Job::wal_segment`]). A segment
+//! holds ([`SegmentInfo`], found through [`Job::log_tag`]). A segment
 //! other than the current one whose jobs are all done is deleted, once
-//! everything written before that moment is durable; compaction
-//! ([`ShardLog::compact_step`]) copies waiting jobs forward out of segments
-//! that are less than 1/[`limits::WAL_DISK_FACTOR`] live, so that they die.
+//! everything written before that moment is synced; compaction
+//! ([`JobLog::maintain`]) copies waiting and dead jobs forward out of
+//! segments that are less than 1/[`limits::WAL_DISK_FACTOR`] live, so that
+//! they die. The log keeps a copy of every job it saw dispatched and not
+//! yet back (`lent`): such a job may finish on another shard, which sends
+//! only its id, and a repair rewrites it.
+//!
+//! # Faults
+//!
+//! A write, a sync, a new segment or a check of the log's files can fail.
+//! The log then refuses new jobs ([`JobLog::refusal`]) and repairs itself
+//! from [`JobLog::maintain`], retrying with back-off
+//! ([`limits::WAL_RETRY_MIN`] doubling to [`limits::WAL_RETRY_MAX`]):
+//!
+//! * **out of space** (`ENOSPC`, `EDQUOT`): the unwritten records stay
+//!   buffered and are written again at the same offset (a torn write is
+//!   overwritten) until the write succeeds; past
+//!   [`limits::WAL_FAULT_BUFFER_BYTES`] of them the log gives up the buffer
+//!   and rebuilds instead;
+//! * **anything else** (read-only, an I/O error, a failed sync, the data
+//!   directory, the shard's directory or a segment deleted or replaced):
+//!   what was written since the last sync is in doubt. The log lets go of
+//!   its files and the data directory's (so the file system can be
+//!   unmounted and checked) and, once the directory can be written again,
+//!   *rebuilds*: it writes every live job, from the shard's memory
+//!   ([`Holdings`]) and its own copies of dispatched jobs, into new
+//!   segments, syncs them, deletes the old ones, and moves the durable
+//!   point past every ticket handed out ([`super::repair`]).
+//!
+//! Acknowledgements wait meanwhile: nothing is acknowledged that the log
+//! does not hold.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
-use parking_lot::Mutex;
-use serde_json::{json, Value};
-
+use super::dir::{self, DataDir, Identity};
 use super::record;
-use super::segment::{segment_path, SegmentHeader, SegmentInfo, SEGMENT_HEADER_BYTES};
-use super::sync::{SyncThread, SyncWait};
-use super::Durability;
-use crate::broker::job::Job;
-use crate::broker::retry::DeadJob;
-use crate::broker::shard::dead_set::DeadSet;
-use crate::broker::shard::queues::QueueTable;
-use crate::ids::{JobId, QueueName};
+use super::segment::{segment_path, shard_dir, SegmentHeader, SegmentInfo, SEGMENT_HEADER_BYTES};
+use super::shared::WalShared;
+use crate::config::Durability;
+use crate::ids::{FastMap, JobId, QueueName};
+use crate::job::{DeadJob, Job};
+use crate::joblog::{Commit, Durable, FaultKind, Holdings, JobLog, LogState, LogStatus, StoreFault, Ticket};
 use crate::limits;
-use crate::metrics::latency::new_histogram;
-
-/// A shard log's figures for STATUS, updated once per batch (relaxed
-/// atomics: read by the admin thread while the shard runs).
-#[derive(Debug, Default)]
-pub struct WalStats {
-    /// Bytes of the shard's segment files.
-    pub log_bytes: AtomicU64,
-    /// Segment files.
-    pub segments: AtomicU64,
-    /// Jobs not done (waiting, offered, in flight).
-    pub live_jobs: AtomicU64,
-    /// Bytes of those jobs' `Accepted` records.
-    pub live_bytes: AtomicU64,
-    /// Duration of the last sync, in microseconds.
-    pub last_sync_us: AtomicU64,
-    /// Syncs so far.
-    pub syncs: AtomicU64,
-    /// Jobs recovered at start.
-    pub jobs_recovered: AtomicU64,
-    /// How long this shard's recovery took, in milliseconds.
-    pub recovery_ms: AtomicU64,
-    /// Jobs copied forward by compaction.
-    pub relocated_jobs: AtomicU64,
-    /// Segments deleted since start.
-    pub deleted_segments: AtomicU64,
-}
-
-impl WalStats {
-    /// The figures as JSON (`shard` added).
-    pub fn to_json(&self, shard: usize) -> Value {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        json!({
-            "shard": shard,
-            "log_bytes": get(&self.log_bytes),
-            "segments": get(&self.segments),
-            "live_jobs": get(&self.live_jobs),
-            "live_bytes": get(&self.live_bytes),
-            "last_sync_us": get(&self.last_sync_us),
-            "syncs": get(&self.syncs),
-            "jobs_recovered": get(&self.jobs_recovered),
-            "recovery_ms": get(&self.recovery_ms),
-            "relocated_jobs": get(&self.relocated_jobs),
-            "deleted_segments": get(&self.deleted_segments),
-        })
-    }
-}
-
-/// What a shard's log shares with its sync thread and the admin side.
-#[derive(Debug)]
-pub struct SyncShared {
-    /// The shard's log directory (for error messages).
-    pub dir: PathBuf,
-    /// The log position known durable.
-    pub synced: AtomicU64,
-    /// Figures for STATUS.
-    pub stats: Arc<WalStats>,
-    /// Sync durations since the last take (microseconds).
-    hist: Mutex<Histogram<u64>>,
-}
-
-impl SyncShared {
-    /// Nothing synced yet, for the log in `dir`.
-    pub fn new(dir: PathBuf) -> SyncShared {
-        SyncShared {
-            dir,
-            synced: AtomicU64::new(0),
-            stats: Arc::new(WalStats::default()),
-            hist: Mutex::new(new_histogram()),
-        }
-    }
-
-    /// Records one sync that took `took`.
-    pub fn record_sync(&self, took: Duration) {
-        let us = (took.as_micros() as u64).clamp(1, limits::LATENCY_MAX_US);
-        let _ = self.hist.lock().record(us);
-        self.stats.last_sync_us.store(us, Ordering::Relaxed);
-        self.stats.syncs.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Hands over the sync durations recorded since the last take.
-    pub fn take_sync_histogram(&self) -> Histogram<u64> {
-        std::mem::replace(&mut *self.hist.lock(), new_histogram())
-    }
-}
 
 /// A compaction pass: every waiting job of the shard is looked at once,
 /// and those whose record lies in a victim segment are copied forward.
@@ -141,22 +71,6 @@ struct Pass {
     dead_at: u64,
 }
 
-/// What the output of a committed batch may do.
-#[derive(Debug)]
-pub enum Commit {
-    /// Leave now: nothing it promises waits for a sync (`async`, or no
-    /// new records).
-    Release,
-    /// Frames for workers may leave now, and text answers that promise
-    /// nothing; acceptances and text answers to stored SCHEDs (with what
-    /// follows them on their connections) once the sync thread has made
-    /// the log durable up to the wait (see `router::outbox`).
-    AfterSync(SyncWait),
-    /// Frames for workers may leave now; the caller syncs
-    /// ([`ShardLog::sync_here`]), then releases the rest.
-    SyncHere,
-}
-
 /// How a log was opened (see [`ShardLog::create`]).
 #[derive(Debug, Clone)]
 pub struct LogSettings {
@@ -166,30 +80,52 @@ pub struct LogSettings {
     pub sync_interval: Duration,
     /// Segment size.
     pub segment_bytes: u64,
-    /// `Sync`: a sync thread releases the output (else the shard syncs).
-    pub sync_thread: bool,
+    /// New jobs are refused while the data directory's file system has
+    /// less free space than this (bytes; 0: never).
+    pub disk_free_limit: u64,
+}
+
+/// A fault being repaired (see the module docs, "Faults").
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Fault {
+    /// What went wrong (the latest).
+    pub kind: FaultKind,
+    /// The buffer was given up (or never can be written again): the log
+    /// must be rebuilt from memory.
+    pub rebuild: bool,
+    /// When the next attempt is due.
+    pub next_try: Instant,
+    /// The wait after the next failed attempt.
+    pub backoff: Duration,
+    /// Attempts so far.
+    pub tries: u64,
 }
 
 /// One shard's write-ahead log (see the module docs).
 #[derive(Debug)]
 pub struct ShardLog {
-    shard: usize,
-    shards: usize,
-    dir: PathBuf,
-    settings: LogSettings,
-    segments: BTreeMap<u32, SegmentInfo>,
-    current: u32,
-    file: Arc<File>,
+    pub(super) shard: usize,
+    pub(super) shards: usize,
+    pub(super) data_dir: Arc<DataDir>,
+    /// The shard's directory as opened (`None` after a fault let go of it).
+    pub(super) dir: Option<Arc<Identity>>,
+    pub(super) dir_path: PathBuf,
+    pub(super) settings: LogSettings,
+    pub(super) segments: BTreeMap<u32, SegmentInfo>,
+    pub(super) current: u32,
+    /// The current segment (`None` after a fault let go of it).
+    pub(super) file: Option<Arc<File>>,
     buf: Vec<u8>,
-    /// Bytes handed to the OS since the log was opened (a position).
-    written: u64,
-    /// The highest position handed to the sync thread.
-    sync_requested: u64,
+    /// Bytes logged since the log was opened, the buffer included: the
+    /// position tickets name.
+    pub(super) logged: u64,
+    /// The position handed to the OS.
+    pub(super) written: u64,
     /// `Async`: since when something written is not synced.
     unsynced_since: Option<Instant>,
     /// The largest job sequence seen (the floor of the next segment).
-    seq_floor: u64,
-    /// Segments to delete once the log is durable up to the position given.
+    pub(super) seq_floor: u64,
+    /// Segments to delete once the log is synced up to the position given.
     deletions: Vec<(u32, u64)>,
     pass: Option<Pass>,
     /// `(current, older)` of the last reference noted ([`ShardLog::refer_to`]),
@@ -201,39 +137,54 @@ pub struct ShardLog {
     last_pass_at: u64,
     /// The `now` of the last commit.
     last_commit: Option<Instant>,
-    shared: Arc<SyncShared>,
+    /// Jobs dispatched and not back (done, requeued or buried), by id, as
+    /// they were when they went out, their tags kept current.
+    pub(super) lent: FastMap<JobId, Job>,
+    pub(super) fault: Option<Fault>,
+    /// Whether free space is below `disk_free_limit`.
+    alarm: bool,
+    /// When free space and the files are checked next.
+    next_check: Option<Instant>,
+    pub(super) shared: Arc<WalShared>,
 }
 
 impl ShardLog {
-    /// Opens shard `shard`'s log in `dir` with a new segment numbered
-    /// `number`, knowing the older `segments`, for a router of `shards`
-    /// shards whose shard has accepted `seq_floor` jobs so far.
+    /// Opens shard `shard`'s log in `<root>/shard-<shard>` with a new
+    /// segment numbered `number`, knowing the older `segments`, for a
+    /// router of `shards` shards whose shard has accepted `seq_floor` jobs
+    /// so far, in the locked `data_dir`.
     ///
     /// # Errors
     /// [`super::WalError::Io`] naming the file.
+    #[allow(clippy::too_many_arguments)]
     pub fn create(
         shard: usize,
         shards: usize,
-        dir: &Path,
+        data_dir: Arc<DataDir>,
+        root: &Path,
         settings: LogSettings,
         segments: BTreeMap<u32, SegmentInfo>,
         number: u32,
         seq_floor: u64,
     ) -> Result<ShardLog, super::WalError> {
-        std::fs::create_dir_all(dir).map_err(super::WalError::io(dir))?;
-        let file = new_segment(dir, shard, shards, number, seq_floor)?;
-        let shared = Arc::new(SyncShared::new(dir.to_path_buf()));
+        let dir_path = shard_dir(root, shard);
+        std::fs::create_dir_all(&dir_path).map_err(super::WalError::io(&dir_path))?;
+        let identity = Arc::new(Identity::open(&dir_path).map_err(super::WalError::io(&dir_path))?);
+        let file = Arc::new(new_segment(&dir_path, shard, shards, number, seq_floor)?);
+        let shared = Arc::new(WalShared::new(settings.durability, file.clone(), identity.clone()));
         let mut log = ShardLog {
             shard,
             shards,
-            dir: dir.to_path_buf(),
+            data_dir,
+            dir: Some(identity),
+            dir_path,
             settings,
             segments,
             current: number,
-            file: Arc::new(file),
+            file: Some(file),
             buf: Vec::new(),
+            logged: 0,
             written: 0,
-            sync_requested: 0,
             unsynced_since: None,
             seq_floor,
             deletions: Vec::new(),
@@ -241,6 +192,10 @@ impl ShardLog {
             last_ref: (0, 0),
             last_pass_at: 0,
             last_commit: None,
+            lent: FastMap::default(),
+            fault: None,
+            alarm: false,
+            next_check: None,
             shared,
         };
         log.segments.insert(number, SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, ..SegmentInfo::default() });
@@ -248,26 +203,22 @@ impl ShardLog {
         Ok(log)
     }
 
-    /// The log's shared parts (sync thread, STATUS, latency reporter).
-    pub fn shared(&self) -> &Arc<SyncShared> {
+    /// The log's shared parts (STATUS, the release step).
+    pub fn shared(&self) -> &Arc<WalShared> {
         &self.shared
     }
 
-    /// Starts this log's sync thread, if its settings ask for one.
+    /// The log now lives under `root` (its directory was renamed with the
+    /// layout; open files stay valid).
     ///
     /// # Errors
-    /// The OS error when the thread cannot be spawned.
-    pub fn sync_thread(&self) -> std::io::Result<Option<SyncThread>> {
-        if self.settings.durability == Durability::Sync && self.settings.sync_thread {
-            return SyncThread::start(self.shard, self.shared.clone()).map(Some);
-        }
-        Ok(None)
-    }
-
-    /// The log now lives in `dir` (its directory was renamed; open files
-    /// stay valid).
-    pub fn moved_to(&mut self, dir: &Path) {
-        self.dir = dir.to_path_buf();
+    /// The shard directory cannot be opened at its new path.
+    pub fn moved_to(&mut self, root: &Path) -> Result<(), super::WalError> {
+        self.dir_path = shard_dir(root, self.shard);
+        let identity = Arc::new(Identity::open(&self.dir_path).map_err(super::WalError::io(&self.dir_path))?);
+        self.shared.set_file(self.file.clone(), Some(identity.clone()), false);
+        self.dir = Some(identity);
+        Ok(())
     }
 
     /// The segment records go to now.
@@ -275,66 +226,64 @@ impl ShardLog {
         self.current
     }
 
-    /// `job` was accepted: logs it and notes its segment in the job.
-    pub fn accepted(&mut self, job: &mut Job) {
-        let len = record::accepted_len(job);
-        self.make_room(len);
-        self.seq_floor = self.seq_floor.max(job.id.seq());
-        record::encode_accepted(job, &mut self.buf);
-        job.set_wal_segment(self.current);
-        self.count_in(len);
+    /// Every segment's figures, by number (tests, tools).
+    pub fn segments(&self) -> &BTreeMap<u32, SegmentInfo> {
+        &self.segments
     }
 
-    /// Job `id` went to a worker or a text connection.
-    pub fn dispatched(&mut self, id: JobId) {
-        self.make_room(record::ID_RECORD_BYTES);
-        record::encode_dispatched(id, &mut self.buf);
-        self.grow(record::ID_RECORD_BYTES);
+    /// Bytes of the segment files, and of the live jobs' records.
+    pub fn disk_and_live_bytes(&self) -> (u64, u64) {
+        self.segments.values().fold((0, 0), |(b, lb), i| (b + i.bytes, lb + i.live_bytes))
     }
 
-    /// `job` waits at the front of its queue again. A job that has lost a
-    /// delivery (its worker died) is copied forward whole, so its delivery
-    /// count lives in the `Accepted` record that stays as long as the job
-    /// does; any other gets a small `Requeued` record.
-    pub fn requeued(&mut self, job: &mut Job) {
-        if job.redeliveries() > 0 {
-            return self.copy_forward(job);
-        }
-        self.make_room(record::ID_RECORD_BYTES + 1);
-        record::encode_requeued(job.id, job.redeliveries(), &mut self.buf);
-        self.grow(record::ID_RECORD_BYTES + 1);
-    }
-
-    /// Dead job `dead` lies in the dead set: a `Buried` record, in the same
-    /// segment as the job's latest `Accepted` record (copied forward when
-    /// it lies elsewhere), so the two are kept or deleted together.
-    pub fn buried(&mut self, dead: &mut DeadJob) {
-        let len = record::accepted_len(&dead.job);
-        self.make_room(len + record::BURIED_RECORD_BYTES);
-        if dead.job.wal_segment() != self.current {
-            self.copy_forward(&mut dead.job);
-        }
-        let job = &dead.job;
-        record::encode_buried(job.id, job.redeliveries(), dead.why, dead.at_unix_ms, &mut self.buf);
-        self.grow(record::BURIED_RECORD_BYTES);
+    /// Whether records are kept in the buffer now (not while the log waits
+    /// to be rebuilt from memory).
+    fn keeping(&self) -> bool {
+        !self.fault.is_some_and(|f| f.rebuild)
     }
 
     /// Schedules the deletion of every segment but the current one whose
-    /// jobs are all done, once what is written now is durable (start-up).
+    /// jobs are all done, once what is written now is synced (start-up).
     pub fn retire_dead_segments(&mut self) {
-        let at = self.position();
+        let at = self.logged;
         let dead = self.segments.iter().filter(|(n, s)| **n != self.current && s.is_dead()).map(|(n, _)| (*n, at));
         self.deletions.extend(dead);
     }
 
-    /// Job `id`, whose `Accepted` record of `record_bytes` is in `segment`,
-    /// is done.
-    pub fn done(&mut self, id: JobId, segment: u32, record_bytes: usize) {
+    /// Knows `job` as dispatched without logging it again (it was in
+    /// flight when the log was last open).
+    pub(super) fn lend(&mut self, job: &Job) {
+        self.lent.insert(job.id, job.clone());
+    }
+
+    /// A job the log saw dispatched comes back: its copy goes, and its tag
+    /// is the copy's (a repair may have moved its record since it left).
+    fn returned(&mut self, job: &mut Job) {
+        if let Some(copy) = self.lent.remove(&job.id) {
+            job.set_log_tag(copy.log_tag());
+        }
+    }
+
+    /// Appends the `Accepted` record of `job` to the current segment.
+    fn append_accepted(&mut self, job: &mut Job) {
+        let len = record::accepted_len(job);
+        self.make_room(len);
+        self.seq_floor = self.seq_floor.max(job.id.seq());
+        record::encode_accepted(job, &mut self.buf);
+        job.set_log_tag(self.current);
+        self.count_in(len);
+    }
+
+    /// Job `id` (its latest `Accepted` record of `bytes` in `tag`) is done.
+    fn append_done(&mut self, id: JobId, tag: u32, bytes: usize) {
+        if !self.keeping() {
+            return;
+        }
         self.make_room(record::ID_RECORD_BYTES);
         record::encode_done(id, &mut self.buf);
         self.grow(record::ID_RECORD_BYTES);
-        self.refer_to(segment);
-        self.count_out(segment, record_bytes);
+        self.refer_to(tag);
+        self.count_out(tag, bytes);
     }
 
     /// A record just written to the current segment cancels or supersedes
@@ -351,16 +300,10 @@ impl ShardLog {
         }
     }
 
-    /// Dead job `job` goes back to its queue: a fresh `Accepted` record
-    /// (its setbacks as the job now counts them) supersedes its `Buried` one.
-    pub fn unburied(&mut self, job: &mut Job) {
-        self.copy_forward(job);
-    }
-
     /// Copies waiting `job` forward into the current segment, unless it is
     /// there already (compaction).
-    pub fn relocate(&mut self, job: &mut Job) {
-        if job.wal_segment() != self.current {
+    fn relocate(&mut self, job: &mut Job) {
+        if job.log_tag() != self.current {
             self.copy_forward(job);
             self.shared.stats.relocated_jobs.fetch_add(1, Ordering::Relaxed);
         }
@@ -369,18 +312,10 @@ impl ShardLog {
     /// Writes a new `Accepted` record of waiting `job` (its content, its
     /// delivery count) and moves it to the current segment.
     fn copy_forward(&mut self, job: &mut Job) {
-        let (from, len) = (job.wal_segment(), record::accepted_len(job));
-        self.make_room(len);
-        record::encode_accepted(job, &mut self.buf);
-        job.set_wal_segment(self.current);
-        self.count_in(len);
+        let (from, len) = (job.log_tag(), record::accepted_len(job));
+        self.append_accepted(job);
         self.refer_to(from);
         self.count_out(from, len);
-    }
-
-    /// Bytes logged since the log was opened, buffered ones included.
-    fn position(&self) -> u64 {
-        self.written + self.buf.len() as u64
     }
 
     fn count_in(&mut self, len: usize) {
@@ -388,10 +323,12 @@ impl ShardLog {
         cur.bytes += len as u64;
         cur.live += 1;
         cur.live_bytes += len as u64;
+        self.logged += len as u64;
     }
 
     fn grow(&mut self, len: usize) {
         self.segments.entry(self.current).or_default().bytes += len as u64;
+        self.logged += len as u64;
     }
 
     fn count_out(&mut self, segment: u32, record_bytes: usize) {
@@ -399,122 +336,197 @@ impl ShardLog {
         info.live = info.live.saturating_sub(1);
         info.live_bytes = info.live_bytes.saturating_sub(record_bytes as u64);
         if info.is_dead() && segment != self.current {
-            self.deletions.push((segment, self.position()));
+            self.deletions.push((segment, self.logged));
         }
     }
 
     /// Starts a new segment first when `len` more bytes would pass the
-    /// segment size (a record never spans two segments).
+    /// segment size (a record never spans two segments). Not while the
+    /// log is faulty: its records then wait in the buffer (the segment may
+    /// pass its size once).
     fn make_room(&mut self, len: usize) {
         let bytes = self.segments.get(&self.current).map_or(0, |s| s.bytes);
-        if bytes + len as u64 > self.settings.segment_bytes && bytes > SEGMENT_HEADER_BYTES as u64 {
-            self.rotate();
+        if self.fault.is_none()
+            && bytes + len as u64 > self.settings.segment_bytes
+            && bytes > SEGMENT_HEADER_BYTES as u64
+        {
+            if let Err((kind, e)) = self.rotate() {
+                self.fail(kind, &e, "starting a new segment", Instant::now());
+            }
         }
     }
 
     /// Closes the current segment (written and synced) and opens the next.
-    fn rotate(&mut self) {
+    fn rotate(&mut self) -> Result<(), (FaultKind, std::io::Error)> {
         let Some(next) = self.current.checked_add(1) else {
             tracing::error!(shard = self.shard, "segment numbers exhausted; the current segment grows on");
-            return;
+            return Ok(());
         };
-        self.write_out();
-        self.sync_now();
-        let file = match new_segment(&self.dir, self.shard, self.shards, next, self.seq_floor) {
-            Ok(f) => f,
-            Err(e) => super::fail_stop("opening a new segment", &self.dir, &std::io::Error::other(e.to_string())),
-        };
+        self.write_out()?;
+        self.sync_now()?;
+        let file = new_segment(&self.dir_path, self.shard, self.shards, next, self.seq_floor).map_err(|e| match e {
+            super::WalError::Io { source, .. } => (FaultKind::of(&source), source),
+            other => (FaultKind::Other, std::io::Error::other(other.to_string())),
+        })?;
         let old = std::mem::replace(&mut self.current, next);
-        self.file = Arc::new(file);
+        let file = Arc::new(file);
+        self.shared.set_file(Some(file.clone()), self.dir.clone(), false);
+        self.file = Some(file);
         self.segments.insert(next, SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, ..SegmentInfo::default() });
         if self.segments.get(&old).is_some_and(SegmentInfo::is_dead) {
             self.deletions.push((old, self.written));
         }
+        Ok(())
     }
 
-    /// Hands the buffered records to the OS.
-    fn write_out(&mut self) {
+    /// Hands the buffered records to the OS: one positional write at the
+    /// end of what the current segment holds, so that a write retried
+    /// after a failure overwrites whatever part of it reached the file.
+    fn write_out(&mut self) -> Result<(), (FaultKind, std::io::Error)> {
         if self.buf.is_empty() {
-            return;
+            return Ok(());
         }
-        if let Err(e) = (&*self.file).write_all(&self.buf) {
-            super::fail_stop("writing", &segment_path(&self.dir, self.current), &e);
-        }
+        let Some(file) = &self.file else {
+            return Err((FaultKind::Gone, std::io::Error::other("the log let go of its segment")));
+        };
+        let at = self.segment_len();
+        file.write_all_at(&self.buf, at).map_err(|e| (FaultKind::of(&e), e))?;
         self.written += self.buf.len() as u64;
         self.buf.clear();
+        self.shared.set_written(self.written);
+        Ok(())
     }
 
-    fn sync_now(&mut self) {
-        if self.written > self.shared.synced.load(Ordering::Acquire) {
-            super::sync::sync(&self.file, self.written, &self.shared);
-        }
+    /// Bytes of the current segment already in its file.
+    fn segment_len(&self) -> u64 {
+        let counted = self.segments.get(&self.current).map_or(SEGMENT_HEADER_BYTES as u64, |s| s.bytes);
+        counted - self.buf.len() as u64
+    }
+
+    /// Syncs the current segment on the shard's thread.
+    fn sync_now(&mut self) -> Result<(), (FaultKind, std::io::Error)> {
         self.unsynced_since = None;
+        if self.shared.sync() {
+            return Ok(());
+        }
+        let kind = self.shared.take_fault().unwrap_or(FaultKind::Io);
+        Err((kind, std::io::Error::other("sync failed")))
     }
 
-    /// The end of a batch: writes its records (one `write`) and says what
-    /// the batch's output may do (see [`Commit`]). With `Async`, also syncs
-    /// when the sync interval has passed.
-    pub fn commit(&mut self, now: Instant) -> Commit {
-        self.last_commit = Some(now);
-        self.write_out();
-        let commit = match (self.settings.durability, self.settings.sync_thread) {
-            (Durability::Sync, true) if self.written > self.sync_requested => {
-                self.sync_requested = self.written;
-                Commit::AfterSync(SyncWait { file: self.file.clone(), upto: self.written })
-            }
-            (Durability::Sync, false) if self.written > self.shared.synced.load(Ordering::Acquire) => Commit::SyncHere,
-            (Durability::Async, _) => {
-                if self.written > self.shared.synced.load(Ordering::Acquire) {
-                    let since = *self.unsynced_since.get_or_insert(now);
-                    if now.saturating_duration_since(since) >= self.settings.sync_interval {
-                        self.sync_now();
-                    }
-                }
-                Commit::Release
-            }
-            _ => Commit::Release,
+    /// Records a fault of `kind` found while `what` failed with `e` (see
+    /// the module docs, "Faults").
+    pub(super) fn fail(&mut self, kind: FaultKind, e: &std::io::Error, what: &str, now: Instant) {
+        self.shared.stats.count_fault(kind);
+        let first = self.fault.is_none();
+        let rebuild = kind != FaultKind::Full || self.fault.is_some_and(|f| f.rebuild);
+        let backoff = match self.fault {
+            Some(f) => (f.backoff * 2).min(limits::WAL_RETRY_MAX),
+            None => limits::WAL_RETRY_MIN,
         };
-        self.delete_dead();
-        self.update_stats();
-        commit
-    }
-
-    /// [`Commit::SyncHere`]: syncs on the calling thread (the shard's).
-    pub fn sync_here(&mut self) {
-        self.sync_now();
-        self.delete_dead();
-    }
-
-    /// Writes and syncs everything now, on the calling thread (start-up,
-    /// shutdown, tests).
-    pub fn sync_all(&mut self) {
-        self.write_out();
-        self.sync_now();
-        self.delete_dead();
-        self.update_stats();
-    }
-
-    /// When the shard's loop must come back for the log even if no
-    /// message comes: at once while compaction has work left (records
-    /// buffered, a pass under way); with `Async`, when the log must be
-    /// synced next, if anything is unsynced. (Segments waiting for a sync
-    /// to be deleted wait for the next batch: no wake-up of their own.)
-    pub fn next_deadline(&self) -> Option<Instant> {
-        if self.pass.is_some() || !self.buf.is_empty() {
-            return self.last_commit;
+        let tries = self.fault.map_or(0, |f| f.tries + 1);
+        self.fault = Some(Fault { kind, rebuild, next_try: now + backoff, backoff, tries });
+        self.shared.set_faulty(true);
+        if rebuild {
+            self.let_go();
         }
-        match self.settings.durability {
-            Durability::Async => self.unsynced_since.map(|t| t + self.settings.sync_interval),
-            _ => None,
+        self.show_state();
+        if first {
+            tracing::error!(shard = self.shard, dir = %self.dir_path.display(), error = %e, kind = kind.as_str(),
+                "write-ahead log: {what} failed; new jobs are refused ({}) until the log is repaired, \
+                 jobs held are served from memory", kind.refusal().code());
+        } else {
+            crate::log_limited!(warn, shard = self.shard, dir = %self.dir_path.display(), error = %e,
+                kind = kind.as_str(), tries, "write-ahead log: still faulty ({what} failed)");
         }
     }
 
-    /// Deletes the dead segments whose deletion is durable-safe now.
-    fn delete_dead(&mut self) {
-        if self.deletions.is_empty() {
+    /// Gives up the buffer and every file (the data directory's too): the
+    /// log will be rebuilt from memory.
+    fn let_go(&mut self) {
+        self.buf.clear();
+        self.pass = None;
+        self.deletions.clear();
+        self.file = None;
+        self.dir = None;
+        self.shared.set_file(None, None, false);
+        self.data_dir.release();
+    }
+
+    /// The state as STATUS shows it.
+    fn show_state(&self) {
+        let state = match (self.fault, self.alarm) {
+            (Some(f), _) => LogState::Faulty(f.kind),
+            (None, true) => LogState::Alarm,
+            (None, false) => LogState::Ok,
+        };
+        self.shared.stats.set_state(state);
+    }
+
+    /// Checks free space and, when the log is healthy, its files (once per
+    /// [`limits::WAL_CHECK_INTERVAL`]).
+    fn check(&mut self, now: Instant) {
+        if self.next_check.is_some_and(|t| now < t) {
             return;
         }
-        let synced = self.shared.synced.load(Ordering::Acquire);
+        self.next_check = Some(now + limits::WAL_CHECK_INTERVAL);
+        match self.data_dir.free_bytes() {
+            Ok(free) => {
+                self.shared.stats.free_bytes.store(free, Ordering::Relaxed);
+                let alarm = free < self.settings.disk_free_limit;
+                if alarm != self.alarm {
+                    let limit = self.settings.disk_free_limit;
+                    if alarm {
+                        tracing::warn!(
+                            shard = self.shard,
+                            free,
+                            limit,
+                            "free disk space below disk_free_limit: new jobs are refused (STORE_FULL)"
+                        );
+                    } else {
+                        tracing::info!(
+                            shard = self.shard,
+                            free,
+                            limit,
+                            "free disk space above disk_free_limit again: new jobs are accepted"
+                        );
+                    }
+                    self.alarm = alarm;
+                }
+            }
+            Err(e) => {
+                crate::log_limited!(warn, shard = self.shard, error = %e, "cannot read the data directory's free space")
+            }
+        }
+        if self.fault.is_none() {
+            if let Err(kind) = self.files_check() {
+                self.fail(kind, &std::io::Error::other("deleted or replaced"), "checking the log's files", now);
+            } else if self.data_dir.check().is_err() {
+                // The log's own files are fine: only the lock file went
+                // (or another shard let go of it); take it again.
+                if let Err((kind, e)) = self.data_dir.ensure() {
+                    self.fail(kind, &e, "locking the data directory again", now);
+                }
+            }
+        }
+        self.show_state();
+    }
+
+    /// Whether the shard's directory and current segment are still the
+    /// ones the log writes (deleted or replaced shows as `Gone`).
+    fn files_check(&self) -> Result<(), FaultKind> {
+        if let Some(file) = &self.file {
+            dir::linked(file)?;
+        }
+        self.dir.as_ref().map_or(Err(FaultKind::Gone), |d| d.check())
+    }
+
+    /// Deletes the dead segments whose deletion is safe now (everything
+    /// written before they died is synced).
+    fn delete_dead(&mut self) {
+        if self.deletions.is_empty() || self.fault.is_some() {
+            return;
+        }
+        let synced = self.shared.synced();
         let mut keep = Vec::new();
         let mut gone = Vec::new();
         for (segment, after) in std::mem::take(&mut self.deletions) {
@@ -526,7 +538,7 @@ impl ShardLog {
                 keep.push((segment, after));
                 continue;
             }
-            let path = segment_path(&self.dir, segment);
+            let path = segment_path(&self.dir_path, segment);
             match std::fs::remove_file(&path) {
                 Ok(()) => {
                     self.shared.stats.deleted_segments.fetch_add(1, Ordering::Relaxed);
@@ -546,10 +558,10 @@ impl ShardLog {
         // The deletions are made durable before any segment that depended
         // on them can go (at a later call): a crash never leaves a segment
         // whose cancelling records are gone.
-        if let Err(e) = super::dir::sync_dir(&self.dir) {
-            tracing::warn!(shard = self.shard, dir = %self.dir.display(), error = %e, "cannot sync the log directory");
+        if let Err(e) = dir::sync_dir(&self.dir_path) {
+            tracing::warn!(shard = self.shard, dir = %self.dir_path.display(), error = %e, "cannot sync the log directory");
         }
-        let at = self.position();
+        let at = self.logged;
         for (n, info) in self.segments.iter_mut() {
             let before = info.older.len();
             info.older.retain(|n| !gone.contains(n));
@@ -560,7 +572,7 @@ impl ShardLog {
         }
     }
 
-    fn update_stats(&self) {
+    pub(super) fn update_stats(&self) {
         let s = &self.shared.stats;
         let (bytes, live, live_bytes) =
             self.segments.values().fold((0, 0, 0), |(b, l, lb), i| (b + i.bytes, l + i.live, lb + i.live_bytes));
@@ -570,55 +582,48 @@ impl ShardLog {
         s.live_bytes.store(live_bytes, Ordering::Relaxed);
     }
 
-    /// Bytes of the segment files, and of the live jobs' records.
-    pub fn disk_and_live_bytes(&self) -> (u64, u64) {
-        self.segments.values().fold((0, 0), |(b, lb), i| (b + i.bytes, lb + i.live_bytes))
-    }
-
-    /// Every segment's figures, by number (tests, tools).
-    pub fn segments(&self) -> &BTreeMap<u32, SegmentInfo> {
-        &self.segments
-    }
-
     /// One bounded step of compaction (at most
     /// [`limits::WAL_COMPACT_STEP_JOBS`] jobs looked at and
     /// [`limits::WAL_COMPACT_STEP_BYTES`] copied): starts a pass when the
     /// log is over its bound ([`limits::WAL_DISK_FACTOR`] × live bytes +
     /// one segment) and some old segment is less than 1/factor live; copies
-    /// forward the waiting jobs of `queues` whose record lies in such a
-    /// segment, then the jobs of the dead set `dead` (with their `Buried`
-    /// record). Jobs in flight, offered or waiting for a retry are not
-    /// copied: they keep their segment until they finish or come back.
-    pub fn compact_step(&mut self, queues: &mut QueueTable, dead: &mut DeadSet) {
+    /// forward the waiting jobs whose record lies in such a segment, then
+    /// the dead jobs (with their `Buried` record). Jobs in flight, offered
+    /// or waiting for a retry are not copied: they keep their segment until
+    /// they finish or come back.
+    fn compact_step(&mut self, holdings: &mut dyn Holdings) {
         if self.pass.is_none() {
-            self.pass = self.plan(queues);
+            self.pass = self.plan(holdings);
         }
         let Some(mut pass) = self.pass.take() else { return };
         let (mut looked, start) = (0, self.buf.len());
         while looked < limits::WAL_COMPACT_STEP_JOBS && self.buf.len() - start < limits::WAL_COMPACT_STEP_BYTES {
+            let max = limits::WAL_COMPACT_STEP_JOBS - looked;
             let Some(queue) = pass.queues.get(pass.at).cloned() else {
-                let max = limits::WAL_COMPACT_STEP_JOBS - looked;
-                let (seen, next) = dead.visit_mut(pass.dead_at, max, |d| {
-                    if pass.victims.binary_search(&d.job.wal_segment()).is_ok() {
-                        self.buried(d);
+                let victims = std::mem::take(&mut pass.victims);
+                let (seen, next) = holdings.visit_dead(pass.dead_at, max, &mut |d| {
+                    if victims.binary_search(&d.job.log_tag()).is_ok() {
+                        self.append_buried(d);
                     }
                 });
+                pass.victims = victims;
                 looked += seen.max(1);
                 match next {
                     Some(at) => pass.dead_at = at,
                     None => {
-                        self.last_pass_at = self.position();
+                        self.last_pass_at = self.logged;
                         return;
                     }
                 }
                 continue;
             };
-            let max = limits::WAL_COMPACT_STEP_JOBS - looked;
-            let (seen, next) = queues.visit_waiting_mut(&queue.0, pass.pos, max, |job| {
-                if pass.victims.binary_search(&job.wal_segment()).is_ok() {
+            let victims = std::mem::take(&mut pass.victims);
+            let (seen, next) = holdings.visit_waiting(&queue, pass.pos, max, &mut |job| {
+                if victims.binary_search(&job.log_tag()).is_ok() {
                     self.relocate(job);
                 }
             });
+            pass.victims = victims;
             looked += seen.max(1);
             match next {
                 Some(pos) => pass.pos = pos,
@@ -629,11 +634,11 @@ impl ShardLog {
     }
 
     /// A pass, when the log is over its bound and has victims.
-    fn plan(&self, queues: &QueueTable) -> Option<Pass> {
+    fn plan(&self, holdings: &dyn Holdings) -> Option<Pass> {
         let (disk, live) = self.disk_and_live_bytes();
         let factor = limits::WAL_DISK_FACTOR;
         if disk <= factor * live + self.settings.segment_bytes
-            || (self.last_pass_at > 0 && self.position() < self.last_pass_at + self.settings.segment_bytes / 2)
+            || (self.last_pass_at > 0 && self.logged < self.last_pass_at + self.settings.segment_bytes / 2)
         {
             return None;
         }
@@ -647,17 +652,269 @@ impl ShardLog {
             return None;
         }
         tracing::debug!(shard = self.shard, disk, live, victims = victims.len(), "log compaction pass");
-        Some(Pass { victims, queues: queues.names(), at: 0, pos: 0, dead_at: 0 })
+        Some(Pass { victims, queues: holdings.queues(), at: 0, pos: 0, dead_at: 0 })
+    }
+
+    /// The `Buried` record of `dead`, in the same segment as the job's
+    /// latest `Accepted` record (copied forward when it lies elsewhere), so
+    /// the two are kept or deleted together.
+    fn append_buried(&mut self, dead: &mut DeadJob) {
+        let len = record::accepted_len(&dead.job);
+        self.make_room(len + record::BURIED_RECORD_BYTES);
+        if dead.job.log_tag() != self.current {
+            self.copy_forward(&mut dead.job);
+        }
+        let job = &dead.job;
+        record::encode_buried(job.id, job.redeliveries(), dead.why, dead.at_unix_ms, &mut self.buf);
+        self.grow(record::BURIED_RECORD_BYTES);
+    }
+
+    /// Takes over what a repair rebuilt (see [`super::repair`]).
+    pub(super) fn rebuilt(&mut self, to: super::repair::Rebuilt) {
+        self.segments = to.segments;
+        self.current = to.current;
+        self.dir = Some(to.dir.clone());
+        self.file = Some(to.file.clone());
+        self.written = self.logged;
+        self.buf.clear();
+        self.deletions.clear();
+        self.pass = None;
+        self.last_ref = (0, 0);
+        self.unsynced_since = None;
+        self.shared.set_file(Some(to.file), Some(to.dir), true);
+        self.shared.set_written(self.written);
+        self.shared.repaired(self.logged);
+    }
+
+    /// Appends `bytes` of records the repair wrote straight to a file
+    /// (positions count them as logged and written).
+    pub(super) fn count_rewritten(&mut self, bytes: u64) {
+        self.logged += bytes;
+    }
+}
+
+impl JobLog for ShardLog {
+    fn accepted(&mut self, job: &mut Job) {
+        self.seq_floor = self.seq_floor.max(job.id.seq());
+        if self.keeping() {
+            self.append_accepted(job);
+        }
+    }
+
+    fn dispatched(&mut self, job: &Job) {
+        self.lent.insert(job.id, job.clone());
+        if self.keeping() {
+            self.make_room(record::ID_RECORD_BYTES);
+            record::encode_dispatched(job.id, &mut self.buf);
+            self.grow(record::ID_RECORD_BYTES);
+        }
+    }
+
+    /// A job that has lost a delivery (its worker died, it failed) is
+    /// copied forward whole, so its delivery count lives in the `Accepted`
+    /// record that stays as long as the job does; any other gets a small
+    /// `Requeued` record.
+    fn requeued(&mut self, job: &mut Job) {
+        self.returned(job);
+        if !self.keeping() {
+            return;
+        }
+        if job.redeliveries() > 0 {
+            return self.copy_forward(job);
+        }
+        self.make_room(record::ID_RECORD_BYTES + 1);
+        record::encode_requeued(job.id, job.redeliveries(), &mut self.buf);
+        self.grow(record::ID_RECORD_BYTES + 1);
+    }
+
+    fn buried(&mut self, dead: &mut DeadJob) {
+        self.returned(&mut dead.job);
+        if self.keeping() {
+            self.append_buried(dead);
+        }
+    }
+
+    /// A fresh `Accepted` record (its setbacks as the job now counts them)
+    /// supersedes its `Buried` one.
+    fn unburied(&mut self, job: &mut Job) {
+        if self.keeping() {
+            self.copy_forward(job);
+        }
+    }
+
+    fn done(&mut self, job: &Job) {
+        let (tag, bytes) = match self.lent.remove(&job.id) {
+            Some(copy) => (copy.log_tag(), record::accepted_len(&copy)),
+            None => (job.log_tag(), record::accepted_len(job)),
+        };
+        self.append_done(job.id, tag, bytes);
+    }
+
+    fn done_elsewhere(&mut self, id: JobId) {
+        match self.lent.remove(&id) {
+            Some(copy) => self.append_done(id, copy.log_tag(), record::accepted_len(&copy)),
+            None => tracing::debug!(shard = self.shard, job = %id, "done elsewhere, but not known as dispatched"),
+        }
+    }
+
+    fn commit(&mut self, now: Instant) -> Commit {
+        self.last_commit = Some(now);
+        if let Some(kind) = self.shared.take_fault() {
+            self.fail(kind, &std::io::Error::other("found by a sync"), "syncing", now);
+        }
+        let wrote = self.fault.is_none() && !self.buf.is_empty();
+        if self.fault.is_none() {
+            if let Err((kind, e)) = self.write_out() {
+                self.fail(kind, &e, "writing", now);
+            }
+        }
+        self.check(now);
+        if self.fault.is_none() && self.settings.durability == Durability::Async && wrote {
+            // Released at its write: its files must still be the log's.
+            if let Err(kind) = self.files_check() {
+                self.fail(kind, &std::io::Error::other("deleted or replaced"), "checking the log's files", now);
+            }
+        }
+        if self.fault.is_none() && self.settings.durability == Durability::Async {
+            self.shared.advance(self.written);
+            self.async_sync(now);
+        }
+        self.delete_dead();
+        self.update_stats();
+        if self.logged > self.shared.durable_upto().0 {
+            Commit::After(Ticket(self.logged))
+        } else {
+            Commit::Release
+        }
+    }
+
+    fn durable(&self) -> Arc<dyn Durable> {
+        self.shared.clone()
+    }
+
+    fn refusal(&self) -> Option<StoreFault> {
+        match (self.fault, self.alarm) {
+            (Some(f), _) => Some(f.kind.refusal()),
+            (None, true) => Some(StoreFault::Full),
+            (None, false) => None,
+        }
+    }
+
+    /// At once while compaction has work left; with `async`, when the log
+    /// must be synced next; when a repair is due; and every
+    /// [`limits::WAL_CHECK_INTERVAL`] to look at free space and the files.
+    fn next_deadline(&self) -> Option<Instant> {
+        if self.pass.is_some() || !self.buf.is_empty() && self.fault.is_none() {
+            return self.last_commit;
+        }
+        let sync = match self.settings.durability {
+            Durability::Async => self.unsynced_since.map(|t| t + self.settings.sync_interval),
+            _ => None,
+        };
+        let repair = self.fault.map(|f| f.next_try);
+        [sync, repair, self.next_check].into_iter().flatten().min()
+    }
+
+    fn maintain(&mut self, now: Instant, holdings: &mut dyn Holdings) {
+        self.check(now);
+        match self.fault {
+            None => self.compact_step(holdings),
+            Some(f) if now >= f.next_try => self.repair(now, holdings),
+            Some(_) => {}
+        }
+    }
+
+    fn sync_all(&mut self) -> bool {
+        if self.fault.is_some() {
+            return false;
+        }
+        let result = self.write_out().and_then(|()| self.sync_now());
+        if let Err((kind, e)) = result {
+            self.fail(kind, &e, "syncing", Instant::now());
+            return false;
+        }
+        self.delete_dead();
+        self.update_stats();
+        true
+    }
+
+    fn status(&self) -> Arc<dyn LogStatus> {
+        self.shared.clone()
+    }
+}
+
+impl ShardLog {
+    /// `async`: syncs once the sync interval has passed since something
+    /// was first left unsynced; checks the files first (the batch was
+    /// released at its write).
+    fn async_sync(&mut self, now: Instant) {
+        if self.written <= self.shared.synced() {
+            return;
+        }
+        let since = *self.unsynced_since.get_or_insert(now);
+        if now.saturating_duration_since(since) < self.settings.sync_interval {
+            return;
+        }
+        if let Err((kind, e)) = self.sync_now() {
+            self.fail(kind, &e, "syncing", now);
+        }
+    }
+
+    /// One attempt to repair the log (see the module docs, "Faults").
+    fn repair(&mut self, now: Instant, holdings: &mut dyn Holdings) {
+        let Some(fault) = self.fault else { return };
+        let result = if fault.rebuild {
+            self.buf.clear();
+            super::repair::rebuild(self, holdings)
+        } else if self.buf.len() > limits::WAL_FAULT_BUFFER_BYTES {
+            let e = std::io::Error::other(format!("over {} bytes of records buffered", limits::WAL_FAULT_BUFFER_BYTES));
+            Err((FaultKind::Full, e))
+        } else {
+            self.files_check()
+                .map_err(|k| (k, std::io::Error::other("deleted or replaced")))
+                .and_then(|()| self.write_out())
+        };
+        match result {
+            Ok(()) => {
+                let tries = fault.tries + 1;
+                self.fault = None;
+                if self.settings.durability == Durability::Async {
+                    self.shared.advance(self.written);
+                }
+                self.shared.set_faulty(false);
+                self.shared.stats.repairs.fetch_add(1, Ordering::Relaxed);
+                self.next_check = None;
+                self.check(now);
+                self.show_state();
+                self.update_stats();
+                let how = if fault.rebuild { "rebuilt from memory" } else { "written again" };
+                tracing::warn!(shard = self.shard, dir = %self.dir_path.display(), tries, "write-ahead log repaired ({how}): new jobs are accepted again");
+            }
+            Err((kind, e)) => {
+                if !fault.rebuild && self.buf.len() > limits::WAL_FAULT_BUFFER_BYTES {
+                    // Past the buffer's bound: rebuild from memory instead.
+                    self.fault = Some(Fault { rebuild: true, ..fault });
+                    self.let_go();
+                }
+                self.fail(kind, &e, if fault.rebuild { "rebuilding" } else { "writing again" }, now);
+            }
+        }
     }
 }
 
 /// Creates segment `number` in `dir` with its header, synced, and syncs the
 /// directory so the file stays after a crash.
-fn new_segment(dir: &Path, shard: usize, shards: usize, number: u32, seq_floor: u64) -> Result<File, super::WalError> {
+pub(super) fn new_segment(
+    dir: &Path,
+    shard: usize,
+    shards: usize,
+    number: u32,
+    seq_floor: u64,
+) -> Result<File, super::WalError> {
     let path = segment_path(dir, number);
     let header = SegmentHeader { shard: shard as u32, shards: shards as u32, number, seq_floor };
-    let mut file = OpenOptions::new().create_new(true).write(true).open(&path).map_err(super::WalError::io(&path))?;
-    file.write_all(&header.encode()).and_then(|()| file.sync_data()).map_err(super::WalError::io(&path))?;
-    super::dir::sync_dir(dir)?;
+    let file = OpenOptions::new().create_new(true).write(true).open(&path).map_err(super::WalError::io(&path))?;
+    file.write_all_at(&header.encode(), 0).and_then(|()| file.sync_data()).map_err(super::WalError::io(&path))?;
+    dir::sync_dir(dir)?;
     Ok(file)
 }

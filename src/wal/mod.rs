@@ -1,46 +1,46 @@
 //! The write-ahead log: an accepted job survives a crash of the router.
+//! The local implementation of the job log contract ([`crate::joblog`]).
 //!
-//! DESIGN "A shard owns its log": each shard appends the records of its
-//! queues' jobs to its own log, `<data dir>/wal/shard-<n>/`, a series of
-//! segment files ([`segment`]) of records ([`record`]): `Accepted` (the
-//! whole job), `Dispatched`, `Requeued`, `Buried` and `Done`. No lock is shared
-//! between shards. A job's records go to the log of the shard that accepted
-//! it (the low 16 bits of its [`crate::ids::JobId`]), which owns its queue;
-//! a worker's home shard that learns a job is done tells that shard.
+//! "A shard owns its log": each shard appends the records of its queues'
+//! jobs to its own log, `<data dir>/wal/shard-<n>/`, a series of segment
+//! files ([`segment`]) of records ([`record`]): `Accepted` (the whole job),
+//! `Dispatched`, `Requeued`, `Buried` and `Done`. No lock is shared between
+//! shards. A job's records go to the log of the shard that accepted it (the
+//! low 16 bits of its [`crate::ids::JobId`]), which owns its queue; a
+//! worker's home shard that learns a job is done tells that shard.
 //!
 //! # Group commit
 //!
-//! A shard writes the records of one batch of messages with one `write` and
-//! makes them durable with one `fdatasync` ([`log::ShardLog::commit`]).
-//! With `durability = "sync"` nothing the batch promised leaves the router
-//! before that sync: not the acceptance REPLYs (eMQP), not the text
-//! answers (so a text producer's next reply means its earlier SCHEDs are
-//! stored). Jobs for workers leave at once: a worker may run a job whose
+//! A shard writes the records of one batch of messages with one `write`
+//! and hands the batch's ticket to its outbox ([`log::ShardLog`] as
+//! [`crate::joblog::JobLog`]). With `durability = "sync"` nothing the batch
+//! promised leaves the router before the log is synced past that ticket:
+//! not the acceptance REPLYs (eMQP), not the answers to stored SCHEDs
+//! (text). Jobs for workers leave at once: a worker may run a job whose
 //! record is written but not yet synced, whose producer has no
 //! acknowledgement yet (a power cut then loses a job that ran, never one
-//! that was acknowledged). By default a per-shard sync thread ([`sync`])
-//! syncs and releases while the shard serves the next batch;
+//! that was acknowledged). By default a per-shard sync thread syncs and
+//! releases while the shard serves the next batch (`router::release`);
 //! `wal_sync_thread = false` syncs on the shard's thread (README
-//! "Durability" has both measured). `"async"` releases at once and syncs
-//! every `sync_interval`: a crash of the process loses nothing (records
-//! are written before anything is released), a power cut or kernel crash
-//! loses at most the last `sync_interval` of acknowledged jobs.
-//! `"memory"` keeps no log (EventMQ's behaviour).
+//! "Durability" has both measured). `"async"` releases once written and
+//! syncs every `sync_interval`: a crash of the process loses nothing
+//! (records are written before anything is released), a power cut or
+//! kernel crash loses at most the last `sync_interval` of acknowledged
+//! jobs. `"memory"` keeps no log (EventMQ's behaviour).
 //!
 //! # Recovery ([`open`])
 //!
 //! At start the router locks the data directory ([`dir`]), then replays
 //! every shard's directory in parallel ([`recover`]). Each queue's live
-//! jobs (accepted, not done) are put back in the order of their job ids,
+//! jobs (accepted, not done) come back in the order of their job ids,
 //! which is the queue's order: a job only ever joins the back of a queue
 //! with a fresh id (a `DCL` is logged as `Done` and a new `Accepted`), and
 //! the jobs that went back to the front (requeued) are older than every job
-//! that never left. Jobs in flight at the crash go back too, counted as one
-//! setback (to the dead set when out of retries). A job in the dead set is
-//! an `Accepted` record followed by a `Buried` one: recovery puts it back
-//! in its shard's dead set. Each
-//! shard's acceptance count restarts above the highest sequence seen. When
-//! the shard count changed (or a queue now hashes elsewhere, or damage was
+//! that never left. Recovery returns facts ([`crate::joblog::Recovered`]):
+//! which jobs were waiting, in flight or dead. The shard applies its retry
+//! rule to the ones in flight and logs what it decided. Each shard's
+//! acceptance count restarts above the highest sequence seen. When the
+//! shard count changed (or a queue now hashes elsewhere, or damage was
 //! skipped), the recovered jobs are written into a new layout with fresh
 //! ids, which then replaces the old one ([`dir`]).
 //!
@@ -52,56 +52,34 @@
 //! live jobs' records plus one segment (jobs in flight or offered keep
 //! their segment until they finish). Each step is bounded per batch.
 //!
-//! # Failures
+//! # Faults
 //!
-//! A shard that cannot write or sync its log stops the router ([`fail_stop`]):
-//! acknowledging jobs it cannot store would break the promise, and what was
-//! synced before is recovered at the next start.
+//! A log that cannot write, sync or find its files refuses new jobs and
+//! repairs itself (`log.rs` "Faults", [`repair`]); docs/durability.md says
+//! what each disk fault does. Nothing here stops the process.
 
 pub mod dir;
 pub mod log;
 pub mod record;
 pub mod recover;
+mod repair;
 pub mod segment;
-pub mod sync;
+pub mod shared;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 pub use dir::default_data_dir;
 use dir::DataDir;
 use log::{LogSettings, ShardLog};
 use recover::{Replayed, ShardReplay};
-use segment::{parse_shard_dir_name, shard_dir, SegmentInfo};
+use segment::{parse_shard_dir_name, SegmentInfo};
 
-use crate::broker::job::Job;
-use crate::broker::retry::{allowed_retries, DeadJob, Setback};
-use crate::broker::types::shard_of;
 use crate::config::WalConfig;
-use crate::ids::{show, FastMap, FastSet, JobId, QueueName};
-
-/// What an acknowledgement promises (setting `durability`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// Acknowledged once synced to disk.
-    Sync,
-    /// Acknowledged once written; synced every `sync_interval`.
-    Async,
-    /// No log.
-    Memory,
-}
-
-impl Durability {
-    /// The setting's word.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Durability::Sync => "sync",
-            Durability::Async => "async",
-            Durability::Memory => "memory",
-        }
-    }
-}
+use crate::ids::{shard_of, JobId};
+use crate::joblog::{JobState, Recovered, RecoveredJob};
 
 /// Why the log cannot be opened.
 #[derive(Debug, thiserror::Error)]
@@ -140,40 +118,24 @@ impl WalError {
     }
 }
 
-/// Logs a failure to write or sync the log and stops the process (exit
-/// status 70, `EX_SOFTWARE`): see the module docs, "Failures".
-pub fn fail_stop(what: &str, path: &Path, e: &std::io::Error) -> ! {
-    tracing::error!(file = %path.display(), error = %e, "write-ahead log: {what} failed; stopping the router \
-        (jobs acknowledged so far are in the log and come back at the next start)");
-    std::process::exit(70)
-}
-
 /// What one shard starts with.
 #[derive(Debug)]
 pub struct ShardStart {
     /// Its log, open for appending.
     pub log: ShardLog,
-    /// Its recovered queues, each in order (front first).
-    pub queues: Vec<(QueueName, Vec<Job>)>,
-    /// Its recovered dead set, oldest burial first.
-    pub dead: Vec<DeadJob>,
-    /// The queue of each job this recovery moved to the dead set (in
-    /// flight at the crash, out of retries), to be counted.
-    pub buried_now: Vec<QueueName>,
-    /// Its acceptance count so far (new ids continue above it).
-    pub accepted: u64,
+    /// What its log holds: every live job with its state, in id order,
+    /// and its acceptance count. The shard applies its policy to them.
+    pub recovered: Recovered,
 }
 
-/// What recovery found, for the start-up log line and STATUS.
+/// What recovery found, for the start-up log line.
 #[derive(Debug, Default, Clone)]
 pub struct RecoveryReport {
-    /// Jobs put back in queues.
+    /// Live jobs found (waiting, in flight and dead).
     pub jobs: u64,
-    /// Of those, jobs that were in flight (counted one delivery).
+    /// Of those, jobs that were in flight.
     pub in_flight: u64,
-    /// Jobs moved to the dead set because of that delivery.
-    pub dead_lettered: u64,
-    /// Jobs in the dead sets, those included.
+    /// Of those, jobs in the dead sets.
     pub dead: u64,
     /// Records replayed.
     pub records: u64,
@@ -190,11 +152,11 @@ pub struct RecoveryReport {
 }
 
 /// The opened log: the locked data directory (keep it for the router's
-/// life) and each shard's start.
+/// life; every shard's log holds it too) and each shard's start.
 #[derive(Debug)]
 pub struct Opened {
     /// The locked data directory.
-    pub dir: DataDir,
+    pub dir: Arc<DataDir>,
     /// Shard by shard.
     pub shards: Vec<ShardStart>,
     /// What recovery found.
@@ -202,10 +164,8 @@ pub struct Opened {
 }
 
 /// Locks the data directory, recovers every shard's log (in parallel) and
-/// opens `shards` logs for appending, with their recovered queues. Jobs
-/// are stamped as accepted at `now` by a router started at `epoch`. A job
-/// in flight at the crash counts a setback; out of `max_retries` (or its
-/// `retry:N`) it goes to its shard's dead set.
+/// opens `shards` logs for appending, each with what it recovered. Jobs
+/// are stamped as accepted at `now` by a router started at `epoch`.
 ///
 /// # Errors
 /// [`WalError`]: the directory is locked or unreadable, or damaged and
@@ -214,12 +174,11 @@ pub fn open(
     config: &WalConfig,
     shards: usize,
     skip_damaged: bool,
-    max_retries: u32,
     epoch: Instant,
     now: Instant,
 ) -> Result<Opened, WalError> {
     let t0 = Instant::now();
-    let dir = DataDir::lock(&config.data_dir())?;
+    let dir = Arc::new(DataDir::lock(&config.data_dir())?);
     dir.settle()?;
     let root = dir.wal();
     std::fs::create_dir_all(&root).map_err(WalError::io(&root))?;
@@ -236,26 +195,33 @@ pub fn open(
         durability: config.durability,
         sync_interval: config.sync_interval,
         segment_bytes: config.segment_bytes,
-        sync_thread: config.sync_thread,
+        disk_free_limit: config.disk_free_limit,
     };
     let same_layout = layout_kept(&replays, shards);
     let starts = if same_layout {
-        reopen(&root, replays, shards, max_retries, &settings, &mut report)?
+        reopen(&dir, replays, shards, &settings)?
     } else {
-        relayout(&dir, replays, shards, max_retries, &settings, &mut report)?
+        relayout(&dir, replays, shards, &settings)?
     };
+    report.relayout = !same_layout;
     report.millis = t0.elapsed().as_millis() as u64;
     for s in &starts {
         let stats = &s.log.shared().stats;
-        let jobs: usize = s.queues.iter().map(|(_, j)| j.len()).sum();
-        stats.jobs_recovered.store(jobs as u64, std::sync::atomic::Ordering::Relaxed);
+        stats.jobs_recovered.store(s.recovered.jobs.len() as u64, std::sync::atomic::Ordering::Relaxed);
         stats.recovery_ms.store(report.millis, std::sync::atomic::Ordering::Relaxed);
+        for r in &s.recovered.jobs {
+            report.jobs += 1;
+            match r.state {
+                JobState::Waiting => {}
+                JobState::InFlight => report.in_flight += 1,
+                JobState::Dead { .. } => report.dead += 1,
+            }
+        }
     }
     tracing::info!(
         dir = %dir.path().display(),
         jobs = report.jobs,
         in_flight = report.in_flight,
-        dead_lettered = report.dead_lettered,
         dead = report.dead,
         records = report.records,
         bytes = report.bytes,
@@ -317,68 +283,33 @@ fn layout_kept(replays: &[ShardReplay], shards: usize) -> bool {
     })
 }
 
-/// What [`queues_of`] makes of a shard's live jobs.
-struct Queues {
-    /// By queue, each in id order.
-    queues: Vec<(QueueName, Vec<Job>)>,
-    /// The dead set, oldest burial first.
-    dead: Vec<DeadJob>,
-    /// Of those, the jobs buried now: in flight at the crash, out of retries.
-    buried_now: FastSet<JobId>,
-    /// Jobs that were in flight (their delivery count is one up).
-    in_flight: FastSet<JobId>,
+/// A shard's live jobs as facts, in id order (the order of each queue).
+fn facts(jobs: impl IntoIterator<Item = Replayed>) -> Vec<RecoveredJob> {
+    let mut out: Vec<RecoveredJob> = jobs
+        .into_iter()
+        .map(|Replayed { job, in_flight, dead }| {
+            let state = match (dead, in_flight) {
+                (Some((why, at_unix_ms)), _) => JobState::Dead { why, at_unix_ms },
+                (None, true) => JobState::InFlight,
+                (None, false) => JobState::Waiting,
+            };
+            RecoveredJob { job, state }
+        })
+        .collect();
+    // Ids are unique: an unstable sort gives the same order, faster.
+    out.sort_unstable_by_key(|r| (r.job.id.seq(), r.job.id.shard()));
+    out
 }
 
-/// Live jobs of one shard grouped by queue, each queue in id order, with
-/// jobs that were in flight counted one setback (and buried when out of
-/// retries with `max_retries`, counted in `report`), and the dead set.
-fn queues_of(jobs: Vec<Replayed>, max_retries: u32, report: &mut RecoveryReport) -> Queues {
-    let mut by_queue: FastMap<QueueName, Vec<Job>> = FastMap::default();
-    let (mut dead, mut buried_now, mut in_flight) = (Vec::new(), FastSet::default(), FastSet::default());
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-    for Replayed { mut job, in_flight: was_in_flight, dead: buried } in jobs {
-        if let Some((why, at_unix_ms)) = buried {
-            dead.push(DeadJob { job, why, at_unix_ms });
-            continue;
-        }
-        if was_in_flight {
-            report.in_flight += 1;
-            job.set_redeliveries(job.redeliveries() + 1);
-            if job.redeliveries() > allowed_retries(&job, max_retries) {
-                report.dead_lettered += 1;
-                let (msgid, bytes) = (show(job.frames.msgid()), job.frames.len());
-                tracing::error!(job = %job.id, queue = %job.queue(), %msgid, bytes, "job moved to the dead set at recovery: in flight at its last allowed try");
-                buried_now.insert(job.id);
-                dead.push(DeadJob { job, why: Setback::Crash, at_unix_ms: now_ms });
-                continue;
-            }
-            in_flight.insert(job.id);
-        }
-        by_queue.entry(job.queue()).or_default().push(job);
-    }
-    dead.sort_by_key(|d| (d.at_unix_ms, d.job.id.seq()));
-    report.dead += dead.len() as u64;
-    let mut queues: Vec<(QueueName, Vec<Job>)> = by_queue.into_iter().collect();
-    queues.sort_by(|a, b| a.0.cmp(&b.0));
-    for (_, jobs) in &mut queues {
-        // Ids are unique: an unstable sort gives the same order, faster.
-        jobs.sort_unstable_by_key(|j| (j.id.seq(), j.id.shard()));
-        report.jobs += jobs.len() as u64;
-    }
-    Queues { queues, dead, buried_now, in_flight }
-}
-
-/// The same layout: every shard keeps its segments and ids, copies the
-/// jobs that were in flight forward with their delivery counted and logs
-/// `Done` for those dead-lettered, in a new segment, synced before serving.
+/// The same layout: every shard keeps its segments and ids and appends to
+/// a new segment.
 fn reopen(
-    root: &Path,
+    dir: &Arc<DataDir>,
     mut replays: Vec<ShardReplay>,
     shards: usize,
-    max_retries: u32,
     settings: &LogSettings,
-    report: &mut RecoveryReport,
 ) -> Result<Vec<ShardStart>, WalError> {
+    let root = dir.wal();
     let mut starts = Vec::with_capacity(shards);
     for index in 0..shards {
         let at = replays.iter().position(|r| r.index == index);
@@ -397,44 +328,36 @@ fn reopen(
         }
         let next = segments.keys().next_back().map_or(1, |n| n.saturating_add(1));
         for r in replay.jobs.values() {
-            let info = segments.entry(r.job.wal_segment()).or_default();
+            let info = segments.entry(r.job.log_tag()).or_default();
             info.live += 1;
             info.live_bytes += record::accepted_len(&r.job) as u64;
         }
-        let jobs: Vec<Replayed> = replay.jobs.into_values().collect();
-        let Queues { mut queues, mut dead, buried_now, in_flight } = queues_of(jobs, max_retries, report);
-        let dir = shard_dir(root, index);
-        let mut log = ShardLog::create(index, shards, &dir, settings.clone(), segments, next, replay.max_seq)?;
-        for job in queues.iter_mut().flat_map(|(_, jobs)| jobs.iter_mut()) {
-            if in_flight.contains(&job.id) {
-                log.requeued(job);
-            }
-        }
-        let mut buried_queues = Vec::new();
-        for d in dead.iter_mut().filter(|d| buried_now.contains(&d.job.id)) {
-            log.buried(d);
-            buried_queues.push(d.job.queue());
+        let jobs = facts(replay.jobs.into_values());
+        let mut log =
+            ShardLog::create(index, shards, dir.clone(), &root, settings.clone(), segments, next, replay.max_seq)?;
+        // The shard dispatched these before the crash: the log keeps them
+        // as out until the shard's recovery decides (a requeue or a burial).
+        for r in jobs.iter().filter(|r| matches!(r.state, JobState::InFlight)) {
+            log.lend(&r.job);
         }
         log.retire_dead_segments();
-        log.sync_all();
-        starts.push(ShardStart { log, queues, dead, buried_now: buried_queues, accepted: replay.max_seq });
+        starts.push(ShardStart { log, recovered: Recovered { jobs, accepted: replay.max_seq } });
     }
     Ok(starts)
 }
 
 /// A new layout for `shards` shards: every live job re-hashed to its
 /// queue's shard, given a fresh id there in queue order, and written to
-/// `wal.new`, which then replaces `wal`; damaged segments are moved to
-/// `damaged/` on the way.
+/// `wal.new` (with its state: `Dispatched` for a job in flight, `Buried`
+/// for a dead one), which then replaces `wal`; damaged segments are moved
+/// to `damaged/` on the way.
 fn relayout(
-    dir: &DataDir,
+    dir: &Arc<DataDir>,
     replays: Vec<ShardReplay>,
     shards: usize,
-    max_retries: u32,
     settings: &LogSettings,
-    report: &mut RecoveryReport,
 ) -> Result<Vec<ShardStart>, WalError> {
-    report.relayout = true;
+    use crate::joblog::JobLog;
     let old_shards: Vec<usize> = replays.iter().map(|r| r.index).collect();
     tracing::warn!(
         ?old_shards,
@@ -455,27 +378,31 @@ fn relayout(
     }
     let mut starts = Vec::with_capacity(shards);
     for (index, jobs) in per_shard.into_iter().enumerate() {
-        let Queues { mut queues, mut dead, buried_now, .. } = queues_of(jobs, max_retries, report);
-        let buried_queues: Vec<QueueName> =
-            dead.iter().filter(|d| buried_now.contains(&d.job.id)).map(|d| d.job.queue()).collect();
-        let mut log =
-            ShardLog::create(index, shards, &shard_dir(&new_root, index), settings.clone(), BTreeMap::new(), 1, 0)?;
-        let mut seq = 0;
-        for (_, jobs) in &mut queues {
-            for job in jobs.iter_mut() {
-                seq += 1;
-                job.id = JobId::new(index, seq);
-                log.accepted(job);
+        let mut jobs = facts(jobs);
+        // Each queue in its order, the dead set after the queues.
+        jobs.sort_by_key(|r| matches!(r.state, JobState::Dead { .. }));
+        let mut log = ShardLog::create(index, shards, dir.clone(), &new_root, settings.clone(), BTreeMap::new(), 1, 0)?;
+        for (seq, r) in jobs.iter_mut().enumerate() {
+            r.job.id = JobId::new(index, seq as u64 + 1);
+            log.accepted(&mut r.job);
+            match r.state {
+                JobState::Waiting => {}
+                JobState::InFlight => log.dispatched(&r.job),
+                JobState::Dead { why, at_unix_ms } => {
+                    let mut dead = crate::job::DeadJob { job: r.job.clone(), why, at_unix_ms };
+                    log.buried(&mut dead);
+                    r.job = dead.job;
+                }
             }
         }
-        for d in &mut dead {
-            seq += 1;
-            d.job.id = JobId::new(index, seq);
-            log.accepted(&mut d.job);
-            log.buried(d);
+        if !log.sync_all() {
+            return Err(WalError::Io {
+                path: new_root.clone(),
+                source: std::io::Error::other("writing the new layout failed"),
+            });
         }
-        log.sync_all();
-        starts.push(ShardStart { log, queues, dead, buried_now: buried_queues, accepted: seq });
+        let accepted = jobs.len() as u64;
+        starts.push(ShardStart { log, recovered: Recovered { jobs, accepted } });
     }
     let marker = new_root.join("complete");
     std::fs::File::create(&marker).and_then(|f| f.sync_all()).map_err(WalError::io(&marker))?;
@@ -483,8 +410,8 @@ fn relayout(
     set_aside(dir, &damaged);
     dir.settle()?;
     let root = dir.wal();
-    for (index, s) in starts.iter_mut().enumerate() {
-        s.log.moved_to(&shard_dir(&root, index));
+    for s in starts.iter_mut() {
+        s.log.moved_to(&root)?;
     }
     Ok(starts)
 }

@@ -21,9 +21,9 @@
 //! why the bytes at the start of the slice are not one (cut short, or
 //! damaged); it never reads past the slice.
 
-use crate::broker::job::{Job, JobFrames, Origin};
-use crate::broker::retry::Setback;
 use crate::ids::JobId;
+use crate::job::Setback;
+use crate::job::{Job, JobFrames, Origin};
 
 /// The first byte of every record.
 pub const MAGIC: u8 = 0xE7;
@@ -276,7 +276,7 @@ pub fn next_valid(buf: &[u8], from: usize) -> Option<usize> {
 /// started at `epoch`, in segment `segment`.
 ///
 /// # Errors
-/// [`crate::broker::job::JobFramesError`] when the stored frames are malformed.
+/// [`crate::job::JobFramesError`] when the stored frames are malformed.
 pub fn job_of(
     id: JobId,
     redeliveries: u8,
@@ -285,7 +285,7 @@ pub fn job_of(
     frames: &[u8],
     epoch: std::time::Instant,
     now: std::time::Instant,
-) -> Result<Job, crate::broker::job::JobFramesError> {
+) -> Result<Job, crate::job::JobFramesError> {
     let mut job = Job::new(id, JobFrames::from_bytes(frames)?, origin, fallback, epoch, now);
     job.set_redeliveries(u32::from(redeliveries));
     Ok(job)

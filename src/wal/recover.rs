@@ -28,8 +28,8 @@ use std::time::Instant;
 use super::record::{self, Record};
 use super::segment::{parse_segment_name, SegmentHeader, SEGMENT_HEADER_BYTES};
 use super::WalError;
-use crate::broker::job::Job;
 use crate::ids::{FastMap, JobId};
+use crate::job::Job;
 
 /// A job as replay last saw it.
 #[derive(Debug)]
@@ -40,7 +40,7 @@ pub struct Replayed {
     pub in_flight: bool,
     /// It lay in the dead set: its last setback and burial time (ms since
     /// the Unix epoch).
-    pub dead: Option<(crate::broker::retry::Setback, u64)>,
+    pub dead: Option<(crate::job::Setback, u64)>,
 }
 
 /// A segment file found in a shard's directory.
@@ -238,10 +238,10 @@ fn apply(rec: &Record, segment: u32, epoch: Instant, now: Instant, state: &mut S
         Record::Accepted { id, redeliveries, origin, fallback, frames } => {
             let mut job = record::job_of(id, redeliveries, origin, fallback, frames, epoch, now)
                 .map_err(|e| format!("job {}: {e}", id.0))?;
-            job.set_wal_segment(segment);
+            job.set_log_tag(segment);
             if let Some(old) = state.jobs.insert(id, Replayed { job, in_flight: false, dead: None }) {
-                if old.job.wal_segment() != segment {
-                    state.refs.push((segment, old.job.wal_segment()));
+                if old.job.log_tag() != segment {
+                    state.refs.push((segment, old.job.log_tag()));
                 }
             }
         }
@@ -266,8 +266,8 @@ fn apply(rec: &Record, segment: u32, epoch: Instant, now: Instant, state: &mut S
         }
         Record::Done { id } => {
             if let Some(old) = state.jobs.remove(&id) {
-                if old.job.wal_segment() != segment {
-                    state.refs.push((segment, old.job.wal_segment()));
+                if old.job.log_tag() != segment {
+                    state.refs.push((segment, old.job.log_tag()));
                 }
             }
         }

@@ -16,8 +16,8 @@ use std::ffi::c_void;
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::broker::job::JobFrames;
 use crate::broker::msg::OutMsg;
+use crate::job::JobFrames;
 use crate::limits;
 use crate::protocol::emqp::VERSION;
 use crate::protocol::headers::{self, REPLY_REQUESTED};

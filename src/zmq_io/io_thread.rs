@@ -15,10 +15,10 @@ use crossbeam_channel::Sender;
 
 use super::egress::{Egress, EgressRx};
 use super::frames::{send_out, InFrame, Inbound, Received};
-use crate::broker::job::JobFrames;
 use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, Schedule, ShardMsg};
 use crate::broker::types::shard_of;
 use crate::ids::{show, MsgId, PeerId, QueueName};
+use crate::job::JobFrames;
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::protocol::emqp::{

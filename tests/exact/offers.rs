@@ -82,7 +82,7 @@ fn offers_returned_by_timeout_and_by_disconnect_count_alike_and_the_task_is_dead
         let msgid = job["msgid"].as_str().unwrap_or_default();
         assert!(uuid::Uuid::parse_str(msgid).is_ok(), "a text job's msgid is a uuid: {job}");
         let none: &[&[u8]] = &[];
-        let frames = emq::broker::job::JobFrames::new(msgid.as_bytes(), b"q", b"", POISON.as_bytes(), none);
+        let frames = emq::job::JobFrames::new(msgid.as_bytes(), b"q", b"", POISON.as_bytes(), none);
         let id = format!("{}-1", emq::broker::types::shard_of(b"q", shards));
         let want = json!({"id": id, "queue": "q", "msgid": msgid, "headers": "", "reason": "text_returned",
             "failures": returns, "dead_at": job["dead_at"], "bytes": frames.expect("frames").len()});

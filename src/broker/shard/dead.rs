@@ -24,9 +24,10 @@ use crossbeam_channel::Sender;
 use super::{Cx, Shard, Timer};
 use crate::broker::counts::QueueCounter;
 use crate::broker::dead::{DeadAnswer, DeadEntry, DeadOp, DeadTarget};
-use crate::broker::job::Job;
 use crate::broker::msg::ShardMsg;
-use crate::broker::retry::{self, DeadJob, Setback};
+use crate::broker::retry;
+use crate::job::Job;
+use crate::job::{DeadJob, Setback};
 use crate::limits;
 use crate::metrics::counters::Counters;
 

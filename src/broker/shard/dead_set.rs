@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::broker::retry::DeadJob;
 use crate::ids::{FastMap, JobId, QueueName};
+use crate::job::DeadJob;
 
 /// The dead jobs of one shard, oldest burial first.
 #[derive(Debug, Default)]
@@ -120,8 +120,8 @@ impl DeadSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::job::{Job, JobFrames, Origin};
-    use crate::broker::retry::Setback;
+    use crate::job::Setback;
+    use crate::job::{Job, JobFrames, Origin};
     use std::time::Instant;
 
     fn dead(seq: u64, queue: &str, body: usize) -> DeadJob {

@@ -20,10 +20,10 @@
 
 use super::workers::{Forgiven, InFlight, Lapsed};
 use super::{Cx, Shard, Timer};
-use crate::broker::job::Job;
 use crate::broker::msg::ShardMsg;
-use crate::broker::retry::Setback;
 use crate::ids::{PeerId, QueueName, WorkerKey};
+use crate::job::Job;
+use crate::job::Setback;
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::protocol::headers::{header_timeout, HeaderTimeout};

@@ -1,161 +1,277 @@
-//! The shard's hooks into its write-ahead log ([`crate::wal`]): one call
-//! per event a job goes through (accepted, dispatched or offered, back to
-//! the front, declined to the back, done), and the end of a batch, where
-//! the log is committed before the batch's output is released. Every hook
-//! does nothing when the router keeps no log (`durability = "memory"`,
-//! and the unit tests' shards).
+//! The shard's side of its job log ([`crate::joblog`]): one hook per event
+//! a job goes through (accepted, dispatched or offered, back to the front,
+//! declined to the back, buried, done), recovery's policy, the end of a
+//! batch (commit, then release through the outbox with the batch's
+//! ticket), and the refusal of new jobs while the log cannot keep them.
+//!
+//! A router with `durability = "memory"` (and the unit tests' shards) has
+//! [`NoLog`]: every hook does nothing.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
+use super::dead_set::DeadSet;
+use super::queues::QueueTable;
+use super::retries::RetryTable;
 use super::{Cx, Shard};
-use crate::broker::job::Job;
-use crate::broker::msg::{Outbox, ShardMsg};
-use crate::broker::retry::DeadJob;
-use crate::ids::JobId;
+use crate::broker::msg::{Outbox, ShardMsg, VecOutbox};
+use crate::ids::{JobId, QueueName};
+use crate::job::{DeadJob, Job, Setback};
+use crate::joblog::{Commit, Durable, Holdings, JobLog, JobState, NoLog, Recovered, RecoveredJob, StoreFault, Ticket};
+use crate::limits;
 use crate::metrics::counters::Counters;
-use crate::wal::log::Commit;
-use crate::wal::record::accepted_len;
-use crate::wal::ShardStart;
+
+/// The shard's view of its log's progress: the last ticket handed out and
+/// how long the durable point has stood still behind it (see
+/// [`Shard::store_refusal`]).
+pub(super) struct LogWatch {
+    /// The log's durable point.
+    durable: Arc<dyn Durable>,
+    /// The highest ticket the shard handed to its outbox.
+    awaiting: Ticket,
+    /// The durable point at the last batch end.
+    seen: Ticket,
+    /// Since when the durable point has not moved while `awaiting` was
+    /// ahead of it.
+    since: Instant,
+    /// Whether the shard has said the log is stalled.
+    stalled: bool,
+}
+
+impl LogWatch {
+    /// A watch on `log`, from `now`.
+    pub(super) fn new(log: &dyn JobLog, now: Instant) -> LogWatch {
+        let durable = log.durable();
+        let seen = durable.durable_upto();
+        LogWatch { durable, awaiting: seen, seen, since: now, stalled: false }
+    }
+
+    /// Whether the log has kept the shard's acknowledgements waiting for
+    /// [`limits::LOG_STALL_TIMEOUT`] without its durable point moving.
+    fn is_stalled(&self, now: Instant) -> bool {
+        let durable = self.durable.durable_upto();
+        durable < self.awaiting
+            && durable == self.seen
+            && now.saturating_duration_since(self.since) >= limits::LOG_STALL_TIMEOUT
+    }
+}
+
+/// The shard's tables as its log sees them ([`Holdings`]).
+struct ShardHoldings<'a> {
+    queues: &'a mut QueueTable,
+    retries: &'a mut RetryTable,
+    dead: &'a mut DeadSet,
+}
+
+impl Holdings for ShardHoldings<'_> {
+    fn queues(&self) -> Vec<QueueName> {
+        self.queues.names()
+    }
+
+    fn visit_waiting(
+        &mut self,
+        queue: &QueueName,
+        from: usize,
+        max: usize,
+        f: &mut dyn FnMut(&mut Job),
+    ) -> (usize, Option<usize>) {
+        self.queues.visit_waiting_mut(&queue.0, from, max, f)
+    }
+
+    fn visit_dead(&mut self, from: u64, max: usize, f: &mut dyn FnMut(&mut DeadJob)) -> (usize, Option<u64>) {
+        self.dead.visit_mut(from, max, f)
+    }
+
+    fn visit_retrying(&mut self, f: &mut dyn FnMut(&mut Job)) {
+        self.retries.visit_mut(f)
+    }
+}
 
 impl Shard {
-    /// Gives the shard its log and what recovery found: its queues (each
-    /// in order), its dead set and its acceptance count. Call before the
-    /// first message.
-    pub fn attach_log(&mut self, start: ShardStart) {
-        let ShardStart { log, queues, dead, buried_now, accepted } = start;
-        for (queue, jobs) in queues {
-            for job in jobs {
-                // Recovered jobs count towards the memory limit like new
-                // ones (and leave it through `job_done`).
-                self.ctx.job_bytes.fetch_add(job.frames.len(), std::sync::atomic::Ordering::Relaxed);
-                self.queues.push_back(&queue, job);
+    /// Gives the shard its log and what the log recovered, applying the
+    /// shard's policy to it: waiting jobs go back to their queues in order;
+    /// a job in flight at the crash counts a setback ([`Setback::Crash`])
+    /// and goes back to the front of its queue, or to the dead set when out
+    /// of retries (the rule of [`Shard::out_of_retries`], as at run time);
+    /// dead jobs go back to the dead set, oldest burial first. What it
+    /// decided is logged and synced before the shard serves. Call before
+    /// the first message.
+    pub fn attach_log(&mut self, mut log: Box<dyn JobLog>, recovered: Recovered) {
+        let Recovered { jobs, accepted } = recovered;
+        let now_ms = crate::job::unix_ms_now();
+        let mut dead = Vec::new();
+        for RecoveredJob { mut job, state } in jobs {
+            match state {
+                JobState::Waiting => self.recovered_waiting(job),
+                JobState::InFlight => {
+                    job.set_redeliveries(job.redeliveries() + 1);
+                    if self.out_of_retries(&job) {
+                        let (msgid, bytes) = (crate::ids::show(job.frames.msgid()), job.frames.len());
+                        tracing::error!(job = %job.id, queue = %job.queue(), %msgid, bytes, "job moved to the dead set at recovery: in flight at its last allowed try");
+                        Counters::bump(&self.ctx.counters.dead_lettered);
+                        self.queues.count(&job.queue(), crate::broker::counts::QueueCounter::DeadLettered);
+                        let mut d = DeadJob { job, why: Setback::Crash, at_unix_ms: now_ms };
+                        log.buried(&mut d);
+                        dead.push(d);
+                    } else {
+                        log.requeued(&mut job);
+                        self.recovered_waiting(job);
+                    }
+                }
+                JobState::Dead { why, at_unix_ms } => dead.push(DeadJob { job, why, at_unix_ms }),
             }
         }
         self.accepted = self.accepted.max(accepted);
-        self.wal = Some(log);
-        // Dead jobs count against the dead set's limits (perhaps lowered
-        // since), not the memory limit; jobs buried by this recovery are
-        // counted as dead-lettered.
-        for queue in buried_now {
-            Counters::bump(&self.ctx.counters.dead_lettered);
-            self.queues.count(&queue, crate::broker::counts::QueueCounter::DeadLettered);
+        if !log.sync_all() {
+            tracing::error!(
+                shard = self.index,
+                "the log could not keep what recovery decided; it repairs itself while the shard serves"
+            );
         }
-        let mut out = crate::broker::msg::VecOutbox::default();
-        let mut cx = super::Cx { now: self.ctx.started, out: &mut out };
-        for dead in dead {
-            self.ctx.dead_jobs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.ctx.dead_bytes.fetch_add(dead.job.frames.len(), std::sync::atomic::Ordering::Relaxed);
-            self.dead.insert(dead);
+        self.watch = LogWatch::new(log.as_ref(), self.ctx.started);
+        self.log = log;
+        // Dead jobs count against the dead set's limits (perhaps lowered
+        // since), not the memory limit.
+        dead.sort_by_key(|d| (d.at_unix_ms, d.job.id.seq()));
+        for d in dead {
+            self.ctx.dead_jobs.fetch_add(1, Ordering::Relaxed);
+            self.ctx.dead_bytes.fetch_add(d.job.frames.len(), Ordering::Relaxed);
+            self.dead.insert(d);
         }
         // Over a lowered limit: each shard drops its own oldest (all of
         // them if need be) as it starts; done records go to its own log.
+        let mut out = VecOutbox::default();
+        let mut cx = Cx { now: self.ctx.started, out: &mut out };
         self.trim_dead(0, &mut cx);
     }
 
-    /// The shard's log, if it keeps one.
-    pub fn log(&self) -> Option<&crate::wal::log::ShardLog> {
-        self.wal.as_ref()
+    /// A recovered job back at the back of its queue (counted towards the
+    /// memory limit like a new one; it leaves it through `job_done`).
+    fn recovered_waiting(&mut self, job: Job) {
+        self.ctx.job_bytes.fetch_add(job.frames.len(), Ordering::Relaxed);
+        let queue = job.queue();
+        self.queues.push_back(&queue, job);
     }
 
-    /// A new job: its `Accepted` record (its segment noted in the job).
+    /// The shard's log (for tests and tools).
+    pub fn log(&self) -> &dyn JobLog {
+        self.log.as_ref()
+    }
+
+    /// Why a new job must be refused for the log's sake now, if it must:
+    /// the log says it cannot keep it ([`JobLog::refusal`]: out of space,
+    /// below `disk_free_limit`, failing), or it is stalled: the
+    /// acknowledgements it was given have waited
+    /// [`limits::LOG_STALL_TIMEOUT`] without its durable point moving.
+    pub(super) fn store_refusal(&self, now: Instant) -> Option<StoreFault> {
+        self.log.refusal().or_else(|| self.watch.is_stalled(now).then_some(StoreFault::Failed))
+    }
+
+    /// A new job: its `Accepted` record.
     pub(super) fn log_accepted(&mut self, job: &mut Job) {
-        if let Some(log) = &mut self.wal {
-            log.accepted(job);
-        }
+        self.log.accepted(job);
     }
 
     /// The job went to a worker or was offered to a text connection.
     pub(super) fn log_dispatched(&mut self, job: &Job) {
-        if let Some(log) = &mut self.wal {
-            log.dispatched(job.id);
-        }
+        self.log.dispatched(job);
     }
 
-    /// The job went to the dead set (its log records move together; see
-    /// [`crate::wal::log::ShardLog::buried`]).
+    /// The job went to the dead set.
     pub(super) fn log_buried(&mut self, dead: &mut DeadJob) {
         debug_assert_eq!(dead.job.id.shard(), self.index, "a dead job lies on the shard that accepted it");
-        if let Some(log) = &mut self.wal {
-            log.buried(dead);
-        }
+        self.log.buried(dead);
     }
 
-    /// A dead job goes back to its queue (a fresh `Accepted` record).
+    /// A dead job goes back to its queue.
     pub(super) fn log_unburied(&mut self, job: &mut Job) {
-        if let Some(log) = &mut self.wal {
-            log.unburied(job);
-        }
+        self.log.unburied(job);
     }
 
-    /// The job waits at the front of its queue again.
+    /// The job waits at the front of its queue again, or for a retry.
     pub(super) fn log_requeued(&mut self, job: &mut Job) {
-        if let Some(log) = &mut self.wal {
-            log.requeued(job);
-        }
+        self.log.requeued(job);
     }
 
-    /// `DCL`: the job goes to the back of its queue, so it is logged as a
+    /// `DCL`: the job goes to the back of its queue, so a log logs it as a
     /// new job with a fresh id (ids order each queue at recovery).
     pub(super) fn log_declined(&mut self, job: &mut Job) {
-        if self.wal.is_none() {
+        if !self.log.keeps_jobs() {
             return;
         }
-        let (old, segment, bytes) = (job.id, job.wal_segment(), accepted_len(job));
+        self.log.done(job);
         job.id = self.next_job_id();
-        if let Some(log) = &mut self.wal {
-            log.done(old, segment, bytes);
-            log.accepted(job);
-        }
+        self.log.accepted(job);
     }
 
     /// The job is finished (completed, acknowledged, deleted,
     /// dead-lettered): its `Done` record goes to the log of the shard that
     /// accepted it, here or by a message.
     pub(super) fn log_done(&mut self, job: &Job, cx: &mut Cx) {
-        if self.wal.is_none() {
-            return;
-        }
-        let (id, segment, bytes) = (job.id, job.wal_segment(), accepted_len(job));
-        if id.shard() == self.index {
-            self.handle_log_done(id, segment, bytes);
-        } else {
-            cx.out.shard(id.shard(), ShardMsg::LogDone { id, segment, record_bytes: bytes });
+        if job.id.shard() == self.index {
+            self.log.done(job);
+        } else if self.log.keeps_jobs() {
+            cx.out.shard(job.id.shard(), ShardMsg::LogDone { id: job.id });
         }
     }
 
-    /// A job this shard accepted is done (see [`ShardMsg::LogDone`]).
-    pub(super) fn handle_log_done(&mut self, id: JobId, segment: u32, record_bytes: usize) {
-        if let Some(log) = &mut self.wal {
-            log.done(id, segment, record_bytes);
-        }
+    /// A job this shard accepted is done on another shard (see [`ShardMsg::LogDone`]).
+    pub(super) fn handle_log_done(&mut self, id: JobId) {
+        self.log.done_elsewhere(id);
     }
 
-    /// When the log needs the shard's loop next (an `async` sync, or
-    /// compaction work left), if ever.
+    /// When the log needs the shard's loop next, if ever.
     pub(super) fn log_deadline(&self) -> Option<Instant> {
-        self.wal.as_ref().and_then(|log| log.next_deadline())
+        self.log.next_deadline()
     }
 
     /// The end of a batch: commits the log, then releases what the batch
     /// produced: frames for workers at once (a worker running a job whose
-    /// record is written but not yet synced is at-least-once, not loss),
-    /// acceptances and text answers to stored SCHEDs (with what follows
-    /// them on their connections) only once the batch's records are
-    /// durable (through the sync thread, or after syncing here); then takes
-    /// one bounded compaction step.
+    /// record is not yet durable is at-least-once, not loss), acceptances
+    /// and text answers to stored SCHEDs (with what follows them on their
+    /// connections) once the log holds the batch's ticket; then lets the
+    /// log do its housekeeping (a compaction step, or a repair).
     pub(super) fn end_batch(&mut self, now: Instant, out: &mut dyn Outbox) {
-        let Some(log) = &mut self.wal else { return out.flush() };
-        match log.commit(now) {
+        match self.log.commit(now) {
             Commit::Release => out.flush(),
-            Commit::AfterSync(wait) => out.flush_after_sync(wait),
-            Commit::SyncHere => {
-                out.flush_early();
-                log.sync_here();
-                out.flush();
+            Commit::After(ticket) => {
+                self.watch.awaiting = self.watch.awaiting.max(ticket);
+                out.flush_after(ticket);
             }
         }
-        if let Some(log) = &mut self.wal {
-            log.compact_step(&mut self.queues, &mut self.dead);
+        self.watch_durable(now);
+        let mut holdings = ShardHoldings { queues: &mut self.queues, retries: &mut self.retries, dead: &mut self.dead };
+        self.log.maintain(now, &mut holdings);
+    }
+
+    /// Notes how far the log's durable point has come (see [`LogWatch`]),
+    /// and says so when it stalls or moves again.
+    fn watch_durable(&mut self, now: Instant) {
+        let w = &mut self.watch;
+        let durable = w.durable.durable_upto();
+        if durable != w.seen || durable >= w.awaiting {
+            w.seen = durable;
+            w.since = now;
+        }
+        let stalled = w.is_stalled(now);
+        if stalled != w.stalled {
+            w.stalled = stalled;
+            if stalled {
+                Counters::bump(&self.ctx.counters.log_stalls);
+                let secs = limits::LOG_STALL_TIMEOUT.as_secs();
+                tracing::error!(shard = self.index, secs, "the job log has not made acknowledged work durable for {secs} s: new jobs are refused (STORE_FAILED) until it does");
+            } else {
+                tracing::warn!(shard = self.index, "the job log makes work durable again: new jobs are accepted");
+            }
         }
     }
+}
+
+/// The log of a shard that keeps none (the unit tests' shards, and
+/// `durability = "memory"`).
+pub(super) fn no_log(now: Instant) -> (Box<dyn JobLog>, LogWatch) {
+    let log: Box<dyn JobLog> = Box::new(NoLog);
+    let watch = LogWatch::new(log.as_ref(), now);
+    (log, watch)
 }

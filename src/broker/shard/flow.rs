@@ -9,10 +9,11 @@ use std::sync::atomic::Ordering;
 use super::workers::InFlight;
 use super::{Cx, Shard, Timer};
 use crate::broker::counts::QueueCounter;
-use crate::broker::job::{Job, JobFrames, Origin};
 use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, ShardMsg};
 use crate::broker::types::{WorkerShared, WorkerState};
 use crate::ids::{JobId, MsgId, PeerId, QueueName};
+use crate::job::{Job, JobFrames, Origin};
+use crate::joblog::StoreFault;
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
@@ -29,7 +30,7 @@ impl Shard {
         let queue =
             if fallback_done { QueueName::named(limits::DEFAULT_QUEUE) } else { QueueName::from(frames.queue()) };
         let len = frames.len();
-        if let Err(code) = self.admit(&queue, len) {
+        if let Err(code) = self.admit(&queue, len, cx.now) {
             let text = self.refusal_text(code, &queue, len);
             self.send_error(&client, MsgId::from(frames.msgid()), code.as_str(), text, cx);
             return super::release_in_transit(&self.ctx.in_transit_bytes, len);
@@ -49,13 +50,25 @@ impl Shard {
     /// same tokens. Limits: the queue's jobs (`max_queue_len`) and bytes
     /// (`max_queue_bytes`), the bytes of every job in the broker (the memory
     /// limit), and the number of queues (`max_queues`, for a new name;
-    /// `default` is always allowed).
-    pub(super) fn admit(&self, queue: &QueueName, bytes: usize) -> Result<(), ErrorCode> {
+    /// `default` is always allowed), and before them the job log: it must
+    /// be able to keep the job ([`Shard::store_refusal`]).
+    pub(super) fn admit(&self, queue: &QueueName, bytes: usize, now: std::time::Instant) -> Result<(), ErrorCode> {
         let config = &self.ctx.config;
         let counters = &self.ctx.counters;
         if self.is_draining() {
             Counters::bump(&counters.rejected_shutting_down);
             return Err(ErrorCode::ShuttingDown);
+        }
+        match self.store_refusal(now) {
+            Some(StoreFault::Full) => {
+                Counters::bump(&counters.rejected_store_full);
+                return Err(ErrorCode::StoreFull);
+            }
+            Some(StoreFault::Failed) => {
+                Counters::bump(&counters.rejected_store_failed);
+                return Err(ErrorCode::StoreFailed);
+            }
+            None => {}
         }
         let full = self.queues.waiting(&queue.0) >= config.max_queue_len
             || self.queues.bytes(&queue.0) + bytes > config.max_queue_bytes
@@ -89,6 +102,10 @@ impl Shard {
                 self.ctx.memory_limit
             ),
             ErrorCode::QueueLimit => format!("the broker holds {} queues, its limit", config.max_queues),
+            ErrorCode::StoreFull => {
+                "the job log is out of space (or below disk_free_limit); the job is not stored".to_string()
+            }
+            ErrorCode::StoreFailed => "the job log cannot be written now; the job is not stored".to_string(),
             _ => code.default_text().to_string(),
         }
     }

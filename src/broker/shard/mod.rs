@@ -235,8 +235,11 @@ pub struct Shard {
     accepted: u64,
     /// When to give the heap back after sweeps.
     trim: trim::HeapTrim,
-    /// The shard's write-ahead log (`None`: `durability = "memory"`).
-    wal: Option<crate::wal::log::ShardLog>,
+    /// The shard's job log ([`crate::joblog::NoLog`] with `durability =
+    /// "memory"`).
+    log: Box<dyn crate::joblog::JobLog>,
+    /// How far the log has made the shard's tickets durable.
+    watch: durable::LogWatch,
 }
 
 impl Shard {
@@ -248,6 +251,7 @@ impl Shard {
         let asked_cap = ctx.config.text.max_asked_queues / ctx.shards.max(1);
         let queue_timeouts = ctx.config.job_timeouts.iter().map(|(q, t)| (q.as_bytes().to_vec(), *t)).collect();
         let grid = Grid::for_heartbeats(ctx.started, ctx.config.heartbeat_interval);
+        let (log, watch) = durable::no_log(now);
         let mut shard = Shard {
             index,
             ctx,
@@ -269,7 +273,8 @@ impl Shard {
             local: VecDeque::new(),
             accepted: 0,
             trim: trim::HeapTrim::default(),
-            wal: None,
+            log,
+            watch,
         };
         if index == 0 {
             shard.timers.arm(now + shard.ctx.config.heartbeat_interval, Timer::SchedulerHeartbeats);
@@ -402,7 +407,7 @@ impl Shard {
             ShardMsg::LatencyTake { reply } => {
                 let _ = reply.send(self.take_latency());
             }
-            ShardMsg::LogDone { id, segment, record_bytes } => self.handle_log_done(id, segment, record_bytes),
+            ShardMsg::LogDone { id } => self.handle_log_done(id),
             ShardMsg::Snapshot { reply } => {
                 let _ = reply.send(self.snapshot(cx.now));
             }
@@ -424,11 +429,8 @@ impl Shard {
     fn take_latency(&mut self) -> crate::metrics::latency::Taken {
         let mut taken = self.latency.take();
         taken.shard = (self.index, self.ctx.shards);
-        if let Some(log) = &self.wal {
-            let h = log.shared().take_sync_histogram();
-            if !h.is_empty() {
-                taken.hists.push(((format!("shard-{}", self.index), Kind::WalSync), h));
-            }
+        if let Some(h) = self.log.status().take_sync_histogram() {
+            taken.hists.push(((format!("shard-{}", self.index), Kind::WalSync), h));
         }
         taken
     }
@@ -493,15 +495,17 @@ impl Shard {
         if self.index == 0 {
             self.kbye_schedulers(cx);
         }
-        self.log_remaining();
+        let kept = self.log.keeps_jobs() && self.log.sync_all();
+        self.log_remaining(kept);
     }
 
     /// Logs what is left at shutdown: one summary line with the counts of
-    /// queued, in-flight, offered, retry-waiting and dead jobs (info when the write-ahead log
-    /// keeps them for the next start, warn with durability "memory"), and
-    /// each job at debug by id, msgid and body length (bodies are never
-    /// logged).
-    fn log_remaining(&self) {
+    /// queued, in-flight, offered, retry-waiting and dead jobs (info when
+    /// the job log holds them for the next start, `kept`; warn with
+    /// durability "memory"; error when the log is faulty and could not
+    /// be repaired), and each job at debug by id, msgid and body length
+    /// (bodies are never logged).
+    fn log_remaining(&self, kept: bool) {
         use crate::ids::show;
         let (mut queued, mut inflight, mut offered) = (0usize, 0usize, 0usize);
         for (queue, job) in self.queues.waiting_jobs() {
@@ -526,9 +530,12 @@ impl Shard {
         if queued + inflight + offered + retrying + dead == 0 {
             return;
         }
-        if self.wal.is_some() {
+        if kept {
             let what = "jobs kept in the write-ahead log for the next start (listed at debug)";
             tracing::info!(shard = self.index, queued, inflight, offered, retrying, dead, "{what}");
+        } else if self.log.keeps_jobs() {
+            let what = "jobs NOT kept: the write-ahead log is faulty and was not repaired (jobs the log held before the fault come back at the next start; see docs/durability.md)";
+            tracing::error!(shard = self.index, queued, inflight, offered, retrying, dead, "{what}");
         } else {
             let what = "jobs left at shutdown (listed at debug)";
             tracing::warn!(shard = self.index, queued, inflight, offered, retrying, dead, "{what}");

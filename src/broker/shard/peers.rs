@@ -27,11 +27,11 @@ use std::sync::Arc;
 
 use super::workers::{Expiry, InFlight, Kbye};
 use super::{Cx, Shard, Timer};
-use crate::broker::job::Job;
 use crate::broker::msg::{Dest, OnFail, ShardMsg};
-use crate::broker::retry::Setback;
 use crate::broker::types::{WorkerShared, WorkerState};
 use crate::ids::{MsgId, PeerId, QueueName, WorkerKey};
+use crate::job::Job;
+use crate::job::Setback;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
 use crate::protocol::emqp::Command;

@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::broker::counts::{QueueCounter, QueueCounts};
-use crate::broker::job::Job;
 use crate::broker::selection::Candidates;
 use crate::broker::snapshot::QueueSnap;
 use crate::broker::types::WorkerShared;
 use crate::ids::{FastMap, QueueName, WorkerKey};
+use crate::job::Job;
 use crate::limits;
 
 /// One queue.

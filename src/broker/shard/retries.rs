@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::broker::job::Job;
 use crate::ids::{FastMap, JobId, QueueName};
+use crate::job::Job;
 
 /// Jobs waiting for their retry time, earliest first.
 #[derive(Debug, Default)]
@@ -65,6 +65,14 @@ impl RetryTable {
         self.by_due.iter().map(|((at, _), job)| (*at, job))
     }
 
+    /// Calls `f` on every waiting job, earliest first (the job log's
+    /// repair rewrites them; their order and due times stay).
+    pub fn visit_mut(&mut self, f: &mut dyn FnMut(&mut Job)) {
+        for job in self.by_due.values_mut() {
+            f(job);
+        }
+    }
+
     /// Jobs waiting.
     pub fn len(&self) -> usize {
         self.by_due.len()
@@ -79,7 +87,7 @@ impl RetryTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::job::{JobFrames, Origin};
+    use crate::job::{JobFrames, Origin};
     use std::time::Duration;
 
     #[test]

@@ -22,10 +22,10 @@ use super::offers::OfferCheck;
 use super::waits::WaitCheck;
 use super::{Cx, Shard, Timer};
 use crate::broker::counts::QueueCounter;
-use crate::broker::job::{Job, JobFrames, Origin};
 use crate::broker::msg::{TextAnswer, TextCmd, TextOutcome, TextPort, TextReply, TextRequest};
-use crate::broker::retry::Setback;
 use crate::ids::{ConnId, OfferId, QueueName};
+use crate::job::Setback;
+use crate::job::{Job, JobFrames, Origin};
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::Kind;
 use crate::protocol::text::ErrorCode;
@@ -78,7 +78,7 @@ impl Shard {
             // The text decoder bounds lines and names well below these limits.
             Err(_) => return TextOutcome::Refused(ErrorCode::TooBig),
         };
-        if let Err(code) = self.admit(&queue, frames.len()) {
+        if let Err(code) = self.admit(&queue, frames.len(), cx.now) {
             return TextOutcome::Refused(code);
         }
         let mut job = Job::new(self.next_job_id(), frames, Origin::Text, false, self.ctx.started, cx.now);

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use hashbrown::HashTable;
 
-use crate::broker::job::Job;
 use crate::broker::snapshot::WorkerSnap;
 use crate::broker::types::{WorkerShared, WorkerState};
 use crate::ids::{FastMap, PeerId, QueueName, WorkerKey};
+use crate::job::Job;
 
 /// A job sent to a worker and not yet answered.
 #[derive(Debug)]

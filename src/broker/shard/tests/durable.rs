@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use super::harness::{done, offer_id, Harness};
 use crate::broker::msg::{TextAnswer, VecOutbox};
+use crate::config::Durability;
 use crate::config::WalConfig;
-use crate::wal::{self, Durability};
+use crate::wal;
 
 /// Small segments, so that short runs rotate, delete and compact.
 pub const SEGMENT_BYTES: u64 = 4096;
@@ -24,46 +25,80 @@ pub fn wal_config(dir: &Path) -> WalConfig {
         segment_bytes: SEGMENT_BYTES,
         sync_thread: false,
         skip_damaged: false,
+        disk_free_limit: 0,
     }
 }
 
-/// Every job a recovery of `dir` for `shards` shards finds, by queue, front first.
+/// The shards a restart of `shards` shards on `dir` starts with (recovery's
+/// facts with the shards' policy applied), and the logs' shared parts.
+fn restart(dir: &Path, shards: usize) -> Harness {
+    let mut h = Harness::new(shards);
+    h.attach_logs(dir);
+    h
+}
+
 /// `(queue, body, setbacks)` of every job in the dead sets a restart of
 /// `shards` shards recovers from `dir`, shard by shard.
 pub fn recover_dead(dir: &Path, shards: usize) -> Vec<(String, String, u32)> {
-    let now = std::time::Instant::now();
-    let opened = wal::open(&wal_config(dir), shards, false, crate::limits::MAX_RETRIES, now, now).expect("recovers");
+    let h = restart(dir, shards);
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    opened
-        .shards
-        .iter()
-        .flat_map(|s| &s.dead)
-        .map(|d| (text(d.job.queue_bytes()), text(d.job.frames.body()), d.job.redeliveries()))
-        .collect()
-}
-
-pub fn recover(dir: &Path, shards: usize) -> BTreeMap<String, Vec<String>> {
-    let now = std::time::Instant::now();
-    let opened =
-        wal::open(&wal_config(dir), shards, false, crate::limits::MAX_RETRIES, now, now).expect("the log recovers");
-    let mut out = BTreeMap::new();
-    for start in opened.shards {
-        for (queue, jobs) in start.queues {
-            let bodies = jobs.iter().map(|j| String::from_utf8_lossy(j.frames.body()).into_owned());
-            out.insert(queue.to_string(), bodies.collect());
+    let mut out = Vec::new();
+    for shard in &h.shards {
+        for id in shard.dead.ids(None) {
+            if let Some(d) = shard.dead.get(id) {
+                out.push((text(d.job.queue_bytes()), text(d.job.frames.body()), d.job.redeliveries()));
+            }
         }
     }
+    out
+}
+
+/// Every job a restart of `shards` shards on `dir` puts back in a queue,
+/// by queue, front first.
+pub fn recover(dir: &Path, shards: usize) -> BTreeMap<String, Vec<String>> {
+    let h = restart(dir, shards);
+    let mut out = BTreeMap::new();
+    for shard in &h.shards {
+        for queue in shard.queues.names() {
+            let bodies: Vec<String> =
+                shard.queues.jobs(&queue.0).map(|j| String::from_utf8_lossy(j.frames.body()).into_owned()).collect();
+            if !bodies.is_empty() {
+                out.insert(queue.to_string(), bodies);
+            }
+        }
+    }
+    out
+}
+
+/// A copy of the log files under `dir` in a new temporary directory: the
+/// disk as a crash now would leave it (the running shards keep `dir`
+/// locked).
+pub fn crash_copy(dir: &Path) -> tempfile::TempDir {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).expect("mkdir");
+        for entry in std::fs::read_dir(from).expect("read_dir") {
+            let entry = entry.expect("entry");
+            let target = to.join(entry.file_name());
+            if entry.file_type().expect("file type").is_dir() {
+                copy(&entry.path(), &target);
+            } else if entry.file_name() != "lock" {
+                std::fs::copy(entry.path(), target).expect("copy");
+            }
+        }
+    }
+    let out = tempfile::tempdir().expect("tempdir");
+    copy(dir, out.path());
     out
 }
 
 impl Harness {
     /// Gives every shard a log in `dir` (recovering what is there).
     pub fn attach_logs(&mut self, dir: &Path) {
-        let opened =
-            wal::open(&wal_config(dir), self.shards.len(), false, crate::limits::MAX_RETRIES, self.now, self.now)
-                .expect("log opens");
+        let opened = wal::open(&wal_config(dir), self.shards.len(), false, self.now, self.now).expect("log opens");
+        self.wals.clear();
         for (shard, start) in self.shards.iter_mut().zip(opened.shards) {
-            shard.attach_log(start);
+            self.wals.push(start.log.shared().clone());
+            shard.attach_log(Box::new(start.log), start.recovered);
         }
     }
 
@@ -80,15 +115,20 @@ impl Harness {
     /// segments waiting to be deleted go.
     pub fn sync_logs(&mut self) {
         for shard in &mut self.shards {
-            if let Some(log) = &mut shard.wal {
-                log.sync_all();
-            }
+            assert!(shard.log.sync_all(), "the log syncs");
         }
+    }
+
+    /// A figure of shard `index`'s log (`log_bytes`, `segments`,
+    /// `live_jobs`, `live_bytes`).
+    pub fn wal_figure(&self, index: usize, name: &str) -> u64 {
+        use crate::joblog::LogStatus;
+        self.wals[index].to_json(index)[name].as_u64().unwrap_or_else(|| panic!("no figure {name}"))
     }
 
     /// Live jobs by the logs' count, summed over shards.
     pub fn logged_live(&self) -> u64 {
-        self.shards.iter().filter_map(|s| s.log()).flat_map(|l| l.segments().values()).map(|s| s.live).sum()
+        (0..self.wals.len()).map(|i| self.wal_figure(i, "live_jobs")).sum()
     }
 }
 
@@ -169,9 +209,10 @@ fn a_worker_death_counts_a_delivery_that_survives_a_restart() {
     h.commit_logs();
     drop(h);
     let now = std::time::Instant::now();
-    let opened = wal::open(&wal_config(dir.path()), 1, false, crate::limits::MAX_RETRIES, now, now).unwrap();
-    let jobs = &opened.shards[0].queues[0].1;
-    assert_eq!(jobs[0].redeliveries(), 1);
+    let opened = wal::open(&wal_config(dir.path()), 1, false, now, now).unwrap();
+    let jobs = &opened.shards[0].recovered.jobs;
+    assert_eq!(jobs[0].job.redeliveries(), 1);
+    assert!(matches!(jobs[0].state, crate::joblog::JobState::Waiting), "{:?}", jobs[0].state);
 }
 
 #[test]
@@ -184,7 +225,7 @@ fn segments_rotate_and_dead_ones_are_deleted() {
         h.request("c", &format!("m{i}"), "q", &"x".repeat(64));
         h.commit_logs();
     }
-    let segments = h.shards[0].log().unwrap().segments().len();
+    let segments = h.wal_figure(0, "segments");
     assert!(segments > 3, "{segments} segments");
     h.ready("w1", 200);
     for i in 0..200 {
@@ -192,7 +233,7 @@ fn segments_rotate_and_dead_ones_are_deleted() {
         h.commit_logs();
     }
     h.sync_logs();
-    let left = h.shards[0].log().unwrap().segments().len();
+    let left = h.wal_figure(0, "segments");
     assert!(left <= 2, "all done: only the current segment (and maybe its predecessor) remain, {left}");
     assert_eq!(h.logged_live(), 0);
 }
@@ -219,8 +260,7 @@ fn compaction_keeps_disk_within_the_factor_of_live_records() {
         h.commit_logs();
         h.sync_logs();
     }
-    let log = h.shards[0].log().unwrap();
-    let (disk, live) = log.disk_and_live_bytes();
+    let (disk, live) = (h.wal_figure(0, "log_bytes"), h.wal_figure(0, "live_bytes"));
     let bound = crate::limits::WAL_DISK_FACTOR * live + 2 * SEGMENT_BYTES;
     assert!(disk <= bound, "disk {disk} > {bound} (live {live})");
     let stuck = h.waiting("stuck");
@@ -308,7 +348,7 @@ fn dead_jobs_survive_restarts_compaction_and_a_new_shard_count() {
         h.commit_logs();
         h.sync_logs();
     }
-    let (disk, live) = h.shards[0].log().unwrap().disk_and_live_bytes();
+    let (disk, live) = (h.wal_figure(0, "log_bytes"), h.wal_figure(0, "live_bytes"));
     let bound = crate::limits::WAL_DISK_FACTOR * live + 2 * SEGMENT_BYTES;
     assert!(disk <= bound, "disk {disk} > {bound} (live {live})");
     drop(h);

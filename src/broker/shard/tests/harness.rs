@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::broker::counts::QueueCounts;
-use crate::broker::job::JobFrames;
 use crate::broker::msg::{
     Dest, OutMsg, Outgoing, Schedule, ShardMsg, TextAnswer, TextBatch, TextCmd, TextOutcome, TextPort, TextReply,
     TextRequest, VecOutbox,
@@ -17,6 +16,7 @@ use crate::broker::shard::{Shard, ShardContext};
 use crate::broker::types::shard_of;
 use crate::config::RouterConfig;
 use crate::ids::{ConnId, MsgId, OfferId, PeerId, QueueName};
+use crate::job::JobFrames;
 use crate::protocol::emqp::{decode, Command, Frame, Message, ScheduleBody, Socket};
 use crate::protocol::text::ErrorCode;
 
@@ -39,6 +39,9 @@ pub struct Harness {
     pub seed: Option<u64>,
     port: TextPort,
     port_rx: crossbeam_channel::Receiver<TextBatch>,
+    /// The write-ahead logs' shared parts, shard by shard, once
+    /// `attach_logs` gave the shards real logs (figures for the tests).
+    pub wals: Vec<Arc<crate::wal::shared::WalShared>>,
 }
 
 impl Harness {
@@ -64,6 +67,7 @@ impl Harness {
             seed: None,
             port: TextPort { id: 1, tx, wake: None },
             port_rx,
+            wals: Vec::new(),
         }
     }
 

@@ -8,6 +8,7 @@ mod deadline;
 mod durable;
 mod flow;
 mod harness;
+mod joblog;
 mod lifecycle;
 mod model;
 mod observe;

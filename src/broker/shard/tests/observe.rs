@@ -150,7 +150,7 @@ impl Harness {
     /// delivery ([`crate::limits::MAX_RETRIES`] returns behind them): a
     /// crash now counts one more, so recovery dead-letters them.
     pub fn at_last_delivery(&self) -> std::collections::BTreeSet<String> {
-        let last = |j: &crate::broker::job::Job| j.redeliveries() >= crate::limits::MAX_RETRIES;
+        let last = |j: &crate::job::Job| j.redeliveries() >= crate::limits::MAX_RETRIES;
         let mut out = std::collections::BTreeSet::new();
         for shard in &self.shards {
             out.extend(shard.workers.inflight().filter(|(_, f)| last(&f.job)).map(|(_, f)| text(f.job.frames.body())));

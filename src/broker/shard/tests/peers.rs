@@ -348,8 +348,8 @@ fn a_job_dispatched_to_a_worker_gone_meanwhile_is_requeued() {
         h.send_failed("w1", "m", true);
         h.request("c1", "m1", "q", "x");
         let none: &[&[u8]] = &[];
-        let frames = crate::broker::job::JobFrames::new(b"m-late", b"q", b"", b"late", none).expect("small frames");
-        let job = crate::broker::job::Job::new(JobId(1), frames, crate::broker::job::Origin::Emqp, false, h.now, h.now);
+        let frames = crate::job::JobFrames::new(b"m-late", b"q", b"", b"late", none).expect("small frames");
+        let job = crate::job::Job::new(JobId(1), frames, crate::job::Origin::Emqp, false, h.now, h.now);
         let msg = ShardMsg::Dispatched { key: old, job };
         h.send(h.shard_of("w1"), msg);
         assert_eq!(h.waiting("q"), ["late", "x"], "{}", h.setup());

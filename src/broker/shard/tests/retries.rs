@@ -8,8 +8,9 @@ use std::time::Duration;
 use super::harness::Harness;
 use crate::broker::dead::{DeadAnswer, DeadOp, DeadTarget};
 use crate::broker::msg::ShardMsg;
-use crate::broker::retry::{backoff, Setback};
+use crate::broker::retry::backoff;
 use crate::ids::{JobId, QueueName};
+use crate::job::Setback;
 
 const S: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);

@@ -395,7 +395,10 @@ impl Model {
             bodies.retain(|b| !last.contains(b));
         }
         held.retain(|_, b| !b.is_empty());
-        let got = super::durable::recover(dir, self.h.shards.len());
+        // The running shards hold the data directory: recover a copy of
+        // it, the disk as a crash would leave it.
+        let copy = super::durable::crash_copy(dir);
+        let got = super::durable::recover(copy.path(), self.h.shards.len());
         let got_sets: BTreeMap<String, BTreeSet<String>> =
             got.iter().map(|(q, b)| (q.clone(), b.iter().cloned().collect())).collect();
         assert_eq!(got_sets, held, "recovered jobs by queue");

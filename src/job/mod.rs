@@ -1,5 +1,8 @@
-//! A job as the broker holds it: [`JobFrames`], the job's frames in one
-//! shared allocation, and [`Job`], the small record a queue holds.
+//! The job data model, below the broker and its log: [`JobFrames`], the
+//! job's frames in one shared allocation; [`Job`], the small record a queue
+//! holds; [`Setback`] and [`DeadJob`] ([`setback`]). Plain data: it
+//! imports only [`crate::ids`] and [`crate::limits`], so the broker, the
+//! job log's backends and the codecs share it without knowing each other.
 //!
 //! Layout of the allocation (one `Arc<[u8]>`):
 //!
@@ -21,6 +24,9 @@ use std::time::Instant;
 
 use crate::ids::{JobId, QueueName};
 use crate::limits;
+
+mod setback;
+pub use setback::{unix_ms_now, DeadJob, Setback};
 
 const HEADER: usize = 12;
 
@@ -213,8 +219,8 @@ pub enum Origin {
 /// One accepted job: 40 bytes and its [`JobFrames`].
 ///
 /// Layout (kept at 40 bytes, a unit test checks it): the id (8), the frames
-/// (16), the acceptance time (8), the write-ahead-log segment holding its
-/// record (4) and one packed word (4) holding [`Job::back_from`] (24 bits),
+/// (16), the acceptance time (8), the job log's tag (4, see
+/// [`Job::log_tag`]) and one packed word (4) holding [`Job::back_from`] (24 bits),
 /// [`Job::redeliveries`] (6 bits, saturating at 63), the origin and the
 /// fallback flag (1 bit each).
 #[derive(Clone, Debug)]
@@ -226,8 +232,8 @@ pub struct Job {
     /// When the broker took responsibility for it, in nanoseconds since the
     /// router started (see [`Job::accepted_at`]).
     accepted_ns: u64,
-    /// See [`Job::wal_segment`].
-    wal_segment: u32,
+    /// See [`Job::log_tag`].
+    log_tag: u32,
     /// `back_from` (bits 0..24), redeliveries (24..30), text origin (30),
     /// fallback (31).
     packed: u32,
@@ -254,10 +260,10 @@ impl Job {
         if fallback {
             packed |= FALLBACK_BIT;
         }
-        Job { id, frames, accepted_ns, wal_segment: 0, packed }
+        Job { id, frames, accepted_ns, log_tag: 0, packed }
     }
 
-    /// Its setbacks ([`crate::broker::retry::Setback`]): tries that came to
+    /// Its setbacks ([`Setback`]): tries that came to
     /// nothing because it failed, passed its deadline, or the worker or
     /// text connection holding it went away, or the router stopped while it
     /// was in flight. Past its allowed retries it goes to the dead set
@@ -288,16 +294,17 @@ impl Job {
         self.packed & FALLBACK_BIT != 0
     }
 
-    /// The segment of the shard's write-ahead log that holds the job's
-    /// latest `Accepted` record (0 when the router keeps no log); see
-    /// `crate::wal`.
-    pub fn wal_segment(&self) -> u32 {
-        self.wal_segment
+    /// Where the shard's job log keeps the job's record: opaque to
+    /// everyone but the log that set it (the write-ahead log puts the
+    /// number of the segment holding the job's latest `Accepted` record
+    /// there, `crate::wal`); 0 until a log sets it.
+    pub fn log_tag(&self) -> u32 {
+        self.log_tag
     }
 
-    /// Sets [`Job::wal_segment`].
-    pub fn set_wal_segment(&mut self, segment: u32) {
-        self.wal_segment = segment;
+    /// Sets [`Job::log_tag`] (the job log's business only).
+    pub fn set_log_tag(&mut self, tag: u32) {
+        self.log_tag = tag;
     }
 
     /// While the job waits at the front of its queue again because worker
@@ -406,14 +413,14 @@ mod tests {
         let mut j = Job::new(JobId(9), f, Origin::Text, true, now, now);
         j.set_back_from(Some(crate::ids::WorkerKey((1 << 24) + 5)));
         j.set_redeliveries(70);
-        j.set_wal_segment(u32::MAX);
+        j.set_log_tag(u32::MAX);
         assert_eq!((j.back_from(), j.redeliveries(), j.origin(), j.fallback()), (Some(5), 63, Origin::Text, true));
         j.set_back_from(Some(crate::ids::WorkerKey(1 << 24)));
         assert_eq!(j.back_from(), Some(1), "a key whose low bits are 0 still counts");
         j.set_back_from(None);
         j.set_redeliveries(2);
         assert_eq!((j.back_from(), j.redeliveries(), j.origin(), j.fallback()), (None, 2, Origin::Text, true));
-        assert_eq!(j.wal_segment(), u32::MAX);
+        assert_eq!(j.log_tag(), u32::MAX);
     }
 
     #[test]
