@@ -1,7 +1,8 @@
 //! Durability (issue 12) over real sockets: `kill -9` of `emq-router` at
 //! random points while numbered eMQP and text producers and consumers run,
 //! restarts on the same data directory, torn writes, a flipped byte, the
-//! lock file, and a clean restart keeping queues in order.
+//! lock file, and a clean restart keeping queues in order. Disk faults
+//! (full, read-only, deleted) are in [`faults`].
 //!
 //! The crash test's rules (what "acknowledged" and "in flight" mean here):
 //! * an eMQP job is acknowledged when its acceptance REPLY arrived, refused
@@ -41,6 +42,8 @@ use crate::common::router::rust_router_bin;
 use crate::common::wait;
 use crate::common::watchdog::Watchdog;
 
+mod faults;
+
 /// The router binary on fixed ports and a data directory, restartable.
 struct Node {
     ports: [u16; 4],
@@ -50,8 +53,14 @@ struct Node {
 
 impl Node {
     fn new(dir: &TestDir) -> Node {
+        Node::with_data(dir, dir.join("router-data"))
+    }
+
+    /// A node whose data directory is `data` (on a file system of the
+    /// test's own, say).
+    fn with_data(dir: &TestDir, data: PathBuf) -> Node {
         let ports = [free_port(), free_port(), free_port(), free_port()];
-        Node { ports, data: dir.join("router-data"), log: dir.join("router.log") }
+        Node { ports, data, log: dir.join("router.log") }
     }
 
     fn frontend(&self) -> String {
@@ -130,6 +139,8 @@ struct Ledger {
     acked: BTreeSet<String>,
     /// Jobs the router refused (eMQP `ERROR`, text `ERR`): never accepted.
     refused: BTreeSet<String>,
+    /// Refusals by code (`QUEUE_FULL`, `STORE_FULL`, …).
+    codes: BTreeMap<String, u64>,
     /// Deliveries in arrival order: `(phase, consumer, body, confirmed)`;
     /// `confirmed` is set once the same consumer got its next job or NOPE.
     delivered: Vec<(usize, String, String, bool)>,
@@ -209,7 +220,11 @@ fn emqp_producer(node_fe: String, next: Arc<AtomicU64>, ledger: Shared, stop: Ar
             let body = || String::from_utf8_lossy(&f[4]).into_owned();
             match f.get(2).map(Vec::as_slice) {
                 Some(b"REPLY") if f.len() == 5 => lock(&ledger).acked.insert(body()),
-                Some(b"ERROR") if f.len() >= 6 => lock(&ledger).refused.insert(body()),
+                Some(b"ERROR") if f.len() >= 6 => {
+                    let mut l = lock(&ledger);
+                    *l.codes.entry(String::from_utf8_lossy(&f[5]).into_owned()).or_default() += 1;
+                    l.refused.insert(body())
+                }
                 _ => continue,
             };
             outstanding -= 1;
@@ -293,20 +308,26 @@ fn text_producer(addr: String, next: Arc<AtomicU64>, ledger: Shared, stop: Arc<A
             return;
         }
         for body in group {
-            let mut refused = false;
+            let mut refused = None;
             loop {
-                match read_line(&mut r, &stop).as_deref() {
-                    Some("NOPE") => break,
-                    Some(err) if err.starts_with("ERR ") && !refused => refused = true,
+                match read_line(&mut r, &stop) {
+                    Some(line) if line == "NOPE" => break,
+                    Some(err) if err.starts_with("ERR ") && refused.is_none() => {
+                        refused = err.split(' ').nth(1).map(str::to_string);
+                    }
                     Some(other) => panic!("text producer got {other:?} for {body}"),
                     None => return,
                 }
             }
             let mut l = lock(&ledger);
-            if refused {
-                l.refused.insert(body);
-            } else {
-                l.acked.insert(body);
+            match refused {
+                Some(code) => {
+                    *l.codes.entry(code).or_default() += 1;
+                    l.refused.insert(body);
+                }
+                None => {
+                    l.acked.insert(body);
+                }
             }
         }
     }

@@ -462,10 +462,10 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     };
     let text_addr = text.as_ref().map(|t| t.local_addr());
     let text_stats = text.as_ref().map(|t| t.stats().clone());
-    let (wal_config, inner_extra) = (config.clone(), extra);
+    let (wal_config, inner_extra, wal_logs) = (config.clone(), extra, log_stats.clone());
     let extra: ExtraStatus = Arc::new(move || {
         let mut v = inner_extra();
-        v.push(("wal", wal_status(&wal_config, &log_stats)));
+        v.push(("wal", wal_status(&wal_config, &wal_logs)));
         v
     });
     let extra: ExtraStatus = match text_stats.clone() {
@@ -486,8 +486,14 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         spawn("emq-admin".into(), move || admin::run(admin_rx, admin_egress, admin_broker, extra, admin_latency))?;
     let http = match config.metrics_addr {
         Some(addr) => {
-            let sources =
-                scrape::Sources { broker: broker.clone(), latency: latency.clone(), text: text_stats.clone() };
+            let sources = scrape::Sources {
+                broker: broker.clone(),
+                latency: latency.clone(),
+                text: text_stats.clone(),
+                logs: log_stats.clone(),
+                disk_free_limit: (config.wal.durability != crate::config::Durability::Memory)
+                    .then_some(config.wal.disk_free_limit),
+            };
             let limits = http::HttpLimits {
                 max_connections: config.metrics_max_connections,
                 request_timeout: config.metrics_request_timeout,

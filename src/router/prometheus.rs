@@ -197,10 +197,48 @@ impl Collector for Exposition {
             let head = ("emq_text_errors", "ERR replies to text clients, by code.", MetricType::Counter);
             family(e, head, "code", errors, |v, m| ConstCounter::new(v).encode(m))?;
         }
+        if !s.logs.is_empty() {
+            log_families(e, s)?;
+        }
         let events = s.counters.iter().map(|(k, v)| (k.clone(), *v));
         let head = ("emq_events", "The router's event counters (STATUS emq.counters), by name.", MetricType::Counter);
         family(e, head, "event", events, |v, m| ConstCounter::new(v).encode(m))
     }
+}
+
+/// The job logs' families (docs/durability.md "Watching it"): bytes and
+/// state per shard, the data directory's free space against
+/// `disk_free_limit`, errors by kind and repairs.
+fn log_families(e: &mut DescriptorEncoder, s: &Scrape) -> Res {
+    let shards = || s.logs.iter().enumerate().map(|(i, l)| (i.to_string(), l));
+    let head = ("emq_log_bytes", "Bytes of each shard's job log on disk.", MetricType::Gauge);
+    family(e, head, "shard", shards().map(|(i, l)| (i, l.bytes)), |v, m| ConstGauge::new(v as i64).encode(m))?;
+    let head = ("emq_log_live_jobs", "Jobs each shard's job log holds.", MetricType::Gauge);
+    family(e, head, "shard", shards().map(|(i, l)| (i, l.live_jobs)), |v, m| ConstGauge::new(v as i64).encode(m))?;
+    let help = "1 for each shard's job log state: ok, disk_alarm, or the kind of its fault (new jobs refused).";
+    let mut m = e.encode_descriptor("emq_log_state", help, None, MetricType::Gauge)?;
+    for (i, l) in shards() {
+        let labels = [("shard", i.as_str()), ("state", l.state.as_str())];
+        ConstGauge::new(1i64).encode(m.encode_family(&labels)?)?;
+    }
+    if let Some(free) = s.disk_free() {
+        let help = "Free bytes of the data directory's file system.";
+        gauge(e, "emq_disk_free", help, Some(&Unit::Bytes), free as i64)?;
+    }
+    if let Some(limit) = s.disk_free_limit {
+        let help = "disk_free_limit: below it new jobs are refused (STORE_FULL).";
+        gauge(e, "emq_disk_free_limit", help, Some(&Unit::Bytes), limit as i64)?;
+    }
+    let alarm =
+        "1 while new jobs are refused for lack of disk space (below disk_free_limit, or a write found it full).";
+    gauge(e, "emq_disk_alarm", alarm, None, i64::from(s.disk_alarm()))?;
+    let errors = crate::joblog::FaultKind::ALL
+        .iter()
+        .map(|k| (k.as_str().to_string(), s.logs.iter().map(|l| l.errors[k.index()]).sum::<u64>()));
+    let head = ("emq_log_errors", "Job log faults (a failed write, sync or check), by kind.", MetricType::Counter);
+    family(e, head, "kind", errors, |v, m| ConstCounter::new(v).encode(m))?;
+    let repairs = s.logs.iter().map(|l| l.repairs).sum();
+    counter(e, "emq_log_repairs", "Faulty job logs repaired (written again or rebuilt from memory).", repairs)
 }
 
 #[cfg(test)]
@@ -240,5 +278,40 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
+    }
+
+    #[test]
+    fn the_job_logs_state_free_space_and_errors() {
+        use crate::joblog::{FaultKind, LogFigures, LogState};
+        let mut errors = [0; FaultKind::ALL.len()];
+        errors[FaultKind::Full.index()] = 3;
+        let logs = vec![
+            LogFigures { bytes: 4096, live_jobs: 2, free_bytes: Some(1000), ..LogFigures::default() },
+            LogFigures {
+                bytes: 100,
+                state: LogState::Faulty(FaultKind::Full),
+                errors,
+                free_bytes: Some(900),
+                repairs: 1,
+                ..LogFigures::default()
+            },
+        ];
+        let text = render(Scrape { logs, disk_free_limit: Some(5000), ..Scrape::default() });
+        for line in [
+            "emq_log_bytes{shard=\"0\"} 4096",
+            "emq_log_live_jobs{shard=\"0\"} 2",
+            "emq_log_state{shard=\"0\",state=\"ok\"} 1",
+            "emq_log_state{shard=\"1\",state=\"full\"} 1",
+            "emq_disk_free_bytes 900",
+            "emq_disk_free_limit_bytes 5000",
+            "emq_disk_alarm 1",
+            "emq_log_errors_total{kind=\"full\"} 3",
+            "emq_log_errors_total{kind=\"gone\"} 0",
+            "emq_log_repairs_total 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        let memory = render(Scrape::default());
+        assert!(!memory.contains("emq_log_") && !memory.contains("emq_disk_"), "no log, no log families");
     }
 }

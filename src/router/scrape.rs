@@ -1,7 +1,8 @@
 //! One reading of the whole router for the HTTP server: every shard's
 //! snapshot, the latency histograms, the broker-wide counters and the text
 //! front end's figures, with the queues folded to at most
-//! `metrics_max_queues` names (the rest summed as [`OTHER_QUEUE`]). Both
+//! `metrics_max_queues` names (the rest summed as [`OTHER_QUEUE`]), and
+//! each shard's job log (bytes, free space, state, errors). Both
 //! `/metrics` ([`super::prometheus`]) and the status page
 //! ([`super::status_page`]) render one.
 
@@ -14,6 +15,7 @@ use parking_lot::Mutex;
 use super::Broker;
 use crate::broker::counts::{QueueCounter, QueueCounts};
 use crate::broker::snapshot::{SchedulerSnap, WorkerSnap};
+use crate::joblog::{FaultKind, LogFigures, LogState, LogStatus};
 use crate::metrics::latency::{new_histogram, Kind, LatencyStore};
 use crate::text::{TextStats, TextStatsSnapshot};
 
@@ -65,6 +67,24 @@ pub struct Scrape {
     pub shards_silent: usize,
     /// Bytes of the jobs in the dead sets.
     pub dead_bytes: u64,
+    /// Each shard's job log, by shard (empty with `durability = "memory"`).
+    pub logs: Vec<LogFigures>,
+    /// `disk_free_limit`, when the router keeps a log.
+    pub disk_free_limit: Option<u64>,
+}
+
+impl Scrape {
+    /// Free bytes of the data directory's file system, as the shards last
+    /// read it (the least of their readings: one file system).
+    pub fn disk_free(&self) -> Option<u64> {
+        self.logs.iter().filter_map(|l| l.free_bytes).min()
+    }
+
+    /// Whether any shard's log refuses new jobs for lack of space (the
+    /// alarm, or a write that found the disk full).
+    pub fn disk_alarm(&self) -> bool {
+        self.logs.iter().any(|l| matches!(l.state, LogState::Alarm | LogState::Faulty(FaultKind::Full)))
+    }
 }
 
 impl Scrape {
@@ -83,6 +103,10 @@ pub struct Sources {
     pub latency: Arc<Mutex<LatencyStore>>,
     /// The text front end's counters, when it is on.
     pub text: Option<Arc<TextStats>>,
+    /// Each shard's job log (none with `durability = "memory"`).
+    pub logs: Vec<Arc<dyn LogStatus>>,
+    /// `disk_free_limit`, when the router keeps a log.
+    pub disk_free_limit: Option<u64>,
 }
 
 impl Sources {
@@ -162,6 +186,8 @@ impl Sources {
             text: self.text.as_ref().map(|t| t.snapshot()),
             shards_silent,
             dead_bytes: snaps.iter().map(|s| s.dead_bytes as u64).sum(),
+            logs: self.logs.iter().map(|l| l.figures()).collect(),
+            disk_free_limit: self.disk_free_limit,
         }
     }
 }

@@ -109,12 +109,41 @@ pub fn render(scrape: &Scrape, rates: &mut Rates) -> String {
     if scrape.shards_silent > 0 {
         let _ = write!(o, "<p class=\"bad\">{} shard(s) did not answer in time.</p>", scrape.shards_silent);
     }
+    log(&mut o, scrape);
     queues(&mut o, scrape, &per_second);
     latency_plot(&mut o, scrape);
     workers(&mut o, scrape);
     dead(&mut o, scrape);
     o.push_str("</body></html>\n");
     o
+}
+
+/// The job log's line: its bytes, free space against `disk_free_limit`,
+/// and the state of each shard's log that is not ok (new jobs refused).
+fn log(o: &mut String, scrape: &Scrape) {
+    if scrape.logs.is_empty() {
+        return;
+    }
+    let bytes: u64 = scrape.logs.iter().map(|l| l.bytes).sum();
+    let free = scrape.disk_free().map_or("-".to_string(), |f| f.to_string());
+    let limit = scrape.disk_free_limit.unwrap_or(0);
+    let _ = write!(o, "<p id=\"log\">Job log: {bytes} byte(s); {free} byte(s) free on disk (limit {limit}).");
+    let bad: Vec<String> = scrape
+        .logs
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.state != crate::joblog::LogState::Ok)
+        .map(|(i, l)| format!("shard {i}: {}", l.state.as_str()))
+        .collect();
+    if !bad.is_empty() {
+        let _ = write!(
+            o,
+            " <span class=\"bad\">New jobs refused ({}); jobs held are still served. \
+             See docs/durability.md.</span>",
+            escape(&bad.join(", "))
+        );
+    }
+    o.push_str("</p>");
 }
 
 fn queues(o: &mut String, scrape: &Scrape, per_second: &HashMap<String, [f64; 3]>) {
@@ -265,5 +294,19 @@ mod tests {
         scrape.queues[0].counts.add(QueueCounter::Accepted, 1000);
         let page = render(&scrape, &mut rates);
         assert!(!page.contains("<td>-</td><td>-</td><td>-</td><td>"), "a second load shows rates: {page}");
+    }
+
+    #[test]
+    fn page_says_when_the_job_log_refuses_new_jobs() {
+        use crate::joblog::{FaultKind, LogFigures, LogState};
+        let ok = LogFigures { bytes: 10, free_bytes: Some(7000), ..LogFigures::default() };
+        let full = LogFigures { state: LogState::Alarm, free_bytes: Some(6000), ..LogFigures::default() };
+        let gone = LogFigures { state: LogState::Faulty(FaultKind::Gone), ..LogFigures::default() };
+        let scrape = Scrape { shards: 3, logs: vec![ok, full, gone], disk_free_limit: Some(9000), ..Scrape::default() };
+        let page = render(&scrape, &mut Rates::default());
+        assert!(page.contains("Job log: 10 byte(s); 6000 byte(s) free on disk (limit 9000)."), "{page}");
+        assert!(page.contains("New jobs refused (shard 1: disk_alarm, shard 2: gone)"), "{page}");
+        let memory = render(&Scrape { shards: 1, ..Scrape::default() }, &mut Rates::default());
+        assert!(!memory.contains("id=\"log\""), "no log line without a log");
     }
 }

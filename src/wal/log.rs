@@ -424,6 +424,13 @@ impl ShardLog {
             None => limits::WAL_RETRY_MIN,
         };
         let tries = self.fault.map_or(0, |f| f.tries + 1);
+        // The first cause names the fault until it is repaired (a failed
+        // sync after a read-only write is its consequence), unless this one
+        // is worse: it needs a rebuild where the first did not.
+        let kind = match self.fault {
+            Some(f) if f.rebuild || !rebuild => f.kind,
+            _ => kind,
+        };
         self.fault = Some(Fault { kind, rebuild, next_try: now + backoff, backoff, tries });
         self.shared.set_faulty(true);
         if rebuild {

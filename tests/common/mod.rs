@@ -9,6 +9,8 @@
 //! * [`python`]: the real Python EventMQ 0.3.13 venv (created on demand by
 //!   `tests/interop/setup-venv.sh`), jobmanagers and client driver scripts.
 //! * [`data`]: a fresh data directory per router (never the user's state dir).
+//! * [`mounts`]: a tmpfs to fill and an ext4 that goes read-only, mounted
+//!   for a test and unmounted by it (root only; one line says why not).
 //! * [`router`]: starting `emq-router` (or, with `EMQ_INTEROP_ROUTER=python`,
 //!   the Python EventMQ router) on fresh ports.
 //! * [`admin`]: a raw eMQP admin client (STATUS, ROUTER_SHOW_WORKERS, …).
@@ -24,6 +26,7 @@ pub mod admin;
 pub mod data;
 pub mod interop;
 pub mod jobs;
+pub mod mounts;
 pub mod ports;
 pub mod proc;
 pub mod python;

@@ -1,6 +1,7 @@
 //! A per-test time limit. [`start`] returns a guard; if the guard is not
 //! dropped within the limit, the watchdog prints which test hung, kills every
-//! child process group still registered with [`super::proc`], and aborts the
+//! child process group still registered with [`super::proc`], unmounts what
+//! [`super::mounts`] mounted, and aborts the
 //! whole test binary (a hung test must not hang CI; rust-zmq's tests do the
 //! same). Dropping the guard (test passed or panicked) disarms it.
 
@@ -34,6 +35,7 @@ fn guard(name: &str, limit: Duration, done: &(Mutex<bool>, Condvar)) {
         if now >= deadline {
             eprintln!("watchdog: test {name} exceeded its {limit:?} limit; killing children and aborting");
             super::proc::kill_all_registered();
+            super::mounts::unmount_all_registered();
             std::process::abort();
         }
         finished = cvar.wait_timeout(finished, deadline - now).unwrap_or_else(|e| e.into_inner()).0;

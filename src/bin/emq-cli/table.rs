@@ -136,7 +136,8 @@ pub fn status(v: &Value) -> String {
 }
 
 /// The `emq` object of STATUS: version, shards, uptime, whether it drains,
-/// then every counter that is not zero, one line per group.
+/// then every counter that is not zero, one line per group (the job log's
+/// figures apart).
 fn summary(emq: &Value) -> String {
     let shards = emq.get("shards").and_then(Value::as_u64).unwrap_or(0);
     let mut out = format!(
@@ -146,7 +147,9 @@ fn summary(emq: &Value) -> String {
         duration(emq.get("uptime_secs").and_then(Value::as_u64).unwrap_or(0)),
         if emq.get("draining").and_then(Value::as_bool) == Some(true) { "draining" } else { "accepting jobs" },
     );
-    for (key, value) in emq.as_object().into_iter().flatten().filter(|(_, v)| v.is_object()) {
+    // `wal` has a table of its own (see `wal`).
+    let groups = emq.as_object().into_iter().flatten().filter(|(k, v)| v.is_object() && *k != "wal");
+    for (key, value) in groups {
         let mut figures = Vec::new();
         nonzero(value, "", &mut figures);
         if !figures.is_empty() {
@@ -174,14 +177,23 @@ fn wal(v: &Value) -> String {
     let Some(w) = v.pointer("/emq/wal") else { return String::new() };
     let durability = w.get("durability").and_then(Value::as_str).unwrap_or("-");
     let dir = w.get("data_dir").and_then(Value::as_str).unwrap_or("-");
-    let mut out = format!("\ndurability {}, data dir {}\n", printable(durability), printable(dir));
+    let mut out = format!("\ndurability {}, data dir {}", printable(durability), printable(dir));
     let shards = w.get("shards").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let free = shards.iter().filter_map(|s| s.get("free_bytes").and_then(Value::as_u64)).min();
+    if let (Some(free), Some(limit)) = (free, w.get("disk_free_limit").and_then(Value::as_u64)) {
+        out += &format!(", {free} bytes free (limit {limit})");
+    }
+    out.push('\n');
     if shards.is_empty() {
         return out;
     }
-    let keys = ["shard", "log_bytes", "segments", "live_jobs", "last_sync_us", "syncs", "jobs_recovered"];
-    let header = ["SHARD", "LOG-BYTES", "SEGMENTS", "LIVE-JOBS", "LAST-SYNC-US", "SYNCS", "RECOVERED"];
-    let rows: Vec<Vec<String>> = shards.iter().map(|s| keys.iter().map(|k| count(s.get(*k))).collect()).collect();
+    let keys = ["shard", "state", "log_bytes", "segments", "live_jobs", "last_sync_us", "syncs", "jobs_recovered"];
+    let header = ["SHARD", "STATE", "LOG-BYTES", "SEGMENTS", "LIVE-JOBS", "LAST-SYNC-US", "SYNCS", "RECOVERED"];
+    let cell = |v: Option<&Value>| match v {
+        Some(Value::String(s)) => printable(s),
+        other => count(other),
+    };
+    let rows: Vec<Vec<String>> = shards.iter().map(|s| keys.iter().map(|k| cell(s.get(*k))).collect()).collect();
     out += &render(&header, &rows);
     out
 }
@@ -351,10 +363,10 @@ mod tests {
             "served_queues": ["default", "q"], "asked_queues": ["a", "t"],
             "emq": {"version": "0.1.0", "shards": 1, "uptime_secs": 75, "draining": false,
                     "counters": {"accepted_jobs": 4, "malformed_admin": 0}, "text": {"errors_by_code": {"BAD_FORMAT": 1, "BUSY": 0}},
-                    "wal": {"durability": "sync", "data_dir": "/var/lib/emq", "shards": [
-                        {"shard": 0, "log_bytes": 1_048_576, "segments": 2, "live_jobs": 3, "live_bytes": 300, "last_sync_us": 850,
+                    "wal": {"durability": "sync", "data_dir": "/var/lib/emq", "disk_free_limit": 268_435_456, "shards": [
+                        {"shard": 0, "state": "ok", "free_bytes": 1_000_000_000, "log_bytes": 1_048_576, "segments": 2, "live_jobs": 3, "live_bytes": 300, "last_sync_us": 850,
                          "syncs": 41, "jobs_recovered": 3, "recovery_ms": 1, "relocated_jobs": 0, "deleted_segments": 0},
-                        {"shard": 1, "log_bytes": 4096, "segments": 1, "live_jobs": 0, "live_bytes": 0, "last_sync_us": 1_234_567,
+                        {"shard": 1, "state": "full", "free_bytes": 999_999_999, "log_bytes": 4096, "segments": 1, "live_jobs": 0, "live_bytes": 0, "last_sync_us": 1_234_567,
                          "syncs": 123_456, "jobs_recovered": 0, "recovery_ms": 0, "relocated_jobs": 0, "deleted_segments": 2}]}}
         });
         assert_eq!(
@@ -369,10 +381,10 @@ mod tests {
              counters: accepted_jobs=4\n\
              text: errors_by_code.BAD_FORMAT=1\n\
              \n\
-             durability sync, data dir /var/lib/emq\n\
-             SHARD  LOG-BYTES  SEGMENTS  LIVE-JOBS  LAST-SYNC-US   SYNCS  RECOVERED\n    \
-             0    1048576         2          3           850      41          3\n    \
-             1       4096         1          0       1234567  123456          0\n"
+             durability sync, data dir /var/lib/emq, 999999999 bytes free (limit 268435456)\n\
+             SHARD  STATE  LOG-BYTES  SEGMENTS  LIVE-JOBS  LAST-SYNC-US   SYNCS  RECOVERED\n    \
+             0  ok       1048576         2          3           850      41          3\n    \
+             1  full        4096         1          0       1234567  123456          0\n"
         );
         // A router without a log (durability memory) has no shard rows.
         let memory = json!({"emq": {"version": "0.1.0", "shards": 2, "uptime_secs": 5, "draining": true,

@@ -122,8 +122,13 @@ impl Harness {
     /// A figure of shard `index`'s log (`log_bytes`, `segments`,
     /// `live_jobs`, `live_bytes`).
     pub fn wal_figure(&self, index: usize, name: &str) -> u64 {
+        self.wal_figure_json(index)[name].as_u64().unwrap_or_else(|| panic!("no figure {name}"))
+    }
+
+    /// Shard `index`'s log as STATUS shows it.
+    pub fn wal_figure_json(&self, index: usize) -> serde_json::Value {
         use crate::joblog::LogStatus;
-        self.wals[index].to_json(index)[name].as_u64().unwrap_or_else(|| panic!("no figure {name}"))
+        self.wals[index].to_json(index)
     }
 
     /// Live jobs by the logs' count, summed over shards.

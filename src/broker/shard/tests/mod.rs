@@ -18,6 +18,7 @@ mod schedulers;
 mod scheduling;
 mod text;
 mod text_ext;
+mod wal_faults;
 
 use std::time::Duration;
 

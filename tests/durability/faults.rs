@@ -1,0 +1,315 @@
+//! Disk faults under load (issue 25), over real sockets with the crash
+//! test's producers, consumers and rules ([`super::check`]): the data
+//! directory on a tmpfs that fills up (with and without the free-space
+//! alarm), on an ext4 that the kernel turns read-only and an operator
+//! brings back, and deleted while the router runs.
+//!
+//! In each: fresh producers are refused at once with the fault's code
+//! (`STORE_FULL`, `STORE_FAILED`: no silent drop, no hang), the router
+//! stays up and admin answers, consumers drain the queues, and once the
+//! cause is gone producers are accepted again without a restart; then a
+//! `kill -9` and a restart deliver every acknowledged job.
+//!
+//! The mount tests need root (CI runs as root); elsewhere they say in one
+//! line that they skip.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{check, dealer, lock, read_line, recv_within, text_conn, Node, Phase, Shared};
+use crate::common::mounts::{root_or_skip, Mount};
+use crate::common::ports::free_port;
+use crate::common::proc::TestDir;
+use crate::common::wait;
+use crate::common::watchdog::Watchdog;
+
+/// How long a fresh producer may wait for its answer.
+const ANSWER: Duration = Duration::from_secs(5);
+
+/// One REQUEST from a fresh client, recorded in the ledger like the load's:
+/// `"REPLY"`, or the ERROR's code; `None` when nothing came within
+/// [`ANSWER`].
+fn probe_emqp(node: &Node, ledger: &Shared, next: &AtomicU64) -> Option<String> {
+    let ctx = zmq::Context::new();
+    let s = dealer(&ctx, &node.frontend())?;
+    // Its own prefix: fresh jobs keep their order per producer, and a probe
+    // races the load's producer ([`super::check`] orders by first letter).
+    let body = format!("p-{:08}", next.fetch_add(1, Ordering::Relaxed));
+    lock(ledger).sent.insert(body.clone());
+    let frames: [&[u8]; 7] = [b"", b"eMQP/1.0", b"REQUEST", body.as_bytes(), b"default", b"", body.as_bytes()];
+    s.send_multipart(frames, 0).ok()?;
+    let f = recv_within(&s, ANSWER.as_millis() as i64)?;
+    let mut l = lock(ledger);
+    match f.get(2).map(Vec::as_slice) {
+        Some(b"REPLY") => {
+            l.acked.insert(body);
+            Some("REPLY".into())
+        }
+        Some(b"ERROR") => {
+            let code = String::from_utf8_lossy(&f[5]).into_owned();
+            *l.codes.entry(code.clone()).or_default() += 1;
+            l.refused.insert(body);
+            Some(code)
+        }
+        _ => None,
+    }
+}
+
+/// One SCHED from a fresh text connection (then `ASK probe`): `"OK"`, or
+/// the `ERR` code; `None` when nothing came within [`ANSWER`].
+fn probe_text(node: &Node, ledger: &Shared, next: &AtomicU64) -> Option<String> {
+    let (mut w, mut r) = text_conn(&node.text())?;
+    let body = format!("s-{:08}", next.fetch_add(1, Ordering::Relaxed));
+    lock(ledger).sent.insert(body.clone());
+    w.write_all(format!("SCHED {body}@tq\nASK probe\n").as_bytes()).ok()?;
+    let give_up = Arc::new(AtomicBool::new(false));
+    let timer = {
+        let give_up = give_up.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(ANSWER);
+            give_up.store(true, Ordering::Relaxed);
+        })
+    };
+    let first = read_line(&mut r, &give_up)?;
+    drop(timer);
+    let mut l = lock(ledger);
+    if first == "NOPE" {
+        l.acked.insert(body);
+        return Some("OK".into());
+    }
+    let code = first.strip_prefix("ERR ")?.split(' ').next()?.to_string();
+    *l.codes.entry(code.clone()).or_default() += 1;
+    l.refused.insert(body);
+    Some(code)
+}
+
+/// Probes both protocols until both answer `want` (eMQP `REPLY`/code, text
+/// `OK`/code) or `within` passes; the last answers.
+fn until_probes(
+    node: &Node,
+    ledger: &Shared,
+    counters: &[Arc<AtomicU64>; 2],
+    want: (&str, &str),
+    within: Duration,
+) -> (Option<String>, Option<String>) {
+    let mut last = (None, None);
+    wait::until(within, || {
+        last = (probe_emqp(node, ledger, &counters[0]), probe_text(node, ledger, &counters[1]));
+        last.0.as_deref() == Some(want.0) && last.1.as_deref() == Some(want.1)
+    });
+    last
+}
+
+/// Writes a file in `dir` until the file system is full (or `leave` bytes
+/// are left free); its path.
+fn fill(dir: &Path, leave: u64) -> PathBuf {
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).expect("filler");
+    let chunk = vec![0x5au8; 64 << 10];
+    loop {
+        let free = emq::wal::dir::free_bytes(dir).expect("statvfs");
+        if free <= leave + chunk.len() as u64 {
+            if leave == 0 {
+                let _ = f.write_all(&chunk[..free as usize % chunk.len()]);
+            }
+            let _ = f.flush();
+            return path;
+        }
+        if f.write_all(&chunk).is_err() {
+            return path;
+        }
+    }
+}
+
+/// The shards' log states in STATUS (`ok`, `disk_alarm`, `full`, …).
+fn states(node: &Node) -> Vec<String> {
+    let s = node.status();
+    s["emq"]["wal"]["shards"]
+        .as_array()
+        .map(|a| a.iter().map(|sh| sh["state"].as_str().unwrap_or("?").to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// The repairs the shards' logs made so far.
+fn repairs(node: &Node) -> u64 {
+    let s = node.status();
+    s["emq"]["wal"]["shards"].as_array().map_or(0, |a| a.iter().map(|sh| sh["repairs"].as_u64().unwrap_or(0)).sum())
+}
+
+/// Whether nothing waits in the consumers' queues.
+fn drained(node: &Node) -> bool {
+    node.status()["waiting_messages_by_queue"]
+        .as_object()
+        .is_some_and(|m| !m.contains_key("default") && !m.contains_key("tq"))
+}
+
+/// A `kill -9` of `router`, then a restart that must deliver every
+/// acknowledged job; checks the ledger.
+fn kill_restart_check(
+    node: &Node,
+    mut router: crate::common::proc::Child,
+    load: Phase,
+    flags: &[&str],
+    ledger: &Shared,
+    counters: &[Arc<AtomicU64>; 2],
+) {
+    router.kill_group();
+    load.stop();
+    let _router = node.start(flags);
+    let drain = Phase::start(node, 1, false, ledger, counters);
+    let done = wait::until(Duration::from_secs(60), || {
+        let l = lock(ledger);
+        let got: std::collections::BTreeSet<&String> = l.delivered.iter().map(|d| &d.2).collect();
+        l.acked.iter().all(|b| got.contains(b))
+    });
+    drain.stop();
+    let l = lock(ledger);
+    eprintln!("end: {} codes {:?}", l.counts(), l.codes);
+    check(&l);
+    assert!(done, "every acknowledged job delivered after the restart");
+}
+
+/// The load of the crash test on `node`: both protocols' producers and
+/// consumers.
+fn load(node: &Node, ledger: &Shared, counters: &[Arc<AtomicU64>; 2]) -> Phase {
+    let phase = Phase::start(node, 0, true, ledger, counters);
+    let started = wait::until(Duration::from_secs(10), || lock(ledger).acked.len() > 50);
+    assert!(started, "the load runs: {}", lock(ledger).counts());
+    phase
+}
+
+#[test]
+fn a_full_tmpfs_data_directory_refuses_producers_keeps_serving_and_resumes() {
+    if !root_or_skip("a_full_tmpfs_data_directory") {
+        return;
+    }
+    let _w = Watchdog::new("disk_full", 150);
+    let dir = TestDir::new("disk-full");
+    let mnt = Mount::tmpfs(&dir.join("mnt"), 32 << 20);
+    let node = Node::with_data(&dir, mnt.path.join("data"));
+    let flags = ["--disk-free-limit", "0"];
+    let router = node.start(&flags);
+    let (ledger, counters): (Shared, _) = (Arc::default(), [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))]);
+    let phase = load(&node, &ledger, &counters);
+    let filler = fill(&mnt.path, 0);
+    // Fresh producers get the code at once; the router stays up.
+    let got = until_probes(&node, &ledger, &counters, ("STORE_FULL", "STORE_FULL"), Duration::from_secs(15));
+    assert_eq!(got, (Some("STORE_FULL".into()), Some("STORE_FULL".into())), "{}", lock(&ledger).counts());
+    assert!(states(&node).iter().any(|s| s == "full"), "STATUS says why: {:?}", states(&node));
+    // Consumers are served from memory: the queues drain.
+    assert!(wait::until(Duration::from_secs(20), || drained(&node)), "drained while full: {}", node.status());
+    // Space freed: accepted again, no restart.
+    std::fs::remove_file(&filler).expect("free the space");
+    let got = until_probes(&node, &ledger, &counters, ("REPLY", "OK"), Duration::from_secs(15));
+    assert_eq!(got, (Some("REPLY".into()), Some("OK".into())), "accepted again once space is free");
+    let more = lock(&ledger).acked.len();
+    assert!(wait::until(Duration::from_secs(10), || lock(&ledger).acked.len() > more + 50), "the load resumes");
+    kill_restart_check(&node, router, phase, &flags, &ledger, &counters);
+    drop(mnt);
+}
+
+#[test]
+fn free_space_below_disk_free_limit_refuses_producers_before_writes_fail() {
+    if !root_or_skip("free_space_below_disk_free_limit") {
+        return;
+    }
+    let _w = Watchdog::new("disk_alarm", 150);
+    let dir = TestDir::new("disk-alarm");
+    let mnt = Mount::tmpfs(&dir.join("mnt"), 32 << 20);
+    let node = Node::with_data(&dir, mnt.path.join("data"));
+    let flags = ["--disk-free-limit", &(8u64 << 20).to_string()];
+    let router = node.start(&flags);
+    let (ledger, counters): (Shared, _) = (Arc::default(), [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))]);
+    let phase = load(&node, &ledger, &counters);
+    let filler = fill(&mnt.path, 4 << 20);
+    // The running producers themselves are refused: nothing waits for a
+    // write that cannot happen.
+    let refused = |l: &Shared| lock(l).codes.get("STORE_FULL").copied().unwrap_or(0);
+    assert!(
+        wait::until(Duration::from_secs(10), || refused(&ledger) > 20),
+        "the load is refused: {:?}",
+        lock(&ledger).codes
+    );
+    let got = until_probes(&node, &ledger, &counters, ("STORE_FULL", "STORE_FULL"), Duration::from_secs(5));
+    assert_eq!(got, (Some("STORE_FULL".into()), Some("STORE_FULL".into())));
+    assert!(states(&node).iter().all(|s| s == "disk_alarm"), "{:?}", states(&node));
+    assert!(wait::until(Duration::from_secs(20), || drained(&node)), "drained under the alarm: {}", node.status());
+    assert_eq!(node.status()["emq"]["wal"]["shards"][0]["errors"]["full"], 0, "no write failed");
+    std::fs::remove_file(&filler).expect("free the space");
+    let got = until_probes(&node, &ledger, &counters, ("REPLY", "OK"), Duration::from_secs(10));
+    assert_eq!(got, (Some("REPLY".into()), Some("OK".into())), "accepted again above the limit");
+    kill_restart_check(&node, router, phase, &flags, &ledger, &counters);
+    drop(mnt);
+}
+
+#[test]
+fn a_data_directory_turned_read_only_and_brought_back_loses_nothing() {
+    if !root_or_skip("a_data_directory_turned_read_only") {
+        return;
+    }
+    let _w = Watchdog::new("disk_read_only", 150);
+    let dir = TestDir::new("disk-ro");
+    let mut mnt = Mount::ext4(&dir.join("mnt"), &dir.join("ext4.img"), 96 << 20);
+    let node = Node::with_data(&dir, mnt.path.join("data"));
+    let flags = ["--disk-free-limit", "0"];
+    let router = node.start(&flags);
+    let (ledger, counters): (Shared, _) = (Arc::default(), [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))]);
+    let phase = load(&node, &ledger, &counters);
+    mnt.trigger_error();
+    let got = until_probes(&node, &ledger, &counters, ("STORE_FAILED", "STORE_FAILED"), Duration::from_secs(15));
+    assert_eq!(got, (Some("STORE_FAILED".into()), Some("STORE_FAILED".into())), "{}", lock(&ledger).counts());
+    assert!(states(&node).iter().any(|s| s == "read_only"), "{:?}", states(&node));
+    assert!(wait::until(Duration::from_secs(20), || drained(&node)), "drained while read-only: {}", node.status());
+    // The operator's way back: unmount (the router has let go of its
+    // files), check, mount again.
+    assert!(mnt.check_and_remount(Duration::from_secs(10)), "the router let go of the file system");
+    let got = until_probes(&node, &ledger, &counters, ("REPLY", "OK"), Duration::from_secs(20));
+    assert_eq!(got, (Some("REPLY".into()), Some("OK".into())), "accepted again once the disk is back");
+    assert!(repairs(&node) >= 1);
+    let more = lock(&ledger).acked.len();
+    assert!(wait::until(Duration::from_secs(10), || lock(&ledger).acked.len() > more + 50), "the load resumes");
+    kill_restart_check(&node, router, phase, &flags, &ledger, &counters);
+    drop(mnt);
+}
+
+/// The data directory deleted under load: the router finds it at its next
+/// sync, refuses nothing it can store again, rebuilds the log from memory
+/// in a directory made again, and keeps every acknowledged job; a second
+/// router is refused the path throughout.
+fn deleted_under_load(name: &str, flags: &[&str]) {
+    let _w = Watchdog::new(name, 150);
+    let dir = TestDir::new(name);
+    let node = Node::new(&dir);
+    let router = node.start(flags);
+    let (ledger, counters): (Shared, _) = (Arc::default(), [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))]);
+    let phase = load(&node, &ledger, &counters);
+    let other = Node {
+        ports: [free_port(), free_port(), free_port(), free_port()],
+        data: node.data.clone(),
+        log: dir.join("other.log"),
+    };
+    std::fs::remove_dir_all(&node.data).expect("delete the data directory");
+    let (status, log) = other.run_to_exit(flags, &dir);
+    assert!(status.is_some_and(|s| !s.success()), "a second router is refused: {status:?}\n{log}");
+    assert!(log.contains("is in use by another emq-router"), "{log}");
+    assert!(wait::until(Duration::from_secs(15), || repairs(&node) >= 1), "rebuilt: {}", node.status());
+    assert!(node.data.join("wal").is_dir(), "the directory is made again");
+    let more = lock(&ledger).acked.len();
+    assert!(wait::until(Duration::from_secs(10), || lock(&ledger).acked.len() > more + 50), "the load goes on");
+    let (status, _) = other.run_to_exit(flags, &dir);
+    assert!(status.is_some_and(|s| !s.success()), "still refused after the rebuild");
+    kill_restart_check(&node, router, phase, flags, &ledger, &counters);
+}
+
+#[test]
+fn the_data_directory_deleted_under_load_loses_no_acknowledged_job() {
+    deleted_under_load("deleted-dir", &[]);
+}
+
+#[test]
+fn the_data_directory_deleted_under_load_async_two_shards() {
+    deleted_under_load("deleted-dir-async", &super::ASYNC_TWO_SHARDS);
+}
