@@ -19,6 +19,7 @@
 //! offered before its record is durable can be lost in a power cut only if
 //! no producer was told it was stored).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crossbeam_channel::Sender;
@@ -116,14 +117,49 @@ impl<K: std::hash::Hash + Eq + Clone> Held<K> {
 pub struct Waiting {
     /// Text connections.
     pub conns: Held<ConnId>,
-    /// eMQP frontend peers.
-    pub peers: Held<PeerId>,
+    /// eMQP frontend peers with frames waiting, per release handed over
+    /// (its number, its peers). A list rather than a map: every acceptance
+    /// waits and is recorded here (a copy of its peer, no hashing), while
+    /// a frame that is not an acceptance, the only one that must look,
+    /// is rare on the frontend.
+    peers: VecDeque<(u64, Vec<PeerId>)>,
+    /// The number of the next release.
+    next: u64,
 }
 
-/// The key a frame waits under: its peer, on the frontend only (workers
-/// and admin peers are never promised anything).
-fn frontend_peer(o: &Outgoing) -> Option<&PeerId> {
-    (o.dest == Dest::Frontend).then_some(&o.peer)
+impl Waiting {
+    /// Whether no frontend frame waits.
+    pub fn no_peers(&self) -> bool {
+        self.peers.is_empty()
+    }
+
+    /// Whether a frame for `peer` waits in a release handed over.
+    fn peer_waits(&self, peer: &PeerId) -> bool {
+        self.peers.iter().any(|(_, ps)| ps.contains(peer))
+    }
+
+    /// Splits a batch's frames, in order, into those that may leave now
+    /// and those that wait: an acceptance REPLY when the batch `promised`,
+    /// and every later frontend frame to a client with a frame waiting.
+    /// Frames for workers and admin peers never wait.
+    fn split(&mut self, frames: Vec<Outgoing>, promised: bool) -> (Vec<Outgoing>, Vec<Outgoing>, Vec<PeerId>) {
+        let (mut now, mut later, mut peers) = (Vec::new(), Vec::new(), Vec::<PeerId>::new());
+        for o in frames {
+            let wait = o.dest == Dest::Frontend
+                && if promised && matches!(o.msg, OutMsg::Accepted(_)) {
+                    true
+                } else {
+                    peers.contains(&o.peer) || (!self.peers.is_empty() && self.peer_waits(&o.peer))
+                };
+            if wait {
+                peers.push(o.peer.clone());
+                later.push(o);
+            } else {
+                now.push(o);
+            }
+        }
+        (now, later, peers)
+    }
 }
 
 impl ShardOutbox {
@@ -138,14 +174,18 @@ impl ShardOutbox {
     /// (acceptances, stored SCHEDs' answers), and every later message to a
     /// client or connection with a message waiting ([`Waiting`]).
     fn split(&mut self, promised: bool) -> Option<Release> {
-        let (emqp_now, emqp_later, text_now, text_later) = {
+        let (emqp_now, emqp_later, text_now, text_later, number) = {
             let mut held = self.held.lock();
-            let nothing_held = held.peers.is_empty() && held.conns.is_empty();
-            if !promised && nothing_held {
-                (std::mem::take(&mut self.emqp), Vec::new(), std::mem::take(&mut self.text), Vec::new())
+            if !promised && held.no_peers() && held.conns.is_empty() {
+                (std::mem::take(&mut self.emqp), Vec::new(), std::mem::take(&mut self.text), Vec::new(), None)
             } else {
-                let accepted = |o: &Outgoing| promised && matches!(o.msg, OutMsg::Accepted(_));
-                let (now, later) = held.peers.split(std::mem::take(&mut self.emqp), frontend_peer, accepted);
+                let (now, later, peers) = held.split(std::mem::take(&mut self.emqp), promised);
+                let number = (!peers.is_empty()).then(|| {
+                    let n = held.next;
+                    held.next += 1;
+                    held.peers.push_back((n, peers));
+                    n
+                });
                 let (mut text_now, mut text_later) = (Vec::new(), Vec::new());
                 for (port, replies) in std::mem::take(&mut self.text) {
                     let (go, wait) = held.conns.split(replies, |r| Some(&r.conn), |r| promised && r.stored);
@@ -156,7 +196,7 @@ impl ShardOutbox {
                         text_later.push((port, wait));
                     }
                 }
-                (now, later, text_now, text_later)
+                (now, later, text_now, text_later, number)
             }
         };
         release(self.index, &self.egress, emqp_now, text_now);
@@ -166,13 +206,16 @@ impl ShardOutbox {
         let (index, egress, held) = (self.index, self.egress.clone(), self.held.clone());
         Some(Box::new(move || {
             let conns: Vec<ConnId> = text_later.iter().flat_map(|(_, r)| r.iter().map(|r| r.conn)).collect();
-            let peers: Vec<PeerId> = emqp_later.iter().filter_map(frontend_peer).cloned().collect();
             release(index, &egress, emqp_later, text_later);
             // After the hand-over, so a later message to one of these
             // cannot overtake them.
             let mut held = held.lock();
-            held.conns.released(conns);
-            held.peers.released(peers);
+            if !conns.is_empty() {
+                held.conns.released(conns);
+            }
+            if let Some(n) = number {
+                held.peers.retain(|(i, _)| *i != n);
+            }
         }))
     }
 }
@@ -363,15 +406,12 @@ mod tests {
                 [b"REPLY".to_vec(), b"ERROR".to_vec()],
                 "the acceptance once the log holds it, then its client's ERROR"
             );
-            while !(out.held.lock().conns.is_empty() && out.held.lock().peers.is_empty())
+            while !(out.held.lock().conns.is_empty() && out.held.lock().no_peers())
                 && t0.elapsed() < std::time::Duration::from_secs(5)
             {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
-            assert!(
-                out.held.lock().conns.is_empty() && out.held.lock().peers.is_empty(),
-                "nothing waits once released"
-            );
+            assert!(out.held.lock().conns.is_empty() && out.held.lock().no_peers(), "nothing waits once released");
         }
     }
 

@@ -377,6 +377,25 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_made_again_and_locked_by_another_is_taken() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("data");
+        let first = DataDir::lock(&path).unwrap();
+        fs::remove_dir_all(&path).unwrap();
+        // Someone else makes it again and locks its new lock file first
+        // (another open file: flock locks conflict within one process too).
+        fs::create_dir_all(&path).unwrap();
+        let other = File::create(path.join("lock")).unwrap();
+        other.try_lock().unwrap();
+        let (kind, e) = first.ensure().unwrap_err();
+        assert_eq!(kind, FaultKind::Taken, "{e}");
+        assert!(e.to_string().contains("held by another process"), "{e}");
+        drop(other);
+        first.ensure().unwrap();
+        assert_eq!(first.check(), Ok(()));
+    }
+
+    #[test]
     fn settle_finishes_a_complete_switch_and_drops_an_unfinished_one() {
         let tmp = tempfile::tempdir().unwrap();
         let d = DataDir::lock(tmp.path()).unwrap();

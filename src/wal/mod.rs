@@ -93,7 +93,7 @@ pub enum WalError {
         source: std::io::Error,
     },
     /// Another process holds the data directory.
-    #[error("data directory {dir} is in use by another emq-router (its lock file {dir}/lock is held); give this router its own --data-dir")]
+    #[error("data directory {dir} is in use by another emq-router (it holds {dir}/lock, or the directory's name if the directory was deleted under it); give this router its own --data-dir")]
     Locked {
         /// The data directory.
         dir: PathBuf,
