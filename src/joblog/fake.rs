@@ -1,5 +1,4 @@
-//! [`FakeLog`]: a job log for the shard tests (and the fuzz targets, with
-//! the `fuzzing` feature) that keeps nothing on disk. It records every
+//! [`FakeLog`]: a job log for the shard tests that keeps nothing on disk. It records every
 //! hook as an [`Event`], counts one ticket per event, and can be told,
 //! through its [`FakeControl`], to fail (`STORE_FAILED`), fill up
 //! (`STORE_FULL`) or stall (tickets never become durable), and to come
@@ -96,6 +95,10 @@ impl Durable for FakeControl {
 
     fn durable_upto(&self) -> Ticket {
         Ticket(self.with(|s| s.durable))
+    }
+
+    fn faulty(&self) -> bool {
+        self.with(|s| s.fault.is_some())
     }
 }
 

@@ -5,7 +5,7 @@
 //! durability class is one implementation of [`JobLog`]: the local
 //! write-ahead log (`crate::wal`), no log at all ([`NoLog`], `durability =
 //! "memory"`) and, in the shard tests, a fake that can be told to fail,
-//! fill up or stall (`fake`, with `cfg(test)` or the `fuzzing` feature).
+//! fill up or stall (`fake`).
 //!
 //! ```text
 //!  shard ──accepted / dispatched / requeued / buried / unburied / done──► JobLog
@@ -42,7 +42,7 @@
 
 pub mod nolog;
 
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(test)]
 pub mod fake;
 
 use std::sync::Arc;
@@ -110,6 +110,13 @@ pub trait Durable: Send + Sync {
     /// for [`crate::limits::LOG_STALL_TIMEOUT`] is stalled, and new jobs
     /// are refused until it moves again.
     fn durable_upto(&self) -> Ticket;
+
+    /// Whether the log is faulty now: nothing becomes durable until it is
+    /// repaired (the outbox then lets refusals leave at once rather than
+    /// behind acknowledgements that wait for the repair).
+    fn faulty(&self) -> bool {
+        false
+    }
 }
 
 /// The live jobs a shard holds itself, as its log may need to rewrite them

@@ -140,15 +140,15 @@ impl Shards {
             if let Some(start) = logs.get_mut(i).and_then(Option::take) {
                 shard.attach_log(Box::new(start.log), start.recovered);
             }
-            let durable = shard.log().durable();
             let wal = &config.wal;
             let releaser = if wal.durability == crate::config::Durability::Sync && wal.sync_thread {
-                Releaser::thread(i, durable)
+                Releaser::thread(i, shard.log().durable())
                     .map_err(|source| StartError::Io { what: format!("emq-sync-{i}"), source })?
             } else {
-                Releaser::inline(durable)
+                Releaser::inline(shard.log().durable())
             };
-            let mut out = ShardOutbox::new(i, egress.clone(), broker.shards.clone(), releaser);
+            let durable = shard.log().durable();
+            let mut out = ShardOutbox::new(i, egress.clone(), broker.shards.clone(), releaser, durable);
             let plan = plan.clone();
             threads.push(spawn(format!("emq-shard-{i}"), move || {
                 pin(&plan, i + 1);

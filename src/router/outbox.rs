@@ -29,7 +29,7 @@ use parking_lot::Mutex;
 use super::release::{Release, Releaser};
 use crate::broker::msg::{Dest, OutMsg, Outbox, Outgoing, ShardMsg, TextPort, TextReply};
 use crate::ids::{ConnId, FastMap, PeerId};
-use crate::joblog::Ticket;
+use crate::joblog::{Durable, Ticket};
 use crate::zmq_io::egress::EgressTx;
 
 /// The router's [`Outbox`] for one shard thread.
@@ -44,68 +44,54 @@ pub struct ShardOutbox {
     releaser: Releaser,
     /// What was handed to the releaser and not yet released.
     held: Arc<Mutex<Waiting>>,
+    /// The highest ticket handed to the releaser.
+    last: Option<Ticket>,
+    /// The log's durable point and state.
+    durable: Arc<dyn Durable>,
 }
 
-/// Per key (a text connection, an eMQP client), how many of its messages
-/// wait for the log; a key is in the map only while that is above zero, so
-/// the map holds at most one entry per open connection or client with a
-/// message waiting.
-#[derive(Debug)]
-pub struct Held<K>(FastMap<K, usize>);
+/// Per text connection, how many of its answers wait for the log; a
+/// connection is in the map only while that is above zero, so the map
+/// holds at most one entry per open connection.
+#[derive(Debug, Default)]
+pub struct Held(FastMap<ConnId, usize>);
 
-impl<K> Default for Held<K> {
-    fn default() -> Held<K> {
-        Held(FastMap::default())
-    }
-}
-
-impl<K: std::hash::Hash + Eq + Clone> Held<K> {
-    /// Splits `items`, in order, into those that may leave now and those
-    /// that wait for the log: an item that `promises` something waits, and
-    /// so does every later item to a key with one waiting (counted here
-    /// until [`Held::released`]). Items without a key never wait.
-    pub fn split<T>(
-        &mut self,
-        items: Vec<T>,
-        key: impl Fn(&T) -> Option<&K>,
-        promises: impl Fn(&T) -> bool,
-    ) -> (Vec<T>, Vec<T>) {
+impl Held {
+    /// Splits one port's answers, in order, into those that may leave now
+    /// and those that wait for the log: a stored SCHED's answer waits when
+    /// the batch `promised` something, and so does every later answer to a
+    /// connection with one waiting (counted here until [`Held::released`]).
+    pub fn split(&mut self, replies: Vec<TextReply>, promised: bool) -> (Vec<TextReply>, Vec<TextReply>) {
         let (mut now, mut later) = (Vec::new(), Vec::new());
-        for item in items {
-            let wait = match key(&item) {
-                Some(k) if promises(&item) || (!self.0.is_empty() && self.0.contains_key(k)) => {
-                    *self.0.entry(k.clone()).or_default() += 1;
-                    true
-                }
-                _ => false,
-            };
-            if wait {
-                later.push(item);
+        for reply in replies {
+            if (promised && reply.stored) || self.0.contains_key(&reply.conn) {
+                *self.0.entry(reply.conn).or_default() += 1;
+                later.push(reply);
             } else {
-                now.push(item);
+                now.push(reply);
             }
         }
         (now, later)
     }
 
-    /// `keys` had one waiting message each released.
-    pub fn released(&mut self, keys: impl IntoIterator<Item = K>) {
-        for key in keys {
-            if let Some(n) = self.0.get_mut(&key) {
+    /// `conns` had one held answer each released (handed to their port).
+    pub fn released(&mut self, conns: impl IntoIterator<Item = ConnId>) {
+        for conn in conns {
+            if let Some(n) = self.0.get_mut(&conn) {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
-                    self.0.remove(&key);
+                    self.0.remove(&conn);
                 }
             }
         }
     }
 
-    /// Keys with messages waiting.
+    /// Connections with answers waiting.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
-    /// Whether no message waits.
+    /// Whether no answer waits.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -116,7 +102,7 @@ impl<K: std::hash::Hash + Eq + Clone> Held<K> {
 #[derive(Debug, Default)]
 pub struct Waiting {
     /// Text connections.
-    pub conns: Held<ConnId>,
+    pub conns: Held,
     /// eMQP frontend peers with frames waiting, per release handed over
     /// (its number, its peers). A list rather than a map: every acceptance
     /// waits and is recorded here (a copy of its peer, no hashing), while
@@ -140,16 +126,24 @@ impl Waiting {
 
     /// Splits a batch's frames, in order, into those that may leave now
     /// and those that wait: an acceptance REPLY when the batch `promised`,
-    /// and every later frontend frame to a client with a frame waiting.
-    /// Frames for workers and admin peers never wait.
-    fn split(&mut self, frames: Vec<Outgoing>, promised: bool) -> (Vec<Outgoing>, Vec<Outgoing>, Vec<PeerId>) {
+    /// and every later frontend frame to a client with a frame waiting,
+    /// unless the log is `faulty`: then only acceptances wait (refusals and
+    /// heartbeats leave at once rather than behind acknowledgements that
+    /// wait for a repair; each names its msgid). Frames for workers and
+    /// admin peers never wait.
+    fn split(
+        &mut self,
+        frames: Vec<Outgoing>,
+        promised: bool,
+        faulty: bool,
+    ) -> (Vec<Outgoing>, Vec<Outgoing>, Vec<PeerId>) {
         let (mut now, mut later, mut peers) = (Vec::new(), Vec::new(), Vec::<PeerId>::new());
         for o in frames {
             let wait = o.dest == Dest::Frontend
                 && if promised && matches!(o.msg, OutMsg::Accepted(_)) {
                     true
                 } else {
-                    peers.contains(&o.peer) || (!self.peers.is_empty() && self.peer_waits(&o.peer))
+                    !faulty && (peers.contains(&o.peer) || (!self.peers.is_empty() && self.peer_waits(&o.peer)))
                 };
             if wait {
                 peers.push(o.peer.clone());
@@ -163,10 +157,17 @@ impl Waiting {
 }
 
 impl ShardOutbox {
-    /// The outbox of shard `index`, releasing promised output through `releaser`.
-    pub fn new(index: usize, egress: EgressTx, shards: Arc<[Sender<ShardMsg>]>, releaser: Releaser) -> ShardOutbox {
+    /// The outbox of shard `index`, releasing promised output through
+    /// `releaser` as its log's `durable` says.
+    pub fn new(
+        index: usize,
+        egress: EgressTx,
+        shards: Arc<[Sender<ShardMsg>]>,
+        releaser: Releaser,
+        durable: Arc<dyn Durable>,
+    ) -> ShardOutbox {
         let held = Arc::default();
-        ShardOutbox { index, egress, shards, emqp: Vec::new(), text: Vec::new(), releaser, held }
+        ShardOutbox { index, egress, shards, emqp: Vec::new(), text: Vec::new(), releaser, held, last: None, durable }
     }
 
     /// Hands over now what need not wait, and returns the rest as one
@@ -179,7 +180,8 @@ impl ShardOutbox {
             if !promised && held.no_peers() && held.conns.is_empty() {
                 (std::mem::take(&mut self.emqp), Vec::new(), std::mem::take(&mut self.text), Vec::new(), None)
             } else {
-                let (now, later, peers) = held.split(std::mem::take(&mut self.emqp), promised);
+                let faulty = self.durable.faulty();
+                let (now, later, peers) = held.split(std::mem::take(&mut self.emqp), promised, faulty);
                 let number = (!peers.is_empty()).then(|| {
                     let n = held.next;
                     held.next += 1;
@@ -188,7 +190,7 @@ impl ShardOutbox {
                 });
                 let (mut text_now, mut text_later) = (Vec::new(), Vec::new());
                 for (port, replies) in std::mem::take(&mut self.text) {
-                    let (go, wait) = held.conns.split(replies, |r| Some(&r.conn), |r| promised && r.stored);
+                    let (go, wait) = held.conns.split(replies, promised);
                     if !go.is_empty() {
                         text_now.push((port.clone(), go));
                     }
@@ -214,7 +216,13 @@ impl ShardOutbox {
                 held.conns.released(conns);
             }
             if let Some(n) = number {
-                held.peers.retain(|(i, _)| *i != n);
+                // Releases run in order: it is the first still held.
+                match held.peers.front() {
+                    Some((i, _)) if *i == n => {
+                        held.peers.pop_front();
+                    }
+                    _ => held.peers.retain(|(i, _)| *i != n),
+                }
             }
         }))
     }
@@ -259,12 +267,19 @@ impl Outbox for ShardOutbox {
         }
     }
 
-    /// Always hands the ticket over, even with nothing promised: the log
-    /// is then synced for the batch's other records too (a job's end,
-    /// logged promptly, does not come back after a crash).
+    /// Hands the ticket over also with nothing promised, once per new
+    /// ticket while the log is healthy: the log is then synced for the
+    /// batch's other records too (a job's end, synced promptly, does not
+    /// come back after a power cut). Not while it is faulty: nothing is
+    /// synced until the repair, which makes every ticket durable.
     fn flush_after(&mut self, ticket: Ticket) {
         self.releaser.poll();
-        let rel = self.split(true).unwrap_or_else(|| Box::new(|| {}));
+        let rel = match self.split(true) {
+            Some(rel) => rel,
+            None if self.last.is_some_and(|t| t >= ticket) || self.durable.faulty() => return,
+            None => Box::new(|| {}),
+        };
+        self.last = self.last.max(Some(ticket));
         self.releaser.submit(Some(ticket), rel);
     }
 }
@@ -278,8 +293,8 @@ mod tests {
         TextReply { conn: ConnId(conn), outcome, stored }
     }
 
-    fn split_text(held: &mut Held<ConnId>, replies: Vec<TextReply>) -> (Vec<TextReply>, Vec<TextReply>) {
-        held.split(replies, |r| Some(&r.conn), |r| r.stored)
+    fn split_text(held: &mut Held, replies: Vec<TextReply>) -> (Vec<TextReply>, Vec<TextReply>) {
+        held.split(replies, true)
     }
 
     fn conns(replies: &[TextReply]) -> Vec<u64> {
@@ -288,7 +303,7 @@ mod tests {
 
     #[test]
     fn a_stored_sched_and_every_later_answer_of_its_connection_wait() {
-        let mut held = Held::<ConnId>::default();
+        let mut held = Held::default();
         let batch = vec![
             reply(1, TextOutcome::Nope, false),
             reply(2, TextOutcome::Done, true),
@@ -317,9 +332,12 @@ mod tests {
 
     /// A log whose durable point the test moves by hand.
     #[derive(Default)]
-    struct Hand(std::sync::atomic::AtomicU64);
+    struct Hand(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicBool);
 
     impl crate::joblog::Durable for Hand {
+        fn faulty(&self) -> bool {
+            self.1.load(std::sync::atomic::Ordering::Acquire)
+        }
         fn make_durable(&self, upto: Ticket) -> bool {
             self.0.load(std::sync::atomic::Ordering::Acquire) >= upto.0
         }
@@ -349,7 +367,7 @@ mod tests {
             let releaser =
                 if threaded { Releaser::thread(0, hand.clone()).unwrap() } else { Releaser::inline(hand.clone()) };
             let (egress, egress_rx) = crate::zmq_io::egress::channel().expect("eventfd");
-            let mut out = ShardOutbox::new(0, egress, Arc::from(Vec::new()), releaser);
+            let mut out = ShardOutbox::new(0, egress, Arc::from(Vec::new()), releaser, hand.clone());
             let (tx, port_rx) = crossbeam_channel::unbounded();
             let port = TextPort { id: 1, tx, wake: None };
             let next = || port_rx.recv_timeout(std::time::Duration::from_secs(5)).expect("an answer batch");
@@ -416,8 +434,48 @@ mod tests {
     }
 
     #[test]
+    fn while_the_log_is_faulty_refusals_do_not_wait_behind_acceptances() {
+        let hand = Arc::new(Hand::default());
+        let releaser = Releaser::inline(hand.clone());
+        let (egress, egress_rx) = crate::zmq_io::egress::channel().expect("eventfd");
+        let mut out = ShardOutbox::new(0, egress, Arc::from(Vec::new()), releaser, hand.clone());
+        let frames = crate::job::JobFrames::new(b"m", b"q", b"", b"x", &[] as &[&[u8]]).unwrap();
+        let to = |msg| Outgoing {
+            dest: crate::broker::msg::Dest::Frontend,
+            peer: crate::ids::PeerId::from(&b"client"[..]),
+            msg,
+            on_fail: crate::broker::msg::OnFail::Count,
+        };
+        let error = || {
+            use crate::protocol::emqp::{Command, Message};
+            let refused = Command::Error { refers_to: b"m2".to_vec(), code: b"STORE_FULL".to_vec(), text: Vec::new() };
+            OutMsg::Frames(Message::new(refused).encode())
+        };
+        out.emqp(to(OutMsg::Accepted(frames)));
+        out.flush_after(Ticket(10));
+        // Healthy: the client's next ERROR keeps its order.
+        out.emqp(to(error()));
+        out.flush();
+        assert!(frames_of(&egress_rx).is_empty());
+        // Faulty: its refusals leave at once; nothing more is handed over
+        // for a ticket that cannot become durable before the repair.
+        hand.1.store(true, std::sync::atomic::Ordering::Release);
+        out.emqp(to(error()));
+        out.flush_after(Ticket(11));
+        assert_eq!(frames_of(&egress_rx), [b"ERROR".to_vec()]);
+        hand.1.store(false, std::sync::atomic::Ordering::Release);
+        hand.0.store(11, std::sync::atomic::Ordering::Release);
+        out.flush();
+        assert_eq!(
+            frames_of(&egress_rx),
+            [b"REPLY".to_vec(), b"ERROR".to_vec()],
+            "the held ones once durable, in order"
+        );
+    }
+
+    #[test]
     fn a_refused_sched_waits_only_behind_held_answers() {
-        let mut held = Held::<ConnId>::default();
+        let mut held = Held::default();
         let refused = TextOutcome::Refused(crate::protocol::text::ErrorCode::ShuttingDown);
         let (now, _) = split_text(&mut held, vec![reply(7, refused.clone(), false)]);
         assert_eq!(conns(&now), [7], "nothing stored, nothing promised");

@@ -433,6 +433,8 @@ impl ShardLog {
         };
         self.fault = Some(Fault { kind, rebuild, next_try: now + backoff, backoff, tries });
         self.shared.set_faulty(true);
+        // Compaction waits for the repair (and starts over after it).
+        self.pass = None;
         if rebuild {
             self.let_go();
         }
@@ -616,8 +618,8 @@ impl ShardLog {
                 pass.victims = victims;
                 looked += seen.max(1);
                 match next {
-                    Some(at) => pass.dead_at = at,
-                    None => {
+                    Some(at) if self.fault.is_none() => pass.dead_at = at,
+                    _ => {
                         self.last_pass_at = self.logged;
                         return;
                     }
@@ -637,7 +639,11 @@ impl ShardLog {
                 None => (pass.at, pass.pos) = (pass.at + 1, 0),
             }
         }
-        self.pass = Some(pass);
+        // A fault during the step (a new segment that could not be made)
+        // ends the pass.
+        if self.fault.is_none() {
+            self.pass = Some(pass);
+        }
     }
 
     /// A pass, when the log is over its bound and has victims.
@@ -775,6 +781,7 @@ impl JobLog for ShardLog {
                 self.fail(kind, &e, "writing", now);
             }
         }
+        self.give_up_buffer_past_its_bound();
         self.check(now);
         if self.fault.is_none() && self.settings.durability == Durability::Async && wrote {
             // Released at its write: its files must still be the log's.
@@ -811,7 +818,7 @@ impl JobLog for ShardLog {
     /// must be synced next; when a repair is due; and every
     /// [`limits::WAL_CHECK_INTERVAL`] to look at free space and the files.
     fn next_deadline(&self) -> Option<Instant> {
-        if self.pass.is_some() || !self.buf.is_empty() && self.fault.is_none() {
+        if self.fault.is_none() && (self.pass.is_some() || !self.buf.is_empty()) {
             return self.last_commit;
         }
         let sync = match self.settings.durability {
@@ -867,15 +874,26 @@ impl ShardLog {
         }
     }
 
+    /// A log waiting for a full disk whose records waiting pass
+    /// [`limits::WAL_FAULT_BUFFER_BYTES`] gives them up: it will be
+    /// rebuilt from memory once the disk takes writes again.
+    fn give_up_buffer_past_its_bound(&mut self) {
+        let Some(f) = &mut self.fault else { return };
+        if f.rebuild || self.buf.len() <= limits::WAL_FAULT_BUFFER_BYTES {
+            return;
+        }
+        f.rebuild = true;
+        let bound = limits::WAL_FAULT_BUFFER_BYTES;
+        tracing::warn!(shard = self.shard, bound, "write-ahead log: more records wait for the full disk than it keeps; it will be rebuilt from memory instead");
+        self.let_go();
+    }
+
     /// One attempt to repair the log (see the module docs, "Faults").
     fn repair(&mut self, now: Instant, holdings: &mut dyn Holdings) {
         let Some(fault) = self.fault else { return };
         let result = if fault.rebuild {
             self.buf.clear();
             super::repair::rebuild(self, holdings)
-        } else if self.buf.len() > limits::WAL_FAULT_BUFFER_BYTES {
-            let e = std::io::Error::other(format!("over {} bytes of records buffered", limits::WAL_FAULT_BUFFER_BYTES));
-            Err((FaultKind::Full, e))
         } else {
             self.files_check()
                 .map_err(|k| (k, std::io::Error::other("deleted or replaced")))
@@ -897,14 +915,7 @@ impl ShardLog {
                 let how = if fault.rebuild { "rebuilt from memory" } else { "written again" };
                 tracing::warn!(shard = self.shard, dir = %self.dir_path.display(), tries, "write-ahead log repaired ({how}): new jobs are accepted again");
             }
-            Err((kind, e)) => {
-                if !fault.rebuild && self.buf.len() > limits::WAL_FAULT_BUFFER_BYTES {
-                    // Past the buffer's bound: rebuild from memory instead.
-                    self.fault = Some(Fault { rebuild: true, ..fault });
-                    self.let_go();
-                }
-                self.fail(kind, &e, if fault.rebuild { "rebuilding" } else { "writing again" }, now);
-            }
+            Err((kind, e)) => self.fail(kind, &e, if fault.rebuild { "rebuilding" } else { "writing again" }, now),
         }
     }
 }
@@ -921,7 +932,125 @@ pub(super) fn new_segment(
     let path = segment_path(dir, number);
     let header = SegmentHeader { shard: shard as u32, shards: shards as u32, number, seq_floor };
     let file = OpenOptions::new().create_new(true).write(true).open(&path).map_err(super::WalError::io(&path))?;
-    file.write_all_at(&header.encode(), 0).and_then(|()| file.sync_data()).map_err(super::WalError::io(&path))?;
-    dir::sync_dir(dir)?;
+    let made = file
+        .write_all_at(&header.encode(), 0)
+        .and_then(|()| file.sync_data())
+        .map_err(super::WalError::io(&path))
+        .and_then(|()| dir::sync_dir(dir));
+    if let Err(e) = made {
+        // Not left half made: the next try creates it again.
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
+    }
     Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::QueueName;
+    use crate::job::{JobFrames, Origin};
+
+    /// One queue's waiting jobs, as a shard would hold them.
+    struct OneQueue(Vec<Job>);
+
+    impl Holdings for OneQueue {
+        fn queues(&self) -> Vec<QueueName> {
+            vec![QueueName::named("q")]
+        }
+
+        fn visit_waiting(
+            &mut self,
+            _: &QueueName,
+            from: usize,
+            max: usize,
+            f: &mut dyn FnMut(&mut Job),
+        ) -> (usize, Option<usize>) {
+            let end = self.0.len().min(from.saturating_add(max));
+            for job in self.0.get_mut(from..end).into_iter().flatten() {
+                f(job);
+            }
+            (end.saturating_sub(from), (end < self.0.len()).then_some(end))
+        }
+
+        fn visit_dead(&mut self, _: u64, _: usize, _: &mut dyn FnMut(&mut DeadJob)) -> (usize, Option<u64>) {
+            (0, None)
+        }
+
+        fn visit_retrying(&mut self, _: &mut dyn FnMut(&mut Job)) {}
+    }
+
+    fn log_in(dir: &Path, durability: Durability) -> ShardLog {
+        let data = Arc::new(DataDir::lock(dir).expect("locks"));
+        let root = data.wal();
+        let settings = LogSettings {
+            durability,
+            sync_interval: Duration::from_secs(3600),
+            segment_bytes: 1 << 20,
+            disk_free_limit: 0,
+        };
+        ShardLog::create(0, 1, data, &root, settings, BTreeMap::new(), 1, 0).expect("log")
+    }
+
+    fn job(seq: u64) -> Job {
+        let frames = JobFrames::new(b"m", b"q", b"", b"body", &[] as &[&[u8]]).expect("frames");
+        let now = Instant::now();
+        Job::new(JobId::new(0, seq), frames, Origin::Emqp, false, now, now)
+    }
+
+    #[test]
+    fn a_sync_that_finds_its_segment_gone_holds_the_ticket_until_a_rebuild() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut log = log_in(tmp.path(), Durability::Sync);
+        let mut j = job(1);
+        log.accepted(&mut j);
+        let Commit::After(ticket) = log.commit(Instant::now()) else { panic!("a ticket to wait for") };
+        std::fs::remove_file(segment_path(&log.dir_path, log.current)).unwrap();
+        // The sync (the sync thread's, here called directly) finds it.
+        let durable = log.durable();
+        assert!(!durable.make_durable(ticket), "a sync of a deleted segment does not make it durable");
+        log.accepted(&mut job(2));
+        let now = Instant::now();
+        let _ = log.commit(now);
+        assert_eq!(log.refusal(), Some(StoreFault::Failed), "new jobs refused");
+        assert!(!log.shared().sync(), "never synced again before the repair");
+        assert!(!durable.make_durable(ticket));
+        // Its back-off passed: rebuilt from what the shard holds.
+        let mut holdings = OneQueue(vec![j]);
+        log.maintain(now + limits::WAL_RETRY_MIN, &mut holdings);
+        assert_eq!(log.refusal(), None, "repaired");
+        assert!(durable.make_durable(ticket), "every ticket handed out is durable");
+        assert!(durable.durable_upto() >= ticket);
+        assert_eq!(holdings.0[0].log_tag(), log.current, "the job's record is in the new segment");
+    }
+
+    /// After a failed sync Linux reports lost writeback once: a later sync
+    /// of the same file (a rotation on the shard's thread, say) may succeed
+    /// over lost data. A reported fault stops every sync until a repair.
+    #[test]
+    fn a_reported_fault_stops_every_sync_until_the_repair() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut log = log_in(tmp.path(), Durability::Sync);
+        log.accepted(&mut job(1));
+        let Commit::After(ticket) = log.commit(Instant::now()) else { panic!("a ticket to wait for") };
+        log.shared().report_fault(FaultKind::Io);
+        assert!(!log.shared().sync(), "the file is fine, the fault was reported: no sync");
+        assert!(log.durable().durable_upto() < ticket);
+        assert!(!log.sync_all(), "nor a sync of everything");
+        assert_eq!(log.refusal(), Some(StoreFault::Failed));
+    }
+
+    #[test]
+    fn a_fault_ends_compaction_and_the_shard_does_not_spin() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut log = log_in(tmp.path(), Durability::Async);
+        let now = Instant::now();
+        let _ = log.commit(now);
+        log.pass = Some(Pass { victims: vec![1], queues: Vec::new(), at: 0, pos: 0, dead_at: 0 });
+        assert_eq!(log.next_deadline(), Some(now), "a pass under way: at once");
+        log.fail(FaultKind::Full, &std::io::Error::other("test"), "writing", now);
+        assert!(log.pass.is_none(), "the pass ends with the fault");
+        let next = log.next_deadline().expect("a retry is due");
+        assert!(next >= now + limits::WAL_RETRY_MIN, "the loop waits for the back-off: {:?}", next - now);
+    }
 }

@@ -130,14 +130,11 @@ pub struct WalShared {
     /// Figures for STATUS.
     pub stats: WalStats,
     hist: Mutex<Histogram<u64>>,
-    /// The shard's directory path (for messages).
-    pub dir_path: std::path::PathBuf,
 }
 
 impl WalShared {
     /// A log of `mode` writing `file` in `dir`, nothing logged yet.
     pub fn new(mode: Durability, file: Arc<File>, dir: Arc<Identity>) -> WalShared {
-        let dir_path = dir.path.clone();
         let stats = WalStats { free_bytes: AtomicU64::new(u64::MAX), ..WalStats::default() };
         WalShared {
             mode,
@@ -150,7 +147,6 @@ impl WalShared {
             moved_lock: Mutex::new(()),
             stats,
             hist: Mutex::new(new_histogram()),
-            dir_path,
         }
     }
 
@@ -169,7 +165,9 @@ impl WalShared {
         head.file = file;
         head.dir = dir;
         if repaired {
+            // A fault a sync found in the files before is not the new ones'.
             head.generation += 1;
+            self.fault.store(0, Ordering::Release);
         }
     }
 
@@ -185,39 +183,55 @@ impl WalShared {
     /// Syncs the current segment on the calling thread and moves the
     /// durable point to what was written before the sync; a failure (or
     /// the segment or directory found gone) is recorded as a fault.
-    /// Whether it succeeded.
+    /// Whether it succeeded. Never syncs a log with a fault reported or
+    /// being repaired: after a failed sync Linux reports the lost writeback
+    /// once, so a second sync of the same file may succeed over lost data.
     pub fn sync(&self) -> bool {
         let (generation, file, dir, written) = {
             let head = self.head.lock();
             let Some(file) = head.file.clone() else { return false };
             (head.generation, file, head.dir.clone(), head.written)
         };
+        if self.in_fault() {
+            return false;
+        }
         if written <= self.synced.load(Ordering::Acquire) {
             return true;
         }
         let t0 = Instant::now();
+        let path = || dir.as_ref().map_or_else(|| std::path::PathBuf::from("?"), |d| d.path.clone());
         let checked = file
             .sync_data()
             .map_err(|e| {
-                tracing::error!(dir = %self.dir_path.display(), error = %e, "syncing the write-ahead log failed");
+                tracing::error!(dir = %path().display(), error = %e, "syncing the write-ahead log failed");
                 FaultKind::of(&e).max_io()
             })
             .and_then(|()| dir::linked(&file))
             .and_then(|()| dir.as_ref().map_or(Ok(()), |d| d.check()));
         self.record_sync(t0.elapsed());
+        let head = self.head.lock();
+        if head.generation != generation {
+            // A repair replaced the files meanwhile: this sync is moot.
+            return false;
+        }
         match checked {
-            Ok(()) => {
+            Ok(()) if !self.in_fault() => {
                 self.synced.fetch_max(written, Ordering::AcqRel);
+                drop(head);
                 self.advance(written);
                 true
             }
+            Ok(()) => false,
             Err(kind) => {
-                if self.head.lock().generation == generation {
-                    self.report_fault(kind);
-                }
+                self.report_fault(kind);
                 false
             }
         }
+    }
+
+    /// Whether a fault was reported and not yet repaired.
+    fn in_fault(&self) -> bool {
+        self.fault.load(Ordering::Acquire) != 0 || self.faulty.load(Ordering::Acquire)
     }
 
     /// The log is faulty (`true`) or repaired (`false`: waiters look
@@ -230,17 +244,24 @@ impl WalShared {
         }
     }
 
-    /// Records a fault for the shard to pick up.
+    /// Records a fault for the shard to pick up; the log is faulty from
+    /// now on (no more syncs) until the shard repairs it.
     pub fn report_fault(&self, kind: FaultKind) {
+        self.faulty.store(true, Ordering::Release);
         self.fault.store(1 + kind.index() as u8, Ordering::Release);
     }
 
-    /// Takes the fault a sync recorded, if any.
+    /// Takes the fault a sync recorded, if any (the log stays faulty).
     pub fn take_fault(&self) -> Option<FaultKind> {
         match self.fault.swap(0, Ordering::AcqRel) {
             0 => None,
             n => FaultKind::ALL.get(usize::from(n - 1)).copied(),
         }
+    }
+
+    /// Whether the log is faulty now.
+    pub fn faulty(&self) -> bool {
+        self.in_fault()
     }
 
     /// Records one sync that took `took`.
@@ -282,8 +303,7 @@ impl Durable for WalShared {
         if self.durable_point() >= upto.0 {
             return true;
         }
-        let faulty = self.fault.load(Ordering::Acquire) != 0 || self.faulty.load(Ordering::Acquire);
-        if faulty || self.mode != Durability::Sync {
+        if self.in_fault() || self.mode != Durability::Sync {
             return false;
         }
         self.sync() && self.durable_point() >= upto.0
@@ -307,6 +327,10 @@ impl Durable for WalShared {
 
     fn durable_upto(&self) -> Ticket {
         Ticket(self.durable_point())
+    }
+
+    fn faulty(&self) -> bool {
+        self.in_fault()
     }
 }
 

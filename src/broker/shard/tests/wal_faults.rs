@@ -68,6 +68,13 @@ fn found_refused_repaired(shards: usize, fault: impl FnOnce(&Path)) {
     h.end_batches();
     h.advance(limits::WAL_CHECK_INTERVAL);
     h.end_batches();
+    // The acceptance of j5 waits: its ticket is not durable.
+    let qi = h.shard_of("q");
+    let crate::joblog::Commit::After(ticket) = h.shards[qi].log.commit(h.now) else {
+        panic!("j5's records wait for the log")
+    };
+    let durable = h.shards[qi].log().durable();
+    assert!(durable.durable_upto() < ticket, "not durable while faulty");
     h.request("c", "m6", "q", "j6");
     assert_eq!(refusals(&mut h), ["STORE_FAILED"], "{shards} shards");
     assert_eq!(h.text_sched(2, "t", "t3"), refused(ErrorCode::StoreFailed));
@@ -87,6 +94,7 @@ fn found_refused_repaired(shards: usize, fault: impl FnOnce(&Path)) {
     std::fs::remove_file(dir.join("wal")).unwrap();
     h.advance(limits::WAL_RETRY_MAX);
     h.end_batches();
+    assert!(durable.durable_upto() >= ticket, "durable once rebuilt");
     h.request("c", "m7", "q", "j7");
     assert!(refusals(&mut h).is_empty(), "accepted after the repair ({shards} shards)");
     h.commit_logs();
@@ -144,6 +152,8 @@ fn a_deleted_lock_file_is_taken_again_without_a_rebuild() {
     assert_eq!(h.wal_figure_json(0)["repairs"], 0, "the log itself was fine");
     let err = crate::wal::dir::DataDir::lock(&dir).unwrap_err();
     assert!(matches!(err, crate::wal::WalError::Locked { .. }), "{err}");
+    let lock = std::fs::File::open(dir.join("lock")).unwrap();
+    assert!(lock.try_lock().is_err(), "the new lock file is locked");
     drop(h);
     assert_eq!(recover(&dir, 1)["q"], ["j1", "j2", "j3", "j4", "j5"]);
 }
