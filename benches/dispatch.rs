@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use emq::broker::msg::{ShardMsg, VecOutbox};
+use emq::broker::inbox::ShardMsg;
+use emq::broker::outbox::VecOutbox;
 use emq::broker::shard::{Shard, ShardContext};
 use emq::config::RouterConfig;
 use emq::ids::{MsgId, PeerId, QueueName};

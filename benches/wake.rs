@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
-use emq::zmq_io::wake::Wake;
+use emq::wake::Wake;
 
 const ENDPOINT: &str = "inproc://bench-wake";
 

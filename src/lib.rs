@@ -51,7 +51,10 @@
 //! * [`client`]: Rust client libraries (eMQP client, admin client, worker, text client).
 //! * [`scheduler`]: emq-scheduler (SCHEDULE/UNSCHEDULE, timers, persistence).
 //! * [`config`]: settings, declared once and validated once; [`logging`]
-//!   and [`program`]: what every binary does at its start and end.
+//!   and [`program`]: what every binary does at its start and end;
+//!   [`printable`]: peer text made safe for a terminal; [`fds`]: the
+//!   process's descriptor limit; [`wake`]: waking a thread blocked in a
+//!   poll.
 //! * [`zmq_error`]: [`zmq_error::ZmqError`], the error of a failed zmq call, for every layer;
 //!   [`heap`]: giving freed C-heap pages back to the OS after connection churn.
 
@@ -61,6 +64,7 @@ pub mod bench;
 pub mod broker;
 pub mod client;
 pub mod config;
+pub mod fds;
 pub mod heap;
 pub mod ids;
 pub mod job;
@@ -68,12 +72,14 @@ pub mod joblog;
 pub mod limits;
 pub mod logging;
 pub mod metrics;
+pub mod printable;
 pub mod program;
 pub mod protocol;
 pub mod pubsub;
 pub mod router;
 pub mod scheduler;
 pub mod text;
+pub mod wake;
 pub mod wal;
 pub mod zmq_error;
 pub mod zmq_io;

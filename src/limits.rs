@@ -116,6 +116,12 @@ pub const MAX_UNANSWERED_DEADLINES: usize = 1024;
 /// takes it must not cycle through the pool forever. Sidekiq and Faktory
 /// default to 25 over days; emq's back-off is for transient faults.
 pub const MAX_RETRIES: u32 = 5;
+
+/// Most retries a `retry:N` header (or `max_retries`) may ask for; a
+/// larger N counts as this. A job counts at most 63 setbacks
+/// (`crate::job::MAX_REDELIVERIES_COUNTED`, checked at compile time in
+/// `crate::broker::retry`).
+pub const MAX_RETRIES_HEADER: u32 = 50;
 /// Default `retry_backoff`: the wait before the first retry of a failed job.
 pub const RETRY_BACKOFF: Duration = Duration::from_secs(1);
 /// Default `retry_backoff_max`: the longest wait between two tries.

@@ -21,14 +21,14 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-/// Log lines (and other diagnostics, [`crate::program::diagnostic`]) this
+/// Log lines (and other diagnostics, [`diagnostic`]) this
 /// process could not write to stderr since it started.
 static WRITE_FAILURES: AtomicU64 = AtomicU64::new(0);
 
 /// How many log lines and diagnostics this process could not write to
 /// stderr (an error from the write: `EPIPE`, `ENOSPC`, `EIO`, …) and
 /// dropped, since it started. Process-wide: every subscriber [`init`]
-/// installs and every [`crate::program::diagnostic`] counts here.
+/// installs and every [`diagnostic`] counts here.
 pub fn write_failures() -> u64 {
     WRITE_FAILURES.load(Ordering::Relaxed)
 }
@@ -98,7 +98,7 @@ impl<W: io::Write> io::Write for LossyWriter<W> {
 
 /// Writes one field of an event: the message as it is, any other field as
 /// `name=value`; both with control characters and the invisible characters
-/// that reorder text escaped ([`crate::program::printable`]). Log lines
+/// that reorder text escaped ([`crate::printable::printable`]). Log lines
 /// carry bytes peers chose (identities, msgids, queue names, error texts);
 /// escaped, a peer can neither break a line to forge the next nor send
 /// escape sequences to the terminal that shows the log. One rule for every
@@ -114,7 +114,7 @@ fn escaped_field(w: &mut Writer<'_>, field: &Field, value: &dyn fmt::Debug) -> f
     if fmt::Write::write_fmt(&mut raw, format_args!("{value:?}")).is_err() {
         raw.push_str("<unprintable>");
     }
-    let text = crate::program::printable(&raw);
+    let text = crate::printable::printable(&raw);
     match field.name() {
         "message" => w.write_str(&text),
         name => write!(w, "{name}={text}"),
@@ -124,10 +124,10 @@ fn escaped_field(w: &mut Writer<'_>, field: &Field, value: &dyn fmt::Debug) -> f
 /// The subscriber [`init`] installs: stderr ([`lossy_stderr`]: a line that
 /// cannot be written is dropped and counted), `filter`, time, level, thread
 /// name and target on each line, colours on a terminal, every field escaped
-/// ([`escaped_field`]). A bad filter falls back to `info` with a warning.
+/// (`escaped_field`). A bad filter falls back to `info` with a warning.
 pub fn subscriber(filter: &str) -> impl tracing::Subscriber + Send + Sync + 'static {
     let env = EnvFilter::try_new(filter).unwrap_or_else(|e| {
-        crate::program::diagnostic(format_args!("bad log filter {filter:?} ({e}); using info"));
+        diagnostic(format_args!("bad log filter {filter:?} ({e}); using info"));
         EnvFilter::new("info")
     });
     use std::io::IsTerminal;
@@ -165,6 +165,22 @@ pub fn init(filter: &str) {
 
 /// Runs `f` with log lines up to `filter` captured on this thread; returns
 /// its result and the lines (no colours).
+/// Writes `line` and a line break to stderr in one write, like `eprintln!`
+/// but never panics: a failed write (a closed pipe, a full disk) is
+/// dropped and counted in [`write_failures`]. For what a
+/// program says outside its log (a summary at exit, an error at the end);
+/// losing it must not stop the program.
+pub fn diagnostic(line: std::fmt::Arguments<'_>) {
+    // Not `format!`: it panics when a `Display` implementation fails.
+    let mut text = String::new();
+    let _ = std::fmt::Write::write_fmt(&mut text, line);
+    text.push('\n');
+    use std::io::Write;
+    use tracing_subscriber::fmt::MakeWriter;
+    // Never fails: a failed write is counted.
+    let _ = lossy_stderr().make_writer().write_all(text.as_bytes());
+}
+
 #[cfg(test)]
 pub(crate) fn capture<R>(filter: &str, f: impl FnOnce() -> R) -> (R, String) {
     #[derive(Clone, Default)]

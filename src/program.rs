@@ -7,6 +7,9 @@
 use std::error::Error;
 use std::io::Write;
 
+pub use crate::logging::diagnostic;
+pub use crate::printable::{printable, printable_lines};
+
 /// `program: error: cause: …`. A cause whose text the line already holds is
 /// left out, so an error that prints its source (`config file x: <TOML
 /// error>`, `zmq bind … failed: Address already in use`) is not printed
@@ -32,53 +35,6 @@ pub fn error_line(program: &str, error: &(dyn Error + 'static)) -> String {
     line
 }
 
-/// `text` with its control characters escaped (`\u{1b}`, `\r`, `\n`), and
-/// the invisible characters that reorder text (`\u{202e}`), for a terminal:
-/// text from peers (queue names, msgids, task data, error texts) can then
-/// neither move the cursor, colour the screen, break a line nor show in
-/// another order than it is.
-pub fn printable(text: &str) -> String {
-    if !text.chars().any(hidden) {
-        return text.to_string();
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if hidden(c) {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// Control characters, and the invisible format characters that reorder
-/// or hide text on a terminal: bidirectional embeddings, overrides and
-/// isolates (U+202A–U+202E, U+2066–U+2069, the "Trojan Source" kind),
-/// marks (U+200E, U+200F, U+061C), zero-width and invisible format
-/// characters (U+200B–U+200D, U+2060–U+2064, U+206A–U+206F, U+00AD,
-/// U+180E, U+FEFF, U+FFF9–U+FFFB), line and paragraph separators (U+2028,
-/// U+2029) and tag characters (U+E0001, U+E0020–U+E007F, "ASCII
-/// smuggling").
-fn hidden(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200B}'..='\u{200F}')
-        || matches!(c, '\u{2060}'..='\u{2064}' | '\u{206A}'..='\u{206F}' | '\u{2028}' | '\u{2029}')
-        || matches!(c, '\u{061C}' | '\u{00AD}' | '\u{180E}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
-        || matches!(c, '\u{E0001}' | '\u{E0020}'..='\u{E007F}')
-}
-
-/// Like [`printable`], but line breaks and tabs are kept (multi-line
-/// messages, such as a config file's error with its caret line).
-pub fn printable_lines(text: &str) -> String {
-    text.split_inclusive('\n')
-        .map(|line| {
-            let (body, end) = line.strip_suffix('\n').map_or((line, ""), |b| (b, "\n"));
-            body.split('\t').map(printable).collect::<Vec<_>>().join("\t") + end
-        })
-        .collect()
-}
-
 /// Runs a binary's `main`: on error, prints [`error_line`] to stderr (control
 /// characters escaped but line breaks, [`printable_lines`]; a [`diagnostic`],
 /// so a stderr that cannot be written changes nothing) and exits with
@@ -88,21 +44,6 @@ pub fn exit_on_error<E: AsRef<dyn Error + Send + Sync + 'static>>(program: &str,
         diagnostic(format_args!("{}", printable_lines(&error_line(program, e.as_ref()))));
         std::process::exit(1);
     }
-}
-
-/// Writes `line` and a line break to stderr in one write, like `eprintln!`
-/// but never panics: a failed write (a closed pipe, a full disk) is
-/// dropped and counted in [`crate::logging::write_failures`]. For what a
-/// program says outside its log (a summary at exit, an error at the end);
-/// losing it must not stop the program.
-pub fn diagnostic(line: std::fmt::Arguments<'_>) {
-    // Not `format!`: it panics when a `Display` implementation fails.
-    let mut text = String::new();
-    let _ = std::fmt::Write::write_fmt(&mut text, line);
-    text.push('\n');
-    use tracing_subscriber::fmt::MakeWriter;
-    // Never fails: a failed write is counted.
-    let _ = crate::logging::lossy_stderr().make_writer().write_all(text.as_bytes());
 }
 
 /// Writes `text` to stdout and flushes it, like `print!` but returning the
@@ -156,23 +97,4 @@ fn ignored(signal: std::ffi::c_int) -> bool {
 pub fn exit_on_broken_pipe() {
     // SAFETY: signal(2) with SIG_DFL only resets the disposition; no handler runs our code.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn control_characters_are_escaped_and_lines_kept_where_asked() {
-        assert_eq!(printable("a\u{1b}[31mb\r\nc"), "a\\u{1b}[31mb\\r\\nc");
-        assert_eq!(printable_lines("bad key\n  | x\t= \u{7}\r\n"), "bad key\n  | x\t= \\u{7}\\r\n");
-    }
-
-    #[test]
-    fn invisible_reordering_characters_are_escaped_and_other_text_kept() {
-        assert_eq!(printable("admin\u{202e}txt.exe"), "admin\\u{202e}txt.exe");
-        assert_eq!(printable("a\u{2066}b\u{200b}c\u{feff}"), "a\\u{2066}b\\u{200b}c\\u{feff}");
-        assert_eq!(printable("a\u{e0041}\u{2028}b\u{ad}"), "a\\u{e0041}\\u{2028}b\\u{ad}");
-        assert_eq!(printable("café 東京 ✓"), "café 東京 ✓");
-    }
 }

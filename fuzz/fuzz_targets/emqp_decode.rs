@@ -8,7 +8,7 @@
 #![no_main]
 
 use emq::job::JobFrames;
-use emq::broker::msg::Schedule;
+use emq::broker::inbox::Schedule;
 use emq::ids::PeerId;
 use emq::protocol::emqp::{decode, decode_ref, Command, PeerType, Socket};
 use emq::protocol::queues::parse_queue_list;

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
-use emq::broker::msg::{TextAnswer, TextCmd, TextOutcome};
+use emq::broker::text_port::{TextAnswer, TextCmd, TextOutcome};
 use emq::broker::shard::harness::Harness;
 use emq::ids::OfferId;
 use emq::protocol::text::ErrorCode;

@@ -4,7 +4,7 @@
 //! (`VmRSS` from `/proc/<pid>/status`) grew per queued job, and its peak
 //! (`VmHWM`) against the bytes of job bodies it admitted.
 //!
-//! eMQP: one DEALER pipelines REQUESTs (at most [`WINDOW`] unanswered) and
+//! eMQP: one DEALER pipelines REQUESTs (at most `WINDOW` unanswered) and
 //! counts acceptance REPLYs; an `ERROR` ends the run unless
 //! `--refusals-ok`, which counts `QUEUE_FULL` refusals and goes on (the
 //! memory bound under a producer that keeps pushing). Text: one connection

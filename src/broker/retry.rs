@@ -1,5 +1,5 @@
 //! The retry policy (README "Retries and the dead set"): why a delivery of
-//! a job came to nothing ([`Setback`]), how many such setbacks a job may
+//! a job came to nothing ([`crate::job::Setback`]), how many such setbacks a job may
 //! have before it goes to the dead set ([`allowed_retries`]) and how long a
 //! failed job waits before its next try ([`backoff`]). Pure functions: the
 //! shard applies them (`src/broker/shard/dead.rs`).
@@ -9,9 +9,7 @@ use std::time::Duration;
 use crate::job::{Job, MAX_REDELIVERIES_COUNTED};
 use crate::protocol::headers;
 
-/// Most retries a `retry:N` header may ask for; a larger N counts as this
-/// (a job counts at most [`MAX_REDELIVERIES_COUNTED`] setbacks).
-pub const MAX_RETRIES_HEADER: u32 = 50;
+pub use crate::limits::MAX_RETRIES_HEADER;
 
 const _: () = assert!(MAX_RETRIES_HEADER < MAX_REDELIVERIES_COUNTED);
 

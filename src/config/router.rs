@@ -285,7 +285,7 @@ impl Durability {
 /// Write-ahead log settings (see [`crate::wal`]).
 #[derive(Debug, Clone)]
 pub struct WalConfig {
-    /// The data directory as given; `None` = [`crate::wal::default_data_dir`].
+    /// The data directory as given; `None` = [`default_data_dir`].
     pub data_dir: Option<PathBuf>,
     /// What an acknowledgement promises.
     pub durability: Durability,
@@ -303,10 +303,24 @@ pub struct WalConfig {
 
 impl WalConfig {
     /// The data directory: as configured, else the default
-    /// ([`crate::wal::default_data_dir`], read from the environment now).
+    /// ([`default_data_dir`], read from the environment now).
     pub fn data_dir(&self) -> PathBuf {
-        self.data_dir.clone().unwrap_or_else(crate::wal::default_data_dir)
+        self.data_dir.clone().unwrap_or_else(default_data_dir)
     }
+}
+
+/// `$XDG_STATE_HOME/emq-router`, else `$HOME/.local/state/emq-router`,
+/// else `./emq-router-data` (the scheduler's rule: a log of jobs is state,
+/// not configuration or cache).
+pub fn default_data_dir() -> PathBuf {
+    let nonempty = |v: &str| std::env::var_os(v).filter(|s| !s.is_empty()).map(PathBuf::from);
+    if let Some(state) = nonempty("XDG_STATE_HOME") {
+        return state.join("emq-router");
+    }
+    if let Some(home) = nonempty("HOME") {
+        return home.join(".local/state/emq-router");
+    }
+    PathBuf::from("emq-router-data")
 }
 
 /// Text protocol limits (docs/text-protocol.md "Limits on connections") and the
@@ -389,7 +403,7 @@ impl RawRouterConfig {
         // reserve that is not below it refuses every text connection
         // (the descriptors the router itself holds are checked at start:
         // `text::fds::check_text_reserve`).
-        let hard = crate::text::fds::hard_nofile_limit();
+        let hard = crate::fds::hard_nofile_limit();
         if let (Some(_), Ok(hard)) = (config.text_addr, hard) {
             if config.text.reserved_fds as u64 >= hard {
                 return Err(ConfigError::Invalid {
@@ -632,7 +646,7 @@ impl Kind for Shards {
 }
 
 /// `max_retries`: a whole number from 0 to
-/// [`crate::broker::retry::MAX_RETRIES_HEADER`] (a job counts at most 63
+/// [`limits::MAX_RETRIES_HEADER`] (a job counts at most 63
 /// setbacks).
 pub struct Retries;
 
@@ -645,7 +659,7 @@ impl Kind for Retries {
     }
 
     fn check(n: u32) -> Result<u32, String> {
-        let max = crate::broker::retry::MAX_RETRIES_HEADER;
+        let max = limits::MAX_RETRIES_HEADER;
         if n > max {
             return Err(format!("{n} retries; at most {max}"));
         }
@@ -861,7 +875,7 @@ mod tests {
 
     #[test]
     fn a_text_reserve_not_below_the_descriptor_limit_is_refused() {
-        let hard = crate::text::fds::hard_nofile_limit().unwrap();
+        let hard = crate::fds::hard_nofile_limit().unwrap();
         let Ok(reserve) = usize::try_from(hard) else { return };
         let raw = RawRouterConfig { text_reserved_fds: Some(reserve), ..Default::default() };
         assert_eq!(

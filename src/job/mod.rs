@@ -1,6 +1,6 @@
 //! The job data model, below the broker and its log: [`JobFrames`], the
 //! job's frames in one shared allocation; [`Job`], the small record a queue
-//! holds; [`Setback`] and [`DeadJob`] ([`setback`]). Plain data: it
+//! holds; [`Setback`] and [`DeadJob`]. Plain data: it
 //! imports only [`crate::ids`] and [`crate::limits`], so the broker, the
 //! job log's backends and the codecs share it without knowing each other.
 //!
@@ -243,7 +243,7 @@ const BACK_FROM_BITS: u32 = 24;
 const BACK_FROM_MASK: u32 = (1 << BACK_FROM_BITS) - 1;
 const REDELIVERIES_SHIFT: u32 = 24;
 /// Most setbacks a [`Job`] counts (6 bits); above every retry limit
-/// ([`crate::broker::retry::MAX_RETRIES_HEADER`]).
+/// ([`crate::limits::MAX_RETRIES_HEADER`]).
 pub const MAX_REDELIVERIES_COUNTED: u32 = 63;
 const REDELIVERIES_MASK: u32 = (MAX_REDELIVERIES_COUNTED) << REDELIVERIES_SHIFT;
 const TEXT_BIT: u32 = 1 << 30;

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use super::Broker;
-use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing};
+use crate::broker::egress::{Dest, OnFail, OutMsg, Outgoing};
 use crate::broker::snapshot::{schedulers_json, status_json, workers_json};
 use crate::metrics::latency::LatencyStore;
 use crate::protocol::emqp::{AdminQuery, Command, Message};

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use crate::broker::msg::ShardMsg;
+use crate::broker::inbox::ShardMsg;
 
 /// What the shards answered.
 #[derive(Debug)]

@@ -66,7 +66,7 @@ fn drain(broker: &Broker) {
     let mut zeros = 0;
     loop {
         let asked = super::ask::ask_shards(&broker.shards, crate::limits::SHARD_ANSWER_TIMEOUT, |reply| {
-            crate::broker::msg::ShardMsg::Snapshot { reply }
+            crate::broker::inbox::ShardMsg::Snapshot { reply }
         });
         let pending: usize = asked.answers.iter().map(|s| s.pending()).sum();
         // Two empty readings in a row from every shard: a job moving

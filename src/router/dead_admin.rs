@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::{ask, Broker};
 use crate::broker::dead::{DeadAnswer, DeadEntry, DeadOp, DeadTarget};
-use crate::broker::msg::ShardMsg;
+use crate::broker::inbox::ShardMsg;
 use crate::broker::types::shard_of;
 use crate::ids::{show, JobId, QueueName};
 use crate::limits;

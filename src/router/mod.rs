@@ -26,15 +26,16 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-use crate::broker::msg::ShardMsg;
+use crate::broker::inbox::ShardMsg;
 use crate::broker::shard::{Shard, ShardContext};
 use crate::broker::snapshot::ShardSnapshot;
 use crate::config::RouterConfig;
+use crate::fds;
 use crate::ids::QueueName;
 use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::LatencyStore;
-use crate::text::{fds, TextServer, TextStats};
+use crate::text::{TextServer, TextStats};
 use crate::zmq_error::ZmqError;
 use crate::zmq_io::egress::{self, EgressRx, EgressTx};
 use crate::zmq_io::io_thread::{IoLimits, IoThread, StopReason};

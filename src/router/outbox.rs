@@ -27,7 +27,10 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
 use super::release::{Release, Releaser};
-use crate::broker::msg::{Dest, OutMsg, Outbox, Outgoing, ShardMsg, TextPort, TextReply};
+use crate::broker::egress::{Dest, OutMsg, Outgoing};
+use crate::broker::inbox::ShardMsg;
+use crate::broker::outbox::Outbox;
+use crate::broker::text_port::{TextPort, TextReply};
 use crate::ids::{ConnId, FastMap, PeerId};
 use crate::joblog::{Durable, Ticket};
 use crate::zmq_io::egress::EgressTx;
@@ -287,7 +290,7 @@ impl Outbox for ShardOutbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::msg::TextOutcome;
+    use crate::broker::text_port::TextOutcome;
 
     fn reply(conn: u64, outcome: TextOutcome, stored: bool) -> TextReply {
         TextReply { conn: ConnId(conn), outcome, stored }
@@ -373,10 +376,10 @@ mod tests {
             let next = || port_rx.recv_timeout(std::time::Duration::from_secs(5)).expect("an answer batch");
             let frames = crate::job::JobFrames::new(b"m", b"q", b"", b"x", &[] as &[&[u8]]).unwrap();
             let to = |peer: &[u8], msg| Outgoing {
-                dest: crate::broker::msg::Dest::Frontend,
+                dest: crate::broker::egress::Dest::Frontend,
                 peer: crate::ids::PeerId::from(peer),
                 msg,
-                on_fail: crate::broker::msg::OnFail::Count,
+                on_fail: crate::broker::egress::OnFail::Count,
             };
             let error = || {
                 use crate::protocol::emqp::{Command, Message};
@@ -441,10 +444,10 @@ mod tests {
         let mut out = ShardOutbox::new(0, egress, Arc::from(Vec::new()), releaser, hand.clone());
         let frames = crate::job::JobFrames::new(b"m", b"q", b"", b"x", &[] as &[&[u8]]).unwrap();
         let to = |msg| Outgoing {
-            dest: crate::broker::msg::Dest::Frontend,
+            dest: crate::broker::egress::Dest::Frontend,
             peer: crate::ids::PeerId::from(&b"client"[..]),
             msg,
-            on_fail: crate::broker::msg::OnFail::Count,
+            on_fail: crate::broker::egress::OnFail::Count,
         };
         let error = || {
             use crate::protocol::emqp::{Command, Message};

@@ -8,7 +8,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use parking_lot::Mutex;
 
 use super::Broker;
-use crate::broker::msg::ShardMsg;
+use crate::broker::inbox::ShardMsg;
 use crate::broker::snapshot::round_ms;
 use crate::config::LatencyConfig;
 use crate::limits;

@@ -114,7 +114,7 @@ impl Sources {
     pub fn read(&self, max_queues: usize) -> Scrape {
         super::reporter::collect(&self.broker, &self.latency);
         let asked = super::ask::ask_shards(&self.broker.shards, crate::limits::SHARD_ANSWER_TIMEOUT, |reply| {
-            crate::broker::msg::ShardMsg::Snapshot { reply }
+            crate::broker::inbox::ShardMsg::Snapshot { reply }
         });
         let shards_silent = self.broker.shards.len().saturating_sub(asked.answers.len());
         let snaps = asked.answers;

@@ -32,7 +32,7 @@ use mio::net::TcpStream;
 
 use super::stats::TextStats;
 use super::Round;
-use crate::broker::msg::{TextAnswer, TextCmd, TextOutcome};
+use crate::broker::text_port::{TextAnswer, TextCmd, TextOutcome};
 use crate::ids::{ConnId, OfferId, QueueName};
 use crate::limits::{TEXT_KEEP_BUFFER_BYTES, TEXT_MAX_PENDING_COMMANDS, TEXT_OUT_PAUSE_BYTES};
 use crate::protocol::text::{encode_err, encode_nope, encode_want, ErrorCode, LineDecoder, TextCommand, TextError};

@@ -34,14 +34,15 @@ use super::accept::Acceptor;
 use super::conn::{Close, Conn};
 use super::stats::TextStats;
 use super::Shared;
-use crate::broker::msg::{ShardMsg, TextBatch, TextCmd, TextOutcome, TextPort, TextReply, TextRequest};
+use crate::broker::inbox::ShardMsg;
+use crate::broker::text_port::{TextBatch, TextCmd, TextOutcome, TextPort, TextReply, TextRequest};
 use crate::broker::timers::Timers;
 use crate::broker::types::shard_of;
 use crate::config::TextConfig;
 use crate::ids::{ConnId, QueueName};
 use crate::limits;
 use crate::protocol::text::ErrorCode;
-use crate::zmq_io::wake::Wake;
+use crate::wake::Wake;
 
 /// The poll token of the wake-up eventfd.
 pub(super) const WAKE: Token = Token(0);

@@ -1,13 +1,13 @@
 //! The text protocol front end (text-protocol.md): a fixed pool of I/O
 //! threads (`text_threads`, default one per two cores), each a readiness loop
-//! over many non-blocking connections ([`io`]); the first `text_acceptors`
+//! over many non-blocking connections (`io.rs`); the first `text_acceptors`
 //! of them also accept and hand connections out round-robin (`accept.rs`).
 //!
 //! A connection is a small struct (`conn.rs`: its buffers, its offer, its
 //! commands awaiting answers), one descriptor, no thread. Commands parsed in
 //! one loop turn are grouped per shard into one
-//! [`crate::broker::msg::ShardMsg::Text`]; each shard answers a batch with
-//! one message per I/O thread (its [`crate::broker::msg::TextPort`], whose
+//! [`crate::broker::inbox::ShardMsg::Text`]; each shard answers a batch with
+//! one message per I/O thread (its [`crate::broker::text_port::TextPort`], whose
 //! sender wakes the thread). Replies are written in each connection's
 //! command order, one write per connection per turn. No channel, thread or
 //! timer per command: a command waits for its shard however long the shard
@@ -19,7 +19,6 @@
 
 mod accept;
 mod conn;
-pub mod fds;
 mod io;
 mod stats;
 
@@ -35,10 +34,11 @@ use mio::{Interest, Poll};
 
 pub use stats::{TextStats, TextStatsSnapshot};
 
-use crate::broker::msg::{ShardMsg, TextPort};
+use crate::broker::inbox::ShardMsg;
+use crate::broker::text_port::TextPort;
 use crate::config::TextConfig;
 use crate::ids::ConnId;
-use crate::zmq_io::wake::Wake;
+use crate::wake::Wake;
 use io::{IoParts, IoThread, Round, LISTENER, WAKE};
 
 /// Where an acceptor hands a connection to an I/O thread.
@@ -176,7 +176,7 @@ impl TextServer {
     /// I/O threads (`emq-text-N`) over the shards behind `shards`, adding
     /// each batch's commands to the shard's `inbox_load`. Reads
     /// the descriptor limit for the reserve (the router raises it first,
-    /// [`fds::raise_nofile_limit`]).
+    /// [`crate::fds::raise_nofile_limit`]).
     ///
     /// # Errors
     /// Binding, the poll or eventfd set-up, or thread creation failed.
@@ -189,7 +189,7 @@ impl TextServer {
     ) -> std::io::Result<TextServer> {
         let listener = accept::bind(addr)?;
         let local_addr = listener.local_addr()?;
-        stats.fd_limit.store(fds::nofile_limit()?, Ordering::Relaxed);
+        stats.fd_limit.store(crate::fds::nofile_limit()?, Ordering::Relaxed);
         let threads = config.threads.max(1);
         let acceptors = config.acceptors.clamp(1, threads);
         let mut parts = Vec::new();

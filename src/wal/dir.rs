@@ -321,20 +321,6 @@ pub fn sync_dir(dir: &Path) -> Result<(), WalError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(WalError::io(dir))
 }
 
-/// `$XDG_STATE_HOME/emq-router`, else `$HOME/.local/state/emq-router`,
-/// else `./emq-router-data` (the scheduler's rule: a log of jobs is state,
-/// not configuration or cache).
-pub fn default_data_dir() -> PathBuf {
-    let nonempty = |v: &str| std::env::var_os(v).filter(|s| !s.is_empty()).map(PathBuf::from);
-    if let Some(state) = nonempty("XDG_STATE_HOME") {
-        return state.join("emq-router");
-    }
-    if let Some(home) = nonempty("HOME") {
-        return home.join(".local/state/emq-router");
-    }
-    PathBuf::from("emq-router-data")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,13 +36,13 @@
 //!   *rebuilds*: it writes every live job, from the shard's memory
 //!   ([`Holdings`]) and its own copies of dispatched jobs, into new
 //!   segments, syncs them, deletes the old ones, and moves the durable
-//!   point past every ticket handed out ([`super::repair`]).
+//!   point past every ticket handed out (`repair.rs`).
 //!
 //! Acknowledgements wait meanwhile: nothing is acknowledged that the log
 //! does not hold.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -51,7 +51,7 @@ use std::time::{Duration, Instant};
 
 use super::dir::{self, DataDir, Identity};
 use super::record;
-use super::segment::{segment_path, shard_dir, SegmentHeader, SegmentInfo, SEGMENT_HEADER_BYTES};
+use super::segment::{new_segment, segment_path, shard_dir, SegmentInfo, SEGMENT_HEADER_BYTES};
 use super::shared::WalShared;
 use crate::config::Durability;
 use crate::ids::{FastMap, JobId, QueueName};
@@ -682,19 +682,27 @@ impl ShardLog {
         self.grow(record::BURIED_RECORD_BYTES);
     }
 
-    /// Takes over what a repair rebuilt (see [`super::repair`]).
-    pub(super) fn rebuilt(&mut self, to: super::repair::Rebuilt) {
-        self.segments = to.segments;
-        self.current = to.current;
-        self.dir = Some(to.dir.clone());
-        self.file = Some(to.file.clone());
+    /// Starts over in what a repair wrote (see `repair.rs`): `segments`,
+    /// the last of which, `current`, is `file` in `dir`; every position
+    /// logged so far is durable.
+    pub(super) fn start_over(
+        &mut self,
+        segments: BTreeMap<u32, SegmentInfo>,
+        current: u32,
+        file: Arc<File>,
+        dir: Arc<Identity>,
+    ) {
+        self.segments = segments;
+        self.current = current;
+        self.dir = Some(dir.clone());
+        self.file = Some(file.clone());
         self.written = self.logged;
         self.buf.clear();
         self.deletions.clear();
         self.pass = None;
         self.last_ref = (0, 0);
         self.unsynced_since = None;
-        self.shared.set_file(Some(to.file), Some(to.dir), true);
+        self.shared.set_file(Some(file), Some(dir), true);
         self.shared.set_written(self.written);
         self.shared.repaired(self.logged);
     }
@@ -893,7 +901,7 @@ impl ShardLog {
         let Some(fault) = self.fault else { return };
         let result = if fault.rebuild {
             self.buf.clear();
-            super::repair::rebuild(self, holdings)
+            self.rebuild(holdings)
         } else {
             self.files_check()
                 .map_err(|k| (k, std::io::Error::other("deleted or replaced")))
@@ -918,31 +926,6 @@ impl ShardLog {
             Err((kind, e)) => self.fail(kind, &e, if fault.rebuild { "rebuilding" } else { "writing again" }, now),
         }
     }
-}
-
-/// Creates segment `number` in `dir` with its header, synced, and syncs the
-/// directory so the file stays after a crash.
-pub(super) fn new_segment(
-    dir: &Path,
-    shard: usize,
-    shards: usize,
-    number: u32,
-    seq_floor: u64,
-) -> Result<File, super::WalError> {
-    let path = segment_path(dir, number);
-    let header = SegmentHeader { shard: shard as u32, shards: shards as u32, number, seq_floor };
-    let file = OpenOptions::new().create_new(true).write(true).open(&path).map_err(super::WalError::io(&path))?;
-    let made = file
-        .write_all_at(&header.encode(), 0)
-        .and_then(|()| file.sync_data())
-        .map_err(super::WalError::io(&path))
-        .and_then(|()| dir::sync_dir(dir));
-    if let Err(e) = made {
-        // Not left half made: the next try creates it again.
-        let _ = std::fs::remove_file(&path);
-        return Err(e);
-    }
-    Ok(file)
 }
 
 #[cfg(test)]

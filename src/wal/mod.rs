@@ -55,7 +55,7 @@
 //! # Faults
 //!
 //! A log that cannot write, sync or find its files refuses new jobs and
-//! repairs itself (`log.rs` "Faults", [`repair`]); docs/durability.md says
+//! repairs itself (`log.rs` "Faults", `repair.rs`); docs/durability.md says
 //! what each disk fault does. Nothing here stops the process.
 
 pub mod dir;
@@ -71,7 +71,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use dir::default_data_dir;
 use dir::DataDir;
 use log::{LogSettings, ShardLog};
 use recover::{Replayed, ShardReplay};

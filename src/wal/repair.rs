@@ -24,10 +24,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::dir::{self, Identity};
-use super::log::{new_segment, ShardLog};
+use super::log::ShardLog;
 use super::record;
 use super::recover::list_segments;
-use super::segment::{SegmentInfo, SEGMENT_HEADER_BYTES};
+use super::segment::{new_segment, SegmentInfo, SEGMENT_HEADER_BYTES};
 use crate::ids::JobId;
 use crate::job::{DeadJob, Job};
 use crate::joblog::{FaultKind, Holdings};
@@ -51,12 +51,19 @@ pub(super) struct Rebuilt {
 /// Bytes gathered before each write.
 const CHUNK_BYTES: usize = 1 << 20;
 
-/// Rebuilds `log` from `holdings` and its copies of dispatched jobs (see
-/// the module docs).
-///
-/// # Errors
-/// The fault that stopped it; the new segments written so far are deleted.
-pub(super) fn rebuild(log: &mut ShardLog, holdings: &mut dyn Holdings) -> Result<(), Failure> {
+impl ShardLog {
+    /// Rebuilds the log from `holdings` and its copies of dispatched jobs
+    /// (see the module docs).
+    ///
+    /// # Errors
+    /// The fault that stopped it; the new segments written so far are deleted.
+    pub(super) fn rebuild(&mut self, holdings: &mut dyn Holdings) -> Result<(), Failure> {
+        rebuild(self, holdings)
+    }
+}
+
+/// [`ShardLog::rebuild`].
+fn rebuild(log: &mut ShardLog, holdings: &mut dyn Holdings) -> Result<(), Failure> {
     let t0 = Instant::now();
     log.data_dir.ensure()?;
     let dir_path = log.dir_path.clone();
@@ -99,7 +106,7 @@ pub(super) fn rebuild(log: &mut ShardLog, holdings: &mut dyn Holdings) -> Result
     }
     dir::sync_dir(&dir_path).map_err(wal_error)?;
     log.count_rewritten(bytes);
-    log.rebuilt(rebuilt);
+    log.start_over(rebuilt.segments, rebuilt.current, rebuilt.file, rebuilt.dir);
     tracing::warn!(shard = log.shard, dir = %dir_path.display(), jobs, bytes, millis = t0.elapsed().as_millis() as u64,
         "write-ahead log rebuilt from memory");
     Ok(())

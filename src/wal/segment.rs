@@ -14,9 +14,12 @@
 //! crc32c u32           of the 28 bytes before
 //! ```
 //!
-//! then records ([`super::record`]) until its end.
+//! then records ([`super::record`]) until its end. [`new_segment`] makes
+//! one (header written and synced, the directory synced).
 
 use std::collections::BTreeSet;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// Bytes of a segment header.
@@ -122,6 +125,31 @@ impl SegmentInfo {
     pub fn is_dead(&self) -> bool {
         self.live == 0 && self.older.is_empty()
     }
+}
+
+/// Creates segment `number` in `dir` with its header, synced, and syncs the
+/// directory so the file stays after a crash.
+pub(super) fn new_segment(
+    dir: &Path,
+    shard: usize,
+    shards: usize,
+    number: u32,
+    seq_floor: u64,
+) -> Result<File, super::WalError> {
+    let path = segment_path(dir, number);
+    let header = SegmentHeader { shard: shard as u32, shards: shards as u32, number, seq_floor };
+    let file = OpenOptions::new().create_new(true).write(true).open(&path).map_err(super::WalError::io(&path))?;
+    let made = file
+        .write_all_at(&header.encode(), 0)
+        .and_then(|()| file.sync_data())
+        .map_err(super::WalError::io(&path))
+        .and_then(|()| super::dir::sync_dir(dir));
+    if let Err(e) = made {
+        // Not left half made: the next try creates it again.
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
+    }
+    Ok(file)
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::wake::Wake;
-use crate::broker::msg::Outgoing;
+use crate::broker::egress::Outgoing;
+use crate::wake::Wake;
 
 /// What the I/O thread is handed.
 #[derive(Debug)]

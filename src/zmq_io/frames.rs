@@ -16,7 +16,7 @@ use std::ffi::c_void;
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::broker::msg::OutMsg;
+use crate::broker::egress::OutMsg;
 use crate::job::JobFrames;
 use crate::limits;
 use crate::protocol::emqp::VERSION;

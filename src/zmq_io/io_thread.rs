@@ -15,7 +15,8 @@ use crossbeam_channel::Sender;
 
 use super::egress::{Egress, EgressRx};
 use super::frames::{send_out, InFrame, Inbound, Received};
-use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, Schedule, ShardMsg};
+use crate::broker::egress::{Dest, OnFail, OutMsg, Outgoing};
+use crate::broker::inbox::{Schedule, ShardMsg};
 use crate::broker::types::shard_of;
 use crate::ids::{show, MsgId, PeerId, QueueName};
 use crate::job::JobFrames;

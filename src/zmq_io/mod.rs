@@ -6,4 +6,3 @@ pub mod egress;
 pub mod frames;
 pub mod io_thread;
 pub mod sockets;
-pub mod wake;

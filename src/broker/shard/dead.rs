@@ -24,7 +24,7 @@ use crossbeam_channel::Sender;
 use super::{Cx, Shard, Timer};
 use crate::broker::counts::QueueCounter;
 use crate::broker::dead::{DeadAnswer, DeadEntry, DeadOp, DeadTarget};
-use crate::broker::msg::ShardMsg;
+use crate::broker::inbox::ShardMsg;
 use crate::broker::retry;
 use crate::job::Job;
 use crate::job::{DeadJob, Setback};

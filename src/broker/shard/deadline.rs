@@ -20,7 +20,7 @@
 
 use super::workers::{Forgiven, InFlight, Lapsed};
 use super::{Cx, Shard, Timer};
-use crate::broker::msg::ShardMsg;
+use crate::broker::inbox::ShardMsg;
 use crate::ids::{PeerId, QueueName, WorkerKey};
 use crate::job::Job;
 use crate::job::Setback;

@@ -15,7 +15,8 @@ use super::dead_set::DeadSet;
 use super::queues::QueueTable;
 use super::retries::RetryTable;
 use super::{Cx, Shard};
-use crate::broker::msg::{Outbox, ShardMsg, VecOutbox};
+use crate::broker::inbox::ShardMsg;
+use crate::broker::outbox::{Outbox, VecOutbox};
 use crate::ids::{JobId, QueueName};
 use crate::job::{DeadJob, Job, Setback};
 use crate::joblog::{Commit, Durable, Holdings, JobLog, JobState, NoLog, Recovered, RecoveredJob, StoreFault, Ticket};
@@ -93,7 +94,7 @@ impl Shard {
     /// shard's policy to it: waiting jobs go back to their queues in order;
     /// a job in flight at the crash counts a setback ([`Setback::Crash`])
     /// and goes back to the front of its queue, or to the dead set when out
-    /// of retries (the rule of [`Shard::out_of_retries`], as at run time);
+    /// of retries (the rule of `Shard::out_of_retries`, as at run time);
     /// dead jobs go back to the dead set, oldest burial first. What it
     /// decided is logged and synced before the shard serves. Call before
     /// the first message.

@@ -7,7 +7,7 @@
 //! produces to an [`Outbox`]; [`Shard::fire_timers`] does the same for its
 //! timers. Nothing in here reads a clock, a socket or a channel, so a test
 //! drives a shard with a `Vec` outbox and a hand-made clock
-//! ([`crate::broker::msg::VecOutbox`]).
+//! ([`crate::broker::outbox::VecOutbox`]).
 //!
 //! Messages a shard sends itself go to a local queue that is drained after
 //! the current message, exactly as a message to another shard is handled
@@ -65,7 +65,9 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::counts::QueueCounter;
-use super::msg::{Dest, OnFail, OutMsg, Outbox, Outgoing, ShardMsg};
+use super::egress::{Dest, OnFail, OutMsg, Outgoing};
+use super::inbox::ShardMsg;
+use super::outbox::Outbox;
 use super::snapshot::ShardSnapshot;
 use super::timers::{Grid, Timers};
 use crate::config::RouterConfig;

@@ -27,7 +27,8 @@ use std::sync::Arc;
 
 use super::workers::{Expiry, InFlight, Kbye};
 use super::{Cx, Shard, Timer};
-use crate::broker::msg::{Dest, OnFail, ShardMsg};
+use crate::broker::egress::{Dest, OnFail};
+use crate::broker::inbox::ShardMsg;
 use crate::broker::types::{WorkerShared, WorkerState};
 use crate::ids::{MsgId, PeerId, QueueName, WorkerKey};
 use crate::job::Job;

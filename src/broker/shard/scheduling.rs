@@ -53,7 +53,8 @@
 use super::owners::Name;
 use super::tombstones::Kind;
 use super::{Cx, Shard, Timer};
-use crate::broker::msg::{Dest, OnFail, OutMsg, Outgoing, Schedule};
+use crate::broker::egress::{Dest, OnFail, OutMsg, Outgoing};
+use crate::broker::inbox::Schedule;
 use crate::ids::{show, MsgId, PeerId};
 use crate::limits;
 use crate::metrics::counters::Counters;

@@ -22,7 +22,7 @@ use super::offers::OfferCheck;
 use super::waits::WaitCheck;
 use super::{Cx, Shard, Timer};
 use crate::broker::counts::QueueCounter;
-use crate::broker::msg::{TextAnswer, TextCmd, TextOutcome, TextPort, TextReply, TextRequest};
+use crate::broker::text_port::{TextAnswer, TextCmd, TextOutcome, TextPort, TextReply, TextRequest};
 use crate::ids::{ConnId, OfferId, QueueName};
 use crate::job::Setback;
 use crate::job::{Job, JobFrames, Origin};

@@ -1,4 +1,4 @@
-//! [`Tombstones`]: UNSCHEDULEs (and moves of a schedule to a new owner)
+//! [`Tombstones`]: UNSCHEDULE messages (and moves of a schedule to a new owner)
 //! that a scheduler not connected at the time has not heard of yet (shard 0
 //! only), so that a scheduler that comes back with a stored copy of a
 //! schedule forgets it before it runs it. Data and its rules only:
@@ -74,7 +74,7 @@ impl Tombstones {
     /// tombstone of the key: a drop names only those connected now, so a
     /// scheduler that became the key's owner since an earlier UNSCHEDULE,
     /// and is away now, still gets it. The bytes counted include the names
-    /// ([`NAME_COST_BYTES`] each beside the name). Returns how many
+    /// (`NAME_COST_BYTES` each beside the name). Returns how many
     /// tombstones were evicted to make room.
     pub fn record(&mut self, key: &[u8], kind: Kind, frames: Vec<Frame>, told: Vec<Name>) -> usize {
         let names: HashSet<Name> = told.into_iter().collect();

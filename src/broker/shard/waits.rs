@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::offers::{ConnTimers, Due};
-use crate::broker::msg::TextPort;
+use crate::broker::text_port::TextPort;
 use crate::ids::{ConnId, FastMap, QueueName};
 
 /// A waiting ASK.

@@ -50,7 +50,7 @@ struct Owed {
     until: Instant,
 }
 
-/// Owed answers no longer waited for (see [`Owed::until`]).
+/// Owed answers no longer waited for (see `Owed::until`).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Forgiven {
     /// The job's msgid.

@@ -3,7 +3,7 @@
 
 use super::harness::{self, Harness};
 use crate::broker::counts::QueueCounter::{Completed, Dispatched, Failed};
-use crate::broker::msg::TextAnswer;
+use crate::broker::text_port::TextAnswer;
 
 #[test]
 fn emqp_jobs_are_counted_on_their_queues_shard_whatever_the_workers_home() {

@@ -7,7 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::harness::{done, offer_id, Harness};
-use crate::broker::msg::{TextAnswer, VecOutbox};
+use crate::broker::outbox::VecOutbox;
+use crate::broker::text_port::TextAnswer;
 use crate::config::Durability;
 use crate::config::WalConfig;
 use crate::wal;
@@ -296,7 +297,7 @@ fn a_new_shard_count_rehashes_every_queue_and_keeps_their_order() {
 
 #[test]
 fn refusals_log_nothing_and_every_end_of_a_job_logs_done() {
-    use crate::broker::msg::TextOutcome;
+    use crate::broker::text_port::TextOutcome;
     use crate::protocol::text::ErrorCode;
     use std::sync::atomic::Ordering::Relaxed;
     let dir = tempfile::tempdir().unwrap();
@@ -364,7 +365,7 @@ fn dead_jobs_survive_restarts_compaction_and_a_new_shard_count() {
     let mut h = Harness::with_config(3, |c| c.max_retries = 0);
     h.attach_logs(dir.path());
     let (reply, rx) = crossbeam_channel::bounded(1);
-    h.send(h.shard_of("q"), crate::broker::msg::ShardMsg::Dead { op: DeadOp::Retry(DeadTarget::All(None)), reply });
+    h.send(h.shard_of("q"), crate::broker::inbox::ShardMsg::Dead { op: DeadOp::Retry(DeadTarget::All(None)), reply });
     assert_eq!(rx.try_recv().ok(), Some(DeadAnswer::Done(1)));
     h.commit_logs();
     drop(h);

@@ -3,7 +3,8 @@
 
 use super::harness::Harness;
 use super::observe::shape;
-use crate::broker::msg::{Dest, OnFail, ShardMsg};
+use crate::broker::egress::{Dest, OnFail};
+use crate::broker::inbox::ShardMsg;
 use crate::protocol::text::ErrorCode;
 
 /// The shard counts most tests run on.
@@ -248,7 +249,7 @@ fn queue_holding_jobs_stays_and_falls_back_once_empty() {
         assert_eq!(h.waiting("t"), ["t1", "r1"], "a queue holding jobs is known");
         for _ in 0..2 {
             let id = super::harness::offer_id(&h.text_ask(1, "t")).expect("an offer");
-            h.text_answer(1, id, crate::broker::msg::TextAnswer::Ack);
+            h.text_answer(1, id, crate::broker::text_port::TextAnswer::Ack);
         }
         // The ASKs keep `t` known for the ASK grace; after it, `t` is unknown.
         h.advance(h.ctx.config.text.ask_grace);

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::broker::counts::QueueCounts;
-use crate::broker::msg::{
-    Dest, OutMsg, Outgoing, Schedule, ShardMsg, TextAnswer, TextBatch, TextCmd, TextOutcome, TextPort, TextReply,
-    TextRequest, VecOutbox,
-};
+use crate::broker::egress::{Dest, OutMsg, Outgoing};
+use crate::broker::inbox::{Schedule, ShardMsg};
+use crate::broker::outbox::VecOutbox;
 use crate::broker::shard::{Shard, ShardContext};
+use crate::broker::text_port::{TextAnswer, TextBatch, TextCmd, TextOutcome, TextPort, TextReply, TextRequest};
 use crate::broker::types::shard_of;
 use crate::config::RouterConfig;
 use crate::ids::{ConnId, MsgId, OfferId, PeerId, QueueName};

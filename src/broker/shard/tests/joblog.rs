@@ -8,8 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::harness::{done, offer_id, peer, refused, Harness};
-use crate::broker::msg::{OutMsg, Outbox, Outgoing, ShardMsg, TextAnswer, TextCmd, TextPort, TextReply};
+use crate::broker::egress::{OutMsg, Outgoing};
+use crate::broker::inbox::ShardMsg;
+use crate::broker::outbox::Outbox;
 use crate::broker::shard::Shard;
+use crate::broker::text_port::{TextAnswer, TextCmd, TextPort, TextReply};
 use crate::ids::{JobId, QueueName};
 use crate::job::{Job, JobFrames, Origin, Setback};
 use crate::joblog::fake::{Event, FakeControl, FakeLog};
@@ -48,10 +51,10 @@ impl Harness {
     }
 }
 
-/// A [`crate::broker::msg::VecOutbox`] that keeps the ticket its batch ended with.
+/// A [`crate::broker::outbox::VecOutbox`] that keeps the ticket its batch ended with.
 #[derive(Default)]
 struct Ends {
-    out: crate::broker::msg::VecOutbox,
+    out: crate::broker::outbox::VecOutbox,
     ticket: Option<Ticket>,
 }
 
@@ -171,8 +174,8 @@ fn an_acceptance_waits_until_the_log_holds_its_ticket() {
     let sched = TextCmd::Sched { queue: QueueName::named("q"), data: b"t1".to_vec() };
     let ask = TextCmd::Ask { queue: QueueName::named("empty") };
     let cmds = vec![
-        crate::broker::msg::TextRequest { conn: crate::ids::ConnId(1), cmd: sched },
-        crate::broker::msg::TextRequest { conn: crate::ids::ConnId(2), cmd: ask },
+        crate::broker::text_port::TextRequest { conn: crate::ids::ConnId(1), cmd: sched },
+        crate::broker::text_port::TextRequest { conn: crate::ids::ConnId(2), cmd: ask },
     ];
     shard.handle(ShardMsg::Text { port, cmds }, h.now, &mut out);
     shard.end_batch(h.now, &mut out);

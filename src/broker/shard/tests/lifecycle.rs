@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::harness::{self, Harness};
-use crate::broker::msg::TextAnswer;
+use crate::broker::text_port::TextAnswer;
 use crate::logging::capture;
 
 /// The messages of the lines that name `job=`, with the fields that matter.

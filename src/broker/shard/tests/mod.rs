@@ -51,10 +51,10 @@ fn text_sched_ask_ack_and_timeout() {
     assert_eq!(h.text_sched(1, "q", "t1"), harness::done());
     let offer = h.text_ask(1, "q");
     let id = harness::offer_id(&offer).expect("an offer");
-    assert_eq!(h.text_ask(2, "q"), crate::broker::msg::TextOutcome::Nope);
+    assert_eq!(h.text_ask(2, "q"), crate::broker::text_port::TextOutcome::Nope);
     h.advance(Duration::from_secs(11));
     assert_eq!(h.waiting("q"), ["t1"], "the lapsed offer is back at the front");
-    assert_eq!(h.text_answer(1, id, crate::broker::msg::TextAnswer::Ack), harness::refused(ErrorCode::NoTask));
+    assert_eq!(h.text_answer(1, id, crate::broker::text_port::TextAnswer::Ack), harness::refused(ErrorCode::NoTask));
 }
 
 #[test]

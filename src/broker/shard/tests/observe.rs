@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::harness::Harness;
-use crate::broker::msg::Outgoing;
+use crate::broker::egress::Outgoing;
 use crate::broker::snapshot::ShardSnapshot;
 use crate::ids::{ConnId, OfferId, PeerId, WorkerKey};
 use crate::metrics::counters::Counters;

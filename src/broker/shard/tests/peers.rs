@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use super::harness::Harness;
 use super::observe::shape;
-use crate::broker::msg::{Dest, ShardMsg};
+use crate::broker::egress::Dest;
+use crate::broker::inbox::ShardMsg;
 use crate::ids::{JobId, MsgId};
 use crate::limits::{HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, MAX_RETRIES};
 

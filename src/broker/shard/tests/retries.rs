@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::harness::Harness;
 use crate::broker::dead::{DeadAnswer, DeadOp, DeadTarget};
-use crate::broker::msg::ShardMsg;
+use crate::broker::inbox::ShardMsg;
 use crate::broker::retry::backoff;
 use crate::ids::{JobId, QueueName};
 use crate::job::Setback;
@@ -173,7 +173,7 @@ fn the_dead_set_drops_its_oldest_past_its_limit() {
 #[test]
 fn text_offers_returned_too_often_go_to_the_dead_set() {
     for mut h in setups() {
-        assert!(matches!(h.text_sched(1, "t", "task"), crate::broker::msg::TextOutcome::Done));
+        assert!(matches!(h.text_sched(1, "t", "task"), crate::broker::text_port::TextOutcome::Done));
         for _ in 0..=2 {
             let id = super::harness::offer_id(&h.text_ask(1, "t")).expect("an offer");
             h.text_release(1, id);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::harness::{schedule_frames, Harness};
 use super::observe::shape;
-use crate::broker::msg::{Dest, OnFail, Outgoing};
+use crate::broker::egress::{Dest, OnFail, Outgoing};
 use crate::limits::{HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT};
 
 /// Schedulers `s1..=n` registered on shard 0 of 1 and of 3 shards.

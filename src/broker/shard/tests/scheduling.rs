@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::harness::{peer, Harness};
-use crate::broker::msg::{Dest, Outgoing, Schedule, ShardMsg};
+use crate::broker::egress::{Dest, Outgoing};
+use crate::broker::inbox::{Schedule, ShardMsg};
 use crate::ids::MsgId;
 use crate::protocol::emqp::Frame;
 

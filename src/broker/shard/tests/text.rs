@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::harness::{body, done, offer_id, refused, Harness};
-use crate::broker::msg::{TextAnswer, TextCmd, TextOutcome, TextReply};
+use crate::broker::text_port::{TextAnswer, TextCmd, TextOutcome, TextReply};
 use crate::ids::{ConnId, OfferId, QueueName};
 use crate::protocol::text::ErrorCode;
 

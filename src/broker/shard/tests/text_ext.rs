@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use super::harness::{self, body, Harness};
-use crate::broker::msg::{TextAnswer, TextOutcome};
+use crate::broker::text_port::{TextAnswer, TextOutcome};
 use crate::limits;
 use crate::protocol::text::ErrorCode;
 

@@ -83,7 +83,7 @@ fn found_refused_repaired(shards: usize, fault: impl FnOnce(&Path)) {
     h.ready("w1", 1);
     assert_eq!(h.take_bodies("w1"), ["j2"]);
     let t1 = offer_id(&h.text_ask(2, "t")).expect("t2 is offered");
-    h.text_answer(2, t1, crate::broker::msg::TextAnswer::Ack);
+    h.text_answer(2, t1, crate::broker::text_port::TextAnswer::Ack);
     h.end_batches();
     h.advance(limits::WAL_RETRY_MIN);
     h.end_batches();

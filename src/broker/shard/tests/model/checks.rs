@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::observe::Jobs;
 use super::{Model, Step};
-use crate::broker::msg::{Dest, OnFail, Outgoing};
+use crate::broker::egress::{Dest, OnFail, Outgoing};
 use crate::ids::WorkerKey;
 use crate::limits::MAX_RETRIES;
 use crate::protocol::headers;

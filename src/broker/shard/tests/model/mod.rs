@@ -38,7 +38,7 @@ use proptest::prelude::*;
 
 use super::harness::{done, refused, Harness};
 use super::observe::{shape, Jobs};
-use crate::broker::msg::{TextAnswer, TextOutcome};
+use crate::broker::text_port::{TextAnswer, TextOutcome};
 use crate::ids::{OfferId, WorkerKey};
 use crate::protocol::text::ErrorCode;
 use ops::{Op, Run, DECLARABLE, NAMED, SHARED_MSGIDS, WEIGHTS, WORKERS};
@@ -341,7 +341,7 @@ impl Model {
         if self.offers.get(&conn).is_some_and(|o| o.id == named) {
             return;
         }
-        let cmd = crate::broker::msg::TextCmd::Answer { offer: named, answer: TextAnswer::Ack };
+        let cmd = crate::broker::text_port::TextCmd::Answer { offer: named, answer: TextAnswer::Ack };
         assert_eq!(self.h.text_cmd(id.shard, conn, cmd), Some(refused(ErrorCode::NoTask)), "a stale offer id");
         step.unchanged = true;
     }

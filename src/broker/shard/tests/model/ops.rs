@@ -3,7 +3,7 @@
 use proptest::collection::vec;
 use proptest::prelude::*;
 
-use crate::broker::msg::TextAnswer;
+use crate::broker::text_port::TextAnswer;
 
 /// Worker identities.
 pub const WORKERS: [&str; 3] = ["w0", "w1", "w2"];

@@ -1,5 +1,9 @@
-//! [`Wake`]: how other threads wake the I/O thread out of `zmq::poll`. An
+//! [`Wake`]: how other threads wake an I/O thread blocked in a poll (the
+//! eMQP I/O thread's `zmq::poll`, a text I/O thread's readiness loop). An
 //! `eventfd` is one of the poll items; writing to it makes the poll return.
+//! [`Notify`] is what the broker sees of it: the shards wake a front end
+//! without knowing how (a neutral leaf, so that neither the broker nor a
+//! front end imports another front end).
 //! The I/O thread *arms* the waker just before it blocks; a producer writes
 //! only when it finds it armed, so a busy I/O thread costs producers one
 //! atomic swap per batch and no system call.
@@ -17,7 +21,20 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 
-/// An eventfd wake-up for a thread blocked in `zmq::poll`.
+/// Wakes the thread behind it if it sleeps: what a shard holds of a front
+/// end's I/O thread (one call per shard batch).
+pub trait Notify: Send + Sync + std::fmt::Debug {
+    /// Wakes the thread (a no-op when it is awake).
+    fn notify(&self);
+}
+
+impl Notify for Wake {
+    fn notify(&self) {
+        self.wake();
+    }
+}
+
+/// An eventfd wake-up for a thread blocked in a poll.
 #[derive(Debug)]
 pub struct Wake {
     fd: OwnedFd,

@@ -1,7 +1,9 @@
 //! The process's descriptor limit (`RLIMIT_NOFILE`): every eMQP and text
 //! connection costs one descriptor, so the router raises its soft limit to
-//! the hard one at start, and the acceptors refuse text connections before
-//! the descriptors left for eMQP and admin run out (see `accept.rs`).
+//! the hard one at start, and the text acceptors refuse text connections
+//! before the descriptors left for eMQP and admin run out
+//! (`crate::text`, `accept.rs`). A leaf: the settings check against it
+//! as well as the front ends.
 
 use std::io;
 
