@@ -106,6 +106,8 @@ pub const JOB_DEADLINE_GRACE: Duration = Duration::from_secs(5);
 pub const JOB_TIMEOUT_MAX_SECS: u64 = 7 * 24 * 3600;
 /// Most queues with their own time limit (`job_timeouts`).
 pub const MAX_QUEUE_JOB_TIMEOUTS: usize = 1000;
+/// Most queues with settings of their own (`queues`).
+pub const MAX_QUEUE_POLICIES: usize = 1000;
 /// Jobs taken back by their deadline that one worker may owe an answer for;
 /// past it the worker is removed (it is not answering at all), which also
 /// forgets what it owed.

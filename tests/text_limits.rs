@@ -502,3 +502,21 @@ fn a_spent_input_budget_frees_itself_as_partial_lines_time_out() {
     let want = [b"WANT? ".as_slice(), &line[6..PART], b"\n"].concat();
     c.expect(&want);
 }
+
+#[test]
+fn a_queues_own_length_limit_holds_for_it_alone() {
+    let _w = Watchdog::new("text_per_queue_limit", 30);
+    let h = router_with_text(2, |r| {
+        r.max_queue_len = Some(2);
+        r.queues = Some(r#"{"strict": {"max_queue_len": 1}}"#.into());
+    });
+    let mut c = connect(&h);
+    c.send(b"SCHED a@strict\nSCHED b@strict\nSCHED x@other\nSCHED y@other\nSCHED z@other\nASK strict\n");
+    c.expect(b"ERR QUEUE_FULL the queue is full\n");
+    c.expect(b"ERR QUEUE_FULL the queue is full\n");
+    c.expect(b"WANT? a\n");
+    c.send(b"ACK\nASK other\nACK\nASK other\nACK\nASK other\n");
+    c.expect(b"WANT? x\n");
+    c.expect(b"WANT? y\n");
+    c.expect(b"NOPE\n");
+}

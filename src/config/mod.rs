@@ -29,6 +29,7 @@ mod bench;
 mod cli;
 pub mod kinds;
 mod pubsub;
+pub mod queues;
 mod router;
 pub mod table;
 pub mod template;

@@ -9,6 +9,7 @@ use super::kinds::{
     AtLeastOne, EmqpAddr, Humantime, HumantimeOrOff, Kind, LogFilter, Optional, Period, Plain, ReportPeriodOrOff,
     Switch, TextListen,
 };
+use super::queues::QueuesKind;
 use super::table::{settings, Settings};
 use super::ConfigError;
 use crate::limits;
@@ -86,6 +87,11 @@ settings! {
         /// of queue → duration (`{"reports": "2h", "email": "30s"}`; `"0s"`:
         /// none); a job's `timeout:N` header still wins.
         job_timeouts: QueueTimeouts = String::from("{}"), env "EMQ_JOB_TIMEOUTS";
+        /// Settings of named queues overriding the router-wide ones, as a
+        /// JSON object of queue → settings: `job_timeout`, `max_retries`,
+        /// `max_queue_len`, `max_queue_bytes`
+        /// (`{"reports": {"job_timeout": "2h", "max_retries": 10}}`).
+        queues: QueuesKind = String::from("{}"), env "EMQ_QUEUES";
         /// Retries of a job that failed, passed its deadline or lost its
         /// worker before it goes to the dead set (a `retry:N` header overrides).
         max_retries: Retries = limits::MAX_RETRIES, env "EMQ_MAX_RETRIES";
@@ -236,6 +242,9 @@ pub struct RouterConfig {
     /// Per-queue time limits overriding `job_timeout` (`None`: none), in
     /// name order.
     pub job_timeouts: Vec<(String, Option<Duration>)>,
+    /// Settings of named queues overriding the router-wide ones
+    /// ([`super::queues`]).
+    pub queues: super::queues::QueueOverrides,
     /// Retries before the dead set (`retry:N` overrides per job).
     pub max_retries: u32,
     /// Wait before the first retry of a failed job (doubling after).
@@ -416,6 +425,9 @@ impl RawRouterConfig {
                     ),
                 });
             }
+        }
+        if let Err(why) = super::queues::QueuePolicies::new(&config) {
+            return Err(ConfigError::Invalid { name: "queues", why });
         }
         let (interval, timeout) = (config.heartbeat_interval, config.heartbeat_timeout);
         if interval.is_zero() || timeout <= interval {

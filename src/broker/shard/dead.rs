@@ -43,7 +43,7 @@ impl Shard {
 
     /// Whether `job` (its setbacks counted) has run out of retries.
     pub(super) fn out_of_retries(&self, job: &Job) -> bool {
-        job.redeliveries() > retry::allowed_retries(job, self.ctx.config.max_retries)
+        job.redeliveries() > retry::allowed_retries(job, self.ctx.policies.of(job.queue_bytes()).max_retries)
     }
 
     /// On the queue's shard: `job` had a setback (already counted).

@@ -32,17 +32,12 @@ use std::time::Instant;
 impl Shard {
     /// When a job dispatched at `now` must have been answered, if ever: its
     /// `timeout:N` header (`timeout:0`: never), else its queue's
-    /// `job_timeouts` entry, else `job_timeout`, plus the grace.
+    /// `job_timeout` ([`crate::config::queues`]), plus the grace.
     fn deadline_of(&self, job: &Job, now: std::time::Instant) -> Option<Instant> {
         let limit = match header_timeout(job.frames.headers()) {
             HeaderTimeout::Limit(limit) => limit,
             HeaderTimeout::NoLimit => return None,
-            // Most routers set no per-queue limit: no hash per dispatch then.
-            HeaderTimeout::Absent if self.queue_timeouts.is_empty() => self.ctx.config.job_timeout?,
-            HeaderTimeout::Absent => match self.queue_timeouts.get(job.queue_bytes()) {
-                Some(per_queue) => (*per_queue)?,
-                None => self.ctx.config.job_timeout?,
-            },
+            HeaderTimeout::Absent => self.ctx.policies.of(job.queue_bytes()).job_timeout?,
         };
         Some(now + limit + limits::JOB_DEADLINE_GRACE)
     }

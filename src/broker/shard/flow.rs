@@ -71,8 +71,9 @@ impl Shard {
             }
             None => {}
         }
-        let full = self.queues.waiting(&queue.0) >= config.max_queue_len
-            || self.queues.bytes(&queue.0) + bytes > config.max_queue_bytes
+        let policy = self.ctx.policies.of(queue.as_bytes());
+        let full = self.queues.waiting(&queue.0) >= policy.max_queue_len.get()
+            || self.queues.bytes(&queue.0) + bytes > policy.max_queue_bytes.get()
             || self.ctx.job_bytes.load(Ordering::Relaxed) + bytes > self.ctx.memory_limit;
         if full {
             Counters::bump(&counters.rejected_queue_full);
@@ -90,12 +91,13 @@ impl Shard {
     pub(super) fn refusal_text(&self, code: ErrorCode, queue: &QueueName, len: usize) -> String {
         let config = &self.ctx.config;
         let (jobs, bytes) = (self.queues.waiting(&queue.0), self.queues.bytes(&queue.0));
+        let policy = self.ctx.policies.of(queue.as_bytes());
         match code {
-            ErrorCode::QueueFull if jobs >= config.max_queue_len => {
+            ErrorCode::QueueFull if jobs >= policy.max_queue_len.get() => {
                 format!("queue {queue} holds {jobs} jobs, its limit")
             }
-            ErrorCode::QueueFull if bytes + len > config.max_queue_bytes => {
-                format!("queue {queue} holds {bytes} bytes; its limit is {}", config.max_queue_bytes)
+            ErrorCode::QueueFull if bytes + len > policy.max_queue_bytes.get() => {
+                format!("queue {queue} holds {bytes} bytes; its limit is {}", policy.max_queue_bytes)
             }
             ErrorCode::QueueFull => format!(
                 "the broker holds {} bytes of jobs; its limit is {}",

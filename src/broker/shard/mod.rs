@@ -70,6 +70,7 @@ use super::inbox::ShardMsg;
 use super::outbox::Outbox;
 use super::snapshot::ShardSnapshot;
 use super::timers::{Grid, Timers};
+use crate::config::queues::QueuePolicies;
 use crate::config::RouterConfig;
 use crate::ids::{ConnId, MsgId, PeerId, QueueName, WorkerKey};
 use crate::limits;
@@ -160,6 +161,9 @@ pub struct ShardContext {
     /// ([`ShardMsg::inbox_weight`]); the front ends stop reading their
     /// sockets while a shard's count is at `shard_inbox_messages`.
     pub inbox_load: Arc<[AtomicUsize]>,
+    /// Every queue's policy (time limit, retries, limits): the router-wide
+    /// settings with the per-queue ones (`queues`, `job_timeouts`) in place.
+    pub policies: Arc<QueuePolicies>,
 }
 
 /// Takes `bytes` of new jobs out of [`ShardContext::in_transit_bytes`]
@@ -173,7 +177,12 @@ pub fn release_in_transit(in_transit: &AtomicUsize, bytes: usize) {
 impl ShardContext {
     /// A context for `shards` shards on `config`, started at `started`.
     pub fn new(config: Arc<RouterConfig>, shards: usize, started: Instant) -> ShardContext {
+        // `RouterConfig::validate` refused a table that does not resolve;
+        // a config changed after it (tests) falls back to the router-wide
+        // settings for every queue.
+        let policies = QueuePolicies::new(&config).unwrap_or_else(|_| QueuePolicies::router_wide(&config));
         ShardContext {
+            policies: Arc::new(policies),
             memory_limit: config.memory_limit_bytes(),
             config,
             shards,
@@ -225,8 +234,6 @@ pub struct Shard {
     /// UNSCHEDULEs and moves not yet heard of by every scheduler (shard 0).
     tombstones: Tombstones,
     latency: ShardLatency,
-    /// `job_timeouts`: per-queue time limits (`None`: none), by name.
-    queue_timeouts: crate::ids::FastMap<Vec<u8>, Option<std::time::Duration>>,
     /// Jobs waiting out their back-off before a retry.
     retries: RetryTable,
     /// Jobs out of retries, kept for an operator.
@@ -251,7 +258,6 @@ impl Shard {
         let queues = QueueTable::new(ctx.queue_count.clone());
         let workers = WorkerTable::new(ctx.worker_count.clone());
         let asked_cap = ctx.config.text.max_asked_queues / ctx.shards.max(1);
-        let queue_timeouts = ctx.config.job_timeouts.iter().map(|(q, t)| (q.as_bytes().to_vec(), *t)).collect();
         let grid = Grid::for_heartbeats(ctx.started, ctx.config.heartbeat_interval);
         let (log, watch) = durable::no_log(now);
         let mut shard = Shard {
@@ -269,7 +275,6 @@ impl Shard {
             owners: Owners::default(),
             tombstones: Tombstones::default(),
             latency: ShardLatency::default(),
-            queue_timeouts,
             retries: RetryTable::default(),
             dead: DeadSet::default(),
             local: VecDeque::new(),

@@ -13,6 +13,7 @@ mod lifecycle;
 mod model;
 mod observe;
 mod peers;
+mod policies;
 mod retries;
 mod schedulers;
 mod scheduling;
