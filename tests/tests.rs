@@ -1,3 +1,4 @@
+mod architecture;
 mod bench;
 mod bounds;
 mod cli;
