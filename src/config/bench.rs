@@ -15,13 +15,6 @@ settings! {
     }
 }
 
-/// emq-bench's checked settings.
-#[derive(Debug, Clone)]
-pub struct BenchSettings {
-    /// Log filter.
-    pub log: String,
-}
-
 /// The commented default configuration of emq-bench.
 pub const BENCH_TOML: &str = include_str!("bench.toml");
 

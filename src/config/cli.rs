@@ -3,8 +3,6 @@
 //! addresses have the names the router, scheduler and pub/sub device use
 //! for the same sockets.
 
-use std::time::Duration;
-
 use super::kinds::{EmqpAddr, LogFilter, Period, TextAddr};
 use super::table::{settings, Settings};
 use super::ConfigError;
@@ -29,25 +27,6 @@ settings! {
         /// Log filter (`warn`; `info` or `emq=debug` for more).
         log: LogFilter = limits::TOOL_LOG, env "EMQ_LOG";
     }
-}
-
-/// emq-cli's checked settings.
-#[derive(Debug, Clone)]
-pub struct CliSettings {
-    /// Router frontend.
-    pub frontend: String,
-    /// Router admin.
-    pub admin: String,
-    /// Router text protocol.
-    pub text: String,
-    /// Scheduler admin.
-    pub scheduler_admin: String,
-    /// Pub/sub device, incoming.
-    pub pubsub_in: String,
-    /// Per-command wait.
-    pub timeout: Duration,
-    /// Log filter.
-    pub log: String,
 }
 
 /// The commented default configuration of emq-cli.

@@ -25,21 +25,6 @@ settings! {
     }
 }
 
-/// emq-pubsub's checked settings.
-#[derive(Debug, Clone)]
-pub struct PubSubSettings {
-    /// Incoming ROUTER address.
-    pub pubsub_in: String,
-    /// Outgoing PUB address.
-    pub pubsub_out: String,
-    /// Messages queued per subscriber.
-    pub hwm: usize,
-    /// Largest PUBLISH taken, bytes.
-    pub max_message_bytes: usize,
-    /// Log filter.
-    pub log: String,
-}
-
 /// The commented default configuration of emq-pubsub.
 pub const PUBSUB_TOML: &str = include_str!("pubsub.toml");
 

@@ -111,6 +111,8 @@ settings! {
         /// Log filter (`info`, `emq=debug` for every job's steps, `warn`).
         log: LogFilter = limits::LOG, env "EMQ_LOG";
         text: TextConfig {
+            //! Text protocol limits (docs/text-protocol.md "Limits on connections")
+            //! and the text front end's threads.
             /// Longest text line in bytes, LF (and a CR before it) not counted.
             text_max_line_bytes => max_line_bytes: AtLeastOne = limits::TEXT_MAX_LINE_BYTES,
                 env "EMQ_TEXT_MAX_LINE_BYTES", was text_max_line "EMQ_TEXT_MAX_LINE";
@@ -148,6 +150,7 @@ settings! {
                 env "EMQ_TEXT_MAX_ASKED_QUEUES";
         }
         wal: WalConfig {
+            //! Write-ahead log settings (see [`crate::wal`]).
             /// Data directory: the write-ahead log (`wal/`) and its lock file
             /// (default `$XDG_STATE_HOME/emq-router`, else
             /// `~/.local/state/emq-router`).
@@ -175,6 +178,7 @@ settings! {
             recover_skip_damaged => skip_damaged: Switch = false, env "EMQ_RECOVER_SKIP_DAMAGED";
         }
         latency: LatencyConfig {
+            //! Latency reporter settings.
             /// Period of the latency log line (e.g. `60s`; `0s` = off; at least `1s`).
             latency_interval => report_interval: ReportPeriodOrOff = limits::LATENCY_REPORT_INTERVAL,
                 env "EMQ_LATENCY_INTERVAL";
@@ -182,91 +186,6 @@ settings! {
             latency_dir => hgrm_dir: Optional<Plain<PathBuf>>, env "EMQ_LATENCY_DIR";
         }
     }
-}
-
-/// The validated router configuration.
-#[derive(Debug, Clone)]
-pub struct RouterConfig {
-    /// eMQP frontend endpoint (ZeroMQ syntax).
-    pub frontend_addr: String,
-    /// eMQP backend endpoint.
-    pub backend_addr: String,
-    /// Admin endpoint.
-    pub admin_addr: String,
-    /// Text protocol listen address; `None` = text front end off.
-    pub text_addr: Option<SocketAddr>,
-    /// Metrics and status page listener; `None` = off.
-    pub metrics_addr: Option<SocketAddr>,
-    /// Most queues labelled in `/metrics` and on the status page.
-    pub metrics_max_queues: usize,
-    /// Most HTTP connections to the metrics server at once.
-    pub metrics_max_connections: usize,
-    /// Time from accepting a metrics HTTP connection to closing it at the
-    /// latest.
-    pub metrics_request_timeout: Duration,
-    /// Number of dispatcher shards, ≥ 1.
-    pub shards: usize,
-    /// Pin threads to cores where the machine has enough of them.
-    pub pin_threads: bool,
-    /// Heartbeat send period.
-    pub heartbeat_interval: Duration,
-    /// Peer expiry.
-    pub heartbeat_timeout: Duration,
-    /// Most waiting jobs per queue.
-    pub max_queue_len: usize,
-    /// Most waiting bytes per queue.
-    pub max_queue_bytes: usize,
-    /// Most bytes of waiting and in-flight jobs in the broker; `None` = a
-    /// quarter of the machine's memory or control group limit (see [`RouterConfig::memory_limit_bytes`]).
-    pub max_memory_bytes: Option<usize>,
-    /// Largest eMQP message in bytes, all frames together.
-    pub max_message_bytes: usize,
-    /// Most queues held at once.
-    pub max_queues: usize,
-    /// How long an idle queue is kept.
-    pub queue_idle_grace: Duration,
-    /// Most queues per worker INFORM.
-    pub max_queues_per_worker: usize,
-    /// Most registered workers.
-    pub max_workers: usize,
-    /// Most registered schedulers.
-    pub max_schedulers: usize,
-    /// Messages in transit to one shard before the front ends stop reading.
-    pub shard_inbox_messages: usize,
-    /// `(weight, queue)` pairs for an INFORM with an empty queue list.
-    pub default_queues: Vec<(i64, String)>,
-    /// In-flight grace of a worker after its KBYE.
-    pub kbye_grace: Duration,
-    /// Time limit of a job without a `timeout:N` header (`None`: none).
-    pub job_timeout: Option<Duration>,
-    /// Per-queue time limits overriding `job_timeout` (`None`: none), in
-    /// name order.
-    pub job_timeouts: Vec<(String, Option<Duration>)>,
-    /// Settings of named queues overriding the router-wide ones
-    /// ([`super::queues`]).
-    pub queues: super::queues::QueueOverrides,
-    /// Retries before the dead set (`retry:N` overrides per job).
-    pub max_retries: u32,
-    /// Wait before the first retry of a failed job (doubling after).
-    pub retry_backoff: Duration,
-    /// Longest wait between two tries.
-    pub retry_backoff_max: Duration,
-    /// Most jobs in the dead set (all shards).
-    pub dead_max_jobs: usize,
-    /// Most bytes of jobs in the dead set (all shards).
-    pub dead_max_bytes: usize,
-    /// Shutdown drain limit.
-    pub drain_timeout: Duration,
-    /// ZeroMQ HWM per peer pipe.
-    pub zmq_hwm: i32,
-    /// Text protocol limits.
-    pub text: TextConfig,
-    /// Write-ahead log settings.
-    pub wal: WalConfig,
-    /// Latency reporter settings.
-    pub latency: LatencyConfig,
-    /// Log filter.
-    pub log: String,
 }
 
 /// What an acknowledgement promises (setting `durability`).
@@ -291,25 +210,6 @@ impl Durability {
     }
 }
 
-/// Write-ahead log settings (see [`crate::wal`]).
-#[derive(Debug, Clone)]
-pub struct WalConfig {
-    /// The data directory as given; `None` = [`default_data_dir`].
-    pub data_dir: Option<PathBuf>,
-    /// What an acknowledgement promises.
-    pub durability: Durability,
-    /// `async`: the sync period.
-    pub sync_interval: Duration,
-    /// A segment file is closed once it holds this many bytes.
-    pub segment_bytes: u64,
-    /// `sync`: sync on a per-shard thread rather than the shard's.
-    pub sync_thread: bool,
-    /// Free bytes below which new jobs are refused (0: never).
-    pub disk_free_limit: u64,
-    /// Start past damage in the middle of the log (`--recover-skip-damaged`).
-    pub skip_damaged: bool,
-}
-
 impl WalConfig {
     /// The data directory: as configured, else the default
     /// ([`default_data_dir`], read from the environment now).
@@ -330,51 +230,6 @@ pub fn default_data_dir() -> PathBuf {
         return home.join(".local/state/emq-router");
     }
     PathBuf::from("emq-router-data")
-}
-
-/// Text protocol limits (docs/text-protocol.md "Limits on connections") and the
-/// text front end's threads.
-#[derive(Debug, Clone)]
-pub struct TextConfig {
-    /// Longest line in bytes (not counting LF and a CR before it).
-    pub max_line_bytes: usize,
-    /// Unanswered offers go back to the front after this.
-    pub offer_timeout: Duration,
-    /// A line not complete this long after its first byte closes the connection.
-    pub line_timeout: Duration,
-    /// Connection cap.
-    pub max_connections: usize,
-    /// Text I/O threads, ≥ 1.
-    pub threads: usize,
-    /// I/O threads that also accept (clamped to `threads`).
-    pub acceptors: usize,
-    /// Descriptors kept free for eMQP and admin.
-    pub reserved_fds: usize,
-    /// Unsent reply bytes past which a connection is closed.
-    pub max_unsent_bytes: usize,
-    /// The input budget, in bytes, shared by every connection of every text
-    /// I/O thread: partial lines and bytes read but not decoded. While it is
-    /// spent a connection is read only through the end of its next line
-    /// (so that it then holds nothing), else not at all until the total
-    /// falls or it may take the lead (README "The text protocol",
-    /// text-protocol.md "Limits"). At least `2 × max_line_bytes`: one
-    /// longest line of it is kept for the lead.
-    pub max_buffered_bytes: usize,
-    /// Longest long-poll wait.
-    pub max_ask_wait: Duration,
-    /// How long an ASK keeps its queue known.
-    pub ask_grace: Duration,
-    /// Most queue names known only through ASKs, over all shards.
-    pub max_asked_queues: usize,
-}
-
-/// Latency reporter settings.
-#[derive(Debug, Clone)]
-pub struct LatencyConfig {
-    /// Log line period; `None` = no periodic line.
-    pub report_interval: Option<Duration>,
-    /// Where to write `.hgrm` files per interval, if anywhere.
-    pub hgrm_dir: Option<PathBuf>,
 }
 
 /// The commented default configuration; `--print-config` prints it with the

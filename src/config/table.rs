@@ -7,8 +7,10 @@
 //!   [`Kind::parse`], repeatable when the kind is a list, [`Kind::REPEATED`]);
 //! * [`Settings::from_env`]: the setting's `EMQ_*` variable;
 //! * [`Settings::or`]: the merge, flag over variable over file;
+//! * the typed config and its groups: a field per setting, of its kind's
+//!   checked type ([`Kind::Value`]), with the setting's doc;
 //! * [`Settings::build`]: defaults applied and each value checked by its
-//!   [`Kind`] into the program's typed config, nested as the table nests;
+//!   [`Kind`] into that typed config, nested as the table nests;
 //! * [`Settings::NAMES`], [`Settings::set_values`] and
 //!   [`Settings::differing_keys`]: what `--print-config` and the test of the
 //!   commented default file ([`crate::config::template`]) need.
@@ -27,8 +29,9 @@
 //! flag, the old variable and the old file key, each logging a deprecation
 //! warning), or `, was old_key` when the variable kept its name. The typed
 //! config's field is the key, or another name with `key => field: Kind …`.
-//! Entries of a nested config struct go in a group `field: Struct { … }`
-//! after the top-level ones, each written `key => field: Kind …`.
+//! Entries of a nested config struct go in a group `field: Struct { //!
+//! doc … }` after the top-level ones (the group's doc an inner comment),
+//! each written `key => field: Kind …`.
 //!
 //! Checks that involve several settings stay hand-written, after
 //! [`Settings::build`] (see the router's `validate`).
@@ -336,15 +339,51 @@ macro_rules! settings {
             }
         }
     };
-    (@build $Raw:ident $Config:ident [$($done:tt)*] [($key:ident [] $kind:ty) $($rest:tt)*] $groups:tt) => {
-        $crate::config::table::settings!(@build $Raw $Config [$($done)* ($key $key $kind)] [$($rest)*] $groups);
-    };
-    (@build $Raw:ident $Config:ident [$($done:tt)*] [($key:ident [$field:ident] $kind:ty) $($rest:tt)*] $groups:tt) => {
-        $crate::config::table::settings!(@build $Raw $Config [$($done)* ($key $field $kind)] [$($rest)*] $groups);
-    };
-    (@build $Raw:ident $Config:ident [$(($key:ident $field:ident $kind:ty))*] []
-        { $( $group:ident $Group:ident { $( ($gkey:ident $gfield:ident $gkind:ty) )* } )* }
+    (@build $vis:vis $Raw:ident $Config:ident [$($done:tt)*]
+        [([$($doc:literal)+] $key:ident [] $kind:ty) $($rest:tt)*] $groups:tt
     ) => {
+        $crate::config::table::settings!(@build $vis $Raw $Config [$($done)* ([$($doc)+] $key $key $kind)]
+            [$($rest)*] $groups);
+    };
+    (@build $vis:vis $Raw:ident $Config:ident [$($done:tt)*]
+        [([$($doc:literal)+] $key:ident [$field:ident] $kind:ty) $($rest:tt)*] $groups:tt
+    ) => {
+        $crate::config::table::settings!(@build $vis $Raw $Config [$($done)* ([$($doc)+] $key $field $kind)]
+            [$($rest)*] $groups);
+    };
+    (@build $vis:vis $Raw:ident $Config:ident [$(([$($doc:literal)+] $key:ident $field:ident $kind:ty))*] []
+        { $( [$($group_doc:literal)+] $group:ident $Group:ident {
+            $( ([$($gdoc:literal)+] $gkey:ident $gfield:ident $gkind:ty) )*
+        } )* }
+    ) => {
+        #[doc = concat!("The checked settings of [`", stringify!($Raw), "`]: each value checked by its kind, ")]
+        #[doc = "defaults applied ([`crate::config::Settings::build`]). Generated from the table, one field per"]
+        #[doc = "setting (its doc is the setting's), grouped as the table groups them."]
+        #[derive(Debug, Clone)]
+        $vis struct $Config {
+            $(
+                $(#[doc = $doc])+
+                pub $field: <$kind as $crate::config::Kind>::Value,
+            )*
+            $(
+                $(#[doc = $group_doc])+
+                pub $group: $Group,
+            )*
+        }
+
+        $(
+            $(#[doc = $group_doc])+
+            #[doc = ""]
+            #[doc = concat!("A group of [`", stringify!($Config), "`], generated from its table.")]
+            #[derive(Debug, Clone)]
+            $vis struct $Group {
+                $(
+                    $(#[doc = $gdoc])+
+                    pub $gfield: <$gkind as $crate::config::Kind>::Value,
+                )*
+            }
+        )*
+
         impl $Raw {
             /// Checks every setting of a raw config whose defaults are applied.
             fn build_checked(self) -> Result<$Config, $crate::config::ConfigError> {
@@ -366,6 +405,7 @@ macro_rules! settings {
             )*
             $(
                 $group:ident: $Group:ident {
+                    $(#![doc = $group_doc:literal])+
                     $(
                         $(#[doc = $gdoc:literal])+
                         $gkey:ident => $gfield:ident: $gkind:ty $(= $gdefault:expr)?, env $genv:literal
@@ -379,8 +419,8 @@ macro_rules! settings {
             $( [$($doc)+] $key $kind [$($default)?] $env [$($short)?] [$($old $($old_env)?)?] )*
             $( $( [$($gdoc)+] $gkey $gkind [$($gdefault)?] $genv [] [$($gold $($gold_env)?)?] )* )*
         );
-        $crate::config::table::settings!(@build $Raw $Config [] [$( ($key [$($field)?] $kind) )*]
-            { $( $group $Group { $( ($gkey $gfield $gkind) )* } )* });
+        $crate::config::table::settings!(@build $vis $Raw $Config [] [$( ([$($doc)+] $key [$($field)?] $kind) )*]
+            { $( [$($group_doc)+] $group $Group { $( ([$($gdoc)+] $gkey $gfield $gkind) )* } )* });
     };
 }
 

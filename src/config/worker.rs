@@ -2,8 +2,6 @@
 //! result ([`WorkerSettings`]) and its commented defaults
 //! ([`WORKER_TOML`]).
 
-use std::time::Duration;
-
 use super::kinds::{AtLeastOne, EmqpAddr, Kind, LogFilter, Many, Period, ReportPeriodOrOff};
 use super::table::{settings, Settings};
 use super::ConfigError;
@@ -42,29 +40,6 @@ settings! {
         /// Log filter (`info`, `emq=debug`, `warn`).
         log: LogFilter = limits::LOG, env "EMQ_LOG";
     }
-}
-
-/// emq-worker's checked settings.
-#[derive(Debug, Clone)]
-pub struct WorkerSettings {
-    /// Router backend addresses, in failover order (at least one).
-    pub backend: Vec<String>,
-    /// `(weight, name)` pairs for INFORM; empty: the router's defaults.
-    pub queues: Vec<(i64, String)>,
-    /// Jobs run at once.
-    pub concurrency: usize,
-    /// Time limit of a job without a `timeout:N` header.
-    pub timeout: Duration,
-    /// Longest wait for running jobs at shutdown.
-    pub drain_timeout: Duration,
-    /// Router silence before reconnecting.
-    pub silence_timeout: Duration,
-    /// Period of the counters line; `None`: only on exit.
-    pub stats_interval: Option<Duration>,
-    /// Largest job-result REPLY, all frames together, in bytes.
-    pub max_reply_bytes: usize,
-    /// Log filter.
-    pub log: String,
 }
 
 /// The commented default configuration of emq-worker.

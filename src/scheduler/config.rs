@@ -7,7 +7,6 @@
 //! are state (XDG Base Directory spec), not configuration or cache.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use chrono_tz::Tz;
 
@@ -48,32 +47,6 @@ settings! {
         /// Log filter (`info`, `emq=debug`, `warn`).
         log: LogFilter = limits::LOG, env "EMQ_LOG";
     }
-}
-
-/// The settings each checked on its own ([`RawSchedulerConfig::validate`]
-/// checks them together).
-#[derive(Debug, Clone)]
-pub struct SchedulerSettings {
-    /// Router frontend.
-    pub frontend: String,
-    /// Admin address, or `None`.
-    pub scheduler_admin: Option<String>,
-    /// Store directory, if given.
-    pub data_dir: Option<PathBuf>,
-    /// Time zone name.
-    pub timezone: String,
-    /// Redis URL, if given.
-    pub redis: Option<String>,
-    /// HEARTBEAT period.
-    pub heartbeat_interval: Duration,
-    /// Router silence before reconnecting.
-    pub router_timeout: Duration,
-    /// INFORM re-send period.
-    pub inform_retry: Duration,
-    /// The scheduler's name, if given.
-    pub name: Option<String>,
-    /// Log filter.
-    pub log: String,
 }
 
 /// Validated settings.

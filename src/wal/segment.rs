@@ -14,7 +14,7 @@
 //! crc32c u32           of the 28 bytes before
 //! ```
 //!
-//! then records ([`super::record`]) until its end. [`new_segment`] makes
+//! then records ([`super::record`]) until its end. `new_segment` makes
 //! one (header written and synced, the directory synced).
 
 use std::collections::BTreeSet;
