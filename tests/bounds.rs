@@ -10,10 +10,11 @@ use std::process::Command;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
+use crate::common::admin::admin;
 use crate::common::ports::{free_port, is_listening, zmq_endpoint};
 use crate::common::proc::{Child, TestDir};
 use crate::common::router::rust_router_bin;
-use crate::emqp_router::{admin, eventually, router, Peer, Watchdog};
+use crate::emqp_router::{eventually, router, Peer, Watchdog};
 use crate::text_broker::{connect, router_with_text};
 
 /// Resident set of process `pid` in KiB (`VmRSS`).

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use emq::config::{RawRouterConfig, RouterConfig};
 use emq::router::RouterHandle;
-use serde_json::Value;
+
+use crate::common::admin::admin;
 
 type Frames = Vec<Vec<u8>>;
 
@@ -113,17 +114,6 @@ impl Peer {
     pub fn job_reply(&self, request_msgid: &[u8]) {
         self.send(&[b"", b"eMQP/1.0", b"REPLY", b"rep", b"{\"value\": null}", request_msgid]);
     }
-}
-
-pub fn admin(h: &RouterHandle, cmd: &str) -> Value {
-    // A fresh identity per call, as emq-cli uses: a reused one may reach the
-    // router while its previous connection is still open there.
-    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let id = format!("admin-peer-{}", CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-    let a = Peer::new(&h.endpoints.admin, id.as_bytes());
-    a.send(&[b"", b"eMQP/1.0", cmd.as_bytes(), b"admin:1"]);
-    let reply = a.expect("REPLY");
-    serde_json::from_slice(&reply[4]).expect("admin reply is JSON")
 }
 
 /// Polls `f` until true or `secs` pass.

@@ -38,7 +38,7 @@ pub fn worker_holding(h: &RouterHandle, worker: &[u8], client: &[u8], msgid: &st
 pub fn wait_slots(h: &RouterHandle, id: &[u8], slots: u64) {
     let id = String::from_utf8_lossy(id).into_owned();
     crate::emqp_router::eventually(10, &format!("worker {id} has {slots} free slots"), || {
-        crate::emqp_router::admin(h, "ROUTER_SHOW_WORKERS")["connected_workers"][&id]["available_slots"] == slots
+        crate::common::admin::admin(h, "ROUTER_SHOW_WORKERS")["connected_workers"][&id]["available_slots"] == slots
     });
 }
 

@@ -12,10 +12,11 @@ use emq::client::text::TextClient;
 use emq::router::RouterHandle;
 use serde_json::Value;
 
+use crate::common::admin::admin;
 use crate::common::ports::free_port;
 use crate::common::proc::{self, TestDir};
 use crate::common::python;
-use crate::emqp_router::{admin, config, Watchdog};
+use crate::emqp_router::{config, Watchdog};
 
 const T: Duration = Duration::from_secs(5);
 

@@ -10,8 +10,9 @@ use std::time::Duration;
 use emq::client::emqp::{Client, Outcome};
 use serde_json::Value;
 
+use crate::common::admin::admin;
 use crate::common::proc::TestDir;
-use crate::emqp_router::{admin, config, eventually, Peer, Watchdog};
+use crate::emqp_router::{config, eventually, Peer, Watchdog};
 
 /// A job script: appends `<unix time> <payload>` to `$OUT`, then fails
 /// (exit 1) unless the file `$OK` exists.

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use emq::router::RouterHandle;
 
-use crate::emqp_router::{admin, config, eventually, Peer, Watchdog};
+use crate::common::admin::admin;
+use crate::emqp_router::{config, eventually, Peer, Watchdog};
 use crate::text::{pipelined_sched_then_ask_ack, spec_example, TextConn};
 
 pub fn router_with_text(shards: usize, tweak: impl FnOnce(&mut emq::config::RawRouterConfig)) -> RouterHandle {

@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use emq::router::RouterHandle;
 
+use crate::common::admin::admin;
 use crate::common::ports::{free_port, zmq_endpoint};
 use crate::common::proc::{Child, TestDir};
 use crate::common::router::rust_router_bin;
-use crate::emqp_router::{admin, eventually, Peer, Watchdog};
+use crate::emqp_router::{eventually, Peer, Watchdog};
 use crate::text::TextConn;
 use crate::text_broker::{connect, router_with_text};
 

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use emq::client::emqp::{Client, Outcome};
 use emq::client::worker::{DrainTimeoutHook, Worker, WorkerConfig};
 
+use crate::common::admin::admin;
 use crate::common::proc::{self, TestDir};
-use crate::emqp_router::{admin, config, eventually, Watchdog};
+use crate::emqp_router::{config, eventually, Watchdog};
 
 /// Kills the child (SIGKILL) when dropped.
 struct Killed(Child);

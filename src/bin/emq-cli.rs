@@ -12,7 +12,7 @@ use emq::client::emqp::{Client, Outcome, Publisher, Schedule, ScheduleAnswer};
 use emq::client::text::{TextClient, TextClientError};
 use emq::config::{self, CliSettings, ConfigArgs, RawCliConfig};
 use emq::limits;
-use emq::protocol::emqp::DeadQuery;
+use emq::protocol::emqp::AdminWord;
 use emq::protocol::queues::check_queue_name;
 use serde_json::{json, Value};
 
@@ -78,6 +78,15 @@ enum Cmd {
     /// Schedules the scheduler holds (its admin address, --scheduler-admin):
     /// queue, interval or cron, next fire, callable.
     Schedules,
+    /// Send any admin command to the router with its argument frames and
+    /// print its JSON answer (the commands are listed below).
+    #[command(after_help = admin_help())]
+    Admin {
+        /// The command word, e.g. `DEAD_LIST`.
+        word: String,
+        /// Its argument frames, in order (e.g. a queue name).
+        args: Vec<String>,
+    },
     /// Send a job over eMQP (REQUEST) and wait for the router's answer.
     ///
     /// A queue no worker has declared (since the router started, or since
@@ -256,6 +265,14 @@ fn run() -> anyhow::Result<()> {
             let now = chrono::Utc::now().timestamp();
             out.show(admin(&s, &s.scheduler_admin)?.query(b"SCHEDULES")?, |v| table::schedules(v, now))
         }
+        Cmd::Admin { word, args } => {
+            let Some(word) = AdminWord::from_word(word.as_bytes()) else {
+                bail!("{word:?} is not an admin command (see emq-cli admin --help)")
+            };
+            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            let v = admin(&s, &s.admin)?.call(word, &args)?;
+            out.show(v, |v| serde_json::to_string_pretty(v).unwrap_or_default())
+        }
         Cmd::Request { queue, body, headers } => request(&s, out, queue, &build_body(body)?, headers),
         Cmd::Schedule { queue, body, every, cron, headers } => {
             let when = match (every, cron) {
@@ -296,10 +313,10 @@ fn dead(s: &CliSettings, out: Out, command: &DeadCmd) -> anyhow::Result<()> {
     let mut admin = admin(s, &s.admin)?;
     match command {
         DeadCmd::List { queue } => {
-            out.show(admin.dead(DeadQuery::List, queue.as_deref().unwrap_or("").as_bytes(), None)?, table::dead_list)
+            out.show(admin.call(AdminWord::DeadList, &[queue.as_deref().unwrap_or("").as_bytes()])?, table::dead_list)
         }
         DeadCmd::Show { id } => {
-            let v = admin.dead(DeadQuery::Show, id.as_bytes(), None)?;
+            let v = admin.call(AdminWord::DeadShow, &[id.as_bytes()])?;
             if v["job"].is_null() {
                 out.json_only(&v)?;
                 bail!("no dead job {id} (see emq-cli dead list)");
@@ -307,11 +324,12 @@ fn dead(s: &CliSettings, out: Out, command: &DeadCmd) -> anyhow::Result<()> {
             out.show(v, table::dead_show)
         }
         DeadCmd::Retry { which } | DeadCmd::Delete { which } => {
-            let (query, key, verb) = match command {
-                DeadCmd::Retry { .. } => (DeadQuery::Retry, "retried", "put back in its queue"),
-                _ => (DeadQuery::Delete, "deleted", "deleted"),
+            let (word, key, verb) = match command {
+                DeadCmd::Retry { .. } => (AdminWord::DeadRetry, "retried", "put back in its queue"),
+                _ => (AdminWord::DeadDelete, "deleted", "deleted"),
             };
-            let v = admin.dead(query, which.target(), which.queue.as_deref().map(str::as_bytes))?;
+            let queue = which.queue.as_deref().unwrap_or("").as_bytes();
+            let v = admin.call(word, &[which.target(), queue])?;
             let n = v[key].as_u64().unwrap_or(0);
             if let (Some(id), 0) = (&which.id, n) {
                 out.json_only(&v)?;
@@ -324,6 +342,16 @@ fn dead(s: &CliSettings, out: Out, command: &DeadCmd) -> anyhow::Result<()> {
             out.line(v, text)
         }
     }
+}
+
+/// `emq-cli admin --help`'s list: every admin command, its argument frames
+/// and its answer (from the protocol's table, [`AdminWord`]).
+fn admin_help() -> String {
+    let mut text = String::from("Commands (docs/emqp.md \"Admin\"):\n");
+    for w in AdminWord::ALL {
+        text.push_str(&format!("  {:<24} {:<20} {}\n", w.word(), w.args().replace('`', ""), w.what().replace('`', "")));
+    }
+    text
 }
 
 fn admin(s: &CliSettings, addr: &str) -> anyhow::Result<AdminClient> {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::socket::{ClientError, Dealer};
 use crate::limits;
-use crate::protocol::emqp::{decode, AdminQuery, Command, DeadQuery, Frame, Socket, VERSION};
+use crate::protocol::emqp::{decode, AdminWord, Command, Frame, Socket, VERSION};
 
 /// A DEALER connected to an admin socket.
 pub struct AdminClient {
@@ -43,42 +43,33 @@ impl AdminClient {
     /// # Errors
     /// [`ClientError::Unreachable`], [`ClientError::Timeout`], [`ClientError::BadAnswer`].
     pub fn status(&mut self) -> Result<serde_json::Value, ClientError> {
-        self.query(AdminQuery::Status.word())
+        self.call(AdminWord::Status, &[])
     }
 
     /// `ROUTER_SHOW_WORKERS`. Errors as [`AdminClient::status`].
     pub fn workers(&mut self) -> Result<serde_json::Value, ClientError> {
-        self.query(AdminQuery::ShowWorkers.word())
+        self.call(AdminWord::ShowWorkers, &[])
     }
 
     /// `ROUTER_SHOW_SCHEDULERS`. Errors as [`AdminClient::status`].
     pub fn schedulers(&mut self) -> Result<serde_json::Value, ClientError> {
-        self.query(AdminQuery::ShowSchedulers.word())
+        self.call(AdminWord::ShowSchedulers, &[])
     }
 
     /// `LATENCY` (emq extension): per-queue latency percentiles.
     /// Errors as [`AdminClient::status`]; an EventMQ router never answers it.
     pub fn latency(&mut self) -> Result<serde_json::Value, ClientError> {
-        self.query(AdminQuery::Latency.word())
+        self.call(AdminWord::Latency, &[])
     }
 
-    /// A dead-set command (emq extension; README "Retries and the dead
-    /// set"): `target` is frame 4 (a queue for `DEAD_LIST`, a job id or `*`),
-    /// `queue` frame 5 (keeps `*` to one queue). Answers as documented in
-    /// docs/emqp.md "Admin".
+    /// Admin command `word` with its argument frames `args` (docs/emqp.md
+    /// "Admin": e.g. `DEAD_RETRY` with `["*", "email"]`); its answer's JSON.
     ///
     /// # Errors
-    /// As [`AdminClient::status`]; a malformed job id comes back as
-    /// [`ClientError::BadAnswer`] naming `ERROR BAD_REQUEST`.
-    pub fn dead(
-        &mut self,
-        query: DeadQuery,
-        target: &[u8],
-        queue: Option<&[u8]>,
-    ) -> Result<serde_json::Value, ClientError> {
-        let mut args = vec![target.to_vec()];
-        args.extend(queue.map(<[u8]>::to_vec));
-        self.query_with(query.word(), args)
+    /// As [`AdminClient::status`]; a refusal (`ERROR BAD_REQUEST`, e.g. a
+    /// malformed job id) comes back as [`ClientError::BadAnswer`] naming it.
+    pub fn call(&mut self, word: AdminWord, args: &[&[u8]]) -> Result<serde_json::Value, ClientError> {
+        self.query_with(word.word().as_bytes(), args.iter().map(|a| a.to_vec()).collect())
     }
 
     /// Any query `word` answered by a REPLY whose frame 4 is JSON, e.g. the
@@ -92,7 +83,7 @@ impl AdminClient {
 
     /// [`AdminClient::query`] with frames `args` after the msgid.
     fn query_with(&mut self, word: &[u8], args: Vec<Frame>) -> Result<serde_json::Value, ClientError> {
-        let frames = self.call(word, args)?;
+        let frames = self.exchange(word, args)?;
         match decode(&frames, Socket::ClientSide).map(|m| m.command) {
             Ok(Command::Reply { body }) => {
                 serde_json::from_slice(&body).map_err(|e| self.bad(format!("not JSON: {e}")))
@@ -111,7 +102,7 @@ impl AdminClient {
     /// # Errors
     /// As [`AdminClient::status`].
     pub fn disconnect(&mut self) -> Result<(), ClientError> {
-        let frames = self.call(b"DISCONNECT", Vec::new())?;
+        let frames = self.exchange(b"DISCONNECT", Vec::new())?;
         match decode(&frames, Socket::ClientSide).map(|m| m.command) {
             Ok(Command::Ack { .. }) => Ok(()),
             Ok(other) => Err(self.bad(format!("expected ACK, got {}", String::from_utf8_lossy(other.word())))),
@@ -122,7 +113,7 @@ impl AdminClient {
     /// Sends `word` (and `args` after the msgid) and returns the first
     /// answer whose frame 4 names our msgid (ACK, ERROR) or any REPLY
     /// (admin REPLYs carry no msgid).
-    fn call(&mut self, word: &[u8], args: Vec<Frame>) -> Result<Vec<Frame>, ClientError> {
+    fn exchange(&mut self, word: &[u8], args: Vec<Frame>) -> Result<Vec<Frame>, ClientError> {
         let msgid = [b"admin:".as_slice(), &crate::protocol::emqp::new_msgid()].concat();
         let mut frames = vec![Vec::new(), VERSION.to_vec(), word.to_vec(), msgid.clone()];
         frames.extend(args);

@@ -68,18 +68,7 @@ impl Socket {
                 &[b"INFORM", b"REQUEST", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"ERROR", b"REPLY"]
             }
             Socket::Backend => &[b"INFORM", b"READY", b"REPLY", b"HEARTBEAT", b"KBYE"],
-            Socket::Admin => &[
-                b"STATUS",
-                b"ROUTER_SHOW_WORKERS",
-                b"ROUTER_SHOW_SCHEDULERS",
-                b"LATENCY",
-                b"DEAD_LIST",
-                b"DEAD_SHOW",
-                b"DEAD_RETRY",
-                b"DEAD_DELETE",
-                b"DISCONNECT",
-                b"HELLO",
-            ],
+            Socket::Admin => return AdminWord::from_word(cmd).is_some() || cmd == b"DISCONNECT" || cmd == b"HELLO",
             Socket::WorkerSide => &[b"ACK", b"REQUEST", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"ERROR"],
             Socket::SchedulerSide => {
                 &[b"ACK", b"SCHEDULE", b"UNSCHEDULE", b"DROP", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"REPLY", b"ERROR"]
@@ -100,56 +89,83 @@ pub enum PeerType {
     Scheduler,
 }
 
-/// An admin query (docs/emqp.md "Admin"), plus emq's `LATENCY` extension.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AdminQuery {
-    /// `STATUS`
-    Status,
-    /// `ROUTER_SHOW_WORKERS`
-    ShowWorkers,
-    /// `ROUTER_SHOW_SCHEDULERS`
-    ShowSchedulers,
-    /// `LATENCY` (emq extension): per-queue latency percentiles as JSON.
-    Latency,
-}
-
-impl AdminQuery {
-    /// The command word on the wire.
-    pub fn word(self) -> &'static [u8] {
-        match self {
-            AdminQuery::Status => b"STATUS",
-            AdminQuery::ShowWorkers => b"ROUTER_SHOW_WORKERS",
-            AdminQuery::ShowSchedulers => b"ROUTER_SHOW_SCHEDULERS",
-            AdminQuery::Latency => b"LATENCY",
+/// Declares the admin commands once ([`AdminWord`]): each line gives the
+/// variant, the word on the wire, the most argument frames it reads (after
+/// the msgid; more are ignored), how its arguments read, the `emq-cli`
+/// command that sends it and what it answers. Decoding, encoding, the
+/// admin socket's allowed words, `emq-cli admin --help` and the table in
+/// docs/emqp.md "Admin" (checked by a test) all come from it.
+macro_rules! admin_words {
+    ($( $(#[doc = $doc:literal])+ $variant:ident = $word:literal, $max:literal, $args:literal, $cli:literal, $what:literal; )*) => {
+        /// An admin command (docs/emqp.md "Admin"): EventMQ's queries and
+        /// emq's extensions.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum AdminWord {
+            $( $(#[doc = $doc])+ $variant, )*
         }
-    }
-}
 
-/// A dead-set command on the admin socket (emq extension; docs/emqp.md
-/// "Admin", README "Retries and the dead set").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeadQuery {
-    /// `DEAD_LIST`: frame 4 a queue name, or empty for every queue.
-    List,
-    /// `DEAD_SHOW`: frame 4 a job id.
-    Show,
-    /// `DEAD_RETRY`: frame 4 a job id, or `*` for every dead job (frame 5,
-    /// when present and not empty, keeps `*` to one queue).
-    Retry,
-    /// `DEAD_DELETE`: frames as for `DEAD_RETRY`.
-    Delete,
-}
+        impl AdminWord {
+            /// Every admin command, in the table's order.
+            pub const ALL: &'static [AdminWord] = &[$( AdminWord::$variant, )*];
 
-impl DeadQuery {
-    /// The command word on the wire.
-    pub fn word(self) -> &'static [u8] {
-        match self {
-            DeadQuery::List => b"DEAD_LIST",
-            DeadQuery::Show => b"DEAD_SHOW",
-            DeadQuery::Retry => b"DEAD_RETRY",
-            DeadQuery::Delete => b"DEAD_DELETE",
+            /// The command word on the wire.
+            pub fn word(self) -> &'static str {
+                match self { $( AdminWord::$variant => $word, )* }
+            }
+
+            /// The most argument frames (after the msgid) the command reads.
+            pub fn max_args(self) -> usize {
+                match self { $( AdminWord::$variant => $max, )* }
+            }
+
+            /// How its argument frames read (`""`: none).
+            pub fn args(self) -> &'static str {
+                match self { $( AdminWord::$variant => $args, )* }
+            }
+
+            /// The `emq-cli` command that sends it.
+            pub fn cli(self) -> &'static str {
+                match self { $( AdminWord::$variant => $cli, )* }
+            }
+
+            /// What it answers.
+            pub fn what(self) -> &'static str {
+                match self { $( AdminWord::$variant => $what, )* }
+            }
+
+            /// The command `word` names.
+            pub fn from_word(word: &[u8]) -> Option<AdminWord> {
+                AdminWord::ALL.iter().copied().find(|w| w.word().as_bytes() == word)
+            }
         }
-    }
+    };
+}
+
+admin_words! {
+    /// `STATUS` (EventMQ).
+    Status = "STATUS", 0, "", "emq-cli status",
+        "per-queue figures and the router's (`emq` object) as JSON";
+    /// `ROUTER_SHOW_WORKERS` (EventMQ).
+    ShowWorkers = "ROUTER_SHOW_WORKERS", 0, "", "emq-cli workers",
+        "`connected_workers` and `connected_queues` as JSON";
+    /// `ROUTER_SHOW_SCHEDULERS` (EventMQ).
+    ShowSchedulers = "ROUTER_SHOW_SCHEDULERS", 0, "", "emq-cli schedulers",
+        "`connected_schedulers` as JSON";
+    /// `LATENCY` (emq extension): per-queue latency percentiles.
+    Latency = "LATENCY", 0, "", "emq-cli latency",
+        "per-queue latency percentiles as JSON";
+    /// `DEAD_LIST` (emq extension).
+    DeadList = "DEAD_LIST", 1, "[queue]", "emq-cli dead list",
+        "`{\"jobs\": [job…], \"total\": n}`, the oldest 1,000 burials first";
+    /// `DEAD_SHOW` (emq extension).
+    DeadShow = "DEAD_SHOW", 1, "id", "emq-cli dead show",
+        "`{\"job\": job with \"body\" and \"body_utf8\"}`, or `{\"job\": null}`";
+    /// `DEAD_RETRY` (emq extension).
+    DeadRetry = "DEAD_RETRY", 2, "id, or `*` [queue]", "emq-cli dead retry",
+        "`{\"retried\": n}`";
+    /// `DEAD_DELETE` (emq extension).
+    DeadDelete = "DEAD_DELETE", 2, "id, or `*` [queue]", "emq-cli dead delete",
+        "`{\"deleted\": n}`";
 }
 
 /// The body of a SCHEDULE or UNSCHEDULE (docs/emqp.md "SCHEDULE and UNSCHEDULE"): frames 4..8. `B` is how a
@@ -253,17 +269,14 @@ pub enum Command<B = Frame> {
         /// frame 5: the message, sent as the second frame.
         message: B,
     },
-    /// An admin query (no body).
-    Admin(AdminQuery),
-    /// A dead-set command (emq extension, admin socket).
-    Dead {
+    /// An admin command ([`AdminWord`], admin socket).
+    Admin {
         /// Which.
-        query: DeadQuery,
-        /// frame 4: a queue name (`DEAD_LIST`), a job id or `*`.
-        target: B,
-        /// frame 5, optional: the queue `*` is kept to (`None` when empty
-        /// or missing).
-        queue: Option<B>,
+        word: AdminWord,
+        /// frames 4…: its arguments, at most [`AdminWord::max_args`], the
+        /// empty ones at the end left out (an empty optional frame is an
+        /// absent one, docs/emqp.md "Frames").
+        args: Vec<B>,
     },
     /// `HELLO`, which the Python emq-cli sends on connect; never answered.
     Hello,
@@ -295,8 +308,7 @@ impl<B> Command<B> {
             Command::Unschedule(_) => b"UNSCHEDULE",
             Command::Drop(_) => b"DROP",
             Command::Publish { .. } => b"PUBLISH",
-            Command::Admin(q) => q.word(),
-            Command::Dead { query, .. } => query.word(),
+            Command::Admin { word, .. } => word.word().as_bytes(),
             Command::Hello => b"HELLO",
             Command::Error { .. } => b"ERROR",
         }
@@ -432,27 +444,23 @@ pub fn decode_ref<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Messag
         "UNSCHEDULE" => Command::Unschedule(schedule_body(&body, false)?),
         "DROP" => Command::Drop(schedule_body(&body, false)?),
         "PUBLISH" => Command::Publish { topic: body.get(4, "the topic")?, message: body.get(5, "the message")? },
-        "STATUS" => Command::Admin(AdminQuery::Status),
-        "ROUTER_SHOW_WORKERS" => Command::Admin(AdminQuery::ShowWorkers),
-        "ROUTER_SHOW_SCHEDULERS" => Command::Admin(AdminQuery::ShowSchedulers),
-        "LATENCY" => Command::Admin(AdminQuery::Latency),
-        "DEAD_LIST" | "DEAD_SHOW" | "DEAD_RETRY" | "DEAD_DELETE" => Command::Dead {
-            query: match name {
-                "DEAD_LIST" => DeadQuery::List,
-                "DEAD_SHOW" => DeadQuery::Show,
-                "DEAD_RETRY" => DeadQuery::Retry,
-                _ => DeadQuery::Delete,
-            },
-            target: body.opt(4).unwrap_or_default(),
-            queue: body.present(5),
-        },
         "HELLO" => Command::Hello,
         "ERROR" => Command::Error {
             refers_to: body.get(4, "the rejected msgid")?,
             code: body.opt(5).unwrap_or_default(),
             text: body.opt(6).unwrap_or_default(),
         },
-        _ => return Err(DecodeError::UnknownCommand { word: lossy(word) }),
+        _ => match AdminWord::from_word(word) {
+            Some(admin) => {
+                let mut args = body.rest(4);
+                args.truncate(admin.max_args());
+                while args.last().is_some_and(|a| a.is_empty()) {
+                    args.pop();
+                }
+                Command::Admin { word: admin, args }
+            }
+            None => return Err(DecodeError::UnknownCommand { word: lossy(word) }),
+        },
     };
     Ok(Message { msgid: frames[3].as_ref(), command })
 }
@@ -470,20 +478,13 @@ const COMMANDS: &[&str] = &[
     "UNSCHEDULE",
     "DROP",
     "PUBLISH",
-    "STATUS",
-    "ROUTER_SHOW_WORKERS",
-    "ROUTER_SHOW_SCHEDULERS",
-    "LATENCY",
-    "DEAD_LIST",
-    "DEAD_SHOW",
-    "DEAD_RETRY",
-    "DEAD_DELETE",
     "HELLO",
     "ERROR",
 ];
 
+/// The name of command `word`: one of [`COMMANDS`] or an admin word.
 fn command_name(word: &[u8]) -> Option<&'static str> {
-    COMMANDS.iter().copied().find(|c| c.as_bytes() == word)
+    COMMANDS.iter().copied().find(|c| c.as_bytes() == word).or_else(|| AdminWord::from_word(word).map(AdminWord::word))
 }
 
 fn peer_type(frame: &[u8]) -> Result<PeerType, DecodeError> {
@@ -578,10 +579,7 @@ impl<B: AsRef<[u8]>> Message<B> {
             Command::Unschedule(s) => Command::Unschedule(s.to_owned_frames()),
             Command::Drop(s) => Command::Drop(s.to_owned_frames()),
             Command::Publish { topic, message } => Command::Publish { topic: f(topic), message: f(message) },
-            Command::Admin(q) => Command::Admin(*q),
-            Command::Dead { query, target, queue } => {
-                Command::Dead { query: *query, target: f(target), queue: queue.as_ref().map(f) }
-            }
+            Command::Admin { word, args } => Command::Admin { word: *word, args: args.iter().map(f).collect() },
             Command::Hello => Command::Hello,
             Command::Error { refers_to, code, text } => {
                 Command::Error { refers_to: f(refers_to), code: f(code), text: f(text) }
@@ -604,7 +602,8 @@ impl<B: AsRef<[u8]>> Message<B> {
                 out.extend(name.iter().map(c));
             }
             Command::Ack { acked } => out.push(c(acked)),
-            Command::Ready | Command::Kbye | Command::Disconnect | Command::Admin(_) | Command::Hello => {}
+            Command::Ready | Command::Kbye | Command::Disconnect | Command::Hello => {}
+            Command::Admin { args, .. } => out.extend(args.iter().map(c)),
             Command::Request { queue, headers, body, extra } => {
                 out.extend([c(queue), c(headers), c(body)]);
                 out.extend(extra.iter().map(c));
@@ -622,10 +621,6 @@ impl<B: AsRef<[u8]>> Message<B> {
                 out.push(s.cron.as_ref().map(c).unwrap_or_default());
             }
             Command::Publish { topic, message } => out.extend([c(topic), c(message)]),
-            Command::Dead { target, queue, .. } => {
-                out.push(c(target));
-                out.extend(queue.iter().map(c));
-            }
             Command::Error { refers_to, code, text } => out.extend([c(refers_to), c(code), c(text)]),
         }
         out
@@ -827,5 +822,39 @@ mod tests {
         assert!(matches!(decode(&f, Socket::Backend), Err(DecodeError::UnknownCommand { .. })));
         let f = frames(&[b"", VERSION, b"READY", b"m"]);
         assert!(matches!(decode(&f, Socket::Frontend), Err(DecodeError::NotAllowed { .. })));
+    }
+
+    /// docs/emqp.md "Admin" lists every admin command as the table says.
+    #[test]
+    fn the_admin_page_lists_every_admin_command() {
+        let page = include_str!("../../docs/emqp.md");
+        let mut table = String::from("| Command | argument frames | sent by | answer |\n|---|---|---|---|\n");
+        for w in AdminWord::ALL {
+            table.push_str(&format!("| `{}` | {} | `{}` | {} |\n", w.word(), w.args(), w.cli(), w.what()));
+        }
+        assert!(page.contains(&table), "docs/emqp.md \"Admin\" should hold:\n{table}");
+    }
+
+    #[test]
+    fn an_admin_command_keeps_its_arguments_and_drops_the_rest() {
+        let decode_admin = |frames: &[&[u8]]| {
+            let mut all: Vec<&[u8]> = vec![b"", VERSION];
+            all.extend_from_slice(frames);
+            decode(&all, Socket::Admin).map(|m| m.command)
+        };
+        let admin = |word, args: &[&[u8]]| Command::Admin { word, args: args.iter().map(|a| a.to_vec()).collect() };
+        assert_eq!(decode_admin(&[b"STATUS", b"m", b"x"]), Ok(admin(AdminWord::Status, &[])), "extra frames ignored");
+        assert_eq!(decode_admin(&[b"DEAD_LIST", b"m", b""]), Ok(admin(AdminWord::DeadList, &[])));
+        assert_eq!(
+            decode_admin(&[b"DEAD_RETRY", b"m", b"*", b"q", b"z"]),
+            Ok(admin(AdminWord::DeadRetry, &[b"*", b"q"]))
+        );
+        assert_eq!(decode_admin(&[b"DEAD_DELETE", b"m", b"", b"q"]), Ok(admin(AdminWord::DeadDelete, &[b"", b"q"])));
+        for w in AdminWord::ALL {
+            assert_eq!(AdminWord::from_word(w.word().as_bytes()), Some(*w));
+            let m = Message { msgid: b"m".to_vec(), command: admin(*w, &[]) };
+            assert_eq!(decode(&m.encode(), Socket::Admin), Ok(m.clone()), "{} round trip", w.word());
+            assert!(decode(&m.encode(), Socket::Frontend).is_err(), "{} only on the admin socket", w.word());
+        }
     }
 }

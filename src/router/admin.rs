@@ -1,8 +1,9 @@
-//! The admin thread: answers STATUS, ROUTER_SHOW_WORKERS,
-//! ROUTER_SHOW_SCHEDULERS and LATENCY by asking every shard for a snapshot
-//! and merging them, and the dead-set commands (`dead_admin.rs`) (EventMQ 0.3.13's JSON shapes plus emq's keys;
-//! docs/emqp.md "Admin"). It runs off the hot path, so a slow query never
-//! delays a job.
+//! The admin thread: answers every admin command ([`AdminWord`]; EventMQ
+//! 0.3.13's JSON shapes plus emq's keys, docs/emqp.md "Admin") by asking
+//! the shards it needs and merging their answers: STATUS,
+//! ROUTER_SHOW_WORKERS, ROUTER_SHOW_SCHEDULERS and LATENCY from every
+//! shard's snapshot, the dead-set commands in `dead_admin.rs`. It runs off
+//! the hot path, so a slow query never delays a job.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -11,19 +12,22 @@ use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
+use super::dead_admin::{self, Refusal};
 use super::Broker;
 use crate::broker::egress::{Dest, OnFail, OutMsg, Outgoing};
 use crate::broker::snapshot::{schedulers_json, status_json, workers_json};
 use crate::metrics::latency::LatencyStore;
-use crate::protocol::emqp::{AdminQuery, Command, Message};
+use crate::protocol::emqp::{AdminWord, Command, Message};
 use crate::zmq_io::egress::EgressTx;
-use crate::zmq_io::io_thread::{AdminCall, AdminRequest};
+use crate::zmq_io::io_thread::AdminRequest;
 
 /// Extra STATUS figures from outside the shards (the text front end),
 /// each a JSON value under its own key in STATUS's `emq` object.
 pub type ExtraStatus = Arc<dyn Fn() -> Vec<(&'static str, Value)> + Send + Sync>;
 
-/// Runs the admin thread until `rx` closes.
+/// Runs the admin thread until `rx` closes: each command's answer (a
+/// REPLY whose frame 4 is JSON) or refusal (`ERROR BAD_REQUEST <why>`,
+/// frame 4 the command's msgid) goes back to its peer.
 pub fn run(
     rx: Receiver<AdminRequest>,
     egress: EgressTx,
@@ -32,41 +36,53 @@ pub fn run(
     latency: Arc<Mutex<LatencyStore>>,
 ) {
     for req in rx {
-        let uptime = || broker.ctx.started.elapsed().as_secs_f64();
-        let query = match req.query {
-            AdminCall::Query(query) => query,
-            AdminCall::Dead { query, target, queue } => {
-                let command = match super::dead_admin::answer(&broker, query, &target, queue.as_deref()) {
-                    Ok(body) => Command::Reply { body: body.to_string().into_bytes() },
-                    Err(why) => Command::Error {
-                        refers_to: req.msgid.0.to_vec(),
-                        code: b"BAD_REQUEST".to_vec(),
-                        text: why.into_bytes(),
-                    },
-                };
-                let msg = OutMsg::Frames(Message::new(command).encode());
-                egress.send(Outgoing { dest: Dest::Admin, peer: req.peer, msg, on_fail: OnFail::Count });
-                continue;
-            }
+        let command = match answer(&broker, &extra, &latency, req.word, &req.args) {
+            Ok(body) => Command::Reply { body: body.to_string().into_bytes() },
+            Err(why) => Command::Error {
+                refers_to: req.msgid.0.to_vec(),
+                code: b"BAD_REQUEST".to_vec(),
+                text: why.into_bytes(),
+            },
         };
-        let body = match query {
-            AdminQuery::Status => {
-                super::reporter::collect(&broker, &latency);
-                let end_to_end = latency.lock().end_to_end_ms();
-                let snaps = broker.snapshots();
-                let asks_waiting: usize = snaps.iter().map(|s| s.asks_waiting).sum();
-                status_json(&snaps, &end_to_end, status_extras(&broker, &extra, asks_waiting))
-            }
-            AdminQuery::ShowWorkers => workers_json(&broker.snapshots(), uptime()),
-            AdminQuery::ShowSchedulers => schedulers_json(&broker.snapshots(), uptime()),
-            AdminQuery::Latency => {
-                super::reporter::collect(&broker, &latency);
-                latency.lock().to_json()
-            }
-        };
-        let msg = OutMsg::Frames(Message::new(Command::Reply { body: body.to_string().into_bytes() }).encode());
+        let msg = OutMsg::Frames(Message::new(command).encode());
         egress.send(Outgoing { dest: Dest::Admin, peer: req.peer, msg, on_fail: OnFail::Count });
     }
+}
+
+/// The answer to admin command `word` with its argument frames `args`
+/// (docs/emqp.md "Admin"): one arm per [`AdminWord`], each asking the
+/// shards it needs and merging what they say.
+///
+/// # Errors
+/// A [`Refusal`] saying what is wrong with the arguments.
+fn answer(
+    broker: &Broker,
+    extra: &ExtraStatus,
+    latency: &Mutex<LatencyStore>,
+    word: AdminWord,
+    args: &[Vec<u8>],
+) -> Result<Value, Refusal> {
+    let arg = |i: usize| args.get(i).map_or(&[][..], Vec::as_slice);
+    let uptime = || broker.ctx.started.elapsed().as_secs_f64();
+    Ok(match word {
+        AdminWord::Status => {
+            super::reporter::collect(broker, latency);
+            let end_to_end = latency.lock().end_to_end_ms();
+            let snaps = broker.snapshots();
+            let asks_waiting: usize = snaps.iter().map(|s| s.asks_waiting).sum();
+            status_json(&snaps, &end_to_end, status_extras(broker, extra, asks_waiting))
+        }
+        AdminWord::ShowWorkers => workers_json(&broker.snapshots(), uptime()),
+        AdminWord::ShowSchedulers => schedulers_json(&broker.snapshots(), uptime()),
+        AdminWord::Latency => {
+            super::reporter::collect(broker, latency);
+            latency.lock().to_json()
+        }
+        AdminWord::DeadList => dead_admin::list(broker, arg(0)),
+        AdminWord::DeadShow => dead_admin::show(broker, arg(0))?,
+        AdminWord::DeadRetry => dead_admin::retry_or_delete(broker, true, arg(0), arg(1))?,
+        AdminWord::DeadDelete => dead_admin::retry_or_delete(broker, false, arg(0), arg(1))?,
+    })
 }
 
 /// STATUS's `emq` object: version, shards, uptime, drain state, counters,

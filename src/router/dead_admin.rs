@@ -1,7 +1,7 @@
 //! The admin thread's dead-set commands (`DEAD_LIST`, `DEAD_SHOW`,
 //! `DEAD_RETRY`, `DEAD_DELETE`; docs/emqp.md "Admin", README "Retries and
-//! the dead set"): parses the frames, asks the shards that hold the jobs
-//! and merges their answers into one JSON REPLY body.
+//! the dead set"): reads their argument frames, asks the shards that hold
+//! the jobs and merges their answers into one JSON REPLY body.
 
 use serde_json::{json, Value};
 
@@ -9,75 +9,74 @@ use super::{ask, Broker};
 use crate::broker::dead::{DeadAnswer, DeadEntry, DeadOp, DeadTarget};
 use crate::broker::inbox::ShardMsg;
 use crate::broker::types::shard_of;
-use crate::ids::{show, JobId, QueueName};
+use crate::ids::{JobId, QueueName};
 use crate::limits;
-use crate::protocol::emqp::DeadQuery;
 
 /// Why a dead-set command is refused (sent as `ERROR BAD_REQUEST <text>`).
 pub type Refusal = String;
 
-/// The JSON answer to `query` with frames 4 (`target`) and 5 (`queue`):
-///
-/// * `DEAD_LIST [queue]`: `{"jobs": [entry…], "total": n}`, the oldest
-///   [`limits::DEAD_LIST_MAX`] burials first ([`DeadEntry::to_json`]);
-/// * `DEAD_SHOW id`: `{"job": entry with its body}` or `{"job": null}`;
-/// * `DEAD_RETRY id|* [queue]`: `{"retried": n}`;
-/// * `DEAD_DELETE id|* [queue]`: `{"deleted": n}`.
+/// `DEAD_LIST [queue]`: `{"jobs": [entry…], "total": n}`, the oldest
+/// [`limits::DEAD_LIST_MAX`] burials first ([`DeadEntry::to_json`]), of
+/// every queue when `queue` is empty.
+pub fn list(broker: &Broker, queue: &[u8]) -> Value {
+    let queue = (!queue.is_empty()).then(|| QueueName::from(queue));
+    let mut jobs: Vec<DeadEntry> = Vec::new();
+    let mut total = 0;
+    for a in ask_some(broker, &shards_of(broker, queue.as_ref()), &DeadOp::List(queue)) {
+        if let DeadAnswer::List { entries, total: n } = a {
+            jobs.extend(entries);
+            total += n;
+        }
+    }
+    jobs.sort_by_key(|e| (e.at_unix_ms, e.id.seq(), e.id.shard()));
+    jobs.truncate(limits::DEAD_LIST_MAX);
+    json!({ "jobs": jobs.iter().map(DeadEntry::to_json).collect::<Vec<_>>(), "total": total })
+}
+
+/// `DEAD_SHOW id`: `{"job": entry with its body}` or `{"job": null}`.
 ///
 /// # Errors
-/// A [`Refusal`] naming what is wrong: a job id that is not `<shard>-<seq>`
-/// of this router, or an empty target.
-pub fn answer(broker: &Broker, query: DeadQuery, target: &[u8], queue: Option<&[u8]>) -> Result<Value, Refusal> {
-    let queue = queue.filter(|q| !q.is_empty()).map(QueueName::from);
-    match query {
-        DeadQuery::List => {
-            let queue = (!target.is_empty()).then(|| QueueName::from(target));
-            let shards = match &queue {
-                Some(q) => vec![shard_of(&q.0, broker.shards.len())],
-                None => (0..broker.shards.len()).collect(),
-            };
-            let mut jobs: Vec<DeadEntry> = Vec::new();
-            let mut total = 0;
-            for a in ask_some(broker, &shards, &DeadOp::List(queue)) {
-                if let DeadAnswer::List { entries, total: n } = a {
-                    jobs.extend(entries);
-                    total += n;
-                }
-            }
-            jobs.sort_by_key(|e| (e.at_unix_ms, e.id.seq(), e.id.shard()));
-            jobs.truncate(limits::DEAD_LIST_MAX);
-            Ok(json!({ "jobs": jobs.iter().map(DeadEntry::to_json).collect::<Vec<_>>(), "total": total }))
-        }
-        DeadQuery::Show => {
-            let id = job_id(broker, target)?;
-            let shown = ask_some(broker, &[id.shard()], &DeadOp::Show(id)).into_iter().find_map(|a| match a {
-                DeadAnswer::Show(entry) => entry,
-                _ => None,
-            });
-            Ok(json!({ "job": shown.as_ref().map(DeadEntry::to_json) }))
-        }
-        DeadQuery::Retry | DeadQuery::Delete => {
-            let (target, shards) = if target == b"*" {
-                let shards = match &queue {
-                    Some(q) => vec![shard_of(&q.0, broker.shards.len())],
-                    None => (0..broker.shards.len()).collect(),
-                };
-                (DeadTarget::All(queue), shards)
-            } else {
-                let id = job_id(broker, target)?;
-                (DeadTarget::One(id), vec![id.shard()])
-            };
-            let retry = query == DeadQuery::Retry;
-            let op = if retry { DeadOp::Retry(target) } else { DeadOp::Delete(target) };
-            let n: usize = ask_some(broker, &shards, &op)
-                .into_iter()
-                .map(|a| match a {
-                    DeadAnswer::Done(n) => n,
-                    _ => 0,
-                })
-                .sum();
-            Ok(json!({ (if retry { "retried" } else { "deleted" }): n }))
-        }
+/// A [`Refusal`] for a job id that is not `<shard>-<seq>` of this router.
+pub fn show(broker: &Broker, id: &[u8]) -> Result<Value, Refusal> {
+    let id = job_id(broker, id)?;
+    let shown = ask_some(broker, &[id.shard()], &DeadOp::Show(id)).into_iter().find_map(|a| match a {
+        DeadAnswer::Show(entry) => entry,
+        _ => None,
+    });
+    Ok(json!({ "job": shown.as_ref().map(DeadEntry::to_json) }))
+}
+
+/// `DEAD_RETRY id|* [queue]` (`retry`): `{"retried": n}`; `DEAD_DELETE
+/// id|* [queue]`: `{"deleted": n}`. `*` takes every dead job, of `queue`
+/// only when it is not empty.
+///
+/// # Errors
+/// A [`Refusal`] for a target that is neither `*` nor a job id of this
+/// router.
+pub fn retry_or_delete(broker: &Broker, retry: bool, target: &[u8], queue: &[u8]) -> Result<Value, Refusal> {
+    let (target, shards) = if target == b"*" {
+        let queue = (!queue.is_empty()).then(|| QueueName::from(queue));
+        (DeadTarget::All(queue.clone()), shards_of(broker, queue.as_ref()))
+    } else {
+        let id = job_id(broker, target)?;
+        (DeadTarget::One(id), vec![id.shard()])
+    };
+    let op = if retry { DeadOp::Retry(target) } else { DeadOp::Delete(target) };
+    let n: usize = ask_some(broker, &shards, &op)
+        .into_iter()
+        .map(|a| match a {
+            DeadAnswer::Done(n) => n,
+            _ => 0,
+        })
+        .sum();
+    Ok(json!({ (if retry { "retried" } else { "deleted" }): n }))
+}
+
+/// The shards that hold `queue`'s dead jobs: its own, or every shard.
+fn shards_of(broker: &Broker, queue: Option<&QueueName>) -> Vec<usize> {
+    match queue {
+        Some(q) => vec![shard_of(&q.0, broker.shards.len())],
+        None => (0..broker.shards.len()).collect(),
     }
 }
 
@@ -88,7 +87,7 @@ fn job_id(broker: &Broker, text: &[u8]) -> Result<JobId, Refusal> {
         Some(id) if id.shard() < broker.shards.len() => Ok(id),
         _ => Err(format!(
             "{:?} is not a job id of this router (<shard>-<seq>, as `emq-cli dead list` shows)",
-            show(text)
+            crate::ids::show(text)
         )),
     }
 }

@@ -22,9 +22,7 @@ use crate::ids::{show, MsgId, PeerId, QueueName};
 use crate::job::JobFrames;
 use crate::limits;
 use crate::metrics::counters::Counters;
-use crate::protocol::emqp::{
-    decode_ref, AdminQuery, Command, DeadQuery, DecodeError, Message, PeerType, ShowFrames, Socket,
-};
+use crate::protocol::emqp::{decode_ref, AdminWord, Command, DecodeError, Message, PeerType, ShowFrames, Socket};
 use crate::protocol::queues::parse_queue_list;
 
 /// The result a Python jobmanager sends for a job that ran out of time
@@ -34,31 +32,17 @@ use crate::protocol::queues::parse_queue_list;
 /// which cannot be told from a return value.
 pub const PYTHON_TIMEOUT_RESULT: &[u8] = br#"{"value": "TimeoutError"}"#;
 
-/// A query from the admin socket, for the admin thread.
+/// An admin command from the admin socket, for the admin thread.
 #[derive(Debug)]
 pub struct AdminRequest {
     /// The emq-cli peer.
     pub peer: PeerId,
     /// Its msgid.
     pub msgid: MsgId,
-    /// What it asks.
-    pub query: AdminCall,
-}
-
-/// What an admin peer asks.
-#[derive(Debug)]
-pub enum AdminCall {
-    /// A query without arguments.
-    Query(AdminQuery),
-    /// A dead-set command with its frames 4 and 5.
-    Dead {
-        /// Which.
-        query: DeadQuery,
-        /// Frame 4.
-        target: Vec<u8>,
-        /// Frame 5.
-        queue: Option<Vec<u8>>,
-    },
+    /// The command.
+    pub word: AdminWord,
+    /// Its argument frames (frames 4…, as decoded).
+    pub args: Vec<Vec<u8>>,
 }
 
 /// Why the router should stop.
@@ -562,18 +546,14 @@ impl Loop {
         self.send(Outgoing { dest, peer: peer.clone(), msg, on_fail: OnFail::Count });
     }
 
-    fn pass_to_admin(&mut self, peer: PeerId, msgid: &[u8], query: AdminCall) {
-        if self.io.admin_tx.send(AdminRequest { peer, msgid: MsgId::from(msgid), query }).is_err() {
-            tracing::error!("admin thread gone");
-        }
-    }
-
     fn on_admin(&mut self, peer: PeerId, msg: Message<&[u8]>) {
         match msg.command {
-            Command::Admin(query) => self.pass_to_admin(peer, msg.msgid, AdminCall::Query(query)),
-            Command::Dead { query, target, queue } => {
-                let call = AdminCall::Dead { query, target: target.to_vec(), queue: queue.map(<[u8]>::to_vec) };
-                self.pass_to_admin(peer, msg.msgid, call);
+            Command::Admin { word, args } => {
+                let args = args.iter().map(|a| a.to_vec()).collect();
+                let request = AdminRequest { peer, msgid: MsgId::from(msg.msgid), word, args };
+                if self.io.admin_tx.send(request).is_err() {
+                    tracing::error!("admin thread gone");
+                }
             }
             Command::Disconnect => {
                 tracing::info!(%peer, "DISCONNECT on the admin socket: shutting down");

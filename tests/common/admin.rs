@@ -1,40 +1,39 @@
-//! A raw eMQP admin client (what emq-cli sends, docs/emqp.md "Admin"): a DEALER with a
-//! UTF-8 uuid identity sends `["", "eMQP/1.0", <CMD>, "admin:<uuid>"]` and
-//! reads the `["", "eMQP/1.0", "REPLY", <id>, <JSON>]` answer.
+//! The tests' one admin client: the library's [`AdminClient`] (what
+//! emq-cli uses: a DEALER with a fresh uuid identity per connection sends
+//! `["", "eMQP/1.0", <COMMAND>, "admin:<uuid>", <args>…]` and reads the
+//! REPLY's JSON), for emq's router, EventMQ's router and emq-scheduler's
+//! admin socket alike.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use emq::client::admin::AdminClient;
+use emq::protocol::emqp::AdminWord;
+use emq::router::RouterHandle;
 use serde_json::Value;
 
 /// How long one admin request waits for its REPLY.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Sends admin `command` (`STATUS`, `ROUTER_SHOW_WORKERS`,
-/// `ROUTER_SHOW_SCHEDULERS`) to `addr` and returns the REPLY's JSON.
-/// Errors: no REPLY within [`REPLY_TIMEOUT`], or a body that is not JSON.
+/// Sends admin `command` (`STATUS`, `ROUTER_SHOW_WORKERS`, the scheduler's
+/// `SCHEDULES`…) without arguments to `addr` and returns the REPLY's JSON.
+/// Errors: no REPLY within [`REPLY_TIMEOUT`], a refusal, or a body that is
+/// not JSON.
 pub fn request(addr: &str, command: &str) -> Result<Value, String> {
-    let ctx = zmq::Context::new();
-    let sock = ctx.socket(zmq::DEALER).map_err(|e| e.to_string())?;
-    let id = uuid::Uuid::new_v4().to_string();
-    sock.set_identity(id.as_bytes()).map_err(|e| e.to_string())?;
-    sock.set_linger(0).map_err(|e| e.to_string())?;
-    sock.connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
-    let msgid = format!("admin:{}", uuid::Uuid::new_v4());
-    let frames: [&[u8]; 4] = [b"", b"eMQP/1.0", command.as_bytes(), msgid.as_bytes()];
-    sock.send_multipart(frames, 0).map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + REPLY_TIMEOUT;
-    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-        if sock.poll(zmq::POLLIN, left.as_millis() as i64).map_err(|e| e.to_string())? == 0 {
-            break;
-        }
-        let msg = sock.recv_multipart(0).map_err(|e| e.to_string())?;
-        if msg.len() >= 5 && msg[2] == b"REPLY" {
-            return serde_json::from_slice(&msg[4]).map_err(|e| {
-                format!("{command} REPLY body is not JSON ({e}): {:?}", String::from_utf8_lossy(&msg[4]))
-            });
-        }
-    }
-    Err(format!("no REPLY to admin {command} from {addr} within {REPLY_TIMEOUT:?}"))
+    let mut client = AdminClient::connect(addr).map_err(|e| e.to_string())?.with_timeout(REPLY_TIMEOUT);
+    client.query(command.as_bytes()).map_err(|e| format!("admin {command}: {e}"))
+}
+
+/// Sends admin command `word` with argument frames `args` to `addr`.
+/// Errors as [`request`].
+pub fn call(addr: &str, word: AdminWord, args: &[&[u8]]) -> Result<Value, String> {
+    let mut client = AdminClient::connect(addr).map_err(|e| e.to_string())?.with_timeout(REPLY_TIMEOUT);
+    client.call(word, args).map_err(|e| format!("admin {}: {e}", word.word()))
+}
+
+/// [`request`] to the router `h` runs in this process; panics when it
+/// does not answer.
+pub fn admin(h: &RouterHandle, command: &str) -> Value {
+    request(&h.endpoints.admin, command).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A worker as ROUTER_SHOW_WORKERS lists it.

@@ -4,7 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::emqp_router::{admin, config, eventually, Peer, Watchdog};
+use crate::common::admin::admin;
+use crate::emqp_router::{config, eventually, Peer, Watchdog};
 
 #[test]
 fn two_jobs_with_one_msgid_on_one_worker_both_come_back_when_it_dies() {

@@ -4,7 +4,8 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::emqp_router::{admin, router, Peer, Watchdog};
+use crate::common::admin::admin;
+use crate::emqp_router::{router, Peer, Watchdog};
 
 #[test]
 fn odd_informs_are_refused_with_the_reason() {

@@ -5,13 +5,14 @@
 //! by DEAD_LIST with its reason and setbacks, its body shown by DEAD_SHOW
 //! and never written to the router's log) and the task behind it comes out.
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::common::admin::request;
+use crate::common::admin::{call, request};
 use crate::common::proc::TestDir;
 use crate::common::router::{rust_router_bin, Router, RouterKind};
-use crate::emqp_router::{eventually, Peer, Watchdog};
+use crate::emqp_router::{eventually, Watchdog};
 use crate::text::TextConn;
+use emq::protocol::emqp::AdminWord;
 
 /// The task that keeps coming back: its data appears nowhere else, so the
 /// router's log holds it only if the router logged it.
@@ -87,9 +88,7 @@ fn offers_returned_by_timeout_and_by_disconnect_count_alike_and_the_task_is_dead
         let want = json!({"id": id, "queue": "q", "msgid": msgid, "headers": "", "reason": "text_returned",
             "failures": returns, "dead_at": job["dead_at"], "bytes": frames.expect("frames").len()});
         assert_eq!(job, &want, "{shards} shards");
-        let admin = Peer::new(&router.admin, b"offers-dead-show");
-        admin.send(&[b"", b"eMQP/1.0", b"DEAD_SHOW", b"admin:show", id.as_bytes()]);
-        let shown: Value = serde_json::from_slice(&admin.expect("REPLY")[4]).expect("DEAD_SHOW is JSON");
+        let shown = call(&router.admin, AdminWord::DeadShow, &[id.as_bytes()]).expect("DEAD_SHOW");
         assert_eq!((shown["job"]["id"].as_str(), shown["job"]["body"].as_str()), (Some(id.as_str()), Some(POISON)));
 
         // The router logged the burial with the job's id and setbacks, and

@@ -28,7 +28,7 @@ fn router_and_scheduler(dir: &TestDir) -> (emq::router::RouterHandle, Sched) {
     .expect("router starts");
     let sched = Sched::start(dir, &h.endpoints.frontend, &dir.join("data"), "scheduler");
     eventually(30, "scheduler registered", || {
-        crate::emqp_router::admin(&h, "ROUTER_SHOW_SCHEDULERS")["connected_schedulers"]
+        crate::common::admin::admin(&h, "ROUTER_SHOW_SCHEDULERS")["connected_schedulers"]
             .as_object()
             .is_some_and(|m| m.len() == 1)
     });
@@ -62,7 +62,7 @@ fn emq_cli_schedule_with_a_bad_cron_exits_non_zero_with_the_schedulers_reason() 
         emq_cli(&dir, &fe, &sched.admin, &["schedule", "q", "--cron", "0 0 29 2 *", "--callable", "m.f"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.starts_with("SCHEDULE accepted ") && out.contains(r#""outcome":"added""#), "{out}");
-    let counters = &crate::emqp_router::admin(&h, "STATUS")["emq"]["counters"];
+    let counters = &crate::common::admin::admin(&h, "STATUS")["emq"]["counters"];
     assert_eq!(
         (counters["rejected_schedule_invalid"].as_u64(), counters["scheduler_errors"].as_u64()),
         (Some(1), Some(1))
@@ -227,7 +227,7 @@ fn requests_and_informs_dropped_unread_are_answered_about_their_msgid() {
     ready.resize(70, b"x");
     w.send(&ready);
     w.expect_none("ERROR", 300);
-    let counters = &crate::emqp_router::admin(&h, "STATUS")["emq"]["counters"];
+    let counters = &crate::common::admin::admin(&h, "STATUS")["emq"]["counters"];
     assert_eq!((counters["malformed_frontend"].as_u64(), counters["malformed_backend"].as_u64()), (Some(4), Some(2)));
     assert_eq!(counters["rejected_schedule_invalid"], 2, "{counters}");
     // The router goes on.

@@ -25,7 +25,7 @@ fn setup() -> (emq::router::RouterHandle, Counter, Client) {
 }
 
 fn registered(h: &emq::router::RouterHandle) -> usize {
-    crate::emqp_router::admin(h, "ROUTER_SHOW_SCHEDULERS")["connected_schedulers"].as_object().map_or(0, |m| m.len())
+    crate::common::admin::admin(h, "ROUTER_SHOW_SCHEDULERS")["connected_schedulers"].as_object().map_or(0, |m| m.len())
 }
 
 fn secs(times: &[Instant], from: Instant) -> Vec<String> {

@@ -144,7 +144,7 @@ fn fast_router() -> emq::router::RouterHandle {
 
 fn wait_schedulers(h: &emq::router::RouterHandle, n: usize) {
     eventually(30, &format!("{n} schedulers registered"), || {
-        crate::emqp_router::admin(h, "ROUTER_SHOW_SCHEDULERS")["connected_schedulers"]
+        crate::common::admin::admin(h, "ROUTER_SHOW_SCHEDULERS")["connected_schedulers"]
             .as_object()
             .is_some_and(|m| m.len() == n)
     });
@@ -337,7 +337,7 @@ fn a_silent_scheduler_is_removed_at_the_heartbeat_timeout_never_early_and_at_mos
     let mut removed: Vec<Option<Duration>> = vec![None; 3];
     let end = Instant::now() + Duration::from_secs(5);
     while removed.iter().any(Option::is_none) && Instant::now() < end {
-        let listed = crate::emqp_router::admin(&h, "ROUTER_SHOW_SCHEDULERS")["connected_schedulers"].clone();
+        let listed = crate::common::admin::admin(&h, "ROUTER_SHOW_SCHEDULERS")["connected_schedulers"].clone();
         for (i, (id, t)) in informed.iter().enumerate() {
             if removed[i].is_none() && listed.get(id).is_none() {
                 removed[i] = Some(t.elapsed());
@@ -374,7 +374,7 @@ pub(super) fn unschedule_while_owner_away(mut p: Pair) -> Pair {
     let v: Value = serde_json::from_str(detail).expect("JSON");
     assert_eq!(v["outcome"], "deferred", "{detail}");
     assert_eq!(v["next_fire"], Value::Null, "{detail}");
-    let status = crate::emqp_router::admin(&p.h, "STATUS");
+    let status = crate::common::admin::admin(&p.h, "STATUS");
     assert_eq!(status["emq"]["counters"]["schedule_unschedules_deferred"], 1);
     // The owner comes back with its stored copy: it drops it before it
     // could run it.
@@ -384,7 +384,7 @@ pub(super) fn unschedule_while_owner_away(mut p: Pair) -> Pair {
     assert!(p.scheds[p.owner].keys().is_empty() && p.scheds[other].keys().is_empty());
     let again = p.client.unschedule_confirmed("ticks", &tick, "").expect("sent");
     assert_eq!(outcome(&again), "not_found");
-    let status = crate::emqp_router::admin(&p.h, "STATUS");
+    let status = crate::common::admin::admin(&p.h, "STATUS");
     assert_eq!(status["emq"]["counters"]["schedule_tombstones_delivered"], 1, "{}", status["emq"]["counters"]);
     p
 }

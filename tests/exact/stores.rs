@@ -137,7 +137,7 @@ fn two_schedulers_sharing_redis_the_survivor_takes_a_dead_ones_schedules_over() 
     };
     let mut scheds = [start(0), start(1)];
     eventually(30, "two schedulers", || {
-        crate::emqp_router::admin(&h, "ROUTER_SHOW_SCHEDULERS")["connected_schedulers"]
+        crate::common::admin::admin(&h, "ROUTER_SHOW_SCHEDULERS")["connected_schedulers"]
             .as_object()
             .is_some_and(|m| m.len() == 2)
     });

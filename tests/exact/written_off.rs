@@ -11,10 +11,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::common::admin::admin;
 use crate::common::interop::{begin, wait_schedulers, Setup};
 use crate::common::proc::{Child, TestDir};
 use crate::common::{admin as raw_admin, jobs, python, wait};
-use crate::emqp_router::{admin, config, eventually, Peer, Watchdog};
+use crate::emqp_router::{config, eventually, Peer, Watchdog};
 
 /// Stops or continues process `pid` (SIGSTOP / SIGCONT), as a long GC or a
 /// debugger would.
