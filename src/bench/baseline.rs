@@ -172,7 +172,9 @@ impl Forwarder {
         Ok(Forwarder { target: Target { frontend: fe, backend: be }, wire, shared, thread: Some(thread) })
     }
 
-    /// Its counts so far (published after every batch of messages).
+    /// Its counts so far, published after every batch of messages: they
+    /// may trail a job a worker already has; [`Forwarder::stop`] returns
+    /// the final ones.
     pub fn counts(&self) -> Counted {
         self.shared.read()
     }
