@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Instructions per job, counted by valgrind's callgrind (identical from run
 # to run, whatever else the machine does), for emq-router and for the
-# zero-logic forwarder (`emq-bench forwarder`) under the same eMQP load.
+# zero-logic forwarders under the same eMQP load: `forwarder` (`emq-bench
+# forwarder`, one message per job) and `forwarder-emqp` (`--wire emqp`, the
+# five messages of an eMQP job).
 #
-#   loadtest/callgrind.sh [emq|forwarder ...]     # default: both
+#   loadtest/callgrind.sh [emq|forwarder|forwarder-emqp ...]   # default: all three
 #
 # Each target runs twice under callgrind, with N1 and N2 jobs (EMQ_CG_N1,
 # EMQ_CG_N2; default 2,000 and 10,000); instructions per job is the slope
@@ -27,7 +29,7 @@ OUT=${EMQ_CG_OUT:-$ROOT/loadtest/results/callgrind-$REV}
 N1=${EMQ_CG_N1:-2000}
 N2=${EMQ_CG_N2:-10000}
 DURABILITY=${EMQ_CG_DURABILITY:-sync}
-TARGETS=${*:-emq forwarder}
+TARGETS=${*:-emq forwarder forwarder-emqp}
 mkdir -p "$OUT"
 
 PID=
@@ -67,7 +69,10 @@ run() {
            --admin-addr "tcp://127.0.0.1:$(free_port)" --text-addr off --metrics off --latency-interval 0s \
            --log warn >"$OUT/$target-$n.log" 2>&1 &
          ;;
-    forwarder) "${cg[@]}" "$BENCH" forwarder --frontend-addr "tcp://127.0.0.1:$fp" \
+    forwarder|forwarder-emqp)
+         local wire=one
+         [ "$target" = forwarder-emqp ] && wire=emqp
+         "${cg[@]}" "$BENCH" forwarder --wire "$wire" --frontend-addr "tcp://127.0.0.1:$fp" \
            --backend-addr "tcp://127.0.0.1:$bp" >"$OUT/$target-$n.log" 2>&1 &
          ;;
     *) echo "unknown target $target" >&2; exit 2 ;;

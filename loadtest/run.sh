@@ -11,7 +11,10 @@
 # sync thread, emq-shard-sync = "sync" on the shard thread, emq-async,
 # emq-memory; beanstalkd-b0 / beanstalkd-b50 = beanstalkd with a binlog,
 # `-b DIR -f 0` / `-b DIR` (fsync every 50 ms, its default)) (the zero-logic forwarder as a process of its own
-# (`emq-bench forwarder`) for the "forwarder" target; the Python EventMQ router
+# (`emq-bench forwarder`) for the "forwarder" target, one message per job, and
+# with `--wire emqp` for "forwarder-emqp", the five messages of an eMQP job;
+# "baseline" and "baseline-emqp" are the same two forwarders in the load
+# generator's process (`emq-bench baseline`, no CPU per job); the Python EventMQ router
 # from .venv (override: EMQ_BENCH_VENV),
 # created if missing, for the "python" target; a beanstalkd, installed with
 # apt-get when missing and running as root, for the "beanstalkd" target),
@@ -124,8 +127,10 @@ try_router() {
       "$bin" --log warn --frontend "$FE" --backend "$BE" --admin "tcp://127.0.0.1:$p3" \
         --text "$TEXT" --metrics off --data-dir "$DATA" "${flags[@]}" $ROUTER_ARGS >>"${ROUTER_LOG:-$OUT/router-emq.log}" 2>&1 &
       ;;
-    forwarder)
-      "$BENCH" forwarder --frontend-addr "$FE" --backend-addr "$BE" >/dev/null 2>&1 &
+    forwarder|forwarder-emqp)
+      local wire=one
+      [ "$1" = forwarder-emqp ] && wire=emqp
+      "$BENCH" forwarder --wire "$wire" --frontend-addr "$FE" --backend-addr "$BE" >/dev/null 2>&1 &
       ;;
     python)
       ensure_venv
@@ -164,6 +169,7 @@ run_one() { # SCENARIO TARGET RUN
   echo "== $name" >&2
   case $MODE:$2 in
     emqp:baseline) bench "$name" baseline $ARGS ;;
+    emqp:baseline-emqp) bench "$name" baseline --wire emqp $ARGS ;;
     emqp:*)
       start_router "$2" || return 0
       bench "$name" emqp --frontend "$FE" --backend "$BE" --target-name "$2" --probe-timeout 10s \

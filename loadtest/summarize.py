@@ -2,7 +2,10 @@
 """Summarizes a loadtest results directory: summary.md with the machine,
 per scenario and target the median of the runs (throughput, p50, p99,
 p99.9, max), the broker's CPU per job where recorded, the throughput ratios
-emq/forwarder, emq/baseline, emq/python and emq/beanstalkd (and the CPU-per-job ratios), and one SVG per scenario overlaying each target's median run (via `emq-bench plot`).
+emq/forwarder, emq/baseline, emq/python and emq/beanstalkd (and the CPU-per-job ratios), a table of
+every emq target against each zero-logic forwarder (forwarder, forwarder-emqp, baseline,
+baseline-emqp: throughput, CPU per job, p50 and p99), the cores the broker and the load generator
+kept busy, and one SVG per scenario overlaying each target's median run (via `emq-bench plot`).
 
 usage: summarize.py RESULTS_DIR EMQ_BENCH_BINARY
 """
@@ -61,7 +64,7 @@ def main(out, bench):
     lines += ["", "## Throughput ratios (medians)", ""]
     for scen in sorted({s for s, _ in medians}):
         emq = medians.get((scen, "emq"))
-        for other in ("forwarder", "baseline", "python", "beanstalkd", "emq-memory", "beanstalkd-b0", "beanstalkd-b50"):
+        for other in FORWARDERS + ("python", "beanstalkd", "emq-memory", "beanstalkd-b0", "beanstalkd-b50"):
             if emq and medians.get((scen, other)):
                 lines.append(f"* {scen}: emq/{other} = {emq / medians[(scen, other)]:.3f}")
         memory = medians.get((scen, "emq-memory"))
@@ -83,7 +86,7 @@ def main(out, bench):
                          f"{', '.join(f'{u:.1f}' for u in us)})")
         for scen in sorted({s for s, _ in cpu}):
             emq = cpu.get((scen, "emq"))
-            for other in ("forwarder", "beanstalkd", "emq-memory", "beanstalkd-b0"):
+            for other in FORWARDERS + ("beanstalkd", "emq-memory", "beanstalkd-b0"):
                 if emq and cpu.get((scen, other)):
                     ratio = statistics.median(emq) / statistics.median(cpu[(scen, other)])
                     lines.append(f"* {scen}: emq/{other} CPU per job = {ratio:.3f}")
@@ -96,6 +99,8 @@ def main(out, bench):
             if memory and bean:
                 ratio = statistics.median(memory) / statistics.median(bean)
                 lines.append(f"* {scen}: emq-memory/beanstalkd CPU per job = {ratio:.3f}")
+    lines += forwarder_table(runs, medians, cpu)
+    lines += cores_table(runs, machine)
     acks = {k: rs for k, rs in sorted(runs.items()) if (rs[0][1].get("ack_latency_ms") or {}).get("count")}
     if acks:
         lines += ["", "## Acceptance latency (eMQP: client send → acceptance REPLY), medians over the runs", "",
@@ -110,6 +115,63 @@ def main(out, bench):
         lines += ["", "## Runs that failed", ""] + [f"* {l.strip()}" for l in open(failed) if l.strip()]
     open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+FORWARDERS = ("forwarder", "forwarder-emqp", "baseline", "baseline-emqp")
+
+
+def forwarder_table(runs, medians, cpu):
+    """Every emq target (emq, emq-memory, …; not the -before builds) against
+    every zero-logic forwarder run in the same scenario: ratios of the
+    medians of throughput, broker CPU per job, p50 and p99 latency."""
+    rows = []
+    for scen in sorted({s for s, _ in runs}):
+        mine = sorted(t for s, t in runs if s == scen and (t == "emq" or t.startswith("emq-"))
+                      and not t.endswith("-before"))
+        fwds = [f for f in FORWARDERS if (scen, f) in runs]
+        for t in mine:
+            for f in fwds:
+                lat = lambda target, k: statistics.median(r["latency_ms"][k] for _, r in runs[(scen, target)])
+                ratio = lambda a, b: f"{a / b:.2f} ×" if a and b else "–"
+                tp = ratio(medians.get((scen, t)), medians.get((scen, f)))
+                c_t, c_f = cpu.get((scen, t)), cpu.get((scen, f))
+                cpu_cell = (f"{statistics.median(c_t):.1f} / {statistics.median(c_f):.1f} µs "
+                            f"({ratio(statistics.median(c_t), statistics.median(c_f))})") if c_t and c_f else "–"
+                p50 = f"{lat(t, 'p50'):.3f} / {lat(f, 'p50'):.3f} ms ({ratio(lat(t, 'p50'), lat(f, 'p50'))})"
+                p99 = f"{lat(t, 'p99'):.3f} / {lat(f, 'p99'):.3f} ms ({ratio(lat(t, 'p99'), lat(f, 'p99'))})"
+                rows.append(f"| {scen} | {t} / {f} | {tp} | {cpu_cell} | {p50} | {p99} |")
+    if not rows:
+        return []
+    return ["", "## emq against the zero-logic forwarders (medians)", "",
+            "forwarder and baseline send one message per job (the REQUEST, forwarded unchanged, no",
+            "acceptance REPLY); forwarder-emqp and baseline-emqp exchange the five of an eMQP job as",
+            "emq-router does (REQUEST in, acceptance REPLY out, job out, job-result REPLY in, READY in).",
+            "forwarder* run as processes of their own (CPU per job from /proc), baseline* inside the",
+            "load generator. Throughput ratio emq / forwarder (higher is better for emq); CPU and",
+            "latency emq / forwarder (lower is better).", "",
+            "| scenario | emq / forwarder | jobs/s | broker CPU per job | p50 | p99 |",
+            "|---|---|---|---|---|---|"] + rows
+
+
+def cores_table(runs, machine):
+    """Cores kept busy during the runs (medians): broker and load generator
+    CPU seconds over the run's wall time, where recorded (`--pid`)."""
+    rows = []
+    for (scen, target), rs in sorted(runs.items()):
+        ex = [r.get("extra") or {} for _, r in rs]
+        if not all("wall_s" in e and "bench_cpu_s" in e for e in ex):
+            continue
+        broker = statistics.median(e["broker_cpu_s"] / e["wall_s"] for e in ex)
+        bench = statistics.median(e["bench_cpu_s"] / e["wall_s"] for e in ex)
+        rows.append(f"| {scen} | {target} | {broker:.2f} | {bench:.2f} | {broker + bench:.2f} |")
+    if not rows:
+        return []
+    cores = machine["cores"] if machine else "?"
+    return ["", f"## Cores busy (CPU seconds / wall seconds of the run, medians; the machine has {cores})", "",
+            "Broker = the target's process; load generator = emq-bench (clients and workers). A total near",
+            "the machine's cores means CPU was the limit; a single-threaded broker near 1.00 is its own limit.",
+            "",
+            "| scenario | target | broker | load generator | both |", "|---|---|---|---|---|"] + rows
 
 
 def plot_median(out, bench, scen, runs):

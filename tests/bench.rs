@@ -1,15 +1,19 @@
 //! emq-bench's library in-process against an in-process emq-router, the
-//! baseline forwarder and tiny fake text and beanstalkd servers: exact counts (every job
-//! received exactly once) and the output files; no timing assertions.
+//! baseline forwarders and tiny fake text and beanstalkd servers, and the
+//! `emq-bench` binary against its own eMQP-wire forwarder process: exact
+//! counts (every job received exactly once, every acceptance and job the
+//! forwarder should send) and the output files; no timing assertions.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
+use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use emq::bench::baseline::{Counted, Wire};
 use emq::bench::body::Tally;
 use emq::bench::emqp::Target;
 use emq::bench::report::{self, Record};
@@ -17,6 +21,8 @@ use emq::bench::run::RunResult;
 use emq::bench::{baseline, beanstalk, emqp, text, BenchError, LoadSettings};
 use emq::config::RawRouterConfig;
 
+use crate::common::proc::{self, Child, TestDir};
+use crate::common::wait;
 use crate::common::watchdog::Watchdog as BenchWatchdog;
 
 fn load(requests: u64) -> LoadSettings {
@@ -68,11 +74,13 @@ fn bench_emqp_against_router_and_baseline_writes_outputs() {
     assert_eq!(emq_tally.accepted, 300, "emq-router accepts every REQUEST");
     assert_eq!(emq_tally.ack_latency.len(), 300);
 
-    let fwd = baseline::Forwarder::start().expect("forwarder starts");
+    let fwd = baseline::Forwarder::start(Wire::One).expect("forwarder starts");
     let base_tally = emqp::run(&fwd.target, &load(200), Arc::default()).expect("baseline run");
     assert_exact(&base_tally, 200);
     assert_eq!(base_tally.accepted, 0, "the forwarder sends no acceptance REPLY");
-    assert_eq!(fwd.forwarded.load(Ordering::Relaxed), 200);
+    // Final counts: those read while it runs are published after each
+    // batch, so they may trail a job the workers already have.
+    assert_eq!(fwd.stop().forwarded, 200);
 
     let dir = TempDir(std::env::temp_dir().join(format!("emq-bench-test-{}", uuid::Uuid::new_v4().simple())));
     let results = vec![RunResult::from_tally("emq", &emq_tally), RunResult::from_tally("baseline", &base_tally)];
@@ -262,4 +270,97 @@ fn bench_beanstalk_mode_against_fake_server() {
     assert_eq!(fake.deletes.load(Ordering::Relaxed), 250, "every job deleted once");
     assert!(fake.tubes.lock().unwrap().values().all(VecDeque::is_empty));
     assert!(fake.reserved.lock().unwrap().is_empty());
+}
+
+/// What a forwarder of the eMQP wire must have counted after `n` jobs served
+/// by `workers` × `slots`: every REQUEST accepted once and sent to a worker
+/// once. The workers' last job-result REPLYs and READYs may be lost when the
+/// load generator closes its sockets (linger 0), so those are bounded: each
+/// job took a READY credit (at least `n` READYs), a worker sends its REPLY
+/// before its READY, and its first `slots` READYs come before any job.
+fn assert_emqp_wire_counts(c: &Counted, n: u64, workers: u64, slots: u64) {
+    assert_eq!((c.requests, c.accepted, c.forwarded, c.dropped), (n, n, n, 0), "{c}");
+    assert!((n..=n + workers * slots).contains(&c.readies), "{c}");
+    assert!((n.saturating_sub(workers * slots)..=n).contains(&c.results), "{c}");
+}
+
+#[test]
+fn bench_emqp_against_the_in_process_emqp_wire_forwarder() {
+    let _w = BenchWatchdog::new("bench_emqp_against_the_in_process_emqp_wire_forwarder", 60);
+    let fwd = baseline::Forwarder::start(Wire::Emqp).expect("forwarder starts");
+    let mut l = load(400);
+    l.slots = 2;
+    let t = emqp::run(&fwd.target, &l, Arc::default()).expect("baseline-emqp run");
+    assert_exact(&t, 400);
+    assert_eq!(t.accepted, 400, "every REQUEST gets its acceptance REPLY");
+    assert_eq!(t.ack_latency.len(), 400);
+    assert_emqp_wire_counts(&fwd.stop(), 400, 3, 2);
+}
+
+/// The `key=value` counts the forwarder process prints when it stops.
+fn parse_counts(log: &str) -> Option<Counted> {
+    let line = log.lines().rev().find(|l| l.starts_with("requests="))?;
+    let mut c = Counted::default();
+    for pair in line.split_whitespace() {
+        let (k, v) = pair.split_once('=')?;
+        let v: u64 = v.parse().ok()?;
+        match k {
+            "requests" => c.requests = v,
+            "accepted" => c.accepted = v,
+            "forwarded" => c.forwarded = v,
+            "results" => c.results = v,
+            "readies" => c.readies = v,
+            "dropped" => c.dropped = v,
+            _ => return None,
+        }
+    }
+    Some(c)
+}
+
+#[test]
+fn bench_emqp_against_the_emqp_wire_forwarder_process() {
+    let _w = BenchWatchdog::new("bench_emqp_against_the_emqp_wire_forwarder_process", 90);
+    let dir = TestDir::new("bench-forwarder-emqp");
+    let bench = env!("CARGO_BIN_EXE_emq-bench");
+    let mut fwd = Child::spawn(
+        "forwarder",
+        Command::new(bench).args(["forwarder", "--wire", "emqp"]),
+        &dir.join("forwarder.log"),
+    );
+    // Fresh ports: the forwarder binds port `*` and prints what it got.
+    let endpoints = wait::until_ok(Duration::from_secs(10), || {
+        let log = fwd.log_text();
+        let bound = log.lines().find_map(|l| {
+            let (fe, be) = l.split_once(' ')?;
+            Some((fe.strip_prefix("frontend=")?.to_string(), be.strip_prefix("backend=")?.to_string()))
+        });
+        bound.ok_or_else(|| format!("not bound yet: {log:?}"))
+    });
+    let (fe, be) = endpoints.unwrap_or_else(|e| panic!("{e}\n{}", fwd.log_tail(20)));
+    let (n, workers, slots) = (600u64, 3u64, 2u64);
+    let pid = fwd.pid().to_string();
+    let out_dir = dir.path.to_string_lossy().into_owned();
+    #[rustfmt::skip]
+    let args = [
+        "emqp", "--frontend", &fe, "--backend", &be, "--target-name", "forwarder-emqp", "--pid", &pid,
+        "--clients", "2", "--workers", "3", "--slots", "2", "--in-flight", "8", "--queues", "2",
+        "--requests", "600", "--warmup", "0s", "--probe-timeout", "5s", "--drain-timeout", "10s",
+        "--no-progress", "--out", &out_dir, "--name", "t",
+    ];
+    let (status, stdout, stderr) =
+        proc::run("load", Command::new(bench).args(args), &dir.path, Duration::from_secs(60));
+    assert!(status.is_some_and(|s| s.success()), "emq-bench emqp: {status:?}\n{stdout}\n{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("t.json")).expect("t.json written")).expect("t.json parses");
+    let r = &json["results"][0];
+    assert_eq!(r["target"], "forwarder-emqp");
+    for (key, want) in [("sent", n), ("received", n), ("lost", 0), ("duplicates", 0), ("errors", 0), ("accepted", n)] {
+        assert_eq!(r[key], want, "{key} in {r}");
+    }
+    assert_eq!(r["ack_latency_ms"]["count"], n, "every job's acceptance REPLY timed");
+    assert!(r["extra"]["broker_cpu_us_per_job"].is_number() && r["extra"]["wall_s"].is_number(), "{r}");
+
+    assert_eq!(fwd.stop_with(libc::SIGTERM, Duration::from_secs(10)), Some(0), "{}", fwd.log_tail(20));
+    let counts = parse_counts(&fwd.log_text()).unwrap_or_else(|| panic!("no counts\n{}", fwd.log_tail(20)));
+    assert_emqp_wire_counts(&counts, n, workers, slots);
 }

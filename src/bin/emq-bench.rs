@@ -6,6 +6,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use clap::{CommandFactory, FromArgMatches, Subcommand};
+use emq::bench::baseline::Wire;
 use emq::bench::body::Tally;
 use emq::bench::emqp::Target;
 use emq::bench::report::{self, Record};
@@ -78,9 +79,15 @@ enum Cmd {
         /// Label of the target in reports (`emq`, `python`, …).
         #[arg(long, default_value = "emq")]
         target_name: String,
-        /// Also run the same load against the in-process baseline forwarder.
+        /// Also run the same load against the in-process zero-logic
+        /// forwarder (reported as `baseline`, or `baseline-emqp` with
+        /// `--wire emqp`).
         #[arg(long)]
         compare_baseline: bool,
+        /// With `--compare-baseline`: the forwarder's wire (see `emq-bench
+        /// forwarder --help`).
+        #[arg(long, value_enum, default_value_t = Wire::One)]
+        wire: Wire,
         #[command(flatten)]
         broker: BrokerPid,
         #[command(flatten)]
@@ -88,8 +95,12 @@ enum Cmd {
         #[command(flatten)]
         output: Output,
     },
-    /// The same eMQP load against the in-process zero-logic forwarder only.
+    /// The same eMQP load against the in-process zero-logic forwarder only
+    /// (reported as `baseline`, or `baseline-emqp` with `--wire emqp`).
     Baseline {
+        /// The forwarder's wire (see `emq-bench forwarder --help`).
+        #[arg(long, value_enum, default_value_t = Wire::One)]
+        wire: Wire,
         #[command(flatten)]
         load: LoadSettings,
         #[command(flatten)]
@@ -98,8 +109,29 @@ enum Cmd {
     /// Runs the zero-logic baseline forwarder as a process of its own (so
     /// its CPU per job can be read like a broker's), until SIGTERM, SIGINT or
     /// SIGHUP.
-    /// Prints `frontend=<endpoint> backend=<endpoint>` once bound.
+    ///
+    /// One thread forwards (ROUTER frontend, ROUTER backend): no queues by
+    /// name, no durability, no shards, no heartbeats of its own. It answers a
+    /// worker's INFORM with ACK and keeps a FIFO of READY credits. With
+    /// `--wire one` (the default) each client REQUEST is forwarded unchanged
+    /// to the worker of the oldest credit, one message per job, no acceptance
+    /// REPLY: the cost of ZeroMQ alone. With `--wire emqp` it exchanges the
+    /// five messages an eMQP job costs emq-router: the client's REQUEST in,
+    /// the acceptance REPLY out (a fresh msgid, frame 4 the REQUEST's msgid),
+    /// the job out to a worker with a free slot (`reply-requested` added to
+    /// its headers; REQUESTs wait in a FIFO while no worker has one), the
+    /// worker's job-result REPLY in and its READY in: a fair ceiling for
+    /// emq-router under the same load.
+    ///
+    /// Prints `frontend=<endpoint> backend=<endpoint>` once bound, and at
+    /// exit what it counted: `requests=N accepted=N forwarded=N results=N
+    /// readies=N dropped=N` (REQUESTs received, acceptance REPLYs sent, jobs
+    /// sent to workers, job-result REPLYs and READYs received, messages
+    /// dropped).
     Forwarder {
+        /// Which messages it exchanges per job: `one` or `emqp`.
+        #[arg(long, value_enum, default_value_t = Wire::One)]
+        wire: Wire,
         /// Frontend endpoint (clients); port `*` picks a free one.
         #[arg(long, default_value = "tcp://127.0.0.1:*", value_parser = addr::emqp_arg)]
         frontend_addr: String,
@@ -159,7 +191,9 @@ fn emqp_run(name: &str, target: &Target, load: &LoadSettings, broker: BrokerPid)
 }
 
 /// Runs `load_fn` and, with `--pid`, puts the broker's CPU per job received
-/// (warm-up included) into the result's `extra`.
+/// (warm-up included) into the result's `extra`, with the load generator's
+/// own (this process) and the run's wall time, so the cores each kept busy
+/// can be told (CPU seconds / `wall_s`).
 fn measured(
     name: &str,
     load: &LoadSettings,
@@ -167,19 +201,33 @@ fn measured(
     load_fn: impl FnOnce(Arc<AtomicU64>) -> Result<Tally, BenchError>,
 ) -> anyhow::Result<RunResult> {
     let cpu0 = broker.pid.map(idle::cpu_seconds).transpose()?;
+    let own0 = broker.pid.map(|_| idle::cpu_seconds(std::process::id())).transpose()?;
+    let started = std::time::Instant::now();
     let tally = with_progress(name, load, load_fn)?;
+    let wall = started.elapsed().as_secs_f64();
     let mut result = RunResult::from_tally(name, &tally);
-    if let (Some(pid), Some(c0)) = (broker.pid, cpu0) {
+    if let (Some(pid), Some(c0), Some(o0)) = (broker.pid, cpu0, own0) {
+        let jobs = tally.received_all.max(1) as f64;
         let cpu = idle::cpu_seconds(pid)? - c0;
-        let per_job_us = cpu / tally.received_all.max(1) as f64 * 1e6;
-        result.extra = Some(serde_json::json!({"broker_cpu_s": cpu, "broker_cpu_us_per_job": per_job_us}));
+        let own = idle::cpu_seconds(std::process::id())? - o0;
+        result.extra = Some(serde_json::json!({
+            "broker_cpu_s": cpu,
+            "broker_cpu_us_per_job": cpu / jobs * 1e6,
+            "bench_cpu_s": own,
+            "bench_cpu_us_per_job": own / jobs * 1e6,
+            "wall_s": wall,
+        }));
     }
     Ok(result)
 }
 
-fn baseline_run(load: &LoadSettings) -> anyhow::Result<RunResult> {
-    let fwd = baseline::Forwarder::start()?;
-    emqp_run("baseline", &fwd.target, load, BrokerPid { pid: None })
+/// The load against a fresh in-process forwarder of `wire`; prints what
+/// the forwarder counted.
+fn baseline_run(load: &LoadSettings, wire: Wire) -> anyhow::Result<RunResult> {
+    let fwd = baseline::Forwarder::start(wire)?;
+    let result = emqp_run(wire.baseline_name(), &fwd.target, load, BrokerPid { pid: None })?;
+    out(format_args!("{} forwarder: {}\n", wire.baseline_name(), fwd.stop()))?;
+    Ok(result)
 }
 
 type LineLoad = fn(&str, &LoadSettings, Arc<AtomicU64>) -> Result<Tally, BenchError>;
@@ -203,9 +251,10 @@ fn line_run(mode: &str, name: &str, a: &LineArgs, loads: LineLoads) -> anyhow::R
 
 fn finish(mode: &str, settings: serde_json::Value, results: Vec<RunResult>, output: &Output) -> anyhow::Result<()> {
     let mut ratios = serde_json::Map::new();
-    if let Some(b) = results.iter().find(|r| r.target == "baseline").filter(|b| b.throughput_per_s > 0.0) {
-        for r in results.iter().filter(|r| r.target != "baseline") {
-            ratios.insert(format!("{}/baseline", r.target), (r.throughput_per_s / b.throughput_per_s).into());
+    let is_baseline = |r: &&RunResult| r.target.starts_with("baseline");
+    for b in results.iter().filter(is_baseline).filter(|b| b.throughput_per_s > 0.0) {
+        for r in results.iter().filter(|r| !is_baseline(r)) {
+            ratios.insert(format!("{}/{}", r.target, b.target), (r.throughput_per_s / b.throughput_per_s).into());
         }
     }
     out(format_args!("{}", report::table(&results)))?;
@@ -239,26 +288,26 @@ fn main_inner() -> anyhow::Result<()> {
     }
     let Some(cmd) = cli.cmd else { anyhow::bail!("give a mode, e.g. emq-bench emqp (see emq-bench --help)") };
     match cmd {
-        Cmd::Emqp { frontend, backend, target_name, compare_baseline, broker, load, output } => {
+        Cmd::Emqp { frontend, backend, target_name, compare_baseline, wire, broker, load, output } => {
             let target = Target { frontend: frontend.clone(), backend: backend.clone() };
             let mut results = vec![emqp_run(&target_name, &target, &load, broker)?];
             if compare_baseline {
-                results.push(baseline_run(&load)?);
+                results.push(baseline_run(&load, wire)?);
             }
-            let extra =
-                serde_json::json!({"frontend": frontend, "backend": backend, "compare_baseline": compare_baseline});
+            let extra = serde_json::json!({"frontend": frontend, "backend": backend,
+                "compare_baseline": compare_baseline, "wire": wire});
             finish("emqp", settings_json(&load, extra), results, &output)
         }
-        Cmd::Baseline { load, output } => {
-            let results = vec![baseline_run(&load)?];
-            finish("baseline", settings_json(&load, serde_json::json!({})), results, &output)
+        Cmd::Baseline { wire, load, output } => {
+            let results = vec![baseline_run(&load, wire)?];
+            finish("baseline", settings_json(&load, serde_json::json!({"wire": wire})), results, &output)
         }
-        Cmd::Forwarder { frontend_addr, backend_addr } => {
-            let fwd = baseline::Forwarder::start_on(&frontend_addr, &backend_addr)?;
+        Cmd::Forwarder { wire, frontend_addr, backend_addr } => {
+            let fwd = baseline::Forwarder::start_on(&frontend_addr, &backend_addr, wire)?;
             out(format_args!("frontend={} backend={}\n", fwd.target.frontend, fwd.target.backend))?;
             let mut signals = signal_hook::iterator::Signals::new(emq::program::stop_signals())?;
             let _ = signals.forever().next();
-            Ok(())
+            out(format_args!("{}\n", fwd.stop()))
         }
         Cmd::Text { target_name, line } => {
             line_run("text", &target_name, &line, LineLoads { full: text::run, pipeline: text::pipeline })
