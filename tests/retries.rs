@@ -89,6 +89,7 @@ fn a_job_failing_three_times_waits_growing_back_offs_then_is_dead_until_retried(
     let table = cli(&admin_addr, &["dead", "list"]);
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(table.lines().nth(1).is_some_and(|l| l.starts_with(&format!("{id}  flaky  failed"))), "{table}");
+    assert_eq!(table.lines().nth(2), Some("(1 dead job)"), "the total, shown however short the list: {table}");
     let shown = cli_json(&admin_addr, &["dead", "show", &id]);
     assert_eq!(shown["job"]["body"], "payload-1");
     let status = admin(&h, "STATUS");

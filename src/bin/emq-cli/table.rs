@@ -271,15 +271,20 @@ pub fn schedules(v: &Value, now: i64) -> String {
     render(&["QUEUE", "KIND", "WHEN", "NEXT-FIRE (UTC)", "RUNS-LEFT", "CALLABLE", "KEY"], &rows)
 }
 
-/// DEAD_LIST: one row per dead job, oldest first, then the total when the
-/// list is cut.
+/// DEAD_LIST: one row per dead job, oldest first, then always the total:
+/// `(3 dead jobs)`, or `(1000 of 4711 dead jobs listed, the oldest)` when
+/// the list is cut. An answer without a total (a router older than it)
+/// says how many are listed.
 pub fn dead_list(v: &Value) -> String {
     let jobs = v.get("jobs").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let rows: Vec<Vec<String>> = jobs.iter().map(|j| dead_row(j).to_vec()).collect();
     let mut out = render(&["ID", "QUEUE", "REASON", "FAILURES", "DEAD-AT (UTC)", "BYTES", "MSGID"], &rows);
-    let total = v.get("total").and_then(Value::as_u64).unwrap_or(0);
-    if total as usize > rows.len() {
-        out.push_str(&format!("({} of {total} dead jobs listed, the oldest)\n", rows.len()));
+    let total = v.get("total").and_then(Value::as_u64).unwrap_or(rows.len() as u64);
+    let jobs = |n: u64| if n == 1 { "1 dead job".to_string() } else { format!("{n} dead jobs") };
+    if total > rows.len() as u64 {
+        out.push_str(&format!("({} of {} listed, the oldest)\n", rows.len(), jobs(total)));
+    } else {
+        out.push_str(&format!("({})\n", jobs(total)));
     }
     out
 }
@@ -333,6 +338,11 @@ mod tests {
         assert_eq!(list.lines().next(), Some("ID   QUEUE  REASON  FAILURES  DEAD-AT (UTC)        BYTES  MSGID"));
         assert_eq!(list.lines().nth(1), Some("0-7  email  failed         3  2025-12-01 00:00:00    120  m1"));
         assert_eq!(list.lines().nth(2), Some("(1 of 4 dead jobs listed, the oldest)"));
+        // The total is always shown, the list cut or not.
+        let all = dead_list(&json!({"jobs": [job.clone()], "total": 1}));
+        assert_eq!(all.lines().nth(2), Some("(1 dead job)"), "{all}");
+        let none = dead_list(&json!({"jobs": [], "total": 0}));
+        assert_eq!(none, "ID  QUEUE  REASON  FAILURES  DEAD-AT (UTC)  BYTES  MSGID\n(0 dead jobs)\n");
         let shown = dead_show(&json!({ "job": job }));
         let hostile = dead_show(&json!({ "job": {"body": "a\u{1b}[31mred\r"} }));
         assert!(hostile.ends_with("body          a\\u{1b}[31mred\\r\n"), "{hostile}");
