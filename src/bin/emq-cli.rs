@@ -66,8 +66,11 @@ struct BodyArgs {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Per queue: jobs waiting, in flight, dispatched, completed and failed
-    /// (both protocols), end-to-end latency; then the router's figures.
+    /// Per queue (both protocols): jobs waiting, in flight, waiting for a
+    /// retry (RETRYING) and in the dead set (DEAD) now; accepted,
+    /// dispatched, completed, failed, retried and dead-lettered
+    /// (DEAD-LETTERED) since the router started; end-to-end latency. Then
+    /// the router's figures.
     Status,
     /// Connected workers: state, free slots, jobs in flight, last heard, queues.
     Workers,

@@ -64,7 +64,7 @@ counters! {
     /// Jobs moved to the dead set, out of retries (`max_retries`,
     /// `retry:N`).
     dead_lettered,
-    /// Jobs that waited out a back-off for another try (a failed result,
+    /// Jobs set back for another try after a back-off (a failed result,
     /// a deadline).
     retried_jobs,
     /// Dead jobs dropped to keep the dead set within `dead_max_jobs` and
