@@ -824,3 +824,68 @@ fn status_tells_the_dead_set_now_from_dead_letterings_since_start_and_jobs_waiti
     let listed = cli_ok(&router, &text_addr, &["dead", "list"]).0;
     assert_eq!(listed.lines().last(), Some("(1 dead job)"), "{listed}");
 }
+
+#[test]
+fn request_and_sched_without_an_answer_exit_3_outcome_unknown() {
+    let (_w, _dir, mut router, text_addr) = start_router("outcome-unknown");
+    let admin = router.admin.clone();
+    let cli = |frontend: &str, args: &[&str]| {
+        let mut cmd = bin("emq-cli");
+        cmd.args(["--frontend", frontend, "--admin", &admin, "--text", &text_addr, "--timeout", "1s"]).args(args);
+        let out = cmd.output().expect("runs");
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    // A router that takes a REQUEST and never answers, as an emq router
+    // paused after the handshake, or an EventMQ router with no free
+    // worker, would: a ROUTER socket of the test's own.
+    let ctx = zmq::Context::new();
+    let silent = ctx.socket(zmq::ROUTER).expect("a ROUTER socket");
+    silent.set_linger(0).expect("linger");
+    silent.set_rcvtimeo(5_000).expect("receive timeout");
+    silent.bind("tcp://127.0.0.1:*").expect("bind");
+    let silent_addr = silent.get_last_endpoint().expect("endpoint").expect("UTF-8");
+    let (code, out, err) = cli(&silent_addr, &["request", "jobs", "unanswered"]);
+    let id = err.strip_prefix("emq-cli: no answer to request ").and_then(|e| e.split(' ').next()).unwrap_or("");
+    let note = format!(
+        "no answer to request {id} within 1s: outcome unknown (exit status 3). An emq router acknowledges every job it \
+         stores, so it has not acknowledged this one (a router that is paused or overloaded may still store it: see \
+         emq-cli status); an EventMQ router answers only jobs it dispatches to a worker at once, so there the job may \
+         be queued"
+    );
+    assert_eq!((code, out.as_str(), err.as_str()), (Some(3), "", format!("emq-cli: {note}\n").as_str()));
+    let got = silent.recv_multipart(0).expect("the REQUEST arrived");
+    assert_eq!((&got[3][..], &got[4][..], &got[7][..]), (&b"REQUEST"[..], id.as_bytes(), &b"unanswered"[..]));
+    let (code, out, err) = cli(&silent_addr, &["--json", "request", "jobs", "unanswered"]);
+    let out: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!((code, &out["status"]), (Some(3), &json!("unknown")), "{err}");
+    assert_eq!(err, format!("emq-cli: {}\n", out["note"].as_str().unwrap_or("")));
+
+    // The real router paused (SIGSTOP): a REQUEST is not sent (eMQP waits
+    // for the handshake), exit status 1; a SCHED is (TCP connects through
+    // the listen backlog), its answer does not come: exit status 3, and the
+    // router stores the task once it runs again.
+    router.child.signal(libc::SIGSTOP);
+    let request = cli(&router.frontend, &["request", "jobs", "not sent"]);
+    let sched = cli(&router.frontend, &["sched", "stored late", "--queue", "held"]);
+    router.child.signal(libc::SIGCONT);
+    assert_eq!((request.0, request.1.as_str()), (Some(1), ""));
+    let unreachable = format!("emq-cli: request not sent: {} is unreachable: no connection within 1s\n", router.frontend);
+    assert_eq!(request.2, unreachable);
+    assert_eq!(
+        sched,
+        (
+            Some(3),
+            String::new(),
+            "emq-cli: SCHED on queue held: no answer within 1s: outcome unknown (exit status 3): the router may have \
+             stored the task (a router that is paused or overloaded stores it and answers late): see emq-cli status\n"
+                .to_string()
+        )
+    );
+    wait::until_ok(Duration::from_secs(20), || {
+        let s = status_of(&router, &text_addr)?;
+        (s["waiting_messages_by_queue"]["held"] == 1).then_some(()).ok_or(s.to_string())
+    })
+    .unwrap_or_else(|e| panic!("the task paused in flight is stored: {e}\n{}", router.child.log_tail(20)));
+    // Acknowledged: exit status 0.
+    assert_eq!(cli(&router.frontend, &["sched", "at once", "--queue", "held"]).0, Some(0));
+}
