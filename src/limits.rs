@@ -21,13 +21,20 @@ pub const METRICS_ADDR: &str = "127.0.0.1:47296";
 /// queues there are.
 pub const METRICS_MAX_QUEUES: usize = 1_000;
 /// Most HTTP connections the metrics server holds at once (README "Limits",
-/// `metrics_max_connections`). A connection past it is answered `503` at
-/// once and closed, counted in `http_connections_refused`. The server is
-/// for one Prometheus scraper and a few browsers; 64 leaves room for those
-/// and keeps its descriptors and memory (each connection at most
-/// [`HTTP_MAX_HEAD_BYTES`] of request plus one answer) small beside the
-/// text front end's `text_reserved_fds`.
+/// `metrics_max_connections`). A connection past it is not refused: it
+/// takes the slot of an open one, which is closed (counted in
+/// `http_connections_evicted`), so slow or idle clients holding every slot
+/// cannot keep a scraper out. The server is for one Prometheus scraper and
+/// a few browsers; 64 leaves room for those and keeps its descriptors and
+/// memory (each connection at most [`HTTP_MAX_HEAD_BYTES`] of request plus
+/// one answer) small beside the text front end's `text_reserved_fds`.
 pub const METRICS_MAX_CONNECTIONS: usize = 64;
+/// A metrics HTTP connection's request head must be complete this long
+/// after the accept, else it is answered `408` and closed
+/// (`metrics_head_timeout`; counted in `http_timed_out`). A scraper or a
+/// browser sends its head at once (a few hundred bytes); 5 s leaves room
+/// for a slow network while a slowloris holds a slot at most that long.
+pub const METRICS_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// A metrics HTTP connection is closed this long after it was accepted,
 /// whether its request head has not arrived (slowloris; answered `408` when
 /// nothing was sent yet) or its answer has not been read
