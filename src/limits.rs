@@ -466,9 +466,14 @@ pub const DATA_DIR_LOCK_TRIES: u32 = 20;
 pub const DATA_DIR_LOCK_RETRY: Duration = Duration::from_millis(50);
 
 /// Log lines one call site may write per second when input can trigger it
-/// (malformed frames, refusals); past it lines are counted and reported as
-/// `suppressed = N` on the next line let through.
+/// (malformed frames, refusals, jobs dead-lettered); past it lines are
+/// counted and reported as `suppressed = N` on the next line let through,
+/// or, when none comes, by a line of their own
+/// ([`crate::logging::flush_suppressed`]) about two seconds after the burst.
 pub const LOG_BURST: u64 = 10;
+/// How often the log flush thread reports the lines a finished burst
+/// suppressed ([`crate::logging::flush_suppressed`]).
+pub const LOG_FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// Frames of one message shown in a log line
 /// ([`ShowFrames`](crate::protocol::emqp::ShowFrames)); the rest are
 /// counted (`…(+N frames)`). An eMQP command has at most 8 frames, so every
