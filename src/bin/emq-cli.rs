@@ -363,9 +363,10 @@ fn dead(s: &CliSettings, out: Out, command: &DeadCmd) -> anyhow::Result<()> {
                 out.json_only(&v)?;
                 bail!("no dead job {id} (see emq-cli dead list)");
             }
-            let text = match &which.id {
-                Some(id) => format!("dead job {id} {verb}"),
-                None => format!("{n} dead job(s) {verb}"),
+            let text = match (&which.id, query) {
+                (Some(id), _) => format!("dead job {id} {verb}"),
+                (None, DeadQuery::Retry) => format!("{n} dead job(s) put back in their queues"),
+                (None, _) => format!("{n} dead job(s) {verb}"),
             };
             out.line(v, text)
         }
