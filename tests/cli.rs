@@ -736,7 +736,8 @@ fn status_cell(table: &str, queue: &str, column: &str) -> String {
     let mut lines = table.lines();
     let header: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
     let at = header.iter().position(|h| *h == column).unwrap_or_else(|| panic!("no column {column}:\n{table}"));
-    let row = lines.find(|l| l.split_whitespace().next() == Some(queue)).unwrap_or_else(|| panic!("no {queue}:\n{table}"));
+    let row =
+        lines.find(|l| l.split_whitespace().next() == Some(queue)).unwrap_or_else(|| panic!("no {queue}:\n{table}"));
     row.split_whitespace().nth(at).unwrap_or("").to_string()
 }
 
@@ -774,7 +775,9 @@ fn status_tells_the_dead_set_now_from_dead_letterings_since_start_and_jobs_waiti
     // Two jobs straight to the dead set, one waiting an hour for its
     // retry, one done.
     for (body, headers) in [("fail", "retry:0"), ("fail", "retry:0"), ("fail", "retry:1"), ("ok", "")] {
-        assert!(cli_ok(&router, &text_addr, &["request", "jobs", body, "--headers", headers]).0.starts_with("accepted "));
+        assert!(cli_ok(&router, &text_addr, &["request", "jobs", body, "--headers", headers])
+            .0
+            .starts_with("accepted "));
     }
     wait::until_ok(Duration::from_secs(20), || {
         let s = status_of(&router, &text_addr)?;
@@ -869,7 +872,8 @@ fn request_and_sched_without_an_answer_exit_3_outcome_unknown() {
     let sched = cli(&router.frontend, &["sched", "stored late", "--queue", "held"]);
     router.child.signal(libc::SIGCONT);
     assert_eq!((request.0, request.1.as_str()), (Some(1), ""));
-    let unreachable = format!("emq-cli: request not sent: {} is unreachable: no connection within 1s\n", router.frontend);
+    let unreachable =
+        format!("emq-cli: request not sent: {} is unreachable: no connection within 1s\n", router.frontend);
     assert_eq!(request.2, unreachable);
     assert_eq!(
         sched,

@@ -297,7 +297,8 @@ mod tests {
         let mut rates = Rates::default();
         let page = render(&scrape, &mut rates);
         // waiting, in flight, retrying, dead now, accepted, completed, failed, dead-lettered
-        let row = "<td>mail&lt;x&gt;</td><td>2</td><td>0</td><td>3</td><td>1</td><td>4</td><td>0</td><td>0</td><td>5</td>";
+        let row =
+            "<td>mail&lt;x&gt;</td><td>2</td><td>0</td><td>3</td><td>1</td><td>4</td><td>0</td><td>0</td><td>5</td>";
         assert!(page.contains(row), "{page}");
         assert!(page.contains("<th>retrying</th><th>dead now</th>") && page.contains("<th>dead-lettered</th>"));
         assert!(page.contains("<figure id=\"latency\"><svg"), "{page}");

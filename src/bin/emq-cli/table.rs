@@ -140,7 +140,8 @@ pub fn status(v: &Value) -> String {
     let mut out = render(&header, &rows);
     // Which columns count since the router started (the others are now).
     if let (Some(first), Some(last)) = (counters.first(), counters.last()) {
-        let what = if first == last { first.header().to_string() } else { format!("{} to {}", first.header(), last.header()) };
+        let what =
+            if first == last { first.header().to_string() } else { format!("{} to {}", first.header(), last.header()) };
         out += &format!("({what}: since the router started; the other counts: now)\n");
     }
     if let Some(emq) = v.get("emq") {
