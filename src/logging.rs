@@ -157,10 +157,25 @@ where
 }
 
 /// Installs [`subscriber`] with `filter` (e.g. `info`, `emq=debug`) for the
-/// whole process; calling twice is harmless.
+/// whole process, and starts the thread (`emq-log-flush`) that reports
+/// what [`crate::log_limited!`] suppressed when no later line of the same
+/// kind does ([`flush_suppressed`], every [`limits::LOG_FLUSH_EVERY`](crate::limits::LOG_FLUSH_EVERY)); calling twice is harmless.
 pub fn init(filter: &str) {
     use tracing_subscriber::util::SubscriberInitExt;
-    let _ = subscriber(filter).try_init();
+    if subscriber(filter).try_init().is_ok() {
+        let flusher = std::thread::Builder::new().name("emq-log-flush".into()).spawn(|| loop {
+            std::thread::sleep(crate::limits::LOG_FLUSH_EVERY);
+            flush_suppressed(unix_secs());
+        });
+        if let Err(e) = flusher {
+            tracing::warn!(error = %e, "no log flush thread: suppressed lines are counted on the next line of their kind only");
+        }
+    }
+}
+
+/// Seconds since the Unix epoch (0 before it).
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// Runs `f` with log lines up to `filter` captured on this thread; returns
@@ -220,31 +235,135 @@ fn scoped<R>(subscriber: impl tracing::Subscriber + Send + Sync + 'static, f: im
     })
 }
 
+/// Where a [`crate::log_limited!`] line is written: its level and text, for
+/// the line that reports what it suppressed ([`flush_suppressed`]).
+#[derive(Debug)]
+pub struct Site {
+    /// The level of its lines (and of the report).
+    pub level: tracing::Level,
+    /// The macro's arguments as written (`stringify!`): fields, then the
+    /// message.
+    pub args: &'static str,
+    /// Source file.
+    pub file: &'static str,
+    /// Source line.
+    pub line: u32,
+}
+
+impl Site {
+    /// The message of its lines: the string literal that ends
+    /// [`Site::args`] (without its quotes), else all of them.
+    pub fn message(&self) -> &'static str {
+        let args = self.args.trim_end();
+        let Some(body) = args.strip_suffix('"') else { return args };
+        let bytes = body.as_bytes();
+        let mut i = bytes.len();
+        while i > 0 {
+            i -= 1;
+            if bytes[i] == b'"' && (i == 0 || bytes[i - 1] != b'\\') {
+                return &body[i + 1..];
+            }
+        }
+        args
+    }
+}
+
+/// The limits that have suppressed a line, for [`flush_suppressed`].
+static SUPPRESSING: parking_lot::Mutex<Vec<&'static RateLimit>> = parking_lot::Mutex::new(Vec::new());
+
+/// Reports, for every [`crate::log_limited!`] site whose lines were
+/// suppressed and that has let no line through since (its last
+/// one-second window ended before the last full second before `now`,
+/// seconds since the Unix epoch), how many: one line at the site's level,
+/// `suppressed=N at=<file:line> of=<its message>`. So a burst that ends is
+/// counted within about two seconds even if no later line of its kind
+/// comes to carry the count. Each suppressed line is counted once, here
+/// or on the next line let through at its site. The thread [`init`]
+/// starts calls it every [`limits::LOG_FLUSH_EVERY`](crate::limits::LOG_FLUSH_EVERY).
+pub fn flush_suppressed(now: u64) {
+    let limits: Vec<&'static RateLimit> = SUPPRESSING.lock().clone();
+    for limit in limits {
+        limit.report_pending(now);
+    }
+}
+
 /// At most [`limits::LOG_BURST`](crate::limits::LOG_BURST) events a second
 /// from one call site; the rest are counted, and the next event that gets
-/// through reports how many were suppressed. Used through
-/// [`crate::log_limited!`], so input that makes the broker log (malformed
-/// frames, refused peers) cannot make the log grow faster than a few lines
-/// a second per kind.
+/// through reports how many were suppressed, or, when none comes,
+/// [`flush_suppressed`] does. Used through [`crate::log_limited!`], so
+/// input that makes the broker log (malformed frames, refused peers, jobs
+/// dead-lettered in a burst) cannot make the log grow faster than a few
+/// lines a second per kind, and no line is lost uncounted.
 #[derive(Debug, Default)]
 pub struct RateLimit {
     /// The current one-second window (seconds since the Unix epoch) in the
     /// high 40 bits and the events let through in it in the low 24.
     window: std::sync::atomic::AtomicU64,
     suppressed: std::sync::atomic::AtomicU64,
+    /// Where its lines are written; `None`: never reported by
+    /// [`flush_suppressed`].
+    site: Option<&'static Site>,
+    /// Listed for [`flush_suppressed`] already.
+    listed: std::sync::atomic::AtomicBool,
 }
 
 impl RateLimit {
-    /// A limit with nothing seen yet.
+    /// A limit with nothing seen yet, of no [`Site`] (what it suppresses is
+    /// reported only by the next event let through).
     pub const fn new() -> RateLimit {
-        RateLimit { window: std::sync::atomic::AtomicU64::new(0), suppressed: std::sync::atomic::AtomicU64::new(0) }
+        RateLimit {
+            window: std::sync::atomic::AtomicU64::new(0),
+            suppressed: std::sync::atomic::AtomicU64::new(0),
+            site: None,
+            listed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// A limit with nothing seen yet for the lines of `site`.
+    pub const fn at(site: &'static Site) -> RateLimit {
+        RateLimit { site: Some(site), ..RateLimit::new() }
     }
 
     /// `Some(suppressed since the last event let through)` when this event
-    /// may be logged, `None` when it is suppressed (and counted).
-    pub fn allow(&self) -> Option<u64> {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        self.allow_at(now)
+    /// may be logged, `None` when it is suppressed (and counted, and the
+    /// limit listed for [`flush_suppressed`]).
+    pub fn allow(&'static self) -> Option<u64> {
+        let allowed = self.allow_at(unix_secs());
+        if allowed.is_none() && !self.listed.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            SUPPRESSING.lock().push(self);
+        }
+        allowed
+    }
+
+    /// Logs what [`RateLimit::take_pending`] takes at `now`, if anything,
+    /// at its site's level: `suppressed=N at=<file:line> of=<its
+    /// message>` (a limit of no site reports nothing).
+    pub fn report_pending(&self, now: u64) {
+        let Some(site) = self.site else { return };
+        let Some(n) = self.take_pending(now) else { return };
+        let at = format_args!("{}:{}", site.file, site.line);
+        let (what, of) =
+            ("log lines suppressed by the rate limit (at most limits::LOG_BURST a second per kind)", site.message());
+        match site.level {
+            tracing::Level::ERROR => tracing::error!(suppressed = n, %at, of, "{what}"),
+            tracing::Level::WARN => tracing::warn!(suppressed = n, %at, of, "{what}"),
+            tracing::Level::INFO => tracing::info!(suppressed = n, %at, of, "{what}"),
+            tracing::Level::DEBUG => tracing::debug!(suppressed = n, %at, of, "{what}"),
+            _ => tracing::trace!(suppressed = n, %at, of, "{what}"),
+        }
+    }
+
+    /// The count of events suppressed, taken (so that no later event
+    /// reports them again), when no event has been let through in the
+    /// second before `now` or in `now` (seconds since the Unix epoch): the
+    /// burst is over. `None` when there is nothing to report yet.
+    pub fn take_pending(&self, now: u64) -> Option<u64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let window = self.window.load(Relaxed) >> 24;
+        if window.saturating_add(1) >= now {
+            return None;
+        }
+        Some(self.suppressed.swap(0, Relaxed)).filter(|n| *n > 0)
     }
 
     /// [`RateLimit::allow`] at `now`, in seconds since the Unix epoch.
@@ -292,9 +411,11 @@ impl std::fmt::Display for ShowText<'_> {
     }
 }
 
-/// A `tracing` event at `level` (`warn`, `info`, …) limited per call site by
-/// a [`RateLimit`]; the event carries `suppressed = N`, the events dropped
-/// since the last one logged here.
+/// A `tracing` event at `level` (`error`, `warn`, `info`, `debug`,
+/// `trace`) limited per call site by a [`RateLimit`]; the event carries
+/// `suppressed = N`, the events dropped since the last one logged here,
+/// and when no later event comes, [`flush_suppressed`] reports them. The
+/// arguments end with the message, a string literal.
 ///
 /// ```
 /// emq::log_limited!(warn, peer = "w1", "malformed message dropped");
@@ -302,11 +423,39 @@ impl std::fmt::Display for ShowText<'_> {
 #[macro_export]
 macro_rules! log_limited {
     ($level:ident, $($arg:tt)+) => {{
-        static LIMIT: $crate::logging::RateLimit = $crate::logging::RateLimit::new();
+        static SITE: $crate::logging::Site = $crate::logging::Site {
+            level: $crate::__log_level!($level),
+            args: stringify!($($arg)+),
+            file: file!(),
+            line: line!(),
+        };
+        static LIMIT: $crate::logging::RateLimit = $crate::logging::RateLimit::at(&SITE);
         if let Some(suppressed) = LIMIT.allow() {
             tracing::$level!(suppressed, $($arg)+);
         }
     }};
+}
+
+/// The [`tracing::Level`] of a `tracing` macro's name (for
+/// [`crate::log_limited!`]).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __log_level {
+    (error) => {
+        tracing::Level::ERROR
+    };
+    (warn) => {
+        tracing::Level::WARN
+    };
+    (info) => {
+        tracing::Level::INFO
+    };
+    (debug) => {
+        tracing::Level::DEBUG
+    };
+    (trace) => {
+        tracing::Level::TRACE
+    };
 }
 
 #[cfg(test)]
@@ -430,5 +579,49 @@ mod tests {
         assert!(through[burst as usize..].iter().all(Option::is_none));
         assert_eq!(limit.allow_at(1_001), Some(100 - burst), "the next second reports what was dropped");
         assert_eq!(limit.allow_at(1_001), Some(0));
+    }
+
+    #[test]
+    fn a_burst_with_no_later_line_is_reported_once_it_is_over() {
+        static SITE: super::Site = super::Site {
+            level: tracing::Level::ERROR,
+            args: stringify!(job = 7, "job out of retries: moved to the dead set"),
+            file: "here.rs",
+            line: 1,
+        };
+        assert_eq!(SITE.message(), "job out of retries: moved to the dead set");
+        let limit = RateLimit::at(&SITE);
+        let burst = crate::limits::LOG_BURST;
+        let through = (0..659).filter(|_| limit.allow_at(1_000).is_some()).count() as u64;
+        assert_eq!(through, burst);
+        assert_eq!(limit.take_pending(1_000), None, "the burst's second is not over");
+        assert_eq!(limit.take_pending(1_001), None, "nor the next: a line of it may still carry the count");
+        assert_eq!(limit.take_pending(1_002), Some(659 - burst));
+        assert_eq!(limit.take_pending(1_003), None, "reported once");
+        assert_eq!(limit.allow_at(1_003), Some(0), "and not again by the next line");
+        // A flood going on: each second's first line carries the count.
+        for _ in 0..20 {
+            limit.allow_at(1_004);
+        }
+        assert_eq!(limit.take_pending(1_005), None);
+        assert_eq!(limit.allow_at(1_005), Some(20 - burst));
+        // The report, at the site's level, with its place and message.
+        let ((), text) = super::capture("error", || {
+            static FLOOD: super::Site =
+                super::Site { level: tracing::Level::ERROR, args: "\"flooded\"", file: "f.rs", line: 9 };
+            static LIMIT: RateLimit = RateLimit::at(&FLOOD);
+            while LIMIT.allow().is_some() {}
+            LIMIT.allow();
+            // This site only: a flush of all would take other tests' counts.
+            LIMIT.report_pending(super::unix_secs() + 2);
+        });
+        assert!(
+            text.contains(
+                "log lines suppressed by the rate limit (at most limits::LOG_BURST a second per kind) suppressed=2 \
+                 at=f.rs:9 of=\"flooded\""
+            ),
+            "{text}"
+        );
+        assert_eq!(super::Site { level: tracing::Level::WARN, args: "x = 1", file: "", line: 0 }.message(), "x = 1");
     }
 }

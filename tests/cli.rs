@@ -383,16 +383,16 @@ fn status_counts_what_workers_and_text_consumers_did() {
     let (table, _) = cli(&["status"]);
     let rows: Vec<String> = table
         .lines()
-        .take_while(|l| !l.is_empty())
-        .map(|l| l.split_whitespace().take(9).collect::<Vec<_>>().join(" "))
+        .take_while(|l| !l.is_empty() && !l.starts_with('('))
+        .map(|l| l.split_whitespace().take(11).collect::<Vec<_>>().join(" "))
         .collect();
     assert_eq!(
         rows,
         [
-            "QUEUE WAITING IN-FLIGHT ACCEPTED DISPATCHED COMPLETED FAILED RETRIED DEAD",
-            "default 1 0 1 0 0 0 0 0",
-            "jobs 0 0 5 5 3 2 0 2",
-            "tasks 1 0 3 3 1 1 0 0",
+            "QUEUE WAITING IN-FLIGHT RETRYING DEAD ACCEPTED DISPATCHED COMPLETED FAILED RETRIED DEAD-LETTERED",
+            "default 1 0 0 0 1 0 0 0 0 0",
+            "jobs 0 0 0 2 5 5 3 2 0 2",
+            "tasks 1 0 0 0 3 3 1 1 0 0",
         ],
         "{table}"
     );
@@ -729,4 +729,167 @@ fn peer_chosen_bytes_cannot_forge_router_log_lines_or_reach_the_terminal() {
         );
     }
     assert!(!log.contains('\u{1b}') && !log.contains('\u{7}'), "no terminal escape reaches the log:\n{log}");
+}
+
+/// The cell of `column` in `queue`'s row of an `emq-cli status` table.
+fn status_cell(table: &str, queue: &str, column: &str) -> String {
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
+    let at = header.iter().position(|h| *h == column).unwrap_or_else(|| panic!("no column {column}:\n{table}"));
+    let row =
+        lines.find(|l| l.split_whitespace().next() == Some(queue)).unwrap_or_else(|| panic!("no {queue}:\n{table}"));
+    row.split_whitespace().nth(at).unwrap_or("").to_string()
+}
+
+/// `GET /` of the router's status page: the HTML.
+fn status_page(router: &Router) -> String {
+    use std::io::{Read, Write};
+    let addr = router.metrics.as_deref().expect("metrics on");
+    let mut s = std::net::TcpStream::connect(addr).expect("the HTTP server accepts");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("request sent");
+    let mut page = String::new();
+    s.read_to_string(&mut page).expect("page read");
+    page
+}
+
+#[test]
+fn status_tells_the_dead_set_now_from_dead_letterings_since_start_and_jobs_waiting_for_a_retry() {
+    let _w = watchdog::Watchdog::new("status-dead-now", 90);
+    let dir = TestDir::new("status-dead-now");
+    let kind = crate::common::router::RouterKind::Rust(crate::common::router::rust_router_bin());
+    let slow_retries = ["--retry-backoff", "1h", "--retry-backoff-max", "1h"];
+    let mut router = Router::start_with(&dir, kind.clone(), &slow_retries);
+    let mut text_addr = router.wait_text();
+    let script = dir.join("job.sh");
+    std::fs::write(&script, SCRIPT).expect("write");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let mut worker_cmd = bin("emq-worker");
+    worker_cmd.args(["--backend", &router.backend, "-Q", "jobs", "--stats-interval", "0s", "--"]).arg(&script);
+    let mut worker = Child::spawn("worker", &mut worker_cmd, &dir.join("worker.log"));
+    wait::until_ok(Duration::from_secs(20), || {
+        let s = status_of(&router, &text_addr)?;
+        s["served_queues"].as_array().filter(|q| q.iter().any(|q| q == "jobs")).map(|_| ()).ok_or(s.to_string())
+    })
+    .unwrap_or_else(|e| panic!("the worker registers: {e}\n{}", worker.log_tail(20)));
+    // Two jobs straight to the dead set, one waiting an hour for its
+    // retry, one done.
+    for (body, headers) in [("fail", "retry:0"), ("fail", "retry:0"), ("fail", "retry:1"), ("ok", "")] {
+        assert!(cli_ok(&router, &text_addr, &["request", "jobs", body, "--headers", headers])
+            .0
+            .starts_with("accepted "));
+    }
+    wait::until_ok(Duration::from_secs(20), || {
+        let s = status_of(&router, &text_addr)?;
+        let done = s["completed_messages_by_queue"]["jobs"].as_u64().unwrap_or(0)
+            + s["failed_messages_by_queue"]["jobs"].as_u64().unwrap_or(0);
+        (done == 4).then_some(()).ok_or(s.to_string())
+    })
+    .unwrap_or_else(|e| panic!("the jobs end: {e}\n{}", worker.log_tail(20)));
+    let cells = |router: &Router, text_addr: &str, columns: &[&str]| {
+        let table = cli_ok(router, text_addr, &["status"]).0;
+        columns.iter().map(|c| format!("{c}={}", status_cell(&table, "jobs", c))).collect::<Vec<_>>().join(" ")
+    };
+    let columns = ["WAITING", "IN-FLIGHT", "RETRYING", "DEAD", "FAILED", "RETRIED", "DEAD-LETTERED"];
+    assert_eq!(
+        cells(&router, &text_addr, &columns),
+        "WAITING=0 IN-FLIGHT=0 RETRYING=1 DEAD=2 FAILED=3 RETRIED=1 DEAD-LETTERED=2"
+    );
+    // One dead job deleted: the dead set holds 1, 2 were dead-lettered.
+    let dead: Value = serde_json::from_str(&cli_ok(&router, &text_addr, &["--json", "dead", "list"]).0).expect("JSON");
+    let id = dead["jobs"][0]["id"].as_str().expect("an id").to_string();
+    assert_eq!(cli_ok(&router, &text_addr, &["dead", "delete", &id]).0, format!("dead job {id} deleted\n"));
+    assert_eq!(cells(&router, &text_addr, &["RETRYING", "DEAD", "DEAD-LETTERED"]), "RETRYING=1 DEAD=1 DEAD-LETTERED=2");
+    let listed = cli_ok(&router, &text_addr, &["dead", "list"]).0;
+    assert_eq!((listed.lines().count(), listed.lines().last()), (3, Some("(1 dead job)")), "{listed}");
+    let status = status_of(&router, &text_addr).expect("STATUS");
+    assert_eq!(
+        (&status["retrying_messages_by_queue"], &status["dead_messages_by_queue"]),
+        (&json!({"jobs": 1}), &json!({"jobs": 1}))
+    );
+    assert_eq!(status["dead_lettered_messages_by_queue"], json!({"jobs": 2}));
+    // The status page: waiting, in flight, retrying, dead now, accepted,
+    // completed, failed, dead-lettered.
+    let page = status_page(&router);
+    let row = "<td>jobs</td><td>0</td><td>0</td><td>1</td><td>1</td><td>4</td><td>1</td><td>3</td><td>2</td>";
+    assert!(page.contains(row), "{page}");
+    assert!(page.contains("<th>retrying</th><th>dead now</th>") && page.contains("<th>dead-lettered</th>"), "{page}");
+    // After a restart the dead set is still there, dead-lettered starts at
+    // 0, and the job that waited for its retry is ready at once.
+    worker.terminate(Duration::from_secs(10));
+    router.child.kill_group();
+    router = Router::start_with(&dir, kind, &slow_retries);
+    text_addr = router.wait_text();
+    assert_eq!(
+        cells(&router, &text_addr, &["WAITING", "RETRYING", "DEAD", "DEAD-LETTERED"]),
+        "WAITING=1 RETRYING=0 DEAD=1 DEAD-LETTERED=0"
+    );
+    let listed = cli_ok(&router, &text_addr, &["dead", "list"]).0;
+    assert_eq!(listed.lines().last(), Some("(1 dead job)"), "{listed}");
+}
+
+#[test]
+fn request_and_sched_without_an_answer_exit_3_outcome_unknown() {
+    let (_w, _dir, mut router, text_addr) = start_router("outcome-unknown");
+    let admin = router.admin.clone();
+    let cli = |frontend: &str, args: &[&str]| {
+        let mut cmd = bin("emq-cli");
+        cmd.args(["--frontend", frontend, "--admin", &admin, "--text", &text_addr, "--timeout", "1s"]).args(args);
+        let out = cmd.output().expect("runs");
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    // A router that takes a REQUEST and never answers, as an emq router
+    // paused after the handshake, or an EventMQ router with no free
+    // worker, would: a ROUTER socket of the test's own.
+    let ctx = zmq::Context::new();
+    let silent = ctx.socket(zmq::ROUTER).expect("a ROUTER socket");
+    silent.set_linger(0).expect("linger");
+    silent.set_rcvtimeo(5_000).expect("receive timeout");
+    silent.bind("tcp://127.0.0.1:*").expect("bind");
+    let silent_addr = silent.get_last_endpoint().expect("endpoint").expect("UTF-8");
+    let (code, out, err) = cli(&silent_addr, &["request", "jobs", "unanswered"]);
+    let id = err.strip_prefix("emq-cli: no answer to request ").and_then(|e| e.split(' ').next()).unwrap_or("");
+    let note = format!(
+        "no answer to request {id} within 1s: outcome unknown (exit status 3). An emq router acknowledges every job it \
+         stores, so it has not acknowledged this one (a router that is paused or overloaded may still store it: see \
+         emq-cli status); an EventMQ router answers only jobs it dispatches to a worker at once, so there the job may \
+         be queued"
+    );
+    assert_eq!((code, out.as_str(), err.as_str()), (Some(3), "", format!("emq-cli: {note}\n").as_str()));
+    let got = silent.recv_multipart(0).expect("the REQUEST arrived");
+    assert_eq!((&got[3][..], &got[4][..], &got[7][..]), (&b"REQUEST"[..], id.as_bytes(), &b"unanswered"[..]));
+    let (code, out, err) = cli(&silent_addr, &["--json", "request", "jobs", "unanswered"]);
+    let out: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!((code, &out["status"]), (Some(3), &json!("unknown")), "{err}");
+    assert_eq!(err, format!("emq-cli: {}\n", out["note"].as_str().unwrap_or("")));
+
+    // The real router paused (SIGSTOP): a REQUEST is not sent (eMQP waits
+    // for the handshake), exit status 1; a SCHED is (TCP connects through
+    // the listen backlog), its answer does not come: exit status 3, and the
+    // router stores the task once it runs again.
+    router.child.signal(libc::SIGSTOP);
+    let request = cli(&router.frontend, &["request", "jobs", "not sent"]);
+    let sched = cli(&router.frontend, &["sched", "stored late", "--queue", "held"]);
+    router.child.signal(libc::SIGCONT);
+    assert_eq!((request.0, request.1.as_str()), (Some(1), ""));
+    let unreachable =
+        format!("emq-cli: request not sent: {} is unreachable: no connection within 1s\n", router.frontend);
+    assert_eq!(request.2, unreachable);
+    assert_eq!(
+        sched,
+        (
+            Some(3),
+            String::new(),
+            "emq-cli: SCHED on queue held: no answer within 1s: outcome unknown (exit status 3): the router may have \
+             stored the task (a router that is paused or overloaded stores it and answers late): see emq-cli status\n"
+                .to_string()
+        )
+    );
+    wait::until_ok(Duration::from_secs(20), || {
+        let s = status_of(&router, &text_addr)?;
+        (s["waiting_messages_by_queue"]["held"] == 1).then_some(()).ok_or(s.to_string())
+    })
+    .unwrap_or_else(|e| panic!("the task paused in flight is stored: {e}\n{}", router.child.log_tail(20)));
+    // Acknowledged: exit status 0.
+    assert_eq!(cli(&router.frontend, &["sched", "at once", "--queue", "held"]).0, Some(0));
 }

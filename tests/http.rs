@@ -2,9 +2,11 @@
 //! "Limits"), spoken as raw HTTP over 127.0.0.1 to an `emq-router`
 //! process: a request with a body is refused with 413 without its body
 //! being read (a `Content-Length` of 99,999,999,999 once aborted the
-//! router), connections past `metrics_max_connections` get 503, slow
-//! clients get 408 after `metrics_request_timeout`, and the router's
-//! threads and descriptors do not grow with HTTP connections.
+//! router), a connection past `metrics_max_connections` takes the slot of
+//! the slowest (a slowloris holding every slot does not keep a scraper
+//! out), slow clients get 408 after `metrics_head_timeout` or
+//! `metrics_request_timeout`, and the router's threads and descriptors do
+//! not grow with HTTP connections.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -154,43 +156,52 @@ fn http_requests_with_a_body_get_413_unread_and_the_router_stays_up() {
     assert!(router.child.is_alive(), "{}", router.child.log_tail(30));
 }
 
+/// Whether `s` is still open with nothing to read (the server neither
+/// answered nor closed it).
+fn open_and_unanswered(s: &TcpStream) -> bool {
+    s.set_nonblocking(true).expect("nonblocking");
+    let mut byte = [0u8; 1];
+    let open = matches!((&*s).read(&mut byte), Err(e) if e.kind() == ErrorKind::WouldBlock);
+    s.set_nonblocking(false).expect("blocking");
+    open
+}
+
 #[test]
-fn http_connections_past_the_limit_get_503_and_threads_stay_bounded() {
+fn http_connections_past_the_limit_take_the_slowest_ones_slot_and_threads_stay_bounded() {
     let _w = Watchdog::new("http_connection_limit", 90);
-    let (_dir, mut router, addr) = start("http-limit", &[]);
+    // Long timeouts: here only the limit closes connections.
+    let (_dir, mut router, addr) =
+        start("http-limit", &["--metrics-head-timeout", "60s", "--metrics-request-timeout", "60s"]);
     scrape(&addr);
     std::thread::sleep(Duration::from_millis(300));
     let (threads_before, fds_before) = (threads(&router), descriptors(&router));
-    // 64 (the default limit) idle connections are held; the next 36 are
-    // answered 503 and closed.
+    // 64 (the default limit) idle connections take every slot; each of the
+    // next 36 takes the slot of the one that has waited longest for its
+    // request head, which is told 503 and closed.
     let limit = 64;
-    let mut held = Vec::new();
-    for i in 0..100 {
-        let mut s = connect(&addr);
-        if i < limit {
-            held.push(s);
-            continue;
-        }
-        let answer = read_all(&mut s);
-        assert_eq!(status_line(&answer), "HTTP/1.1 503 Service Unavailable", "connection {i}: {answer}");
+    let mut held: Vec<TcpStream> = (0..limit).map(|_| connect(&addr)).collect();
+    let newer: Vec<TcpStream> = (0..36).map(|_| connect(&addr)).collect();
+    for (i, s) in held.iter_mut().take(36).enumerate() {
+        let answer = read_all(s);
+        assert_eq!(status_line(&answer), "HTTP/1.1 503 Service Unavailable", "held connection {i}: {answer}");
+        assert!(answer.contains("closed to make room for a newer connection"), "{answer}");
     }
-    for (i, s) in held.iter().enumerate() {
-        s.set_nonblocking(true).expect("nonblocking");
-        let mut byte = [0u8; 1];
-        let open = matches!((&*s).read(&mut byte), Err(e) if e.kind() == ErrorKind::WouldBlock);
-        assert!(open, "held connection {i} is still open and unanswered");
+    for (i, s) in held[36..].iter().chain(&newer).enumerate() {
+        assert!(open_and_unanswered(s), "connection {} is still open and unanswered", i + 36);
     }
     let (threads_open, fds_open) = (threads(&router), descriptors(&router));
     assert!(threads_open <= threads_before, "{threads_open} threads with {limit} connections, {threads_before} before");
     assert!(fds_open <= fds_before + limit, "{fds_open} descriptors with {limit} connections, {fds_before} before");
+    // A scrape gets through: it takes the slot of the oldest idle one left.
+    let text = scrape(&addr);
+    assert_eq!(status_line(&read_all(&mut held[36])), "HTTP/1.1 503 Service Unavailable");
+    assert!(open_and_unanswered(&held[37]), "only one more made room");
+    assert_eq!(event(&text, "http_connections_evicted"), 37, "{text}");
+    assert_eq!(event(&text, "http_connections_refused"), 0, "{text}");
     drop(held);
+    drop(newer);
     std::thread::sleep(Duration::from_millis(300));
-    // The held ones close; then 300 more connections come and go, in waves.
-    let served = wait::until(T, || {
-        let answer = exchange(&addr, b"GET /metrics HTTP/1.0\r\n\r\n");
-        status_line(&answer) == "HTTP/1.1 200 OK"
-    });
-    assert!(served, "/metrics served again once the connections closed");
+    // 300 more connections come and go, in waves.
     for _ in 0..3 {
         let wave: Vec<TcpStream> = (0..50).map(|_| connect(&addr)).collect();
         for mut s in wave {
@@ -204,10 +215,57 @@ fn http_connections_past_the_limit_get_503_and_threads_stay_bounded() {
     }
     std::thread::sleep(Duration::from_millis(500));
     let text = scrape(&addr);
-    assert_eq!(event(&text, "http_connections_refused"), 36, "{text}");
+    assert_eq!(event(&text, "http_connections_refused"), 0, "{text}");
     let (threads_after, fds_after) = (threads(&router), descriptors(&router));
     assert!(threads_after <= threads_before, "{threads_after} threads after, {threads_before} before");
     assert!(fds_after <= fds_before + 2, "{fds_after} descriptors after, {fds_before} before");
+    assert!(router.child.is_alive(), "{}", router.child.log_tail(30));
+}
+
+#[test]
+fn metrics_are_served_while_70_slow_clients_that_reconnect_hold_every_slot() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let _w = Watchdog::new("http_slowloris", 90);
+    // The defaults: 64 connections, 5 s for a request head, 10 s in all.
+    let (_dir, mut router, addr) = start("http-slowloris", &[]);
+    // The slowloris: 70 connections, each sending a request head a byte
+    // every 100 ms, never finishing it, and connecting again when closed.
+    let stop = Arc::new(AtomicBool::new(false));
+    let attack = {
+        let (stop, addr) = (stop.clone(), addr.clone());
+        std::thread::spawn(move || {
+            let mut conns: Vec<Option<TcpStream>> = (0..70).map(|_| None).collect();
+            let mut connected = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for c in conns.iter_mut() {
+                    if c.as_mut().is_some_and(|s| s.write_all(b"a").is_ok()) {
+                        continue;
+                    }
+                    *c = TcpStream::connect(&addr).ok();
+                    if let Some(s) = c.as_mut() {
+                        connected += 1;
+                        let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ");
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            connected
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    // 40 scrapes over 8 s, as a monitor polls: every one is answered.
+    let mut evicted = 0;
+    for probe in 0..40 {
+        let answer = exchange(&addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(status_line(&answer), "HTTP/1.1 200 OK", "probe {probe} under the slowloris: {answer}");
+        evicted = event(&answer, "http_connections_evicted");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let connected = attack.join().expect("the slow clients' thread");
+    assert!(connected > 70, "the slow clients were closed and came back ({connected} connections)");
+    assert!(evicted >= 40, "each scrape took a slow client's slot ({evicted} evicted)");
     assert!(router.child.is_alive(), "{}", router.child.log_tail(30));
 }
 
@@ -241,4 +299,14 @@ fn http_slow_and_idle_clients_get_408_at_the_request_timeout() {
     assert_eq!(event(&text, "http_timed_out"), 3, "{text}");
     assert_eq!(event(&text, "http_connections_refused"), 0, "{text}");
     drop(router);
+    // The head has its own, shorter deadline (metrics_head_timeout) within
+    // the whole exchange's.
+    let (_dir, _router, addr) = start("http-head-timeout", &["--metrics-head-timeout", "1s"]);
+    let t0 = Instant::now();
+    let mut idle = connect(&addr);
+    let answer = read_all(&mut idle);
+    assert_eq!(status_line(&answer), "HTTP/1.1 408 Request Timeout", "{answer}");
+    assert!(answer.ends_with("request head not complete within 1 s\n"), "{answer}");
+    let waited = t0.elapsed();
+    assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(3), "closed after {waited:?}");
 }

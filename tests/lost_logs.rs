@@ -3,7 +3,9 @@
 //! gone before any traffic serve as usual and stop cleanly; the router
 //! counts the lines it lost (`log_write_failures`). And SIGHUP stops the
 //! router as SIGTERM does. emq-scheduler's and emq-worker's own checks are
-//! in `scheduler_e2e` and `worker_e2e`.
+//! in `scheduler_e2e` and `worker_e2e`. Lines the rate limit leaves out
+//! are counted in the log, even when no later line of their kind comes
+//! (a burst of dead-letterings).
 
 use std::process::Command;
 use std::time::Duration;
@@ -125,4 +127,60 @@ fn pubsub_with_its_output_pipe_closed_still_publishes() {
     });
     assert_eq!(got, Some(vec![b"news".to_vec(), b"still here".to_vec()]));
     assert_eq!(stop_with(&mut pubsub, libc::SIGTERM), Some(0), "exit status at SIGTERM");
+}
+
+/// The number after `name=` in `line`, if any.
+fn field(line: &str, name: &str) -> Option<u64> {
+    let at = line.find(&format!(" {name}="))? + name.len() + 2;
+    line[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+#[test]
+fn every_dead_lettering_of_a_burst_is_in_the_log_as_a_line_or_a_count() {
+    let _w = Watchdog::new("dead_lettering_burst_logged", 60);
+    let dir = TestDir::new("dead-lettering-burst");
+    let rust = RouterKind::Rust(crate::common::router::rust_router_bin());
+    let mut router = Router::start_with(&dir, rust, &["--max-retries", "0", "--durability", "memory"]);
+    let text = router.wait_text();
+    // 200 tasks, each offered to a text consumer that goes away holding
+    // it: with max_retries 0, 200 dead-letterings in a burst, and none
+    // after it to carry the count of the lines left out.
+    let burst = 200;
+    let mut producer = TextClient::connect(text.as_str(), Duration::from_secs(10)).expect("text connects");
+    for i in 0..burst {
+        producer.sched(format!("task {i}").as_bytes(), Some("burst")).expect("SCHED");
+    }
+    producer.end().expect("every SCHED stored");
+    for i in 0..burst {
+        let mut consumer = TextClient::connect(text.as_str(), Duration::from_secs(10)).expect("text connects");
+        assert!(consumer.ask("burst").expect("ASK").is_some(), "task {i} offered");
+        drop(consumer);
+    }
+    let message = "job out of retries: moved to the dead set";
+    let logged = |log: &str| -> (u64, u64, u64) {
+        let (mut lines, mut carried, mut reported) = (0, 0, 0);
+        for line in log.lines() {
+            if line.contains("log lines suppressed by the rate limit") && line.contains(&format!("of=\"{message}\"")) {
+                reported += field(line, "suppressed").unwrap_or(0);
+            } else if line.contains(&format!("{message} suppressed=")) {
+                lines += 1;
+                carried += field(line, "suppressed").unwrap_or(0);
+            }
+        }
+        (lines, carried, reported)
+    };
+    let counted = wait::until(Duration::from_secs(20), || {
+        let (lines, carried, reported) = logged(&router.child.log_text());
+        lines + carried + reported == burst
+    });
+    let (lines, carried, reported) = logged(&router.child.log_text());
+    assert!(
+        counted,
+        "{lines} lines, {carried} counted on them, {reported} reported alone: not the {burst} dead-letterings\n{}",
+        router.child.log_tail(40)
+    );
+    assert!(reported > 0, "the count after the burst has a line of its own\n{}", router.child.log_tail(40));
+    assert!(lines < burst / 2, "the rate limit held ({lines} lines)");
+    let status = admin::request(&router.admin, "STATUS").expect("STATUS");
+    assert_eq!(status["emq"]["counters"]["dead_lettered"], burst, "{status}");
 }

@@ -90,6 +90,7 @@ fn a_job_failing_three_times_waits_growing_back_offs_then_is_dead_until_retried(
     let table = cli(&admin_addr, &["dead", "list"]);
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(table.lines().nth(1).is_some_and(|l| l.starts_with(&format!("{id}  flaky  failed"))), "{table}");
+    assert_eq!(table.lines().nth(2), Some("(1 dead job)"), "the total, shown however short the list: {table}");
     let shown = cli_json(&admin_addr, &["dead", "show", &id]);
     assert_eq!(shown["job"]["body"], "payload-1");
     let status = admin(&h, "STATUS");
@@ -144,4 +145,71 @@ fn a_python_jobmanagers_timeout_result_counts_as_failed_and_is_retried() {
         (status["failed_messages_by_queue"]["q"].as_u64(), status["retried_messages_by_queue"]["q"].as_u64()),
         (Some(1), Some(1))
     );
+}
+
+#[test]
+fn retrying_and_deleting_every_dead_job_of_a_large_set_goes_in_steps_and_traffic_is_served_throughout() {
+    use emq::client::text::TextClient;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let _w = Watchdog::new("retries_dead_set_steps", 90);
+    // One shard: every step of the operation and the traffic below share it.
+    let h = emq::router::start(config(1, |r| {
+        r.max_retries = Some(0);
+        r.text_addr = Some("127.0.0.1:0".into());
+    }))
+    .expect("router starts");
+    let text = h.endpoints.text.expect("text on");
+    // Three steps' worth of dead jobs in `a` and two in `b`
+    // (limits::ADMIN_STEP_JOBS each): text tasks whose consumer went away
+    // holding them.
+    let step = emq::limits::ADMIN_STEP_JOBS;
+    let (in_a, in_b) = (2 * step + 1, step + 1);
+    let mut producer = TextClient::connect(text, Duration::from_secs(10)).expect("text connects");
+    for i in 0..in_a + in_b {
+        let queue = if i < in_a { "a" } else { "b" };
+        producer.sched(format!("task {i}").as_bytes(), Some(queue)).expect("SCHED");
+    }
+    producer.end().expect("stored");
+    for queue in std::iter::repeat_n("a", in_a).chain(std::iter::repeat_n("b", in_b)) {
+        let mut consumer = TextClient::connect(text, Duration::from_secs(10)).expect("text connects");
+        assert!(consumer.ask(queue).expect("ASK").is_some());
+    }
+    let admin_addr = h.endpoints.admin.clone();
+    eventually(20, "every job in the dead set", || cli_json(&admin_addr, &["dead", "list"])["total"] == in_a + in_b);
+    // A text client keeps asking while the operations run: every ASK is
+    // answered.
+    let stop = Arc::new(AtomicBool::new(false));
+    let prober = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut c = TextClient::connect(text, Duration::from_secs(10)).expect("text connects");
+            let mut answered = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                assert_eq!(c.ask("elsewhere").expect("ASK answered"), None);
+                answered += 1;
+            }
+            answered
+        })
+    };
+    let retried = cli_json(&admin_addr, &["dead", "retry", "--all", "--queue", "a"]);
+    assert_eq!(retried["retried"], in_a, "{retried}");
+    let status = admin(&h, "STATUS");
+    assert_eq!(
+        (&status["waiting_messages_by_queue"]["a"], &status["dead_messages_by_queue"]["b"]),
+        (&json(in_a), &json(in_b))
+    );
+    let deleted = cli_json(&admin_addr, &["dead", "delete", "--all"]);
+    assert_eq!(deleted["deleted"], in_b, "{deleted}");
+    stop.store(true, Ordering::Relaxed);
+    let answered = prober.join().expect("the prober");
+    assert!(answered > 0, "the text client was answered");
+    assert_eq!(cli_json(&admin_addr, &["dead", "list"])["total"], 0);
+    let status = admin(&h, "STATUS");
+    assert_eq!(status["dead_messages_by_queue"], serde_json::json!({}), "{status}");
+    assert_eq!(status["waiting_messages_by_queue"]["a"], in_a, "retried in full, none lost");
+}
+
+fn json(n: usize) -> Value {
+    serde_json::json!(n)
 }

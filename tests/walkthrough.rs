@@ -274,9 +274,11 @@ fn walkthrough(given: Given) {
     let (table, summary) = status.split_once("\n\n").expect("a table, then the router's figures");
     assert_eq!(
         mask(table, &["P50-MS", "P99-MS"]),
-        "QUEUE | WAITING | IN-FLIGHT | ACCEPTED | DISPATCHED | COMPLETED | FAILED | RETRIED | DEAD | P50-MS | P99-MS\n\
-         default | 0 | 0 | 2 | 2 | 2 | 0 | 0 | 0 | * | *\n\
-         email | 0 | 0 | 3 | 3 | 3 | 0 | 0 | 0 | * | *",
+        "QUEUE | WAITING | IN-FLIGHT | RETRYING | DEAD | ACCEPTED | DISPATCHED | COMPLETED | FAILED | RETRIED | \
+         DEAD-LETTERED | P50-MS | P99-MS\n\
+         default | 0 | 0 | 0 | 0 | 2 | 2 | 2 | 0 | 0 | 0 | * | *\n\
+         email | 0 | 0 | 0 | 0 | 3 | 3 | 3 | 0 | 0 | 0 | * | *\n\
+         (ACCEPTED to DEAD-LETTERED: since the router started; the other counts: now)",
     );
     assert!(summary.starts_with("emq ") && summary.contains(", accepting jobs\n"), "{summary}");
     assert!(summary.contains("counters: accepted_jobs=5 dispatched_jobs=5 completed_jobs=5"), "{summary}");

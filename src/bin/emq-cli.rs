@@ -2,7 +2,9 @@
 //!
 //! Tables by default, `--json` for scripts. Every command waits at most
 //! `--timeout` (default 3 s); an unreachable broker is a one-line error on
-//! stderr and exit status 1.
+//! stderr and exit status 1. Exit status: 0 done (a job acknowledged), 1
+//! refused or failed, 3 ([`EXIT_UNKNOWN`]) outcome unknown: `request` or
+//! `sched` sent the job but no answer said what became of it.
 
 use anyhow::{anyhow, bail, Context};
 use clap::{CommandFactory, FromArgMatches, Subcommand};
@@ -19,6 +21,16 @@ use serde_json::{json, Value};
 #[path = "emq-cli/table.rs"]
 mod table;
 
+/// Exit status of a command whose outcome is unknown: `request` or `sched`
+/// sent the job, and no answer came in time (or the connection broke
+/// after the send) to say whether the router stored it.
+const EXIT_UNKNOWN: i32 = 3;
+
+/// What `--help` says about the exit status (README "Walkthrough").
+const EXIT_STATUS_HELP: &str = "Exit status: 0 done (request and sched: the job acknowledged); 1 refused or failed \
+(nothing done); 3 outcome unknown (request or sched sent the job but no answer said what became of it within \
+--timeout: see emq-cli status).";
+
 /// Command line for an emq (or EventMQ) router: see what it holds (status,
 /// workers, schedulers, latency, schedules), send jobs (request over eMQP,
 /// sched over the text protocol), take one (ask), schedule jobs, publish,
@@ -28,7 +40,7 @@ mod table;
 /// emq-pubsub: --frontend, --admin, --text, --scheduler-admin, --pubsub-in,
 /// or the EMQ_*_ADDR variables, or a --config file.
 #[derive(clap::Parser)]
-#[command(version, subcommand_required = false)]
+#[command(version, subcommand_required = false, after_help = EXIT_STATUS_HELP)]
 struct Cli {
     #[command(flatten)]
     config: ConfigArgs,
@@ -66,8 +78,11 @@ struct BodyArgs {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Per queue: jobs waiting, in flight, dispatched, completed and failed
-    /// (both protocols), end-to-end latency; then the router's figures.
+    /// Per queue (both protocols): jobs waiting, in flight, waiting for a
+    /// retry (RETRYING) and in the dead set (DEAD) now; accepted,
+    /// dispatched, completed, failed, retried and dead-lettered
+    /// (DEAD-LETTERED) since the router started; end-to-end latency. Then
+    /// the router's figures.
     Status,
     /// Connected workers: state, free slots, jobs in flight, last heard, queues.
     Workers,
@@ -88,6 +103,13 @@ enum Cmd {
         args: Vec<String>,
     },
     /// Send a job over eMQP (REQUEST) and wait for the router's answer.
+    ///
+    /// Exit status 0: accepted (the router acknowledged the job); 1:
+    /// rejected, or not sent; 3: no answer within --timeout, outcome
+    /// unknown. An emq router acknowledges every job it stores, so no
+    /// answer means not acknowledged (a router that is paused or overloaded
+    /// may still store it later); an EventMQ router answers only jobs it
+    /// hands to a worker at once, so there the job may be queued.
     ///
     /// A queue no worker has declared (since the router started, or since
     /// the queue was reclaimed, `queue_idle_grace` after its last worker
@@ -164,6 +186,12 @@ enum Cmd {
         command: DeadCmd,
     },
     /// Text protocol: add a task to a queue (SCHED).
+    ///
+    /// Exit status 0: stored (the router's answer to END came with no
+    /// refusal); 1: refused (e.g. QUEUE_FULL), or not sent; 3: sent, but no
+    /// answer within --timeout (or the connection broke), outcome unknown:
+    /// a router that is paused or overloaded stores the task and answers
+    /// late.
     Sched {
         /// The task's data (one line).
         data: String,
@@ -245,9 +273,27 @@ impl DeadWhich {
     }
 }
 
+/// A job sent that no answer accounted for: the command ends with
+/// [`EXIT_UNKNOWN`] and this text on stderr.
+#[derive(Debug)]
+struct OutcomeUnknown(String);
+
+impl std::fmt::Display for OutcomeUnknown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for OutcomeUnknown {}
+
 fn main() {
     emq::program::exit_on_broken_pipe();
-    emq::program::exit_on_error("emq-cli", run());
+    let result = run();
+    if let Some(unknown) = result.as_ref().err().and_then(|e| e.downcast_ref::<OutcomeUnknown>()) {
+        emq::program::diagnostic(format_args!("emq-cli: {}", emq::program::printable(&unknown.0)));
+        std::process::exit(EXIT_UNKNOWN);
+    }
+    emq::program::exit_on_error("emq-cli", result);
 }
 
 fn run() -> anyhow::Result<()> {
@@ -335,9 +381,10 @@ fn dead(s: &CliSettings, out: Out, command: &DeadCmd) -> anyhow::Result<()> {
                 out.json_only(&v)?;
                 bail!("no dead job {id} (see emq-cli dead list)");
             }
-            let text = match &which.id {
-                Some(id) => format!("dead job {id} {verb}"),
-                None => format!("{n} dead job(s) {verb}"),
+            let text = match (&which.id, word) {
+                (Some(id), _) => format!("dead job {id} {verb}"),
+                (None, AdminWord::DeadRetry) => format!("{n} dead job(s) put back in their queues"),
+                (None, _) => format!("{n} dead job(s) {verb}"),
             };
             out.line(v, text)
         }
@@ -447,7 +494,19 @@ fn queue_state(s: &CliSettings, queue: &str) -> Option<(bool, u64)> {
 fn request(s: &CliSettings, out: Out, queue: &str, body: &[u8], headers: &str) -> anyhow::Result<()> {
     check_queue_name(queue).map_err(|e| anyhow!(e))?;
     let mut client = Client::connect(&s.frontend)?.with_timeout(s.timeout);
-    let outcome = client.request(queue, headers, body)?;
+    // Not sent (no connection in time): an error, exit status 1.
+    let msgid = client.send_request(queue, headers, body).context("request not sent")?;
+    let outcome = match client.wait(&msgid, std::time::Instant::now() + s.timeout) {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            let id = String::from_utf8_lossy(&msgid).into_owned();
+            out.json_only(&json!({"status": "unknown", "msgid": id}))?;
+            return Err(OutcomeUnknown(format!(
+                "request {id} sent, then the socket failed ({e}): outcome unknown (exit status 3): see emq-cli status"
+            ))
+            .into());
+        }
+    };
     match outcome {
         Outcome::Accepted { msgid } => {
             let id = String::from_utf8_lossy(&msgid).into_owned();
@@ -486,11 +545,14 @@ fn request(s: &CliSettings, out: Out, queue: &str, body: &[u8], headers: &str) -
         Outcome::Unknown { msgid } => {
             let id = String::from_utf8_lossy(&msgid).into_owned();
             let text = format!(
-                "no answer to request {id} within {}: an EventMQ router answers only jobs it dispatches at once, \
-                 so the job may be queued",
+                "no answer to request {id} within {}: outcome unknown (exit status 3). An emq router acknowledges \
+                 every job it stores, so it has not acknowledged this one (a router that is paused or overloaded may \
+                 still store it: see emq-cli status); an EventMQ router answers only jobs it dispatches to a worker \
+                 at once, so there the job may be queued",
                 humantime::format_duration(s.timeout)
             );
-            out.line(json!({"status": "unknown", "msgid": id}), text)
+            out.json_only(&json!({"status": "unknown", "msgid": id, "note": text}))?;
+            Err(OutcomeUnknown(text).into())
         }
     }
 }
@@ -501,15 +563,31 @@ fn text_client(s: &CliSettings) -> anyhow::Result<TextClient> {
 
 /// SCHED, then END: the router answers SCHED only when it refuses it, and
 /// END reports such a refusal, so a clean END means the task is stored.
+/// Once SCHED is sent, anything but an answer (no answer within the
+/// timeout, the connection broken) leaves the outcome unknown: exit
+/// status 3 ([`EXIT_UNKNOWN`]).
 fn sched(s: &CliSettings, out: Out, data: &str, queue: &str) -> anyhow::Result<()> {
     check_queue_name(queue).map_err(|e| anyhow!(e))?;
     let mut c = text_client(s)?;
     c.sched(data.as_bytes(), Some(queue))?;
     match c.end() {
+        Ok(()) => {}
         Err(TextClientError::Deferred(errors)) if !errors.is_empty() => {
             bail!("SCHED refused: {} {}", errors[0].code, errors[0].text)
         }
-        other => other?,
+        Err(e @ TextClientError::Server { .. }) => return Err(e.into()),
+        Err(e) => {
+            let why = match e {
+                TextClientError::Timeout => format!("no answer within {}", humantime::format_duration(s.timeout)),
+                e => format!("the connection failed after SCHED was sent ({e})"),
+            };
+            let text = format!(
+                "SCHED on queue {queue}: {why}: outcome unknown (exit status 3): the router may have stored the task \
+                 (a router that is paused or overloaded stores it and answers late): see emq-cli status"
+            );
+            out.json_only(&json!({"status": "unknown", "queue": queue, "note": text}))?;
+            return Err(OutcomeUnknown(text).into());
+        }
     }
     let note = match queue_state(s, queue) {
         Some((false, _)) if queue != limits::DEFAULT_QUEUE => Some(format!(

@@ -44,12 +44,16 @@ queue_counters! {
     /// `failed`; a Python jobmanager's failures cannot be told from
     /// results) or that a text consumer deleted (`DEL`).
     Failed => "failed_messages_by_queue", "FAILED";
-    /// Jobs that waited out a back-off for another try after a failed
-    /// result or a deadline (README "Retries and the dead set").
+    /// Jobs set back for another try after a back-off, following a failed
+    /// result or a deadline (README "Retries and the dead set"): counted
+    /// when the back-off begins, so those still waiting it out are in
+    /// STATUS's `retrying_messages_by_queue` too.
     Retried => "retried_messages_by_queue", "RETRIED";
-    /// Jobs moved to the dead set: out of retries (`max_retries` or
-    /// `retry:N`).
-    DeadLettered => "dead_lettered_messages_by_queue", "DEAD";
+    /// Jobs moved to the dead set since start: out of retries
+    /// (`max_retries` or `retry:N`). Not the dead set now (STATUS's
+    /// `dead_messages_by_queue`, the `DEAD` column): a job retried or
+    /// deleted from the set stays counted, and a restart starts at 0.
+    DeadLettered => "dead_lettered_messages_by_queue", "DEAD-LETTERED";
 }
 
 /// The counts of one queue since the router started.

@@ -3,6 +3,7 @@
 //! and `DEAD_DELETE` ask a shard ([`DeadOp`]), what it answers
 //! ([`DeadAnswer`]) and the JSON `emq-cli dead` reads ([`DeadEntry::to_json`]).
 
+use crossbeam_channel::Sender;
 use serde_json::{json, Value};
 
 use crate::ids::{show, JobId, QueueName};
@@ -29,6 +30,29 @@ pub enum DeadOp {
     Retry(DeadTarget),
     /// Gone for good.
     Delete(DeadTarget),
+}
+
+/// A retry or delete of every dead job (of one queue) under way on a shard.
+/// The shard takes at most [`crate::limits::ADMIN_STEP_JOBS`] jobs at a
+/// time, then sends itself the rest of the work as a
+/// [`crate::broker::inbox::ShardMsg::DeadStep`] at the back of its inbox,
+/// so what arrived meanwhile is served between two steps; the answer goes
+/// out with the last step.
+#[derive(Debug)]
+pub struct DeadStep {
+    /// Back to their queues (`true`), or gone for good.
+    pub retry: bool,
+    /// Only this queue's dead jobs, when given.
+    pub queue: Option<QueueName>,
+    /// The burial number to go on from.
+    pub from: u64,
+    /// The newest burial when the command came: jobs buried after it are
+    /// left alone.
+    pub upto: u64,
+    /// Jobs taken so far.
+    pub taken: usize,
+    /// Where the answer goes once the last step is done.
+    pub reply: Sender<DeadAnswer>,
 }
 
 /// A shard's answer to a [`DeadOp`].

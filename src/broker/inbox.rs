@@ -185,6 +185,10 @@ pub enum ShardMsg {
         /// Where the answer goes.
         reply: Sender<crate::broker::dead::DeadAnswer>,
     },
+    /// The next step of a retry or delete of every dead job (a shard → the
+    /// same shard, at the back of its inbox: the shard serves what came
+    /// meanwhile first).
+    DeadStep(crate::broker::dead::DeadStep),
     /// A job of `queue` ended on another shard (a worker's home): count it
     /// (→ the queue's shard).
     Count {

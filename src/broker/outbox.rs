@@ -18,8 +18,10 @@ use super::text_port::{TextPort, TextReply};
 pub trait Outbox {
     /// Frames for a ZeroMQ peer, sent by the I/O thread. Never blocks.
     fn emqp(&mut self, out: Outgoing);
-    /// A message for shard `index` (never the sender itself: a shard keeps
-    /// messages to itself in its own local queue).
+    /// A message for shard `index`, at the back of its inbox. To the
+    /// sender itself only for the next step of a long admin operation
+    /// ([`ShardMsg::DeadStep`]): a shard keeps its other messages to itself
+    /// in its own local queue.
     fn shard(&mut self, index: usize, msg: ShardMsg);
     /// An answer for a text connection.
     fn text(&mut self, port: &TextPort, reply: TextReply);

@@ -34,9 +34,16 @@ settings! {
         /// Most queues labelled in `/metrics` and shown on the status page;
         /// the rest are summed as `queue="_other"`.
         metrics_max_queues: AtLeastOne = limits::METRICS_MAX_QUEUES, env "EMQ_METRICS_MAX_QUEUES";
-        /// Most HTTP connections to the metrics server at once; past it a
-        /// connection is answered `503` and closed (`http_connections_refused`).
+        /// Most HTTP connections to the metrics server at once; a connection
+        /// past it takes the slot of an open one, which is closed
+        /// (`http_connections_evicted`): of the address holding the most,
+        /// one already answered, else the one waiting longest for its
+        /// request head, else the one longest not reading its answer.
         metrics_max_connections: AtLeastOne = limits::METRICS_MAX_CONNECTIONS, env "EMQ_METRICS_MAX_CONNECTIONS";
+        /// A metrics HTTP connection's request head must be complete this
+        /// long after it was accepted, else it is answered `408` and closed
+        /// (e.g. `5s`).
+        metrics_head_timeout: Period = limits::METRICS_HEAD_TIMEOUT, env "EMQ_METRICS_HEAD_TIMEOUT";
         /// A metrics HTTP connection is closed this long after it was
         /// accepted, request read and answer sent or not (e.g. `10s`).
         metrics_request_timeout: Period = limits::METRICS_REQUEST_TIMEOUT, env "EMQ_METRICS_REQUEST_TIMEOUT";

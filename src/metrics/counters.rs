@@ -64,7 +64,7 @@ counters! {
     /// Jobs moved to the dead set, out of retries (`max_retries`,
     /// `retry:N`).
     dead_lettered,
-    /// Jobs that waited out a back-off for another try (a failed result,
+    /// Jobs set back for another try after a back-off (a failed result,
     /// a deadline).
     retried_jobs,
     /// Dead jobs dropped to keep the dead set within `dead_max_jobs` and
@@ -180,11 +180,18 @@ counters! {
     /// 400 (a malformed head), 505 (an HTTP version but 1.0 and 1.1).
     http_refused,
     /// HTTP connections refused with `503` because `metrics_max_connections`
-    /// were open.
+    /// were open: none since a connection past the limit takes an open
+    /// one's slot instead (`http_connections_evicted`); kept at 0 so that
+    /// what reads it does not break.
     http_connections_refused,
-    /// HTTP connections closed by `metrics_request_timeout`: the request
-    /// head did not arrive in time (answered `408`) or the answer was not
-    /// read in time.
+    /// HTTP connections closed to make room for a new one while
+    /// `metrics_max_connections` were open (an answered one, else the one
+    /// waiting longest for its request head, else the one longest not
+    /// reading its answer, of the address holding the most connections).
+    http_connections_evicted,
+    /// HTTP connections closed by `metrics_head_timeout` (the request head
+    /// did not arrive in time: answered `408`) or `metrics_request_timeout`
+    /// (the answer was not read in time).
     http_timed_out,
 }
 

@@ -9,10 +9,19 @@
 //! thread. Every connection is bounded (README "Limits"):
 //!
 //! * at most `metrics_max_connections` ([`limits::METRICS_MAX_CONNECTIONS`])
-//!   at once; one past it is answered `503` and closed
-//!   (`http_connections_refused`);
+//!   at once; one past it takes the slot of an open connection, which is
+//!   closed (`http_connections_evicted`): among the connections of the
+//!   address that holds the most, one whose answer is sent (lingering),
+//!   else the one that has waited longest for its request head (told
+//!   `503`), else the one that has longest not read its answer. So slow or
+//!   idle clients (a slowloris) holding every slot cannot keep a scraper
+//!   out: its connection, which sends its head at once, is answered as it
+//!   is read, and more newer connections than there are slots would have to
+//!   arrive before that for it to lose its own;
 //! * one request per connection (`Connection: close`), its head at most
-//!   [`limits::HTTP_MAX_HEAD_BYTES`] (else `431`);
+//!   [`limits::HTTP_MAX_HEAD_BYTES`] (else `431`) and complete within
+//!   `metrics_head_timeout` ([`limits::METRICS_HEAD_TIMEOUT`]) of the
+//!   accept (else `408`; `http_timed_out`);
 //! * an HTTP/1.1 request without exactly one `Host` field is `400` (RFC
 //!   9112 §3.2), and a refused `HEAD` gets no body either;
 //! * a request with a body (`Content-Length` above 0, any
@@ -37,8 +46,9 @@
 //! router. Requests are counted in the broker counters (`http_requests`,
 //! `http_refused`).
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr};
+use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -67,6 +77,9 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 pub struct HttpLimits {
     /// Most connections open at once (`metrics_max_connections`).
     pub max_connections: usize,
+    /// Accept to the end of the request head at the latest
+    /// (`metrics_head_timeout`).
+    pub head_timeout: Duration,
     /// Accept to close at the latest (`metrics_request_timeout`).
     pub request_timeout: Duration,
     /// Most queues shown by name (`metrics_max_queues`).
@@ -105,6 +118,8 @@ impl HttpServer {
             conns: Vec::new(),
             free: Vec::new(),
             open: 0,
+            per_address: HashMap::new(),
+            admitted: 0,
             limits,
             sources,
             rates: Rates::default(),
@@ -146,8 +161,27 @@ enum Phase {
     Linger,
 }
 
+impl Phase {
+    /// Which connections give up their slot first to a new one (lowest
+    /// first): one answered loses nothing (its answer is with the kernel),
+    /// one without a complete request loses a request it is slow to send,
+    /// one being answered loses what it has not read.
+    fn eviction_rank(self) -> u8 {
+        match self {
+            Phase::Linger => 0,
+            Phase::Head => 1,
+            Phase::Answer => 2,
+        }
+    }
+}
+
 struct Conn {
     stream: TcpStream,
+    /// The client's address (connections are counted per address).
+    peer: IpAddr,
+    /// The order it was admitted in: among equals, the oldest gives up its
+    /// slot first.
+    seq: u64,
     phase: Phase,
     /// The request head so far (at most [`limits::HTTP_MAX_HEAD_BYTES`]).
     head: Vec<u8>,
@@ -160,6 +194,8 @@ struct Conn {
     /// The answer, written from `sent`.
     out: Vec<u8>,
     sent: usize,
+    /// The request head must be complete by this instant, else `408`.
+    head_deadline: Instant,
     /// The connection is closed at this instant at the latest.
     deadline: Instant,
     /// Bytes still to discard while lingering.
@@ -173,6 +209,10 @@ struct Server {
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     open: usize,
+    /// Open connections per client address.
+    per_address: HashMap<IpAddr, usize>,
+    /// Connections admitted so far (the next one's `seq`).
+    admitted: u64,
     limits: HttpLimits,
     sources: Sources,
     rates: Rates,
@@ -241,13 +281,17 @@ impl Server {
         }
     }
 
-    /// Accepts up to [`ACCEPT_BATCH`] connections: admitted below the
-    /// limit, else answered `503` and closed.
+    /// Accepts up to [`ACCEPT_BATCH`] connections, each admitted: at the
+    /// limit, in the slot of one that gives it up ([`Server::evict`]).
     fn accept(&mut self, now: Instant) {
         for _ in 0..ACCEPT_BATCH {
             match self.listener.accept() {
-                Ok((stream, _)) if self.open >= self.limits.max_connections => self.refuse_busy(stream),
-                Ok((stream, _)) => self.admit(stream, now),
+                Ok((stream, peer)) => {
+                    if self.open >= self.limits.max_connections {
+                        self.evict();
+                    }
+                    self.admit(stream, peer.ip(), now);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.accept_ready = false;
                     return;
@@ -271,24 +315,46 @@ impl Server {
         }
     }
 
-    fn refuse_busy(&mut self, mut stream: TcpStream) {
-        Counters::bump(&self.counters().http_connections_refused);
+    /// Closes one open connection to make room for a new one: of the
+    /// address that holds the most connections (one address cannot push
+    /// out another's scrape), the one [`Phase::eviction_rank`] ranks first,
+    /// the oldest among equals. One still sending its request head is told
+    /// `503` first (best effort, never blocking).
+    fn evict(&mut self) {
+        let Some(busiest) = self.per_address.iter().max_by_key(|(_, n)| **n).map(|(addr, _)| *addr) else { return };
+        let victim = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, c)| c.as_ref().filter(|c| c.peer == busiest).map(|c| (slot, c)))
+            .min_by_key(|(_, c)| (c.phase.eviction_rank(), c.seq))
+            .map(|(slot, _)| slot);
+        let Some(slot) = victim else { return };
+        Counters::bump(&self.counters().http_connections_evicted);
         crate::log_limited!(
             warn,
             max = self.limits.max_connections,
-            "HTTP connection refused: metrics_max_connections open"
+            peer = %busiest,
+            "HTTP connection closed to make room for a new one: metrics_max_connections open"
         );
-        // Best effort, never blocking: take what the request already sent
-        // (so the close is not a reset), answer, close.
-        let mut buf = [0u8; limits::HTTP_READ_CHUNK_BYTES];
-        let _ = stream.read(&mut buf);
-        let body = format!("busy: {} HTTP connections open (metrics_max_connections)\n", self.limits.max_connections);
-        let answer = response(503, "text/plain; charset=utf-8", body.as_bytes(), false, &[("Retry-After", "1")]);
-        let _ = stream.write(&answer);
-        let _ = stream.shutdown(Shutdown::Both);
+        if let Some(conn) = self.conns[slot].as_mut().filter(|c| c.phase == Phase::Head) {
+            // Take what the request already sent (so the close is not a
+            // reset), answer, close.
+            let mut buf = [0u8; limits::HTTP_READ_CHUNK_BYTES];
+            let _ = conn.stream.read(&mut buf);
+            let body = format!(
+                "closed to make room for a newer connection: request head not complete and {} HTTP connections \
+                 open (metrics_max_connections)\n",
+                self.limits.max_connections
+            );
+            let answer = response(503, "text/plain; charset=utf-8", body.as_bytes(), false, &[("Retry-After", "1")]);
+            let _ = conn.stream.write(&answer);
+            let _ = conn.stream.shutdown(Shutdown::Both);
+        }
+        self.close(slot);
     }
 
-    fn admit(&mut self, mut stream: TcpStream, now: Instant) {
+    fn admit(&mut self, mut stream: TcpStream, peer: IpAddr, now: Instant) {
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {
@@ -303,18 +369,23 @@ impl Server {
             return;
         }
         let _ = stream.set_nodelay(true);
+        self.admitted += 1;
         self.conns[slot] = Some(Conn {
             stream,
+            peer,
+            seq: self.admitted,
             phase: Phase::Head,
             head: Vec::new(),
             scanned: 0,
             skipped: 0,
             out: Vec::new(),
             sent: 0,
+            head_deadline: now + self.limits.head_timeout.min(self.limits.request_timeout),
             deadline: now + self.limits.request_timeout,
             linger_left: limits::HTTP_LINGER_BYTES,
         });
         self.open += 1;
+        *self.per_address.entry(peer).or_default() += 1;
         // Its request may be there already (edge-triggered poll).
         self.drive(slot);
     }
@@ -324,20 +395,28 @@ impl Server {
             let _ = self.poll.registry().deregister(&mut conn.stream);
             self.free.push(slot);
             self.open -= 1;
+            if let Some(n) = self.per_address.get_mut(&conn.peer) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_address.remove(&conn.peer);
+                }
+            }
         }
     }
 
-    /// Closes the connections past their deadline.
+    /// Closes the connections past their deadline: a request head not
+    /// complete by its `head_deadline`, any connection by its `deadline`.
     fn sweep(&mut self, now: Instant) {
         let counters = self.sources.broker.ctx.counters.clone();
         for slot in 0..self.conns.len() {
             let Some(conn) = self.conns[slot].as_mut() else { continue };
-            if conn.deadline > now {
+            let due = if conn.phase == Phase::Head { conn.head_deadline.min(conn.deadline) } else { conn.deadline };
+            if due > now {
                 continue;
             }
             match conn.phase {
                 Phase::Head => {
-                    let secs = self.limits.request_timeout.as_secs_f64();
+                    let secs = self.limits.head_timeout.min(self.limits.request_timeout).as_secs_f64();
                     let body = format!("request head not complete within {secs} s\n");
                     let answer = response(408, "text/plain; charset=utf-8", body.as_bytes(), false, &[]);
                     // Best effort: the socket's buffer is empty, so it fits.

@@ -497,6 +497,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
             };
             let limits = http::HttpLimits {
                 max_connections: config.metrics_max_connections,
+                head_timeout: config.metrics_head_timeout,
                 request_timeout: config.metrics_request_timeout,
                 max_queues: config.metrics_max_queues,
             };

@@ -52,7 +52,7 @@ const QUEUE_COUNTERS: &[(&str, &str, QueueCounter)] = &[
     ("emq_jobs_failed", "Jobs reported failed by an emq worker, or DELeted by a text consumer.", QueueCounter::Failed),
     (
         "emq_jobs_retried",
-        "Jobs that waited out a back-off for another try (a failed result, a deadline).",
+        "Jobs set back for another try after a back-off (a failed result, a deadline), counted when the back-off begins.",
         QueueCounter::Retried,
     ),
     ("emq_jobs_dead_lettered", "Jobs moved to the dead set, out of retries.", QueueCounter::DeadLettered),

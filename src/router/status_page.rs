@@ -149,7 +149,8 @@ fn log(o: &mut String, scrape: &Scrape) {
 fn queues(o: &mut String, scrape: &Scrape, per_second: &HashMap<String, [f64; 3]>) {
     o.push_str(
         "<h2>Queues</h2><table id=\"queues\"><tr><th>queue</th><th>waiting</th><th>in flight</th>\
-         <th>accepted</th><th>completed</th><th>failed</th><th>dead</th>\
+         <th>retrying</th><th>dead now</th>\
+         <th>accepted</th><th>completed</th><th>failed</th><th>dead-lettered</th>\
          <th>accepted/s</th><th>completed/s</th><th>failed/s</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th></tr>",
     );
     for q in &scrape.queues {
@@ -161,10 +162,12 @@ fn queues(o: &mut String, scrape: &Scrape, per_second: &HashMap<String, [f64; 3]
         let _ = write!(
             o,
             "<tr class=\"queue\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&q.name),
             q.waiting,
             q.in_flight,
+            q.retrying,
+            q.dead,
             c(QueueCounter::Accepted),
             c(QueueCounter::Completed),
             c(QueueCounter::Failed),
@@ -177,7 +180,11 @@ fn queues(o: &mut String, scrape: &Scrape, per_second: &HashMap<String, [f64; 3]
             p[2],
         );
     }
-    o.push_str("</table>");
+    o.push_str(
+        "</table><p class=\"note\">Waiting, in flight, retrying (waiting out a back-off before the next try) and \
+         dead now (the dead set, as <code>emq-cli dead list</code> counts it) are now; accepted, completed, failed \
+         and dead-lettered (moved to the dead set) count since the router started.</p>",
+    );
     if scrape.folded > 0 {
         let _ =
             write!(o, "<p class=\"note\">{} more queue(s) summed as _other (metrics_max_queues).</p>", scrape.folded);
@@ -282,13 +289,18 @@ mod tests {
         for us in [1_000u64, 2_000, 40_000] {
             h.record(us).unwrap();
         }
-        let mut row = QueueRow { name: "mail<x>".into(), waiting: 2, ..QueueRow::default() };
+        let mut row = QueueRow { name: "mail<x>".into(), waiting: 2, retrying: 3, dead: 1, ..QueueRow::default() };
         row.counts.add(QueueCounter::Accepted, 4);
+        row.counts.add(QueueCounter::DeadLettered, 5);
         row.latency[Kind::EndToEnd as usize] = Some(h);
         let mut scrape = Scrape { queues: vec![row], shards: 1, ..Scrape::default() };
         let mut rates = Rates::default();
         let page = render(&scrape, &mut rates);
-        assert!(page.contains("<td>mail&lt;x&gt;</td><td>2</td>"), "{page}");
+        // waiting, in flight, retrying, dead now, accepted, completed, failed, dead-lettered
+        let row =
+            "<td>mail&lt;x&gt;</td><td>2</td><td>0</td><td>3</td><td>1</td><td>4</td><td>0</td><td>0</td><td>5</td>";
+        assert!(page.contains(row), "{page}");
+        assert!(page.contains("<th>retrying</th><th>dead now</th>") && page.contains("<th>dead-lettered</th>"));
         assert!(page.contains("<figure id=\"latency\"><svg"), "{page}");
         assert!(!page.contains("<?xml"));
         scrape.queues[0].counts.add(QueueCounter::Accepted, 1000);

@@ -85,9 +85,16 @@ fn object<'a>(v: &'a Value, key: &str) -> Option<&'a Map<String, Value>> {
     v.get(key).and_then(Value::as_object)
 }
 
+/// The figures of STATUS that hold now (not since start) after WAITING and
+/// IN-FLIGHT: `(key, column)`. `RETRYING`: jobs waiting out a back-off
+/// before their next try; `DEAD`: the dead set now, as `emq-cli dead list`
+/// counts it (dead-lettered since start is `DEAD-LETTERED`).
+const NOW: [(&str, &str); 2] = [("retrying_messages_by_queue", "RETRYING"), ("dead_messages_by_queue", "DEAD")];
+
 /// STATUS: one row per queue that has a figure or that workers serve or
-/// text clients asked for (waiting, in flight over both protocols, the
-/// per-queue counters, end-to-end p50/p99), then the router's summary.
+/// text clients asked for (waiting, in flight over both protocols, waiting
+/// for a retry and in the dead set now, the per-queue counters since start
+/// with a line saying so, end-to-end p50/p99), then the router's summary.
 /// Against an EventMQ router: waiting, in flight and processed.
 pub fn status(v: &Value) -> String {
     let emq = v.get("emq").is_some();
@@ -102,6 +109,8 @@ pub fn status(v: &Value) -> String {
         queues.extend(names.filter_map(|q| q.as_str().map(str::to_string)));
     }
     let mut header = vec!["QUEUE", "WAITING", "IN-FLIGHT"];
+    let now: Vec<(&str, &str)> = NOW.into_iter().filter(|(key, _)| v.get(key).is_some()).collect();
+    header.extend(now.iter().map(|(_, h)| *h));
     let counters: Vec<QueueCounter> =
         QueueCounter::ALL.iter().copied().filter(|c| v.get(c.status_key()).is_some()).collect();
     header.extend(counters.iter().map(|c| c.header()));
@@ -117,6 +126,7 @@ pub fn status(v: &Value) -> String {
         .map(|q| {
             let inflight = by("inflight_messages_by_queue", q) + by("offered_messages_by_queue", q);
             let mut row = vec![q.clone(), by("waiting_messages_by_queue", q).to_string(), inflight.to_string()];
+            row.extend(now.iter().map(|(key, _)| by(key, q).to_string()));
             row.extend(counters.iter().map(|c| count(v.get(c.status_key()).and_then(|m| m.get(q)))));
             if !emq {
                 row.push(by("processed_messages_by_queue", q).to_string());
@@ -128,6 +138,12 @@ pub fn status(v: &Value) -> String {
         })
         .collect();
     let mut out = render(&header, &rows);
+    // Which columns count since the router started (the others are now).
+    if let (Some(first), Some(last)) = (counters.first(), counters.last()) {
+        let what =
+            if first == last { first.header().to_string() } else { format!("{} to {}", first.header(), last.header()) };
+        out += &format!("({what}: since the router started; the other counts: now)\n");
+    }
     if let Some(emq) = v.get("emq") {
         out += "\n";
         out += &summary(emq);
@@ -271,15 +287,20 @@ pub fn schedules(v: &Value, now: i64) -> String {
     render(&["QUEUE", "KIND", "WHEN", "NEXT-FIRE (UTC)", "RUNS-LEFT", "CALLABLE", "KEY"], &rows)
 }
 
-/// DEAD_LIST: one row per dead job, oldest first, then the total when the
-/// list is cut.
+/// DEAD_LIST: one row per dead job, oldest first, then always the total:
+/// `(3 dead jobs)`, or `(1000 of 4711 dead jobs listed, the oldest)` when
+/// the list is cut. An answer without a total (a router older than it)
+/// says how many are listed.
 pub fn dead_list(v: &Value) -> String {
     let jobs = v.get("jobs").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let rows: Vec<Vec<String>> = jobs.iter().map(|j| dead_row(j).to_vec()).collect();
     let mut out = render(&["ID", "QUEUE", "REASON", "FAILURES", "DEAD-AT (UTC)", "BYTES", "MSGID"], &rows);
-    let total = v.get("total").and_then(Value::as_u64).unwrap_or(0);
-    if total as usize > rows.len() {
-        out.push_str(&format!("({} of {total} dead jobs listed, the oldest)\n", rows.len()));
+    let total = v.get("total").and_then(Value::as_u64).unwrap_or(rows.len() as u64);
+    let jobs = |n: u64| if n == 1 { "1 dead job".to_string() } else { format!("{n} dead jobs") };
+    if total > rows.len() as u64 {
+        out.push_str(&format!("({} of {} listed, the oldest)\n", rows.len(), jobs(total)));
+    } else {
+        out.push_str(&format!("({})\n", jobs(total)));
     }
     out
 }
@@ -333,6 +354,11 @@ mod tests {
         assert_eq!(list.lines().next(), Some("ID   QUEUE  REASON  FAILURES  DEAD-AT (UTC)        BYTES  MSGID"));
         assert_eq!(list.lines().nth(1), Some("0-7  email  failed         3  2025-12-01 00:00:00    120  m1"));
         assert_eq!(list.lines().nth(2), Some("(1 of 4 dead jobs listed, the oldest)"));
+        // The total is always shown, the list cut or not.
+        let all = dead_list(&json!({"jobs": [job.clone()], "total": 1}));
+        assert_eq!(all.lines().nth(2), Some("(1 dead job)"), "{all}");
+        let none = dead_list(&json!({"jobs": [], "total": 0}));
+        assert_eq!(none, "ID  QUEUE  REASON  FAILURES  DEAD-AT (UTC)  BYTES  MSGID\n(0 dead jobs)\n");
         let shown = dead_show(&json!({ "job": job }));
         let hostile = dead_show(&json!({ "job": {"body": "a\u{1b}[31mred\r"} }));
         assert!(hostile.ends_with("body          a\\u{1b}[31mred\\r\n"), "{hostile}");
@@ -369,13 +395,18 @@ mod tests {
                         {"shard": 1, "state": "full", "free_bytes": 999_999_999, "log_bytes": 4096, "segments": 1, "live_jobs": 0, "live_bytes": 0, "last_sync_us": 1_234_567,
                          "syncs": 123_456, "jobs_recovered": 0, "recovery_ms": 0, "relocated_jobs": 0, "deleted_segments": 2}]}}
         });
+        let mut emq = emq;
+        emq["dead_lettered_messages_by_queue"] = json!({"t": 3});
+        emq["retrying_messages_by_queue"] = json!({"q": 1});
+        emq["dead_messages_by_queue"] = json!({"t": 2});
         assert_eq!(
             status(&emq),
-            "QUEUE    WAITING  IN-FLIGHT  DISPATCHED  COMPLETED  FAILED  P50-MS  P99-MS\n\
-             a              0          0           0          0       0       -       -\n\
-             default        0          0           0          0       0       -       -\n\
-             q              2          1           3          2       0    1.23    1235\n\
-             t              0          1           1          0       0       -       -\n\
+            "QUEUE    WAITING  IN-FLIGHT  RETRYING  DEAD  DISPATCHED  COMPLETED  FAILED  DEAD-LETTERED  P50-MS  P99-MS\n\
+             a              0          0         0     0           0          0       0              0       -       -\n\
+             default        0          0         0     0           0          0       0              0       -       -\n\
+             q              2          1         1     0           3          2       0              0    1.23    1235\n\
+             t              0          1         0     2           1          0       0              3       -       -\n\
+             (DISPATCHED to DEAD-LETTERED: since the router started; the other counts: now)\n\
              \n\
              emq 0.1.0, 1 shard, up 1 min 15 s, accepting jobs\n\
              counters: accepted_jobs=4\n\

@@ -23,7 +23,7 @@ use crossbeam_channel::Sender;
 
 use super::{Cx, Shard, Timer};
 use crate::broker::counts::QueueCounter;
-use crate::broker::dead::{DeadAnswer, DeadEntry, DeadOp, DeadTarget};
+use crate::broker::dead::{DeadAnswer, DeadEntry, DeadOp, DeadStep, DeadTarget};
 use crate::broker::inbox::ShardMsg;
 use crate::broker::retry;
 use crate::job::Job;
@@ -146,6 +146,7 @@ impl Shard {
 
     /// Answers an admin question about this shard's dead set.
     pub(super) fn handle_dead(&mut self, op: DeadOp, reply: &Sender<DeadAnswer>, cx: &mut Cx) {
+        let retry = matches!(op, DeadOp::Retry(_));
         let answer = match op {
             DeadOp::List(queue) => {
                 let queue = queue.as_ref().map(|q| &q.0[..]);
@@ -158,38 +159,74 @@ impl Shard {
                 DeadAnswer::List { entries, total }
             }
             DeadOp::Show(id) => DeadAnswer::Show(self.dead.get(id).map(|d| DeadEntry::of(d, true))),
-            DeadOp::Retry(target) => DeadAnswer::Done(self.dead_take(target, true, cx)),
-            DeadOp::Delete(target) => DeadAnswer::Done(self.dead_take(target, false, cx)),
+            DeadOp::Retry(DeadTarget::One(id)) => DeadAnswer::Done(self.dead_take_one(id, true, cx)),
+            DeadOp::Delete(DeadTarget::One(id)) => DeadAnswer::Done(self.dead_take_one(id, false, cx)),
+            DeadOp::Retry(DeadTarget::All(queue)) | DeadOp::Delete(DeadTarget::All(queue)) => {
+                let upto = self.dead.last_seq();
+                return self.dead_step(DeadStep { retry, queue, from: 0, upto, taken: 0, reply: reply.clone() }, cx);
+            }
         };
         let _ = reply.send(answer);
     }
 
-    /// Takes the dead jobs of `target` out: back to their queues with their
-    /// setbacks reset (`retry`), else gone for good. Returns how many.
-    fn dead_take(&mut self, target: DeadTarget, retry: bool, cx: &mut Cx) -> usize {
-        let ids = match target {
-            DeadTarget::One(id) => vec![id],
-            DeadTarget::All(queue) => self.dead.ids(queue.as_ref().map(|q| &q.0[..])),
-        };
-        let mut taken = 0;
-        for id in ids {
-            let Some(dead) = self.dead.remove(id) else { continue };
+    /// Takes dead job `id` out (logged at info): back to its queue with its
+    /// setbacks reset (`retry`), else gone for good. Returns how many (0 or
+    /// 1).
+    fn dead_take_one(&mut self, id: crate::ids::JobId, retry: bool, cx: &mut Cx) -> usize {
+        let Some(dead) = self.dead.remove(id) else { return 0 };
+        self.forget_dead(&dead);
+        let (queue, msgid) = (dead.job.queue(), crate::ids::show(dead.job.frames.msgid()));
+        match retry {
+            true => tracing::info!(%queue, job = %dead.job.id, %msgid, "dead job retried by an operator"),
+            false => tracing::info!(%queue, job = %dead.job.id, %msgid, "dead job deleted by an operator"),
+        }
+        self.release_dead(dead.job, retry, cx);
+        1
+    }
+
+    /// One step of a retry or delete of every dead job (of one queue): at
+    /// most [`limits::ADMIN_STEP_JOBS`] of those buried by `step.upto`,
+    /// oldest first (each logged at debug); then the next step goes to the
+    /// back of this shard's inbox ([`ShardMsg::DeadStep`]), so what came
+    /// meanwhile is served first, or, after the last, the answer (one line
+    /// at info with the count).
+    pub(super) fn dead_step(&mut self, mut step: DeadStep, cx: &mut Cx) {
+        let queue = step.queue.as_ref().map(|q| &q.0[..]);
+        let (jobs, next) = self.dead.take_step(step.from, step.upto, queue, limits::ADMIN_STEP_JOBS);
+        for dead in jobs {
             self.forget_dead(&dead);
-            let mut job = dead.job;
-            taken += 1;
-            let (queue, msgid) = (job.queue(), crate::ids::show(job.frames.msgid()));
-            if retry {
-                tracing::info!(%queue, job = %job.id, %msgid, "dead job retried by an operator");
-                self.ctx.job_bytes.fetch_add(job.frames.len(), Ordering::Relaxed);
-                job.set_redeliveries(0);
-                job.set_back_from(None);
-                self.log_unburied(&mut job);
-                self.enqueue_again(job, false, cx);
-            } else {
-                tracing::info!(%queue, job = %job.id, %msgid, "dead job deleted by an operator");
-                self.log_done(&job, cx);
+            let (queue, msgid) = (dead.job.queue(), crate::ids::show(dead.job.frames.msgid()));
+            tracing::debug!(%queue, job = %dead.job.id, %msgid, retried = step.retry, "dead job taken out by an operator");
+            self.release_dead(dead.job, step.retry, cx);
+            step.taken += 1;
+        }
+        if let Some(from) = next {
+            step.from = from;
+            return cx.out.shard(self.index, ShardMsg::DeadStep(step));
+        }
+        if step.taken > 0 {
+            let queue = step.queue.as_ref().map_or_else(|| "*".to_string(), ToString::to_string);
+            let (shard, jobs) = (self.index, step.taken);
+            match step.retry {
+                true => tracing::info!(shard, %queue, jobs, "dead jobs retried by an operator"),
+                false => tracing::info!(shard, %queue, jobs, "dead jobs deleted by an operator"),
             }
         }
-        taken
+        let _ = step.reply.send(DeadAnswer::Done(step.taken));
+    }
+
+    /// A job taken out of the dead set: back of its queue with its
+    /// setbacks reset (`retry`; counted in the memory limit again), else
+    /// gone for good (its log record ended).
+    fn release_dead(&mut self, mut job: Job, retry: bool, cx: &mut Cx) {
+        if retry {
+            self.ctx.job_bytes.fetch_add(job.frames.len(), Ordering::Relaxed);
+            job.set_redeliveries(0);
+            job.set_back_from(None);
+            self.log_unburied(&mut job);
+            self.enqueue_again(job, false, cx);
+        } else {
+            self.log_done(&job, cx);
+        }
     }
 }

@@ -4,9 +4,11 @@
 //! in `dead.rs` decide what goes in and out, and keep the router-wide
 //! `dead_max_jobs` and `dead_max_bytes` by taking out the oldest
 //! ([`DeadSet::pop_oldest`]). Every operation costs time linear in what it
-//! returns, plus a logarithm.
+//! returns, plus a logarithm: a queue's jobs are found through their own
+//! index, never by a scan of the whole set, so the admin commands on a
+//! shard take bounded steps ([`DeadSet::take_step`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::ids::{FastMap, JobId, QueueName};
 use crate::job::DeadJob;
@@ -18,8 +20,9 @@ pub struct DeadSet {
     by_seq: BTreeMap<u64, DeadJob>,
     /// Burial number of each job.
     seq_of: FastMap<JobId, u64>,
-    /// Dead jobs per queue (queues with none are not kept).
-    per_queue: FastMap<QueueName, usize>,
+    /// Burial numbers of each queue's dead jobs (queues with none are not
+    /// kept).
+    per_queue: FastMap<QueueName, BTreeSet<u64>>,
     next_seq: u64,
     bytes: usize,
 }
@@ -29,7 +32,7 @@ impl DeadSet {
     pub fn insert(&mut self, dead: DeadJob) {
         self.next_seq += 1;
         self.bytes += dead.job.frames.len();
-        *self.per_queue.entry(dead.job.queue()).or_default() += 1;
+        self.per_queue.entry(dead.job.queue()).or_default().insert(self.next_seq);
         self.seq_of.insert(dead.job.id, self.next_seq);
         self.by_seq.insert(self.next_seq, dead);
     }
@@ -50,13 +53,13 @@ impl DeadSet {
     }
 
     fn forget(&mut self, dead: &DeadJob) {
-        self.seq_of.remove(&dead.job.id);
+        let seq = self.seq_of.remove(&dead.job.id);
         self.bytes -= dead.job.frames.len();
-        let queue = dead.job.queue();
-        if let Some(n) = self.per_queue.get_mut(&queue) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_queue.remove(&queue);
+        let queue = dead.job.queue_bytes();
+        if let (Some(seqs), Some(seq)) = (self.per_queue.get_mut(queue), seq) {
+            seqs.remove(&seq);
+            if seqs.is_empty() {
+                self.per_queue.remove(queue);
             }
         }
     }
@@ -66,9 +69,17 @@ impl DeadSet {
         self.seq_of.get(&id).and_then(|seq| self.by_seq.get(seq))
     }
 
-    /// The jobs, oldest burial first, of `queue` only when given.
-    pub fn iter<'a>(&'a self, queue: Option<&'a [u8]>) -> impl Iterator<Item = &'a DeadJob> + 'a {
-        self.by_seq.values().filter(move |d| queue.is_none_or(|q| d.job.queue_bytes() == q))
+    /// The jobs, oldest burial first, of `queue` only when given (through
+    /// the queue's index: taking the first `n` costs `n` steps, whatever
+    /// the other queues hold).
+    pub fn iter<'a>(&'a self, queue: Option<&[u8]>) -> Box<dyn Iterator<Item = &'a DeadJob> + 'a> {
+        match queue {
+            None => Box::new(self.by_seq.values()),
+            Some(q) => {
+                let seqs = self.per_queue.get(q).into_iter().flatten();
+                Box::new(seqs.filter_map(|seq| self.by_seq.get(seq)))
+            }
+        }
     }
 
     /// The ids of the jobs, oldest burial first, of `queue` only when given.
@@ -76,14 +87,48 @@ impl DeadSet {
         self.iter(queue).map(|d| d.job.id).collect()
     }
 
+    /// The burial number of the newest job buried so far (0 before any):
+    /// [`DeadSet::take_step`] up to it takes the jobs buried by now, none
+    /// buried later.
+    pub fn last_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Takes out at most `max` jobs, oldest burial first, of `queue` only
+    /// when given, whose burial numbers are from `from` through `upto`;
+    /// returns them and the burial number to go on from when more are
+    /// left in that range (`None`: done). Costs time linear in `max`, plus
+    /// a logarithm: a long operation on the set goes in steps of this.
+    pub fn take_step(&mut self, from: u64, upto: u64, queue: Option<&[u8]>, max: usize) -> (Vec<DeadJob>, Option<u64>) {
+        if from > upto {
+            return (Vec::new(), None);
+        }
+        let mut seqs: Vec<u64> = match queue {
+            None => self.by_seq.range(from..=upto).map(|(seq, _)| *seq).take(max + 1).collect(),
+            Some(q) => {
+                self.per_queue.get(q).into_iter().flat_map(|s| s.range(from..=upto)).copied().take(max + 1).collect()
+            }
+        };
+        let next = (seqs.len() > max).then(|| seqs[max]);
+        seqs.truncate(max);
+        let mut taken = Vec::with_capacity(seqs.len());
+        for seq in seqs {
+            if let Some(dead) = self.by_seq.remove(&seq) {
+                self.forget(&dead);
+                taken.push(dead);
+            }
+        }
+        (taken, next)
+    }
+
     /// Dead jobs of `queue`.
     pub fn count(&self, queue: &QueueName) -> usize {
-        self.per_queue.get(queue).copied().unwrap_or(0)
+        self.per_queue.get(queue).map_or(0, BTreeSet::len)
     }
 
     /// `(queue, dead jobs)` for every queue holding some.
     pub fn per_queue(&self) -> impl Iterator<Item = (&QueueName, usize)> {
-        self.per_queue.iter().map(|(q, n)| (q, *n))
+        self.per_queue.iter().map(|(q, seqs)| (q, seqs.len()))
     }
 
     /// Jobs held.
@@ -166,5 +211,28 @@ mod tests {
         assert!(!set.is_empty());
         while set.pop_oldest().is_some() {}
         assert_eq!((set.len(), set.bytes(), set.per_queue().count()), (0, 0, 0));
+    }
+
+    #[test]
+    fn steps_take_at_most_their_share_in_burial_order_up_to_a_mark() {
+        let mut set = DeadSet::default();
+        for seq in 1..=10 {
+            set.insert(dead(seq, if seq % 2 == 0 { "even" } else { "odd" }, 1));
+        }
+        let upto = set.last_seq();
+        set.insert(dead(11, "odd", 1));
+        let seqs = |jobs: Vec<DeadJob>| jobs.iter().map(|d| d.job.id.seq()).collect::<Vec<_>>();
+        // Of one queue: 3 at a time, the burial after the mark left alone.
+        let (jobs, next) = set.take_step(0, upto, Some(b"odd"), 3);
+        assert_eq!((seqs(jobs), next), (vec![1, 3, 5], Some(7)));
+        let (jobs, next) = set.take_step(7, upto, Some(b"odd"), 3);
+        assert_eq!((seqs(jobs), next), (vec![7, 9], None));
+        assert_eq!(set.count(&QueueName::named("odd")), 1, "the one buried after the mark");
+        assert_eq!(set.ids(Some(b"odd")), [JobId::new(0, 11)]);
+        // Of all queues: a step of exactly what is left says it is done.
+        let (jobs, next) = set.take_step(0, upto, None, 5);
+        assert_eq!((seqs(jobs), next), (vec![2, 4, 6, 8, 10], None));
+        assert_eq!((set.len(), set.count(&QueueName::named("even"))), (1, 0));
+        assert_eq!(set.take_step(5, 4, None, 5).0.len(), 0, "an empty range");
     }
 }

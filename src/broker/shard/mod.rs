@@ -12,7 +12,10 @@
 //! Messages a shard sends itself go to a local queue that is drained after
 //! the current message, exactly as a message to another shard is handled
 //! after the sender's current message: one shard and many shards run the
-//! same steps in the same order.
+//! same steps in the same order. The one exception is the next step of a
+//! long admin operation ([`ShardMsg::DeadStep`]), which goes to the back
+//! of the shard's own inbox so that what arrived meanwhile is served
+//! first.
 //!
 //! State, each owned by one table with methods, not fields:
 //! [`queues::QueueTable`], [`workers::WorkerTable`], [`offers::OfferTable`],
@@ -405,6 +408,7 @@ impl Shard {
             ShardMsg::Requeue { queue, jobs } => self.handle_requeue(queue, jobs, cx),
             ShardMsg::SetBack { job, why } => self.handle_set_back(job, why, cx),
             ShardMsg::Dead { op, reply } => self.handle_dead(op, &reply, cx),
+            ShardMsg::DeadStep(step) => self.dead_step(step, cx),
             ShardMsg::DeadTrim => {
                 self.trim_dead(0, cx);
             }

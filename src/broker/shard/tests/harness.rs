@@ -281,6 +281,14 @@ impl Harness {
         self.text_reply(index, conn, cmd).map(|r| r.outcome)
     }
 
+    /// Puts a text command from connection `conn` in shard `index`'s inbox
+    /// without handling anything (its answer, if any, comes when it is
+    /// handled: [`Harness::text_answers`]).
+    pub fn text_post(&mut self, index: usize, conn: u64, cmd: TextCmd) {
+        let msg = ShardMsg::Text { port: self.port.clone(), cmds: vec![TextRequest { conn: ConnId(conn), cmd }] };
+        self.post(index, msg);
+    }
+
     /// A text command from connection `conn` to shard `index`; its whole
     /// reply (with [`TextReply::stored`]).
     pub fn text_reply(&mut self, index: usize, conn: u64, cmd: TextCmd) -> Option<TextReply> {

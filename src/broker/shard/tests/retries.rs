@@ -212,3 +212,82 @@ fn the_dead_set_limits_are_router_wide_and_a_job_over_the_byte_limit_is_not_kept
     assert_eq!(dead_list(&mut h).len(), 2, "the big job is dropped, the others kept");
     assert_eq!(h.counter(|c| &c.dead_evicted), 5);
 }
+
+#[test]
+fn retrying_or_deleting_a_large_dead_set_goes_in_steps_and_the_shard_serves_between_them() {
+    use super::harness::{offer_id, peer};
+    use crate::job::JobFrames;
+    use crate::limits::ADMIN_STEP_JOBS;
+    for retry in [false, true] {
+        let mut h = Harness::with_config(1, |c| {
+            c.max_retries = 0;
+            c.heartbeat_timeout = 1000 * S;
+        });
+        // Three steps' worth of dead jobs: text tasks whose offer came back.
+        let n = 2 * ADMIN_STEP_JOBS + 10;
+        for i in 0..n {
+            h.text_sched(1, "t", &format!("task {i}"));
+            let offer = offer_id(&h.text_ask(1, "t")).expect("an offer");
+            h.text_release(1, offer);
+        }
+        assert_eq!(h.shards[0].dead.len(), n);
+        h.inform("w1", &[(10, "q")]);
+        h.ready("w1", 1);
+        let (reply, rx) = crossbeam_channel::bounded(1);
+        let op = if retry { DeadOp::Retry(DeadTarget::All(None)) } else { DeadOp::Delete(DeadTarget::All(None)) };
+        h.post(0, ShardMsg::Dead { op, reply });
+        // A client's REQUEST arrives while the operation is under way.
+        let frames = JobFrames::new(b"m1", b"q", b"", b"meanwhile", &[] as &[&[u8]]).expect("frames");
+        h.post(0, ShardMsg::Request { client: peer("c1"), frames, fallback_done: false });
+        // The first step takes its share; the rest waits behind the REQUEST.
+        assert!(h.step(0));
+        assert!(rx.try_recv().is_err(), "no answer before the last step");
+        assert_eq!(h.shards[0].dead.len(), n - ADMIN_STEP_JOBS);
+        assert!(matches!(h.inbox[0].front(), Some(ShardMsg::Request { .. })), "the REQUEST is next");
+        assert!(matches!(h.inbox[0].back(), Some(ShardMsg::DeadStep(_))), "then the next step");
+        // The REQUEST is served (accepted and dispatched) between two steps.
+        assert!(h.step(0));
+        assert_eq!(h.take_bodies("w1"), ["meanwhile"]);
+        assert_eq!(h.shards[0].dead.len(), n - ADMIN_STEP_JOBS, "no step meanwhile");
+        assert!(rx.try_recv().is_err());
+        // Two more steps; the answer comes with the last.
+        assert!(h.step(0));
+        assert!(rx.try_recv().is_err());
+        assert_eq!(h.shards[0].dead.len(), n - 2 * ADMIN_STEP_JOBS);
+        assert!(h.step(0));
+        assert_eq!(rx.try_recv(), Ok(DeadAnswer::Done(n)));
+        assert!(h.inbox[0].is_empty() && h.shards[0].dead.is_empty());
+        let waiting = h.waiting("t");
+        match retry {
+            true => assert_eq!(waiting, (0..n).map(|i| format!("task {i}")).collect::<Vec<_>>(), "in burial order"),
+            false => assert!(waiting.is_empty()),
+        }
+    }
+}
+
+#[test]
+fn a_retry_or_delete_of_all_leaves_jobs_buried_after_it_began() {
+    use super::harness::offer_id;
+    use crate::broker::text_port::TextCmd;
+    let mut h = Harness::with_config(1, |c| c.max_retries = 0);
+    for i in 0..crate::limits::ADMIN_STEP_JOBS + 1 {
+        h.text_sched(1, "t", &format!("old {i}"));
+        let offer = offer_id(&h.text_ask(1, "t")).expect("an offer");
+        h.text_release(1, offer);
+    }
+    h.text_sched(1, "t", "new");
+    let offer = offer_id(&h.text_ask(1, "t")).expect("an offer");
+    let (reply, rx) = crossbeam_channel::bounded(1);
+    h.post(0, ShardMsg::Dead { op: DeadOp::Delete(DeadTarget::All(Some(QueueName::named("t")))), reply });
+    // The offer comes back (a burial) between the first step and the next.
+    h.text_post(0, 1, TextCmd::Release { offer });
+    assert!(h.step(0));
+    assert!(h.step(0));
+    assert_eq!(h.shards[0].dead.len(), 2, "the last old job and the new one");
+    h.run();
+    assert_eq!(rx.try_recv(), Ok(DeadAnswer::Done(crate::limits::ADMIN_STEP_JOBS + 1)));
+    let DeadAnswer::List { entries, total } = dead_op(&mut h, 0, DeadOp::List(Some(QueueName::named("t")))) else {
+        panic!("a list")
+    };
+    assert_eq!((entries.len(), total), (1, 1), "buried after the command began: not the operator's to delete");
+}
