@@ -66,6 +66,11 @@ struct LineArgs {
     output: Output,
 }
 
+/// What `emq-bench forwarder --help` says after its options (kept out of
+/// the command's long about, whose format would put a blank line with
+/// trailing spaces above each option's default).
+const FORWARDER_HELP: &str = "One thread forwards (ROUTER frontend, ROUTER backend): no queues by name, no durability, no shards, no heartbeats of its own. It answers a worker's INFORM with ACK and keeps a FIFO of READY credits. With `--wire one` (the default) each client REQUEST is forwarded unchanged to the worker of the oldest credit, one message per job, no acceptance REPLY: the cost of ZeroMQ alone. With `--wire emqp` it exchanges the five messages an eMQP job costs emq-router: the client's REQUEST in, the acceptance REPLY out (a fresh msgid, frame 4 the REQUEST's msgid), the job out to a worker with a free slot (`reply-requested` added to its headers; REQUESTs wait in a FIFO while no worker has one), the worker's job-result REPLY in and its READY in: a fair ceiling for emq-router under the same load.\n\nPrints `frontend=<endpoint> backend=<endpoint>` once bound, and at exit what it counted: `requests=N accepted=N forwarded=N results=N readies=N dropped=N` (REQUESTs received, acceptance REPLYs sent, jobs sent to workers, job-result REPLYs and READYs received, messages dropped).";
+
 #[derive(Subcommand)]
 enum Cmd {
     /// eMQP clients and workers against a broker's frontend and backend.
@@ -84,9 +89,9 @@ enum Cmd {
         /// `--wire emqp`).
         #[arg(long)]
         compare_baseline: bool,
-        /// With `--compare-baseline`: the forwarder's wire (see `emq-bench
-        /// forwarder --help`).
-        #[arg(long, value_enum, default_value_t = Wire::One)]
+        /// With `--compare-baseline`: the forwarder's wire, `one` or `emqp`
+        /// (see `emq-bench forwarder --help`).
+        #[arg(long, value_enum, default_value_t = Wire::One, hide_possible_values = true)]
         wire: Wire,
         #[command(flatten)]
         broker: BrokerPid,
@@ -98,8 +103,9 @@ enum Cmd {
     /// The same eMQP load against the in-process zero-logic forwarder only
     /// (reported as `baseline`, or `baseline-emqp` with `--wire emqp`).
     Baseline {
-        /// The forwarder's wire (see `emq-bench forwarder --help`).
-        #[arg(long, value_enum, default_value_t = Wire::One)]
+        /// The forwarder's wire, `one` or `emqp` (see `emq-bench forwarder
+        /// --help`).
+        #[arg(long, value_enum, default_value_t = Wire::One, hide_possible_values = true)]
         wire: Wire,
         #[command(flatten)]
         load: LoadSettings,
@@ -109,28 +115,10 @@ enum Cmd {
     /// Runs the zero-logic baseline forwarder as a process of its own (so
     /// its CPU per job can be read like a broker's), until SIGTERM, SIGINT or
     /// SIGHUP.
-    ///
-    /// One thread forwards (ROUTER frontend, ROUTER backend): no queues by
-    /// name, no durability, no shards, no heartbeats of its own. It answers a
-    /// worker's INFORM with ACK and keeps a FIFO of READY credits. With
-    /// `--wire one` (the default) each client REQUEST is forwarded unchanged
-    /// to the worker of the oldest credit, one message per job, no acceptance
-    /// REPLY: the cost of ZeroMQ alone. With `--wire emqp` it exchanges the
-    /// five messages an eMQP job costs emq-router: the client's REQUEST in,
-    /// the acceptance REPLY out (a fresh msgid, frame 4 the REQUEST's msgid),
-    /// the job out to a worker with a free slot (`reply-requested` added to
-    /// its headers; REQUESTs wait in a FIFO while no worker has one), the
-    /// worker's job-result REPLY in and its READY in: a fair ceiling for
-    /// emq-router under the same load.
-    ///
-    /// Prints `frontend=<endpoint> backend=<endpoint>` once bound, and at
-    /// exit what it counted: `requests=N accepted=N forwarded=N results=N
-    /// readies=N dropped=N` (REQUESTs received, acceptance REPLYs sent, jobs
-    /// sent to workers, job-result REPLYs and READYs received, messages
-    /// dropped).
+    #[command(after_help = FORWARDER_HELP)]
     Forwarder {
         /// Which messages it exchanges per job: `one` or `emqp`.
-        #[arg(long, value_enum, default_value_t = Wire::One)]
+        #[arg(long, value_enum, default_value_t = Wire::One, hide_possible_values = true)]
         wire: Wire,
         /// Frontend endpoint (clients); port `*` picks a free one.
         #[arg(long, default_value = "tcp://127.0.0.1:*", value_parser = addr::emqp_arg)]

@@ -1,7 +1,9 @@
 //! The dead set as the admin socket sees it (docs/emqp.md "Admin", README
-//! "Retries and the dead set"): what `DEAD_LIST`, `DEAD_SHOW`, `DEAD_RETRY`
-//! and `DEAD_DELETE` ask a shard ([`DeadOp`]), what it answers
-//! ([`DeadAnswer`]) and the JSON `emq-cli dead` reads ([`DeadEntry::to_json`]).
+//! "Retries and the dead set"): which jobs `DEAD_RETRY` and `DEAD_DELETE`
+//! take ([`DeadTarget`]), a retry or delete of many under way
+//! ([`DeadStep`]) and one job as `DEAD_LIST` and `DEAD_SHOW` answer it, in
+//! the JSON `emq-cli dead` reads ([`DeadEntry::to_json`]). The operations
+//! themselves are [`crate::broker::admin::AdminOp`]'s.
 
 use crossbeam_channel::Sender;
 use serde_json::{json, Value};
@@ -16,20 +18,6 @@ pub enum DeadTarget {
     One(JobId),
     /// Every dead job, of one queue when given.
     All(Option<QueueName>),
-}
-
-/// A question to a shard about its dead set.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeadOp {
-    /// The oldest [`crate::limits::DEAD_LIST_MAX`] dead jobs (of one queue
-    /// when given), without bodies, and how many there are in all.
-    List(Option<QueueName>),
-    /// One dead job with its body.
-    Show(JobId),
-    /// Back to the back of their queues with their setbacks reset.
-    Retry(DeadTarget),
-    /// Gone for good.
-    Delete(DeadTarget),
 }
 
 /// A retry or delete of every dead job (of one queue) under way on a shard.
@@ -52,23 +40,7 @@ pub struct DeadStep {
     /// Jobs taken so far.
     pub taken: usize,
     /// Where the answer goes once the last step is done.
-    pub reply: Sender<DeadAnswer>,
-}
-
-/// A shard's answer to a [`DeadOp`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeadAnswer {
-    /// [`DeadOp::List`]: some jobs, oldest burial first, and the total.
-    List {
-        /// The jobs listed.
-        entries: Vec<DeadEntry>,
-        /// Dead jobs matching, listed or not.
-        total: usize,
-    },
-    /// [`DeadOp::Show`]: the job, if the shard holds it.
-    Show(Option<DeadEntry>),
-    /// [`DeadOp::Retry`] or [`DeadOp::Delete`]: how many jobs it took.
-    Done(usize),
+    pub reply: Sender<crate::broker::admin::AdminAnswer>,
 }
 
 /// One dead job as listed or shown.
@@ -90,7 +62,7 @@ pub struct DeadEntry {
     pub at_unix_ms: u64,
     /// Bytes of its frames as held.
     pub bytes: usize,
-    /// Its body, for [`DeadOp::Show`] only.
+    /// Its body, for [`crate::broker::admin::AdminOp::DeadShow`] only.
     pub body: Option<Vec<u8>>,
 }
 

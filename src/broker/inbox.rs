@@ -11,12 +11,10 @@ use std::sync::Arc;
 use crossbeam_channel::Sender;
 
 use super::counts::QueueCounter;
-use super::snapshot::ShardSnapshot;
 use super::text_port::{TextPort, TextRequest};
 use super::types::WorkerShared;
 use crate::ids::{MsgId, PeerId, QueueName, WorkerKey};
 use crate::job::{Job, JobFrames};
-use crate::metrics::latency::Taken;
 use crate::protocol::emqp::{Command, Frame, Message, ScheduleBody};
 
 /// A message to a dispatcher shard. The doc of each variant names who sends
@@ -177,13 +175,15 @@ pub enum ShardMsg {
     /// and the shard that buried the last job could not drop enough of its
     /// own: drop your oldest while it is over (→ every other shard).
     DeadTrim,
-    /// An admin question about the dead set (admin thread → every shard,
-    /// or the shard in a job id).
-    Dead {
-        /// The question.
-        op: crate::broker::dead::DeadOp,
+    /// A question or order from the router's own threads (admin,
+    /// status page and metrics, latency reporter, drain, tests → the
+    /// shards it concerns), answered through `reply`
+    /// (docs/architecture.md "Adding an admin command").
+    Admin {
+        /// What is asked.
+        op: crate::broker::admin::AdminOp,
         /// Where the answer goes.
-        reply: Sender<crate::broker::dead::DeadAnswer>,
+        reply: Sender<crate::broker::admin::AdminAnswer>,
     },
     /// The next step of a retry or delete of every dead job (a shard → the
     /// same shard, at the back of its inbox: the shard serves what came
@@ -221,27 +221,9 @@ pub enum ShardMsg {
         /// The job.
         id: crate::ids::JobId,
     },
-    /// Hand over the latency histograms recorded since the last take.
-    LatencyTake {
-        /// Where the histograms go.
-        reply: Sender<Taken>,
-    },
-    /// Send a snapshot of this shard's state.
-    Snapshot {
-        /// Where the snapshot goes.
-        reply: Sender<ShardSnapshot>,
-    },
     /// Several messages from the I/O thread, to be handled in order (one
     /// channel operation for a whole read batch).
     Batch(Vec<ShardMsg>),
-    /// Send the bodies of `queue`'s waiting jobs, front first (tests and
-    /// tools; linear in the queue).
-    Waiting {
-        /// The queue (owned by the receiving shard).
-        queue: QueueName,
-        /// Where the bodies go.
-        reply: Sender<Vec<Vec<u8>>>,
-    },
     /// Stop: KBYE to peers, log what remains, exit.
     Shutdown,
 }

@@ -5,6 +5,7 @@
 //! peers ([`egress`]), and an [`outbox::Outbox`] out; src/router wires
 //! them to channels and threads.
 
+pub mod admin;
 pub mod counts;
 pub mod dead;
 pub mod egress;

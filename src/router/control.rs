@@ -65,9 +65,7 @@ fn drain(broker: &Broker) {
     let deadline = Instant::now() + broker.ctx.config.drain_timeout;
     let mut zeros = 0;
     loop {
-        let asked = super::ask::ask_shards(&broker.shards, crate::limits::SHARD_ANSWER_TIMEOUT, |reply| {
-            crate::broker::inbox::ShardMsg::Snapshot { reply }
-        });
+        let asked = broker.snapshots_asked();
         let pending: usize = asked.answers.iter().map(|s| s.pending()).sum();
         // Two empty readings in a row from every shard: a job moving
         // between shards (a message in a channel) is in no snapshot for a

@@ -5,9 +5,9 @@
 
 use serde_json::{json, Value};
 
-use super::{ask, Broker};
-use crate::broker::dead::{DeadAnswer, DeadEntry, DeadOp, DeadTarget};
-use crate::broker::inbox::ShardMsg;
+use super::Broker;
+use crate::broker::admin::{AdminAnswer, AdminOp};
+use crate::broker::dead::{DeadEntry, DeadTarget};
 use crate::broker::types::shard_of;
 use crate::ids::{JobId, QueueName};
 use crate::limits;
@@ -22,8 +22,8 @@ pub fn list(broker: &Broker, queue: &[u8]) -> Value {
     let queue = (!queue.is_empty()).then(|| QueueName::from(queue));
     let mut jobs: Vec<DeadEntry> = Vec::new();
     let mut total = 0;
-    for a in ask_some(broker, &shards_of(broker, queue.as_ref()), &DeadOp::List(queue)) {
-        if let DeadAnswer::List { entries, total: n } = a {
+    for a in broker.ask(&shards_of(broker, queue.as_ref()), &AdminOp::DeadList(queue)).answers {
+        if let AdminAnswer::DeadList { entries, total: n } = a {
             jobs.extend(entries);
             total += n;
         }
@@ -39,8 +39,8 @@ pub fn list(broker: &Broker, queue: &[u8]) -> Value {
 /// A [`Refusal`] for a job id that is not `<shard>-<seq>` of this router.
 pub fn show(broker: &Broker, id: &[u8]) -> Result<Value, Refusal> {
     let id = job_id(broker, id)?;
-    let shown = ask_some(broker, &[id.shard()], &DeadOp::Show(id)).into_iter().find_map(|a| match a {
-        DeadAnswer::Show(entry) => entry,
+    let shown = broker.ask(&[id.shard()], &AdminOp::DeadShow(id)).answers.into_iter().find_map(|a| match a {
+        AdminAnswer::DeadShow(entry) => entry,
         _ => None,
     });
     Ok(json!({ "job": shown.as_ref().map(DeadEntry::to_json) }))
@@ -61,14 +61,8 @@ pub fn retry_or_delete(broker: &Broker, retry: bool, target: &[u8], queue: &[u8]
         let id = job_id(broker, target)?;
         (DeadTarget::One(id), vec![id.shard()])
     };
-    let op = if retry { DeadOp::Retry(target) } else { DeadOp::Delete(target) };
-    let n: usize = ask_some(broker, &shards, &op)
-        .into_iter()
-        .map(|a| match a {
-            DeadAnswer::Done(n) => n,
-            _ => 0,
-        })
-        .sum();
+    let op = if retry { AdminOp::DeadRetry(target) } else { AdminOp::DeadDelete(target) };
+    let n: usize = broker.ask(&shards, &op).answers.iter().map(AdminAnswer::done).sum();
     Ok(json!({ (if retry { "retried" } else { "deleted" }): n }))
 }
 
@@ -90,11 +84,4 @@ fn job_id(broker: &Broker, text: &[u8]) -> Result<JobId, Refusal> {
             crate::ids::show(text)
         )),
     }
-}
-
-/// Asks shards `indices` (each in range) and collects their answers
-/// within [`limits::SHARD_ANSWER_TIMEOUT`].
-fn ask_some(broker: &Broker, indices: &[usize], op: &DeadOp) -> Vec<DeadAnswer> {
-    let senders: Vec<_> = indices.iter().filter_map(|i| broker.shards.get(*i).cloned()).collect();
-    ask::ask_shards(&senders, limits::SHARD_ANSWER_TIMEOUT, |reply| ShardMsg::Dead { op: op.clone(), reply }).answers
 }

@@ -32,7 +32,6 @@ use crate::broker::snapshot::ShardSnapshot;
 use crate::config::RouterConfig;
 use crate::fds;
 use crate::ids::QueueName;
-use crate::limits;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::LatencyStore;
 use crate::text::{TextServer, TextStats};
@@ -81,29 +80,6 @@ pub struct Broker {
     pub ctx: ShardContext,
     /// Every shard's channel, by index.
     pub shards: Arc<[Sender<ShardMsg>]>,
-}
-
-impl Broker {
-    /// A snapshot of every shard that answers within
-    /// [`limits::SHARD_ANSWER_TIMEOUT`].
-    pub fn snapshots(&self) -> Vec<ShardSnapshot> {
-        ask::ask_shards(&self.shards, limits::SHARD_ANSWER_TIMEOUT, |reply| ShardMsg::Snapshot { reply }).answers
-    }
-
-    /// The bodies of the jobs waiting in `queue`, front first (for tests
-    /// and tools; linear in the queue). Empty when its shard does not
-    /// answer within [`limits::SHARD_ANSWER_TIMEOUT`].
-    pub fn waiting(&self, queue: &str) -> Vec<Vec<u8>> {
-        let queue = QueueName::named(queue);
-        let Some(tx) = self.shards.get(crate::broker::types::shard_of(&queue.0, self.shards.len())) else {
-            return Vec::new();
-        };
-        let (reply, rx) = crossbeam_channel::bounded(1);
-        if tx.send(ShardMsg::Waiting { queue, reply }).is_err() {
-            return Vec::new();
-        }
-        rx.recv_timeout(limits::SHARD_ANSWER_TIMEOUT).unwrap_or_default()
-    }
 }
 
 /// The dispatcher shards on their threads (`emq-shard-N`): the broker

@@ -8,18 +8,19 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use parking_lot::Mutex;
 
 use super::Broker;
-use crate::broker::inbox::ShardMsg;
+use crate::broker::admin::{AdminAnswer, AdminOp};
 use crate::broker::snapshot::round_ms;
 use crate::config::LatencyConfig;
-use crate::limits;
 use crate::metrics::latency::{write_interval_files, Kind, LatencyStore};
 
 /// Asks every shard for its histograms and merges them into `store`.
-/// Shards that do not answer within [`limits::SHARD_ANSWER_TIMEOUT`] are
+/// Shards that do not answer within [`crate::limits::SHARD_ANSWER_TIMEOUT`] are
 /// skipped (and logged).
 pub fn collect(broker: &Broker, store: &Mutex<LatencyStore>) {
-    let taken =
-        super::ask::ask_shards(&broker.shards, limits::SHARD_ANSWER_TIMEOUT, |reply| ShardMsg::LatencyTake { reply });
+    let taken = broker.ask_all(&AdminOp::LatencyTake).keep(|a| match a {
+        AdminAnswer::Latency(t) => Some(*t),
+        _ => None,
+    });
     let mut store = store.lock();
     for t in taken.answers {
         store.merge(t);

@@ -113,9 +113,7 @@ impl Sources {
     /// Reads the router now, folding queues past `max_queues`.
     pub fn read(&self, max_queues: usize) -> Scrape {
         super::reporter::collect(&self.broker, &self.latency);
-        let asked = super::ask::ask_shards(&self.broker.shards, crate::limits::SHARD_ANSWER_TIMEOUT, |reply| {
-            crate::broker::inbox::ShardMsg::Snapshot { reply }
-        });
+        let asked = self.broker.snapshots_asked();
         let shards_silent = self.broker.shards.len().saturating_sub(asked.answers.len());
         let snaps = asked.answers;
         let mut names: Vec<&str> = snaps.iter().flat_map(|s| s.queues.iter().map(|q| q.name.as_str())).collect();

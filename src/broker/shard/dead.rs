@@ -22,8 +22,9 @@ use std::sync::atomic::Ordering;
 use crossbeam_channel::Sender;
 
 use super::{Cx, Shard, Timer};
+use crate::broker::admin::AdminAnswer;
 use crate::broker::counts::QueueCounter;
-use crate::broker::dead::{DeadAnswer, DeadEntry, DeadOp, DeadStep, DeadTarget};
+use crate::broker::dead::{DeadEntry, DeadStep, DeadTarget};
 use crate::broker::inbox::ShardMsg;
 use crate::broker::retry;
 use crate::job::Job;
@@ -144,29 +145,29 @@ impl Shard {
         self.ctx.started_unix_ms + now.saturating_duration_since(self.ctx.started).as_millis() as u64
     }
 
-    /// Answers an admin question about this shard's dead set.
-    pub(super) fn handle_dead(&mut self, op: DeadOp, reply: &Sender<DeadAnswer>, cx: &mut Cx) {
-        let retry = matches!(op, DeadOp::Retry(_));
-        let answer = match op {
-            DeadOp::List(queue) => {
-                let queue = queue.as_ref().map(|q| &q.0[..]);
-                let entries = self.dead.iter(queue).take(limits::DEAD_LIST_MAX).map(|d| DeadEntry::of(d, false));
-                let entries: Vec<DeadEntry> = entries.collect();
-                let total = match queue {
-                    Some(q) => self.dead.count(&crate::ids::QueueName::from(q)),
-                    None => self.dead.len(),
-                };
-                DeadAnswer::List { entries, total }
+    /// `DEAD_LIST`'s part held here: the oldest
+    /// [`limits::DEAD_LIST_MAX`] dead jobs (of `queue` when given) and how
+    /// many there are.
+    pub(super) fn dead_list(&self, queue: Option<&crate::ids::QueueName>) -> AdminAnswer {
+        let entries = self.dead.iter(queue.map(|q| &q.0[..])).take(limits::DEAD_LIST_MAX);
+        let entries: Vec<DeadEntry> = entries.map(|d| DeadEntry::of(d, false)).collect();
+        let total = queue.map_or_else(|| self.dead.len(), |q| self.dead.count(q));
+        AdminAnswer::DeadList { entries, total }
+    }
+
+    /// `DEAD_RETRY` (`retry`) or `DEAD_DELETE` of `target`: one job at
+    /// once, every job (of one queue) in bounded steps
+    /// ([`Shard::dead_step`]); the count goes to `reply` when done.
+    pub(super) fn dead_take(&mut self, target: DeadTarget, retry: bool, reply: Sender<AdminAnswer>, cx: &mut Cx) {
+        match target {
+            DeadTarget::One(id) => {
+                let _ = reply.send(AdminAnswer::Done(self.dead_take_one(id, retry, cx)));
             }
-            DeadOp::Show(id) => DeadAnswer::Show(self.dead.get(id).map(|d| DeadEntry::of(d, true))),
-            DeadOp::Retry(DeadTarget::One(id)) => DeadAnswer::Done(self.dead_take_one(id, true, cx)),
-            DeadOp::Delete(DeadTarget::One(id)) => DeadAnswer::Done(self.dead_take_one(id, false, cx)),
-            DeadOp::Retry(DeadTarget::All(queue)) | DeadOp::Delete(DeadTarget::All(queue)) => {
+            DeadTarget::All(queue) => {
                 let upto = self.dead.last_seq();
-                return self.dead_step(DeadStep { retry, queue, from: 0, upto, taken: 0, reply: reply.clone() }, cx);
+                self.dead_step(DeadStep { retry, queue, from: 0, upto, taken: 0, reply }, cx);
             }
-        };
-        let _ = reply.send(answer);
+        }
     }
 
     /// Takes dead job `id` out (logged at info): back to its queue with its
@@ -212,7 +213,7 @@ impl Shard {
                 false => tracing::info!(shard, %queue, jobs, "dead jobs deleted by an operator"),
             }
         }
-        let _ = step.reply.send(DeadAnswer::Done(step.taken));
+        let _ = step.reply.send(AdminAnswer::Done(step.taken));
     }
 
     /// A job taken out of the dead set: back of its queue with its

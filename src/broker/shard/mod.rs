@@ -27,6 +27,7 @@
 //! SCHEDULE routing), `text.rs` (text commands and offers), `dead.rs`
 //! (dead-lettering), `deadline.rs` (per-job deadlines). `Shard::dispatch` is a short `match` calling them.
 
+mod admin;
 pub mod answers;
 pub mod asked;
 mod dead;
@@ -407,7 +408,7 @@ impl Shard {
             ShardMsg::Dispatched { key, job } => self.handle_dispatched(key, job, cx),
             ShardMsg::Requeue { queue, jobs } => self.handle_requeue(queue, jobs, cx),
             ShardMsg::SetBack { job, why } => self.handle_set_back(job, why, cx),
-            ShardMsg::Dead { op, reply } => self.handle_dead(op, &reply, cx),
+            ShardMsg::Admin { op, reply } => self.handle_admin(op, reply, cx),
             ShardMsg::DeadStep(step) => self.dead_step(step, cx),
             ShardMsg::DeadTrim => {
                 self.trim_dead(0, cx);
@@ -415,21 +416,12 @@ impl Shard {
             ShardMsg::Count { queue, counter } => self.queues.count(&queue, counter),
             ShardMsg::SendFailed { key, msgid, unreachable } => self.handle_send_failed(key, msgid, unreachable, cx),
             ShardMsg::Text { port, cmds } => self.handle_text(&port, cmds, cx),
-            ShardMsg::LatencyTake { reply } => {
-                let _ = reply.send(self.take_latency());
-            }
             ShardMsg::LogDone { id } => self.handle_log_done(id),
-            ShardMsg::Snapshot { reply } => {
-                let _ = reply.send(self.snapshot(cx.now));
-            }
             ShardMsg::Batch(msgs) => {
                 for msg in msgs {
                     self.dispatch(msg, cx);
                     self.drain_local(cx);
                 }
-            }
-            ShardMsg::Waiting { queue, reply } => {
-                let _ = reply.send(self.queues.jobs(&queue.0).map(|j| j.frames.body().to_vec()).collect());
             }
             ShardMsg::Shutdown => self.shutdown(cx),
         }

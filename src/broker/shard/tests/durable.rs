@@ -331,7 +331,8 @@ fn refusals_log_nothing_and_every_end_of_a_job_logs_done() {
 
 #[test]
 fn dead_jobs_survive_restarts_compaction_and_a_new_shard_count() {
-    use crate::broker::dead::{DeadAnswer, DeadOp, DeadTarget};
+    use crate::broker::admin::AdminOp;
+    use crate::broker::dead::DeadTarget;
     let dir = tempfile::tempdir().unwrap();
     let mut h = Harness::with_config(1, |c| c.max_retries = 0);
     h.attach_logs(dir.path());
@@ -365,8 +366,11 @@ fn dead_jobs_survive_restarts_compaction_and_a_new_shard_count() {
     let mut h = Harness::with_config(3, |c| c.max_retries = 0);
     h.attach_logs(dir.path());
     let (reply, rx) = crossbeam_channel::bounded(1);
-    h.send(h.shard_of("q"), crate::broker::inbox::ShardMsg::Dead { op: DeadOp::Retry(DeadTarget::All(None)), reply });
-    assert_eq!(rx.try_recv().ok(), Some(DeadAnswer::Done(1)));
+    h.send(
+        h.shard_of("q"),
+        crate::broker::inbox::ShardMsg::Admin { op: AdminOp::DeadRetry(DeadTarget::All(None)), reply },
+    );
+    assert_eq!(rx.try_recv().ok().map(|a| a.done()), Some(1));
     h.commit_logs();
     drop(h);
     assert_eq!(recover(dir.path(), 3)["q"], ["dead-0"], "retried: waiting again after a restart");

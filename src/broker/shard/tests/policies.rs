@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::harness::Harness;
 use super::observe::shape;
 use super::retries::dead_op;
-use crate::broker::dead::{DeadAnswer, DeadOp};
+use crate::broker::admin::{AdminAnswer, AdminOp};
 use crate::limits::JOB_DEADLINE_GRACE;
 
 const S: Duration = Duration::from_secs(1);
@@ -31,8 +31,8 @@ fn setups() -> Vec<Harness> {
 /// Dead jobs of every shard.
 fn dead_jobs(h: &mut Harness) -> usize {
     (0..h.shards.len())
-        .map(|shard| match dead_op(h, shard, DeadOp::List(None)) {
-            DeadAnswer::List { entries, .. } => entries.len(),
+        .map(|shard| match dead_op(h, shard, AdminOp::DeadList(None)) {
+            AdminAnswer::DeadList { entries, .. } => entries.len(),
             _ => 0,
         })
         .sum()

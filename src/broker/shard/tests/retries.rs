@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use super::harness::Harness;
-use crate::broker::dead::{DeadAnswer, DeadOp, DeadTarget};
+use crate::broker::admin::{AdminAnswer, AdminOp};
+use crate::broker::dead::DeadTarget;
 use crate::broker::inbox::ShardMsg;
 use crate::broker::retry::backoff;
 use crate::ids::{JobId, QueueName};
@@ -27,9 +28,9 @@ fn setups() -> Vec<Harness> {
 }
 
 /// Asks the shard of job `id` (or shard 0) `op` and returns its answer.
-pub(super) fn dead_op(h: &mut Harness, shard: usize, op: DeadOp) -> DeadAnswer {
+pub(super) fn dead_op(h: &mut Harness, shard: usize, op: AdminOp) -> AdminAnswer {
     let (reply, rx) = crossbeam_channel::bounded(1);
-    h.send(shard, ShardMsg::Dead { op, reply });
+    h.send(shard, ShardMsg::Admin { op, reply });
     rx.try_recv().expect("the shard answers at once")
 }
 
@@ -37,7 +38,7 @@ pub(super) fn dead_op(h: &mut Harness, shard: usize, op: DeadOp) -> DeadAnswer {
 fn dead_list(h: &mut Harness) -> Vec<(JobId, Setback, u32)> {
     let mut out = Vec::new();
     for shard in 0..h.shards.len() {
-        if let DeadAnswer::List { entries, .. } = dead_op(h, shard, DeadOp::List(None)) {
+        if let AdminAnswer::DeadList { entries, .. } = dead_op(h, shard, AdminOp::DeadList(None)) {
             out.extend(entries.into_iter().map(|e| (e.id, e.why, e.failures)));
         }
     }
@@ -129,21 +130,21 @@ fn operators_show_retry_and_delete_dead_jobs() {
         }
         let (q, r) = (h.shard_of("q"), h.shard_of("r"));
         let (a, b) = (JobId::new(q, 1), JobId::new(q, 2));
-        let DeadAnswer::Show(Some(shown)) = dead_op(&mut h, q, DeadOp::Show(a)) else { panic!("shown") };
+        let AdminAnswer::DeadShow(Some(shown)) = dead_op(&mut h, q, AdminOp::DeadShow(a)) else { panic!("shown") };
         assert_eq!((shown.body.as_deref(), shown.headers.as_str()), (Some(&b"a"[..]), "retry:0"));
-        assert_eq!(dead_op(&mut h, q, DeadOp::Show(JobId::new(q, 99))), DeadAnswer::Show(None));
+        assert!(matches!(dead_op(&mut h, q, AdminOp::DeadShow(JobId::new(q, 99))), AdminAnswer::DeadShow(None)));
         // Retried: back of its queue, its setbacks reset (so `retry:0` gets
         // its one try again).
-        assert_eq!(dead_op(&mut h, q, DeadOp::Retry(DeadTarget::One(a))), DeadAnswer::Done(1));
-        assert_eq!(dead_op(&mut h, q, DeadOp::Retry(DeadTarget::One(a))), DeadAnswer::Done(0), "gone from the set");
+        assert_eq!(dead_op(&mut h, q, AdminOp::DeadRetry(DeadTarget::One(a))).done(), 1);
+        assert_eq!(dead_op(&mut h, q, AdminOp::DeadRetry(DeadTarget::One(a))).done(), 0, "gone from the set");
         h.ready("w1", 1);
         assert_eq!(h.take_bodies("w1"), ["a"], "{}", h.setup());
         h.reply("w1", "a");
         // Deleted: gone for good; `All` keeps to one queue when given.
-        let all_r = DeadOp::Delete(DeadTarget::All(Some(QueueName::named("r"))));
-        assert_eq!(dead_op(&mut h, r, all_r), DeadAnswer::Done(1));
+        let all_r = AdminOp::DeadDelete(DeadTarget::All(Some(QueueName::named("r"))));
+        assert_eq!(dead_op(&mut h, r, all_r).done(), 1);
         assert_eq!(dead_list(&mut h).iter().map(|d| d.0).collect::<Vec<_>>(), [b]);
-        assert_eq!(dead_op(&mut h, q, DeadOp::Delete(DeadTarget::All(None))), DeadAnswer::Done(1));
+        assert_eq!(dead_op(&mut h, q, AdminOp::DeadDelete(DeadTarget::All(None))).done(), 1);
         assert!(dead_list(&mut h).is_empty());
         h.advance(3600 * S);
         assert!(h.take_bodies("w1").is_empty(), "nothing deleted comes back");
@@ -234,8 +235,9 @@ fn retrying_or_deleting_a_large_dead_set_goes_in_steps_and_the_shard_serves_betw
         h.inform("w1", &[(10, "q")]);
         h.ready("w1", 1);
         let (reply, rx) = crossbeam_channel::bounded(1);
-        let op = if retry { DeadOp::Retry(DeadTarget::All(None)) } else { DeadOp::Delete(DeadTarget::All(None)) };
-        h.post(0, ShardMsg::Dead { op, reply });
+        let op =
+            if retry { AdminOp::DeadRetry(DeadTarget::All(None)) } else { AdminOp::DeadDelete(DeadTarget::All(None)) };
+        h.post(0, ShardMsg::Admin { op, reply });
         // A client's REQUEST arrives while the operation is under way.
         let frames = JobFrames::new(b"m1", b"q", b"", b"meanwhile", &[] as &[&[u8]]).expect("frames");
         h.post(0, ShardMsg::Request { client: peer("c1"), frames, fallback_done: false });
@@ -255,7 +257,7 @@ fn retrying_or_deleting_a_large_dead_set_goes_in_steps_and_the_shard_serves_betw
         assert!(rx.try_recv().is_err());
         assert_eq!(h.shards[0].dead.len(), n - 2 * ADMIN_STEP_JOBS);
         assert!(h.step(0));
-        assert_eq!(rx.try_recv(), Ok(DeadAnswer::Done(n)));
+        assert_eq!(rx.try_recv().map(|a| a.done()), Ok(n));
         assert!(h.inbox[0].is_empty() && h.shards[0].dead.is_empty());
         let waiting = h.waiting("t");
         match retry {
@@ -278,15 +280,16 @@ fn a_retry_or_delete_of_all_leaves_jobs_buried_after_it_began() {
     h.text_sched(1, "t", "new");
     let offer = offer_id(&h.text_ask(1, "t")).expect("an offer");
     let (reply, rx) = crossbeam_channel::bounded(1);
-    h.post(0, ShardMsg::Dead { op: DeadOp::Delete(DeadTarget::All(Some(QueueName::named("t")))), reply });
+    h.post(0, ShardMsg::Admin { op: AdminOp::DeadDelete(DeadTarget::All(Some(QueueName::named("t")))), reply });
     // The offer comes back (a burial) between the first step and the next.
     h.text_post(0, 1, TextCmd::Release { offer });
     assert!(h.step(0));
     assert!(h.step(0));
     assert_eq!(h.shards[0].dead.len(), 2, "the last old job and the new one");
     h.run();
-    assert_eq!(rx.try_recv(), Ok(DeadAnswer::Done(crate::limits::ADMIN_STEP_JOBS + 1)));
-    let DeadAnswer::List { entries, total } = dead_op(&mut h, 0, DeadOp::List(Some(QueueName::named("t")))) else {
+    assert_eq!(rx.try_recv().map(|a| a.done()), Ok(crate::limits::ADMIN_STEP_JOBS + 1));
+    let AdminAnswer::DeadList { entries, total } = dead_op(&mut h, 0, AdminOp::DeadList(Some(QueueName::named("t"))))
+    else {
         panic!("a list")
     };
     assert_eq!((entries.len(), total), (1, 1), "buried after the command began: not the operator's to delete");
