@@ -194,12 +194,9 @@ impl Tally {
     }
 
     /// Acceptance REPLYs still due: jobs sent (warm-up included) not yet
-    /// acknowledged, counted only once the target has acknowledged any (a
-    /// target that never sends them owes none).
+    /// acknowledged (a target that never sends them, like the one-message
+    /// forwarder, owes them all: the client's wait for them is bounded).
     pub fn acks_outstanding(&self) -> u64 {
-        if self.accepted == 0 {
-            return 0;
-        }
         (self.send_ns.len() as u64).saturating_sub(self.accepted)
     }
 

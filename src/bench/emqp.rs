@@ -219,10 +219,12 @@ fn job(ctx: &RunCtx, sock: &zmq::Socket, done: &[zmq::Socket], clock: Clock, f: 
     send(sock, &[b"", VERSION, b"READY", &new_msgid()], "READY")
 }
 
-/// Longest wait, once every job reached a worker, for the acceptance
-/// REPLYs still due (a target that sends some but not all, like the Python
-/// router, costs a client this much at the end of a run; throughput and
-/// latency do not count it).
+/// Longest wait, once every job reached a worker, for the next acceptance
+/// REPLY still due (each one that comes starts the wait again, so a target
+/// that acknowledges after a slow sync is waited for; one that sends some
+/// but not all, like the Python router, or none, like the one-message
+/// forwarder, costs a client this much at the end of a run; throughput
+/// and latency do not count it). The drain timeout bounds the whole wait.
 const ACK_GRACE: Duration = Duration::from_secs(1);
 
 /// One client: sends REQUESTs as its pacer allows, tallies receipts and
@@ -239,7 +241,8 @@ fn client(ctx: &RunCtx, index: usize, clock: Clock) -> Result<Tally, BenchError>
     let mut pacer = Pacer::new(s, index);
     let mut tally = Tally::new(s.warmup.as_nanos() as u64);
     let mut drain_end: Option<u64> = None;
-    let mut all_in_at: Option<u64> = None;
+    let mut acks_end: Option<u64> = None;
+    let mut acks_seen = 0;
     loop {
         let mut now = clock.now_ns();
         while let Some(t) = pacer.next_send(now, tally.outstanding()) {
@@ -257,9 +260,12 @@ fn client(ctx: &RunCtx, index: usize, clock: Clock) -> Result<Tally, BenchError>
             let end = *drain_end.get_or_insert(now + s.drain_timeout.as_nanos() as u64);
             // Acceptance REPLYs may trail the jobs (emq with durability
             // "sync" sends them after the sync; workers get jobs before):
-            // once every job is in, wait up to ACK_GRACE for them.
+            // once every job is in, wait for them while they keep coming.
             if tally.outstanding() == 0 {
-                let acks_end = *all_in_at.get_or_insert(now + ACK_GRACE.as_nanos() as u64);
+                if tally.accepted != acks_seen {
+                    (acks_seen, acks_end) = (tally.accepted, None);
+                }
+                let acks_end = *acks_end.get_or_insert(now + ACK_GRACE.as_nanos() as u64);
                 if tally.acks_outstanding() == 0 || now >= acks_end.min(end) {
                     return Ok(tally);
                 }
