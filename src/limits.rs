@@ -144,7 +144,7 @@ pub const DEAD_MAX_BYTES: usize = 64 << 20;
 pub const DEAD_LIST_MAX: usize = 1000;
 /// Most dead jobs a shard retries or deletes in one step of `DEAD_RETRY *`
 /// or `DEAD_DELETE *` (`emq-cli dead retry|delete --all`); the rest waits
-/// behind what arrived meanwhile ([`crate::broker::dead::DeadStep`]), so a
+/// behind what arrived meanwhile ([`crate::broker::admin::DeadStep`]), so a
 /// large dead set does not stop the shard's other traffic. 10,000
 /// deletions took 8 to 14 ms in all with `durability = "sync"` (a log
 /// record each) on the 2-core development machine, so a step is well under

@@ -9,6 +9,8 @@
 //! variant here and its arm in `broker/shard/admin.rs` (docs/architecture.md
 //! "Adding an admin command").
 
+use crossbeam_channel::Sender;
+
 use crate::broker::dead::{DeadEntry, DeadTarget};
 use crate::broker::snapshot::ShardSnapshot;
 use crate::ids::{JobId, QueueName};
@@ -33,7 +35,7 @@ pub enum AdminOp {
     DeadShow(JobId),
     /// Dead jobs back to the back of their queues with their setbacks
     /// reset ([`AdminAnswer::Done`]; every job is taken in bounded steps,
-    /// [`crate::broker::dead::DeadStep`]).
+    /// [`DeadStep`]).
     DeadRetry(DeadTarget),
     /// Dead jobs gone for good ([`AdminAnswer::Done`], as
     /// [`AdminOp::DeadRetry`]).
@@ -72,4 +74,27 @@ impl AdminAnswer {
             _ => 0,
         }
     }
+}
+
+/// A retry or delete of every dead job (of one queue) under way on a shard.
+/// The shard takes at most [`crate::limits::ADMIN_STEP_JOBS`] jobs at a
+/// time, then sends itself the rest of the work as a
+/// [`crate::broker::inbox::ShardMsg::DeadStep`] at the back of its inbox,
+/// so what arrived meanwhile is served between two steps; the answer goes
+/// out with the last step.
+#[derive(Debug)]
+pub struct DeadStep {
+    /// Back to their queues (`true`), or gone for good.
+    pub retry: bool,
+    /// Only this queue's dead jobs, when given.
+    pub queue: Option<QueueName>,
+    /// The burial number to go on from.
+    pub from: u64,
+    /// The newest burial when the command came: jobs buried after it are
+    /// left alone.
+    pub upto: u64,
+    /// Jobs taken so far.
+    pub taken: usize,
+    /// Where the answer goes once the last step is done.
+    pub reply: Sender<AdminAnswer>,
 }

@@ -1,11 +1,9 @@
 //! The dead set as the admin socket sees it (docs/emqp.md "Admin", README
 //! "Retries and the dead set"): which jobs `DEAD_RETRY` and `DEAD_DELETE`
-//! take ([`DeadTarget`]), a retry or delete of many under way
-//! ([`DeadStep`]) and one job as `DEAD_LIST` and `DEAD_SHOW` answer it, in
+//! take ([`DeadTarget`]) and one job as `DEAD_LIST` and `DEAD_SHOW` answer it, in
 //! the JSON `emq-cli dead` reads ([`DeadEntry::to_json`]). The operations
 //! themselves are [`crate::broker::admin::AdminOp`]'s.
 
-use crossbeam_channel::Sender;
 use serde_json::{json, Value};
 
 use crate::ids::{show, JobId, QueueName};
@@ -18,29 +16,6 @@ pub enum DeadTarget {
     One(JobId),
     /// Every dead job, of one queue when given.
     All(Option<QueueName>),
-}
-
-/// A retry or delete of every dead job (of one queue) under way on a shard.
-/// The shard takes at most [`crate::limits::ADMIN_STEP_JOBS`] jobs at a
-/// time, then sends itself the rest of the work as a
-/// [`crate::broker::inbox::ShardMsg::DeadStep`] at the back of its inbox,
-/// so what arrived meanwhile is served between two steps; the answer goes
-/// out with the last step.
-#[derive(Debug)]
-pub struct DeadStep {
-    /// Back to their queues (`true`), or gone for good.
-    pub retry: bool,
-    /// Only this queue's dead jobs, when given.
-    pub queue: Option<QueueName>,
-    /// The burial number to go on from.
-    pub from: u64,
-    /// The newest burial when the command came: jobs buried after it are
-    /// left alone.
-    pub upto: u64,
-    /// Jobs taken so far.
-    pub taken: usize,
-    /// Where the answer goes once the last step is done.
-    pub reply: Sender<crate::broker::admin::AdminAnswer>,
 }
 
 /// One dead job as listed or shown.

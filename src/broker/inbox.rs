@@ -188,7 +188,7 @@ pub enum ShardMsg {
     /// The next step of a retry or delete of every dead job (a shard → the
     /// same shard, at the back of its inbox: the shard serves what came
     /// meanwhile first).
-    DeadStep(crate::broker::dead::DeadStep),
+    DeadStep(crate::broker::admin::DeadStep),
     /// A job of `queue` ended on another shard (a worker's home): count it
     /// (→ the queue's shard).
     Count {

@@ -22,9 +22,9 @@ use std::sync::atomic::Ordering;
 use crossbeam_channel::Sender;
 
 use super::{Cx, Shard, Timer};
-use crate::broker::admin::AdminAnswer;
+use crate::broker::admin::{AdminAnswer, DeadStep};
 use crate::broker::counts::QueueCounter;
-use crate::broker::dead::{DeadEntry, DeadStep, DeadTarget};
+use crate::broker::dead::{DeadEntry, DeadTarget};
 use crate::broker::inbox::ShardMsg;
 use crate::broker::retry;
 use crate::job::Job;
