@@ -264,10 +264,10 @@ fn same_file(file: &File, path: &Path) -> Result<(), FaultKind> {
     Ok(())
 }
 
-/// Whether a segment file this log writes is still linked.
-pub fn linked(file: &File) -> Result<(), FaultKind> {
+/// Whether a segment file this log writes is still linked; its length.
+pub fn linked(file: &File) -> Result<u64, FaultKind> {
     match file.metadata() {
-        Ok(m) if m.nlink() > 0 => Ok(()),
+        Ok(m) if m.nlink() > 0 => Ok(m.len()),
         Ok(_) => Err(FaultKind::Gone),
         Err(e) => Err(FaultKind::of(&e)),
     }

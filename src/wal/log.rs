@@ -51,7 +51,7 @@ use std::time::{Duration, Instant};
 
 use super::dir::{self, DataDir, Identity};
 use super::record;
-use super::segment::{new_segment, segment_path, shard_dir, SegmentInfo, SEGMENT_HEADER_BYTES};
+use super::segment::{file_id, new_segment, segment_path, shard_dir, SegmentInfo, SEGMENT_HEADER_BYTES};
 use super::shared::WalShared;
 use crate::config::Durability;
 use crate::ids::{FastMap, JobId, QueueName};
@@ -171,6 +171,7 @@ impl ShardLog {
         std::fs::create_dir_all(&dir_path).map_err(super::WalError::io(&dir_path))?;
         let identity = Arc::new(Identity::open(&dir_path).map_err(super::WalError::io(&dir_path))?);
         let file = Arc::new(new_segment(&dir_path, shard, shards, number, seq_floor)?);
+        let id = file_id(&file);
         let shared = Arc::new(WalShared::new(settings.durability, file.clone(), identity.clone()));
         let mut log = ShardLog {
             shard,
@@ -198,7 +199,8 @@ impl ShardLog {
             next_check: None,
             shared,
         };
-        log.segments.insert(number, SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, ..SegmentInfo::default() });
+        log.segments
+            .insert(number, SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, file: id, ..SegmentInfo::default() });
         log.update_stats();
         Ok(log)
     }
@@ -369,10 +371,11 @@ impl ShardLog {
             other => (FaultKind::Other, std::io::Error::other(other.to_string())),
         })?;
         let old = std::mem::replace(&mut self.current, next);
+        let info = SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, file: file_id(&file), ..SegmentInfo::default() };
         let file = Arc::new(file);
         self.shared.set_file(Some(file.clone()), self.dir.clone(), false);
         self.file = Some(file);
-        self.segments.insert(next, SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, ..SegmentInfo::default() });
+        self.segments.insert(next, info);
         if self.segments.get(&old).is_some_and(SegmentInfo::is_dead) {
             self.deletions.push((old, self.written));
         }
@@ -509,6 +512,8 @@ impl ShardLog {
         if self.fault.is_none() {
             if let Err(kind) = self.files_check() {
                 self.fail(kind, &std::io::Error::other("deleted or replaced"), "checking the log's files", now);
+            } else if let Err((kind, e)) = self.segments_check() {
+                self.fail(kind, &e, "checking the log's segments", now);
             } else if self.data_dir.check().is_err() {
                 // The log's own files are fine: only the lock file went
                 // (or another shard let go of it); take it again.
@@ -521,12 +526,43 @@ impl ShardLog {
     }
 
     /// Whether the shard's directory and current segment are still the
-    /// ones the log writes (deleted or replaced shows as `Gone`).
+    /// ones the log writes, the segment no shorter than what was written
+    /// to it (deleted, replaced or truncated shows as `Gone`). One `fstat`
+    /// of the segment and a `stat` and `fstat` of the directory: cheap
+    /// enough for every batch with `async`.
     fn files_check(&self) -> Result<(), FaultKind> {
         if let Some(file) = &self.file {
-            dir::linked(file)?;
+            if dir::linked(file)? < self.segment_len() {
+                return Err(FaultKind::Gone);
+            }
         }
         self.dir.as_ref().map_or(Err(FaultKind::Gone), |d| d.check())
+    }
+
+    /// Whether every other segment the log still needs (one with a live
+    /// job, or with records that cancel records in an older one) is still
+    /// the file the log wrote, at least as long as it was written: a
+    /// segment deleted, replaced by another file or truncated would lose
+    /// its jobs at the next start, so it is a fault (`Gone`) and the log is
+    /// rebuilt from memory. Cost: one `stat` per such segment, only from
+    /// the check every [`limits::WAL_CHECK_INTERVAL`] (segments are
+    /// [`LogSettings::segment_bytes`] each, so a log holds few of them:
+    /// about 2 × its live bytes / segment size, see [`limits::WAL_DISK_FACTOR`]).
+    fn segments_check(&self) -> Result<(), (FaultKind, std::io::Error)> {
+        use std::os::unix::fs::MetadataExt;
+        let needed = self.segments.iter().filter(|(n, s)| **n != self.current && !s.is_dead());
+        for (&n, info) in needed {
+            let path = segment_path(&self.dir_path, n);
+            let why = match std::fs::symlink_metadata(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => "deleted".to_string(),
+                Err(e) => return Err((FaultKind::of(&e), e)),
+                Ok(m) if info.file.is_some_and(|id| id != (m.dev(), m.ino())) => "replaced by another file".to_string(),
+                Ok(m) if m.len() < info.bytes => format!("truncated to {} of {} bytes", m.len(), info.bytes),
+                Ok(_) => continue,
+            };
+            return Err((FaultKind::Gone, std::io::Error::other(format!("{}: {why}", path.display()))));
+        }
+        Ok(())
     }
 
     /// Deletes the dead segments whose deletion is safe now (everything

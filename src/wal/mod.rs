@@ -316,7 +316,7 @@ fn reopen(
         let mut segments: BTreeMap<u32, SegmentInfo> = replay
             .segments
             .iter()
-            .map(|s| (s.number, SegmentInfo { bytes: s.bytes, ..SegmentInfo::default() }))
+            .map(|s| (s.number, SegmentInfo { bytes: s.bytes, file: s.id, ..SegmentInfo::default() }))
             .collect();
         for &(newer, older) in &replay.refs {
             if segments.contains_key(&older) {

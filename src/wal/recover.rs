@@ -56,6 +56,8 @@ pub struct SegmentFile {
     pub header: Option<SegmentHeader>,
     /// Damage was skipped in it: it is to be moved aside.
     pub damaged: bool,
+    /// Its device and inode.
+    pub id: Option<(u64, u64)>,
 }
 
 /// A stretch of a segment skipped as damaged.
@@ -133,10 +135,12 @@ pub fn replay_dir(
     let last = files.last().map(|(n, _)| *n);
     for (number, path) in files {
         buf.clear();
-        File::open(&path).and_then(|mut f| f.read_to_end(&mut buf)).map_err(WalError::io(&path))?;
+        let mut file = File::open(&path).map_err(WalError::io(&path))?;
+        file.read_to_end(&mut buf).map_err(WalError::io(&path))?;
         state.bytes += buf.len() as u64;
         let seg = replay_segment(&buf, number, &path, Some(number) == last, skip_damaged, (epoch, now), &mut state)?;
-        if let Some(seg) = seg {
+        if let Some(mut seg) = seg {
+            seg.id = super::segment::file_id(&file);
             state.segments.push(seg);
         }
     }
@@ -155,7 +159,8 @@ fn replay_segment(
     state: &mut ShardReplay,
 ) -> Result<Option<SegmentFile>, WalError> {
     let header = SegmentHeader::decode(buf);
-    let mut seg = SegmentFile { number, path: path.to_path_buf(), bytes: buf.len() as u64, header, damaged: false };
+    let mut seg =
+        SegmentFile { number, path: path.to_path_buf(), bytes: buf.len() as u64, header, damaged: false, id: None };
     let mut at = SEGMENT_HEADER_BYTES;
     match header {
         Some(h) if h.number == number && h.shard as usize == state.index => {

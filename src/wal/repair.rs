@@ -27,7 +27,7 @@ use super::dir::{self, Identity};
 use super::log::ShardLog;
 use super::record;
 use super::recover::list_segments;
-use super::segment::{new_segment, SegmentInfo, SEGMENT_HEADER_BYTES};
+use super::segment::{file_id, new_segment, SegmentInfo, SEGMENT_HEADER_BYTES};
 use crate::ids::JobId;
 use crate::job::{DeadJob, Job};
 use crate::joblog::{FaultKind, Holdings};
@@ -169,11 +169,12 @@ impl Writer {
         self.made.push(super::segment::segment_path(&self.dir, number));
         match new_segment(&self.dir, self.shard, self.shards, number, self.seq_floor) {
             Ok(f) => {
+                let info =
+                    SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, file: file_id(&f), ..SegmentInfo::default() };
                 self.file = Some(f);
                 self.current = number;
                 self.at = SEGMENT_HEADER_BYTES as u64;
-                self.segments
-                    .insert(number, SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, ..SegmentInfo::default() });
+                self.segments.insert(number, info);
             }
             Err(e) => self.failed = Some(wal_error(e)),
         }

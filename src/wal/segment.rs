@@ -117,6 +117,10 @@ pub struct SegmentInfo {
     /// records' cancellation with it, and a finished job would come back at
     /// the next start.
     pub older: BTreeSet<u32>,
+    /// The file's device and inode as the log made or found it (`None`:
+    /// not known): the periodic check tells a segment replaced by another
+    /// file from the log's own.
+    pub file: Option<(u64, u64)>,
 }
 
 impl SegmentInfo {
@@ -125,6 +129,12 @@ impl SegmentInfo {
     pub fn is_dead(&self) -> bool {
         self.live == 0 && self.older.is_empty()
     }
+}
+
+/// The device and inode of an open file (`None` if `fstat` fails).
+pub fn file_id(file: &File) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata().ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Creates segment `number` in `dir` with its header, synced, and syncs the

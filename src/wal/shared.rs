@@ -206,7 +206,7 @@ impl WalShared {
                 tracing::error!(dir = %path().display(), error = %e, "syncing the write-ahead log failed");
                 FaultKind::of(&e).max_io()
             })
-            .and_then(|()| dir::linked(&file))
+            .and_then(|()| dir::linked(&file).map(drop))
             .and_then(|()| dir.as_ref().map_or(Ok(()), |d| d.check()));
         self.record_sync(t0.elapsed());
         let head = self.head.lock();

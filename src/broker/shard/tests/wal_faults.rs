@@ -1,6 +1,7 @@
 //! The write-ahead log's faults under the harness (real logs in a temporary
-//! directory, `async`): the data directory deleted or replaced, a segment
-//! deleted, the lock file deleted. Each is found at the next batch that
+//! directory, `async`): the data directory deleted or replaced, every
+//! segment deleted, an older segment deleted, replaced or truncated, the
+//! lock file deleted. Each is found at the next batch that
 //! writes; new jobs are refused (`STORE_FAILED`) while jobs held are still
 //! served; the log repairs itself after its back-off (rebuilt from the
 //! shards' memory in a directory made again); a restart then finds every
@@ -156,4 +157,97 @@ fn a_deleted_lock_file_is_taken_again_without_a_rebuild() {
     assert!(lock.try_lock().is_err(), "the new lock file is locked");
     drop(h);
     assert_eq!(recover(&dir, 1)["q"], ["j1", "j2", "j3", "j4", "j5"]);
+}
+
+/// A queue on the shard of `q` (the harness's `pad<i>` names).
+fn pad_queue(h: &Harness) -> String {
+    let qi = h.shard_of("q");
+    (0..).map(|i| format!("pad{i}")).find(|p| h.shard_of(p) == qi).unwrap_or_default()
+}
+
+/// The segment files of shard `shard` under `dir`, oldest first.
+fn segment_files(dir: &Path, shard: usize) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir.join(format!("wal/shard-{shard}")))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// A segment that is not the current one, with live jobs in it, deleted,
+/// replaced by a copy (another inode) or truncated while the router runs:
+/// found by the check every [`limits::WAL_CHECK_INTERVAL`], producers
+/// refused, the log rebuilt from memory, and a restart finds every live
+/// job (the break found by the black-box test: an older segment deleted
+/// was never noticed, and its jobs were lost at the next start).
+fn older_segment_fault(shards: usize, fault: fn(&Path)) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let mut h = Harness::new(shards);
+    h.attach_logs(&dir);
+    let pad = pad_queue(&h);
+    let qi = h.shard_of("q");
+    // About four of these fill a segment (4 KiB in these tests).
+    let bodies: Vec<String> = (0..12).map(|i| format!("pad-{i:03}-{}", "x".repeat(900))).collect();
+    for body in &bodies {
+        assert_eq!(h.text_sched(1, &pad, body), done());
+        h.commit_logs();
+    }
+    // Then jobs of `q`, one of them out with a worker.
+    h.inform("w1", &[(10, "q")]);
+    for i in 1..=4 {
+        h.request("c", &format!("m{i}"), "q", &format!("j{i}"));
+    }
+    h.ready("w1", 1);
+    assert_eq!(h.take_bodies("w1"), ["j1"]);
+    h.commit_logs();
+    h.take_to("c");
+    let files = segment_files(&dir, qi);
+    assert!(files.len() >= 3, "older segments hold live jobs: {files:?}");
+    fault(&files[1]);
+    h.advance(limits::WAL_CHECK_INTERVAL);
+    h.end_batches();
+    h.request("c", "m5", "q", "j5");
+    assert_eq!(refusals(&mut h), ["STORE_FAILED"], "{shards} shards: the fault is found");
+    assert_eq!(h.wal_figure_json(qi)["state"], "gone");
+    h.advance(limits::WAL_RETRY_MAX);
+    h.end_batches();
+    h.request("c", "m6", "q", "j6");
+    assert!(refusals(&mut h).is_empty(), "rebuilt: accepted again");
+    h.commit_logs();
+    drop(h);
+    let got = recover(&dir, shards);
+    assert_eq!(got[&pad], bodies, "{shards} shards: the jobs of the segment are kept");
+    assert_eq!(got["q"], ["j1", "j2", "j3", "j4", "j6"]);
+}
+
+#[test]
+fn an_older_segment_deleted_is_found_refused_and_rebuilt() {
+    for shards in [1, 3] {
+        older_segment_fault(shards, |f| std::fs::remove_file(f).unwrap());
+    }
+}
+
+#[test]
+fn an_older_segment_replaced_is_found_refused_and_rebuilt() {
+    for shards in [1, 3] {
+        older_segment_fault(shards, |f| {
+            let copy = f.with_extension("copy");
+            std::fs::copy(f, &copy).unwrap();
+            std::fs::rename(&copy, f).unwrap();
+        });
+    }
+}
+
+#[test]
+fn an_older_segment_truncated_is_found_refused_and_rebuilt() {
+    for shards in [1, 3] {
+        older_segment_fault(shards, |f| {
+            let file = std::fs::OpenOptions::new().write(true).open(f).unwrap();
+            let len = file.metadata().unwrap().len();
+            file.set_len(len / 2).unwrap();
+        });
+    }
 }
