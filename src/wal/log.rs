@@ -50,6 +50,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::dir::{self, DataDir, Identity};
+use super::held;
 use super::record;
 use super::segment::{file_id, new_segment, segment_path, shard_dir, SegmentInfo, SEGMENT_HEADER_BYTES};
 use super::shared::WalShared;
@@ -125,8 +126,9 @@ pub struct ShardLog {
     unsynced_since: Option<Instant>,
     /// The largest job sequence seen (the floor of the next segment).
     pub(super) seq_floor: u64,
-    /// Segments to delete once the log is synced up to the position given.
-    deletions: Vec<(u32, u64)>,
+    /// Segments that died (they go once their moved jobs are synced, see
+    /// [`ShardLog::delete_dead`]).
+    deletions: Vec<u32>,
     pass: Option<Pass>,
     /// `(current, older)` of the last reference noted ([`ShardLog::refer_to`]),
     /// so a batch of `Done`s naming one older segment costs one lookup.
@@ -172,6 +174,11 @@ impl ShardLog {
         let identity = Arc::new(Identity::open(&dir_path).map_err(super::WalError::io(&dir_path))?);
         let file = Arc::new(new_segment(&dir_path, shard, shards, number, seq_floor)?);
         let id = file_id(&file);
+        let needed = segments.keys().copied().chain([number]);
+        if let Err(e) = held::write(&dir_path, needed) {
+            let _ = std::fs::remove_file(segment_path(&dir_path, number));
+            return Err(super::WalError::Io { path: held::held_path(&dir_path), source: e });
+        }
         let shared = Arc::new(WalShared::new(settings.durability, file.clone(), identity.clone()));
         let mut log = ShardLog {
             shard,
@@ -245,10 +252,9 @@ impl ShardLog {
     }
 
     /// Schedules the deletion of every segment but the current one whose
-    /// jobs are all done, once what is written now is synced (start-up).
+    /// jobs are all done (start-up).
     pub fn retire_dead_segments(&mut self) {
-        let at = self.logged;
-        let dead = self.segments.iter().filter(|(n, s)| **n != self.current && s.is_dead()).map(|(n, _)| (*n, at));
+        let dead = self.segments.iter().filter(|(n, s)| **n != self.current && s.is_dead()).map(|(n, _)| *n);
         self.deletions.extend(dead);
     }
 
@@ -317,6 +323,9 @@ impl ShardLog {
         let (from, len) = (job.log_tag(), record::accepted_len(job));
         self.append_accepted(job);
         self.refer_to(from);
+        if let Some(info) = self.segments.get_mut(&from) {
+            info.moved_upto = self.logged;
+        }
         self.count_out(from, len);
     }
 
@@ -338,7 +347,7 @@ impl ShardLog {
         info.live = info.live.saturating_sub(1);
         info.live_bytes = info.live_bytes.saturating_sub(record_bytes as u64);
         if info.is_dead() && segment != self.current {
-            self.deletions.push((segment, self.logged));
+            self.deletions.push(segment);
         }
     }
 
@@ -370,6 +379,13 @@ impl ShardLog {
             super::WalError::Io { source, .. } => (FaultKind::of(&source), source),
             other => (FaultKind::Other, std::io::Error::other(other.to_string())),
         })?;
+        // `held` names the new segment before anything goes to it, and no
+        // longer names the hollow ones, which can go now.
+        let needed = self.segments.iter().filter(|(_, s)| !s.hollow).map(|(n, _)| *n).chain([next]);
+        if let Err(e) = held::write(&self.dir_path, needed) {
+            let _ = std::fs::remove_file(segment_path(&self.dir_path, next));
+            return Err((FaultKind::of(&e), e));
+        }
         let old = std::mem::replace(&mut self.current, next);
         let info = SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, file: file_id(&file), ..SegmentInfo::default() };
         let file = Arc::new(file);
@@ -377,7 +393,11 @@ impl ShardLog {
         self.file = Some(file);
         self.segments.insert(next, info);
         if self.segments.get(&old).is_some_and(SegmentInfo::is_dead) {
-            self.deletions.push((old, self.written));
+            self.deletions.push(old);
+        }
+        let hollow: Vec<u32> = self.segments.iter().filter(|(_, s)| s.hollow).map(|(n, _)| *n).collect();
+        if !hollow.is_empty() {
+            self.unlink(&hollow);
         }
         Ok(())
     }
@@ -565,54 +585,149 @@ impl ShardLog {
         Ok(())
     }
 
-    /// Deletes the dead segments whose deletion is safe now (everything
-    /// written before they died is synced).
+    /// Deletes the dead segments whose deletion is safe now (see
+    /// [`ShardLog::retire`]).
     fn delete_dead(&mut self) {
         if self.deletions.is_empty() || self.fault.is_some() {
             return;
         }
+        let ready = self.deletable(false);
+        if !ready.is_empty() {
+            self.retire(&ready);
+        }
+    }
+
+    /// The dead segments other than the current one that may go now, in
+    /// order: none of their jobs is live, the copies of those moved forward
+    /// are synced, and every older segment whose records theirs cancel is
+    /// gone ([`SegmentInfo::is_dead`]). Their jobs' `Done` records need not
+    /// be written: deleting the segment takes the jobs with it, which is at
+    /// least as strong (this is what frees space on a full disk). `all`:
+    /// every such segment (a repair); else the candidates noted as they
+    /// died, which are kept when not ready yet.
+    fn deletable(&mut self, all: bool) -> Vec<u32> {
         let synced = self.shared.synced();
-        let mut keep = Vec::new();
-        let mut gone = Vec::new();
-        for (segment, after) in std::mem::take(&mut self.deletions) {
-            let still_dead = segment != self.current && self.segments.get(&segment).is_some_and(SegmentInfo::is_dead);
-            if !still_dead {
-                continue;
-            }
-            if after > synced {
-                keep.push((segment, after));
-                continue;
-            }
-            let path = segment_path(&self.dir_path, segment);
-            match std::fs::remove_file(&path) {
-                Ok(()) => {
-                    self.shared.stats.deleted_segments.fetch_add(1, Ordering::Relaxed);
+        let candidates: Vec<u32> = if all {
+            self.deletions.clear();
+            self.segments.iter().filter(|(_, s)| !s.hollow).map(|(n, _)| *n).collect()
+        } else {
+            std::mem::take(&mut self.deletions)
+        };
+        let mut ready = Vec::new();
+        for n in candidates {
+            match self.segments.get(&n) {
+                Some(s) if n != self.current && s.is_dead() && !s.hollow => {
+                    if s.moved_upto <= synced {
+                        ready.push(n);
+                    } else if !all {
+                        self.deletions.push(n);
+                    }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                _ => {}
+            }
+        }
+        ready.sort_unstable();
+        ready.dedup();
+        ready
+    }
+
+    /// Removes the dead segments `ready` (see [`ShardLog::deletable`]):
+    /// writes `held` without them (and without the hollow ones), deletes
+    /// them and the hollow ones, and syncs the directory; when `held`
+    /// cannot be written (a full disk), cuts each to its header instead
+    /// (hollow: its records are gone, its file stays until `held` can be
+    /// written). Either way, once that is durable, the segments whose
+    /// records cancel records in them may go in turn.
+    fn retire(&mut self, ready: &[u32]) {
+        let hollow: Vec<u32> = self.segments.iter().filter(|(_, s)| s.hollow).map(|(n, _)| *n).collect();
+        let needed =
+            self.segments.iter().filter(|(n, s)| !s.hollow && ready.binary_search(n).is_err()).map(|(n, _)| *n);
+        let gone = match held::write(&self.dir_path, needed) {
+            Ok(()) => {
+                let all: Vec<u32> = ready.iter().chain(&hollow).copied().collect();
+                let gone = self.unlink(&all);
+                gone.into_iter().filter(|n| ready.binary_search(n).is_ok()).collect()
+            }
+            Err(e) => {
+                crate::log_limited!(warn, shard = self.shard, dir = %self.dir_path.display(), error = %e,
+                    "cannot write the list of the log's segments: dead segments are cut to their header instead of deleted");
+                ready.iter().copied().filter(|&n| self.hollow(n)).collect::<Vec<u32>>()
+            }
+        };
+        self.freed(&gone);
+    }
+
+    /// Deletes the segment files `numbers` (dead, and no longer in `held`)
+    /// and syncs the directory; the numbers deleted (or already gone). A
+    /// directory that cannot be synced is a fault: what was deleted is in
+    /// doubt, and the log is rebuilt.
+    fn unlink(&mut self, numbers: &[u32]) -> Vec<u32> {
+        let mut gone = Vec::new();
+        for &n in numbers {
+            let path = segment_path(&self.dir_path, n);
+            match std::fs::remove_file(&path) {
+                Ok(()) => self.shared.stats.deleted_segments.fetch_add(1, Ordering::Relaxed),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
                 Err(e) => {
                     tracing::warn!(shard = self.shard, file = %path.display(), error = %e, "cannot delete a dead segment");
+                    self.deletions.push(n);
+                    continue;
                 }
-            }
-            self.segments.remove(&segment);
-            gone.push(segment);
+            };
+            self.segments.remove(&n);
+            gone.push(n);
         }
-        self.deletions = keep;
+        if !gone.is_empty() {
+            // Durable before any segment that depended on them can go (at a
+            // later call): a crash never leaves a segment whose cancelling
+            // records are gone.
+            if let Err(super::WalError::Io { source, .. }) = dir::sync_dir(&self.dir_path) {
+                self.fail(FaultKind::of(&source), &source, "syncing the log directory", Instant::now());
+                return Vec::new();
+            }
+        }
+        gone
+    }
+
+    /// Cuts dead segment `n` to its header and syncs it: its records are
+    /// gone, which needs no space (the current segment too, on a full
+    /// disk: what waits in the buffer is then written after its header).
+    /// Whether it worked.
+    fn hollow(&mut self, n: u32) -> bool {
+        let header = SEGMENT_HEADER_BYTES as u64;
+        let path = segment_path(&self.dir_path, n);
+        let cut = match (&self.file, n == self.current) {
+            (Some(file), true) => file.set_len(header).and_then(|()| file.sync_all()),
+            (None, true) => return false,
+            (_, false) => std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_len(header).and_then(|()| f.sync_all())),
+        };
+        if let Err(e) = cut {
+            crate::log_limited!(warn, shard = self.shard, file = %path.display(), error = %e, "cannot empty a dead segment");
+            return false;
+        }
+        let waiting = self.buf.len() as u64;
+        let current = n == self.current;
+        if let Some(info) = self.segments.get_mut(&n) {
+            info.bytes = header + if current { waiting } else { 0 };
+            info.hollow = !current;
+        }
+        true
+    }
+
+    /// Segments `gone` were deleted or emptied, durably: the segments whose
+    /// records cancelled records in them may die in turn.
+    fn freed(&mut self, gone: &[u32]) {
         if gone.is_empty() {
             return;
         }
-        // The deletions are made durable before any segment that depended
-        // on them can go (at a later call): a crash never leaves a segment
-        // whose cancelling records are gone.
-        if let Err(e) = dir::sync_dir(&self.dir_path) {
-            tracing::warn!(shard = self.shard, dir = %self.dir_path.display(), error = %e, "cannot sync the log directory");
-        }
-        let at = self.logged;
         for (n, info) in self.segments.iter_mut() {
             let before = info.older.len();
-            info.older.retain(|n| !gone.contains(n));
-            let freed = info.older.len() < before;
-            if freed && *n != self.current && info.is_dead() {
-                self.deletions.push((*n, at));
+            info.older.retain(|o| !gone.contains(o));
+            if info.older.len() < before && *n != self.current && info.is_dead() && !info.hollow {
+                self.deletions.push(*n);
             }
         }
     }

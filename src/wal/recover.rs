@@ -20,13 +20,15 @@
 //! damage is to be skipped: then replay resumes at the next valid record,
 //! and the stretches skipped are reported.
 
+use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use super::held::{self, HELD_FILE, HELD_TMP_FILE};
 use super::record::{self, Record};
-use super::segment::{parse_segment_name, SegmentHeader, SEGMENT_HEADER_BYTES};
+use super::segment::{parse_segment_name, segment_path, SegmentHeader, SEGMENT_HEADER_BYTES};
 use super::WalError;
 use crate::ids::{FastMap, JobId};
 use crate::job::Job;
@@ -95,6 +97,9 @@ pub struct ShardReplay {
     /// `(newer, older)`: a record in segment `newer` cancels or supersedes
     /// one in segment `older` (see [`crate::wal::segment::SegmentInfo::older`]).
     pub refs: Vec<(u32, u32)>,
+    /// Segments the directory's `held` file lists that are missing (only
+    /// with `--recover-skip-damaged`; otherwise they stop the start).
+    pub missing: Vec<PathBuf>,
 }
 
 /// The segment files of a shard directory, sorted by number (other files
@@ -109,6 +114,7 @@ pub fn list_segments(dir: &Path) -> Result<Vec<(u32, PathBuf)>, WalError> {
         let name = entry.file_name();
         match name.to_str().and_then(parse_segment_name) {
             Some(n) => out.push((n, entry.path())),
+            None if name == HELD_FILE || name == HELD_TMP_FILE => {}
             None => tracing::warn!(file = %entry.path().display(), "ignoring a file that is not a log segment"),
         }
     }
@@ -133,7 +139,9 @@ pub fn replay_dir(
     let mut state = ShardReplay { index, ..ShardReplay::default() };
     let mut buf = Vec::new();
     let last = files.last().map(|(n, _)| *n);
+    let mut present = BTreeSet::new();
     for (number, path) in files {
+        present.insert(number);
         buf.clear();
         let mut file = File::open(&path).map_err(WalError::io(&path))?;
         file.read_to_end(&mut buf).map_err(WalError::io(&path))?;
@@ -144,7 +152,37 @@ pub fn replay_dir(
             state.segments.push(seg);
         }
     }
+    check_held(dir, &present, skip_damaged, &mut state)?;
     Ok(state)
+}
+
+/// Compares the segments found (`present`, a torn one removed included)
+/// with those the directory's `held` file lists: one missing stops the
+/// start ([`WalError::Missing`]) unless damage is to be skipped.
+fn check_held(dir: &Path, present: &BTreeSet<u32>, skip: bool, state: &mut ShardReplay) -> Result<(), WalError> {
+    let held = match held::read(dir) {
+        Ok(Some(held)) => held,
+        Ok(None) => return Ok(()),
+        Err(why) => {
+            let file = held::held_path(dir);
+            tracing::warn!(file = %file.display(), %why, "cannot read the list of the log's segments; not checking for missing segments");
+            return Ok(());
+        }
+    };
+    let (count, first) = held::missing(&held, present, 8);
+    let Some(&n) = first.first() else { return Ok(()) };
+    let file = segment_path(dir, n);
+    if !skip {
+        return Err(WalError::Missing { file, count, held: held::held_path(dir) });
+    }
+    let files: Vec<String> = first.iter().map(|&n| segment_path(dir, n).display().to_string()).collect();
+    tracing::error!(
+        count,
+        ?files,
+        "log segments missing: starting without them and the jobs they held (--recover-skip-damaged)"
+    );
+    state.missing.extend(first.iter().map(|&n| segment_path(dir, n)));
+    Ok(())
 }
 
 /// Replays one segment's bytes into `state`; `None` when the file was an

@@ -9,7 +9,8 @@
 //! be ([`super::dir::DataDir::ensure`]), writes each job's `Accepted`
 //! record (with `Buried` for a dead job, `Dispatched` for one out) into new
 //! segments numbered above every segment the directory holds, syncs them
-//! and the directory, and only then deletes the older segments. A crash
+//! and the directory, writes the directory's `held` file naming only them
+//! (`held.rs`), and only then deletes the older segments. A crash
 //! part-way leaves the old segments with the new ones, whose copies
 //! replace theirs at recovery (at worst a job finished while the log was
 //! faulty comes back: at least once, never lost). The rebuild runs on the
@@ -88,11 +89,16 @@ fn rebuild(log: &mut ShardLog, holdings: &mut dyn Holdings) -> Result<(), Failur
     log.lent = lent;
     let (jobs, bytes) = (w.jobs, w.bytes);
     let rebuilt = match w.finish(identity) {
-        Ok(r) => r,
-        Err((made, failure)) => {
-            for path in made {
-                let _ = std::fs::remove_file(path);
+        // `held` names only the new segments before the old ones go.
+        Ok((r, made)) => match super::held::write(&dir_path, r.segments.keys().copied()) {
+            Ok(()) => r,
+            Err(e) => {
+                remove_all(made);
+                return Err((FaultKind::of(&e), e));
             }
+        },
+        Err((made, failure)) => {
+            remove_all(made);
             return Err(failure);
         }
     };
@@ -110,6 +116,13 @@ fn rebuild(log: &mut ShardLog, holdings: &mut dyn Holdings) -> Result<(), Failur
     tracing::warn!(shard = log.shard, dir = %dir_path.display(), jobs, bytes, millis = t0.elapsed().as_millis() as u64,
         "write-ahead log rebuilt from memory");
     Ok(())
+}
+
+/// Removes the segments a failed rebuild made.
+fn remove_all(made: Vec<PathBuf>) {
+    for path in made {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 fn wal_error(e: super::WalError) -> Failure {
@@ -256,11 +269,12 @@ impl Writer {
         self.put(record::BURIED_RECORD_BYTES, |buf| record::encode_buried(id, setbacks, why, at, buf));
     }
 
-    /// Writes what is left and syncs the last segment and the directory.
+    /// Writes what is left and syncs the last segment and the directory;
+    /// what was rebuilt and the files made.
     ///
     /// # Errors
     /// The files made (to delete) and the first failure.
-    fn finish(mut self, dir: Arc<Identity>) -> Result<Rebuilt, (Vec<PathBuf>, Failure)> {
+    fn finish(mut self, dir: Arc<Identity>) -> Result<(Rebuilt, Vec<PathBuf>), (Vec<PathBuf>, Failure)> {
         self.flush();
         if self.failed.is_none() {
             if let Some(f) = &self.file {
@@ -276,7 +290,7 @@ impl Writer {
         }
         match (self.failed.take(), self.file.take()) {
             (None, Some(file)) => {
-                Ok(Rebuilt { segments: self.segments, current: self.current, file: Arc::new(file), dir })
+                Ok((Rebuilt { segments: self.segments, current: self.current, file: Arc::new(file), dir }, self.made))
             }
             (failed, _) => {
                 let failure = failed.unwrap_or_else(|| (FaultKind::Other, std::io::Error::other("no segment")));

@@ -121,6 +121,14 @@ pub struct SegmentInfo {
     /// not known): the periodic check tells a segment replaced by another
     /// file from the log's own.
     pub file: Option<(u64, u64)>,
+    /// The log position just past the last copy of one of its jobs moved
+    /// forward out of it (compaction, a requeue with a setback, a burial,
+    /// an unburial): the segment may only go once that copy is synced.
+    pub moved_upto: u64,
+    /// The segment is dead and its file was cut to its header (its
+    /// records gone) because the log could not write the `held` file that
+    /// must come before a deletion (a full disk); it is deleted later.
+    pub hollow: bool,
 }
 
 impl SegmentInfo {
