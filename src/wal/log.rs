@@ -27,7 +27,10 @@
 //!   buffered and are written again at the same offset (a torn write is
 //!   overwritten) until the write succeeds; past
 //!   [`limits::WAL_FAULT_BUFFER_BYTES`] of them the log gives up the buffer
-//!   and rebuilds instead;
+//!   and rebuilds instead. Meanwhile segments whose jobs are all done are
+//!   still deleted (or cut to their header), so the disk gets space back
+//!   as consumers finish jobs. A router started on a full disk starts in
+//!   this fault, its current segment made once there is space;
 //! * **anything else** (read-only, an I/O error, a failed sync, the data
 //!   directory, the shard's directory or a segment deleted or replaced):
 //!   what was written since the last sync is in doubt. The log lets go of
@@ -114,6 +117,9 @@ pub struct ShardLog {
     pub(super) settings: LogSettings,
     pub(super) segments: BTreeMap<u32, SegmentInfo>,
     pub(super) current: u32,
+    /// The current segment's file is not made yet (the router started on
+    /// a full disk): `held` does not name it until it is.
+    unmade: bool,
     /// The current segment (`None` after a fault let go of it).
     pub(super) file: Option<Arc<File>>,
     buf: Vec<u8>,
@@ -172,13 +178,17 @@ impl ShardLog {
         let dir_path = shard_dir(root, shard);
         std::fs::create_dir_all(&dir_path).map_err(super::WalError::io(&dir_path))?;
         let identity = Arc::new(Identity::open(&dir_path).map_err(super::WalError::io(&dir_path))?);
-        let file = Arc::new(new_segment(&dir_path, shard, shards, number, seq_floor)?);
-        let id = file_id(&file);
-        let needed = segments.keys().copied().chain([number]);
-        if let Err(e) = held::write(&dir_path, needed) {
-            let _ = std::fs::remove_file(segment_path(&dir_path, number));
-            return Err(super::WalError::Io { path: held::held_path(&dir_path), source: e });
-        }
+        // On a full disk the router starts all the same, its log in the
+        // `Full` fault: producers refused, consumers served, the segment
+        // made once dead segments freed space (see [`ShardLog::repair`]).
+        let (file, full) = match open_segment(&dir_path, shard, shards, number, seq_floor, segments.keys().copied()) {
+            Ok(file) => (Some(Arc::new(file)), None),
+            Err(super::WalError::Io { source, .. }) if FaultKind::of(&source) == FaultKind::Full => {
+                (None, Some(source))
+            }
+            Err(e) => return Err(e),
+        };
+        let id = file.as_deref().and_then(file_id);
         let shared = Arc::new(WalShared::new(settings.durability, file.clone(), identity.clone()));
         let mut log = ShardLog {
             shard,
@@ -189,7 +199,8 @@ impl ShardLog {
             settings,
             segments,
             current: number,
-            file: Some(file),
+            unmade: full.is_some(),
+            file,
             buf: Vec::new(),
             logged: 0,
             written: 0,
@@ -208,6 +219,9 @@ impl ShardLog {
         };
         log.segments
             .insert(number, SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, file: id, ..SegmentInfo::default() });
+        if let Some(e) = full {
+            log.fail(FaultKind::Full, &e, "starting a new segment", Instant::now());
+        }
         log.update_stats();
         Ok(log)
     }
@@ -283,14 +297,15 @@ impl ShardLog {
     }
 
     /// Job `id` (its latest `Accepted` record of `bytes` in `tag`) is done.
+    /// Counted out also while no record is kept: a segment whose jobs are
+    /// all done may go even on a full disk (see [`ShardLog::delete_dead`]).
     fn append_done(&mut self, id: JobId, tag: u32, bytes: usize) {
-        if !self.keeping() {
-            return;
+        if self.keeping() {
+            self.make_room(record::ID_RECORD_BYTES);
+            record::encode_done(id, &mut self.buf);
+            self.grow(record::ID_RECORD_BYTES);
+            self.refer_to(tag);
         }
-        self.make_room(record::ID_RECORD_BYTES);
-        record::encode_done(id, &mut self.buf);
-        self.grow(record::ID_RECORD_BYTES);
-        self.refer_to(tag);
         self.count_out(tag, bytes);
     }
 
@@ -375,17 +390,11 @@ impl ShardLog {
         };
         self.write_out()?;
         self.sync_now()?;
-        let file = new_segment(&self.dir_path, self.shard, self.shards, next, self.seq_floor).map_err(|e| match e {
-            super::WalError::Io { source, .. } => (FaultKind::of(&source), source),
-            other => (FaultKind::Other, std::io::Error::other(other.to_string())),
-        })?;
         // `held` names the new segment before anything goes to it, and no
         // longer names the hollow ones, which can go now.
-        let needed = self.segments.iter().filter(|(_, s)| !s.hollow).map(|(n, _)| *n).chain([next]);
-        if let Err(e) = held::write(&self.dir_path, needed) {
-            let _ = std::fs::remove_file(segment_path(&self.dir_path, next));
-            return Err((FaultKind::of(&e), e));
-        }
+        let needed: Vec<u32> = self.segments.iter().filter(|(_, s)| !s.hollow).map(|(n, _)| *n).collect();
+        let file =
+            open_segment(&self.dir_path, self.shard, self.shards, next, self.seq_floor, needed).map_err(wal_failure)?;
         let old = std::mem::replace(&mut self.current, next);
         let info = SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, file: file_id(&file), ..SegmentInfo::default() };
         let file = Arc::new(file);
@@ -477,7 +486,6 @@ impl ShardLog {
     fn let_go(&mut self) {
         self.buf.clear();
         self.pass = None;
-        self.deletions.clear();
         self.file = None;
         self.dir = None;
         self.shared.set_file(None, None, false);
@@ -587,8 +595,15 @@ impl ShardLog {
 
     /// Deletes the dead segments whose deletion is safe now (see
     /// [`ShardLog::retire`]).
+    ///
+    /// Also during a `Full` fault (not during another: what the log wrote
+    /// is in doubt, the rebuild deletes every old segment): that is how a
+    /// full disk gets space back as consumers finish jobs, with no record
+    /// written. A job finished then whose `Done` record was not written
+    /// and whose segment stays comes back at the next start (redelivered,
+    /// never lost).
     fn delete_dead(&mut self) {
-        if self.deletions.is_empty() || self.fault.is_some() {
+        if self.deletions.is_empty() || self.fault.is_some_and(|f| f.kind != FaultKind::Full) {
             return;
         }
         let ready = self.deletable(false);
@@ -640,8 +655,12 @@ impl ShardLog {
     /// records cancel records in them may go in turn.
     fn retire(&mut self, ready: &[u32]) {
         let hollow: Vec<u32> = self.segments.iter().filter(|(_, s)| s.hollow).map(|(n, _)| *n).collect();
-        let needed =
-            self.segments.iter().filter(|(n, s)| !s.hollow && ready.binary_search(n).is_err()).map(|(n, _)| *n);
+        let unmade = self.unmade.then_some(self.current);
+        let needed = self
+            .segments
+            .iter()
+            .filter(|(n, s)| !s.hollow && ready.binary_search(n).is_err() && Some(**n) != unmade)
+            .map(|(n, _)| *n);
         let gone = match held::write(&self.dir_path, needed) {
             Ok(()) => {
                 let all: Vec<u32> = ready.iter().chain(&hollow).copied().collect();
@@ -845,6 +864,7 @@ impl ShardLog {
     ) {
         self.segments = segments;
         self.current = current;
+        self.unmade = false;
         self.dir = Some(dir.clone());
         self.file = Some(file.clone());
         self.written = self.logged;
@@ -1047,6 +1067,25 @@ impl ShardLog {
         self.let_go();
     }
 
+    /// Makes the current segment's file when the router started without
+    /// it (a full disk), `held` naming it.
+    fn make_current(&mut self) -> Result<(), (FaultKind, std::io::Error)> {
+        if !self.unmade {
+            return Ok(());
+        }
+        let needed: Vec<u32> = self.segments.iter().filter(|(_, s)| !s.hollow).map(|(n, _)| *n).collect();
+        let file = open_segment(&self.dir_path, self.shard, self.shards, self.current, self.seq_floor, needed)
+            .map_err(wal_failure)?;
+        let file = Arc::new(file);
+        if let Some(info) = self.segments.get_mut(&self.current) {
+            info.file = file_id(&file);
+        }
+        self.shared.set_file(Some(file.clone()), self.dir.clone(), false);
+        self.file = Some(file);
+        self.unmade = false;
+        Ok(())
+    }
+
     /// One attempt to repair the log (see the module docs, "Faults").
     fn repair(&mut self, now: Instant, holdings: &mut dyn Holdings) {
         let Some(fault) = self.fault else { return };
@@ -1054,8 +1093,8 @@ impl ShardLog {
             self.buf.clear();
             self.rebuild(holdings)
         } else {
-            self.files_check()
-                .map_err(|k| (k, std::io::Error::other("deleted or replaced")))
+            self.make_current()
+                .and_then(|()| self.files_check().map_err(|k| (k, std::io::Error::other("deleted or replaced"))))
                 .and_then(|()| self.write_out())
         };
         match result {
@@ -1076,6 +1115,36 @@ impl ShardLog {
             }
             Err((kind, e)) => self.fail(kind, &e, if fault.rebuild { "rebuilding" } else { "writing again" }, now),
         }
+    }
+}
+
+/// Creates segment `number` ([`new_segment`]) and writes `held` naming it
+/// with `others` (see `held.rs`); the segment is removed when `held`
+/// cannot be written.
+fn open_segment(
+    dir: &Path,
+    shard: usize,
+    shards: usize,
+    number: u32,
+    seq_floor: u64,
+    others: impl IntoIterator<Item = u32>,
+) -> Result<File, super::WalError> {
+    let file = new_segment(dir, shard, shards, number, seq_floor)?;
+    let mut needed: Vec<u32> = others.into_iter().chain([number]).collect();
+    needed.sort_unstable();
+    needed.dedup();
+    if let Err(source) = held::write(dir, needed) {
+        let _ = std::fs::remove_file(segment_path(dir, number));
+        return Err(super::WalError::Io { path: held::held_path(dir), source });
+    }
+    Ok(file)
+}
+
+/// A [`super::WalError`] as a fault's kind and OS error.
+fn wal_failure(e: super::WalError) -> (FaultKind, std::io::Error) {
+    match e {
+        super::WalError::Io { source, .. } => (FaultKind::of(&source), source),
+        other => (FaultKind::Other, std::io::Error::other(other.to_string())),
     }
 }
 
