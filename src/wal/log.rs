@@ -151,6 +151,11 @@ pub struct ShardLog {
     pub(super) fault: Option<Fault>,
     /// Whether free space is below `disk_free_limit`.
     alarm: bool,
+    /// Free bytes at the last `statvfs` (`u64::MAX` before the first), and
+    /// [`ShardLog::logged`] then: what was logged since counts against it,
+    /// so a burst between two checks cannot pass `disk_free_limit`.
+    free_at_check: u64,
+    logged_at_check: u64,
     /// When free space and the files are checked next.
     next_check: Option<Instant>,
     pub(super) shared: Arc<WalShared>,
@@ -214,6 +219,8 @@ impl ShardLog {
             lent: FastMap::default(),
             fault: None,
             alarm: false,
+            free_at_check: u64::MAX,
+            logged_at_check: 0,
             next_check: None,
             shared,
         };
@@ -512,7 +519,8 @@ impl ShardLog {
         match self.data_dir.free_bytes() {
             Ok(free) => {
                 self.shared.stats.free_bytes.store(free, Ordering::Relaxed);
-                let alarm = free < self.settings.disk_free_limit;
+                (self.free_at_check, self.logged_at_check) = (free, self.logged - self.buf.len() as u64);
+                let alarm = self.past_free_limit();
                 if alarm != self.alarm {
                     let limit = self.settings.disk_free_limit;
                     if alarm {
@@ -961,6 +969,11 @@ impl JobLog for ShardLog {
             }
         }
         self.give_up_buffer_past_its_bound();
+        if !self.alarm && self.past_free_limit() {
+            // What was written since the last look may have passed the
+            // limit (or compaction freed space meanwhile): look now.
+            self.next_check = None;
+        }
         self.check(now);
         if self.fault.is_none() && self.settings.durability == Durability::Async && wrote {
             // Released at its write: its files must still be the log's.
@@ -986,7 +999,7 @@ impl JobLog for ShardLog {
     }
 
     fn refusal(&self) -> Option<StoreFault> {
-        match (self.fault, self.alarm) {
+        match (self.fault, self.alarm || self.past_free_limit()) {
             (Some(f), _) => Some(f.kind.refusal()),
             (None, true) => Some(StoreFault::Full),
             (None, false) => None,
@@ -1065,6 +1078,14 @@ impl ShardLog {
         let bound = limits::WAL_FAULT_BUFFER_BYTES;
         tracing::warn!(shard = self.shard, bound, "write-ahead log: more records wait for the full disk than it keeps; it will be rebuilt from memory instead");
         self.let_go();
+    }
+
+    /// Whether the bytes logged since the last `statvfs` would take free
+    /// space below `disk_free_limit` (no system call: the shard asks at
+    /// every new job).
+    fn past_free_limit(&self) -> bool {
+        let limit = self.settings.disk_free_limit;
+        limit > 0 && self.free_at_check.saturating_sub(self.logged - self.logged_at_check) < limit
     }
 
     /// Makes the current segment's file when the router started without
@@ -1255,5 +1276,37 @@ mod tests {
         assert!(log.pass.is_none(), "the pass ends with the fault");
         let next = log.next_deadline().expect("a retry is due");
         assert!(next >= now + limits::WAL_RETRY_MIN, "the loop waits for the back-off: {:?}", next - now);
+    }
+
+    /// Black-box finding 3: free space is read every second, and a burst
+    /// in between counts against it: new jobs are refused as soon as what
+    /// was logged since the last `statvfs` would take free space below
+    /// `disk_free_limit`; the next `statvfs` (forced at that commit)
+    /// decides with the real figure.
+    #[test]
+    fn bytes_logged_between_free_space_checks_count_against_the_limit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut log = log_in(tmp.path(), Durability::Sync);
+        log.settings.disk_free_limit = 1 << 20;
+        let now = Instant::now();
+        let _ = log.commit(now);
+        let free = log.free_at_check;
+        assert!(free > 64 << 20, "the test needs 64 MiB free: {free}");
+        assert_eq!(log.refusal(), None);
+        // As if the last statvfs found 3 records' room above the limit.
+        let len = record::accepted_len(&job(1)) as u64;
+        log.free_at_check = (1 << 20) + 3 * len;
+        log.logged_at_check = log.logged;
+        log.next_check = Some(now + Duration::from_secs(3600));
+        for seq in 1..=3 {
+            log.accepted(&mut job(seq));
+            assert_eq!(log.refusal(), None, "job {seq}: still at or above the limit");
+        }
+        log.accepted(&mut job(4));
+        assert_eq!(log.refusal(), Some(StoreFault::Full), "the 4th job's record passes the limit: refused at once");
+        // The commit looks at the real free space at once, not in an hour.
+        let _ = log.commit(now);
+        assert!(log.free_at_check > 32 << 20, "read again: {}", log.free_at_check);
+        assert_eq!(log.refusal(), None, "the real free space is far above the limit");
     }
 }
