@@ -117,6 +117,11 @@ pub struct ShardLog {
     pub(super) settings: LogSettings,
     pub(super) segments: BTreeMap<u32, SegmentInfo>,
     pub(super) current: u32,
+    /// The shard's directory as opened before a fault that found it gone
+    /// (moved away, say), while it is still linked: once the rebuild made
+    /// a new one, the superseded segments are removed through it, not by
+    /// path ([`ShardLog::clean_superseded`]).
+    superseded: Option<Arc<Identity>>,
     /// The current segment's file is not made yet (the router started on
     /// a full disk): `held` does not name it until it is.
     unmade: bool,
@@ -205,6 +210,7 @@ impl ShardLog {
             segments,
             current: number,
             unmade: full.is_some(),
+            superseded: None,
             file,
             buf: Vec::new(),
             logged: 0,
@@ -494,9 +500,31 @@ impl ShardLog {
         self.buf.clear();
         self.pass = None;
         self.file = None;
-        self.dir = None;
+        let old = self.dir.take();
+        if self.fault.is_some_and(|f| f.kind == FaultKind::Gone) && self.superseded.is_none() {
+            self.superseded = old.filter(|d| dir::linked(&d.file).is_ok());
+        }
         self.shared.set_file(None, None, false);
         self.data_dir.release();
+    }
+
+    /// After a rebuild in `now` (the shard's directory as opened now):
+    /// when the directory the log wrote before is another one, still
+    /// linked (the data directory was moved or renamed), removes the log's
+    /// files in it through its descriptor, so that no copy of the jobs the
+    /// rebuild moved stays behind to come back if it is ever started on.
+    pub(super) fn clean_superseded(&mut self, now: &Identity) {
+        let Some(old) = self.superseded.take() else { return };
+        let id = |f: &File| file_id(f);
+        if id(&old.file) == id(&now.file) || dir::linked(&old.file).is_err() {
+            return;
+        }
+        match dir::remove_log_files_at(&old.file) {
+            Ok(n) => tracing::warn!(shard = self.shard, segments = n, was = %old.path.display(),
+                "removed the log's segments from its old directory (moved away while the router ran), through the directory opened at start"),
+            Err(e) => tracing::error!(shard = self.shard, was = %old.path.display(), error = %e,
+                "cannot clean the log's old directory (moved away while the router ran): its segments hold copies of jobs now in the new log"),
+        }
     }
 
     /// The state as STATUS shows it.
@@ -692,7 +720,13 @@ impl ShardLog {
         let mut gone = Vec::new();
         for &n in numbers {
             let path = segment_path(&self.dir_path, n);
-            match std::fs::remove_file(&path) {
+            // Through the directory as opened, not by path: a path may name
+            // another directory by now (the data directory moved).
+            let removed = match &self.dir {
+                Some(d) => dir::unlink_at(&d.file, &segment_path(Path::new(""), n)),
+                None => std::fs::remove_file(&path),
+            };
+            match removed {
                 Ok(()) => self.shared.stats.deleted_segments.fetch_add(1, Ordering::Relaxed),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
                 Err(e) => {
@@ -708,7 +742,11 @@ impl ShardLog {
             // Durable before any segment that depended on them can go (at a
             // later call): a crash never leaves a segment whose cancelling
             // records are gone.
-            if let Err(super::WalError::Io { source, .. }) = dir::sync_dir(&self.dir_path) {
+            let synced = match &self.dir {
+                Some(d) => d.file.sync_all(),
+                None => dir::sync_dir(&self.dir_path).map_err(|e| wal_failure(e).1),
+            };
+            if let Err(source) = synced {
                 self.fail(FaultKind::of(&source), &source, "syncing the log directory", Instant::now());
                 return Vec::new();
             }

@@ -111,6 +111,7 @@ fn rebuild(log: &mut ShardLog, holdings: &mut dyn Holdings) -> Result<(), Failur
         }
     }
     dir::sync_dir(&dir_path).map_err(wal_error)?;
+    log.clean_superseded(&rebuilt.dir);
     log.count_rewritten(bytes);
     log.start_over(rebuilt.segments, rebuilt.current, rebuilt.file, rebuilt.dir);
     tracing::warn!(shard = log.shard, dir = %dir_path.display(), jobs, bytes, millis = t0.elapsed().as_millis() as u64,

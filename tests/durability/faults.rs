@@ -412,3 +412,42 @@ fn a_log_that_fills_its_disk_frees_it_as_jobs_finish_and_starts_on_it_full() {
     router.kill_group();
     drop(mnt);
 }
+
+/// Black-box finding 4: the data directory is a mount point and its file
+/// system is unmounted under the router. The log must not be made again
+/// on the file system beneath (the root one), where it would vanish when
+/// the volume is mounted back: the directory's device differs from the
+/// one at start, so producers are refused (STORE_FAILED, state `gone`)
+/// and nothing is written there; consumers are still served.
+#[test]
+fn an_unmounted_data_directory_is_refused_not_made_again_beneath() {
+    if !root_or_skip("an_unmounted_data_directory") {
+        return;
+    }
+    let _w = Watchdog::new("unmounted", 120);
+    let dir = TestDir::new("unmounted");
+    let mnt = Mount::tmpfs(&dir.join("mnt"), 32 << 20);
+    let node = Node::with_data(&dir, mnt.path.clone());
+    let flags = ["--disk-free-limit", "0", "--shards", "1"];
+    let mut router = node.start(&flags);
+    super::sched(&node.text(), "kept", 20);
+    let (ledger, counters): (Shared, _) = (Arc::default(), [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))]);
+    let out = std::process::Command::new("umount").arg("-l").arg(&mnt.path).output().expect("umount");
+    assert!(out.status.success(), "umount -l: {}", String::from_utf8_lossy(&out.stderr));
+    let got = until_probes(&node, &ledger, &counters, ("STORE_FAILED", "STORE_FAILED"), Duration::from_secs(15));
+    assert_eq!(got, (Some("STORE_FAILED".into()), Some("STORE_FAILED".into())));
+    assert_eq!(states(&node), vec!["gone".to_string()]);
+    // Its repairs find the other file system and stop there.
+    let said = wait::until(Duration::from_secs(30), || {
+        std::fs::read_to_string(&node.log).unwrap_or_default().contains("is now on another file system")
+    });
+    assert!(said, "the router says why: {}", router.log_tail(20));
+    let beneath: Vec<_> = std::fs::read_dir(&mnt.path).expect("the mount point").map(|e| e.unwrap().path()).collect();
+    assert_eq!(beneath, Vec::<PathBuf>::new(), "nothing made on the file system beneath");
+    assert_eq!(states(&node), vec!["gone".to_string()], "still refused");
+    // Consumers are served from memory.
+    let jobs = super::drain(&node.text(), "kept");
+    assert_eq!(jobs, (0..20).map(|i| format!("job-{i:04}")).collect::<Vec<_>>());
+    router.kill_group();
+    drop(mnt);
+}

@@ -56,7 +56,7 @@ fn block(dir: &Path) {
 /// blocked): the next batch that writes finds it, producers are refused
 /// while the worker's job and the text offer still end; once a repair can
 /// work the log rebuilds itself and a restart finds exactly the live jobs.
-fn found_refused_repaired(shards: usize, fault: impl FnOnce(&Path)) {
+fn found_refused_repaired(shards: usize, fault: impl FnOnce(&Path)) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let mut h = busy(&dir, shards);
@@ -106,19 +106,79 @@ fn found_refused_repaired(shards: usize, fault: impl FnOnce(&Path)) {
     // j1 done, j2 in flight, j3 j4 j5 j7 waiting; t1 offered, t2 acked.
     assert_eq!(got["q"], ["j2", "j3", "j4", "j5", "j7"], "{shards} shards");
     assert_eq!(got["t"], ["t1"], "{shards} shards");
+    tmp
+}
+
+/// The log files left under `dir` (segments and `held`, every shard).
+fn log_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for shard in std::fs::read_dir(dir.join("wal")).into_iter().flatten() {
+        for f in std::fs::read_dir(shard.unwrap().path()).unwrap() {
+            out.push(f.unwrap().path());
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Black-box finding 5: the data directory moved (mv) while the router
+/// runs. The log is rebuilt at its path, and the segments it superseded
+/// are removed from the moved directory through the descriptor opened at
+/// start (by path they are no longer found): no second copy of the jobs is
+/// left to come back if a router is ever started on it.
+#[test]
+fn a_moved_data_directory_is_rebuilt_and_its_old_segments_removed_through_its_descriptor() {
+    for shards in [1, 3] {
+        let tmp = found_refused_repaired(shards, |dir| std::fs::rename(dir, dir.with_extension("old")).unwrap());
+        let old = tmp.path().join("data.old");
+        assert!(old.join("wal").is_dir(), "the moved directory is still there");
+        assert_eq!(log_files(&old), Vec::<std::path::PathBuf>::new(), "{shards} shards: nothing of the log left in it");
+    }
+}
+
+/// Black-box finding 6: the data directory's path is a symlink, re-pointed
+/// while the router runs. The lock and the log stay bound to the directory
+/// opened at start: no fault, the jobs keep going there, nothing is
+/// written where the link points now.
+#[test]
+fn a_re_pointed_data_directory_symlink_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (real, other, link) = (tmp.path().join("real"), tmp.path().join("other"), tmp.path().join("link"));
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::create_dir_all(&real).unwrap();
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let mut h = busy(&link, 1);
+    let files = log_files(&real);
+    assert!(!files.is_empty());
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&other, &link).unwrap();
+    h.advance(limits::WAL_CHECK_INTERVAL);
+    h.end_batches();
+    h.request("c", "m5", "q", "j5");
+    h.commit_logs();
+    h.advance(limits::WAL_CHECK_INTERVAL);
+    h.end_batches();
+    assert!(refusals(&mut h).is_empty(), "accepted: the log is fine");
+    assert_eq!(h.wal_figure_json(0)["state"], "ok");
+    assert_eq!(h.wal_figure_json(0)["repairs"], 0);
+    assert_eq!(std::fs::read_dir(&other).unwrap().count(), 0, "nothing where the link points now");
+    let lock = std::fs::File::open(real.join("lock")).unwrap();
+    assert!(lock.try_lock().is_err(), "the directory opened at start stays locked");
+    drop(h);
+    assert_eq!(recover(&real, 1)["q"], ["j1", "j2", "j3", "j4", "j5"]);
 }
 
 #[test]
 fn a_deleted_data_directory_is_found_refused_and_rebuilt_from_memory() {
     for shards in [1, 3] {
-        found_refused_repaired(shards, |dir| std::fs::remove_dir_all(dir).unwrap());
+        let _ = found_refused_repaired(shards, |dir| std::fs::remove_dir_all(dir).unwrap());
     }
 }
 
 #[test]
 fn a_replaced_data_directory_is_found_refused_and_rebuilt_from_memory() {
     for shards in [1, 3] {
-        found_refused_repaired(shards, |dir| {
+        let _ = found_refused_repaired(shards, |dir| {
             std::fs::rename(dir, dir.with_extension("old")).unwrap();
             std::fs::create_dir(dir).unwrap();
         });
@@ -128,7 +188,7 @@ fn a_replaced_data_directory_is_found_refused_and_rebuilt_from_memory() {
 #[test]
 fn deleted_segments_are_found_refused_and_rebuilt_from_memory() {
     for shards in [1, 3] {
-        found_refused_repaired(shards, |dir| {
+        let _ = found_refused_repaired(shards, |dir| {
             for shard in std::fs::read_dir(dir.join("wal")).unwrap() {
                 for seg in std::fs::read_dir(shard.unwrap().path()).unwrap() {
                     std::fs::remove_file(seg.unwrap().path()).unwrap();
