@@ -177,7 +177,7 @@ settings! {
             /// New jobs are refused (`STORE_FULL`) while the data directory's
             /// file system has fewer free bytes than this; 0: never
             /// (docs/durability.md).
-            disk_free_limit => disk_free_limit: Plain<u64> = limits::DISK_FREE_LIMIT, env "EMQ_DISK_FREE_LIMIT";
+            disk_free_limit => disk_free_limit: FreeLimit = limits::DISK_FREE_LIMIT, env "EMQ_DISK_FREE_LIMIT";
             /// At start, on damage in the middle of the log: skip the damaged
             /// bytes (logged with counts), move the damaged segments to the
             /// data directory's `damaged/` folder and start with the rest,
@@ -433,6 +433,26 @@ impl Kind for SegmentBytes {
     }
 }
 
+/// `disk_free_limit`: bytes, at most `i64::MAX` (the largest integer a TOML
+/// config file, and the config the router prints, can hold).
+pub struct FreeLimit;
+
+impl Kind for FreeLimit {
+    type Raw = u64;
+    type Value = u64;
+
+    fn parse(text: &str) -> Result<u64, String> {
+        Plain::<u64>::parse(text)
+    }
+
+    fn check(n: u64) -> Result<u64, String> {
+        if n > i64::MAX as u64 {
+            return Err(format!("{n} bytes is more than a TOML integer holds: at most {} (0: no limit)", i64::MAX));
+        }
+        Ok(n)
+    }
+}
+
 /// Default shard count: one per two cores, at least one, so that the I/O
 /// thread and the shards do not oversubscribe small machines (2 cores → 1).
 pub fn default_shards() -> usize {
@@ -616,6 +636,25 @@ mod tests {
         assert_eq!(c.default_queues, vec![(10, "default".to_string())]);
         assert_eq!(c.text.max_line_bytes, limits::TEXT_MAX_LINE_BYTES);
         assert_eq!(c.text.max_buffered_bytes, limits::TEXT_MAX_BUFFERED_BYTES);
+    }
+
+    /// Black-box finding 8: a limit TOML cannot hold is refused at start
+    /// with the setting's name and the bound, not later when the config is
+    /// printed or written.
+    #[test]
+    fn disk_free_limit_above_i64_max_is_refused_clearly() {
+        let max = i64::MAX.to_string();
+        let c = env(&[("EMQ_DISK_FREE_LIMIT", &max)]).validate().unwrap();
+        assert_eq!(c.wal.disk_free_limit, i64::MAX as u64);
+        let above = (i64::MAX as u64 + 1).to_string();
+        let err = env(&[("EMQ_DISK_FREE_LIMIT", &above)]).validate().unwrap_err().to_string();
+        assert!(err.contains("disk_free_limit"), "{err}");
+        assert!(
+            err.contains("9223372036854775808 bytes is more than a TOML integer holds: at most 9223372036854775807 (0: no limit)"),
+            "{err}"
+        );
+        let err = env(&[("EMQ_DISK_FREE_LIMIT", &u64::MAX.to_string())]).validate().unwrap_err().to_string();
+        assert!(err.contains("at most 9223372036854775807"), "{err}");
     }
 
     #[test]

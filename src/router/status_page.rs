@@ -94,7 +94,25 @@ pub fn render(scrape: &Scrape, rates: &mut Rates) -> String {
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"refresh\" content=\"{refresh}\"><title>emq status</title><style>{STYLE}</style></head><body>"
     );
-    let state = if scrape.draining { "<span class=\"bad\">draining</span>" } else { "accepting jobs" };
+    let mut refusals: Vec<String> = scrape
+        .logs
+        .iter()
+        .filter_map(|l| match l.state {
+            crate::joblog::LogState::Ok => None,
+            crate::joblog::LogState::Alarm => Some(crate::joblog::StoreFault::Full),
+            crate::joblog::LogState::Faulty(kind) => Some(kind.refusal()),
+        })
+        .map(|r| r.code().to_ascii_lowercase())
+        .collect();
+    refusals.sort_unstable();
+    refusals.dedup();
+    let state = if scrape.draining {
+        "<span class=\"bad\">draining</span>".to_string()
+    } else if refusals.is_empty() {
+        "accepting jobs".to_string()
+    } else {
+        format!("<span class=\"bad\">refusing new jobs ({})</span>", refusals.join(", "))
+    };
     let _ = write!(
         o,
         "<h1>emq {}</h1><p id=\"router\">{} shard(s), up {:.0} s, {state}; {} worker(s), {} scheduler(s){}. \
@@ -318,6 +336,10 @@ mod tests {
         let page = render(&scrape, &mut Rates::default());
         assert!(page.contains("Job log: 10 byte(s); 6000 byte(s) free on disk (limit 9000)."), "{page}");
         assert!(page.contains("New jobs refused (shard 1: disk_alarm, shard 2: gone)"), "{page}");
+        assert!(
+            page.contains("up 0 s, <span class=\"bad\">refusing new jobs (store_failed, store_full)</span>;"),
+            "{page}"
+        );
         let memory = render(&Scrape { shards: 1, ..Scrape::default() }, &mut Rates::default());
         assert!(!memory.contains("id=\"log\""), "no log line without a log");
     }

@@ -57,6 +57,9 @@ pub struct DataDir {
     /// The abstract socket holding the directory's name for the process.
     _name: UnixListener,
     open: Mutex<Opened>,
+    /// The device of the directory's file system at start: the directory
+    /// is only made again on it (see [`DataDir::ensure`]).
+    dev: u64,
 }
 
 /// The directory and lock file as this process opened them (`None` once
@@ -92,7 +95,8 @@ impl DataDir {
             std::thread::sleep(limits::DATA_DIR_LOCK_RETRY);
         };
         let dir = File::open(&path).map_err(WalError::io(&path))?;
-        Ok(DataDir { path, _name: name, open: Mutex::new(Opened { dir: Some(dir), lock: Some(lock) }) })
+        let dev = dir.metadata().map_err(WalError::io(&path))?.dev();
+        Ok(DataDir { path, _name: name, open: Mutex::new(Opened { dir: Some(dir), lock: Some(lock) }), dev })
     }
 
     /// The directory (canonical).
@@ -148,8 +152,27 @@ impl DataDir {
             return Ok(());
         }
         let io = |e: std::io::Error| (FaultKind::of(&e), e);
+        let existed = self.path.exists();
         fs::create_dir_all(&self.path).map_err(io)?;
         let dir = File::open(&self.path).map_err(io)?;
+        let dev = dir.metadata().map_err(io)?.dev();
+        if dev != self.dev {
+            // Its file system was unmounted (or another mounted over it):
+            // a log made here would live on whatever lies beneath (the
+            // root file system, say) and vanish when it is mounted back.
+            drop(dir);
+            if !existed {
+                let _ = fs::remove_dir(&self.path);
+            }
+            let why = format!(
+                "{} is now on another file system (device {}, was {} at start: unmounted?); \
+                 the log is not made again there: mount it back, or restart the router",
+                self.path.display(),
+                dev_name(dev),
+                dev_name(self.dev)
+            );
+            return Err((FaultKind::Gone, std::io::Error::other(why)));
+        }
         let lock = open_lock(&self.path).map_err(|e| match e {
             WalError::Io { source, .. } => io(source),
             other => (FaultKind::Other, std::io::Error::other(other.to_string())),
@@ -264,10 +287,65 @@ fn same_file(file: &File, path: &Path) -> Result<(), FaultKind> {
     Ok(())
 }
 
-/// Whether a segment file this log writes is still linked.
-pub fn linked(file: &File) -> Result<(), FaultKind> {
+/// Removes `name` from the open directory `dir` (`unlinkat`).
+///
+/// # Errors
+/// The OS error.
+pub fn unlink_at(dir: &File, name: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(name.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: `dir` is an open directory for the call's duration and `c` a
+    // NUL-terminated name.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A device number as `major:minor`.
+fn dev_name(dev: u64) -> String {
+    format!("{}:{}", libc::major(dev), libc::minor(dev))
+}
+
+/// Removes, through the open directory `dir` (not by its path, which may
+/// name another directory now: the directory was moved), every log file
+/// in it: segments and `held`; syncs it. How many segments went.
+///
+/// # Errors
+/// The OS error of listing or syncing it (a file that cannot be removed is
+/// logged and left).
+pub fn remove_log_files_at(dir: &File) -> std::io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let fd = dir.as_raw_fd();
+    // The directory's entries, read through the descriptor.
+    let listing = fs::read_dir(format!("/proc/self/fd/{fd}"))?;
+    let mut removed = 0;
+    for entry in listing {
+        let name = entry?.file_name();
+        let segment = name.to_str().and_then(super::segment::parse_segment_name).is_some();
+        if !segment && name != super::held::HELD_FILE && name != super::held::HELD_TMP_FILE {
+            continue;
+        }
+        let c = std::ffi::CString::new(name.as_bytes()).map_err(std::io::Error::other)?;
+        // SAFETY: `fd` is an open directory for the call's duration and `c`
+        // a NUL-terminated name in it.
+        if unsafe { libc::unlinkat(fd, c.as_ptr(), 0) } != 0 {
+            let e = std::io::Error::last_os_error();
+            tracing::warn!(file = %name.to_string_lossy(), error = %e, "cannot remove a file of the log's old directory");
+            continue;
+        }
+        removed += u64::from(segment);
+    }
+    dir.sync_all()?;
+    Ok(removed)
+}
+
+/// Whether a segment file this log writes is still linked; its length.
+pub fn linked(file: &File) -> Result<u64, FaultKind> {
     match file.metadata() {
-        Ok(m) if m.nlink() > 0 => Ok(()),
+        Ok(m) if m.nlink() > 0 => Ok(m.len()),
         Ok(_) => Err(FaultKind::Gone),
         Err(e) => Err(FaultKind::of(&e)),
     }

@@ -27,7 +27,10 @@
 //!   buffered and are written again at the same offset (a torn write is
 //!   overwritten) until the write succeeds; past
 //!   [`limits::WAL_FAULT_BUFFER_BYTES`] of them the log gives up the buffer
-//!   and rebuilds instead;
+//!   and rebuilds instead. Meanwhile segments whose jobs are all done are
+//!   still deleted (or cut to their header), so the disk gets space back
+//!   as consumers finish jobs. A router started on a full disk starts in
+//!   this fault, its current segment made once there is space;
 //! * **anything else** (read-only, an I/O error, a failed sync, the data
 //!   directory, the shard's directory or a segment deleted or replaced):
 //!   what was written since the last sync is in doubt. The log lets go of
@@ -50,8 +53,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::dir::{self, DataDir, Identity};
+use super::held;
 use super::record;
-use super::segment::{new_segment, segment_path, shard_dir, SegmentInfo, SEGMENT_HEADER_BYTES};
+use super::segment::{file_id, new_segment, segment_path, shard_dir, SegmentInfo, SEGMENT_HEADER_BYTES};
 use super::shared::WalShared;
 use crate::config::Durability;
 use crate::ids::{FastMap, JobId, QueueName};
@@ -113,6 +117,14 @@ pub struct ShardLog {
     pub(super) settings: LogSettings,
     pub(super) segments: BTreeMap<u32, SegmentInfo>,
     pub(super) current: u32,
+    /// The shard's directory as opened before a fault that found it gone
+    /// (moved away, say), while it is still linked: once the rebuild made
+    /// a new one, the superseded segments are removed through it, not by
+    /// path ([`ShardLog::clean_superseded`]).
+    superseded: Option<Arc<Identity>>,
+    /// The current segment's file is not made yet (the router started on
+    /// a full disk): `held` does not name it until it is.
+    unmade: bool,
     /// The current segment (`None` after a fault let go of it).
     pub(super) file: Option<Arc<File>>,
     buf: Vec<u8>,
@@ -125,8 +137,9 @@ pub struct ShardLog {
     unsynced_since: Option<Instant>,
     /// The largest job sequence seen (the floor of the next segment).
     pub(super) seq_floor: u64,
-    /// Segments to delete once the log is synced up to the position given.
-    deletions: Vec<(u32, u64)>,
+    /// Segments that died (they go once their moved jobs are synced, see
+    /// [`ShardLog::delete_dead`]).
+    deletions: Vec<u32>,
     pass: Option<Pass>,
     /// `(current, older)` of the last reference noted ([`ShardLog::refer_to`]),
     /// so a batch of `Done`s naming one older segment costs one lookup.
@@ -143,6 +156,11 @@ pub struct ShardLog {
     pub(super) fault: Option<Fault>,
     /// Whether free space is below `disk_free_limit`.
     alarm: bool,
+    /// Free bytes at the last `statvfs` (`u64::MAX` before the first), and
+    /// [`ShardLog::logged`] then: what was logged since counts against it,
+    /// so a burst between two checks cannot pass `disk_free_limit`.
+    free_at_check: u64,
+    logged_at_check: u64,
     /// When free space and the files are checked next.
     next_check: Option<Instant>,
     pub(super) shared: Arc<WalShared>,
@@ -170,7 +188,17 @@ impl ShardLog {
         let dir_path = shard_dir(root, shard);
         std::fs::create_dir_all(&dir_path).map_err(super::WalError::io(&dir_path))?;
         let identity = Arc::new(Identity::open(&dir_path).map_err(super::WalError::io(&dir_path))?);
-        let file = Arc::new(new_segment(&dir_path, shard, shards, number, seq_floor)?);
+        // On a full disk the router starts all the same, its log in the
+        // `Full` fault: producers refused, consumers served, the segment
+        // made once dead segments freed space (see [`ShardLog::repair`]).
+        let (file, full) = match open_segment(&dir_path, shard, shards, number, seq_floor, segments.keys().copied()) {
+            Ok(file) => (Some(Arc::new(file)), None),
+            Err(super::WalError::Io { source, .. }) if FaultKind::of(&source) == FaultKind::Full => {
+                (None, Some(source))
+            }
+            Err(e) => return Err(e),
+        };
+        let id = file.as_deref().and_then(file_id);
         let shared = Arc::new(WalShared::new(settings.durability, file.clone(), identity.clone()));
         let mut log = ShardLog {
             shard,
@@ -181,7 +209,9 @@ impl ShardLog {
             settings,
             segments,
             current: number,
-            file: Some(file),
+            unmade: full.is_some(),
+            superseded: None,
+            file,
             buf: Vec::new(),
             logged: 0,
             written: 0,
@@ -195,10 +225,16 @@ impl ShardLog {
             lent: FastMap::default(),
             fault: None,
             alarm: false,
+            free_at_check: u64::MAX,
+            logged_at_check: 0,
             next_check: None,
             shared,
         };
-        log.segments.insert(number, SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, ..SegmentInfo::default() });
+        log.segments
+            .insert(number, SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, file: id, ..SegmentInfo::default() });
+        if let Some(e) = full {
+            log.fail(FaultKind::Full, &e, "starting a new segment", Instant::now());
+        }
         log.update_stats();
         Ok(log)
     }
@@ -243,10 +279,9 @@ impl ShardLog {
     }
 
     /// Schedules the deletion of every segment but the current one whose
-    /// jobs are all done, once what is written now is synced (start-up).
+    /// jobs are all done (start-up).
     pub fn retire_dead_segments(&mut self) {
-        let at = self.logged;
-        let dead = self.segments.iter().filter(|(n, s)| **n != self.current && s.is_dead()).map(|(n, _)| (*n, at));
+        let dead = self.segments.iter().filter(|(n, s)| **n != self.current && s.is_dead()).map(|(n, _)| *n);
         self.deletions.extend(dead);
     }
 
@@ -275,14 +310,15 @@ impl ShardLog {
     }
 
     /// Job `id` (its latest `Accepted` record of `bytes` in `tag`) is done.
+    /// Counted out also while no record is kept: a segment whose jobs are
+    /// all done may go even on a full disk (see [`ShardLog::delete_dead`]).
     fn append_done(&mut self, id: JobId, tag: u32, bytes: usize) {
-        if !self.keeping() {
-            return;
+        if self.keeping() {
+            self.make_room(record::ID_RECORD_BYTES);
+            record::encode_done(id, &mut self.buf);
+            self.grow(record::ID_RECORD_BYTES);
+            self.refer_to(tag);
         }
-        self.make_room(record::ID_RECORD_BYTES);
-        record::encode_done(id, &mut self.buf);
-        self.grow(record::ID_RECORD_BYTES);
-        self.refer_to(tag);
         self.count_out(tag, bytes);
     }
 
@@ -315,6 +351,9 @@ impl ShardLog {
         let (from, len) = (job.log_tag(), record::accepted_len(job));
         self.append_accepted(job);
         self.refer_to(from);
+        if let Some(info) = self.segments.get_mut(&from) {
+            info.moved_upto = self.logged;
+        }
         self.count_out(from, len);
     }
 
@@ -336,7 +375,7 @@ impl ShardLog {
         info.live = info.live.saturating_sub(1);
         info.live_bytes = info.live_bytes.saturating_sub(record_bytes as u64);
         if info.is_dead() && segment != self.current {
-            self.deletions.push((segment, self.logged));
+            self.deletions.push(segment);
         }
     }
 
@@ -364,17 +403,23 @@ impl ShardLog {
         };
         self.write_out()?;
         self.sync_now()?;
-        let file = new_segment(&self.dir_path, self.shard, self.shards, next, self.seq_floor).map_err(|e| match e {
-            super::WalError::Io { source, .. } => (FaultKind::of(&source), source),
-            other => (FaultKind::Other, std::io::Error::other(other.to_string())),
-        })?;
+        // `held` names the new segment before anything goes to it, and no
+        // longer names the hollow ones, which can go now.
+        let needed: Vec<u32> = self.segments.iter().filter(|(_, s)| !s.hollow).map(|(n, _)| *n).collect();
+        let file =
+            open_segment(&self.dir_path, self.shard, self.shards, next, self.seq_floor, needed).map_err(wal_failure)?;
         let old = std::mem::replace(&mut self.current, next);
+        let info = SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, file: file_id(&file), ..SegmentInfo::default() };
         let file = Arc::new(file);
         self.shared.set_file(Some(file.clone()), self.dir.clone(), false);
         self.file = Some(file);
-        self.segments.insert(next, SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, ..SegmentInfo::default() });
+        self.segments.insert(next, info);
         if self.segments.get(&old).is_some_and(SegmentInfo::is_dead) {
-            self.deletions.push((old, self.written));
+            self.deletions.push(old);
+        }
+        let hollow: Vec<u32> = self.segments.iter().filter(|(_, s)| s.hollow).map(|(n, _)| *n).collect();
+        if !hollow.is_empty() {
+            self.unlink(&hollow);
         }
         Ok(())
     }
@@ -454,11 +499,32 @@ impl ShardLog {
     fn let_go(&mut self) {
         self.buf.clear();
         self.pass = None;
-        self.deletions.clear();
         self.file = None;
-        self.dir = None;
+        let old = self.dir.take();
+        if self.fault.is_some_and(|f| f.kind == FaultKind::Gone) && self.superseded.is_none() {
+            self.superseded = old.filter(|d| dir::linked(&d.file).is_ok());
+        }
         self.shared.set_file(None, None, false);
         self.data_dir.release();
+    }
+
+    /// After a rebuild in `now` (the shard's directory as opened now):
+    /// when the directory the log wrote before is another one, still
+    /// linked (the data directory was moved or renamed), removes the log's
+    /// files in it through its descriptor, so that no copy of the jobs the
+    /// rebuild moved stays behind to come back if it is ever started on.
+    pub(super) fn clean_superseded(&mut self, now: &Identity) {
+        let Some(old) = self.superseded.take() else { return };
+        let id = |f: &File| file_id(f);
+        if id(&old.file) == id(&now.file) || dir::linked(&old.file).is_err() {
+            return;
+        }
+        match dir::remove_log_files_at(&old.file) {
+            Ok(n) => tracing::warn!(shard = self.shard, segments = n, was = %old.path.display(),
+                "removed the log's segments from its old directory (moved away while the router ran), through the directory opened at start"),
+            Err(e) => tracing::error!(shard = self.shard, was = %old.path.display(), error = %e,
+                "cannot clean the log's old directory (moved away while the router ran): its segments hold copies of jobs now in the new log"),
+        }
     }
 
     /// The state as STATUS shows it.
@@ -481,7 +547,8 @@ impl ShardLog {
         match self.data_dir.free_bytes() {
             Ok(free) => {
                 self.shared.stats.free_bytes.store(free, Ordering::Relaxed);
-                let alarm = free < self.settings.disk_free_limit;
+                (self.free_at_check, self.logged_at_check) = (free, self.logged - self.buf.len() as u64);
+                let alarm = self.past_free_limit();
                 if alarm != self.alarm {
                     let limit = self.settings.disk_free_limit;
                     if alarm {
@@ -509,6 +576,8 @@ impl ShardLog {
         if self.fault.is_none() {
             if let Err(kind) = self.files_check() {
                 self.fail(kind, &std::io::Error::other("deleted or replaced"), "checking the log's files", now);
+            } else if let Err((kind, e)) = self.segments_check() {
+                self.fail(kind, &e, "checking the log's segments", now);
             } else if self.data_dir.check().is_err() {
                 // The log's own files are fine: only the lock file went
                 // (or another shard let go of it); take it again.
@@ -521,62 +590,209 @@ impl ShardLog {
     }
 
     /// Whether the shard's directory and current segment are still the
-    /// ones the log writes (deleted or replaced shows as `Gone`).
+    /// ones the log writes, the segment no shorter than what was written
+    /// to it (deleted, replaced or truncated shows as `Gone`). One `fstat`
+    /// of the segment and a `stat` and `fstat` of the directory: cheap
+    /// enough for every batch with `async`.
     fn files_check(&self) -> Result<(), FaultKind> {
         if let Some(file) = &self.file {
-            dir::linked(file)?;
+            if dir::linked(file)? < self.segment_len() {
+                return Err(FaultKind::Gone);
+            }
         }
         self.dir.as_ref().map_or(Err(FaultKind::Gone), |d| d.check())
     }
 
-    /// Deletes the dead segments whose deletion is safe now (everything
-    /// written before they died is synced).
+    /// Whether every other segment the log still needs (one with a live
+    /// job, or with records that cancel records in an older one) is still
+    /// the file the log wrote, at least as long as it was written: a
+    /// segment deleted, replaced by another file or truncated would lose
+    /// its jobs at the next start, so it is a fault (`Gone`) and the log is
+    /// rebuilt from memory. Cost: one `stat` per such segment, only from
+    /// the check every [`limits::WAL_CHECK_INTERVAL`] (segments are
+    /// [`LogSettings::segment_bytes`] each, so a log holds few of them:
+    /// about 2 × its live bytes / segment size, see [`limits::WAL_DISK_FACTOR`]).
+    fn segments_check(&self) -> Result<(), (FaultKind, std::io::Error)> {
+        use std::os::unix::fs::MetadataExt;
+        let needed = self.segments.iter().filter(|(n, s)| **n != self.current && !s.is_dead());
+        for (&n, info) in needed {
+            let path = segment_path(&self.dir_path, n);
+            let why = match std::fs::symlink_metadata(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => "deleted".to_string(),
+                Err(e) => return Err((FaultKind::of(&e), e)),
+                Ok(m) if info.file.is_some_and(|id| id != (m.dev(), m.ino())) => "replaced by another file".to_string(),
+                Ok(m) if m.len() < info.bytes => format!("truncated to {} of {} bytes", m.len(), info.bytes),
+                Ok(_) => continue,
+            };
+            return Err((FaultKind::Gone, std::io::Error::other(format!("{}: {why}", path.display()))));
+        }
+        Ok(())
+    }
+
+    /// Deletes the dead segments whose deletion is safe now (see
+    /// [`ShardLog::retire`]).
+    ///
+    /// Also during a `Full` fault (not during another: what the log wrote
+    /// is in doubt, the rebuild deletes every old segment): that is how a
+    /// full disk gets space back as consumers finish jobs, with no record
+    /// written. A job finished then whose `Done` record was not written
+    /// and whose segment stays comes back at the next start (redelivered,
+    /// never lost).
     fn delete_dead(&mut self) {
-        if self.deletions.is_empty() || self.fault.is_some() {
+        if self.deletions.is_empty() || self.fault.is_some_and(|f| f.kind != FaultKind::Full) {
             return;
         }
+        let ready = self.deletable(false);
+        if !ready.is_empty() {
+            self.retire(&ready);
+        }
+    }
+
+    /// The dead segments other than the current one that may go now, in
+    /// order: none of their jobs is live, the copies of those moved forward
+    /// are synced, and every older segment whose records theirs cancel is
+    /// gone ([`SegmentInfo::is_dead`]). Their jobs' `Done` records need not
+    /// be written: deleting the segment takes the jobs with it, which is at
+    /// least as strong (this is what frees space on a full disk). `all`:
+    /// every such segment (a repair); else the candidates noted as they
+    /// died, which are kept when not ready yet.
+    fn deletable(&mut self, all: bool) -> Vec<u32> {
         let synced = self.shared.synced();
-        let mut keep = Vec::new();
-        let mut gone = Vec::new();
-        for (segment, after) in std::mem::take(&mut self.deletions) {
-            let still_dead = segment != self.current && self.segments.get(&segment).is_some_and(SegmentInfo::is_dead);
-            if !still_dead {
-                continue;
-            }
-            if after > synced {
-                keep.push((segment, after));
-                continue;
-            }
-            let path = segment_path(&self.dir_path, segment);
-            match std::fs::remove_file(&path) {
-                Ok(()) => {
-                    self.shared.stats.deleted_segments.fetch_add(1, Ordering::Relaxed);
+        let candidates: Vec<u32> = if all {
+            self.deletions.clear();
+            self.segments.iter().filter(|(_, s)| !s.hollow).map(|(n, _)| *n).collect()
+        } else {
+            std::mem::take(&mut self.deletions)
+        };
+        let mut ready = Vec::new();
+        for n in candidates {
+            match self.segments.get(&n) {
+                Some(s) if n != self.current && s.is_dead() && !s.hollow => {
+                    if s.moved_upto <= synced {
+                        ready.push(n);
+                    } else if !all {
+                        self.deletions.push(n);
+                    }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                _ => {}
+            }
+        }
+        ready.sort_unstable();
+        ready.dedup();
+        ready
+    }
+
+    /// Removes the dead segments `ready` (see [`ShardLog::deletable`]):
+    /// writes `held` without them (and without the hollow ones), deletes
+    /// them and the hollow ones, and syncs the directory; when `held`
+    /// cannot be written (a full disk), cuts each to its header instead
+    /// (hollow: its records are gone, its file stays until `held` can be
+    /// written). Either way, once that is durable, the segments whose
+    /// records cancel records in them may go in turn.
+    fn retire(&mut self, ready: &[u32]) {
+        let hollow: Vec<u32> = self.segments.iter().filter(|(_, s)| s.hollow).map(|(n, _)| *n).collect();
+        let unmade = self.unmade.then_some(self.current);
+        let needed = self
+            .segments
+            .iter()
+            .filter(|(n, s)| !s.hollow && ready.binary_search(n).is_err() && Some(**n) != unmade)
+            .map(|(n, _)| *n);
+        let gone = match held::write(&self.dir_path, needed) {
+            Ok(()) => {
+                let all: Vec<u32> = ready.iter().chain(&hollow).copied().collect();
+                let gone = self.unlink(&all);
+                gone.into_iter().filter(|n| ready.binary_search(n).is_ok()).collect()
+            }
+            Err(e) => {
+                crate::log_limited!(warn, shard = self.shard, dir = %self.dir_path.display(), error = %e,
+                    "cannot write the list of the log's segments: dead segments are cut to their header instead of deleted");
+                ready.iter().copied().filter(|&n| self.hollow(n)).collect::<Vec<u32>>()
+            }
+        };
+        self.freed(&gone);
+    }
+
+    /// Deletes the segment files `numbers` (dead, and no longer in `held`)
+    /// and syncs the directory; the numbers deleted (or already gone). A
+    /// directory that cannot be synced is a fault: what was deleted is in
+    /// doubt, and the log is rebuilt.
+    fn unlink(&mut self, numbers: &[u32]) -> Vec<u32> {
+        let mut gone = Vec::new();
+        for &n in numbers {
+            let path = segment_path(&self.dir_path, n);
+            // Through the directory as opened, not by path: a path may name
+            // another directory by now (the data directory moved).
+            let removed = match &self.dir {
+                Some(d) => dir::unlink_at(&d.file, &segment_path(Path::new(""), n)),
+                None => std::fs::remove_file(&path),
+            };
+            match removed {
+                Ok(()) => self.shared.stats.deleted_segments.fetch_add(1, Ordering::Relaxed),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
                 Err(e) => {
                     tracing::warn!(shard = self.shard, file = %path.display(), error = %e, "cannot delete a dead segment");
+                    self.deletions.push(n);
+                    continue;
                 }
-            }
-            self.segments.remove(&segment);
-            gone.push(segment);
+            };
+            self.segments.remove(&n);
+            gone.push(n);
         }
-        self.deletions = keep;
+        if !gone.is_empty() {
+            // Durable before any segment that depended on them can go (at a
+            // later call): a crash never leaves a segment whose cancelling
+            // records are gone.
+            let synced = match &self.dir {
+                Some(d) => d.file.sync_all(),
+                None => dir::sync_dir(&self.dir_path).map_err(|e| wal_failure(e).1),
+            };
+            if let Err(source) = synced {
+                self.fail(FaultKind::of(&source), &source, "syncing the log directory", Instant::now());
+                return Vec::new();
+            }
+        }
+        gone
+    }
+
+    /// Cuts dead segment `n` to its header and syncs it: its records are
+    /// gone, which needs no space (the current segment too, on a full
+    /// disk: what waits in the buffer is then written after its header).
+    /// Whether it worked.
+    fn hollow(&mut self, n: u32) -> bool {
+        let header = SEGMENT_HEADER_BYTES as u64;
+        let path = segment_path(&self.dir_path, n);
+        let cut = match (&self.file, n == self.current) {
+            (Some(file), true) => file.set_len(header).and_then(|()| file.sync_all()),
+            (None, true) => return false,
+            (_, false) => std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_len(header).and_then(|()| f.sync_all())),
+        };
+        if let Err(e) = cut {
+            crate::log_limited!(warn, shard = self.shard, file = %path.display(), error = %e, "cannot empty a dead segment");
+            return false;
+        }
+        let waiting = self.buf.len() as u64;
+        let current = n == self.current;
+        if let Some(info) = self.segments.get_mut(&n) {
+            info.bytes = header + if current { waiting } else { 0 };
+            info.hollow = !current;
+        }
+        true
+    }
+
+    /// Segments `gone` were deleted or emptied, durably: the segments whose
+    /// records cancelled records in them may die in turn.
+    fn freed(&mut self, gone: &[u32]) {
         if gone.is_empty() {
             return;
         }
-        // The deletions are made durable before any segment that depended
-        // on them can go (at a later call): a crash never leaves a segment
-        // whose cancelling records are gone.
-        if let Err(e) = dir::sync_dir(&self.dir_path) {
-            tracing::warn!(shard = self.shard, dir = %self.dir_path.display(), error = %e, "cannot sync the log directory");
-        }
-        let at = self.logged;
         for (n, info) in self.segments.iter_mut() {
             let before = info.older.len();
-            info.older.retain(|n| !gone.contains(n));
-            let freed = info.older.len() < before;
-            if freed && *n != self.current && info.is_dead() {
-                self.deletions.push((*n, at));
+            info.older.retain(|o| !gone.contains(o));
+            if info.older.len() < before && *n != self.current && info.is_dead() && !info.hollow {
+                self.deletions.push(*n);
             }
         }
     }
@@ -694,6 +910,7 @@ impl ShardLog {
     ) {
         self.segments = segments;
         self.current = current;
+        self.unmade = false;
         self.dir = Some(dir.clone());
         self.file = Some(file.clone());
         self.written = self.logged;
@@ -790,6 +1007,11 @@ impl JobLog for ShardLog {
             }
         }
         self.give_up_buffer_past_its_bound();
+        if !self.alarm && self.past_free_limit() {
+            // What was written since the last look may have passed the
+            // limit (or compaction freed space meanwhile): look now.
+            self.next_check = None;
+        }
         self.check(now);
         if self.fault.is_none() && self.settings.durability == Durability::Async && wrote {
             // Released at its write: its files must still be the log's.
@@ -815,7 +1037,7 @@ impl JobLog for ShardLog {
     }
 
     fn refusal(&self) -> Option<StoreFault> {
-        match (self.fault, self.alarm) {
+        match (self.fault, self.alarm || self.past_free_limit()) {
             (Some(f), _) => Some(f.kind.refusal()),
             (None, true) => Some(StoreFault::Full),
             (None, false) => None,
@@ -896,6 +1118,33 @@ impl ShardLog {
         self.let_go();
     }
 
+    /// Whether the bytes logged since the last `statvfs` would take free
+    /// space below `disk_free_limit` (no system call: the shard asks at
+    /// every new job).
+    fn past_free_limit(&self) -> bool {
+        let limit = self.settings.disk_free_limit;
+        limit > 0 && self.free_at_check.saturating_sub(self.logged - self.logged_at_check) < limit
+    }
+
+    /// Makes the current segment's file when the router started without
+    /// it (a full disk), `held` naming it.
+    fn make_current(&mut self) -> Result<(), (FaultKind, std::io::Error)> {
+        if !self.unmade {
+            return Ok(());
+        }
+        let needed: Vec<u32> = self.segments.iter().filter(|(_, s)| !s.hollow).map(|(n, _)| *n).collect();
+        let file = open_segment(&self.dir_path, self.shard, self.shards, self.current, self.seq_floor, needed)
+            .map_err(wal_failure)?;
+        let file = Arc::new(file);
+        if let Some(info) = self.segments.get_mut(&self.current) {
+            info.file = file_id(&file);
+        }
+        self.shared.set_file(Some(file.clone()), self.dir.clone(), false);
+        self.file = Some(file);
+        self.unmade = false;
+        Ok(())
+    }
+
     /// One attempt to repair the log (see the module docs, "Faults").
     fn repair(&mut self, now: Instant, holdings: &mut dyn Holdings) {
         let Some(fault) = self.fault else { return };
@@ -903,8 +1152,8 @@ impl ShardLog {
             self.buf.clear();
             self.rebuild(holdings)
         } else {
-            self.files_check()
-                .map_err(|k| (k, std::io::Error::other("deleted or replaced")))
+            self.make_current()
+                .and_then(|()| self.files_check().map_err(|k| (k, std::io::Error::other("deleted or replaced"))))
                 .and_then(|()| self.write_out())
         };
         match result {
@@ -925,6 +1174,36 @@ impl ShardLog {
             }
             Err((kind, e)) => self.fail(kind, &e, if fault.rebuild { "rebuilding" } else { "writing again" }, now),
         }
+    }
+}
+
+/// Creates segment `number` ([`new_segment`]) and writes `held` naming it
+/// with `others` (see `held.rs`); the segment is removed when `held`
+/// cannot be written.
+fn open_segment(
+    dir: &Path,
+    shard: usize,
+    shards: usize,
+    number: u32,
+    seq_floor: u64,
+    others: impl IntoIterator<Item = u32>,
+) -> Result<File, super::WalError> {
+    let file = new_segment(dir, shard, shards, number, seq_floor)?;
+    let mut needed: Vec<u32> = others.into_iter().chain([number]).collect();
+    needed.sort_unstable();
+    needed.dedup();
+    if let Err(source) = held::write(dir, needed) {
+        let _ = std::fs::remove_file(segment_path(dir, number));
+        return Err(super::WalError::Io { path: held::held_path(dir), source });
+    }
+    Ok(file)
+}
+
+/// A [`super::WalError`] as a fault's kind and OS error.
+fn wal_failure(e: super::WalError) -> (FaultKind, std::io::Error) {
+    match e {
+        super::WalError::Io { source, .. } => (FaultKind::of(&source), source),
+        other => (FaultKind::Other, std::io::Error::other(other.to_string())),
     }
 }
 
@@ -1035,5 +1314,37 @@ mod tests {
         assert!(log.pass.is_none(), "the pass ends with the fault");
         let next = log.next_deadline().expect("a retry is due");
         assert!(next >= now + limits::WAL_RETRY_MIN, "the loop waits for the back-off: {:?}", next - now);
+    }
+
+    /// Black-box finding 3: free space is read every second, and a burst
+    /// in between counts against it: new jobs are refused as soon as what
+    /// was logged since the last `statvfs` would take free space below
+    /// `disk_free_limit`; the next `statvfs` (forced at that commit)
+    /// decides with the real figure.
+    #[test]
+    fn bytes_logged_between_free_space_checks_count_against_the_limit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut log = log_in(tmp.path(), Durability::Sync);
+        log.settings.disk_free_limit = 1 << 20;
+        let now = Instant::now();
+        let _ = log.commit(now);
+        let free = log.free_at_check;
+        assert!(free > 64 << 20, "the test needs 64 MiB free: {free}");
+        assert_eq!(log.refusal(), None);
+        // As if the last statvfs found 3 records' room above the limit.
+        let len = record::accepted_len(&job(1)) as u64;
+        log.free_at_check = (1 << 20) + 3 * len;
+        log.logged_at_check = log.logged;
+        log.next_check = Some(now + Duration::from_secs(3600));
+        for seq in 1..=3 {
+            log.accepted(&mut job(seq));
+            assert_eq!(log.refusal(), None, "job {seq}: still at or above the limit");
+        }
+        log.accepted(&mut job(4));
+        assert_eq!(log.refusal(), Some(StoreFault::Full), "the 4th job's record passes the limit: refused at once");
+        // The commit looks at the real free space at once, not in an hour.
+        let _ = log.commit(now);
+        assert!(log.free_at_check > 32 << 20, "read again: {}", log.free_at_check);
+        assert_eq!(log.refusal(), None, "the real free space is far above the limit");
     }
 }

@@ -59,6 +59,7 @@
 //! what each disk fault does. Nothing here stops the process.
 
 pub mod dir;
+pub mod held;
 pub mod log;
 pub mod record;
 pub mod recover;
@@ -96,6 +97,18 @@ pub enum WalError {
     Locked {
         /// The data directory.
         dir: PathBuf,
+    },
+    /// A segment the log needs is missing (see [`held`]).
+    #[error("{file}: a segment of the log is missing ({count} missing in all): {held} lists it as one the log needs, \
+             and the log never deleted it (deleted by hand, or lost by the file system?); the acknowledged jobs it held \
+             would be lost. Put it back, or start with --recover-skip-damaged to go on without it")]
+    Missing {
+        /// The first missing segment.
+        file: PathBuf,
+        /// How many are missing.
+        count: u64,
+        /// The `held` file that lists them.
+        held: PathBuf,
     },
     /// A record in the middle of the log is damaged.
     #[error("{file}: damaged log record at byte offset {offset} ({why}), with valid records after it; \
@@ -316,7 +329,7 @@ fn reopen(
         let mut segments: BTreeMap<u32, SegmentInfo> = replay
             .segments
             .iter()
-            .map(|s| (s.number, SegmentInfo { bytes: s.bytes, ..SegmentInfo::default() }))
+            .map(|s| (s.number, SegmentInfo { bytes: s.bytes, file: s.id, ..SegmentInfo::default() }))
             .collect();
         for &(newer, older) in &replay.refs {
             if segments.contains_key(&older) {

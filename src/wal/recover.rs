@@ -20,13 +20,15 @@
 //! damage is to be skipped: then replay resumes at the next valid record,
 //! and the stretches skipped are reported.
 
+use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use super::held::{self, HELD_FILE, HELD_TMP_FILE};
 use super::record::{self, Record};
-use super::segment::{parse_segment_name, SegmentHeader, SEGMENT_HEADER_BYTES};
+use super::segment::{parse_segment_name, segment_path, SegmentHeader, SEGMENT_HEADER_BYTES};
 use super::WalError;
 use crate::ids::{FastMap, JobId};
 use crate::job::Job;
@@ -56,6 +58,8 @@ pub struct SegmentFile {
     pub header: Option<SegmentHeader>,
     /// Damage was skipped in it: it is to be moved aside.
     pub damaged: bool,
+    /// Its device and inode.
+    pub id: Option<(u64, u64)>,
 }
 
 /// A stretch of a segment skipped as damaged.
@@ -93,6 +97,9 @@ pub struct ShardReplay {
     /// `(newer, older)`: a record in segment `newer` cancels or supersedes
     /// one in segment `older` (see [`crate::wal::segment::SegmentInfo::older`]).
     pub refs: Vec<(u32, u32)>,
+    /// Segments the directory's `held` file lists that are missing (only
+    /// with `--recover-skip-damaged`; otherwise they stop the start).
+    pub missing: Vec<PathBuf>,
 }
 
 /// The segment files of a shard directory, sorted by number (other files
@@ -107,6 +114,7 @@ pub fn list_segments(dir: &Path) -> Result<Vec<(u32, PathBuf)>, WalError> {
         let name = entry.file_name();
         match name.to_str().and_then(parse_segment_name) {
             Some(n) => out.push((n, entry.path())),
+            None if name == HELD_FILE || name == HELD_TMP_FILE => {}
             None => tracing::warn!(file = %entry.path().display(), "ignoring a file that is not a log segment"),
         }
     }
@@ -131,16 +139,50 @@ pub fn replay_dir(
     let mut state = ShardReplay { index, ..ShardReplay::default() };
     let mut buf = Vec::new();
     let last = files.last().map(|(n, _)| *n);
+    let mut present = BTreeSet::new();
     for (number, path) in files {
+        present.insert(number);
         buf.clear();
-        File::open(&path).and_then(|mut f| f.read_to_end(&mut buf)).map_err(WalError::io(&path))?;
+        let mut file = File::open(&path).map_err(WalError::io(&path))?;
+        file.read_to_end(&mut buf).map_err(WalError::io(&path))?;
         state.bytes += buf.len() as u64;
         let seg = replay_segment(&buf, number, &path, Some(number) == last, skip_damaged, (epoch, now), &mut state)?;
-        if let Some(seg) = seg {
+        if let Some(mut seg) = seg {
+            seg.id = super::segment::file_id(&file);
             state.segments.push(seg);
         }
     }
+    check_held(dir, &present, skip_damaged, &mut state)?;
     Ok(state)
+}
+
+/// Compares the segments found (`present`, a torn one removed included)
+/// with those the directory's `held` file lists: one missing stops the
+/// start ([`WalError::Missing`]) unless damage is to be skipped.
+fn check_held(dir: &Path, present: &BTreeSet<u32>, skip: bool, state: &mut ShardReplay) -> Result<(), WalError> {
+    let held = match held::read(dir) {
+        Ok(Some(held)) => held,
+        Ok(None) => return Ok(()),
+        Err(why) => {
+            let file = held::held_path(dir);
+            tracing::warn!(file = %file.display(), %why, "cannot read the list of the log's segments; not checking for missing segments");
+            return Ok(());
+        }
+    };
+    let (count, first) = held::missing(&held, present, 8);
+    let Some(&n) = first.first() else { return Ok(()) };
+    let file = segment_path(dir, n);
+    if !skip {
+        return Err(WalError::Missing { file, count, held: held::held_path(dir) });
+    }
+    let files: Vec<String> = first.iter().map(|&n| segment_path(dir, n).display().to_string()).collect();
+    tracing::error!(
+        count,
+        ?files,
+        "log segments missing: starting without them and the jobs they held (--recover-skip-damaged)"
+    );
+    state.missing.extend(first.iter().map(|&n| segment_path(dir, n)));
+    Ok(())
 }
 
 /// Replays one segment's bytes into `state`; `None` when the file was an
@@ -155,7 +197,8 @@ fn replay_segment(
     state: &mut ShardReplay,
 ) -> Result<Option<SegmentFile>, WalError> {
     let header = SegmentHeader::decode(buf);
-    let mut seg = SegmentFile { number, path: path.to_path_buf(), bytes: buf.len() as u64, header, damaged: false };
+    let mut seg =
+        SegmentFile { number, path: path.to_path_buf(), bytes: buf.len() as u64, header, damaged: false, id: None };
     let mut at = SEGMENT_HEADER_BYTES;
     match header {
         Some(h) if h.number == number && h.shard as usize == state.index => {

@@ -9,7 +9,8 @@
 //! be ([`super::dir::DataDir::ensure`]), writes each job's `Accepted`
 //! record (with `Buried` for a dead job, `Dispatched` for one out) into new
 //! segments numbered above every segment the directory holds, syncs them
-//! and the directory, and only then deletes the older segments. A crash
+//! and the directory, writes the directory's `held` file naming only them
+//! (`held.rs`), and only then deletes the older segments. A crash
 //! part-way leaves the old segments with the new ones, whose copies
 //! replace theirs at recovery (at worst a job finished while the log was
 //! faulty comes back: at least once, never lost). The rebuild runs on the
@@ -27,7 +28,7 @@ use super::dir::{self, Identity};
 use super::log::ShardLog;
 use super::record;
 use super::recover::list_segments;
-use super::segment::{new_segment, SegmentInfo, SEGMENT_HEADER_BYTES};
+use super::segment::{file_id, new_segment, SegmentInfo, SEGMENT_HEADER_BYTES};
 use crate::ids::JobId;
 use crate::job::{DeadJob, Job};
 use crate::joblog::{FaultKind, Holdings};
@@ -88,11 +89,16 @@ fn rebuild(log: &mut ShardLog, holdings: &mut dyn Holdings) -> Result<(), Failur
     log.lent = lent;
     let (jobs, bytes) = (w.jobs, w.bytes);
     let rebuilt = match w.finish(identity) {
-        Ok(r) => r,
-        Err((made, failure)) => {
-            for path in made {
-                let _ = std::fs::remove_file(path);
+        // `held` names only the new segments before the old ones go.
+        Ok((r, made)) => match super::held::write(&dir_path, r.segments.keys().copied()) {
+            Ok(()) => r,
+            Err(e) => {
+                remove_all(made);
+                return Err((FaultKind::of(&e), e));
             }
+        },
+        Err((made, failure)) => {
+            remove_all(made);
             return Err(failure);
         }
     };
@@ -105,11 +111,19 @@ fn rebuild(log: &mut ShardLog, holdings: &mut dyn Holdings) -> Result<(), Failur
         }
     }
     dir::sync_dir(&dir_path).map_err(wal_error)?;
+    log.clean_superseded(&rebuilt.dir);
     log.count_rewritten(bytes);
     log.start_over(rebuilt.segments, rebuilt.current, rebuilt.file, rebuilt.dir);
     tracing::warn!(shard = log.shard, dir = %dir_path.display(), jobs, bytes, millis = t0.elapsed().as_millis() as u64,
         "write-ahead log rebuilt from memory");
     Ok(())
+}
+
+/// Removes the segments a failed rebuild made.
+fn remove_all(made: Vec<PathBuf>) {
+    for path in made {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 fn wal_error(e: super::WalError) -> Failure {
@@ -169,11 +183,12 @@ impl Writer {
         self.made.push(super::segment::segment_path(&self.dir, number));
         match new_segment(&self.dir, self.shard, self.shards, number, self.seq_floor) {
             Ok(f) => {
+                let info =
+                    SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, file: file_id(&f), ..SegmentInfo::default() };
                 self.file = Some(f);
                 self.current = number;
                 self.at = SEGMENT_HEADER_BYTES as u64;
-                self.segments
-                    .insert(number, SegmentInfo { bytes: SEGMENT_HEADER_BYTES as u64, ..SegmentInfo::default() });
+                self.segments.insert(number, info);
             }
             Err(e) => self.failed = Some(wal_error(e)),
         }
@@ -255,11 +270,12 @@ impl Writer {
         self.put(record::BURIED_RECORD_BYTES, |buf| record::encode_buried(id, setbacks, why, at, buf));
     }
 
-    /// Writes what is left and syncs the last segment and the directory.
+    /// Writes what is left and syncs the last segment and the directory;
+    /// what was rebuilt and the files made.
     ///
     /// # Errors
     /// The files made (to delete) and the first failure.
-    fn finish(mut self, dir: Arc<Identity>) -> Result<Rebuilt, (Vec<PathBuf>, Failure)> {
+    fn finish(mut self, dir: Arc<Identity>) -> Result<(Rebuilt, Vec<PathBuf>), (Vec<PathBuf>, Failure)> {
         self.flush();
         if self.failed.is_none() {
             if let Some(f) = &self.file {
@@ -275,7 +291,7 @@ impl Writer {
         }
         match (self.failed.take(), self.file.take()) {
             (None, Some(file)) => {
-                Ok(Rebuilt { segments: self.segments, current: self.current, file: Arc::new(file), dir })
+                Ok((Rebuilt { segments: self.segments, current: self.current, file: Arc::new(file), dir }, self.made))
             }
             (failed, _) => {
                 let failure = failed.unwrap_or_else(|| (FaultKind::Other, std::io::Error::other("no segment")));

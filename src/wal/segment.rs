@@ -117,6 +117,18 @@ pub struct SegmentInfo {
     /// records' cancellation with it, and a finished job would come back at
     /// the next start.
     pub older: BTreeSet<u32>,
+    /// The file's device and inode as the log made or found it (`None`:
+    /// not known): the periodic check tells a segment replaced by another
+    /// file from the log's own.
+    pub file: Option<(u64, u64)>,
+    /// The log position just past the last copy of one of its jobs moved
+    /// forward out of it (compaction, a requeue with a setback, a burial,
+    /// an unburial): the segment may only go once that copy is synced.
+    pub moved_upto: u64,
+    /// The segment is dead and its file was cut to its header (its
+    /// records gone) because the log could not write the `held` file that
+    /// must come before a deletion (a full disk); it is deleted later.
+    pub hollow: bool,
 }
 
 impl SegmentInfo {
@@ -125,6 +137,12 @@ impl SegmentInfo {
     pub fn is_dead(&self) -> bool {
         self.live == 0 && self.older.is_empty()
     }
+}
+
+/// The device and inode of an open file (`None` if `fstat` fails).
+pub fn file_id(file: &File) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata().ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Creates segment `number` in `dir` with its header, synced, and syncs the

@@ -133,12 +133,13 @@ pub struct WalShared {
 }
 
 impl WalShared {
-    /// A log of `mode` writing `file` in `dir`, nothing logged yet.
-    pub fn new(mode: Durability, file: Arc<File>, dir: Arc<Identity>) -> WalShared {
+    /// A log of `mode` writing `file` (`None`: not made yet, a full disk)
+    /// in `dir`, nothing logged yet.
+    pub fn new(mode: Durability, file: Option<Arc<File>>, dir: Arc<Identity>) -> WalShared {
         let stats = WalStats { free_bytes: AtomicU64::new(u64::MAX), ..WalStats::default() };
         WalShared {
             mode,
-            head: Mutex::new(Head { generation: 0, file: Some(file), dir: Some(dir), written: 0 }),
+            head: Mutex::new(Head { generation: 0, file, dir: Some(dir), written: 0 }),
             durable: AtomicU64::new(0),
             synced: AtomicU64::new(0),
             fault: AtomicU8::new(0),
@@ -206,7 +207,7 @@ impl WalShared {
                 tracing::error!(dir = %path().display(), error = %e, "syncing the write-ahead log failed");
                 FaultKind::of(&e).max_io()
             })
-            .and_then(|()| dir::linked(&file))
+            .and_then(|()| dir::linked(&file).map(drop))
             .and_then(|()| dir.as_ref().map_or(Ok(()), |d| d.check()));
         self.record_sync(t0.elapsed());
         let head = self.head.lock();

@@ -13,6 +13,7 @@
 //! The mount tests need root (CI runs as root); elsewhere they say in one
 //! line that they skip.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -312,4 +313,141 @@ fn the_data_directory_deleted_under_load_loses_no_acknowledged_job() {
 #[test]
 fn the_data_directory_deleted_under_load_async_two_shards() {
     deleted_under_load("deleted-dir-async", &super::ASYNC_TWO_SHARDS);
+}
+
+/// SCHEDs numbered 2 KB tasks to `fill` on one connection, each followed
+/// by `ASK probe`, until one is refused or unanswered (the log hit the full
+/// disk: its batch waits for space); the bodies acknowledged.
+fn fill_with_jobs(node: &Node, round: &str) -> Vec<String> {
+    let (mut w, mut r) = text_conn(&node.text()).expect("text connection");
+    let pad = "x".repeat(2000);
+    let mut acked = Vec::new();
+    for i in 0..100_000 {
+        let body = format!("{round}-{i:06}-{pad}");
+        w.write_all(format!("SCHED {body}@fill\nASK probe\n").as_bytes()).expect("write");
+        let give_up = Arc::new(AtomicBool::new(false));
+        let timer = {
+            let give_up = give_up.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs(3));
+                give_up.store(true, Ordering::Relaxed);
+            })
+        };
+        let answer = read_line(&mut r, &give_up);
+        drop(timer);
+        match answer.as_deref() {
+            Some("NOPE") => acked.push(body),
+            Some(other) => {
+                assert!(other.starts_with("ERR STORE_FULL"), "refused as full: {other}");
+                return acked;
+            }
+            None => return acked,
+        }
+    }
+    panic!("the 8 MiB file system never filled up");
+}
+
+/// Takes every task waiting in `fill` (ASK + ACK until NOPE); their bodies.
+fn take_all(node: &Node) -> BTreeSet<String> {
+    let (mut w, mut r) = text_conn(&node.text()).expect("text connection");
+    let mut got = BTreeSet::new();
+    let stop = AtomicBool::new(false);
+    loop {
+        w.write_all(b"ASK fill\n").expect("write");
+        match read_line(&mut r, &stop) {
+            Some(l) if l.starts_with("WANT? ") => {
+                got.insert(l["WANT? ".len()..].to_string());
+                w.write_all(b"ACK\n").expect("write");
+            }
+            Some(l) if l == "NOPE" => return got,
+            other => panic!("take_all got {other:?}"),
+        }
+    }
+}
+
+/// Black-box finding 2 (HIGH): a log that fills its disk (the disk holds
+/// nothing else) frees space as consumers finish jobs, with no `Done`
+/// record written, and accepts again without a restart; a router killed
+/// with its disk full starts on it in the `Full` fault (producers refused
+/// with STORE_FULL, consumers and admin served), not exits, and the same
+/// happens. Every acknowledged job is delivered.
+#[test]
+fn a_log_that_fills_its_disk_frees_it_as_jobs_finish_and_starts_on_it_full() {
+    if !root_or_skip("a_log_that_fills_its_disk") {
+        return;
+    }
+    let _w = Watchdog::new("log_fills_disk", 150);
+    let dir = TestDir::new("log-fills-disk");
+    let mnt = Mount::tmpfs(&dir.join("mnt"), 8 << 20);
+    let node = Node::with_data(&dir, mnt.path.join("data"));
+    let flags = ["--disk-free-limit", "0", "--wal-segment-bytes", "262144", "--shards", "1"];
+    let (ledger, counters): (Shared, _) = (Arc::default(), [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))]);
+    let mut router = node.start(&flags);
+    for round in ["a", "b"] {
+        let acked = fill_with_jobs(&node, round);
+        assert!(acked.len() > 1000, "round {round}: {} jobs acknowledged before the disk filled", acked.len());
+        let got = until_probes(&node, &ledger, &counters, ("STORE_FULL", "STORE_FULL"), Duration::from_secs(10));
+        assert_eq!(got, (Some("STORE_FULL".into()), Some("STORE_FULL".into())), "round {round}");
+        assert_eq!(states(&node), vec!["full".to_string()], "round {round}");
+        if round == "b" {
+            // Killed on the full disk; it must start on it.
+            router.kill_group();
+            router = node.start(&flags);
+            assert_eq!(states(&node), vec!["full".to_string()], "started in the Full fault");
+            let got = until_probes(&node, &ledger, &counters, ("STORE_FULL", "STORE_FULL"), Duration::from_secs(5));
+            assert_eq!(got, (Some("STORE_FULL".into()), Some("STORE_FULL".into())), "refused after the restart");
+        }
+        // Consumers are served while full; as the jobs finish, the
+        // segments they filled are deleted and the log takes writes again.
+        let got = take_all(&node);
+        let lost: Vec<&String> = acked.iter().filter(|b| !got.contains(*b)).collect();
+        assert!(lost.is_empty(), "round {round}: {} acknowledged jobs not delivered", lost.len());
+        assert!(got.iter().all(|b| b.starts_with(&format!("{round}-"))), "round {round}: only this round's jobs");
+        let got = until_probes(&node, &ledger, &counters, ("REPLY", "OK"), Duration::from_secs(30));
+        assert_eq!(got, (Some("REPLY".into()), Some("OK".into())), "round {round}: accepted again, no restart");
+        assert_eq!(states(&node), vec!["ok".to_string()], "round {round}");
+        let log_bytes = node.status()["emq"]["wal"]["shards"][0]["log_bytes"].as_u64().expect("log_bytes");
+        assert!(log_bytes < 1 << 20, "round {round}: the log gave its space back: {log_bytes} bytes");
+    }
+    router.kill_group();
+    drop(mnt);
+}
+
+/// Black-box finding 4: the data directory is a mount point and its file
+/// system is unmounted under the router. The log must not be made again
+/// on the file system beneath (the root one), where it would vanish when
+/// the volume is mounted back: the directory's device differs from the
+/// one at start, so producers are refused (STORE_FAILED, state `gone`)
+/// and nothing is written there; consumers are still served.
+#[test]
+fn an_unmounted_data_directory_is_refused_not_made_again_beneath() {
+    if !root_or_skip("an_unmounted_data_directory") {
+        return;
+    }
+    let _w = Watchdog::new("unmounted", 120);
+    let dir = TestDir::new("unmounted");
+    let mnt = Mount::tmpfs(&dir.join("mnt"), 32 << 20);
+    let node = Node::with_data(&dir, mnt.path.clone());
+    let flags = ["--disk-free-limit", "0", "--shards", "1"];
+    let mut router = node.start(&flags);
+    super::sched(&node.text(), "kept", 20);
+    let (ledger, counters): (Shared, _) = (Arc::default(), [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))]);
+    let out = std::process::Command::new("umount").arg("-l").arg(&mnt.path).output().expect("umount");
+    assert!(out.status.success(), "umount -l: {}", String::from_utf8_lossy(&out.stderr));
+    let got = until_probes(&node, &ledger, &counters, ("STORE_FAILED", "STORE_FAILED"), Duration::from_secs(15));
+    assert_eq!(got, (Some("STORE_FAILED".into()), Some("STORE_FAILED".into())));
+    assert_eq!(states(&node), vec!["gone".to_string()]);
+    // Its repairs find the other file system and stop there.
+    let said = wait::until(Duration::from_secs(30), || {
+        std::fs::read_to_string(&node.log).unwrap_or_default().contains("is now on another file system")
+    });
+    assert!(said, "the router says why: {}", router.log_tail(20));
+    let beneath: Vec<_> = std::fs::read_dir(&mnt.path).expect("the mount point").map(|e| e.unwrap().path()).collect();
+    assert_eq!(beneath, Vec::<PathBuf>::new(), "nothing made on the file system beneath");
+    assert_eq!(states(&node), vec!["gone".to_string()], "still refused");
+    // Consumers are served from memory.
+    let jobs = super::drain(&node.text(), "kept");
+    assert_eq!(jobs, (0..20).map(|i| format!("job-{i:04}")).collect::<Vec<_>>());
+    router.kill_group();
+    drop(mnt);
 }

@@ -151,6 +151,35 @@ pub fn status(v: &Value) -> String {
     out + &wal(v)
 }
 
+/// Whether the router takes new jobs: `draining`, `accepting jobs`, or
+/// `refusing new jobs` with the refusal producers get and the shards'
+/// log states behind it (`store_full`: a full disk or free space below
+/// `disk_free_limit`; `store_failed`: a log that cannot write).
+fn admission(emq: &Value) -> String {
+    if emq.get("draining").and_then(Value::as_bool) == Some(true) {
+        return "draining".into();
+    }
+    let shards = emq.pointer("/wal/shards").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let mut why: Vec<(&str, String)> = Vec::new();
+    for sh in shards {
+        let state = sh.get("state").and_then(Value::as_str).unwrap_or("?");
+        if state == "ok" {
+            continue;
+        }
+        let code = if matches!(state, "full" | "disk_alarm") { "store_full" } else { "store_failed" };
+        let n = sh.get("shard").and_then(Value::as_u64).unwrap_or(0);
+        why.push((code, format!("shard {n} {}", printable(state))));
+    }
+    if why.is_empty() {
+        return "accepting jobs".into();
+    }
+    let mut codes: Vec<&str> = why.iter().map(|(c, _)| *c).collect();
+    codes.sort_unstable();
+    codes.dedup();
+    let shards: Vec<String> = why.into_iter().map(|(_, s)| s).collect();
+    format!("refusing new jobs ({}: {})", codes.join(", "), shards.join(", "))
+}
+
 /// The `emq` object of STATUS: version, shards, uptime, whether it drains,
 /// then every counter that is not zero, one line per group (the job log's
 /// figures apart).
@@ -161,7 +190,7 @@ fn summary(emq: &Value) -> String {
         printable(emq.get("version").and_then(Value::as_str).unwrap_or("?")),
         if shards == 1 { "" } else { "s" },
         duration(emq.get("uptime_secs").and_then(Value::as_u64).unwrap_or(0)),
-        if emq.get("draining").and_then(Value::as_bool) == Some(true) { "draining" } else { "accepting jobs" },
+        admission(emq),
     );
     // `wal` has a table of its own (see `wal`).
     let groups = emq.as_object().into_iter().flatten().filter(|(k, v)| v.is_object() && *k != "wal");
@@ -408,7 +437,7 @@ mod tests {
              t              0          1         0     2           1          0       0              3       -       -\n\
              (DISPATCHED to DEAD-LETTERED: since the router started; the other counts: now)\n\
              \n\
-             emq 0.1.0, 1 shard, up 1 min 15 s, accepting jobs\n\
+             emq 0.1.0, 1 shard, up 1 min 15 s, refusing new jobs (store_full: shard 1 full)\n\
              counters: accepted_jobs=4\n\
              text: errors_by_code.BAD_FORMAT=1\n\
              \n\
@@ -417,6 +446,18 @@ mod tests {
              0  ok       1048576         2          3           850      41          3\n    \
              1  full        4096         1          0       1234567  123456          0\n"
         );
+        let mut failed = emq.clone();
+        failed["emq"]["wal"]["shards"][0]["state"] = json!("read_only");
+        assert!(
+            status(&failed).contains(
+                "up 1 min 15 s, refusing new jobs (store_failed, store_full: shard 0 read_only, shard 1 full)\n"
+            ),
+            "{}",
+            status(&failed)
+        );
+        failed["emq"]["wal"]["shards"][1]["state"] = json!("ok");
+        failed["emq"]["wal"]["shards"][0]["state"] = json!("ok");
+        assert!(status(&failed).contains("up 1 min 15 s, accepting jobs\n"));
         // A router without a log (durability memory) has no shard rows.
         let memory = json!({"emq": {"version": "0.1.0", "shards": 2, "uptime_secs": 5, "draining": true,
             "wal": {"durability": "memory", "data_dir": null, "shards": []}}});

@@ -38,6 +38,11 @@ pub(super) struct LogWatch {
     since: Instant,
     /// Whether the shard has said the log is stalled.
     stalled: bool,
+    /// When the verdict must be looked at again with no message coming:
+    /// when the oldest wait would pass [`limits::LOG_STALL_TIMEOUT`], and
+    /// every [`limits::WAL_CHECK_INTERVAL`] while stalled (a stall that
+    /// resolves, a file system thawed, clears it without new work).
+    recheck: Option<Instant>,
 }
 
 impl LogWatch {
@@ -45,7 +50,7 @@ impl LogWatch {
     pub(super) fn new(log: &dyn JobLog, now: Instant) -> LogWatch {
         let durable = log.durable();
         let seen = durable.durable_upto();
-        LogWatch { durable, awaiting: seen, seen, since: now, stalled: false }
+        LogWatch { durable, awaiting: seen, seen, since: now, stalled: false, recheck: None }
     }
 
     /// Whether the log has kept the shard's acknowledgements waiting for
@@ -223,8 +228,18 @@ impl Shard {
     }
 
     /// When the log needs the shard's loop next, if ever.
+    /// (the log's own, or the next look at the stall verdict).
     pub(super) fn log_deadline(&self) -> Option<Instant> {
-        self.log.next_deadline()
+        match (self.log.next_deadline(), self.watch.recheck) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether the shard says its log is stalled now (the verdict of the
+    /// last batch end or re-check).
+    pub fn log_stalled(&self) -> bool {
+        self.watch.stalled
     }
 
     /// The end of a batch: commits the log, then releases what the batch
@@ -237,7 +252,15 @@ impl Shard {
         match self.log.commit(now) {
             Commit::Release => out.flush(),
             Commit::After(ticket) => {
-                self.watch.awaiting = self.watch.awaiting.max(ticket);
+                let w = &mut self.watch;
+                // Nothing waited before this ticket: its wait starts now
+                // (not at the last batch that found the log caught up, an
+                // idle hour ago, which would call a healthy log stalled).
+                if w.awaiting <= w.durable.durable_upto() {
+                    w.seen = w.durable.durable_upto();
+                    w.since = now;
+                }
+                w.awaiting = w.awaiting.max(ticket);
                 out.flush_after(ticket);
             }
         }
@@ -256,6 +279,13 @@ impl Shard {
             w.since = now;
         }
         let stalled = w.is_stalled(now);
+        w.recheck = if stalled {
+            Some(now + limits::WAL_CHECK_INTERVAL)
+        } else if durable < w.awaiting {
+            Some(w.since + limits::LOG_STALL_TIMEOUT)
+        } else {
+            None
+        };
         if stalled != w.stalled {
             w.stalled = stalled;
             if stalled {

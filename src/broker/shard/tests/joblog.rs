@@ -340,3 +340,52 @@ fn a_job_done_on_another_shard_is_told_to_its_owners_log() {
     );
     assert!(ctls[0].events().is_empty(), "the worker's home shard logs nothing of it");
 }
+
+/// Black-box finding 9 (an fsfreeze stall): the stall verdict is looked
+/// at again without new work, so a stall that resolves clears it (no
+/// permanent refusal); and a ticket handed out after an idle spell is not
+/// called stalled at once (its wait starts when it is handed out).
+#[test]
+fn a_stall_is_rechecked_without_new_work_and_an_idle_spell_is_not_a_stall() {
+    let mut h = Harness::new(1);
+    let ctls = h.attach_fakes();
+    h.inform("w1", &[(10, "q")]);
+    h.request("c", "m1", "q", "j1");
+    h.end_batches();
+    h.end_batches();
+    // An idle hour, then a slow sync: the new job is not refused at once.
+    h.advance(Duration::from_secs(3600));
+    ctls[0].set_stalled(true);
+    h.request("c", "m2", "q", "j2");
+    h.end_batches();
+    h.request("c", "m3", "q", "j3");
+    assert!(errors_to(&mut h, "c").is_empty(), "an idle spell is no stall");
+    assert_eq!(h.counter(|c| &c.log_stalls), 0);
+    assert!(!h.shards[0].log_stalled());
+    // The shard wakes by itself when the wait would pass the timeout.
+    let due = h.shards[0].log_deadline().expect("a look at the stall is due");
+    assert_eq!(due, h.now + limits::LOG_STALL_TIMEOUT, "counted from the first ticket's batch");
+    h.advance(limits::LOG_STALL_TIMEOUT);
+    h.end_batches();
+    assert!(h.shards[0].log_stalled(), "stalled");
+    assert_eq!(h.counter(|c| &c.log_stalls), 1);
+    h.request("c", "m4", "q", "j4");
+    assert_eq!(errors_to(&mut h, "c"), ["STORE_FAILED"]);
+    // The file system thaws: the sync side catches up on its own. No
+    // message comes; the shard's re-check clears the verdict.
+    ctls[0].set_stalled(false);
+    let durable = h.shards[0].log().durable();
+    let _ = durable.make_durable(Ticket(u64::MAX));
+    assert!(durable.wait(Ticket(durable.durable_upto().0), Duration::ZERO));
+    let due = h.shards[0].log_deadline().expect("stalled: looked at again");
+    assert_eq!(due, h.now + limits::WAL_CHECK_INTERVAL);
+    h.advance(limits::WAL_CHECK_INTERVAL);
+    let now = h.now;
+    let mut out = Ends::default();
+    h.shards[0].fire_timers(now, &mut out.out);
+    h.shards[0].end_batch(now, &mut out.out);
+    assert!(!h.shards[0].log_stalled(), "the stall resolved: the verdict is cleared");
+    assert_eq!(h.shards[0].log_deadline(), None, "nothing waits: no more looks");
+    h.request("c", "m5", "q", "j5");
+    assert!(errors_to(&mut h, "c").is_empty(), "accepted again");
+}
