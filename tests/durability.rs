@@ -738,3 +738,35 @@ fn a_clean_restart_keeps_both_protocols_queues_in_order() {
     }
     assert_eq!(got, (0..30).map(|i| format!("e-{i:04}")).collect::<Vec<_>>());
 }
+
+/// A shard directory copied over another (shard 0's segments put in shard
+/// 1's directory, as a hand-made backup restored to the wrong place) is
+/// refused at start, also with `--recover-skip-damaged`, which would
+/// deliver the copy's jobs twice; the message says what it is; with the
+/// copy removed the router starts and every job is there once.
+#[test]
+fn a_copied_shard_directory_is_refused_at_start_even_when_skipping_damage() {
+    let _w = Watchdog::new("copied-shard", 90);
+    let dir = TestDir::new("copied-shard");
+    let node = Node::new(&dir);
+    let flags = ["--shards", "2"];
+    let mut router = node.start(&flags);
+    sched(&node.text(), "kept", 10);
+    let status = router.terminate(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    let (from, to) = (node.data.join("wal/shard-0"), node.data.join("wal/shard-1"));
+    let moved = node.data.join("shard-1-own");
+    std::fs::rename(&to, &moved).expect("set shard 1's own directory aside");
+    copy_tree(&from, &to);
+    for extra in [&[][..], &["--recover-skip-damaged"][..]] {
+        let (status, log) = node.run_to_exit(&[&flags[..], extra].concat(), &dir);
+        assert!(status.is_some_and(|s| !s.success()), "refused {extra:?}: {status:?}\n{log}");
+        assert!(log.contains("this segment's header says it is segment"), "{log}");
+        assert!(log.contains("of shard 0, not segment") && log.contains("of shard 1"), "{log}");
+        assert!(log.contains("does not skip it, its jobs would be delivered twice"), "{log}");
+    }
+    std::fs::remove_dir_all(&to).expect("remove the copy");
+    std::fs::rename(&moved, &to).expect("put shard 1's own back");
+    let _router = node.start(&flags);
+    assert_eq!(drain(&node.text(), "kept"), (0..10).map(|i| format!("job-{i:04}")).collect::<Vec<_>>());
+}

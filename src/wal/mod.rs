@@ -110,6 +110,23 @@ pub enum WalError {
         /// The `held` file that lists them.
         held: PathBuf,
     },
+    /// A segment whose header names another shard or number than its
+    /// directory and file name: a copied shard directory or segment
+    /// (docs/durability.md "Messages worth knowing"). Refused even with
+    /// `--recover-skip-damaged`: going on would replay the copy's jobs.
+    #[error("{file}: this segment's header says it is segment {number} of shard {shard}, not segment {} of shard {}: \
+             a copied or renamed shard directory or segment? Remove the copy (its jobs are in the directory it was copied \
+             from) or put it back where it came from; --recover-skip-damaged does not skip it, its jobs would be delivered twice", expected.1, expected.0)]
+    Foreign {
+        /// The segment file.
+        file: PathBuf,
+        /// The shard its header names.
+        shard: u32,
+        /// The number its header names.
+        number: u32,
+        /// The shard directory's index and the number in the file's name.
+        expected: (usize, u32),
+    },
     /// A record in the middle of the log is damaged.
     #[error("{file}: damaged log record at byte offset {offset} ({why}), with valid records after it; \
              start with --recover-skip-damaged to skip the damaged bytes (the segment is then moved to the data directory's damaged/ folder)")]

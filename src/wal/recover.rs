@@ -204,6 +204,16 @@ fn replay_segment(
         Some(h) if h.number == number && h.shard as usize == state.index => {
             state.max_seq = state.max_seq.max(h.seq_floor);
         }
+        Some(h) => {
+            // A readable header naming another shard or number: a copied or
+            // renamed segment, whose jobs skipping would replay twice.
+            return Err(WalError::Foreign {
+                file: path.to_path_buf(),
+                shard: h.shard,
+                number: h.number,
+                expected: (state.index, number),
+            });
+        }
         _ if is_last && record::next_valid(buf, SEGMENT_HEADER_BYTES.min(buf.len())).is_none() => {
             // A segment whose header never made it to disk: begun by a run
             // that stopped at once.
@@ -213,7 +223,7 @@ fn replay_segment(
             return Ok(None);
         }
         _ => {
-            let why = "segment header unreadable or of another shard or number".to_string();
+            let why = "segment header unreadable".to_string();
             let resume = record::next_valid(buf, 0).unwrap_or(buf.len());
             damaged(path, 0, resume, why, skip, state)?;
             seg.damaged = true;
@@ -316,4 +326,31 @@ fn apply(rec: &Record, segment: u32, epoch: Instant, now: Instant, state: &mut S
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::wal::segment::{segment_path, SegmentHeader};
+    use crate::wal::WalError;
+
+    /// A segment whose readable header names another shard or number (a
+    /// copied shard directory or segment) stops recovery, also with
+    /// `--recover-skip-damaged`, and the error says what it is.
+    #[test]
+    fn a_copied_segment_is_refused_even_when_skipping_damage() {
+        let now = std::time::Instant::now();
+        for (shard, number) in [(1u32, 1u32), (0, 7)] {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path();
+            let header = SegmentHeader { shard, shards: 2, number, seq_floor: 0 };
+            std::fs::write(segment_path(dir, 1), header.encode()).unwrap();
+            for skip in [false, true] {
+                let err = super::replay_dir(dir, 0, skip, now, now).expect_err("refused");
+                let text = err.to_string();
+                assert!(matches!(err, WalError::Foreign { expected: (0, 1), .. }), "{text}");
+                let says = format!("says it is segment {number} of shard {shard}, not segment 1 of shard 0");
+                assert!(text.contains(&says) && text.contains("does not skip it"), "{text}");
+            }
+        }
+    }
 }
