@@ -343,7 +343,8 @@ fn status_counts_what_workers_and_text_consumers_did() {
     std::fs::write(&script, SCRIPT).expect("write");
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
     let mut worker_cmd = bin("emq-worker");
-    worker_cmd.args(["--backend", &router.backend, "-Q", "jobs", "--stats-interval", "0s", "--"]).arg(&script);
+    worker_cmd.args(["--backend", &router.backend, "-Q", "jobs", "-Q", "gone", "--stats-interval", "0s", "--"]);
+    worker_cmd.arg(&script);
     let mut worker = Child::spawn("worker", &mut worker_cmd, &dir.join("worker.log"));
     let cli = |args: &[&str]| cli_ok(&router, &text_addr, args);
     let status = || status_of(&router, &text_addr);
@@ -743,11 +744,16 @@ fn status_cell(table: &str, queue: &str, column: &str) -> String {
 
 /// `GET /` of the router's status page: the HTML.
 fn status_page(router: &Router) -> String {
+    http_get(router, "/")
+}
+
+/// `GET path` of the router's HTTP server: the whole answer, head and body.
+fn http_get(router: &Router, path: &str) -> String {
     use std::io::{Read, Write};
     let addr = router.metrics.as_deref().expect("metrics on");
     let mut s = std::net::TcpStream::connect(addr).expect("the HTTP server accepts");
     s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    s.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("request sent");
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes()).expect("request sent");
     let mut page = String::new();
     s.read_to_string(&mut page).expect("page read");
     page
@@ -765,7 +771,8 @@ fn status_tells_the_dead_set_now_from_dead_letterings_since_start_and_jobs_waiti
     std::fs::write(&script, SCRIPT).expect("write");
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
     let mut worker_cmd = bin("emq-worker");
-    worker_cmd.args(["--backend", &router.backend, "-Q", "jobs", "--stats-interval", "0s", "--"]).arg(&script);
+    worker_cmd.args(["--backend", &router.backend, "-Q", "jobs", "-Q", "gone", "--stats-interval", "0s", "--"]);
+    worker_cmd.arg(&script);
     let mut worker = Child::spawn("worker", &mut worker_cmd, &dir.join("worker.log"));
     wait::until_ok(Duration::from_secs(20), || {
         let s = status_of(&router, &text_addr)?;
@@ -814,6 +821,16 @@ fn status_tells_the_dead_set_now_from_dead_letterings_since_start_and_jobs_waiti
     let row = "<td>jobs</td><td>0</td><td>0</td><td>1</td><td>1</td><td>4</td><td>1</td><td>3</td><td>2</td>";
     assert!(page.contains(row), "{page}");
     assert!(page.contains("<th>retrying</th><th>dead now</th>") && page.contains("<th>dead-lettered</th>"), "{page}");
+    // A queue whose only job dies: after a restart it is known by its dead
+    // set alone, and /metrics still labels it.
+    assert!(cli_ok(&router, &text_addr, &["request", "gone", "fail", "--headers", "retry:0"])
+        .0
+        .starts_with("accepted "));
+    wait::until_ok(Duration::from_secs(20), || {
+        let s = status_of(&router, &text_addr)?;
+        (s["dead_messages_by_queue"]["gone"] == 1).then_some(()).ok_or(s.to_string())
+    })
+    .unwrap_or_else(|e| panic!("the job dies: {e}\n{}", worker.log_tail(20)));
     // After a restart the dead set is still there, dead-lettered starts at
     // 0, and the job that waited for its retry is ready at once.
     worker.terminate(Duration::from_secs(10));
@@ -825,7 +842,16 @@ fn status_tells_the_dead_set_now_from_dead_letterings_since_start_and_jobs_waiti
         "WAITING=1 RETRYING=0 DEAD=1 DEAD-LETTERED=0"
     );
     let listed = cli_ok(&router, &text_addr, &["dead", "list"]).0;
-    assert_eq!(listed.lines().last(), Some("(1 dead job)"), "{listed}");
+    assert_eq!(listed.lines().last(), Some("(2 dead jobs)"), "{listed}");
+    let metrics = http_get(&router, "/metrics");
+    let lines: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("emq_jobs_dead{") || l.starts_with("emq_metrics_queues_folded"))
+        .collect();
+    assert_eq!(
+        lines,
+        ["emq_jobs_dead{queue=\"gone\"} 1", "emq_jobs_dead{queue=\"jobs\"} 1", "emq_metrics_queues_folded 0"]
+    );
 }
 
 #[test]

@@ -116,7 +116,15 @@ impl Sources {
         let asked = self.broker.snapshots_asked();
         let shards_silent = self.broker.shards.len().saturating_sub(asked.answers.len());
         let snaps = asked.answers;
-        let mut names: Vec<&str> = snaps.iter().flat_map(|s| s.queues.iter().map(|q| q.name.as_str())).collect();
+        let latency = self.latency.lock();
+        // Every queue any figure names: one held now, or known only by its
+        // retrying or dead jobs, a job in flight or its latency (after a
+        // restart the dead set's queues may have no table yet).
+        let held = snaps.iter().flat_map(|s| s.queues.iter().map(|q| q.name.as_str()));
+        let waiting = snaps.iter().flat_map(|s| s.retrying.iter().chain(&s.dead).map(|(q, _)| q.as_str()));
+        let in_flight = snaps.iter().flat_map(|s| &s.workers).flat_map(|w| w.inflight.iter().map(|(q, _)| q.as_str()));
+        let timed = latency.cumulative().keys().filter(|(_, k)| *k != Kind::WalSync).map(|(q, _)| q.as_str());
+        let mut names: Vec<&str> = held.chain(waiting).chain(in_flight).chain(timed).collect();
         names.sort_unstable();
         names.dedup();
         let kept: std::collections::HashSet<&str> = names.iter().take(max_queues).copied().collect();
@@ -152,7 +160,7 @@ impl Sources {
                 r.in_flight += 1;
             }
         }
-        for ((queue, kind), h) in self.latency.lock().cumulative() {
+        for ((queue, kind), h) in latency.cumulative() {
             // Per-shard figures (the log's sync time) are not a queue's.
             if *kind == Kind::WalSync {
                 continue;
