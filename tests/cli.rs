@@ -919,3 +919,26 @@ fn request_and_sched_without_an_answer_exit_3_outcome_unknown() {
     // Acknowledged: exit status 0.
     assert_eq!(cli(&router.frontend, &["sched", "at once", "--queue", "held"]).0, Some(0));
 }
+
+/// A malformed emq-cli command line (an invalid or missing argument, an
+/// unknown option) exits 1 like every other refusal, whichever subcommand
+/// checks it; help exits 0.
+#[test]
+fn a_malformed_command_line_exits_1_whatever_the_subcommand() {
+    let _w = watchdog::Watchdog::new("cli-usage-exit", 30);
+    let cases: [(&[&str], &str); 5] = [
+        (&["dead", "show", "abc"], "error: invalid value 'abc' for '<ID>'"),
+        (&["dead", "list", "bad queue"], "error: invalid value 'bad queue' for '[QUEUE]'"),
+        (&["dead", "retry"], "error: the following required arguments were not provided"),
+        (&["dead", "list", "--queue", "x"], "error: unexpected argument '--queue' found"),
+        (&["no-such-command"], "error: unrecognized subcommand 'no-such-command'"),
+    ];
+    for (args, says) in cases {
+        let out = bin("emq-cli").args(args).output().expect("runs");
+        let err = text(&out.stderr);
+        assert_eq!((out.status.code(), text(&out.stdout).as_str()), (Some(1), ""), "{args:?}: {err}");
+        assert!(err.starts_with(says), "{args:?}: {err}");
+    }
+    let out = bin("emq-cli").args(["dead", "--help"]).output().expect("runs");
+    assert_eq!(out.status.code(), Some(0));
+}

@@ -28,7 +28,7 @@ const EXIT_UNKNOWN: i32 = 3;
 
 /// What `--help` says about the exit status (README "Walkthrough").
 const EXIT_STATUS_HELP: &str = "Exit status: 0 done (request and sched: the job acknowledged); 1 refused or failed \
-(nothing done); 3 outcome unknown (request or sched sent the job but no answer said what became of it within \
+(nothing done; also a malformed command line); 3 outcome unknown (request or sched sent the job but no answer said what became of it within \
 --timeout: see emq-cli status).";
 
 /// Command line for an emq (or EventMQ) router: see what it holds (status,
@@ -296,9 +296,21 @@ fn main() {
     emq::program::exit_on_error("emq-cli", result);
 }
 
+/// Ends the program on what clap found in the command line: `--help` and
+/// `--version` print and exit 0; a malformed command line (an unknown
+/// option, a missing or invalid argument) prints clap's message and exits
+/// 1, as every other refusal does (clap's own status would be 2).
+fn usage_exit(e: clap::Error) -> ! {
+    if !e.use_stderr() {
+        e.exit();
+    }
+    let _ = e.print();
+    std::process::exit(1);
+}
+
 fn run() -> anyhow::Result<()> {
-    let matches = Cli::command().mut_args(|a| a.global(true)).get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let matches = Cli::command().mut_args(|a| a.global(true)).try_get_matches().unwrap_or_else(|e| usage_exit(e));
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| usage_exit(e));
     let Some(s) = config::start(&cli.config, cli.raw)? else { return Ok(()) };
     let Some(command) = &cli.command else { bail!("give a command, e.g. emq-cli status (see emq-cli --help)") };
     let out = Out { json: cli.json };
