@@ -12,6 +12,7 @@ mod interop;
 mod interop_pubsub;
 mod interop_scheduler;
 mod lost_logs;
+mod nats_cluster;
 mod ops;
 mod retries;
 mod scheduler;

@@ -11,6 +11,10 @@
 //! * [`data`]: a fresh data directory per router (never the user's state dir).
 //! * [`mounts`]: a tmpfs to fill and an ext4 that goes read-only, mounted
 //!   for a test and unmounted by it (root only; one line says why not).
+//! * [`nats`]: a 3-node nats-server cluster with JetStream
+//!   (`sync_interval: always`) on fresh ports, nodes killed, stopped and
+//!   restarted by index; skips in one line without nats-server, fails
+//!   under CI.
 //! * [`router`]: starting `emq-router` (or, with `EMQ_INTEROP_ROUTER=python`,
 //!   the Python EventMQ router) on fresh ports.
 //! * [`admin`]: a raw eMQP admin client (STATUS, ROUTER_SHOW_WORKERS, …).
@@ -27,6 +31,7 @@ pub mod data;
 pub mod interop;
 pub mod jobs;
 pub mod mounts;
+pub mod nats;
 pub mod ports;
 pub mod proc;
 pub mod python;
