@@ -942,3 +942,21 @@ fn a_malformed_command_line_exits_1_whatever_the_subcommand() {
     let out = bin("emq-cli").args(["dead", "--help"]).output().expect("runs");
     assert_eq!(out.status.code(), Some(0));
 }
+
+/// `emq-cli admin` sends any admin command; a refusal quotes at most 512
+/// bytes of a bad argument, however long it was.
+#[test]
+fn admin_sends_any_command_and_a_refusal_quotes_a_bounded_part_of_the_argument() {
+    let (_w, _dir, router, text_addr) = start_router("cli-admin-any");
+    let listed: Value = serde_json::from_str(&cli_ok(&router, &text_addr, &["admin", "DEAD_LIST"]).0).expect("JSON");
+    assert_eq!(listed, json!({"jobs": [], "total": 0}));
+    let long = "7".repeat(120_000);
+    let mut cmd = bin("emq-cli");
+    cmd.args(["--admin", &router.admin, "admin", "DEAD_SHOW", &long]);
+    let out = cmd.output().expect("runs");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let quoted = format!("{}…(120000 bytes)", "7".repeat(512));
+    assert!(err.contains(&format!("{quoted:?} is not a job id of this router")), "{}", &err[..err.len().min(300)]);
+    assert!(err.len() < 1_000, "{} bytes", err.len());
+}

@@ -107,14 +107,72 @@ fn with_overrides(
     default: &QueuePolicy,
     overrides: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<QueuePolicy, String> {
-    let mut merged = match serde_json::to_value(default) {
+    let merged = match serde_json::to_value(default) {
         Ok(serde_json::Value::Object(m)) => m,
         _ => return Err("the router-wide policy is not an object".into()),
     };
+    // Each setting alone first, so an error names the setting and says
+    // what it takes in words, not in Rust's types.
     for (key, value) in overrides {
-        merged.insert(key.clone(), value.clone());
+        let Some(takes) = takes(key) else {
+            let known: Vec<&str> = merged.keys().map(String::as_str).collect();
+            return Err(format!("unknown setting {key:?}; a queue's settings are {}", known.join(", ")));
+        };
+        let mut one = merged.clone();
+        one.insert(key.clone(), value.clone());
+        if let Err(e) = serde_json::from_value::<QueuePolicy>(serde_json::Value::Object(one)) {
+            return Err(format!("setting {key}: {value} is not {takes} ({e})"));
+        }
     }
-    serde_json::from_value(serde_json::Value::Object(merged)).map_err(|e| e.to_string())
+    let mut all = merged;
+    all.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
+    serde_json::from_value(serde_json::Value::Object(all)).map_err(|e| e.to_string())
+}
+
+/// What per-queue setting `key` takes, in words (`None`: no such setting).
+fn takes(key: &str) -> Option<String> {
+    Some(match key {
+        "job_timeout" => "a duration such as \"30s\" or \"5m\" (\"0s\": no limit)".to_string(),
+        "max_retries" => format!("a whole number from 0 to {}", limits::MAX_RETRIES_HEADER),
+        "max_queue_len" => "a whole number of jobs from 1 up".to_string(),
+        "max_queue_bytes" => "a whole number of bytes from 1 up".to_string(),
+        _ => return None,
+    })
+}
+
+/// A JSON object read key by key, duplicates kept (serde's maps keep the
+/// last silently), each value as it came.
+struct Pairs<V>(Vec<(String, V)>);
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for Pairs<V> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<V>(std::marker::PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> serde::de::Visitor<'de> for Visit<V> {
+            type Value = Pairs<V>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Pairs<V>, A::Error> {
+                let mut pairs = Vec::new();
+                while let Some(pair) = map.next_entry::<String, V>()? {
+                    pairs.push(pair);
+                }
+                Ok(Pairs(pairs))
+            }
+        }
+        d.deserialize_map(Visit(std::marker::PhantomData))
+    }
+}
+
+/// `pairs` as a map, refused when a key comes twice (`what` names whose).
+fn unique<V>(pairs: Pairs<V>, what: &str) -> Result<BTreeMap<String, V>, String> {
+    let mut map = BTreeMap::new();
+    for (key, value) in pairs.0 {
+        if map.insert(key.clone(), value).is_some() {
+            return Err(format!("{what}{key:?} is given twice; give it once"));
+        }
+    }
+    Ok(map)
 }
 
 /// The value of the setting `queues`: queue → its settings, in name order.
@@ -135,8 +193,13 @@ impl super::Kind for QueuesKind {
     }
 
     fn check(json: String) -> Result<QueueOverrides, String> {
-        let table: QueueOverrides = serde_json::from_str(&json)
+        let pairs: Pairs<Pairs<serde_json::Value>> = serde_json::from_str(&json)
             .map_err(|e| format!("{json:?} is not a JSON object of queue names and objects of settings: {e}"))?;
+        let mut table = QueueOverrides::new();
+        for (queue, settings) in unique(pairs, "queue ")? {
+            let settings = unique(settings, &format!("queue {queue}: setting "))?;
+            table.insert(queue, settings.into_iter().collect());
+        }
         if table.len() > limits::MAX_QUEUE_POLICIES {
             return Err(format!(
                 "{} queues; at most {} may have settings of their own",
@@ -221,10 +284,22 @@ mod tests {
         for (json, part) in [
             (r#"{"q": {"max_retries": 51}}"#, "max_retries 51: at most 50"),
             (r#"{"q": {"max_queue_len": 0}}"#, "queue q"),
-            (r#"{"q": {"retries": 1}}"#, "unknown field `retries`"),
+            (
+                r#"{"q": {"retries": 1}}"#,
+                "unknown setting \"retries\"; a queue's settings are job_timeout, max_retries",
+            ),
             (r#"{"q": {"job_timeout": "soon"}}"#, "queue q"),
             (r#"{"bad name!": {}}"#, "bad name!"),
             (r#"["q"]"#, "not a JSON object"),
+            (r#"{"a": {"max_retries": 3}, "a": {"max_retries": 0}}"#, "queue \"a\" is given twice; give it once"),
+            (r#"{"a": {"max_retries": 3, "max_retries": 0}}"#, "queue a: setting \"max_retries\" is given twice"),
+            (r#"{"a": {"max_retries": -1}}"#, "queue a: setting max_retries: -1 is not a whole number from 0 to 50"),
+            (
+                r#"{"a": {"max_queue_len": 0}}"#,
+                "queue a: setting max_queue_len: 0 is not a whole number of jobs from 1",
+            ),
+            (r#"{"a": {"max_queue_bytes": 1e20}}"#, "setting max_queue_bytes: 1e+20 is not a whole number of bytes"),
+            (r#"{"a": {"job_timeout": 5}}"#, "queue a: setting job_timeout: 5 is not a duration such as \"30s\""),
         ] {
             let err = config(json, "{}").unwrap_err().to_string();
             assert!(err.contains(part) && err.contains("queues"), "{json}: {err}");

@@ -74,14 +74,15 @@ fn shards_of(broker: &Broker, queue: Option<&QueueName>) -> Vec<usize> {
     }
 }
 
-/// The job id in `text`, refused unless it names a shard of this router.
+/// The job id in `text`, refused unless it names a shard of this router
+/// (the refusal shows at most 512 bytes of it, [`crate::ids::cut`]).
 fn job_id(broker: &Broker, text: &[u8]) -> Result<JobId, Refusal> {
     let id = std::str::from_utf8(text).ok().and_then(JobId::parse);
     match id {
         Some(id) if id.shard() < broker.shards.len() => Ok(id),
         _ => Err(format!(
             "{:?} is not a job id of this router (<shard>-<seq>, as `emq-cli dead list` shows)",
-            crate::ids::show(text)
+            crate::ids::cut(text)
         )),
     }
 }
