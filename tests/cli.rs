@@ -960,3 +960,18 @@ fn admin_sends_any_command_and_a_refusal_quotes_a_bounded_part_of_the_argument()
     assert!(err.contains(&format!("{quoted:?} is not a job id of this router")), "{}", &err[..err.len().min(300)]);
     assert!(err.len() < 1_000, "{} bytes", err.len());
 }
+
+/// An admin command with more frames than the router reads is answered
+/// `ERROR BAD_FRAMES`, not dropped in silence (emq-cli would wait out its
+/// timeout).
+#[test]
+fn an_admin_command_with_too_many_frames_is_answered() {
+    let (_w, _dir, router, _text_addr) = start_router("cli-admin-frames");
+    let many: Vec<String> = (1..=63).map(|i| i.to_string()).collect();
+    let mut cmd = bin("emq-cli");
+    cmd.args(["--admin", &router.admin, "--timeout", "10s", "admin", "DEAD_LIST"]).args(&many);
+    let out = cmd.output().expect("runs");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("BAD_FRAMES") && err.contains("the message has 68 frames; at most"), "{err}");
+}

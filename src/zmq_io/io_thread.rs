@@ -500,7 +500,8 @@ impl Loop {
     /// msgid when its frame 2 names a command that expects an answer: on
     /// the frontend a REQUEST, SCHEDULE or UNSCHEDULE gets `ERROR BAD_FRAMES
     /// <why>` (the router answers every REQUEST; docs/emqp.md "ERROR"), an
-    /// INFORM on either socket `ERROR BAD_INFORM <why>`. Anything else stays
+    /// INFORM on either socket `ERROR BAD_INFORM <why>`, an admin command
+    /// on the admin socket `ERROR BAD_FRAMES <why>`. Anything else stays
     /// unanswered (logged and counted as malformed). EventMQ 0.3.13 dropped
     /// all of these silently, or killed its scheduler (S6).
     fn refuse_unreadable(&mut self, which: Socket, peer: &PeerId, frames: &[InFrame], why: &str) {
@@ -514,6 +515,9 @@ impl Loop {
             (Socket::Frontend | Socket::Backend, b"INFORM") => {
                 let dest = if which == Socket::Backend { Dest::Backend } else { Dest::Frontend };
                 self.reject_inform(dest, peer, msgid.as_ref(), why);
+            }
+            (Socket::Admin, word) if crate::protocol::emqp::AdminWord::from_word(word).is_some() => {
+                self.error(Dest::Admin, peer, msgid.as_ref(), "BAD_FRAMES", why);
             }
             _ => {}
         }
