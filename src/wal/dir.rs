@@ -199,6 +199,15 @@ impl DataDir {
         free_bytes(&self.path)
     }
 
+    /// Free and total bytes of the directory's file system (one
+    /// `statvfs`, see [`space`]).
+    ///
+    /// # Errors
+    /// The OS error (the directory is gone, say).
+    pub fn space(&self) -> std::io::Result<Space> {
+        space(&self.path)
+    }
+
     /// Finishes or undoes a layout switch a crash interrupted (see the
     /// module docs).
     ///
@@ -356,6 +365,23 @@ pub fn linked(file: &File) -> Result<u64, FaultKind> {
 /// # Errors
 /// The OS error.
 pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
+    space(path).map(|s| s.free)
+}
+
+/// A file system's space, from one `statvfs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Space {
+    /// Free bytes for unprivileged writers (available blocks × fragment size).
+    pub free: u64,
+    /// The file system's size (blocks × fragment size).
+    pub total: u64,
+}
+
+/// Free and total bytes of the file system holding `path`.
+///
+/// # Errors
+/// The OS error.
+pub fn space(path: &Path) -> std::io::Result<Space> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
     let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
@@ -367,7 +393,7 @@ pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
     }
     // SAFETY: statvfs returned 0, so it filled `st`.
     let st = unsafe { st.assume_init() };
-    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+    Ok(Space { free: st.f_bavail.saturating_mul(st.f_frsize), total: st.f_blocks.saturating_mul(st.f_frsize) })
 }
 
 /// Binds the abstract socket name of the data directory at `path`;
@@ -478,5 +504,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         assert!(free_bytes(tmp.path()).unwrap() > 0);
         assert!(free_bytes(&tmp.path().join("missing")).is_err());
+        let s = space(tmp.path()).unwrap();
+        assert!(s.total >= s.free && s.total > 0, "{s:?}");
     }
 }

@@ -235,6 +235,10 @@ impl ShardLog {
         if let Some(e) = full {
             log.fail(FaultKind::Full, &e, "starting a new segment", Instant::now());
         }
+        // Free space is looked at before the shard takes its first job:
+        // a router started below `disk_free_limit` refuses from the first.
+        log.look_at_free_space();
+        log.show_state();
         log.update_stats();
         Ok(log)
     }
@@ -544,35 +548,7 @@ impl ShardLog {
             return;
         }
         self.next_check = Some(now + limits::WAL_CHECK_INTERVAL);
-        match self.data_dir.free_bytes() {
-            Ok(free) => {
-                self.shared.stats.free_bytes.store(free, Ordering::Relaxed);
-                (self.free_at_check, self.logged_at_check) = (free, self.logged - self.buf.len() as u64);
-                let alarm = self.past_free_limit();
-                if alarm != self.alarm {
-                    let limit = self.settings.disk_free_limit;
-                    if alarm {
-                        tracing::warn!(
-                            shard = self.shard,
-                            free,
-                            limit,
-                            "free disk space below disk_free_limit: new jobs are refused (STORE_FULL)"
-                        );
-                    } else {
-                        tracing::info!(
-                            shard = self.shard,
-                            free,
-                            limit,
-                            "free disk space above disk_free_limit again: new jobs are accepted"
-                        );
-                    }
-                    self.alarm = alarm;
-                }
-            }
-            Err(e) => {
-                crate::log_limited!(warn, shard = self.shard, error = %e, "cannot read the data directory's free space")
-            }
-        }
+        self.look_at_free_space();
         if self.fault.is_none() {
             if let Err(kind) = self.files_check() {
                 self.fail(kind, &std::io::Error::other("deleted or replaced"), "checking the log's files", now);
@@ -587,6 +563,40 @@ impl ShardLog {
             }
         }
         self.show_state();
+    }
+
+    /// Reads the data directory's free space (`statvfs`) and sets the
+    /// alarm by it, saying so when it changes: at open, and from
+    /// [`ShardLog::check`].
+    fn look_at_free_space(&mut self) {
+        let free = match self.data_dir.free_bytes() {
+            Ok(free) => free,
+            Err(e) => {
+                crate::log_limited!(warn, shard = self.shard, error = %e, "cannot read the data directory's free space");
+                return;
+            }
+        };
+        self.shared.stats.free_bytes.store(free, Ordering::Relaxed);
+        (self.free_at_check, self.logged_at_check) = (free, self.logged - self.buf.len() as u64);
+        let alarm = self.past_free_limit();
+        if alarm == self.alarm {
+            return;
+        }
+        self.alarm = alarm;
+        let limit = self.settings.disk_free_limit;
+        // The code producers get: a fault's own comes first.
+        match (alarm, self.fault) {
+            (true, None) => tracing::warn!(shard = self.shard, free, limit, refused = "STORE_FULL",
+                "free disk space below disk_free_limit: new jobs are refused (STORE_FULL)"),
+            (true, Some(f)) => tracing::warn!(shard = self.shard, free, limit, refused = f.kind.refusal().code(),
+                "free disk space below disk_free_limit: new jobs are refused ({} while the log's fault lasts, then STORE_FULL)",
+                f.kind.refusal().code()),
+            (false, None) => tracing::info!(shard = self.shard, free, limit,
+                "free disk space above disk_free_limit again: new jobs are accepted"),
+            (false, Some(f)) => tracing::info!(shard = self.shard, free, limit, refused = f.kind.refusal().code(),
+                "free disk space above disk_free_limit again; new jobs stay refused ({}) until the log is repaired",
+                f.kind.refusal().code()),
+        }
     }
 
     /// Whether the shard's directory and current segment are still the
@@ -1170,7 +1180,12 @@ impl ShardLog {
                 self.show_state();
                 self.update_stats();
                 let how = if fault.rebuild { "rebuilt from memory" } else { "written again" };
-                tracing::warn!(shard = self.shard, dir = %self.dir_path.display(), tries, "write-ahead log repaired ({how}): new jobs are accepted again");
+                if self.alarm {
+                    tracing::warn!(shard = self.shard, dir = %self.dir_path.display(), tries, refused = "STORE_FULL",
+                        "write-ahead log repaired ({how}); new jobs stay refused (STORE_FULL): free disk space is below disk_free_limit");
+                } else {
+                    tracing::warn!(shard = self.shard, dir = %self.dir_path.display(), tries, "write-ahead log repaired ({how}): new jobs are accepted again");
+                }
             }
             Err((kind, e)) => self.fail(kind, &e, if fault.rebuild { "rebuilding" } else { "writing again" }, now),
         }
@@ -1243,13 +1258,17 @@ mod tests {
     }
 
     fn log_in(dir: &Path, durability: Durability) -> ShardLog {
+        log_limited(dir, durability, 0)
+    }
+
+    fn log_limited(dir: &Path, durability: Durability, disk_free_limit: u64) -> ShardLog {
         let data = Arc::new(DataDir::lock(dir).expect("locks"));
         let root = data.wal();
         let settings = LogSettings {
             durability,
             sync_interval: Duration::from_secs(3600),
             segment_bytes: 1 << 20,
-            disk_free_limit: 0,
+            disk_free_limit,
         };
         ShardLog::create(0, 1, data, &root, settings, BTreeMap::new(), 1, 0).expect("log")
     }
@@ -1346,5 +1365,64 @@ mod tests {
         let _ = log.commit(now);
         assert!(log.free_at_check > 32 << 20, "read again: {}", log.free_at_check);
         assert_eq!(log.refusal(), None, "the real free space is far above the limit");
+    }
+
+    /// New-user finding 1: the log reads free space when it opens, so a
+    /// router started below `disk_free_limit` refuses its first job (it
+    /// used to accept jobs until the first check, at the first commit or
+    /// a second later), says so once, and STATUS shows the alarm at once.
+    #[test]
+    fn a_log_opened_below_disk_free_limit_refuses_before_its_first_commit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let free = dir::free_bytes(tmp.path()).unwrap();
+        let limit = free.saturating_mul(2).max(1 << 40);
+        let (log, said) = crate::logging::capture("warn", || log_limited(tmp.path(), Durability::Sync, limit));
+        assert_eq!(log.refusal(), Some(StoreFault::Full), "refused before any commit or check");
+        assert!(log.alarm);
+        assert_eq!(log.shared().stats.state(), LogState::Alarm, "STATUS says disk_alarm from the start");
+        let seen = log.shared().stats.free_bytes.load(Ordering::Relaxed);
+        assert!(seen > 0 && seen < limit, "free space read at open: {seen}");
+        let line = "free disk space below disk_free_limit: new jobs are refused (STORE_FULL)";
+        assert_eq!(said.matches(line).count(), 1, "one warning: {said}");
+        drop(log);
+        // Above the limit (and with the alarm off): accepted, nothing said.
+        for limit in [1, 0] {
+            let tmp = tempfile::tempdir().unwrap();
+            let (log, said) = crate::logging::capture("warn", || log_limited(tmp.path(), Durability::Sync, limit));
+            assert_eq!(log.refusal(), None, "limit {limit}");
+            assert_eq!(log.shared().stats.state(), LogState::Ok, "limit {limit}");
+            assert!(!said.contains("disk_free_limit"), "limit {limit}: {said}");
+        }
+    }
+
+    /// New-user finding 2's kin: a line that names a refusal names the one
+    /// producers get. Free space falling below the limit during a fault
+    /// that refuses with `STORE_FAILED` says so; a repair that ends with
+    /// free space below the limit does not say jobs are accepted.
+    #[test]
+    fn the_alarm_and_repair_lines_name_the_code_producers_get() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut log = log_in(tmp.path(), Durability::Sync);
+        let now = Instant::now();
+        log.fail(FaultKind::ReadOnly, &std::io::Error::other("test"), "writing", now);
+        assert_eq!(log.refusal(), Some(StoreFault::Failed));
+        log.settings.disk_free_limit = u64::MAX;
+        let ((), said) = crate::logging::capture("warn", || log.look_at_free_space());
+        assert_eq!(log.refusal(), Some(StoreFault::Failed), "the fault's code comes first");
+        assert!(
+            said.contains(
+                "free disk space below disk_free_limit: new jobs are refused (STORE_FAILED while the log's fault lasts, then STORE_FULL)"
+            ),
+            "{said}"
+        );
+        // The repair (a rebuild) works; free space stays below the limit.
+        let mut holdings = OneQueue(Vec::new());
+        let ((), said) = crate::logging::capture("warn", || log.maintain(now + limits::WAL_RETRY_MIN, &mut holdings));
+        assert_eq!(log.refusal(), Some(StoreFault::Full), "repaired, still below the limit");
+        assert!(
+            said.contains("write-ahead log repaired (rebuilt from memory); new jobs stay refused (STORE_FULL): free disk space is below disk_free_limit"),
+            "{said}"
+        );
+        assert!(!said.contains("new jobs are accepted"), "{said}");
     }
 }

@@ -234,6 +234,7 @@ pub fn open(
     };
     report.relayout = !same_layout;
     report.millis = t0.elapsed().as_millis() as u64;
+    warn_if_smaller_than_free_limit(&dir, config.disk_free_limit);
     for s in &starts {
         let stats = &s.log.shared().stats;
         stats.jobs_recovered.store(s.recovered.jobs.len() as u64, std::sync::atomic::Ordering::Relaxed);
@@ -262,6 +263,29 @@ pub fn open(
         "write-ahead log recovered"
     );
     Ok(Opened { dir, shards: starts, report })
+}
+
+/// One warning at start when the data directory's whole file system is
+/// smaller than `disk_free_limit`: its free space can never reach the
+/// limit, so every new job would be refused for as long as the router runs.
+fn warn_if_smaller_than_free_limit(dir: &DataDir, limit: u64) {
+    match dir.space() {
+        Ok(space) if limit > 0 && space.total < limit => tracing::warn!(
+            dir = %dir.path().display(),
+            total = space.total,
+            limit,
+            refused = "STORE_FULL",
+            "the data directory's file system holds {} bytes in all, less than disk_free_limit ({limit} bytes): \
+             every new job will be refused (STORE_FULL) for as long as the router runs. Lower disk_free_limit \
+             (--disk-free-limit, EMQ_DISK_FREE_LIMIT; 0 turns the alarm off) below the free space you can spare, \
+             or give the data directory a larger file system",
+            space.total
+        ),
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(dir = %dir.path().display(), error = %e, "cannot read the data directory's file system size")
+        }
+    }
 }
 
 /// Replays every `shard-<n>` directory under `root`, each on a thread.

@@ -246,6 +246,49 @@ fn free_space_below_disk_free_limit_refuses_producers_before_writes_fail() {
     drop(mnt);
 }
 
+/// New-user finding 1: a router started on a file system with less free
+/// space than `disk_free_limit` (here the default 256 MiB, on an 8 MiB
+/// tmpfs) refuses from its very first job (the log reads free space when
+/// it opens, not a second later), and says once at start that the whole
+/// file system is smaller than the limit and which setting to lower. With
+/// the limit lowered it accepts.
+#[test]
+fn a_router_started_below_disk_free_limit_refuses_its_first_job_and_says_why() {
+    if !root_or_skip("a_router_started_below_disk_free_limit") {
+        return;
+    }
+    let _w = Watchdog::new("started_below_limit", 90);
+    let dir = TestDir::new("started-below-limit");
+    let mnt = Mount::tmpfs(&dir.join("mnt"), 8 << 20);
+    let node = Node::with_data(&dir, mnt.path.join("data"));
+    let (ledger, counters): (Shared, _) = (Arc::default(), [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))]);
+    let mut router = node.start(&["--shards", "2"]);
+    // The first job of each protocol, sent as soon as the ports listen.
+    assert_eq!(probe_emqp(&node, &ledger, &counters[0]).as_deref(), Some("STORE_FULL"), "{}", router.log_tail(20));
+    assert_eq!(probe_text(&node, &ledger, &counters[1]).as_deref(), Some("STORE_FULL"), "{}", router.log_tail(20));
+    assert_eq!(states(&node), ["disk_alarm", "disk_alarm"]);
+    assert!(lock(&ledger).acked.is_empty(), "nothing accepted");
+    let log = std::fs::read_to_string(&node.log).expect("router log");
+    let count = |text: &str| log.matches(text).count();
+    assert_eq!(count("less than disk_free_limit (268435456 bytes)"), 1, "one warning at start:\n{log}");
+    assert_eq!(count("Lower disk_free_limit (--disk-free-limit, EMQ_DISK_FREE_LIMIT"), 1, "{log}");
+    assert_eq!(
+        count("free disk space below disk_free_limit: new jobs are refused (STORE_FULL)"),
+        2,
+        "each shard's alarm, from the start:\n{log}"
+    );
+    // The advice works: with the limit lowered the same disk takes jobs.
+    router.kill_group();
+    router = node.start(&["--shards", "2", "--disk-free-limit", "1048576"]);
+    assert_eq!(probe_emqp(&node, &ledger, &counters[0]).as_deref(), Some("REPLY"), "{}", router.log_tail(20));
+    assert_eq!(probe_text(&node, &ledger, &counters[1]).as_deref(), Some("OK"), "{}", router.log_tail(20));
+    assert_eq!(states(&node), ["ok", "ok"]);
+    let log = std::fs::read_to_string(&node.log).expect("router log");
+    assert_eq!(log.matches("less than disk_free_limit").count(), 1, "no warning with the lower limit:\n{log}");
+    router.kill_group();
+    drop(mnt);
+}
+
 #[test]
 fn a_data_directory_turned_read_only_and_brought_back_loses_nothing() {
     if !root_or_skip("a_data_directory_turned_read_only") {

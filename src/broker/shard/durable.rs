@@ -272,6 +272,9 @@ impl Shard {
     /// Notes how far the log's durable point has come (see [`LogWatch`]),
     /// and says so when it stalls or moves again.
     fn watch_durable(&mut self, now: Instant) {
+        // The log's own refusal comes before the stall's (see
+        // [`Shard::store_refusal`]): the lines below name what producers get.
+        let own = self.log.refusal();
         let w = &mut self.watch;
         let durable = w.durable.durable_upto();
         if durable != w.seen || durable >= w.awaiting {
@@ -291,7 +294,17 @@ impl Shard {
             if stalled {
                 Counters::bump(&self.ctx.counters.log_stalls);
                 let secs = limits::LOG_STALL_TIMEOUT.as_secs();
-                tracing::error!(shard = self.index, secs, "the job log has not made acknowledged work durable for {secs} s: new jobs are refused (STORE_FAILED) until it does");
+                match own {
+                    None => tracing::error!(shard = self.index, secs, refused = "STORE_FAILED", "the job log has not made acknowledged work durable for {secs} s: new jobs are refused (STORE_FAILED) until it does"),
+                    Some(own) => tracing::error!(shard = self.index, secs, refused = own.code(), "the job log has not made acknowledged work durable for {secs} s: new jobs are refused ({}, the log's own refusal; STORE_FAILED if that ends first) until it does", own.code()),
+                }
+            } else if let Some(own) = own {
+                let code = own.code();
+                tracing::warn!(
+                    shard = self.index,
+                    refused = code,
+                    "the job log makes work durable again; new jobs stay refused ({code}) by the log's own state"
+                );
             } else {
                 tracing::warn!(shard = self.index, "the job log makes work durable again: new jobs are accepted");
             }

@@ -389,3 +389,70 @@ fn a_stall_is_rechecked_without_new_work_and_an_idle_spell_is_not_a_stall() {
     h.request("c", "m5", "q", "j5");
     assert!(errors_to(&mut h, "c").is_empty(), "accepted again");
 }
+
+/// New-user finding 2: a log that is full (or below `disk_free_limit`)
+/// also stalls, its acknowledgements waiting for the disk; producers get
+/// its own code, `STORE_FULL`, so the stall's line names that code, not
+/// `STORE_FAILED`; a stall with no refusal of the log's own still names
+/// `STORE_FAILED`. When the stall ends while the log still refuses, the
+/// line does not say jobs are accepted.
+#[test]
+fn the_stall_line_names_the_code_producers_get() {
+    let mut h = Harness::new(1);
+    let ctls = h.attach_fakes();
+    h.request("c", "m1", "q", "j1");
+    h.end_batches();
+    assert_eq!(h.take_commands("c"), ["REPLY"]);
+    // A job accepted in the batch that finds the disk full: its ticket
+    // waits (the fake makes nothing durable while faulty) past the stall
+    // timeout.
+    ctls[0].set_stalled(true);
+    h.request("c", "m2", "q", "j2");
+    h.end_batches();
+    ctls[0].set_fault(Some(StoreFault::Full));
+    ctls[0].set_stalled(false);
+    h.advance(limits::LOG_STALL_TIMEOUT);
+    let ((), said) = crate::logging::capture("warn", || h.end_batches());
+    assert!(h.shards[0].log_stalled(), "stalled");
+    assert!(
+        said.contains(
+            "has not made acknowledged work durable for 5 s: new jobs are refused (STORE_FULL, the log's own refusal; STORE_FAILED if that ends first) until it does"
+        ),
+        "{said}"
+    );
+    assert!(!said.contains("(STORE_FAILED) until it does"), "{said}");
+    h.request("c", "m3", "q", "j3");
+    assert_eq!(errors_to(&mut h, "c"), ["STORE_FULL"], "what the line says");
+    // The disk takes the records again: durable (the release step after
+    // one batch end), seen at the next, accepted, and said so.
+    ctls[0].set_fault(None);
+    let ((), said) = crate::logging::capture("warn", || {
+        h.end_batches();
+        h.end_batches();
+    });
+    assert!(!h.shards[0].log_stalled());
+    assert!(said.contains("the job log makes work durable again: new jobs are accepted"), "{said}");
+    // A plain stall (a hung sync): STORE_FAILED, as before.
+    ctls[0].set_stalled(true);
+    h.request("c", "m4", "q", "j4");
+    h.end_batches();
+    h.advance(limits::LOG_STALL_TIMEOUT);
+    let ((), said) = crate::logging::capture("warn", || h.end_batches());
+    assert!(said.contains("for 5 s: new jobs are refused (STORE_FAILED) until it does"), "{said}");
+    h.request("c", "m5", "q", "j5");
+    assert_eq!(errors_to(&mut h, "c"), ["STORE_FAILED"]);
+    // It ends while the log refuses of its own (it filled meanwhile): the
+    // line says what producers still get.
+    ctls[0].set_fault(Some(StoreFault::Full));
+    ctls[0].set_stalled(false);
+    ctls[0].with(|s| s.durable = s.logged);
+    let ((), said) = crate::logging::capture("warn", || h.end_batches());
+    assert!(!h.shards[0].log_stalled());
+    assert!(
+        said.contains(
+            "the job log makes work durable again; new jobs stay refused (STORE_FULL) by the log's own state"
+        ),
+        "{said}"
+    );
+    assert!(!said.contains("new jobs are accepted"), "{said}");
+}
