@@ -343,8 +343,7 @@ fn status_counts_what_workers_and_text_consumers_did() {
     std::fs::write(&script, SCRIPT).expect("write");
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
     let mut worker_cmd = bin("emq-worker");
-    worker_cmd.args(["--backend", &router.backend, "-Q", "jobs", "-Q", "gone", "--stats-interval", "0s", "--"]);
-    worker_cmd.arg(&script);
+    worker_cmd.args(["--backend", &router.backend, "-Q", "jobs", "--stats-interval", "0s", "--"]).arg(&script);
     let mut worker = Child::spawn("worker", &mut worker_cmd, &dir.join("worker.log"));
     let cli = |args: &[&str]| cli_ok(&router, &text_addr, args);
     let status = || status_of(&router, &text_addr);
