@@ -114,10 +114,11 @@ fn with_overrides(
     // Each setting alone first, so an error names the setting and says
     // what it takes in words, not in Rust's types.
     for (key, value) in overrides {
-        let Some(takes) = takes(key) else {
+        if !merged.contains_key(key) {
             let known: Vec<&str> = merged.keys().map(String::as_str).collect();
             return Err(format!("unknown setting {key:?}; a queue's settings are {}", known.join(", ")));
-        };
+        }
+        let takes = takes(key).unwrap_or_else(|| "a value it takes (docs/configuration.md)".to_string());
         let mut one = merged.clone();
         one.insert(key.clone(), value.clone());
         if let Err(e) = serde_json::from_value::<QueuePolicy>(serde_json::Value::Object(one)) {
@@ -129,7 +130,8 @@ fn with_overrides(
     serde_json::from_value(serde_json::Value::Object(all)).map_err(|e| e.to_string())
 }
 
-/// What per-queue setting `key` takes, in words (`None`: no such setting).
+/// What per-queue setting `key` takes, in words, for its error (`None`:
+/// a setting without words here gets a general phrase).
 fn takes(key: &str) -> Option<String> {
     Some(match key {
         "job_timeout" => "a duration such as \"30s\" or \"5m\" (\"0s\": no limit)".to_string(),

@@ -78,7 +78,7 @@ fn answer(
             super::reporter::collect(broker, latency);
             latency.lock().to_json()
         }
-        AdminWord::DeadList => dead_admin::list(broker, arg(0)),
+        AdminWord::DeadList => dead_admin::list(broker, arg(0))?,
         AdminWord::DeadShow => dead_admin::show(broker, arg(0))?,
         AdminWord::DeadRetry => dead_admin::retry_or_delete(broker, true, arg(0), arg(1))?,
         AdminWord::DeadDelete => dead_admin::retry_or_delete(broker, false, arg(0), arg(1))?,

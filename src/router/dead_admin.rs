@@ -18,11 +18,17 @@ pub type Refusal = String;
 /// `DEAD_LIST [queue]`: `{"jobs": [entry…], "total": n}`, the oldest
 /// [`limits::DEAD_LIST_MAX`] burials first ([`DeadEntry::to_json`]), of
 /// every queue when `queue` is empty.
-pub fn list(broker: &Broker, queue: &[u8]) -> Value {
+///
+/// # Errors
+/// A [`Refusal`] when a shard does not answer in time (the total would be
+/// short).
+pub fn list(broker: &Broker, queue: &[u8]) -> Result<Value, Refusal> {
     let queue = (!queue.is_empty()).then(|| QueueName::from(queue));
     let mut jobs: Vec<DeadEntry> = Vec::new();
     let mut total = 0;
-    for a in broker.ask(&shards_of(broker, queue.as_ref()), &AdminOp::DeadList(queue)).answers {
+    let asked = broker.ask(&shards_of(broker, queue.as_ref()), &AdminOp::DeadList(queue));
+    silent_shards(asked.missing)?;
+    for a in asked.answers {
         if let AdminAnswer::DeadList { entries, total: n } = a {
             jobs.extend(entries);
             total += n;
@@ -30,7 +36,7 @@ pub fn list(broker: &Broker, queue: &[u8]) -> Value {
     }
     jobs.sort_by_key(|e| (e.at_unix_ms, e.id.seq(), e.id.shard()));
     jobs.truncate(limits::DEAD_LIST_MAX);
-    json!({ "jobs": jobs.iter().map(DeadEntry::to_json).collect::<Vec<_>>(), "total": total })
+    Ok(json!({ "jobs": jobs.iter().map(DeadEntry::to_json).collect::<Vec<_>>(), "total": total }))
 }
 
 /// `DEAD_SHOW id`: `{"job": entry with its body}` or `{"job": null}`.
@@ -52,7 +58,8 @@ pub fn show(broker: &Broker, id: &[u8]) -> Result<Value, Refusal> {
 ///
 /// # Errors
 /// A [`Refusal`] for a target that is neither `*` nor a job id of this
-/// router.
+/// router, or when a shard does not answer in time (its part may still be
+/// under way: a count would be short).
 pub fn retry_or_delete(broker: &Broker, retry: bool, target: &[u8], queue: &[u8]) -> Result<Value, Refusal> {
     let (target, shards) = if target == b"*" {
         let queue = (!queue.is_empty()).then(|| QueueName::from(queue));
@@ -62,8 +69,24 @@ pub fn retry_or_delete(broker: &Broker, retry: bool, target: &[u8], queue: &[u8]
         (DeadTarget::One(id), vec![id.shard()])
     };
     let op = if retry { AdminOp::DeadRetry(target) } else { AdminOp::DeadDelete(target) };
-    let n: usize = broker.ask(&shards, &op).answers.iter().map(AdminAnswer::done).sum();
+    let asked = broker.ask(&shards, &op);
+    silent_shards(asked.missing)?;
+    let n: usize = asked.answers.iter().map(AdminAnswer::done).sum();
     Ok(json!({ (if retry { "retried" } else { "deleted" }): n }))
+}
+
+/// Refuses an answer some shards are missing from (they did not answer
+/// within [`limits::SHARD_ANSWER_TIMEOUT`]): a count or list without them
+/// would look complete.
+fn silent_shards(missing: usize) -> Result<(), Refusal> {
+    match missing {
+        0 => Ok(()),
+        n => Err(format!(
+            "{n} shard(s) did not answer within {:?}; what was asked of them may still be under way \
+             (see emq-cli dead list and emq-cli status)",
+            limits::SHARD_ANSWER_TIMEOUT
+        )),
+    }
 }
 
 /// The shards that hold `queue`'s dead jobs: its own, or every shard.
@@ -81,7 +104,7 @@ fn job_id(broker: &Broker, text: &[u8]) -> Result<JobId, Refusal> {
     match id {
         Some(id) if id.shard() < broker.shards.len() => Ok(id),
         _ => Err(format!(
-            "{:?} is not a job id of this router (<shard>-<seq>, as `emq-cli dead list` shows)",
+            "\"{}\" is not a job id of this router (<shard>-<seq>, as `emq-cli dead list` shows)",
             crate::ids::cut(text)
         )),
     }

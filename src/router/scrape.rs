@@ -118,15 +118,22 @@ impl Sources {
         let snaps = asked.answers;
         let latency = self.latency.lock();
         // Every queue any figure names: one held now, or known only by its
-        // retrying or dead jobs, a job in flight or its latency (after a
-        // restart the dead set's queues may have no table yet).
+        // retrying or dead jobs, a job in flight (after a restart the dead
+        // set's queues may have no table yet) or its latency.
         let held = snaps.iter().flat_map(|s| s.queues.iter().map(|q| q.name.as_str()));
         let waiting = snaps.iter().flat_map(|s| s.retrying.iter().chain(&s.dead).map(|(q, _)| q.as_str()));
         let in_flight = snaps.iter().flat_map(|s| &s.workers).flat_map(|w| w.inflight.iter().map(|(q, _)| q.as_str()));
         let timed = latency.cumulative().keys().filter(|(_, k)| *k != Kind::WalSync).map(|(q, _)| q.as_str());
-        let mut names: Vec<&str> = held.chain(waiting).chain(in_flight).chain(timed).collect();
+        let mut names: Vec<&str> = held.chain(waiting).chain(in_flight).collect();
         names.sort_unstable();
         names.dedup();
+        // Queues that hold something now get labels first; those known
+        // only by their latency since start (maybe long forgotten) after.
+        let live: std::collections::HashSet<&str> = names.iter().copied().collect();
+        let mut past: Vec<&str> = timed.filter(|q| !live.contains(q)).collect();
+        past.sort_unstable();
+        past.dedup();
+        names.extend(past);
         let kept: std::collections::HashSet<&str> = names.iter().take(max_queues).copied().collect();
         let folded = names.len().saturating_sub(kept.len());
         let label = |name: &str| if kept.contains(name) { name.to_string() } else { OTHER_QUEUE.to_string() };

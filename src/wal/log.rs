@@ -476,7 +476,12 @@ impl ShardLog {
         // The first cause names the fault until it is repaired (a failed
         // sync after a read-only write is its consequence), unless this one
         // is worse: it needs a rebuild where the first did not.
+        // A directory or file found gone or replaced always names the
+        // fault: while it does, nothing is deleted by path (a full disk
+        // deletes dead segments, `delete_dead`) and a moved directory is
+        // cleaned after the rebuild (`let_go`).
         let kind = match self.fault {
+            Some(_) if kind == FaultKind::Gone => kind,
             Some(f) if f.rebuild || !rebuild => f.kind,
             _ => kind,
         };
