@@ -315,7 +315,10 @@ fn nats_two_of_three_down_refuse_publishes_within_a_bound_and_accept_again_when_
         let took = started.elapsed();
         eprintln!("{test}: {id} without quorum: {result:?} after {took:?}");
         assert!(result.is_err(), "{id} acknowledged with two of three servers down: {result:?}");
-        assert!(took <= FAIL_BOUND, "{id} took {took:?} to fail");
+        // The client itself reports the failure (its ack timeout, or no
+        // responders), not the test's own bound running out.
+        let bounded = result.as_ref().is_err_and(|e| !e.starts_with("no PubAck nor error"));
+        assert!(bounded, "{id} not refused by the client within {FAIL_BOUND:?} (took {took:?}): {result:?}");
         std::thread::sleep(Duration::from_secs(1).saturating_sub(took));
     }
     let survivor = (0..NODES).find(|&i| s.cluster.is_running(i)).expect("one node runs");
@@ -323,8 +326,8 @@ fn nats_two_of_three_down_refuse_publishes_within_a_bound_and_accept_again_when_
     // It knows no stream leader and stored nothing new. (Its meta leader is
     // no sign: a meta leader left alone may still name itself 11 s on.)
     let no_leader = |v: &serde_json::Value| v["leader"].as_str().unwrap_or("").is_empty();
-    let detail = &jsz["account_details"][0]["stream_detail"][0];
-    assert_eq!(detail["name"], "T3", "{jsz}");
+    let streams = jsz["account_details"].as_array().into_iter().flatten().flat_map(|a| a["stream_detail"].as_array());
+    let detail = streams.flatten().find(|d| d["name"] == "T3").unwrap_or_else(|| panic!("no stream T3: {jsz}"));
     assert!(no_leader(&detail["cluster"]), "a stream leader without quorum: {detail}");
     assert_eq!(detail["state"]["messages"], 5, "{detail}");
 
