@@ -657,7 +657,7 @@ impl ShardLog {
         if self.deletions.is_empty() || self.fault.is_some_and(|f| f.kind != FaultKind::Full) {
             return;
         }
-        let ready = self.deletable(false);
+        let ready = self.deletable();
         if !ready.is_empty() {
             self.retire(&ready);
         }
@@ -668,24 +668,18 @@ impl ShardLog {
     /// are synced, and every older segment whose records theirs cancel is
     /// gone ([`SegmentInfo::is_dead`]). Their jobs' `Done` records need not
     /// be written: deleting the segment takes the jobs with it, which is at
-    /// least as strong (this is what frees space on a full disk). `all`:
-    /// every such segment (a repair); else the candidates noted as they
-    /// died, which are kept when not ready yet.
-    fn deletable(&mut self, all: bool) -> Vec<u32> {
+    /// least as strong (this is what frees space on a full disk). The
+    /// candidates are those noted as they died; one not ready yet is kept.
+    fn deletable(&mut self) -> Vec<u32> {
         let synced = self.shared.synced();
-        let candidates: Vec<u32> = if all {
-            self.deletions.clear();
-            self.segments.iter().filter(|(_, s)| !s.hollow).map(|(n, _)| *n).collect()
-        } else {
-            std::mem::take(&mut self.deletions)
-        };
+        let candidates = std::mem::take(&mut self.deletions);
         let mut ready = Vec::new();
         for n in candidates {
             match self.segments.get(&n) {
                 Some(s) if n != self.current && s.is_dead() && !s.hollow => {
                     if s.moved_upto <= synced {
                         ready.push(n);
-                    } else if !all {
+                    } else {
                         self.deletions.push(n);
                     }
                 }

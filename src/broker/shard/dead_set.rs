@@ -82,7 +82,9 @@ impl DeadSet {
         }
     }
 
-    /// The ids of the jobs, oldest burial first, of `queue` only when given.
+    /// The ids of the jobs, oldest burial first, of `queue` only when given
+    /// (tests).
+    #[cfg(test)]
     pub fn ids(&self, queue: Option<&[u8]>) -> Vec<JobId> {
         self.iter(queue).map(|d| d.job.id).collect()
     }
