@@ -69,6 +69,7 @@ pub mod heap;
 pub mod ids;
 pub mod job;
 pub mod joblog;
+pub mod jslog;
 pub mod limits;
 pub mod logging;
 pub mod metrics;

@@ -425,6 +425,41 @@ pub const WAL_SYNC_INTERVAL: Duration = Duration::from_millis(50);
 /// that creating files is rare (one per ~400,000 small jobs), small enough
 /// that a segment holding a few old jobs is cheap to copy forward.
 pub const WAL_SEGMENT_BYTES: u64 = 64 << 20;
+/// `durability = "replicated"` (crate::jslog): the default router name.
+pub const ROUTER_NAME: &str = "emq";
+/// The default prefix of the router's JetStream streams and buckets.
+pub const NATS_STREAM_PREFIX: &str = "EMQ";
+/// Copies JetStream keeps of each log stream by default: 3 survives the
+/// loss of one server (Raft needs 2 of 3).
+pub const NATS_REPLICAS: u32 = 3;
+/// JetStream's duplicate window on the log streams (the default the
+/// research measured retries against: shared/research/jetstream-eval.md).
+pub const NATS_DEDUP_WINDOW: Duration = Duration::from_secs(120);
+/// One PubAck's wait before the publish is retried: a client whose own
+/// server died stalls this long (measured 2.0 s gap at 2 s).
+pub const NATS_ACK_TIMEOUT: Duration = Duration::from_secs(2);
+/// A batch is retried this long (back-off [`NATS_RETRY_MIN`] doubling to
+/// [`NATS_RETRY_MAX`]) before its jobs are refused: several leader
+/// elections (5-6 s each, measured), well inside [`NATS_DEDUP_WINDOW`].
+pub const NATS_GIVE_UP: Duration = Duration::from_secs(30);
+/// First wait before a failed publish is retried.
+pub const NATS_RETRY_MIN: Duration = Duration::from_millis(50);
+/// Longest wait between retries of a failed publish.
+pub const NATS_RETRY_MAX: Duration = Duration::from_secs(1);
+/// The router's hold on its name lasts this long past its last renewal.
+pub const NATS_LEASE: Duration = Duration::from_secs(10);
+/// Publishes in flight at once, all shards together (the research
+/// measured 11-15k publishes/s at 256 in flight; each publish carries a
+/// batch of jobs).
+pub const NATS_MAX_IN_FLIGHT: usize = 1024;
+/// A shard's log stream is counted in chunks of this many bytes of
+/// records: a job's `Accepted` record is found by its chunk, and the
+/// stream is purged up to the oldest chunk with a live job.
+pub const NATS_CHUNK_BYTES: u64 = 4 << 20;
+/// Most bytes of records a shard has handed to the NATS thread and not
+/// yet seen confirmed: past it new jobs are refused (`STORE_FAILED`) until
+/// the store catches up.
+pub const NATS_MAX_UNCONFIRMED_BYTES: u64 = 256 << 20;
 /// Smallest segment size accepted: a segment must hold its header and a
 /// few records (tests use small segments to exercise rotation).
 pub const WAL_MIN_SEGMENT_BYTES: u64 = 4096;

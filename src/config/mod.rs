@@ -40,8 +40,8 @@ pub use cli::{CliSettings, RawCliConfig, CLI_TOML};
 pub use kinds::Kind;
 pub use pubsub::{PubSubSettings, RawPubSubConfig, PUBSUB_TOML};
 pub use router::{
-    default_data_dir, default_shards, Durability, LatencyConfig, RawRouterConfig, RouterConfig, TextConfig, WalConfig,
-    DEFAULT_TOML,
+    default_data_dir, default_shards, Durability, LatencyConfig, NatsConfig, RawRouterConfig, RouterConfig, TextConfig,
+    WalConfig, DEFAULT_TOML,
 };
 pub use table::Settings;
 pub use worker::{QueueSpec, RawWorkerConfig, WorkerSettings, WORKER_TOML};

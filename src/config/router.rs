@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::kinds::{
-    AtLeastOne, EmqpAddr, Humantime, HumantimeOrOff, Kind, LogFilter, Optional, Period, Plain, ReportPeriodOrOff,
+    AtLeastOne, EmqpAddr, Humantime, HumantimeOrOff, Kind, LogFilter, Many, Optional, Period, Plain, ReportPeriodOrOff,
     Switch, TextListen,
 };
 use super::queues::QueuesKind;
@@ -164,7 +164,8 @@ settings! {
             data_dir => data_dir: Optional<Plain<PathBuf>>, env "EMQ_DATA_DIR";
             /// `sync` (a job is acknowledged once its record is synced to
             /// disk), `async` (acknowledged once written; synced every
-            /// `sync_interval`) or `memory` (no log).
+            /// `sync_interval`), `memory` (no log) or `replicated` (once a
+            /// NATS JetStream cluster holds it: the `nats_*` settings).
             durability => durability: DurabilityKind = "sync", env "EMQ_DURABILITY";
             /// With `durability = "async"`: how often the log is synced (e.g. `50ms`).
             sync_interval => sync_interval: Period = limits::WAL_SYNC_INTERVAL, env "EMQ_SYNC_INTERVAL";
@@ -183,6 +184,46 @@ settings! {
             /// data directory's `damaged/` folder and start with the rest,
             /// instead of refusing to start (`--recover-skip-damaged`).
             recover_skip_damaged => skip_damaged: Switch = false, env "EMQ_RECOVER_SKIP_DAMAGED";
+        }
+        nats: NatsConfig {
+            //! With `durability = "replicated"`: the NATS JetStream cluster
+            //! that holds the job log (see [`crate::jslog`], docs/replicated.md).
+            /// NATS server URLs of the JetStream cluster (`nats://host:port`,
+            /// `tls://host:port`); several for one cluster. Needed with
+            /// `durability = "replicated"`.
+            nats_urls => urls: Many<NatsUrl> = Vec::<String>::new(), env "EMQ_NATS_URLS";
+            /// This router's name: its streams are `<prefix>_<name>_...`, and
+            /// one live router at a time may hold a name.
+            router_name => router_name: StoreName = limits::ROUTER_NAME, env "EMQ_ROUTER_NAME";
+            /// Prefix of the router's streams and key-value buckets.
+            nats_stream_prefix => stream_prefix: StoreName = limits::NATS_STREAM_PREFIX, env "EMQ_NATS_STREAM_PREFIX";
+            /// Copies JetStream keeps of each stream (1 to 5; 3 survives one
+            /// server's loss).
+            nats_replicas => replicas: Replicas = limits::NATS_REPLICAS, env "EMQ_NATS_REPLICAS";
+            /// JetStream's duplicate window on the log streams: a publish retried
+            /// with the same message id inside it is stored once (e.g. `120s`).
+            nats_dedup_window => dedup_window: Period = limits::NATS_DEDUP_WINDOW, env "EMQ_NATS_DEDUP_WINDOW";
+            /// How long one publish waits for its PubAck (and an API request
+            /// for its answer) before it is retried (e.g. `2s`).
+            nats_ack_timeout => ack_timeout: Period = limits::NATS_ACK_TIMEOUT, env "EMQ_NATS_ACK_TIMEOUT";
+            /// How long a batch is retried before its jobs are refused
+            /// (`STORE_FAILED`); at most half of `nats_dedup_window` (e.g. `30s`).
+            nats_give_up => give_up: Period = limits::NATS_GIVE_UP, env "EMQ_NATS_GIVE_UP";
+            /// The router's hold on its name: renewed every third of it; a
+            /// router that stops renewing loses the name this long after
+            /// its last renewal (e.g. `10s`).
+            nats_lease => lease: Period = limits::NATS_LEASE, env "EMQ_NATS_LEASE";
+            /// Most publishes in flight (all shards together).
+            nats_max_in_flight => max_in_flight: AtLeastOne = limits::NATS_MAX_IN_FLIGHT, env "EMQ_NATS_MAX_IN_FLIGHT";
+            /// PEM file of the CA certificates to trust for the servers' TLS
+            /// certificates (TLS is used when a URL says `tls://` or this is set).
+            nats_tls_ca => tls_ca: Optional<Plain<PathBuf>>, env "EMQ_NATS_TLS_CA";
+            /// PEM client certificate for mutual TLS (with `nats_tls_key`).
+            nats_tls_cert => tls_cert: Optional<Plain<PathBuf>>, env "EMQ_NATS_TLS_CERT";
+            /// PEM private key of `nats_tls_cert`.
+            nats_tls_key => tls_key: Optional<Plain<PathBuf>>, env "EMQ_NATS_TLS_KEY";
+            /// NATS credentials file (a user JWT and NKey seed, `.creds`).
+            nats_creds => creds: Optional<Plain<PathBuf>>, env "EMQ_NATS_CREDS";
         }
         latency: LatencyConfig {
             //! Latency reporter settings.
@@ -204,6 +245,9 @@ pub enum Durability {
     Async,
     /// No log.
     Memory,
+    /// Acknowledged once a NATS JetStream cluster confirms it holds the
+    /// record (its replicas, `nats_replicas`); no local log.
+    Replicated,
 }
 
 impl Durability {
@@ -213,6 +257,7 @@ impl Durability {
             Durability::Sync => "sync",
             Durability::Async => "async",
             Durability::Memory => "memory",
+            Durability::Replicated => "replicated",
         }
     }
 }
@@ -285,6 +330,38 @@ impl RawRouterConfig {
                          (ulimit -n), or turn the text port off (text = \"off\")",
                         config.text.reserved_fds
                     ),
+                });
+            }
+        }
+        if config.wal.durability == Durability::Replicated {
+            let nats = &config.nats;
+            if nats.urls.is_empty() {
+                return Err(ConfigError::Invalid {
+                    name: "nats_urls",
+                    why: "durability = \"replicated\" needs the NATS JetStream cluster's URLs (--nats-urls, \
+                          EMQ_NATS_URLS, e.g. nats://10.0.0.1:4222,nats://10.0.0.2:4222)"
+                        .into(),
+                });
+            }
+            if nats.give_up > nats.dedup_window / 2 {
+                return Err(ConfigError::Invalid {
+                    name: "nats_give_up",
+                    why: format!(
+                        "{:?} is more than half of nats_dedup_window ({:?}): a publish retried late could be stored twice",
+                        nats.give_up, nats.dedup_window
+                    ),
+                });
+            }
+            if nats.ack_timeout >= nats.give_up {
+                return Err(ConfigError::Invalid {
+                    name: "nats_ack_timeout",
+                    why: format!("{:?} must be below nats_give_up ({:?})", nats.ack_timeout, nats.give_up),
+                });
+            }
+            if nats.tls_cert.is_some() != nats.tls_key.is_some() {
+                return Err(ConfigError::Invalid {
+                    name: "nats_tls_cert",
+                    why: "nats_tls_cert and nats_tls_key go together".into(),
                 });
             }
         }
@@ -390,7 +467,7 @@ impl Default for RouterConfig {
     }
 }
 
-/// `durability`: `sync`, `async` or `memory`.
+/// `durability`: `sync`, `async`, `memory` or `replicated`.
 pub struct DurabilityKind;
 
 impl Kind for DurabilityKind {
@@ -406,7 +483,73 @@ impl Kind for DurabilityKind {
             "sync" => Ok(Durability::Sync),
             "async" => Ok(Durability::Async),
             "memory" => Ok(Durability::Memory),
-            other => Err(format!("{other:?} is not one of sync, async, memory")),
+            "replicated" => Ok(Durability::Replicated),
+            other => Err(format!("{other:?} is not one of sync, async, memory, replicated")),
+        }
+    }
+}
+
+/// A NATS server URL: `nats://`, `tls://` or a bare `host:port`.
+pub struct NatsUrl;
+
+impl Kind for NatsUrl {
+    type Raw = String;
+    type Value = String;
+
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.trim().to_string())
+    }
+
+    fn check(text: String) -> Result<String, String> {
+        let rest = text.strip_prefix("nats://").or_else(|| text.strip_prefix("tls://")).unwrap_or(&text);
+        let host_port = rest.rsplit('@').next().unwrap_or(rest);
+        match host_port.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => Ok(text),
+            _ => Err(format!("{text:?} is not a NATS URL like nats://host:4222")),
+        }
+    }
+}
+
+/// A router name or stream prefix: 1 to 32 of `A-Z a-z 0-9 - _` (it goes
+/// into JetStream stream, subject and key names, which forbid `.`, `*`,
+/// `>` and spaces).
+pub struct StoreName;
+
+impl Kind for StoreName {
+    type Raw = String;
+    type Value = String;
+
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.trim().to_string())
+    }
+
+    fn check(text: String) -> Result<String, String> {
+        let ok =
+            (1..=32).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if ok {
+            Ok(text)
+        } else {
+            Err(format!("{text:?} must be 1 to 32 characters of A-Z, a-z, 0-9, - and _"))
+        }
+    }
+}
+
+/// `nats_replicas`: 1 to 5 (JetStream's own bounds).
+pub struct Replicas;
+
+impl Kind for Replicas {
+    type Raw = u64;
+    type Value = usize;
+
+    fn parse(text: &str) -> Result<u64, String> {
+        Plain::<u64>::parse(text)
+    }
+
+    fn check(n: u64) -> Result<usize, String> {
+        if (1..=5).contains(&n) {
+            Ok(n as usize)
+        } else {
+            Err(format!("{n} is not between 1 and 5"))
         }
     }
 }

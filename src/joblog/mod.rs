@@ -117,6 +117,22 @@ pub trait Durable: Send + Sync {
     fn faulty(&self) -> bool {
         false
     }
+
+    /// Whether the log gave up on `upto` for good (the replicated log: a
+    /// batch the store did not confirm within `nats_give_up`), and with
+    /// which refusal: what waits for it is then refused to its producers
+    /// (eMQP `ERROR <code>`, text `ERR <code>`), never acknowledged. `None`
+    /// (every local log): it may still become durable.
+    fn gave_up(&self, upto: Ticket) -> Option<StoreFault> {
+        let _ = upto;
+        None
+    }
+
+    /// `jobs` acceptances were refused because the log gave up on them
+    /// (counted for STATUS and `/metrics`).
+    fn note_refused(&self, jobs: u64) {
+        let _ = jobs;
+    }
 }
 
 /// The live jobs a shard holds itself, as its log may need to rewrite them
@@ -184,6 +200,28 @@ pub struct Recovered {
     pub jobs: Vec<RecoveredJob>,
     /// The shard's acceptance count so far: new job ids continue above it.
     pub accepted: u64,
+}
+
+/// Writes recovered `jobs` into `log`, a new layout's log of shard
+/// `index`: each job gets a fresh id there (its position in `jobs`, from 1,
+/// so order them as their queues and dead set go) and the records of its
+/// state (`Dispatched` for a job in flight, `Buried` for a dead one). Then
+/// syncs the log; whether it holds them.
+pub fn relog(log: &mut dyn JobLog, index: usize, jobs: &mut [RecoveredJob]) -> bool {
+    for (seq, r) in jobs.iter_mut().enumerate() {
+        r.job.id = JobId::new(index, seq as u64 + 1);
+        log.accepted(&mut r.job);
+        match r.state {
+            JobState::Waiting => {}
+            JobState::InFlight => log.dispatched(&r.job),
+            JobState::Dead { why, at_unix_ms } => {
+                let mut dead = DeadJob { job: r.job.clone(), why, at_unix_ms };
+                log.buried(&mut dead);
+                r.job = dead.job;
+            }
+        }
+    }
+    log.sync_all()
 }
 
 /// One shard's job log (see the module docs). Every hook is called on the
@@ -281,16 +319,27 @@ pub enum FaultKind {
     /// The data directory, a shard's directory, a segment or the lock
     /// file was deleted or replaced.
     Gone,
-    /// Another router holds the data directory's lock.
+    /// Another router holds the data directory's lock, or took the
+    /// router's name on the replicated store.
     Taken,
+    /// The replicated store did not confirm a batch within `nats_give_up`
+    /// (no quorum, no server reachable).
+    Unreachable,
     /// Anything else.
     Other,
 }
 
 impl FaultKind {
     /// Every kind, in counter order.
-    pub const ALL: [FaultKind; 6] =
-        [FaultKind::Full, FaultKind::ReadOnly, FaultKind::Io, FaultKind::Gone, FaultKind::Taken, FaultKind::Other];
+    pub const ALL: [FaultKind; 7] = [
+        FaultKind::Full,
+        FaultKind::ReadOnly,
+        FaultKind::Io,
+        FaultKind::Gone,
+        FaultKind::Taken,
+        FaultKind::Unreachable,
+        FaultKind::Other,
+    ];
 
     /// The kind's name in STATUS and `/metrics`.
     pub fn as_str(self) -> &'static str {
@@ -300,6 +349,7 @@ impl FaultKind {
             FaultKind::Io => "io",
             FaultKind::Gone => "gone",
             FaultKind::Taken => "taken",
+            FaultKind::Unreachable => "unreachable",
             FaultKind::Other => "other",
         }
     }

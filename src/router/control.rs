@@ -2,7 +2,6 @@
 //! thread in order (text front end, HTTP server, reporter, shards, I/O thread, admin).
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -24,8 +23,9 @@ pub(super) struct Threads {
     pub exit: EgressTx,
     pub admin: JoinHandle<()>,
     pub zctx: zmq::Context,
-    /// The locked data directory, released once every shard has stopped.
-    pub data_dir: Option<Arc<crate::wal::dir::DataDir>>,
+    /// The logs' store (the locked data directory, or the NATS thread and
+    /// the router name's lease), released once every shard has stopped.
+    pub log_store: super::LogStore,
 }
 
 /// Waits for a stop request, drains, then stops every thread in order.
@@ -49,7 +49,11 @@ pub(super) fn run(stop_rx: Receiver<StopReason>, broker: Broker, threads: Thread
     let _ = threads.admin.join();
     drop(threads.exit);
     drop(threads.zctx);
-    drop(threads.data_dir);
+    if let super::LogStore::Nats(store) = threads.log_store {
+        store.close();
+    } else {
+        drop(threads.log_store);
+    }
     tracing::info!("emq-router stopped");
 }
 

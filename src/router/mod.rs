@@ -53,6 +53,10 @@ pub enum StartError {
     /// directory, damaged log, file errors).
     #[error(transparent)]
     Wal(#[from] crate::wal::WalError),
+    /// The replicated log could not be opened (no NATS server, the router
+    /// name held by a live router, a stream unreadable).
+    #[error(transparent)]
+    Js(#[from] crate::jslog::JsError),
     /// Settings that cannot work on this machine, found at start (the
     /// text front end's descriptor reserve against the descriptor limit).
     #[error("setting {name}: {why}")]
@@ -106,7 +110,7 @@ impl Shards {
         egress: &EgressTx,
         plan: Option<Vec<core_affinity::CoreId>>,
         started: Instant,
-        logs: &mut [Option<crate::wal::ShardStart>],
+        logs: &mut [Option<LogStart>],
     ) -> Result<Shards, StartError> {
         let (txs, rxs): (Vec<Sender<ShardMsg>>, Vec<Receiver<ShardMsg>>) =
             (0..config.shards).map(|_| crossbeam_channel::unbounded()).unzip();
@@ -115,10 +119,15 @@ impl Shards {
         for (i, rx) in rxs.into_iter().enumerate() {
             let mut shard = Shard::new(i, broker.ctx.clone(), started);
             if let Some(start) = logs.get_mut(i).and_then(Option::take) {
-                shard.attach_log(Box::new(start.log), start.recovered);
+                shard.attach_log(start.log, start.recovered);
             }
             let wal = &config.wal;
-            let releaser = if wal.durability == crate::config::Durability::Sync && wal.sync_thread {
+            let own_thread = match wal.durability {
+                crate::config::Durability::Sync => wal.sync_thread,
+                crate::config::Durability::Replicated => true,
+                _ => false,
+            };
+            let releaser = if own_thread {
                 Releaser::thread(i, shard.log().durable())
                     .map_err(|source| StartError::Io { what: format!("emq-sync-{i}"), source })?
             } else {
@@ -305,27 +314,95 @@ pub fn start(config: RouterConfig) -> Result<RouterHandle, StartError> {
     start_with(config, Arc::new(Vec::new))
 }
 
-/// The write-ahead logs of every shard, opened and recovered (`None` for
-/// `durability = "memory"`).
-///
-/// `config.wal.skip_damaged` (`--recover-skip-damaged`) decides whether damage
-/// in the middle of a log stops the start.
-fn open_wal(config: &RouterConfig, started: Instant) -> Result<Option<crate::wal::Opened>, StartError> {
-    if config.wal.durability == crate::config::Durability::Memory {
-        return Ok(None);
-    }
-    let skip = config.wal.skip_damaged;
-    Ok(Some(crate::wal::open(&config.wal, config.shards, skip, started, started)?))
+/// One shard's job log and what it recovered.
+pub struct LogStart {
+    /// The log.
+    pub log: Box<dyn crate::joblog::JobLog>,
+    /// What it holds: facts, no policy applied.
+    pub recovered: crate::joblog::Recovered,
 }
 
-/// STATUS's `wal` figures: the durability, the data directory, the free
-/// space limit and each shard's log.
-fn wal_status(config: &RouterConfig, logs: &[Arc<dyn crate::joblog::LogStatus>]) -> serde_json::Value {
-    let durable = config.wal.durability != crate::config::Durability::Memory;
+impl LogStart {
+    fn of(log: impl crate::joblog::JobLog + 'static, recovered: crate::joblog::Recovered) -> Option<LogStart> {
+        Some(LogStart { log: Box::new(log), recovered })
+    }
+}
+
+/// What keeps the logs' store for the router's life: the locked data
+/// directory (local logs) or the NATS thread and the router name's lease
+/// (replicated), released once every shard has stopped.
+pub(crate) enum LogStore {
+    /// `memory`: nothing.
+    None,
+    /// `sync`, `async`.
+    Dir(#[allow(dead_code)] Arc<crate::wal::dir::DataDir>),
+    /// `replicated`.
+    Nats(Box<crate::jslog::Store>),
+}
+
+/// What [`open_logs`] opened.
+struct OpenedLogs {
+    /// Each shard's log (none with `memory`).
+    starts: Vec<Option<LogStart>>,
+    /// What keeps their store.
+    store: LogStore,
+    /// The NATS server connected to (replicated), for STATUS.
+    server: Option<serde_json::Value>,
+}
+
+/// Every shard's job log, opened and recovered, with what keeps their
+/// store and their figures (none for `durability = "memory"`).
+///
+/// `config.wal.skip_damaged` (`--recover-skip-damaged`) decides whether damage
+/// in the middle of a local log stops the start.
+fn open_logs(config: &RouterConfig, started: Instant) -> Result<OpenedLogs, StartError> {
+    use crate::config::Durability;
+    match config.wal.durability {
+        Durability::Memory => Ok(OpenedLogs { starts: Vec::new(), store: LogStore::None, server: None }),
+        Durability::Replicated => {
+            let opened = crate::jslog::open(config, started, started)?;
+            let server = serde_json::json!(opened.server);
+            let starts = opened.shards.into_iter().map(|s| LogStart::of(s.log, s.recovered)).collect();
+            Ok(OpenedLogs { starts, store: LogStore::Nats(Box::new(opened.store)), server: Some(server) })
+        }
+        Durability::Sync | Durability::Async => {
+            let skip = config.wal.skip_damaged;
+            let opened = crate::wal::open(&config.wal, config.shards, skip, started, started)?;
+            let starts = opened.shards.into_iter().map(|s| LogStart::of(s.log, s.recovered)).collect();
+            Ok(OpenedLogs { starts, store: LogStore::Dir(opened.dir), server: None })
+        }
+    }
+}
+
+/// STATUS's `wal` figures: the durability, the data directory and the
+/// free space limit (local logs) or the NATS cluster (replicated), and
+/// each shard's log.
+fn wal_status(
+    config: &RouterConfig,
+    logs: &[Arc<dyn crate::joblog::LogStatus>],
+    store: &Option<serde_json::Value>,
+    bridge: &Option<Arc<crate::jslog::bridge::BridgeStats>>,
+) -> serde_json::Value {
+    use crate::config::Durability;
+    let local = matches!(config.wal.durability, Durability::Sync | Durability::Async);
+    let replicated = config.wal.durability == Durability::Replicated;
+    let nats = replicated.then(|| {
+        let n = &config.nats;
+        serde_json::json!({
+            "router_name": n.router_name,
+            "urls": n.urls,
+            "connected_to": store,
+            "replicas": n.replicas,
+            "publishes_in_flight": bridge.as_ref().map(|b| b.in_flight.load(std::sync::atomic::Ordering::Relaxed)),
+            "retries": bridge.as_ref().map(|b| b.retries.load(std::sync::atomic::Ordering::Relaxed)),
+            "purge_errors": bridge.as_ref().map(|b| b.purge_errors.load(std::sync::atomic::Ordering::Relaxed)),
+        })
+    });
     serde_json::json!({
         "durability": config.wal.durability.as_str(),
-        "data_dir": durable.then(|| config.wal.data_dir().display().to_string()),
-        "disk_free_limit": durable.then_some(config.wal.disk_free_limit),
+        "data_dir": local.then(|| config.wal.data_dir().display().to_string()),
+        "disk_free_limit": local.then_some(config.wal.disk_free_limit),
+        "nats": nats,
         "shards": logs.iter().enumerate().map(|(i, s)| s.to_json(i)).collect::<Vec<_>>(),
     })
 }
@@ -406,7 +483,11 @@ fn text_status(stats: &TextStats, counters: &Counters) -> serde_json::Value {
 pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHandle, StartError> {
     let config = Arc::new(config);
     let started = Instant::now();
-    let mut wal = open_wal(&config, started)?;
+    let OpenedLogs { mut starts, store: log_store, server: store_server } = open_logs(&config, started)?;
+    let bridge_stats = match &log_store {
+        LogStore::Nats(s) => s.bridge().map(|b| b.stats.clone()),
+        _ => None,
+    };
     let zctx = zmq::Context::new();
     let hwm = config.zmq_hwm;
     // A message over about twice the message limit (every frame counted,
@@ -421,12 +502,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let (egress_tx, egress_rx) =
         egress::channel().map_err(|source| StartError::Io { what: "egress eventfd".into(), source })?;
 
-    let mut starts: Vec<Option<crate::wal::ShardStart>> = match wal.as_mut() {
-        Some(opened) => std::mem::take(&mut opened.shards).into_iter().map(Some).collect(),
-        None => Vec::new(),
-    };
-    let log_stats: Vec<Arc<dyn crate::joblog::LogStatus>> =
-        starts.iter().flatten().map(|s| crate::joblog::JobLog::status(&s.log)).collect();
+    let log_stats: Vec<Arc<dyn crate::joblog::LogStatus>> = starts.iter().flatten().map(|s| s.log.status()).collect();
     let plan = pin_plan(&config);
     let shards = Shards::start(config.clone(), &egress_tx, plan.clone(), started, &mut starts)?;
     let broker = shards.broker.clone();
@@ -442,7 +518,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let (wal_config, inner_extra, wal_logs) = (config.clone(), extra, log_stats.clone());
     let extra: ExtraStatus = Arc::new(move || {
         let mut v = inner_extra();
-        v.push(("wal", wal_status(&wal_config, &wal_logs)));
+        v.push(("wal", wal_status(&wal_config, &wal_logs, &store_server, &bridge_stats)));
         v
     });
     let extra: ExtraStatus = match text_stats.clone() {
@@ -468,8 +544,11 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
                 latency: latency.clone(),
                 text: text_stats.clone(),
                 logs: log_stats.clone(),
-                disk_free_limit: (config.wal.durability != crate::config::Durability::Memory)
-                    .then_some(config.wal.disk_free_limit),
+                disk_free_limit: matches!(
+                    config.wal.durability,
+                    crate::config::Durability::Sync | crate::config::Durability::Async
+                )
+                .then_some(config.wal.disk_free_limit),
             };
             let limits = http::HttpLimits {
                 max_connections: config.metrics_max_connections,
@@ -523,7 +602,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         exit: egress_tx,
         admin: admin_thread,
         zctx,
-        data_dir: wal.map(|w| w.dir),
+        log_store,
     };
     let control_broker = broker.clone();
     let control_stopped = stopped.clone();

@@ -30,9 +30,11 @@ use super::release::{Release, Releaser};
 use crate::broker::egress::{Dest, OutMsg, Outgoing};
 use crate::broker::inbox::ShardMsg;
 use crate::broker::outbox::Outbox;
-use crate::broker::text_port::{TextPort, TextReply};
+use crate::broker::text_port::{TextOutcome, TextPort, TextReply};
 use crate::ids::{ConnId, FastMap, PeerId};
-use crate::joblog::{Durable, Ticket};
+use crate::joblog::{Durable, StoreFault, Ticket};
+use crate::protocol::emqp::{Command, Message};
+use crate::protocol::text::ErrorCode;
 use crate::zmq_io::egress::EgressTx;
 
 /// The router's [`Outbox`] for one shard thread.
@@ -209,8 +211,17 @@ impl ShardOutbox {
             return None;
         }
         let (index, egress, held) = (self.index, self.egress.clone(), self.held.clone());
-        Some(Box::new(move || {
+        let durable = self.durable.clone();
+        Some(Box::new(move |refusal: Option<StoreFault>| {
             let conns: Vec<ConnId> = text_later.iter().flat_map(|(_, r)| r.iter().map(|r| r.conn)).collect();
+            let (emqp_later, text_later) = match refusal {
+                None => (emqp_later, text_later),
+                Some(fault) => {
+                    let (emqp, text, refused) = refuse(fault, emqp_later, text_later);
+                    durable.note_refused(refused);
+                    (emqp, text)
+                }
+            };
             release(index, &egress, emqp_later, text_later);
             // After the hand-over, so a later message to one of these
             // cannot overtake them.
@@ -229,6 +240,56 @@ impl ShardOutbox {
             }
         }))
     }
+}
+
+/// Text answers by port.
+type PortReplies = Vec<(TextPort, Vec<TextReply>)>;
+
+/// What a release promised, refused with `fault`'s code (the log gave up
+/// on its batch): each acceptance REPLY becomes an ERROR naming the
+/// REQUEST's msgid, each stored SCHED's answer `ERR <code>`; everything
+/// else goes as it was. Returns the refused output and how many jobs it
+/// refused.
+fn refuse(fault: StoreFault, emqp: Vec<Outgoing>, text: PortReplies) -> (Vec<Outgoing>, PortReplies, u64) {
+    let mut refused = 0;
+    let emqp =
+        emqp.into_iter()
+            .map(|o| match o.msg {
+                OutMsg::Accepted(frames) => {
+                    refused += 1;
+                    let command = Command::Error {
+                    refers_to: frames.msgid().to_vec(),
+                    code: fault.code().as_bytes().to_vec(),
+                    text: b"the job log did not confirm this job in time; it is not acknowledged and may or may not run"
+                        .to_vec(),
+                };
+                    Outgoing { msg: OutMsg::Frames(Message::new(command).encode()), ..o }
+                }
+                _ => o,
+            })
+            .collect();
+    let code = match fault {
+        StoreFault::Full => ErrorCode::StoreFull,
+        StoreFault::Failed => ErrorCode::StoreFailed,
+    };
+    let text = text
+        .into_iter()
+        .map(|(port, replies)| {
+            let replies = replies
+                .into_iter()
+                .map(|mut r| {
+                    if r.stored {
+                        refused += 1;
+                        r.outcome = TextOutcome::Refused(code);
+                        r.stored = false;
+                    }
+                    r
+                })
+                .collect();
+            (port, replies)
+        })
+        .collect();
+    (emqp, text, refused)
 }
 
 /// Hands frames to the I/O thread and answers to text ports.
@@ -280,7 +341,7 @@ impl Outbox for ShardOutbox {
         let rel = match self.split(true) {
             Some(rel) => rel,
             None if self.last.is_some_and(|t| t >= ticket) || self.durable.faulty() => return,
-            None => Box::new(|| {}),
+            None => Box::new(|_| {}),
         };
         self.last = self.last.max(Some(ticket));
         self.releaser.submit(Some(ticket), rel);
@@ -290,7 +351,6 @@ impl Outbox for ShardOutbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::text_port::TextOutcome;
 
     fn reply(conn: u64, outcome: TextOutcome, stored: bool) -> TextReply {
         TextReply { conn: ConnId(conn), outcome, stored }

@@ -15,7 +15,9 @@
 //!
 //! While the log is faulty nothing is released: the releases wait (the
 //! thread sleeps on [`Durable::wait`]; inline ones are asked again at every
-//! batch end) until a repair makes their tickets durable. Dropping the
+//! batch end) until a repair makes their tickets durable, or until the log
+//! gives up on them ([`Durable::gave_up`], the replicated log): a release
+//! then runs with the refusal, and what it promised is refused instead. Dropping the
 //! releaser at shutdown runs what has become durable and drops the rest,
 //! with a log line: those acknowledgements were never earned.
 
@@ -27,11 +29,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::joblog::{Durable, Ticket};
+use crate::joblog::{Durable, StoreFault, Ticket};
 use crate::limits;
 
-/// A batch's promised output, run once the log holds its ticket.
-pub type Release = Box<dyn FnOnce() + Send>;
+/// A batch's promised output, run once the log holds its ticket (`None`),
+/// or refused with the log's fault once it gave up on it (`Some`).
+pub type Release = Box<dyn FnOnce(Option<StoreFault>) + Send>;
 
 /// How long a release waits on a faulty log before it asks again.
 const FAULT_WAIT: Duration = Duration::from_millis(100);
@@ -93,11 +96,17 @@ pub struct Inline {
 impl Inline {
     fn poll(&mut self) {
         while let Some(item) = self.pending.front() {
-            if item.ticket.is_some_and(|t| !self.durable.make_durable(t)) {
-                return;
+            let mut refusal = None;
+            if let Some(t) = item.ticket {
+                if !self.durable.make_durable(t) {
+                    refusal = self.durable.gave_up(t);
+                    if refusal.is_none() {
+                        return;
+                    }
+                }
             }
             if let Some(item) = self.pending.pop_front() {
-                (item.release)();
+                (item.release)(refusal);
             }
         }
     }
@@ -158,36 +167,62 @@ fn run(rx: Receiver<Item>, durable: Arc<dyn Durable>, stop: Arc<AtomicBool>) {
         items.extend(rx.try_iter().take(limits::BATCH));
         let last = items.iter().filter_map(|i| i.ticket).max();
         if let Some(ticket) = last {
-            if !wait_durable(durable.as_ref(), ticket, &stop) {
-                // Stopping with a log that never held them: drop this and
-                // every later release at once.
-                let dropped = items.len() + rx.try_iter().count();
-                tracing::error!(
-                    batches = dropped,
-                    "acknowledgements dropped at shutdown: the job log never held their jobs"
-                );
-                continue;
+            match wait_durable(durable.as_ref(), ticket, &stop) {
+                Outcome::Durable => {}
+                Outcome::GaveUp => {
+                    // Some of them: each one's own ticket decides.
+                    for item in items {
+                        let refusal =
+                            item.ticket.filter(|t| !durable.make_durable(*t)).and_then(|t| durable.gave_up(t));
+                        (item.release)(refusal);
+                    }
+                    continue;
+                }
+                Outcome::Stopped => {
+                    // Stopping with a log that never held them: drop this
+                    // and every later release at once.
+                    let dropped = items.len() + rx.try_iter().count();
+                    tracing::error!(
+                        batches = dropped,
+                        "acknowledgements dropped at shutdown: the job log never held their jobs"
+                    );
+                    continue;
+                }
             }
         }
         for item in items {
-            (item.release)();
+            (item.release)(None);
         }
     }
 }
 
-/// Makes `ticket` durable, waiting through faults until a repair does;
-/// `false` once `stop` is set while it is not.
-fn wait_durable(durable: &dyn Durable, ticket: Ticket, stop: &AtomicBool) -> bool {
+/// How a wait for a ticket ended.
+enum Outcome {
+    /// The log holds it.
+    Durable,
+    /// The log gave up on it (or on one before it).
+    GaveUp,
+    /// The router stops and the log never held it.
+    Stopped,
+}
+
+/// Makes `ticket` durable, waiting through faults until a repair does or
+/// the log gives up on it; [`Outcome::Stopped`] once `stop` is set while
+/// it is neither.
+fn wait_durable(durable: &dyn Durable, ticket: Ticket, stop: &AtomicBool) -> Outcome {
     loop {
         if durable.make_durable(ticket) {
-            return true;
+            return Outcome::Durable;
+        }
+        if durable.gave_up(ticket).is_some() {
+            return Outcome::GaveUp;
         }
         let t0 = Instant::now();
         if durable.wait(ticket, FAULT_WAIT) {
-            return true;
+            return Outcome::Durable;
         }
         if stop.load(Ordering::Acquire) {
-            return durable.make_durable(ticket);
+            return if durable.make_durable(ticket) { Outcome::Durable } else { Outcome::Stopped };
         }
         // `wait` returns at once for a log no longer faulty: ask again,
         // but not in a busy loop.
@@ -224,7 +259,7 @@ mod tests {
 
     fn recorder(log: &Arc<Mutex<Vec<u32>>>, n: u32) -> Release {
         let log = log.clone();
-        Box::new(move || log.lock().push(n))
+        Box::new(move |_| log.lock().push(n))
     }
 
     #[test]

@@ -78,7 +78,7 @@ use recover::{Replayed, ShardReplay};
 use segment::{parse_shard_dir_name, SegmentInfo};
 
 use crate::config::WalConfig;
-use crate::ids::{shard_of, JobId};
+use crate::ids::shard_of;
 use crate::joblog::{JobState, Recovered, RecoveredJob};
 
 /// Why the log cannot be opened.
@@ -337,7 +337,7 @@ fn layout_kept(replays: &[ShardReplay], shards: usize) -> bool {
 }
 
 /// A shard's live jobs as facts, in id order (the order of each queue).
-fn facts(jobs: impl IntoIterator<Item = Replayed>) -> Vec<RecoveredJob> {
+pub(crate) fn facts(jobs: impl IntoIterator<Item = Replayed>) -> Vec<RecoveredJob> {
     let mut out: Vec<RecoveredJob> = jobs
         .into_iter()
         .map(|Replayed { job, in_flight, dead }| {
@@ -410,7 +410,6 @@ fn relayout(
     shards: usize,
     settings: &LogSettings,
 ) -> Result<Vec<ShardStart>, WalError> {
-    use crate::joblog::JobLog;
     let old_shards: Vec<usize> = replays.iter().map(|r| r.index).collect();
     tracing::warn!(
         ?old_shards,
@@ -435,20 +434,7 @@ fn relayout(
         // Each queue in its order, the dead set after the queues.
         jobs.sort_by_key(|r| matches!(r.state, JobState::Dead { .. }));
         let mut log = ShardLog::create(index, shards, dir.clone(), &new_root, settings.clone(), BTreeMap::new(), 1, 0)?;
-        for (seq, r) in jobs.iter_mut().enumerate() {
-            r.job.id = JobId::new(index, seq as u64 + 1);
-            log.accepted(&mut r.job);
-            match r.state {
-                JobState::Waiting => {}
-                JobState::InFlight => log.dispatched(&r.job),
-                JobState::Dead { why, at_unix_ms } => {
-                    let mut dead = crate::job::DeadJob { job: r.job.clone(), why, at_unix_ms };
-                    log.buried(&mut dead);
-                    r.job = dead.job;
-                }
-            }
-        }
-        if !log.sync_all() {
+        if !crate::joblog::relog(&mut log, index, &mut jobs) {
             return Err(WalError::Io {
                 path: new_root.clone(),
                 source: std::io::Error::other("writing the new layout failed"),

@@ -284,7 +284,13 @@ fn truncate(path: &Path, at: u64, len: u64, why: &str) -> Result<(), WalError> {
 
 /// Applies one record; `Err` names a checksummed record whose content is
 /// unusable (treated like damage).
-fn apply(rec: &Record, segment: u32, epoch: Instant, now: Instant, state: &mut ShardReplay) -> Result<(), String> {
+pub(crate) fn apply(
+    rec: &Record,
+    segment: u32,
+    epoch: Instant,
+    now: Instant,
+    state: &mut ShardReplay,
+) -> Result<(), String> {
     state.records += 1;
     state.max_seq = state.max_seq.max(rec.id().seq());
     match *rec {

@@ -1,0 +1,370 @@
+//! [`Bridge`]: the one thread that talks to NATS (`emq-nats`), with a
+//! current-thread tokio runtime and the official async-nats client: the
+//! only async code in emq. Shards never block on it: they hand it
+//! publishes through an unbounded channel (a non-blocking send) and learn
+//! the outcome from their [`JsShared`] (the PubAcks, a give-up), which
+//! their release threads wait on.
+//!
+//! Each publish is retried with the same `Nats-Msg-Id` (JetStream stores it
+//! once inside the stream's duplicate window) after a timeout, "no
+//! responders" (no stream leader) or a lost connection, with back-off
+//! ([`limits::NATS_RETRY_MIN`] doubling to [`limits::NATS_RETRY_MAX`]),
+//! until `nats_give_up`: then the shard is told ([`JsShared::gave_up`]).
+//! At most `nats_max_in_flight` publishes are in flight; the rest wait in
+//! the channel, in order.
+//!
+//! Start-up work (the lease, the layout, the streams, the replay) runs on
+//! the same thread through [`Bridge::call`], which blocks the calling
+//! thread (the router's start) until the future is done.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, message::PublishMessage};
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::shared::JsShared;
+use super::JsError;
+use crate::config::NatsConfig;
+use crate::limits;
+
+/// A boxed future the bridge runs for a caller.
+pub type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What the bridge's tasks use: the client and the JetStream context.
+#[derive(Clone)]
+pub struct Ctx {
+    /// The connection.
+    pub client: async_nats::Client,
+    /// JetStream on it (its timeout is `nats_ack_timeout`).
+    pub js: jetstream::Context,
+}
+
+/// One message of a shard's log to publish.
+#[derive(Debug)]
+pub struct Publish {
+    /// The shard (index into the bridge's [`JsShared`]s).
+    pub shard: usize,
+    /// The batch.
+    pub ticket: u64,
+    /// Its part.
+    pub part: u16,
+    /// The shard's subject.
+    pub subject: Arc<str>,
+    /// `Nats-Msg-Id`: the same on every retry.
+    pub msg_id: String,
+    /// Header and records.
+    pub payload: Bytes,
+}
+
+enum Cmd {
+    Publish(Publish),
+    Purge { shard: usize, below: u64 },
+    Call(Box<dyn FnOnce(Ctx) -> Job + Send>),
+    Attach(Vec<Arc<JsShared>>),
+}
+
+/// Figures of the bridge for STATUS and `/metrics`.
+#[derive(Debug, Default)]
+pub struct BridgeStats {
+    /// Publishes in flight now.
+    pub in_flight: AtomicUsize,
+    /// Publishes retried.
+    pub retries: AtomicU64,
+    /// Purges that failed.
+    pub purge_errors: AtomicU64,
+}
+
+/// The NATS thread (module docs). Dropping it stops the thread after the
+/// publishes in flight end (each within `nats_give_up`).
+pub struct Bridge {
+    tx: Option<mpsc::UnboundedSender<Cmd>>,
+    join: Option<JoinHandle<()>>,
+    ctx: Ctx,
+    /// The bridge's figures.
+    pub stats: Arc<BridgeStats>,
+}
+
+impl Bridge {
+    /// Connects to `config.urls` on a new thread and runs the bridge there.
+    ///
+    /// # Errors
+    /// [`JsError::Connect`] when no server answers within
+    /// `nats_ack_timeout` × 3 (or a TLS or credentials file is unusable);
+    /// [`JsError::Io`] when the thread or runtime cannot be made.
+    pub fn start(config: &NatsConfig) -> Result<Bridge, JsError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| JsError::Io { what: "the NATS thread's runtime".into(), source: e })?;
+        let urls = config.urls.clone();
+        let connect_timeout = config.ack_timeout * 3;
+        let options = options(config);
+        let client = rt.block_on(async move {
+            let options = options.await?;
+            let attempt = async_nats::connect_with_options(urls.clone(), options);
+            match tokio::time::timeout(connect_timeout, attempt).await {
+                Ok(Ok(client)) => Ok(client),
+                Ok(Err(e)) => Err(JsError::Connect { urls: urls.join(","), why: e.to_string() }),
+                Err(_) => Err(JsError::Connect {
+                    urls: urls.join(","),
+                    why: format!("no server answered within {connect_timeout:?}"),
+                }),
+            }
+        })?;
+        // The context spawns its acker task on the runtime.
+        let entered = rt.enter();
+        let js = jetstream::ContextBuilder::new()
+            .timeout(config.ack_timeout)
+            .max_ack_inflight(config.max_in_flight.saturating_mul(2).max(16))
+            .build(client.clone());
+        drop(entered);
+        let ctx = Ctx { client, js };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let stats = Arc::new(BridgeStats::default());
+        let run = Run {
+            ctx: ctx.clone(),
+            shards: Vec::new(),
+            max_in_flight: config.max_in_flight,
+            give_up: config.give_up,
+            stats: stats.clone(),
+        };
+        let join = std::thread::Builder::new()
+            .name("emq-nats".into())
+            .spawn(move || rt.block_on(run.run(rx)))
+            .map_err(|e| JsError::Io { what: "the NATS thread".into(), source: e })?;
+        Ok(Bridge { tx: Some(tx), join: Some(join), ctx, stats })
+    }
+
+    /// Runs `f` on the bridge's thread and waits for its result.
+    ///
+    /// # Errors
+    /// [`JsError::Io`] when the thread is gone.
+    pub fn call<T, F, Fut>(&self, f: F) -> Result<T, JsError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Ctx) -> Fut + Send + 'static,
+        Fut: Future<Output = T> + Send + 'static,
+    {
+        let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
+        let job: Box<dyn FnOnce(Ctx) -> Job + Send> = Box::new(move |ctx| {
+            Box::pin(async move {
+                let _ = reply_tx.send(f(ctx).await);
+            })
+        });
+        self.send(Cmd::Call(job));
+        reply_rx.recv().map_err(|_| JsError::Io {
+            what: "the NATS thread".into(),
+            source: std::io::Error::other("it stopped before answering"),
+        })
+    }
+
+    /// The shards' states, in shard order, for the publishes' outcomes.
+    pub fn attach(&self, shards: Vec<Arc<JsShared>>) {
+        self.send(Cmd::Attach(shards));
+    }
+
+    /// A sender of publishes for a shard's log.
+    pub fn publisher(&self) -> Publisher {
+        Publisher { tx: self.tx.clone() }
+    }
+
+    /// The connection (for reads of its state: the server it is on).
+    pub fn client(&self) -> &async_nats::Client {
+        &self.ctx.client
+    }
+
+    fn send(&self, cmd: Cmd) {
+        if let Some(tx) = &self.tx {
+            if tx.send(cmd).is_err() {
+                tracing::error!("the NATS thread is gone");
+            }
+        }
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+/// A shard's way to the bridge (cloned into each log).
+#[derive(Clone)]
+pub struct Publisher {
+    tx: Option<mpsc::UnboundedSender<Cmd>>,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Publisher")
+    }
+}
+
+impl Publisher {
+    /// Hands a message to the bridge (never blocks); `false` when the
+    /// bridge is gone (shutdown).
+    pub fn publish(&self, p: Publish) -> bool {
+        self.tx.as_ref().is_some_and(|tx| tx.send(Cmd::Publish(p)).is_ok())
+    }
+
+    /// Asks the bridge to purge shard `shard`'s stream below sequence `below`.
+    pub fn purge(&self, shard: usize, below: u64) -> bool {
+        self.tx.as_ref().is_some_and(|tx| tx.send(Cmd::Purge { shard, below }).is_ok())
+    }
+}
+
+/// The connect options `config` names: TLS files, credentials, a name.
+async fn options(config: &NatsConfig) -> Result<async_nats::ConnectOptions, JsError> {
+    let mut o = async_nats::ConnectOptions::new()
+        .name(format!("emq-router {}", config.router_name))
+        .connection_timeout(config.ack_timeout)
+        .request_timeout(Some(config.ack_timeout))
+        .max_reconnects(None::<usize>);
+    let any_tls = config.urls.iter().any(|u| u.starts_with("tls://"));
+    if let Some(ca) = &config.tls_ca {
+        o = o.add_root_certificates(ca.clone()).require_tls(true);
+    } else if any_tls {
+        o = o.require_tls(true);
+    }
+    if let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) {
+        o = o.add_client_certificate(cert.clone(), key.clone()).require_tls(true);
+    }
+    if let Some(creds) = &config.creds {
+        o = o.credentials_file(creds).await.map_err(|e| JsError::Connect {
+            urls: config.urls.join(","),
+            why: format!("credentials file {}: {e}", creds.display()),
+        })?;
+    }
+    Ok(o)
+}
+
+/// The bridge's loop and what it holds.
+struct Run {
+    ctx: Ctx,
+    shards: Vec<Arc<JsShared>>,
+    max_in_flight: usize,
+    give_up: Duration,
+    stats: Arc<BridgeStats>,
+}
+
+/// A publish's outcome: `Ok((seq, time from first try))`, `Err(())` at the give-up.
+type Outcome = (usize, u64, u16, Result<(u64, Duration), ()>);
+
+impl Run {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+        let mut tasks: JoinSet<Outcome> = JoinSet::new();
+        loop {
+            tokio::select! {
+                cmd = rx.recv(), if tasks.len() < self.max_in_flight => match cmd {
+                    None => break,
+                    Some(Cmd::Publish(p)) => {
+                        let shard = self.shards.get(p.shard).cloned();
+                        if let Some(s) = &shard {
+                            s.stats.published.fetch_add(1, Ordering::Relaxed);
+                            s.stats.published_bytes.fetch_add(p.payload.len() as u64, Ordering::Relaxed);
+                        }
+                        tasks.spawn(publish(self.ctx.js.clone(), p, self.give_up, self.stats.clone(), shard));
+                        self.stats.in_flight.store(tasks.len(), Ordering::Relaxed);
+                    }
+                    Some(Cmd::Purge { shard, below }) => self.purge(shard, below),
+                    Some(Cmd::Call(job)) => {
+                        tokio::spawn(job(self.ctx.clone()));
+                    }
+                    Some(Cmd::Attach(shards)) => self.shards = shards,
+                },
+                Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                    self.stats.in_flight.store(tasks.len(), Ordering::Relaxed);
+                    match done {
+                        Ok(outcome) => self.outcome(outcome),
+                        Err(e) => tracing::error!(error = %e, "a publish task failed"),
+                    }
+                }
+            }
+        }
+        // Stopping: the publishes in flight end (each within give_up).
+        while let Some(done) = tasks.join_next().await {
+            if let Ok(outcome) = done {
+                self.outcome(outcome);
+            }
+        }
+        let _ = self.ctx.client.flush().await;
+    }
+
+    fn outcome(&self, (shard, ticket, part, result): Outcome) {
+        let Some(s) = self.shards.get(shard) else { return };
+        match result {
+            Ok((seq, took)) => s.acked(ticket, part, seq, took),
+            Err(()) => s.not_confirmed(ticket, part),
+        }
+    }
+
+    fn purge(&self, shard: usize, below: u64) {
+        let Some(s) = self.shards.get(shard).cloned() else { return };
+        let (js, stats) = (self.ctx.js.clone(), self.stats.clone());
+        tokio::spawn(async move {
+            let result = async {
+                let stream = js.get_stream_no_info(s.stream()).await.map_err(|e| e.to_string())?;
+                stream.purge().sequence(below).await.map_err(|e| e.to_string())
+            }
+            .await;
+            match result {
+                Ok(_) => {
+                    s.stats.purges.fetch_add(1, Ordering::Relaxed);
+                    s.stats.purged_below.fetch_max(below, Ordering::Relaxed);
+                    s.stats.last_purge_unix_ms.store(crate::job::unix_ms_now(), Ordering::Relaxed);
+                }
+                Err(e) => {
+                    stats.purge_errors.fetch_add(1, Ordering::Relaxed);
+                    crate::log_limited!(warn, stream = %s.stream(), below, error = %e, "purging done records failed; tried again later");
+                }
+            }
+        });
+    }
+}
+
+/// Publishes `p` until it is acknowledged or `give_up` has passed.
+async fn publish(
+    js: jetstream::Context,
+    p: Publish,
+    give_up: Duration,
+    stats: Arc<BridgeStats>,
+    shard: Option<Arc<JsShared>>,
+) -> Outcome {
+    let t0 = Instant::now();
+    let mut backoff = limits::NATS_RETRY_MIN;
+    let mut tries = 0u32;
+    loop {
+        let msg = PublishMessage::build().payload(p.payload.clone()).message_id(p.msg_id.as_str());
+        let error = match js.send_publish(p.subject.to_string(), msg).await {
+            Ok(ack) => match ack.await {
+                Ok(ack) => return (p.shard, p.ticket, p.part, Ok((ack.sequence, t0.elapsed()))),
+                Err(e) => e.to_string(),
+            },
+            Err(e) => e.to_string(),
+        };
+        tries += 1;
+        if tries == 1 || tries.is_multiple_of(20) {
+            crate::log_limited!(warn, subject = %p.subject, msg_id = %p.msg_id, tries, error = %error, "a publish to the job log failed; retrying with the same message id");
+        }
+        let left = give_up.saturating_sub(t0.elapsed());
+        if left.is_zero() {
+            return (p.shard, p.ticket, p.part, Err(()));
+        }
+        stats.retries.fetch_add(1, Ordering::Relaxed);
+        if let Some(s) = &shard {
+            s.stats.retries.fetch_add(1, Ordering::Relaxed);
+        }
+        tokio::time::sleep(backoff.min(left)).await;
+        backoff = (backoff * 2).min(limits::NATS_RETRY_MAX);
+    }
+}

@@ -1,0 +1,554 @@
+//! `durability = "replicated"`: each shard's job log on a NATS JetStream
+//! stream, replicated by the cluster's Raft groups (`nats_replicas`,
+//! default 3), so an acknowledged job survives the loss of the router's
+//! machine and of one of three NATS servers. The replicated implementation
+//! of [`crate::joblog::JobLog`]; the queue semantics stay the shard's.
+//!
+//! * [`bridge`]: the one thread that talks to NATS (async-nats on a
+//!   current-thread runtime); publishes, retries, purges.
+//! * [`log`]: a shard's log ([`JsLog`]): batches, chunks, compaction,
+//!   repair after a give-up.
+//! * [`shared`]: a shard's durable mark and figures, shared with its
+//!   release thread and STATUS.
+//! * [`message`]: the stream messages' header.
+//! * [`owner`]: the lease on the router name and the streams' layout.
+//!
+//! # Streams
+//!
+//! Shard `i` of router name `N` writes stream `<prefix>_<N>_<gen>_<i>`
+//! (subject `<prefix>.<N>.<gen>.<i>`), file storage, `nats_replicas`
+//! copies, duplicate window `nats_dedup_window`, limits retention (the log
+//! purges what is done itself). [`open`] takes the name's lease, reads the
+//! layout, replays every stream (in parallel) and hands each shard its
+//! facts, as the local log does. A changed shard count writes a new
+//! generation with every live job re-hashed to its queue's shard under a
+//! fresh id; the layout key then moves to it and the old streams go.
+
+pub mod bridge;
+pub mod log;
+pub mod message;
+pub mod owner;
+pub mod shared;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::stream::{self, StorageType};
+use futures_util::StreamExt;
+
+use crate::config::{NatsConfig, RouterConfig};
+use crate::ids::shard_of;
+use crate::joblog::{JobState, Recovered};
+use crate::wal::recover::{Replayed, ShardReplay};
+use crate::wal::{record, RecoveryReport};
+use bridge::Bridge;
+use log::{JsLog, LogParams};
+use message::{Header, HEADER_BYTES};
+use owner::{Layout, Lease};
+use shared::JsShared;
+
+pub use log::JsLog as Log;
+
+/// Why the replicated log cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum JsError {
+    /// No NATS server could be reached (or TLS, credentials failed).
+    #[error("cannot connect to the NATS JetStream cluster at {urls}: {why} (nats_urls, nats_tls_*, nats_creds)")]
+    Connect {
+        /// The URLs tried.
+        urls: String,
+        /// What failed.
+        why: String,
+    },
+    /// A live router holds the name.
+    #[error(
+        "router name {name:?} is held by a live emq-router ({holder}); give this router another router_name, or \
+             stop that one (its lease expires nats_lease after it stops renewing)"
+    )]
+    Held {
+        /// The name.
+        name: String,
+        /// What the holder wrote of itself.
+        holder: String,
+    },
+    /// A JetStream request failed.
+    #[error("JetStream: {what}: {why}")]
+    Store {
+        /// What was being done.
+        what: String,
+        /// The error.
+        why: String,
+    },
+    /// A message of a stream is not an emq log message or is damaged.
+    #[error(
+        "stream {stream}, sequence {seq}: {why}; the job log on JetStream is damaged (was the stream written by \
+             something else?)"
+    )]
+    Damaged {
+        /// The stream.
+        stream: String,
+        /// The message's sequence.
+        seq: u64,
+        /// What is wrong.
+        why: String,
+    },
+    /// The servers' `max_payload` is too small for a useful part.
+    #[error(
+        "the NATS servers' max_payload ({max_payload} bytes) is below {needed} bytes: raise max_payload in the \
+             nats-server configuration"
+    )]
+    TooBig {
+        /// The server's limit.
+        max_payload: usize,
+        /// The least emq needs.
+        needed: usize,
+    },
+    /// A thread or runtime could not be made.
+    #[error("{what}: {source}")]
+    Io {
+        /// What.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// The store for the router's life: the NATS thread and the lease. A
+/// clean stop frees the name ([`Store::close`], also on drop).
+pub struct Store {
+    bridge: Option<Bridge>,
+    lease: Option<Lease>,
+}
+
+impl Store {
+    /// The NATS thread.
+    pub fn bridge(&self) -> Option<&Bridge> {
+        self.bridge.as_ref()
+    }
+
+    /// Frees the router name and stops the NATS thread (after the
+    /// publishes in flight end).
+    pub fn close(mut self) {
+        self.shut();
+    }
+
+    fn shut(&mut self) {
+        if let (Some(lease), Some(bridge)) = (self.lease.take(), self.bridge.as_ref()) {
+            lease.release(bridge);
+        }
+        drop(self.bridge.take());
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.shut();
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("jslog::Store")
+    }
+}
+
+/// What one shard starts with.
+#[derive(Debug)]
+pub struct ShardStart {
+    /// Its log.
+    pub log: JsLog,
+    /// What the stream held: facts, no policy applied.
+    pub recovered: Recovered,
+}
+
+/// The opened replicated log.
+pub struct Opened {
+    /// The store (keep it for the router's life).
+    pub store: Store,
+    /// Shard by shard.
+    pub shards: Vec<ShardStart>,
+    /// What recovery found.
+    pub report: RecoveryReport,
+    /// The server the router is connected to, for the start-up line.
+    pub server: String,
+}
+
+/// One stream as read at start.
+struct StreamRead {
+    /// Its messages: header, sequence, records.
+    msgs: Vec<(Header, u64, Vec<u8>)>,
+}
+
+fn stream_name(c: &NatsConfig, gen: u32, shard: usize) -> String {
+    format!("{}_{}_{gen}_{shard}", c.stream_prefix, c.router_name)
+}
+
+fn subject(c: &NatsConfig, gen: u32, shard: usize) -> String {
+    format!("{}.{}.{gen}.{shard}", c.stream_prefix, c.router_name)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
+}
+
+/// Connects to the cluster, takes the router name, replays every shard's
+/// stream and opens `config.shards` logs, each with what it recovered (see
+/// the module docs). Jobs are stamped as accepted at `now` by a router
+/// started at `epoch`.
+///
+/// # Errors
+/// [`JsError`]: no server reachable, the name held by a live router, a
+/// stream unreadable or damaged, a server `max_payload` too small.
+pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opened, JsError> {
+    let t0 = Instant::now();
+    let nats = &config.nats;
+    let bridge = Bridge::start(nats)?;
+    let info = bridge.client().server_info();
+    let server = format!("{} ({}:{}, nats-server {})", info.server_name, info.host, info.port, info.version);
+    let max_part = info.max_payload.saturating_sub(HEADER_BYTES + 1024);
+    if max_part < 4096 {
+        return Err(JsError::TooBig { max_payload: info.max_payload, needed: 4096 + HEADER_BYTES + 1024 });
+    }
+    let holder = serde_json::json!({
+        "host": hostname(),
+        "pid": std::process::id(),
+        "frontend": config.frontend_addr.to_string(),
+        "since_unix_ms": crate::job::unix_ms_now(),
+    })
+    .to_string();
+    let lease = owner::acquire(&bridge, nats, holder)?;
+    let mut store = Store { bridge: None, lease: Some(lease) };
+    let layout = owner::read_layout(&bridge, nats)?;
+    let old: Vec<(usize, StreamRead)> = match layout {
+        Some(l) => read_streams(&bridge, nats, l)?,
+        None => Vec::new(),
+    };
+    let shards = config.shards;
+    let boot = old
+        .iter()
+        .flat_map(|(_, r)| r.msgs.iter().map(|(h, _, _)| h.boot))
+        .max()
+        .map_or(0, |b| b.saturating_add(1))
+        .max((crate::job::unix_ms_now() / 1000) as u32);
+    let mut replays: Vec<(usize, Replay)> = std::thread::scope(|s| {
+        let handles: Vec<_> = old
+            .into_iter()
+            .map(|(i, read)| {
+                let name = layout.map(|l| stream_name(nats, l.gen, i)).unwrap_or_default();
+                (i, s.spawn(move || replay(&name, read, i, epoch, now)))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(i, h)| match h.join() {
+                Ok(r) => r.map(|r| (i, r)),
+                Err(_) => Err(JsError::Io {
+                    what: "replay".into(),
+                    source: std::io::Error::other("a replay thread panicked"),
+                }),
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })?;
+    let same = layout.is_some_and(|l| usize::from(l.shards) == shards)
+        && replays.iter().all(|(i, r)| r.state.jobs.values().all(|j| shard_of(j.job.queue_bytes(), shards) == *i));
+    let gen = match layout {
+        Some(l) if same => l.gen,
+        Some(l) => l.gen + 1,
+        None => 1,
+    };
+    let params = |i: usize| LogParams {
+        shard: i,
+        shards,
+        boot,
+        subject: subject(nats, gen, i).into(),
+        max_part,
+        give_up: nats.give_up,
+    };
+    let streams: Vec<String> = (0..shards).map(|i| stream_name(nats, gen, i)).collect();
+    let next_seqs = make_streams(&bridge, nats, gen, &streams)?;
+    let shared: Vec<Arc<JsShared>> =
+        streams.iter().enumerate().map(|(i, n)| Arc::new(JsShared::new(i, n.clone()))).collect();
+    bridge.attach(shared.clone());
+    let mut report = RecoveryReport::default();
+    for (_, r) in &replays {
+        report.records += r.state.records;
+        report.bytes += r.state.bytes;
+    }
+    let mut starts = Vec::with_capacity(shards);
+    if same {
+        for i in 0..shards {
+            let at = replays.iter().position(|(j, _)| *j == i);
+            let r = at.map(|k| replays.swap_remove(k).1).unwrap_or_default();
+            let mut live: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+            for j in r.state.jobs.values() {
+                let e = live.entry(j.job.log_tag()).or_default();
+                e.0 += 1;
+                e.1 += record::accepted_len(&j.job) as u64;
+            }
+            let max_seq = r.state.max_seq;
+            let jobs = crate::wal::facts(r.state.jobs.into_values());
+            let mut log =
+                JsLog::new(params(i), bridge.publisher(), shared[i].clone(), live, r.next_chunk, r.seqs, next_seqs[i]);
+            for j in jobs.iter().filter(|j| matches!(j.state, JobState::InFlight)) {
+                log.lend(&j.job);
+            }
+            starts.push(ShardStart { log, recovered: Recovered { jobs, accepted: max_seq } });
+        }
+    } else {
+        let old_gen = layout.map(|l| (l.gen, usize::from(l.shards)));
+        if let Some((g, n)) = old_gen {
+            tracing::warn!(
+                old_shards = n,
+                shards,
+                old_gen = g,
+                gen,
+                "the log's layout changes (shard count): rewriting it into new streams"
+            );
+        }
+        let mut per_shard: Vec<Vec<Replayed>> = (0..shards).map(|_| Vec::new()).collect();
+        for (_, r) in replays {
+            for (_, rep) in r.state.jobs {
+                per_shard[shard_of(rep.job.queue_bytes(), shards)].push(rep);
+            }
+        }
+        for (i, jobs) in per_shard.into_iter().enumerate() {
+            let mut jobs = crate::wal::facts(jobs);
+            jobs.sort_by_key(|r| matches!(r.state, JobState::Dead { .. }));
+            let mut log = JsLog::new(
+                params(i),
+                bridge.publisher(),
+                shared[i].clone(),
+                BTreeMap::new(),
+                1,
+                BTreeMap::new(),
+                next_seqs[i],
+            );
+            if !crate::joblog::relog(&mut log, i, &mut jobs) {
+                return Err(JsError::Store {
+                    what: format!("writing the new layout into {}", streams[i]),
+                    why: "the store did not confirm it within nats_give_up".into(),
+                });
+            }
+            let accepted = jobs.len() as u64;
+            starts.push(ShardStart { log, recovered: Recovered { jobs, accepted } });
+        }
+        owner::write_layout(&bridge, nats, Layout { gen, shards: shards as u16 })?;
+        if let Some((g, n)) = old_gen {
+            let names: Vec<String> = (0..n).map(|i| stream_name(nats, g, i)).collect();
+            delete_streams(&bridge, names);
+        }
+        report.relayout = old_gen.is_some();
+    }
+    report.millis = t0.elapsed().as_millis() as u64;
+    for s in &starts {
+        let stats = &s.log.shared().stats;
+        stats.jobs_recovered.store(s.recovered.jobs.len() as u64, Ordering::Relaxed);
+        stats.recovery_ms.store(report.millis, Ordering::Relaxed);
+        for r in &s.recovered.jobs {
+            report.jobs += 1;
+            match r.state {
+                JobState::Waiting => {}
+                JobState::InFlight => report.in_flight += 1,
+                JobState::Dead { .. } => report.dead += 1,
+            }
+        }
+    }
+    if let Some(lease) = &store.lease {
+        lease.keep(&bridge, nats.lease, shared);
+    }
+    tracing::info!(
+        router_name = %nats.router_name,
+        server = %server,
+        gen,
+        boot,
+        jobs = report.jobs,
+        in_flight = report.in_flight,
+        dead = report.dead,
+        records = report.records,
+        bytes = report.bytes,
+        relayout = report.relayout,
+        millis = report.millis,
+        "replicated job log recovered from JetStream"
+    );
+    store.bridge = Some(bridge);
+    Ok(Opened { store, shards: starts, report, server })
+}
+
+/// Reads every stream of `layout` (concurrently, on the NATS thread).
+fn read_streams(bridge: &Bridge, nats: &NatsConfig, layout: Layout) -> Result<Vec<(usize, StreamRead)>, JsError> {
+    let names: Vec<String> = (0..usize::from(layout.shards)).map(|i| stream_name(nats, layout.gen, i)).collect();
+    let idle = nats.ack_timeout * 5;
+    bridge.call(move |ctx| async move {
+        let mut set = tokio::task::JoinSet::new();
+        for (i, name) in names.into_iter().enumerate() {
+            let js = ctx.js.clone();
+            set.spawn(async move { read_stream(js, name, idle).await.map(|r| (i, r)) });
+        }
+        let mut out = Vec::new();
+        while let Some(r) = set.join_next().await {
+            match r {
+                Ok(r) => out.push(r?),
+                Err(e) => return Err(JsError::Store { what: "reading the log streams".into(), why: e.to_string() }),
+            }
+        }
+        out.sort_by_key(|(i, _)| *i);
+        Ok(out)
+    })?
+}
+
+async fn read_stream(js: async_nats::jetstream::Context, name: String, idle: Duration) -> Result<StreamRead, JsError> {
+    let err = |why: String| JsError::Store { what: format!("reading stream {name}"), why };
+    let mut stream = js
+        .get_stream(&name)
+        .await
+        .map_err(|e| err(format!("{e} (the layout names this stream: was it deleted by hand? its jobs are gone)")))?;
+    let state = stream.info().await.map_err(|e| err(e.to_string()))?.state.clone();
+    let mut read = StreamRead { msgs: Vec::new() };
+    if state.messages == 0 {
+        return Ok(read);
+    }
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    let mut msgs = consumer.messages().await.map_err(|e| err(e.to_string()))?;
+    loop {
+        let m = match tokio::time::timeout(idle, msgs.next()).await {
+            Ok(Some(Ok(m))) => m,
+            Ok(Some(Err(e))) => return Err(err(e.to_string())),
+            Ok(None) => break,
+            Err(_) => {
+                return Err(err(format!("no message for {idle:?} before the last sequence {}", state.last_sequence)))
+            }
+        };
+        let seq = m.info().map_err(|e| err(e.to_string()))?.stream_sequence;
+        let (header, records) =
+            Header::decode(&m.payload).map_err(|why| JsError::Damaged { stream: name.clone(), seq, why })?;
+        read.msgs.push((header, seq, records.to_vec()));
+        if seq >= state.last_sequence {
+            break;
+        }
+    }
+    Ok(read)
+}
+
+/// Makes the layout's streams (or finds them); each one's next sequence.
+fn make_streams(bridge: &Bridge, nats: &NatsConfig, gen: u32, names: &[String]) -> Result<Vec<u64>, JsError> {
+    let configs: Vec<stream::Config> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| stream::Config {
+            name: name.clone(),
+            subjects: vec![subject(nats, gen, i)],
+            storage: StorageType::File,
+            num_replicas: nats.replicas,
+            duplicate_window: nats.dedup_window,
+            description: Some(format!("emq job log: router {}, shard {i}", nats.router_name)),
+            ..Default::default()
+        })
+        .collect();
+    bridge.call(move |ctx| async move {
+        let mut out = Vec::new();
+        for c in configs {
+            let name = c.name.clone();
+            let mut s = ctx
+                .js
+                .get_or_create_stream(c)
+                .await
+                .map_err(|e| JsError::Store { what: format!("making stream {name}"), why: e.to_string() })?;
+            let info =
+                s.info().await.map_err(|e| JsError::Store { what: format!("stream {name}"), why: e.to_string() })?;
+            out.push(info.state.last_sequence + 1);
+        }
+        Ok(out)
+    })?
+}
+
+fn delete_streams(bridge: &Bridge, names: Vec<String>) {
+    let result = bridge.call(move |ctx| async move {
+        for n in names {
+            if let Err(e) = ctx.js.delete_stream(&n).await {
+                tracing::warn!(stream = %n, error = %e, "could not delete a stream of the old layout; delete it by hand");
+            }
+        }
+    });
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "could not delete the old layout's streams");
+    }
+}
+
+/// One stream replayed.
+#[derive(Default)]
+struct Replay {
+    state: ShardReplay,
+    /// Acknowledged messages: sequence → (chunk, bytes).
+    seqs: BTreeMap<u64, (u32, u64)>,
+    next_chunk: u32,
+}
+
+/// Applies a stream's batches in `(boot, ticket)` order (see [`message`]),
+/// each one's parts joined, counting them into chunks as the log does. A
+/// batch with a part missing was never acknowledged (a give-up): it is
+/// skipped, counted and logged. A part stored twice (a publish retried
+/// after its dedup window) counts once.
+fn replay(name: &str, mut read: StreamRead, index: usize, epoch: Instant, now: Instant) -> Result<Replay, JsError> {
+    read.msgs.sort_by_key(|(h, seq, _)| (h.boot, h.ticket, h.part, *seq));
+    let mut out = Replay { state: ShardReplay { index, ..Default::default() }, ..Default::default() };
+    let (mut chunk, mut in_chunk, mut incomplete) = (1u32, 0u64, 0u64);
+    let mut msgs = read.msgs.into_iter().peekable();
+    let mut batch = Vec::new();
+    while let Some((head, seq, records)) = msgs.next() {
+        out.seqs.insert(seq, (chunk, records.len() as u64));
+        out.state.bytes += records.len() as u64;
+        let mut next_part = 1u16;
+        let mut complete = head.part == 0;
+        batch.clear();
+        batch.extend_from_slice(&records);
+        while let Some((h, _, _)) = msgs.peek() {
+            if (h.boot, h.ticket) != (head.boot, head.ticket) {
+                break;
+            }
+            let Some((h, seq, records)) = msgs.next() else { break };
+            out.seqs.insert(seq, (chunk, records.len() as u64));
+            out.state.bytes += records.len() as u64;
+            if h.part == next_part {
+                batch.extend_from_slice(&records);
+                next_part += 1;
+            } else if h.part >= next_part {
+                complete = false;
+            }
+        }
+        if !complete || next_part != head.parts {
+            incomplete += 1;
+            continue;
+        }
+        let mut at = 0;
+        while at < batch.len() {
+            let (rec, len) = record::decode(&batch[at..]).map_err(|e| JsError::Damaged {
+                stream: name.to_string(),
+                seq,
+                why: format!("record at byte {at} of its batch: {e}"),
+            })?;
+            if let Err(why) = crate::wal::recover::apply(&rec, chunk, epoch, now, &mut out.state) {
+                return Err(JsError::Damaged { stream: name.to_string(), seq, why });
+            }
+            at += len;
+        }
+        in_chunk += batch.len() as u64;
+        if in_chunk >= crate::limits::NATS_CHUNK_BYTES {
+            chunk += 1;
+            in_chunk = 0;
+        }
+    }
+    if incomplete > 0 {
+        tracing::warn!(
+            stream = name,
+            batches = incomplete,
+            "batches with a part missing skipped (never acknowledged: their publish was given up)"
+        );
+    }
+    out.next_chunk = chunk + 1;
+    Ok(out)
+}

@@ -1,0 +1,198 @@
+//! Who may write a router name's streams, and which streams they are.
+//!
+//! * **The lease**: key `<name>` in the key-value bucket
+//!   `<prefix>_routers`, whose entries expire `nats_lease` after their last
+//!   write (the bucket's max age). A router creates the key at start
+//!   (compare-and-set: only if absent) and renews it every third of the
+//!   lease with an update on the revision it last wrote. A router started
+//!   with a name whose key exists watches it for up to twice the lease: a
+//!   new revision means a live holder, and the start is refused
+//!   ([`JsError::Held`]); a key that expires (its holder died, `kill -9`)
+//!   is then created. A renewal that finds another revision means another
+//!   router took the name: every shard stops acknowledging
+//!   ([`JsShared::taken`]). A clean stop deletes the key. Taking over from
+//!   a live holder, and fencing a paused one, are not done here.
+//! * **The layout**: key `<name>` in `<prefix>_layouts` (no expiry) says
+//!   the generation and shard count of the name's streams,
+//!   `<prefix>_<name>_<gen>_<shard>`. A router started with another shard
+//!   count writes generation + 1, then moves the key (the commit point),
+//!   then deletes the old streams.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::kv::{self, CreateErrorKind, Operation, UpdateErrorKind};
+use async_nats::jetstream::stream::StorageType;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::bridge::{Bridge, Ctx};
+use super::shared::JsShared;
+use super::JsError;
+use crate::config::NatsConfig;
+
+/// A name's streams: their generation and shard count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    /// The generation (in stream names).
+    pub gen: u32,
+    /// The shard count.
+    pub shards: u16,
+}
+
+/// The router's hold on its name (module docs).
+pub struct Lease {
+    store: kv::Store,
+    key: String,
+    stop: Arc<AtomicBool>,
+}
+
+/// The bucket `name` with `max_age` (0: none), made when missing.
+async fn bucket(ctx: &Ctx, name: String, max_age: Duration, replicas: usize) -> Result<kv::Store, JsError> {
+    if let Ok(store) = ctx.js.get_key_value(&name).await {
+        return Ok(store);
+    }
+    let config = kv::Config {
+        bucket: name.clone(),
+        history: 1,
+        max_age,
+        storage: StorageType::File,
+        num_replicas: replicas,
+        ..Default::default()
+    };
+    match ctx.js.create_key_value(config).await {
+        Ok(store) => Ok(store),
+        // Made meanwhile by another router.
+        Err(e) => ctx
+            .js
+            .get_key_value(&name)
+            .await
+            .map_err(|_| JsError::Store { what: format!("bucket {name}"), why: e.to_string() }),
+    }
+}
+
+/// Takes the router's name (module docs), `holder` describing this router
+/// to whoever finds the name held.
+///
+/// # Errors
+/// [`JsError::Held`] when a live router holds the name; [`JsError::Store`]
+/// when the bucket cannot be read or written.
+pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<Lease, JsError> {
+    let (prefix, name, lease, replicas) =
+        (config.stream_prefix.clone(), config.router_name.clone(), config.lease, config.replicas);
+    bridge.call(move |ctx| async move {
+        let store = bucket(&ctx, format!("{prefix}_routers"), lease, replicas).await?;
+        let deadline = Instant::now() + lease * 2 + Duration::from_secs(1);
+        let mut seen: Option<u64> = None;
+        let mut said = false;
+        loop {
+            match store.create(&name, Bytes::from(holder.clone())).await {
+                Ok(_) => break,
+                Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {}
+                Err(e) => return Err(JsError::Store { what: format!("the lease on router name {name}"), why: e.to_string() }),
+            }
+            let entry = store.entry(&name).await.map_err(|e| JsError::Store { what: format!("the lease on router name {name}"), why: e.to_string() })?;
+            if let Some(entry) = entry.filter(|e| e.operation == Operation::Put) {
+                let other = String::from_utf8_lossy(&entry.value).into_owned();
+                if seen.is_some_and(|r| r != entry.revision) || Instant::now() >= deadline {
+                    return Err(JsError::Held { name, holder: other });
+                }
+                if !said {
+                    tracing::warn!(router_name = %name, holder = %other, "the router name is held; waiting up to {:?} to see whether its holder is alive (it renews every {:?})", lease * 2, lease / 3);
+                    said = true;
+                }
+                seen = seen.or(Some(entry.revision));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        Ok(Lease { store, key: name, stop: Arc::new(AtomicBool::new(false)) })
+    })?
+}
+
+impl Lease {
+    /// Renews the lease every third of `lease` on the bridge's thread
+    /// until [`Lease::release`]; if another router took the name, every
+    /// shard in `shards` stops acknowledging.
+    pub fn keep(&self, bridge: &Bridge, lease: Duration, shards: Vec<Arc<JsShared>>) {
+        let (store, key, stop) = (self.store.clone(), self.key.clone(), self.stop.clone());
+        let _ = bridge.call(move |_ctx| async move {
+            tokio::spawn(async move {
+                let mut revision = match store.entry(&key).await {
+                    Ok(Some(e)) => e.revision,
+                    _ => 0,
+                };
+                let value = match store.get(&key).await {
+                    Ok(Some(v)) => v,
+                    _ => Bytes::new(),
+                };
+                while !stop.load(Ordering::Acquire) {
+                    tokio::time::sleep(lease / 3).await;
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    match store.update(&key, value.clone(), revision).await {
+                        Ok(r) => revision = r,
+                        Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
+                            tracing::error!(router_name = %key, "another router took this router's name: nothing more is acknowledged here (new jobs get STORE_FAILED); stop this router");
+                            for s in &shards {
+                                s.taken();
+                            }
+                            break;
+                        }
+                        Err(e) => crate::log_limited!(warn, router_name = %key, error = %e, "renewing the lease on the router name failed; trying again"),
+                    }
+                }
+            });
+        });
+    }
+
+    /// Stops renewing and deletes the key, so the name is free at once.
+    pub fn release(self, bridge: &Bridge) {
+        self.stop.store(true, Ordering::Release);
+        let (store, key) = (self.store, self.key);
+        let name = key.clone();
+        let deleted = bridge.call(move |_ctx| async move { store.delete(&key).await.map_err(|e| e.to_string()) });
+        let error = match deleted {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e,
+            Err(e) => e.to_string(),
+        };
+        tracing::warn!(router_name = %name, error = %error, "could not free the router name at stop: a new router with it waits until the lease expires");
+    }
+}
+
+/// The name's layout, `None` when it has none yet.
+///
+/// # Errors
+/// [`JsError::Store`].
+pub fn read_layout(bridge: &Bridge, config: &NatsConfig) -> Result<Option<Layout>, JsError> {
+    let (prefix, name, replicas) = (config.stream_prefix.clone(), config.router_name.clone(), config.replicas);
+    bridge.call(move |ctx| async move {
+        let store = bucket(&ctx, format!("{prefix}_layouts"), Duration::ZERO, replicas).await?;
+        match store.get(&name).await {
+            Ok(Some(v)) => serde_json::from_slice(&v)
+                .map(Some)
+                .map_err(|e| JsError::Store { what: format!("the layout of router name {name}"), why: e.to_string() }),
+            Ok(None) => Ok(None),
+            Err(e) => Err(JsError::Store { what: format!("the layout of router name {name}"), why: e.to_string() }),
+        }
+    })?
+}
+
+/// Writes the name's layout (the commit point of a new layout).
+///
+/// # Errors
+/// [`JsError::Store`].
+pub fn write_layout(bridge: &Bridge, config: &NatsConfig, layout: Layout) -> Result<(), JsError> {
+    let (prefix, name, replicas) = (config.stream_prefix.clone(), config.router_name.clone(), config.replicas);
+    bridge.call(move |ctx| async move {
+        let store = bucket(&ctx, format!("{prefix}_layouts"), Duration::ZERO, replicas).await?;
+        let value = serde_json::to_vec(&layout).unwrap_or_default();
+        store
+            .put(&name, Bytes::from(value))
+            .await
+            .map(|_| ())
+            .map_err(|e| JsError::Store { what: format!("the layout of router name {name}"), why: e.to_string() })
+    })?
+}

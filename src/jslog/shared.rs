@@ -1,0 +1,342 @@
+//! [`JsShared`]: one shard's replicated log as the other threads see it:
+//! the NATS thread reports each PubAck and each give-up here, the shard's
+//! release thread waits here for its tickets ([`Durable`]), and STATUS,
+//! `/metrics` and the status page read the figures ([`LogStatus`]).
+//!
+//! # The durable mark
+//!
+//! Every batch the shard commits is a ticket, published as one or more
+//! messages ("parts"). PubAcks come back in any order; a ticket is durable
+//! once every ticket up to it has all its parts acknowledged (the unbroken
+//! acknowledged prefix). A ticket the store did not confirm within
+//! `nats_give_up` stops the prefix: it and every ticket handed out so far
+//! are given up ([`Durable::gave_up`]) and the log is faulty until a
+//! snapshot of every live job is acknowledged (the repair,
+//! `jslog::log`), which makes every ticket up to the snapshot's durable.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use parking_lot::{Condvar, Mutex};
+use serde_json::{json, Value};
+
+use crate::joblog::{Durable, FaultKind, LogFigures, LogState, LogStatus, StoreFault, Ticket};
+
+/// What the shard learns from the NATS thread at its next batch end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acked {
+    /// The ticket.
+    pub ticket: u64,
+    /// Its part.
+    pub part: u16,
+    /// The stream sequence the part was stored at.
+    pub seq: u64,
+}
+
+#[derive(Debug, Default)]
+struct Progress {
+    /// The highest ticket handed to the NATS thread.
+    handed: u64,
+    /// Parts not yet acknowledged, by ticket.
+    pending: BTreeMap<u64, u16>,
+    /// Every ticket up to this one is durable.
+    durable: u64,
+    /// Tickets above `durable` and up to this one were given up.
+    gave_up: u64,
+    /// The fault, while there is one.
+    fault: Option<FaultKind>,
+    /// The repair's snapshot ticket, while it is not acknowledged.
+    snapshot: Option<u64>,
+    /// Acknowledged parts the shard has not taken yet.
+    acked: Vec<Acked>,
+    /// The highest stream sequence acknowledged.
+    last_seq: u64,
+}
+
+impl Progress {
+    fn advance(&mut self) {
+        let next = match self.pending.keys().next() {
+            Some(&t) => t - 1,
+            None => self.handed,
+        };
+        self.durable = self.durable.max(next);
+    }
+}
+
+/// One shard's replicated-log state shared between threads (module docs).
+#[derive(Debug)]
+pub struct JsShared {
+    shard: usize,
+    stream: String,
+    progress: Mutex<Progress>,
+    changed: Condvar,
+    /// Figures.
+    pub stats: JsStats,
+    sync_hist: Mutex<Option<Histogram<u64>>>,
+}
+
+/// Counters and gauges of one shard's replicated log.
+#[derive(Debug, Default)]
+pub struct JsStats {
+    /// Messages published (parts), first tries.
+    pub published: AtomicU64,
+    /// Bytes of records published.
+    pub published_bytes: AtomicU64,
+    /// Publishes retried (a timeout, no responders, a lost connection).
+    pub retries: AtomicU64,
+    /// Publishes given up after `nats_give_up`.
+    pub give_ups: AtomicU64,
+    /// Jobs refused because their batch was given up.
+    pub refused_jobs: AtomicU64,
+    /// Stream bytes the log counts as held (records not purged).
+    pub stream_bytes: AtomicU64,
+    /// Bytes of the live jobs' `Accepted` records.
+    pub live_bytes: AtomicU64,
+    /// Live jobs.
+    pub live_jobs: AtomicU64,
+    /// Purges sent, and the last one's time (ms since the Unix epoch).
+    pub purges: AtomicU64,
+    /// When the last purge was sent (ms since the Unix epoch; 0: never).
+    pub last_purge_unix_ms: AtomicU64,
+    /// The stream sequence below which the last purge removed everything.
+    pub purged_below: AtomicU64,
+    /// Jobs copied forward by compaction.
+    pub relocated_jobs: AtomicU64,
+    /// Repairs that brought the log back.
+    pub repairs: AtomicU64,
+    /// Faults by kind (index [`FaultKind::index`]).
+    pub errors: [AtomicU64; FaultKind::ALL.len()],
+    /// Jobs recovered at start.
+    pub jobs_recovered: AtomicU64,
+    /// Wall time of the recovery (ms).
+    pub recovery_ms: AtomicU64,
+}
+
+impl JsShared {
+    /// The state of shard `shard`'s log, kept in stream `stream`.
+    pub fn new(shard: usize, stream: String) -> JsShared {
+        JsShared {
+            shard,
+            stream,
+            progress: Mutex::default(),
+            changed: Condvar::new(),
+            stats: JsStats::default(),
+            sync_hist: Mutex::new(None),
+        }
+    }
+
+    /// The stream's name.
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// The shard hands `ticket` to the NATS thread as `parts` messages.
+    pub fn handed(&self, ticket: u64, parts: u16) {
+        let mut p = self.progress.lock();
+        p.handed = p.handed.max(ticket);
+        p.pending.insert(ticket, parts);
+    }
+
+    /// The shard hands `ticket`, a snapshot of every live job (a repair):
+    /// once it is acknowledged every ticket up to it is durable.
+    pub fn snapshot(&self, ticket: u64, parts: u16) {
+        self.handed(ticket, parts);
+        self.progress.lock().snapshot = Some(ticket);
+    }
+
+    /// The NATS thread: part `part` of `ticket` is stored at `seq`, its
+    /// PubAck `took` after the first try.
+    pub fn acked(&self, ticket: u64, part: u16, seq: u64, took: Duration) {
+        {
+            let mut p = self.progress.lock();
+            p.acked.push(Acked { ticket, part, seq });
+            p.last_seq = p.last_seq.max(seq);
+            if let Some(left) = p.pending.get_mut(&ticket) {
+                *left = left.saturating_sub(1);
+                if *left == 0 {
+                    p.pending.remove(&ticket);
+                    if p.snapshot == Some(ticket) {
+                        // Everything before the snapshot is superseded.
+                        p.snapshot = None;
+                        p.fault = None;
+                        p.durable = p.durable.max(ticket);
+                        let stale: Vec<u64> = p.pending.range(..ticket).map(|(t, _)| *t).collect();
+                        for t in stale {
+                            p.pending.remove(&t);
+                        }
+                        self.stats.repairs.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(shard = self.shard, stream = %self.stream, "replicated job log repaired: every live job is stored again; new jobs are accepted");
+                    }
+                    p.advance();
+                }
+            }
+        }
+        self.changed.notify_all();
+        let mut h = self.sync_hist.lock();
+        if h.is_none() {
+            *h = Histogram::new_with_bounds(1, 60_000_000, 2).ok();
+        }
+        if let Some(hist) = h.as_mut() {
+            hist.saturating_record((took.as_micros() as u64).max(1));
+        }
+    }
+
+    /// The NATS thread: part `part` of `ticket` was not confirmed within
+    /// `nats_give_up`. Every ticket handed out so far is given up, and the
+    /// log is faulty until its repair.
+    pub fn not_confirmed(&self, ticket: u64, part: u16) {
+        {
+            let mut p = self.progress.lock();
+            if ticket <= p.durable {
+                return;
+            }
+            p.gave_up = p.gave_up.max(p.handed);
+            if p.snapshot.is_some_and(|s| s <= ticket) {
+                p.snapshot = None;
+            }
+            if p.fault.is_none() {
+                self.stats.errors[FaultKind::Unreachable.index()].fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    shard = self.shard,
+                    stream = %self.stream,
+                    ticket,
+                    part,
+                    refused = "STORE_FAILED",
+                    "the NATS JetStream cluster did not confirm a batch in time (no quorum? no server reachable?): \
+                     its producers are refused, new jobs too, until the store takes a snapshot of every live job"
+                );
+            }
+            p.fault = Some(FaultKind::Unreachable);
+        }
+        self.stats.give_ups.fetch_add(1, Ordering::Relaxed);
+        self.changed.notify_all();
+    }
+
+    /// The router lost its name to another router: nothing more is
+    /// acknowledged (every ticket handed out is given up).
+    pub fn taken(&self) {
+        {
+            let mut p = self.progress.lock();
+            p.gave_up = p.gave_up.max(p.handed);
+            if p.fault != Some(FaultKind::Taken) {
+                self.stats.errors[FaultKind::Taken.index()].fetch_add(1, Ordering::Relaxed);
+            }
+            p.fault = Some(FaultKind::Taken);
+        }
+        self.changed.notify_all();
+    }
+
+    /// The acknowledged parts since the last take.
+    pub fn take_acked(&self) -> Vec<Acked> {
+        std::mem::take(&mut self.progress.lock().acked)
+    }
+
+    /// The fault, if any.
+    pub fn fault(&self) -> Option<FaultKind> {
+        self.progress.lock().fault
+    }
+
+    /// Whether a repair's snapshot is in flight.
+    pub fn repairing(&self) -> bool {
+        self.progress.lock().snapshot.is_some()
+    }
+
+    /// Tickets handed out and not yet durable.
+    pub fn unconfirmed(&self) -> usize {
+        self.progress.lock().pending.len()
+    }
+
+    /// The highest stream sequence acknowledged so far.
+    pub fn last_seq(&self) -> u64 {
+        self.progress.lock().last_seq
+    }
+
+    fn state(&self) -> LogState {
+        match self.progress.lock().fault {
+            Some(kind) => LogState::Faulty(kind),
+            None => LogState::Ok,
+        }
+    }
+}
+
+impl Durable for JsShared {
+    fn make_durable(&self, upto: Ticket) -> bool {
+        self.progress.lock().durable >= upto.0
+    }
+
+    fn wait(&self, upto: Ticket, timeout: Duration) -> bool {
+        let mut p = self.progress.lock();
+        if p.durable < upto.0 && p.gave_up < upto.0 {
+            let _ = self.changed.wait_for(&mut p, timeout);
+        }
+        p.durable >= upto.0
+    }
+
+    fn durable_upto(&self) -> Ticket {
+        Ticket(self.progress.lock().durable)
+    }
+
+    fn faulty(&self) -> bool {
+        self.progress.lock().fault.is_some()
+    }
+
+    fn gave_up(&self, upto: Ticket) -> Option<StoreFault> {
+        let p = self.progress.lock();
+        (upto.0 > p.durable && upto.0 <= p.gave_up).then_some(StoreFault::Failed)
+    }
+
+    fn note_refused(&self, jobs: u64) {
+        self.stats.refused_jobs.fetch_add(jobs, Ordering::Relaxed);
+    }
+}
+
+impl LogStatus for JsShared {
+    fn figures(&self) -> LogFigures {
+        let s = &self.stats;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        LogFigures {
+            bytes: get(&s.stream_bytes),
+            live_jobs: get(&s.live_jobs),
+            state: self.state(),
+            errors: std::array::from_fn(|i| get(&s.errors[i])),
+            free_bytes: None,
+            repairs: get(&s.repairs),
+        }
+    }
+
+    fn to_json(&self, shard: usize) -> Value {
+        let s = &self.stats;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let f = self.figures();
+        let errors: serde_json::Map<String, Value> =
+            FaultKind::ALL.iter().map(|k| (k.as_str().to_string(), json!(f.errors[k.index()]))).collect();
+        json!({
+            "shard": shard,
+            "stream": self.stream,
+            "state": f.state.as_str(),
+            "stream_bytes": f.bytes,
+            "live_jobs": f.live_jobs,
+            "live_bytes": get(&s.live_bytes),
+            "unconfirmed_batches": self.unconfirmed(),
+            "published": get(&s.published),
+            "published_bytes": get(&s.published_bytes),
+            "retries": get(&s.retries),
+            "give_ups": get(&s.give_ups),
+            "refused_jobs": get(&s.refused_jobs),
+            "purges": get(&s.purges),
+            "last_purge_unix_ms": get(&s.last_purge_unix_ms),
+            "purged_below_seq": get(&s.purged_below),
+            "relocated_jobs": get(&s.relocated_jobs),
+            "repairs": f.repairs,
+            "errors": errors,
+            "jobs_recovered": get(&s.jobs_recovered),
+            "recovery_ms": get(&s.recovery_ms),
+        })
+    }
+
+    fn take_sync_histogram(&self) -> Option<Histogram<u64>> {
+        self.sync_hist.lock().take()
+    }
+}
