@@ -60,7 +60,7 @@ pub(super) async fn measure(
     let cpu0 = CpuUse::read(&s.server_pids)?;
     let jobs = s.jobs as usize;
     let shared = Shared { t0: Instant::now(), sent_ns: (0..jobs).map(|_| Cell::new(0)).collect(), progress };
-    let (published, consumed, cpu_mid) = if s.concurrent {
+    let (published, mut consumed, cpu_mid) = if s.concurrent {
         let (p, c) = tokio::try_join!(
             publish_all(js, &subject, &name, s, &shared),
             consume_all(consumer, s.jobs, true, &shared)
@@ -71,7 +71,7 @@ pub(super) async fn measure(
         let mid = CpuUse::read(&s.server_pids)?;
         (p, consume_all(consumer, s.jobs, false, &shared).await?, Some(mid))
     };
-    let left_in_stream = wait_empty(stream, consumed.consumed == s.jobs).await?;
+    let left_in_stream = wait_empty(stream, consumer, &mut consumed, &shared).await?;
     let wall = shared.t0.elapsed();
     let end = CpuUse::read(&s.server_pids)?;
     let cpu = match cpu_mid {
@@ -208,21 +208,34 @@ struct Consumed {
     redelivered: u64,
     foreign: u64,
     fetch_errors: u64,
-    /// Each job's first try to its delivery, µs (recorded when concurrent).
+    /// The last failed pull request since the last delivery.
+    last_error: Option<String>,
+    /// Each job's first try to its delivery, µs (recorded when `timed`).
     delivery_us: Histogram<u64>,
+    timed: bool,
+    /// Jobs delivered, by index.
+    seen: Vec<bool>,
 }
 
 impl Consumed {
+    fn deliveries(&self) -> u64 {
+        self.consumed + self.redelivered + self.foreign
+    }
+
+    fn all_delivered(&self) -> bool {
+        self.consumed == self.seen.len() as u64
+    }
+
     /// Counts one delivery by the job index in its payload.
-    fn take(&mut self, payload: &[u8], seen: &mut [bool], timed: bool, shared: &Shared) {
+    fn take(&mut self, payload: &[u8], shared: &Shared) {
         let index =
             payload.get(..INDEX_BYTES).and_then(|b| <[u8; INDEX_BYTES]>::try_from(b).ok()).map(u64::from_le_bytes);
-        let slot = index.and_then(|i| usize::try_from(i).ok()).and_then(|i| Some((i, seen.get_mut(i)?)));
+        let slot = index.and_then(|i| usize::try_from(i).ok()).and_then(|i| Some((i, self.seen.get_mut(i)?)));
         match slot {
             Some((i, seen)) if !*seen => {
                 *seen = true;
                 self.consumed += 1;
-                if let (true, Some(sent)) = (timed, shared.sent_ns.get(i)) {
+                if let (true, Some(sent)) = (self.timed, shared.sent_ns.get(i)) {
                     let us = shared.since_t0_ns().saturating_sub(sent.get()) / 1000;
                     self.delivery_us.saturating_record(us.max(1));
                 }
@@ -231,6 +244,48 @@ impl Consumed {
             Some(_) => self.redelivered += 1,
             None => self.foreign += 1,
         }
+    }
+
+    /// One pull request for up to `want` messages: waiting up to `expires`
+    /// on the server for them, or (`None`) answered at once with what is
+    /// there. Every message is counted and acked; a failed request is
+    /// counted and kept as `last_error`.
+    async fn pull(
+        &mut self,
+        consumer: &consumer::PullConsumer,
+        want: usize,
+        expires: Option<Duration>,
+        shared: &Shared,
+    ) -> Result<(), BenchError> {
+        let request = match expires {
+            Some(expires) => consumer.batch().max_messages(want).expires(expires).messages().await,
+            None => consumer.fetch().max_messages(want).messages().await,
+        };
+        let mut batch = match request {
+            Ok(batch) => batch,
+            Err(e) => {
+                self.failed(e);
+                return Ok(());
+            }
+        };
+        while let Some(delivery) = batch.next().await {
+            match delivery {
+                Ok(m) => {
+                    self.take(&m.payload, shared);
+                    m.ack().await.map_err(|e| nats("ack a message".into(), e))?;
+                }
+                Err(e) => {
+                    self.failed(e);
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn failed(&mut self, e: impl std::fmt::Display) {
+        self.fetch_errors += 1;
+        self.last_error = Some(e.to_string());
     }
 }
 
@@ -244,44 +299,31 @@ async fn consume_all(
     timed: bool,
     shared: &Shared,
 ) -> Result<Consumed, BenchError> {
-    let mut seen = vec![false; jobs as usize];
-    let mut out = Consumed { consumed: 0, redelivered: 0, foreign: 0, fetch_errors: 0, delivery_us: histogram() };
+    let mut out = Consumed {
+        consumed: 0,
+        redelivered: 0,
+        foreign: 0,
+        fetch_errors: 0,
+        last_error: None,
+        delivery_us: histogram(),
+        timed,
+        seen: vec![false; jobs as usize],
+    };
     let mut last_delivery = Instant::now();
-    let mut last_error = None;
-    while out.consumed < jobs {
-        let deliveries = out.consumed + out.redelivered + out.foreign;
+    while !out.all_delivered() {
+        let deliveries = out.deliveries();
         let want = (jobs - out.consumed).min(FETCH_BATCH as u64) as usize;
-        match consumer.batch().max_messages(want).expires(FETCH_EXPIRES).messages().await {
-            Ok(mut batch) => {
-                while let Some(delivery) = batch.next().await {
-                    match delivery {
-                        Ok(m) => {
-                            out.take(&m.payload, &mut seen, timed, shared);
-                            m.ack().await.map_err(|e| nats("ack a message".into(), e))?;
-                        }
-                        Err(e) => {
-                            out.fetch_errors += 1;
-                            last_error = Some(e.to_string());
-                            break;
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                out.fetch_errors += 1;
-                last_error = Some(e.to_string());
-            }
-        }
-        if out.consumed + out.redelivered + out.foreign > deliveries {
+        out.pull(consumer, want, Some(FETCH_EXPIRES), shared).await?;
+        if out.deliveries() > deliveries {
             last_delivery = Instant::now();
-            last_error = None;
+            out.last_error = None;
             continue;
         }
-        if last_error.is_some() {
+        if out.last_error.is_some() {
             tokio::time::sleep(RETRY_FIRST).await;
         }
         if last_delivery.elapsed() >= DRAIN_TIMEOUT {
-            match last_error {
+            match out.last_error.take() {
                 Some(e) => {
                     return Err(nats("pull messages".into(), format!("{e} (nothing delivered for {DRAIN_TIMEOUT:?})")))
                 }
@@ -292,11 +334,19 @@ async fn consume_all(
     Ok(out)
 }
 
-/// Waits until the stream holds no message (the acks applied), for up to
-/// [`DRAIN_TIMEOUT`] when `all_consumed`, else looks once; returns what it
+/// Waits until the stream holds no message (the acks applied): for up to
+/// [`DRAIN_TIMEOUT`] when every job was delivered, else it looks once.
+/// Meanwhile it pulls, without waiting, what the stream delivers again
+/// (jobs whose ack was lost, e.g. across a leader change, come back after
+/// the consumer's 30 s ack wait) and acks it. Returns what the stream
 /// still holds.
-async fn wait_empty(stream: &mut stream::Stream, all_consumed: bool) -> Result<u64, BenchError> {
-    let deadline = Instant::now() + if all_consumed { DRAIN_TIMEOUT } else { Duration::ZERO };
+async fn wait_empty(
+    stream: &mut stream::Stream,
+    consumer: &consumer::PullConsumer,
+    out: &mut Consumed,
+    shared: &Shared,
+) -> Result<u64, BenchError> {
+    let deadline = Instant::now() + if out.all_delivered() { DRAIN_TIMEOUT } else { Duration::ZERO };
     loop {
         let left = match stream.info().await {
             Ok(info) => Ok(info.state.messages),
@@ -306,7 +356,9 @@ async fn wait_empty(stream: &mut stream::Stream, all_consumed: bool) -> Result<u
         match left {
             Ok(n) if n == 0 || late => return Ok(n),
             Err(e) if late => return Err(nats(format!("stream info of {}", stream.cached_info().config.name), e)),
-            _ => tokio::time::sleep(EMPTY_POLL).await,
+            Ok(n) => out.pull(consumer, (n as usize).min(FETCH_BATCH), None, shared).await?,
+            Err(_) => {}
         }
+        tokio::time::sleep(EMPTY_POLL).await;
     }
 }

@@ -11,8 +11,10 @@
 //! payload's first 8 bytes, little-endian), with `--in-flight` PubAcks
 //! awaited at once. The consumer pulls up to [`FETCH_BATCH`] messages per
 //! request and acks each one; the run ends when the stream reports no
-//! message left (the acks applied: WorkQueue removal done). The stream is
-//! deleted at the end, also after a failure.
+//! message left (the acks applied: WorkQueue removal done), messages
+//! delivered again meanwhile (an ack lost across a leader change brings its
+//! job back after the consumer's 30 s ack wait) pulled and acked too. The
+//! stream is deleted at the end, also after a failure.
 //!
 //! With `--concurrent` (the default) the consumer runs from the first
 //! publish on, the fair "jobs through the broker" figure: jobs/s is N over
