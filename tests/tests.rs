@@ -1,5 +1,6 @@
 mod architecture;
 mod bench;
+mod bench_jetstream;
 mod bounds;
 mod cli;
 mod client;

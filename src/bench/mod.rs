@@ -14,6 +14,9 @@
 //!   read from `/proc/<pid>/stat`.
 //! * [`fill`]: a queue filled with N jobs, with the broker's resident memory
 //!   per queued job.
+//! * [`jetstream`]: the raw JetStream per-message baseline: one message per
+//!   job on a NATS JetStream stream, published, consumed and acked with
+//!   async-nats on one thread.
 //!
 //! What is measured (both modes): the send timestamp travels in the job body
 //! (nanoseconds since the run's start, taken from the *intended* send time
@@ -30,6 +33,7 @@ pub mod body;
 pub mod emqp;
 pub mod fill;
 pub mod idle;
+pub mod jetstream;
 pub mod lines;
 pub mod pipeline;
 pub mod plot;
@@ -161,6 +165,16 @@ pub enum BenchError {
     /// Bad settings or input file.
     #[error("{0}")]
     Invalid(String),
+    /// A NATS or JetStream step failed: no server reachable, a stream that
+    /// cannot be created, a publish still failing after its retries
+    /// (`emq-bench` exits with status 2).
+    #[error("{what}: {detail}")]
+    Nats {
+        /// What was being done (names the URLs, stream or message id).
+        what: String,
+        /// The client's or server's error.
+        detail: String,
+    },
 }
 
 pub(crate) fn ioerr(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchError {

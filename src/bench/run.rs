@@ -109,11 +109,17 @@ impl RunResult {
 /// bar appears after 2 s (short runs stay quiet), on stderr, only when it
 /// is a terminal, and never with `--no-progress`.
 pub fn with_progress<T>(name: &str, settings: &LoadSettings, load: impl FnOnce(Arc<AtomicU64>) -> T) -> T {
+    with_progress_to(name, settings.no_progress, settings.request_bound(), load)
+}
+
+/// [`with_progress`] for a load counted up to `bound` (a spinner when
+/// `None`); `hidden` is `--no-progress`.
+pub fn with_progress_to<T>(name: &str, hidden: bool, bound: Option<u64>, load: impl FnOnce(Arc<AtomicU64>) -> T) -> T {
     let counter = Arc::new(AtomicU64::new(0));
-    if settings.no_progress || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+    if hidden || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         return load(counter);
     }
-    let bar = match settings.request_bound() {
+    let bar = match bound {
         Some(n) => indicatif::ProgressBar::new(n),
         None => indicatif::ProgressBar::new_spinner(),
     };

@@ -10,8 +10,8 @@ use emq::bench::baseline::Wire;
 use emq::bench::body::Tally;
 use emq::bench::emqp::Target;
 use emq::bench::report::{self, Record};
-use emq::bench::run::{with_progress, RunResult};
-use emq::bench::{baseline, beanstalk, emqp, idle, plot, text, BenchError, LoadSettings};
+use emq::bench::run::{with_progress, with_progress_to, RunResult};
+use emq::bench::{baseline, beanstalk, emqp, idle, jetstream, plot, text, BenchError, LoadSettings};
 use emq::config::{self, addr, ConfigArgs, RawBenchConfig};
 use emq::program::output as out;
 
@@ -70,6 +70,9 @@ struct LineArgs {
 /// the command's long about, whose format would put a blank line with
 /// trailing spaces above each option's default).
 const FORWARDER_HELP: &str = "One thread forwards (ROUTER frontend, ROUTER backend): no queues by name, no durability, no shards, no heartbeats of its own. It answers a worker's INFORM with ACK and keeps a FIFO of READY credits. With `--wire one` (the default) each client REQUEST is forwarded unchanged to the worker of the oldest credit, one message per job, no acceptance REPLY: the cost of ZeroMQ alone. With `--wire emqp` it exchanges the five messages an eMQP job costs emq-router: the client's REQUEST in, the acceptance REPLY out (a fresh msgid, frame 4 the REQUEST's msgid), the job out to a worker with a free slot (`reply-requested` added to its headers; REQUESTs wait in a FIFO while no worker has one), the worker's job-result REPLY in and its READY in: a fair ceiling for emq-router under the same load.\n\nPrints `frontend=<endpoint> backend=<endpoint>` once bound, and at exit what it counted: `requests=N accepted=N forwarded=N results=N readies=N dropped=N` (REQUESTs received, acceptance REPLYs sent, jobs sent to workers, job-result REPLYs and READYs received, messages dropped).";
+
+/// What `emq-bench jetstream --help` says after its options.
+const JETSTREAM_HELP: &str = "Reported: the table's row (sent = published, recvd = consumed, jobs/s, and the PubAck latency: each job's first try to its PubAck), then `<target>: {json}` with every figure: published, consumed, lost, redelivered, publish_retries (by cause), publish_msgs_per_s, puback_us (p50, p90, p99, p999, max), consume_msgs_per_s, jobs_per_s, delivery_us (concurrent: first try to delivery), client_cpu_us_per_job and, with --server-pids, server_cpu_us_per_job (sequential runs also per phase: _publish, _consume). With --concurrent (the default) jobs/s is jobs over the time from the first publish to the stream found empty; with --concurrent false, over the publish time plus the consume time. A transient publish error (PubAck timeout, no responders, broken connection) is retried with the same message id after 50 ms doubling to 1 s; a job still failing after 60 s, an unreachable server or a stream that cannot be created ends the run with exit status 2.";
 
 #[derive(Subcommand)]
 enum Cmd {
@@ -159,6 +162,18 @@ enum Cmd {
     Fill {
         #[command(flatten)]
         settings: emq::bench::fill::FillSettings,
+    },
+    /// The raw JetStream per-message baseline: one message per job on a
+    /// fresh WorkQueue stream of a NATS JetStream cluster, published with
+    /// `--in-flight` PubAcks awaited, consumed by a durable pull consumer
+    /// and acked, until the stream is empty; the stream is deleted at the
+    /// end. Exits with status 2 when the cluster cannot be used.
+    #[command(after_help = JETSTREAM_HELP)]
+    Jetstream {
+        #[command(flatten)]
+        settings: jetstream::JetStreamSettings,
+        #[command(flatten)]
+        output: Output,
     },
     /// Overlays `.hgrm` files in one SVG.
     Plot {
@@ -313,6 +328,13 @@ fn main_inner() -> anyhow::Result<()> {
             let r = emq::bench::fill::run(&settings)?;
             out(format_args!("{}\n", serde_json::to_string(&r)?))
         }
+        Cmd::Jetstream { settings, output } => {
+            let bound = Some(settings.jobs.saturating_mul(2));
+            let name = settings.target_name.clone();
+            let run = with_progress_to(&name, settings.no_progress, bound, |p| jetstream::run(&settings, p))?;
+            let extra = serde_json::json!({"stream": run.stream});
+            finish("jetstream", settings_json(&settings, extra), vec![run.result(&settings)], &output)
+        }
         Cmd::Plot { files, output, title } => {
             let series = files.iter().map(|f| plot::Series::read(f)).collect::<Result<Vec<_>, _>>()?;
             plot::svg(&series, &title, &output)?;
@@ -321,6 +343,16 @@ fn main_inner() -> anyhow::Result<()> {
     }
 }
 
+/// The exit status of a run that could not use its NATS cluster (the
+/// server unreachable, the stream not created, a publish failing for good).
+const EXIT_NATS: i32 = 2;
+
 fn main() {
-    emq::program::exit_on_error("emq-bench", main_inner());
+    let result = main_inner();
+    if let Some(e) = result.as_ref().err().filter(|e| matches!(e.downcast_ref(), Some(BenchError::Nats { .. }))) {
+        let line = emq::program::error_line("emq-bench", e.as_ref());
+        emq::program::diagnostic(format_args!("{}", emq::program::printable_lines(&line)));
+        std::process::exit(EXIT_NATS);
+    }
+    emq::program::exit_on_error("emq-bench", result);
 }
