@@ -420,4 +420,28 @@ pub struct LogFigures {
     pub free_bytes: Option<u64>,
     /// Repairs that brought the log back.
     pub repairs: u64,
+    /// A replicated log's figures of its store (`None` for a local log).
+    pub store: Option<StoreFigures>,
+}
+
+/// What a replicated log (`crate::jslog`) says of its store, for
+/// `/metrics` (`emq_store_*`) and the status page.
+#[derive(Debug, Clone, Default)]
+pub struct StoreFigures {
+    /// Messages published (first tries).
+    pub published: u64,
+    /// Publishes retried (timeouts, no responders, a lost connection).
+    pub retries: u64,
+    /// Publishes given up after `nats_give_up`.
+    pub give_ups: u64,
+    /// Jobs refused because their batch was given up.
+    pub refused_jobs: u64,
+    /// Batches handed to the store and not yet confirmed.
+    pub unconfirmed_batches: u64,
+    /// Purges of done records sent.
+    pub purges: u64,
+    /// When the last purge was sent (ms since the Unix epoch; 0: never).
+    pub last_purge_unix_ms: u64,
+    /// PubAck latency since start (µs, from the first try), cumulative.
+    pub ack_us: Option<hdrhistogram::Histogram<u64>>,
 }

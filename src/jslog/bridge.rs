@@ -63,7 +63,8 @@ pub struct Publish {
     pub payload: Bytes,
 }
 
-enum Cmd {
+/// What the bridge's thread is asked to do.
+pub(crate) enum Cmd {
     Publish(Publish),
     Purge { shard: usize, below: u64 },
     Call(Box<dyn FnOnce(Ctx) -> Job + Send>),
@@ -220,6 +221,15 @@ impl Publisher {
     /// Asks the bridge to purge shard `shard`'s stream below sequence `below`.
     pub fn purge(&self, shard: usize, below: u64) -> bool {
         self.tx.as_ref().is_some_and(|tx| tx.send(Cmd::Purge { shard, below }).is_ok())
+    }
+}
+
+#[cfg(test)]
+impl Publisher {
+    /// A publisher whose commands a test reads.
+    pub(crate) fn for_test() -> (Publisher, mpsc::UnboundedReceiver<Cmd>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Publisher { tx: Some(tx) }, rx)
     }
 }
 

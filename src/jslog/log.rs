@@ -13,9 +13,9 @@
 //! records; a job's [`Job::log_tag`] is the chunk of its latest `Accepted`
 //! record, and each chunk counts its live jobs. The log knows the stream
 //! sequence of every acknowledged message; the stream is purged below the
-//! first sequence that is unknown or belongs to a chunk with a live job
-//! (or the current one), so a purge never removes a record a live job
-//! needs, nor a message whose PubAck has not arrived. Compaction copies
+//! first sequence that is unknown or belongs to a chunk with a live job,
+//! so a purge never removes a record a live job needs, nor a message whose
+//! PubAck has not arrived. Compaction copies
 //! waiting and dead jobs forward out of old chunks (a new `Accepted`
 //! record, and `Buried` for a dead one) when the stream holds more than
 //! [`limits::WAL_DISK_FACTOR`] × the live jobs' records plus one chunk, so
@@ -67,6 +67,8 @@ pub struct LogParams {
     pub max_part: usize,
     /// `nats_give_up` (how long [`JobLog::sync_all`] may wait).
     pub give_up: Duration,
+    /// Record bytes per chunk ([`limits::NATS_CHUNK_BYTES`]).
+    pub chunk_bytes: u64,
 }
 
 /// One chunk's counts.
@@ -281,7 +283,7 @@ impl JsLog {
                 );
             }
         }
-        if self.current_bytes >= limits::NATS_CHUNK_BYTES {
+        if self.current_bytes >= self.params.chunk_bytes {
             self.current += 1;
             self.current_bytes = 0;
             self.chunks.entry(self.current).or_default();
@@ -361,7 +363,9 @@ impl JsLog {
             if seq != expect && !quiet {
                 break;
             }
-            let live = chunk >= self.current || self.chunks.get(&chunk).is_some_and(|c| c.live > 0);
+            // The current chunk too: a job accepted into it later is in a
+            // later message, which this purge does not reach.
+            let live = self.chunks.get(&chunk).is_some_and(|c| c.live > 0);
             if live {
                 expect = seq;
                 break;
@@ -431,8 +435,9 @@ impl JsLog {
     fn plan(&self, holdings: &dyn Holdings) -> Option<Pass> {
         let live: u64 = self.chunks.values().map(|c| c.live_bytes).sum();
         let held = self.stream_bytes + self.unconfirmed_bytes;
-        if held <= limits::WAL_DISK_FACTOR * live + limits::NATS_CHUNK_BYTES
-            || (self.last_pass_at > 0 && self.logged < self.last_pass_at + limits::NATS_CHUNK_BYTES / 2)
+        let chunk = self.params.chunk_bytes;
+        if held <= limits::WAL_DISK_FACTOR * live + chunk
+            || (self.last_pass_at > 0 && self.logged < self.last_pass_at + chunk / 2)
         {
             return None;
         }

@@ -51,6 +51,9 @@ use shared::JsShared;
 
 pub use log::JsLog as Log;
 
+#[cfg(test)]
+mod tests;
+
 /// Why the replicated log cannot be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum JsError {
@@ -265,6 +268,7 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
         subject: subject(nats, gen, i).into(),
         max_part,
         give_up: nats.give_up,
+        chunk_bytes: crate::limits::NATS_CHUNK_BYTES,
     };
     let streams: Vec<String> = (0..shards).map(|i| stream_name(nats, gen, i)).collect();
     let next_seqs = make_streams(&bridge, nats, gen, &streams)?;

@@ -22,7 +22,7 @@ use hdrhistogram::Histogram;
 use parking_lot::{Condvar, Mutex};
 use serde_json::{json, Value};
 
-use crate::joblog::{Durable, FaultKind, LogFigures, LogState, LogStatus, StoreFault, Ticket};
+use crate::joblog::{Durable, FaultKind, LogFigures, LogState, LogStatus, StoreFault, StoreFigures, Ticket};
 
 /// What the shard learns from the NATS thread at its next batch end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +75,8 @@ pub struct JsShared {
     /// Figures.
     pub stats: JsStats,
     sync_hist: Mutex<Option<Histogram<u64>>>,
+    /// PubAck latency since start (µs), for `/metrics`.
+    ack_hist: Mutex<Option<Histogram<u64>>>,
 }
 
 /// Counters and gauges of one shard's replicated log.
@@ -124,6 +126,7 @@ impl JsShared {
             changed: Condvar::new(),
             stats: JsStats::default(),
             sync_hist: Mutex::new(None),
+            ack_hist: Mutex::new(None),
         }
     }
 
@@ -174,12 +177,15 @@ impl JsShared {
             }
         }
         self.changed.notify_all();
-        let mut h = self.sync_hist.lock();
-        if h.is_none() {
-            *h = Histogram::new_with_bounds(1, 60_000_000, 2).ok();
-        }
-        if let Some(hist) = h.as_mut() {
-            hist.saturating_record((took.as_micros() as u64).max(1));
+        let us = (took.as_micros() as u64).max(1);
+        for h in [&self.sync_hist, &self.ack_hist] {
+            let mut h = h.lock();
+            if h.is_none() {
+                *h = Histogram::new_with_bounds(1, crate::limits::LATENCY_MAX_US, 2).ok();
+            }
+            if let Some(hist) = h.as_mut() {
+                hist.saturating_record(us);
+            }
         }
     }
 
@@ -303,6 +309,16 @@ impl LogStatus for JsShared {
             errors: std::array::from_fn(|i| get(&s.errors[i])),
             free_bytes: None,
             repairs: get(&s.repairs),
+            store: Some(StoreFigures {
+                published: get(&s.published),
+                retries: get(&s.retries),
+                give_ups: get(&s.give_ups),
+                refused_jobs: get(&s.refused_jobs),
+                unconfirmed_batches: self.unconfirmed() as u64,
+                purges: get(&s.purges),
+                last_purge_unix_ms: get(&s.last_purge_unix_ms),
+                ack_us: self.ack_hist.lock().clone(),
+            }),
         }
     }
 
@@ -312,6 +328,8 @@ impl LogStatus for JsShared {
         let f = self.figures();
         let errors: serde_json::Map<String, Value> =
             FaultKind::ALL.iter().map(|k| (k.as_str().to_string(), json!(f.errors[k.index()]))).collect();
+        let ack = f.store.as_ref().and_then(|s| s.ack_us.as_ref()).filter(|h| !h.is_empty());
+        let ack_at = |q: f64| ack.map(|h| h.value_at_quantile(q));
         json!({
             "shard": shard,
             "stream": self.stream,
@@ -325,6 +343,8 @@ impl LogStatus for JsShared {
             "retries": get(&s.retries),
             "give_ups": get(&s.give_ups),
             "refused_jobs": get(&s.refused_jobs),
+            "ack_p50_us": ack_at(0.5),
+            "ack_p99_us": ack_at(0.99),
             "purges": get(&s.purges),
             "last_purge_unix_ms": get(&s.last_purge_unix_ms),
             "purged_below_seq": get(&s.purged_below),

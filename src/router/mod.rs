@@ -380,22 +380,30 @@ fn open_logs(config: &RouterConfig, started: Instant) -> Result<OpenedLogs, Star
 fn wal_status(
     config: &RouterConfig,
     logs: &[Arc<dyn crate::joblog::LogStatus>],
-    store: &Option<serde_json::Value>,
-    bridge: &Option<Arc<crate::jslog::bridge::BridgeStats>>,
+    started_on: &Option<serde_json::Value>,
+    bridge: &Option<(Arc<crate::jslog::bridge::BridgeStats>, async_nats::Client)>,
 ) -> serde_json::Value {
     use crate::config::Durability;
     let local = matches!(config.wal.durability, Durability::Sync | Durability::Async);
     let replicated = config.wal.durability == Durability::Replicated;
     let nats = replicated.then(|| {
         let n = &config.nats;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let connected = bridge.as_ref().map(|(_, c)| c.connection_state() == async_nats::connection::State::Connected);
+        let server = bridge.as_ref().map(|(_, c)| {
+            let i = c.server_info();
+            format!("{} ({}:{}, nats-server {})", i.server_name, i.host, i.port, i.version)
+        });
         serde_json::json!({
             "router_name": n.router_name,
             "urls": n.urls,
-            "connected_to": store,
+            "connected": connected,
+            "connected_to": if connected == Some(true) { server } else { None },
+            "first_server": started_on,
             "replicas": n.replicas,
-            "publishes_in_flight": bridge.as_ref().map(|b| b.in_flight.load(std::sync::atomic::Ordering::Relaxed)),
-            "retries": bridge.as_ref().map(|b| b.retries.load(std::sync::atomic::Ordering::Relaxed)),
-            "purge_errors": bridge.as_ref().map(|b| b.purge_errors.load(std::sync::atomic::Ordering::Relaxed)),
+            "publishes_in_flight": bridge.as_ref().map(|(b, _)| b.in_flight.load(std::sync::atomic::Ordering::Relaxed)),
+            "retries": bridge.as_ref().map(|(b, _)| get(&b.retries)),
+            "purge_errors": bridge.as_ref().map(|(b, _)| get(&b.purge_errors)),
         })
     });
     serde_json::json!({
@@ -485,7 +493,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let started = Instant::now();
     let OpenedLogs { mut starts, store: log_store, server: store_server } = open_logs(&config, started)?;
     let bridge_stats = match &log_store {
-        LogStore::Nats(s) => s.bridge().map(|b| b.stats.clone()),
+        LogStore::Nats(s) => s.bridge().map(|b| (b.stats.clone(), b.client().clone())),
         _ => None,
     };
     let zctx = zmq::Context::new();

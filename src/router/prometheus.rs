@@ -238,7 +238,43 @@ fn log_families(e: &mut DescriptorEncoder, s: &Scrape) -> Res {
     let head = ("emq_log_errors", "Job log faults (a failed write, sync or check), by kind.", MetricType::Counter);
     family(e, head, "kind", errors, |v, m| ConstCounter::new(v).encode(m))?;
     let repairs = s.logs.iter().map(|l| l.repairs).sum();
-    counter(e, "emq_log_repairs", "Faulty job logs repaired (written again or rebuilt from memory).", repairs)
+    counter(e, "emq_log_repairs", "Faulty job logs repaired (written again or rebuilt from memory).", repairs)?;
+    store_families(e, s)
+}
+
+/// The replicated store's families (`durability = "replicated"`,
+/// docs/replicated.md "Watching it"), summed over the shards.
+fn store_families(e: &mut DescriptorEncoder, s: &Scrape) -> Res {
+    let stores: Vec<&crate::joblog::StoreFigures> = s.logs.iter().filter_map(|l| l.store.as_ref()).collect();
+    if stores.is_empty() {
+        return Ok(());
+    }
+    let sum = |f: fn(&crate::joblog::StoreFigures) -> u64| stores.iter().map(|s| f(s)).sum::<u64>();
+    counter(e, "emq_store_published", "Messages (batches of records) published to JetStream.", sum(|s| s.published))?;
+    counter(
+        e,
+        "emq_store_retries",
+        "Publishes retried (timeout, no responders, lost connection).",
+        sum(|s| s.retries),
+    )?;
+    counter(e, "emq_store_give_ups", "Publishes not confirmed within nats_give_up.", sum(|s| s.give_ups))?;
+    let refused = "Jobs refused (STORE_FAILED) because the store did not confirm their batch.";
+    counter(e, "emq_store_refused_jobs", refused, sum(|s| s.refused_jobs))?;
+    let unconfirmed = "Batches handed to JetStream and not yet confirmed.";
+    gauge(e, "emq_store_unconfirmed_batches", unconfirmed, None, sum(|s| s.unconfirmed_batches) as i64)?;
+    counter(e, "emq_store_purges", "Purges of done records sent to the streams.", sum(|s| s.purges))?;
+    let last = stores.iter().map(|s| s.last_purge_unix_ms).max().unwrap_or(0) as f64 / 1000.0;
+    let help = "When the last purge of done records was sent (Unix time; 0: never).";
+    gauge(e, "emq_store_last_purge_timestamp", help, Some(&Unit::Seconds), last)?;
+    let mut ack = crate::metrics::latency::new_histogram();
+    for h in stores.iter().filter_map(|s| s.ack_us.as_ref()) {
+        let _ = ack.add(h);
+    }
+    let help = "Publish to PubAck, retries included (what an acknowledgement waits for).";
+    let mut m = e.encode_descriptor("emq_store_ack", help, Some(&Unit::Seconds), MetricType::Histogram)?;
+    let (b, total, count) = buckets(&ack);
+    m.encode_histogram::<NoLabelSet>(total, count, &b, None)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -143,9 +143,29 @@ fn log(o: &mut String, scrape: &Scrape) {
         return;
     }
     let bytes: u64 = scrape.logs.iter().map(|l| l.bytes).sum();
-    let free = scrape.disk_free().map_or("-".to_string(), |f| f.to_string());
-    let limit = scrape.disk_free_limit.unwrap_or(0);
-    let _ = write!(o, "<p id=\"log\">Job log: {bytes} byte(s); {free} byte(s) free on disk (limit {limit}).");
+    let stores: Vec<&crate::joblog::StoreFigures> = scrape.logs.iter().filter_map(|l| l.store.as_ref()).collect();
+    if stores.is_empty() {
+        let free = scrape.disk_free().map_or("-".to_string(), |f| f.to_string());
+        let limit = scrape.disk_free_limit.unwrap_or(0);
+        let _ = write!(o, "<p id=\"log\">Job log: {bytes} byte(s); {free} byte(s) free on disk (limit {limit}).");
+    } else {
+        let mut ack = crate::metrics::latency::new_histogram();
+        for h in stores.iter().filter_map(|s| s.ack_us.as_ref()) {
+            let _ = ack.add(h);
+        }
+        let ms = |q: f64| format!("{:.1}", ack.value_at_quantile(q) as f64 / 1000.0);
+        let unconfirmed: u64 = stores.iter().map(|s| s.unconfirmed_batches).sum();
+        let (retries, refused): (u64, u64) =
+            stores.iter().fold((0, 0), |(a, b), s| (a + s.retries, b + s.refused_jobs));
+        let _ = write!(
+            o,
+            "<p id=\"log\">Job log: replicated on NATS JetStream, {bytes} byte(s) in its streams; \
+             {unconfirmed} batch(es) awaiting confirmation; PubAck p50 {} ms, p99 {} ms; \
+             {retries} publish(es) retried, {refused} job(s) refused unconfirmed.",
+            ms(0.5),
+            ms(0.99)
+        );
+    }
     let bad: Vec<String> = scrape
         .logs
         .iter()

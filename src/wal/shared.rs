@@ -347,6 +347,7 @@ impl LogStatus for WalShared {
             errors: std::array::from_fn(|i| get(&s.errors[i])),
             free_bytes: (free != u64::MAX).then_some(free),
             repairs: get(&s.repairs),
+            store: None,
         }
     }
 

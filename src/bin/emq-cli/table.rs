@@ -222,7 +222,14 @@ fn wal(v: &Value) -> String {
     let Some(w) = v.pointer("/emq/wal") else { return String::new() };
     let durability = w.get("durability").and_then(Value::as_str).unwrap_or("-");
     let dir = w.get("data_dir").and_then(Value::as_str).unwrap_or("-");
-    let mut out = format!("\ndurability {}, data dir {}", printable(durability), printable(dir));
+    let mut out = match w.get("nats").filter(|n| n.is_object()) {
+        Some(n) => {
+            let name = n.get("router_name").and_then(Value::as_str).unwrap_or("-");
+            let to = n.get("connected_to").and_then(Value::as_str).unwrap_or("not connected");
+            format!("\ndurability {}, router name {}, NATS {}", printable(durability), printable(name), printable(to))
+        }
+        None => format!("\ndurability {}, data dir {}", printable(durability), printable(dir)),
+    };
     let shards = w.get("shards").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let free = shards.iter().filter_map(|s| s.get("free_bytes").and_then(Value::as_u64)).min();
     if let (Some(free), Some(limit)) = (free, w.get("disk_free_limit").and_then(Value::as_u64)) {
@@ -232,14 +239,50 @@ fn wal(v: &Value) -> String {
     if shards.is_empty() {
         return out;
     }
-    let keys = ["shard", "state", "log_bytes", "segments", "live_jobs", "last_sync_us", "syncs", "jobs_recovered"];
-    let header = ["SHARD", "STATE", "LOG-BYTES", "SEGMENTS", "LIVE-JOBS", "LAST-SYNC-US", "SYNCS", "RECOVERED"];
+    let (keys, header) = if durability == "replicated" {
+        (
+            [
+                "shard",
+                "state",
+                "stream_bytes",
+                "live_jobs",
+                "unconfirmed_batches",
+                "ack_p50_us",
+                "ack_p99_us",
+                "retries",
+                "refused_jobs",
+                "purges",
+                "jobs_recovered",
+            ]
+            .as_slice(),
+            [
+                "SHARD",
+                "STATE",
+                "STREAM-BYTES",
+                "LIVE-JOBS",
+                "UNCONFIRMED",
+                "ACK-P50-US",
+                "ACK-P99-US",
+                "RETRIES",
+                "REFUSED",
+                "PURGES",
+                "RECOVERED",
+            ]
+            .as_slice(),
+        )
+    } else {
+        (
+            ["shard", "state", "log_bytes", "segments", "live_jobs", "last_sync_us", "syncs", "jobs_recovered"]
+                .as_slice(),
+            ["SHARD", "STATE", "LOG-BYTES", "SEGMENTS", "LIVE-JOBS", "LAST-SYNC-US", "SYNCS", "RECOVERED"].as_slice(),
+        )
+    };
     let cell = |v: Option<&Value>| match v {
         Some(Value::String(s)) => printable(s),
         other => count(other),
     };
     let rows: Vec<Vec<String>> = shards.iter().map(|s| keys.iter().map(|k| cell(s.get(*k))).collect()).collect();
-    out += &render(&header, &rows);
+    out += &render(header, &rows);
     out
 }
 

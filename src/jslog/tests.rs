@@ -1,0 +1,300 @@
+//! The replicated log without a NATS server: the durable mark, what a
+//! commit hands the NATS thread, replay of what it handed, and purges.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::bridge::{Cmd, Publisher};
+use super::log::{JsLog, LogParams};
+use super::message::Header;
+use super::shared::JsShared;
+use super::{replay, StreamRead};
+use crate::ids::{JobId, QueueName};
+use crate::job::{DeadJob, Job, JobFrames, Origin};
+use crate::joblog::{Commit, Durable, Holdings, JobLog, StoreFault, Ticket};
+
+fn job(seq: u64, body: &[u8]) -> Job {
+    let frames = JobFrames::new(b"m", b"q", b"", body, &[] as &[&[u8]]).expect("frames");
+    let now = Instant::now();
+    Job::new(JobId::new(0, seq), frames, Origin::Emqp, false, now, now)
+}
+
+fn log(max_part: usize, chunk_bytes: u64) -> (JsLog, Arc<JsShared>, tokio::sync::mpsc::UnboundedReceiver<Cmd>) {
+    let (publisher, rx) = Publisher::for_test();
+    let shared = Arc::new(JsShared::new(0, "S".into()));
+    let params = LogParams {
+        shard: 0,
+        shards: 1,
+        boot: 7,
+        subject: "s".into(),
+        max_part,
+        give_up: Duration::from_millis(50),
+        chunk_bytes,
+    };
+    (JsLog::new(params, publisher, shared.clone(), BTreeMap::new(), 1, BTreeMap::new(), 1), shared, rx)
+}
+
+/// A publish as handed over: ticket, part, payload.
+type Sent = (u64, u16, Vec<u8>);
+
+/// What the log handed over: publishes and purges.
+fn sent(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Cmd>) -> (Vec<Sent>, Vec<u64>) {
+    let (mut pubs, mut purges) = (Vec::new(), Vec::new());
+    while let Ok(cmd) = rx.try_recv() {
+        match cmd {
+            Cmd::Publish(p) => pubs.push((p.ticket, p.part, p.payload.to_vec())),
+            Cmd::Purge { below, .. } => purges.push(below),
+            _ => {}
+        }
+    }
+    (pubs, purges)
+}
+
+/// No live jobs but those the test names.
+struct Nothing;
+
+impl Holdings for Nothing {
+    fn queues(&self) -> Vec<QueueName> {
+        Vec::new()
+    }
+    fn visit_waiting(
+        &mut self,
+        _: &QueueName,
+        _: usize,
+        _: usize,
+        _: &mut dyn FnMut(&mut Job),
+    ) -> (usize, Option<usize>) {
+        (0, None)
+    }
+    fn visit_dead(&mut self, _: u64, _: usize, _: &mut dyn FnMut(&mut DeadJob)) -> (usize, Option<u64>) {
+        (0, None)
+    }
+    fn visit_retrying(&mut self, _: &mut dyn FnMut(&mut Job)) {}
+}
+
+#[test]
+fn the_durable_mark_is_the_unbroken_acknowledged_prefix() {
+    let s = JsShared::new(0, "S".into());
+    for t in 1..=3 {
+        s.handed(t, 1);
+    }
+    s.acked(3, 0, 30, Duration::from_micros(5));
+    s.acked(2, 0, 20, Duration::from_micros(5));
+    assert!(!s.make_durable(Ticket(2)), "ticket 1 is not in");
+    s.acked(1, 0, 10, Duration::from_micros(5));
+    assert_eq!(s.durable_upto(), Ticket(3));
+    // Two parts: durable only with both.
+    s.handed(4, 2);
+    s.acked(4, 1, 41, Duration::from_micros(5));
+    assert!(!s.make_durable(Ticket(4)));
+    s.acked(4, 0, 40, Duration::from_micros(5));
+    assert!(s.make_durable(Ticket(4)));
+}
+
+#[test]
+fn a_give_up_refuses_what_waits_until_a_snapshot_is_stored() {
+    let s = JsShared::new(0, "S".into());
+    s.handed(1, 1);
+    s.handed(2, 1);
+    s.acked(2, 0, 5, Duration::from_micros(5));
+    s.not_confirmed(1, 0);
+    assert_eq!(s.gave_up(Ticket(1)), Some(StoreFault::Failed));
+    assert_eq!(s.gave_up(Ticket(2)), Some(StoreFault::Failed), "behind the given-up one");
+    assert!(s.faulty());
+    s.handed(3, 1);
+    assert_eq!(s.gave_up(Ticket(3)), None, "handed after the give-up: waits for the repair");
+    s.snapshot(4, 1);
+    s.acked(3, 0, 6, Duration::from_micros(5));
+    assert!(!s.make_durable(Ticket(3)));
+    s.acked(4, 0, 7, Duration::from_micros(5));
+    assert!(s.make_durable(Ticket(4)), "the snapshot supersedes everything before it");
+    assert!(!s.faulty());
+    assert_eq!(s.stats.repairs.load(std::sync::atomic::Ordering::Relaxed), 1);
+}
+
+#[test]
+fn a_batch_larger_than_a_part_is_cut_and_replay_joins_it() {
+    let (mut log, shared, mut rx) = log(4096, 1 << 20);
+    let mut jobs: Vec<Job> = (1..=3).map(|i| job(i, &vec![b'a' + i as u8; 3000])).collect();
+    for j in &mut jobs {
+        log.accepted(j);
+    }
+    log.dispatched(&jobs[1]);
+    log.done(&jobs[2]);
+    assert_eq!(log.commit(Instant::now()), Commit::After(Ticket(1)));
+    let (pubs, _) = sent(&mut rx);
+    assert!(pubs.len() >= 3, "about 9 KB in parts of at most 4 KB: {}", pubs.len());
+    assert!(pubs.iter().all(|(t, _, p)| *t == 1 && p.len() <= 4096 + super::message::HEADER_BYTES));
+    // Stored out of order, one part twice (a retry after the window).
+    let mut msgs: Vec<(Header, u64, Vec<u8>)> = pubs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, _, p))| {
+            let (h, rec) = Header::decode(p).expect("header");
+            (h, 100 - i as u64, rec.to_vec())
+        })
+        .collect();
+    msgs.push(msgs[0].clone());
+    msgs[0].1 = 200;
+    msgs.reverse();
+    let now = Instant::now();
+    let r = replay("S", StreamRead { msgs }, 0, now, now).expect("replays");
+    let mut ids: Vec<u64> = r.state.jobs.keys().map(|id| id.seq()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 2], "job 3 is done");
+    assert!(r.state.jobs[&JobId::new(0, 2)].in_flight);
+    assert_eq!(r.state.jobs[&JobId::new(0, 1)].job.frames.body(), &[b'b'; 3000][..]);
+    drop(shared);
+}
+
+#[test]
+fn a_batch_with_a_part_missing_is_skipped() {
+    let (mut log, _shared, mut rx) = log(4096, 1 << 20);
+    let mut j = job(1, &[b'x'; 6000]);
+    log.accepted(&mut j);
+    log.commit(Instant::now());
+    let mut k = job(2, b"small");
+    log.accepted(&mut k);
+    log.commit(Instant::now());
+    let (pubs, _) = sent(&mut rx);
+    let msgs: Vec<(Header, u64, Vec<u8>)> = pubs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 1)
+        .map(|(i, (_, _, p))| {
+            let (h, rec) = Header::decode(p).expect("header");
+            (h, i as u64 + 1, rec.to_vec())
+        })
+        .collect();
+    let now = Instant::now();
+    let r = replay("S", StreamRead { msgs }, 0, now, now).expect("replays");
+    assert_eq!(r.state.jobs.keys().map(|id| id.seq()).collect::<Vec<_>>(), [2]);
+}
+
+#[test]
+fn the_stream_is_purged_below_the_first_live_or_unknown_message() {
+    // A chunk per batch: liveness is counted per chunk.
+    let (mut log, shared, mut rx) = log(1 << 20, 1);
+    let mut jobs: Vec<Job> = (1..=3).map(|i| job(i, b"body")).collect();
+    for (t, j) in jobs.iter_mut().enumerate() {
+        log.accepted(j);
+        log.commit(Instant::now());
+        shared.acked(t as u64 + 1, 0, t as u64 + 1, Duration::from_micros(5));
+    }
+    let t0 = Instant::now();
+    log.maintain(t0, &mut Nothing);
+    assert_eq!(sent(&mut rx).1, Vec::<u64>::new(), "every job is live");
+    // Done: job 1, then job 3; job 2 keeps its message.
+    log.done(&jobs[0]);
+    log.done(&jobs[2]);
+    log.commit(t0);
+    shared.acked(4, 0, 4, Duration::from_micros(5));
+    log.maintain(t0, &mut Nothing);
+    assert_eq!(sent(&mut rx).1, [2], "below job 2's message");
+    log.done(&jobs[1]);
+    log.commit(t0);
+    // Ticket 5's PubAck has not arrived: its message may be stored
+    // anywhere above 4; nothing past what is known goes.
+    log.maintain(t0 + Duration::from_secs(2), &mut Nothing);
+    assert_eq!(sent(&mut rx).1, [5], "up to the last known message");
+    shared.acked(5, 0, 5, Duration::from_micros(5));
+    log.maintain(t0 + Duration::from_secs(4), &mut Nothing);
+    assert_eq!(sent(&mut rx).1, [6]);
+}
+
+/// One queue of waiting jobs.
+struct OneQueue(Vec<Job>);
+
+impl Holdings for OneQueue {
+    fn queues(&self) -> Vec<QueueName> {
+        vec![QueueName::named("q")]
+    }
+    fn visit_waiting(
+        &mut self,
+        _: &QueueName,
+        from: usize,
+        max: usize,
+        f: &mut dyn FnMut(&mut Job),
+    ) -> (usize, Option<usize>) {
+        let end = from.saturating_add(max).min(self.0.len());
+        for j in &mut self.0[from..end] {
+            f(j);
+        }
+        (end - from, (end < self.0.len()).then_some(end))
+    }
+    fn visit_dead(&mut self, _: u64, _: usize, _: &mut dyn FnMut(&mut DeadJob)) -> (usize, Option<u64>) {
+        (0, None)
+    }
+    fn visit_retrying(&mut self, _: &mut dyn FnMut(&mut Job)) {}
+}
+
+fn replayed_ids(pubs: &[Sent]) -> Vec<u64> {
+    let msgs: Vec<(Header, u64, Vec<u8>)> = pubs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, _, p))| {
+            let (h, rec) = Header::decode(p).expect("header");
+            (h, i as u64 + 1, rec.to_vec())
+        })
+        .collect();
+    let now = Instant::now();
+    let r = replay("S", StreamRead { msgs }, 0, now, now).expect("replays");
+    let mut ids: Vec<u64> = r.state.jobs.keys().map(|id| id.seq()).collect();
+    ids.sort_unstable();
+    ids
+}
+
+#[test]
+fn after_a_give_up_the_log_refuses_then_publishes_every_live_job_again() {
+    let (mut log, shared, mut rx) = log(1 << 20, 1 << 20);
+    let mut waiting = job(1, b"waits");
+    let mut out = job(2, b"runs");
+    log.accepted(&mut waiting);
+    log.accepted(&mut out);
+    log.dispatched(&out);
+    log.commit(Instant::now());
+    shared.not_confirmed(1, 0);
+    assert_eq!(log.refusal(), Some(StoreFault::Failed));
+    let mut holdings = OneQueue(vec![waiting]);
+    log.maintain(Instant::now(), &mut holdings);
+    let (pubs, _) = sent(&mut rx);
+    assert_eq!(pubs.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 2], "the lost batch, then the snapshot");
+    assert_eq!(replayed_ids(&pubs[1..]), [1, 2], "the snapshot alone holds both");
+    assert_eq!(log.refusal(), Some(StoreFault::Failed), "until the snapshot is stored");
+    shared.acked(2, 0, 9, Duration::from_micros(5));
+    log.maintain(Instant::now(), &mut holdings);
+    assert_eq!(log.refusal(), None);
+    assert_eq!(sent(&mut rx).1, [9], "everything before the snapshot is purged");
+}
+
+#[test]
+fn compaction_copies_old_waiting_jobs_forward_so_their_chunk_dies() {
+    let (mut log, shared, mut rx) = log(1 << 20, 64 * 1024);
+    let mut old = job(1, b"old");
+    log.accepted(&mut old);
+    log.commit(Instant::now());
+    // Far more than two chunks of jobs accepted and done behind it.
+    let mut t = 1;
+    for seq in 2..2000u64 {
+        let mut j = job(seq, &[b'x'; 100]);
+        log.accepted(&mut j);
+        log.done(&j);
+        log.commit(Instant::now());
+        t += 1;
+    }
+    for ticket in 1..=t {
+        shared.acked(ticket, 0, ticket, Duration::from_micros(5));
+    }
+    let mut holdings = OneQueue(vec![old]);
+    let t0 = Instant::now();
+    log.maintain(t0, &mut holdings);
+    log.commit(t0);
+    assert_ne!(holdings.0[0].log_tag(), 1, "copied forward out of chunk 1");
+    shared.acked(t + 1, 0, t + 1, Duration::from_micros(5));
+    log.maintain(t0 + Duration::from_secs(2), &mut holdings);
+    let (_, purges) = sent(&mut rx);
+    // Up to the chunk the copy went to (it also holds the last done jobs).
+    let below = purges.last().copied().unwrap_or(0);
+    assert!(below > t / 2 && below <= t + 1, "old chunks purged: below {below} of {}", t + 1);
+}
