@@ -215,3 +215,33 @@ impl JobLog for FakeLog {
         self.ctl.clone()
     }
 }
+
+/// One queue's waiting jobs, as a shard would hold them (nothing dead or
+/// retrying).
+pub struct OneQueue(pub Vec<Job>);
+
+impl Holdings for OneQueue {
+    fn queues(&self) -> Vec<crate::ids::QueueName> {
+        vec![crate::ids::QueueName::named("q")]
+    }
+
+    fn visit_waiting(
+        &mut self,
+        _: &crate::ids::QueueName,
+        from: usize,
+        max: usize,
+        f: &mut dyn FnMut(&mut Job),
+    ) -> (usize, Option<usize>) {
+        let end = self.0.len().min(from.saturating_add(max));
+        for job in self.0.get_mut(from..end).into_iter().flatten() {
+            f(job);
+        }
+        (end.saturating_sub(from), (end < self.0.len()).then_some(end))
+    }
+
+    fn visit_dead(&mut self, _: u64, _: usize, _: &mut dyn FnMut(&mut DeadJob)) -> (usize, Option<u64>) {
+        (0, None)
+    }
+
+    fn visit_retrying(&mut self, _: &mut dyn FnMut(&mut Job)) {}
+}

@@ -1224,37 +1224,8 @@ fn wal_failure(e: super::WalError) -> (FaultKind, std::io::Error) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::QueueName;
     use crate::job::{JobFrames, Origin};
-
-    /// One queue's waiting jobs, as a shard would hold them.
-    struct OneQueue(Vec<Job>);
-
-    impl Holdings for OneQueue {
-        fn queues(&self) -> Vec<QueueName> {
-            vec![QueueName::named("q")]
-        }
-
-        fn visit_waiting(
-            &mut self,
-            _: &QueueName,
-            from: usize,
-            max: usize,
-            f: &mut dyn FnMut(&mut Job),
-        ) -> (usize, Option<usize>) {
-            let end = self.0.len().min(from.saturating_add(max));
-            for job in self.0.get_mut(from..end).into_iter().flatten() {
-                f(job);
-            }
-            (end.saturating_sub(from), (end < self.0.len()).then_some(end))
-        }
-
-        fn visit_dead(&mut self, _: u64, _: usize, _: &mut dyn FnMut(&mut DeadJob)) -> (usize, Option<u64>) {
-            (0, None)
-        }
-
-        fn visit_retrying(&mut self, _: &mut dyn FnMut(&mut Job)) {}
-    }
+    use crate::joblog::fake::OneQueue;
 
     fn log_in(dir: &Path, durability: Durability) -> ShardLog {
         log_limited(dir, durability, 0)
