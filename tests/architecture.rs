@@ -8,8 +8,8 @@
 //!   `wal::log` ↔ `wal::repair`);
 //! * the front ends do not know each other: `broker` and `text` name
 //!   nothing of `zmq_io`, and the core knows its job log only through the
-//!   seam: `broker` names nothing of `wal`, `wal` and `joblog` nothing of
-//!   `broker`.
+//!   seam: `broker` names nothing of `wal` or `jslog`; `wal`, `jslog` and
+//!   `joblog` nothing of `broker` (nor `wal` and `joblog` of `jslog`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -189,6 +189,10 @@ fn the_core_knows_no_front_end_and_its_log_only_through_the_seam() {
         ("wal", "broker"),
         ("joblog", "broker"),
         ("joblog", "wal"),
+        ("broker", "jslog"),
+        ("jslog", "broker"),
+        ("joblog", "jslog"),
+        ("wal", "jslog"),
     ] {
         assert!(!names(from).contains(&forbidden.to_string()), "{from} names {forbidden}: {:?}", names(from));
     }

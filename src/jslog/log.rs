@@ -19,8 +19,8 @@
 //! waiting and dead jobs forward out of old chunks (a new `Accepted`
 //! record, and `Buried` for a dead one) when the stream holds more than
 //! [`limits::WAL_DISK_FACTOR`] × the live jobs' records plus one chunk, so
-//! the old chunks die and are purged. Jobs in flight keep their chunk until
-//! they finish (as in the local log).
+//! the old chunks die and are purged; jobs in flight are copied too (with a
+//! `Dispatched` record after), since a purge stops at the first live chunk.
 //!
 //! # Faults
 //!
@@ -82,8 +82,8 @@ struct Chunk {
 /// A compaction pass (as the local log's).
 #[derive(Debug)]
 struct Pass {
-    /// Chunks to empty: every live chunk older than the current one when
-    /// the pass began.
+    /// Chunks to empty: every chunk older than the current one when the
+    /// pass began.
     below: u32,
     queues: Vec<QueueName>,
     at: usize,
@@ -411,6 +411,7 @@ impl JsLog {
                 match next {
                     Some(at) => pass.dead_at = at,
                     None => {
+                        self.relocate_lent(below);
                         self.last_pass_at = self.logged;
                         return;
                     }
@@ -429,6 +430,21 @@ impl JsLog {
             }
         }
         self.pass = Some(pass);
+    }
+
+    /// Copies the jobs in flight whose record lies below chunk `below`
+    /// forward (`Accepted` and `Dispatched`): a job held for hours must not
+    /// keep every later record in the stream (the purge stops at the first
+    /// live chunk).
+    fn relocate_lent(&mut self, below: u32) {
+        let ids: Vec<JobId> = self.lent.iter().filter(|(_, j)| j.log_tag() < below).map(|(id, _)| *id).collect();
+        for id in ids {
+            if let Some(mut job) = self.lent.remove(&id) {
+                self.copy_forward(&mut job);
+                self.append_id(|b| record::encode_dispatched(id, b), record::ID_RECORD_BYTES);
+                self.lent.insert(id, job);
+            }
+        }
     }
 
     /// A pass when the stream holds more than the factor allows.

@@ -212,10 +212,14 @@ fn after_a_give_up_the_log_refuses_then_publishes_every_live_job_again() {
 }
 
 #[test]
-fn compaction_copies_old_waiting_jobs_forward_so_their_chunk_dies() {
+fn compaction_copies_old_waiting_and_held_jobs_forward_so_their_chunk_dies() {
     let (mut log, shared, mut rx) = log(1 << 20, 64 * 1024);
     let mut old = job(1, b"old");
     log.accepted(&mut old);
+    // And a job held by a worker all along.
+    let mut held = job(2000, b"held");
+    log.accepted(&mut held);
+    log.dispatched(&held);
     log.commit(Instant::now());
     // Far more than two chunks of jobs accepted and done behind it.
     let mut t = 1;
@@ -240,4 +244,9 @@ fn compaction_copies_old_waiting_jobs_forward_so_their_chunk_dies() {
     // Up to the chunk the copy went to (it also holds the last done jobs).
     let below = purges.last().copied().unwrap_or(0);
     assert!(below > t / 2 && below <= t + 1, "old chunks purged: below {below} of {}", t + 1);
+    // The held job is still known as in flight where it moved.
+    log.done(&held);
+    log.commit(t0);
+    let (pubs, _) = sent(&mut rx);
+    assert_eq!(pubs.len(), 1, "its Done");
 }
