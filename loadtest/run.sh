@@ -24,16 +24,27 @@
 # emq-memory-before, ...) runs the emq-router at EMQ_ROUTER_BEFORE as that
 # target runs the current one, for A/B runs of two builds interleaved in
 # one invocation.
+# Replicated durability (issue 27; loadtest/replicated.sh starts a cluster
+# and sets these): target emq-replicated runs the router with durability
+# "replicated" on EMQ_NATS_URLS, under a fresh router name per run (streams
+# prefixed EMQ_NATS_STREAM_PREFIX, default emqlt<pid>), whose streams are
+# deleted after the run (the prefix's key-value buckets at the end); target
+# jetstream runs `emq-bench jetstream $JETSTREAM_ARGS` on the same cluster;
+# with EMQ_NATS_PIDS every run also reports those servers' CPU per job.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 cargo build --release --quiet --bin emq-bench --bin emq-router
-BENCH=$ROOT/target/release/emq-bench
-ROUTER=$ROOT/target/release/emq-router
+BENCH=${CARGO_TARGET_DIR:-$ROOT/target}/release/emq-bench
+ROUTER=${CARGO_TARGET_DIR:-$ROOT/target}/release/emq-router
 VENV=${EMQ_BENCH_VENV:-$ROOT/.venv}
 REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 OUT=${EMQ_BENCH_OUT:-$ROOT/loadtest/results/$(date -u +%Y-%m-%d-%H%M)-$REV}
 mkdir -p "$OUT"
+NATS_PREFIX=${EMQ_NATS_STREAM_PREFIX:-emqlt$$}
+REPLICATED_NAMES=0 REPLICATED_NAME=
+SERVER_PIDS=()
+[ -n "${EMQ_NATS_PIDS:-}" ] && SERVER_PIDS=(--server-pids "$EMQ_NATS_PIDS")
 
 STARTED=()
 DATA_DIRS=()
@@ -50,6 +61,11 @@ cleanup() {
   local p
   for p in "${STARTED[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   drop_data_dirs
+  [ "$REPLICATED_NAMES" = 0 ] || drop_streams "^(KV_)?${NATS_PREFIX}_"
+}
+drop_streams() { # REGEX: delete the cluster's streams whose names match (a failure is reported, not fatal)
+  python3 "$ROOT/loadtest/nats_streams.py" "$EMQ_NATS_URLS" delete "$1" >/dev/null \
+    || echo "could not delete the streams matching $1 on $EMQ_NATS_URLS" >&2
 }
 trap cleanup EXIT
 
@@ -118,6 +134,11 @@ try_router() {
       case $kind in
         emq-async) flags=(--durability async) ;;
         emq-memory) flags=(--durability memory) ;;
+        emq-replicated)
+          REPLICATED_NAMES=$((REPLICATED_NAMES + 1))
+          REPLICATED_NAME=run$REPLICATED_NAMES
+          flags=(--durability replicated --nats-urls "$EMQ_NATS_URLS"
+            --nats-stream-prefix "$NATS_PREFIX" --router-name "$REPLICATED_NAME") ;;
         emq-shard-sync) flags=(--wal-sync-thread false) ;;
       esac
       new_data_dir
@@ -167,13 +188,26 @@ run_one() { # SCENARIO TARGET RUN
   local name=$1-$2-$3
   RUN_NAME=$name
   echo "== $name" >&2
+  echo "$name $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/loadavg.txt"
+  case $2 in
+    emq-replicated*|jetstream)
+      if [ -z "${EMQ_NATS_URLS:-}" ]; then
+        echo "$name: needs a NATS JetStream cluster (EMQ_NATS_URLS; loadtest/replicated.sh starts one)" \
+          | tee -a "$OUT/failed.txt" >&2
+        return 0
+      fi ;;
+  esac
   case $MODE:$2 in
     emqp:baseline) bench "$name" baseline $ARGS ;;
     emqp:baseline-emqp) bench "$name" baseline --wire emqp $ARGS ;;
+    *:jetstream)
+      # shellcheck disable=SC2086
+      bench "$name" jetstream --nats-url "$EMQ_NATS_URLS" \
+        --target-name jetstream --no-progress "${SERVER_PIDS[@]}" $JETSTREAM_ARGS ;;
     emqp:*)
       start_router "$2" || return 0
       bench "$name" emqp --frontend "$FE" --backend "$BE" --target-name "$2" --probe-timeout 10s \
-        --pid "$ROUTER_PID" $ARGS
+        --pid "$ROUTER_PID" "${SERVER_PIDS[@]}" $ARGS
       stop "$ROUTER_PID" ;;
     text:beanstalkd*)
       ensure_beanstalkd "$name" || return 0
@@ -182,7 +216,7 @@ run_one() { # SCENARIO TARGET RUN
       stop "$ROUTER_PID" ;;
     text:*)
       start_router "$2" || return 0
-      bench "$name" text --addr "$TEXT" --target-name "$2" --pid "$ROUTER_PID" $ARGS
+      bench "$name" text --addr "$TEXT" --target-name "$2" --pid "$ROUTER_PID" "${SERVER_PIDS[@]}" $ARGS
       stop "$ROUTER_PID" ;;
     idle:*)
       start_router "$2" || return 0
@@ -198,12 +232,14 @@ run_one() { # SCENARIO TARGET RUN
       stop "$ROUTER_PID" ;;
   esac
   drop_data_dirs
+  if [ -n "$REPLICATED_NAME" ]; then drop_streams "^${NATS_PREFIX}_${REPLICATED_NAME}_"; REPLICATED_NAME=; fi
 }
 
 SCENARIOS=("$@")
 [ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=($(ls loadtest/scenarios | sed 's/\.sh$//'))
 for s in "${SCENARIOS[@]}"; do
   MODE= TARGETS= RUNS=1 ARGS= IDLE_WORKERS=10000 IDLE_SECONDS=20 ROUTER_ARGS= ROUTER_LOG=
+  JETSTREAM_ARGS="--jobs 100000 --size 64 --in-flight 256"
   # shellcheck disable=SC1090
   . "loadtest/scenarios/$s.sh"
   TARGETS=${EMQ_BENCH_TARGETS:-$TARGETS}

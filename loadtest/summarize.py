@@ -6,6 +6,10 @@ emq/forwarder, emq/baseline, emq/python and emq/beanstalkd (and the CPU-per-job 
 every emq target against each zero-logic forwarder (forwarder, forwarder-emqp, baseline,
 baseline-emqp: throughput, CPU per job, p50 and p99), the cores the broker and the load generator
 kept busy, and one SVG per scenario overlaying each target's median run (via `emq-bench plot`).
+With replicated runs (targets emq-replicated, jetstream: loadtest/replicated.sh) a table of
+jobs/s, acknowledgement latency, CPU per job of router, nats-servers and load generator, the
+cores each kept busy, the load average at each run's start (loadavg.txt), and the ratios
+replicated/sync, replicated/memory and replicated/jetstream.
 
 usage: summarize.py RESULTS_DIR EMQ_BENCH_BINARY
 """
@@ -52,7 +56,7 @@ def main(out, bench):
             lines.append(f"| {scen} | {target} | {len(rs)} | broker CPU {statistics.median(share):.1f} % of a core "
                          f"(runs: {', '.join(f'{c:.1f}' for c in share)}), {extra.get('total_workers')} workers | | | | | |")
             continue
-        elif extra:
+        elif extra and "jobs_per_s" not in extra:
             lines.append(f"| {scen} | {target} | {len(rs)} | {json.dumps(extra)} | | | | | |")
             continue
         lines.append(f"| {scen} | {target} | {len(rs)} | {statistics.median(tp):.0f} [{min(tp):.0f}–{max(tp):.0f}] "
@@ -100,6 +104,7 @@ def main(out, bench):
                 ratio = statistics.median(memory) / statistics.median(bean)
                 lines.append(f"* {scen}: emq-memory/beanstalkd CPU per job = {ratio:.3f}")
     lines += forwarder_table(runs, medians, cpu)
+    lines += replicated_table(out, runs, medians)
     lines += cores_table(runs, machine)
     acks = {k: rs for k, rs in sorted(runs.items()) if (rs[0][1].get("ack_latency_ms") or {}).get("count")}
     if acks:
@@ -163,15 +168,86 @@ def cores_table(runs, machine):
             continue
         broker = statistics.median(e["broker_cpu_s"] / e["wall_s"] for e in ex)
         bench = statistics.median(e["bench_cpu_s"] / e["wall_s"] for e in ex)
-        rows.append(f"| {scen} | {target} | {broker:.2f} | {bench:.2f} | {broker + bench:.2f} |")
+        servers = statistics.median(e.get("server_cpu_s", 0.0) / e["wall_s"] for e in ex)
+        rows.append(f"| {scen} | {target} | {broker:.2f} | {bench:.2f} | {servers:.2f} | {broker + bench + servers:.2f} |")
     if not rows:
         return []
     cores = machine["cores"] if machine else "?"
     return ["", f"## Cores busy (CPU seconds / wall seconds of the run, medians; the machine has {cores})", "",
-            "Broker = the target's process; load generator = emq-bench (clients and workers). A total near",
-            "the machine's cores means CPU was the limit; a single-threaded broker near 1.00 is its own limit.",
-            "",
-            "| scenario | target | broker | load generator | both |", "|---|---|---|---|---|"] + rows
+            "Broker = the target's process; load generator = emq-bench (clients and workers); servers = the",
+            "processes given with --server-pids (the nats-servers of replicated runs; 0 without). A total",
+            "near the machine's cores means CPU was the limit; a single-threaded broker near 1.00 is its own",
+            "limit.", "",
+            "| scenario | target | broker | load generator | servers | all |", "|---|---|---|---|---|---|"] + rows
+
+
+def replicated_table(out, runs, medians):
+    """Replicated durability (issue 27): every target of the scenarios that
+    hold emq-replicated or jetstream runs, with the figures the issue asks
+    for (medians over the runs), then the ratios."""
+    scens = sorted({s for s, t in runs if t in ("emq-replicated", "jetstream")})
+    if not scens:
+        return []
+    loads = {}
+    path = os.path.join(out, "loadavg.txt")
+    if os.path.exists(path):
+        for line in open(path):
+            name, *avg = line.split()
+            loads[name] = float(avg[0])
+    med = statistics.median
+
+    def cell(values, fmt="{:.1f}"):
+        values = [v for v in values if v is not None]
+        return fmt.format(med(values)) if values else "–"
+
+    rows = []
+    for scen in scens:
+        for target in sorted(t for s, t in runs if s == scen):
+            rs = runs[(scen, target)]
+            ex = [r.get("extra") or {} for _, r in rs]
+            js = target == "jetstream"
+            # jetstream: its latency columns are the PubAck latency; emq: the acceptance REPLY's.
+            acks = [r["latency_ms"] if js else r.get("ack_latency_ms") for _, r in rs]
+            acks = [a for a in acks if a and a.get("count")]
+            ack = (f"{med(a['p50'] for a in acks):.2f} / {med(a['p99'] for a in acks):.2f}" if acks
+                   else "– (no success reply)")
+            client = [e.get("client_cpu_us_per_job") if js else e.get("bench_cpu_us_per_job") for e in ex]
+            client_s = [(e["client_cpu_us_per_job"] * e["published"] / 1e6) if js else e.get("bench_cpu_s")
+                        for e in ex]
+            busy = lambda key_s: cell([(v / e["wall_s"]) if v is not None and e.get("wall_s") else None
+                                       for v, e in zip(key_s, ex)], "{:.2f}")
+            router_busy = "–" if js else busy([e.get("broker_cpu_s") for e in ex])
+            la = [loads[n] for n, _ in rs if n in loads]
+            tp = [r["throughput_per_s"] for _, r in rs]
+            rows.append(f"| {scen} | {target} | {len(rs)} | {med(tp):,.0f} [{min(tp):,.0f}–{max(tp):,.0f}] | {ack} "
+                        f"| {cell([None if js else e.get('broker_cpu_us_per_job') for e in ex])} "
+                        f"| {cell([e.get('server_cpu_us_per_job') for e in ex])} | {cell(client)} "
+                        f"| {router_busy} / {busy([e.get('server_cpu_s') for e in ex])} / {busy(client_s)} "
+                        f"| {f'{min(la):.1f}–{max(la):.1f}' if la else '–'} |")
+    lines = ["", "## Replicated durability (issue 27), medians over the runs", "",
+             "emq-replicated: durability \"replicated\" (each shard's log a JetStream stream, R3); emq: \"sync\";",
+             "emq-memory: \"memory\"; jetstream: `emq-bench jetstream`, one message per job published with its",
+             "PubAck awaited (pipelined), consumed and acked, on the same cluster. Ack = client send → acceptance",
+             "REPLY (eMQP; the text protocol has no success reply) or, for jetstream, publish → PubAck. CPU per",
+             "job: user + system over the run (/proc) of the router, the three nats-servers together and the",
+             "load generator (emq-bench; for jetstream the client, which is the whole \"broker\" there). Cores",
+             "busy = CPU seconds / wall seconds. Load = the 1-minute load average at each run's start.", "",
+             "| scenario | target | n | jobs/s [min–max] | ack p50 / p99 ms | router µs/job | nats-servers µs/job "
+             "| client µs/job | cores busy: router / servers / client | load |",
+             "|---|---|---|---|---|---|---|---|---|---|"] + rows
+    js = [r["throughput_per_s"] for (s, t), rs in runs.items() if t == "jetstream" for _, r in rs]
+    lines += ["", "Ratios of median jobs/s:", ""]
+    for scen in scens:
+        rep = medians.get((scen, "emq-replicated"))
+        if not rep:
+            continue
+        for other, what in (("emq", "sync"), ("emq-memory", "memory")):
+            if medians.get((scen, other)):
+                lines.append(f"* {scen}: replicated / {what} = {rep / medians[(scen, other)]:.3f}")
+        if js:
+            lines.append(f"* {scen}: replicated / raw JetStream per-message baseline (median of {len(js)} jetstream "
+                         f"runs, {med(js):,.0f} jobs/s) = {rep / med(js):.3f}")
+    return lines
 
 
 def plot_median(out, bench, scen, runs):

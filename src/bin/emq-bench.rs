@@ -38,13 +38,20 @@ struct Output {
     name: String,
 }
 
-/// The broker's process, for its CPU time per job.
-#[derive(clap::Args, Clone, Copy)]
+/// The broker's process, for its CPU time per job, and the servers it
+/// stores jobs on.
+#[derive(clap::Args, Clone, Default)]
 struct BrokerPid {
     /// The broker's process: its CPU time (user + system, from
     /// `/proc/<pid>/stat`) over the run is reported per job received.
     #[arg(long)]
     pid: Option<u32>,
+    /// With `--pid`: processes the broker stores jobs on (the nats-servers
+    /// of `durability = "replicated"`), comma-separated: their CPU time
+    /// over the run together is reported per job received
+    /// (`server_cpu_s`, `server_cpu_us_per_job`).
+    #[arg(long, value_delimiter = ',', requires = "pid")]
+    server_pids: Vec<u32>,
 }
 
 /// The options of the line-protocol modes (text, beanstalk).
@@ -189,22 +196,24 @@ enum Cmd {
     },
 }
 
-fn emqp_run(name: &str, target: &Target, load: &LoadSettings, broker: BrokerPid) -> anyhow::Result<RunResult> {
+fn emqp_run(name: &str, target: &Target, load: &LoadSettings, broker: &BrokerPid) -> anyhow::Result<RunResult> {
     measured(name, load, broker, |p| emqp::run(target, load, p))
 }
 
 /// Runs `load_fn` and, with `--pid`, puts the broker's CPU per job received
 /// (warm-up included) into the result's `extra`, with the load generator's
-/// own (this process) and the run's wall time, so the cores each kept busy
-/// can be told (CPU seconds / `wall_s`).
+/// own (this process), the `--server-pids`' together and the run's wall
+/// time, so the cores each kept busy can be told (CPU seconds / `wall_s`).
 fn measured(
     name: &str,
     load: &LoadSettings,
-    broker: BrokerPid,
+    broker: &BrokerPid,
     load_fn: impl FnOnce(Arc<AtomicU64>) -> Result<Tally, BenchError>,
 ) -> anyhow::Result<RunResult> {
+    let servers_cpu = || broker.server_pids.iter().map(|&p| idle::cpu_seconds(p)).sum::<Result<f64, _>>();
     let cpu0 = broker.pid.map(idle::cpu_seconds).transpose()?;
     let own0 = broker.pid.map(|_| idle::cpu_seconds(std::process::id())).transpose()?;
+    let servers0 = servers_cpu()?;
     let started = std::time::Instant::now();
     let tally = with_progress(name, load, load_fn)?;
     let wall = started.elapsed().as_secs_f64();
@@ -213,13 +222,19 @@ fn measured(
         let jobs = tally.received_all.max(1) as f64;
         let cpu = idle::cpu_seconds(pid)? - c0;
         let own = idle::cpu_seconds(std::process::id())? - o0;
-        result.extra = Some(serde_json::json!({
+        let mut extra = serde_json::json!({
             "broker_cpu_s": cpu,
             "broker_cpu_us_per_job": cpu / jobs * 1e6,
             "bench_cpu_s": own,
             "bench_cpu_us_per_job": own / jobs * 1e6,
             "wall_s": wall,
-        }));
+        });
+        if !broker.server_pids.is_empty() {
+            let servers = servers_cpu()? - servers0;
+            extra["server_cpu_s"] = servers.into();
+            extra["server_cpu_us_per_job"] = (servers / jobs * 1e6).into();
+        }
+        result.extra = Some(extra);
     }
     Ok(result)
 }
@@ -228,7 +243,7 @@ fn measured(
 /// the forwarder counted.
 fn baseline_run(load: &LoadSettings, wire: Wire) -> anyhow::Result<RunResult> {
     let fwd = baseline::Forwarder::start(wire)?;
-    let result = emqp_run(wire.baseline_name(), &fwd.target, load, BrokerPid { pid: None })?;
+    let result = emqp_run(wire.baseline_name(), &fwd.target, load, &BrokerPid::default())?;
     out(format_args!("{} forwarder: {}\n", wire.baseline_name(), fwd.stop()))?;
     Ok(result)
 }
@@ -246,9 +261,12 @@ struct LineLoads {
 /// (warm-up included) goes into the result's `extra`.
 fn line_run(mode: &str, name: &str, a: &LineArgs, loads: LineLoads) -> anyhow::Result<()> {
     let load = if a.pipeline { loads.pipeline } else { loads.full };
-    let result = measured(name, &a.load, a.broker, |p| load(&a.addr, &a.load, p))?;
-    let settings =
-        settings_json(&a.load, serde_json::json!({"addr": a.addr, "pid": a.broker.pid, "pipeline": a.pipeline}));
+    let result = measured(name, &a.load, &a.broker, |p| load(&a.addr, &a.load, p))?;
+    let settings = settings_json(
+        &a.load,
+        serde_json::json!({"addr": a.addr, "pid": a.broker.pid,
+        "server_pids": a.broker.server_pids, "pipeline": a.pipeline}),
+    );
     finish(mode, settings, vec![result], &a.output)
 }
 
@@ -293,12 +311,12 @@ fn main_inner() -> anyhow::Result<()> {
     match cmd {
         Cmd::Emqp { frontend, backend, target_name, compare_baseline, wire, broker, load, output } => {
             let target = Target { frontend: frontend.clone(), backend: backend.clone() };
-            let mut results = vec![emqp_run(&target_name, &target, &load, broker)?];
+            let mut results = vec![emqp_run(&target_name, &target, &load, &broker)?];
             if compare_baseline {
                 results.push(baseline_run(&load, wire)?);
             }
-            let extra = serde_json::json!({"frontend": frontend, "backend": backend,
-                "compare_baseline": compare_baseline, "wire": wire});
+            let extra = serde_json::json!({"frontend": frontend, "backend": backend, "pid": broker.pid,
+                "server_pids": broker.server_pids, "compare_baseline": compare_baseline, "wire": wire});
             finish("emqp", settings_json(&load, extra), results, &output)
         }
         Cmd::Baseline { wire, load, output } => {

@@ -6,6 +6,12 @@
 //! message (several when it passes the server's max payload) under a new
 //! ticket and returns [`Commit::After`] it: what the batch promised leaves
 //! once the store acknowledged every ticket up to it (`jslog::shared`).
+//! While [`limits::NATS_SHARD_BATCHES_IN_FLIGHT`] of the shard's batches
+//! await their PubAcks, a commit holds its records back instead and the
+//! next commits add theirs: they go out together under the next ticket
+//! (which is what their commits return) once one of those is confirmed
+//! (the shard looks every [`limits::NATS_HELD_RECHECK`]), so a busy shard
+//! sends fewer, larger messages rather than queueing many small ones.
 //!
 //! # Chunks and purging
 //!
@@ -517,6 +523,17 @@ impl JsLog {
         self.update_stats();
     }
 
+    /// Whether the batch's records wait for the next commit, gathered
+    /// with its records into one message: while
+    /// [`limits::NATS_SHARD_BATCHES_IN_FLIGHT`] batches of this shard wait
+    /// for their PubAcks, and the records are less than a part. Never
+    /// while the log is faulty (the repair publishes what it holds).
+    fn hold_back(&self) -> bool {
+        self.buf.len() < self.params.max_part
+            && self.shared.unconfirmed() >= limits::NATS_SHARD_BATCHES_IN_FLIGHT
+            && self.shared.fault().is_none()
+    }
+
     fn update_stats(&self) {
         let s = &self.shared.stats;
         s.stream_bytes.store(self.stream_bytes + self.unconfirmed_bytes, Ordering::Relaxed);
@@ -577,10 +594,14 @@ impl JobLog for JsLog {
     fn commit(&mut self, now: Instant) -> Commit {
         self.last_commit = Some(now);
         self.take_acks();
-        self.publish_batch(false);
+        if !self.hold_back() {
+            self.publish_batch(false);
+        }
         self.update_stats();
-        if self.ticket > self.shared.durable_upto().0 {
-            Commit::After(Ticket(self.ticket))
+        // Records held back go out under the next ticket.
+        let last = self.ticket + u64::from(!self.buf.is_empty());
+        if last > self.shared.durable_upto().0 {
+            Commit::After(Ticket(last))
         } else {
             Commit::Release
         }
@@ -604,6 +625,9 @@ impl JobLog for JsLog {
         let last = self.last_commit?;
         if self.pass.is_some() {
             return Some(last);
+        }
+        if !self.buf.is_empty() {
+            return Some(last + limits::NATS_HELD_RECHECK);
         }
         if self.shared.fault().is_some() && self.snapshot.is_none() {
             return Some(self.next_repair.unwrap_or(last));

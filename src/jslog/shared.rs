@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use parking_lot::{Condvar, Mutex};
@@ -272,10 +272,16 @@ impl Durable for JsShared {
         self.progress.lock().durable >= upto.0
     }
 
+    /// Every PubAck wakes the waiters; one that does not make `upto`
+    /// durable is waited through (returning at it would send the release
+    /// thread to its 10 ms pause between asks, many times a second).
     fn wait(&self, upto: Ticket, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
         let mut p = self.progress.lock();
-        if p.durable < upto.0 && p.gave_up < upto.0 {
-            let _ = self.changed.wait_for(&mut p, timeout);
+        while p.durable < upto.0 && p.gave_up < upto.0 {
+            if self.changed.wait_until(&mut p, deadline).timed_out() {
+                break;
+            }
         }
         p.durable >= upto.0
     }
