@@ -165,33 +165,30 @@ fn run(rx: Receiver<Item>, durable: Arc<dyn Durable>, stop: Arc<AtomicBool>) {
     while let Ok(first) = rx.recv() {
         let mut items = vec![first];
         items.extend(rx.try_iter().take(limits::BATCH));
-        let last = items.iter().filter_map(|i| i.ticket).max();
-        if let Some(ticket) = last {
-            match wait_durable(durable.as_ref(), ticket, &stop) {
-                Outcome::Durable => {}
+        // Each in order, as soon as its own ticket is durable: a local log
+        // syncs everything written at the first ask, so the rest are
+        // durable then too; a replicated log confirms batches one by one,
+        // and an acceptance need not wait for a later batch's PubAck.
+        let mut items = items.into_iter();
+        while let Some(item) = items.next() {
+            let outcome = item.ticket.map_or(Outcome::Durable, |t| wait_durable(durable.as_ref(), t, &stop));
+            match outcome {
+                Outcome::Durable => (item.release)(None),
                 Outcome::GaveUp => {
-                    // Some of them: each one's own ticket decides.
-                    for item in items {
-                        let refusal =
-                            item.ticket.filter(|t| !durable.make_durable(*t)).and_then(|t| durable.gave_up(t));
-                        (item.release)(refusal);
-                    }
-                    continue;
+                    let refusal = item.ticket.filter(|t| !durable.make_durable(*t)).and_then(|t| durable.gave_up(t));
+                    (item.release)(refusal);
                 }
                 Outcome::Stopped => {
                     // Stopping with a log that never held them: drop this
                     // and every later release at once.
-                    let dropped = items.len() + rx.try_iter().count();
+                    let dropped = 1 + items.len() + rx.try_iter().count();
                     tracing::error!(
                         batches = dropped,
                         "acknowledgements dropped at shutdown: the job log never held their jobs"
                     );
-                    continue;
+                    break;
                 }
             }
-        }
-        for item in items {
-            (item.release)(None);
         }
     }
 }
