@@ -271,6 +271,12 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
         chunk_bytes: crate::limits::NATS_CHUNK_BYTES,
     };
     let streams: Vec<String> = (0..shards).map(|i| stream_name(nats, gen, i)).collect();
+    if !same {
+        // Streams of this generation before the layout names it are left
+        // by a start that stopped half-way: never holders of acknowledged
+        // jobs (the layout key moves only once they are written).
+        clear_unnamed(&bridge, nats, gen, shards, layout.is_none())?;
+    }
     let next_seqs = make_streams(&bridge, nats, gen, &streams)?;
     let shared: Vec<Arc<JsShared>> =
         streams.iter().enumerate().map(|(i, n)| Arc::new(JsShared::new(i, n.clone()))).collect();
@@ -468,6 +474,49 @@ fn make_streams(bridge: &Bridge, nats: &NatsConfig, gen: u32, names: &[String]) 
         }
         Ok(out)
     })?
+}
+
+/// Deletes generation `gen`'s streams, which no layout names yet (module
+/// docs). With no layout at all (`first`), a stream of the name holding
+/// messages is refused instead: its layout key was lost, not its jobs.
+fn clear_unnamed(bridge: &Bridge, nats: &NatsConfig, gen: u32, shards: usize, first: bool) -> Result<(), JsError> {
+    let prefix = format!("{}_{}_{gen}_", nats.stream_prefix, nats.router_name);
+    let (bucket, name) = (format!("{}_layouts", nats.stream_prefix), nats.router_name.clone());
+    let found = bridge.call(move |ctx| async move {
+        let mut names = ctx.js.stream_names();
+        let mut found = Vec::new();
+        while let Some(n) = names.next().await {
+            match n {
+                Ok(n) if n.starts_with(&prefix) => found.push(n),
+                Ok(_) => {}
+                Err(e) => return Err(JsError::Store { what: "listing streams".into(), why: e.to_string() }),
+            }
+        }
+        let mut held = Vec::new();
+        for n in &found {
+            if let Ok(mut s) = ctx.js.get_stream(n).await {
+                if s.info().await.is_ok_and(|i| i.state.messages > 0) {
+                    held.push(n.clone());
+                }
+            }
+        }
+        Ok((found, held))
+    })??;
+    let (found, held) = found;
+    if first && !held.is_empty() {
+        return Err(JsError::Store {
+            what: format!("router name {name}"),
+            why: format!(
+                "streams {held:?} hold jobs but the key-value bucket {bucket} has no layout for the name (deleted \
+                 by hand?); put the key back ({{\"gen\":{gen},\"shards\":N}}) or delete the streams"
+            ),
+        });
+    }
+    if !found.is_empty() {
+        tracing::warn!(streams = ?found, shards, "deleting streams a start that stopped half-way left behind");
+        delete_streams(bridge, found);
+    }
+    Ok(())
 }
 
 fn delete_streams(bridge: &Bridge, names: Vec<String>) {

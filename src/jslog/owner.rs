@@ -134,6 +134,27 @@ impl Lease {
                     match store.update(&key, value.clone(), revision).await {
                         Ok(r) => revision = r,
                         Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
+                            // Expired while the store was unreachable, and
+                            // nobody took it: take it again.
+                            match store.entry(&key).await {
+                                Ok(Some(entry)) if entry.operation == Operation::Put && entry.value != value => {}
+                                Ok(_) => match store.create(&key, value.clone()).await {
+                                    Ok(r) => {
+                                        tracing::warn!(router_name = %key, "the lease on the router name had expired (the store was unreachable longer than nats_lease); nobody took the name, taken again");
+                                        revision = r;
+                                        continue;
+                                    }
+                                    Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {}
+                                    Err(e) => {
+                                        crate::log_limited!(warn, router_name = %key, error = %e, "renewing the lease on the router name failed; trying again");
+                                        continue;
+                                    }
+                                },
+                                Err(e) => {
+                                    crate::log_limited!(warn, router_name = %key, error = %e, "renewing the lease on the router name failed; trying again");
+                                    continue;
+                                }
+                            }
                             tracing::error!(router_name = %key, "another router took this router's name: nothing more is acknowledged here (new jobs get STORE_FAILED); stop this router");
                             for s in &shards {
                                 s.taken();
