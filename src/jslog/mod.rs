@@ -356,14 +356,7 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
         let stats = &s.log.shared().stats;
         stats.jobs_recovered.store(s.recovered.jobs.len() as u64, Ordering::Relaxed);
         stats.recovery_ms.store(report.millis, Ordering::Relaxed);
-        for r in &s.recovered.jobs {
-            report.jobs += 1;
-            match r.state {
-                JobState::Waiting => {}
-                JobState::InFlight => report.in_flight += 1,
-                JobState::Dead { .. } => report.dead += 1,
-            }
-        }
+        report.count(&s.recovered.jobs);
     }
     if let Some(lease) = &store.lease {
         lease.keep(&bridge, nats.lease, shared);

@@ -180,6 +180,20 @@ pub struct RecoveryReport {
     pub millis: u64,
 }
 
+impl RecoveryReport {
+    /// Counts a shard's recovered `jobs` into the report (all, in flight, dead).
+    pub fn count(&mut self, jobs: &[RecoveredJob]) {
+        for r in jobs {
+            self.jobs += 1;
+            match r.state {
+                JobState::Waiting => {}
+                JobState::InFlight => self.in_flight += 1,
+                JobState::Dead { .. } => self.dead += 1,
+            }
+        }
+    }
+}
+
 /// The opened log: the locked data directory (keep it for the router's
 /// life; every shard's log holds it too) and each shard's start.
 #[derive(Debug)]
@@ -239,14 +253,7 @@ pub fn open(
         let stats = &s.log.shared().stats;
         stats.jobs_recovered.store(s.recovered.jobs.len() as u64, std::sync::atomic::Ordering::Relaxed);
         stats.recovery_ms.store(report.millis, std::sync::atomic::Ordering::Relaxed);
-        for r in &s.recovered.jobs {
-            report.jobs += 1;
-            match r.state {
-                JobState::Waiting => {}
-                JobState::InFlight => report.in_flight += 1,
-                JobState::Dead { .. } => report.dead += 1,
-            }
-        }
+        report.count(&s.recovered.jobs);
     }
     tracing::info!(
         dir = %dir.path().display(),
