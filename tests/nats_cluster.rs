@@ -158,11 +158,18 @@ async fn publish_until_acked(
     }
 }
 
-/// Publishes `ids` one after the other, each acknowledged at the first try
-/// with the next sequence after `after`.
+/// Publishes `ids` one after the other, each acknowledged with the next
+/// sequence after `after` and never as a duplicate. The only failure
+/// allowed on the way is "no responders" (`StreamNotFound`): right after a
+/// stream is created, the server the client is connected to may not know
+/// yet that the stream listens on `subject` (the interest travels over the
+/// cluster's routes), and a message nobody received was stored nowhere
+/// (seen once in CI, 5 December 2026).
 async fn publish_in_sequence(js: &jetstream::Context, stream: &str, subject: &str, ids: &[String], after: u64) {
     for (k, id) in ids.iter().enumerate() {
-        let ack = publish(js, subject, id).await.unwrap_or_else(|why| panic!("publish {id}: {why}"));
+        let (ack, failures) = publish_until_acked(js, subject, id, CATCH_UP).await;
+        let unexpected: Vec<&String> = failures.iter().filter(|f| !f.starts_with("StreamNotFound")).collect();
+        assert!(unexpected.is_empty(), "{id}: failures other than no responders: {unexpected:?}");
         assert_eq!((ack.stream.as_str(), ack.sequence, ack.duplicate), (stream, after + k as u64 + 1, false), "{id}");
     }
 }
