@@ -27,7 +27,7 @@ use async_nats::jetstream::stream::StorageType;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::bridge::{Bridge, Ctx};
+use super::bridge::{retrying, Bridge, Ctx};
 use super::shared::JsShared;
 use super::JsError;
 use crate::config::NatsConfig;
@@ -48,8 +48,19 @@ pub struct Lease {
     stop: Arc<AtomicBool>,
 }
 
-/// The bucket `name` with `max_age` (0: none), made when missing.
-async fn bucket(ctx: &Ctx, name: String, max_age: Duration, replicas: usize) -> Result<kv::Store, JsError> {
+/// The bucket `name` with `max_age` (0: none), made when missing; tried
+/// for `within` ([`retrying`]).
+async fn bucket(
+    ctx: &Ctx,
+    name: String,
+    max_age: Duration,
+    replicas: usize,
+    within: Duration,
+) -> Result<kv::Store, JsError> {
+    retrying(within, || bucket_once(ctx, name.clone(), max_age, replicas)).await
+}
+
+async fn bucket_once(ctx: &Ctx, name: String, max_age: Duration, replicas: usize) -> Result<kv::Store, JsError> {
     if let Ok(store) = ctx.js.get_key_value(&name).await {
         return Ok(store);
     }
@@ -77,22 +88,28 @@ async fn bucket(ctx: &Ctx, name: String, max_age: Duration, replicas: usize) -> 
 ///
 /// # Errors
 /// [`JsError::Held`] when a live router holds the name; [`JsError::Store`]
-/// when the bucket cannot be read or written.
+/// when the bucket cannot be read or written (tried for `nats_give_up`).
 pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<Lease, JsError> {
-    let (prefix, name, lease, replicas) =
-        (config.stream_prefix.clone(), config.router_name.clone(), config.lease, config.replicas);
+    let (prefix, name, lease, replicas, give_up) =
+        (config.stream_prefix.clone(), config.router_name.clone(), config.lease, config.replicas, config.give_up);
     bridge.call(move |ctx| async move {
-        let store = bucket(&ctx, format!("{prefix}_routers"), lease, replicas).await?;
+        let store = bucket(&ctx, format!("{prefix}_routers"), lease, replicas, give_up).await?;
         let deadline = Instant::now() + lease * 2 + Duration::from_secs(1);
         let mut seen: Option<u64> = None;
         let mut said = false;
         loop {
-            match store.create(&name, Bytes::from(holder.clone())).await {
-                Ok(_) => break,
-                Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {}
+            let created = retrying(give_up, || async {
+                match store.create(&name, Bytes::from(holder.clone())).await {
+                    Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(false),
+                    made => made.map(|_| true),
+                }
+            });
+            match created.await {
+                Ok(true) => break,
+                Ok(false) => {}
                 Err(e) => return Err(JsError::Store { what: format!("the lease on router name {name}"), why: e.to_string() }),
             }
-            let entry = store.entry(&name).await.map_err(|e| JsError::Store { what: format!("the lease on router name {name}"), why: e.to_string() })?;
+            let entry = retrying(give_up, || store.entry(&name)).await.map_err(|e| JsError::Store { what: format!("the lease on router name {name}"), why: e.to_string() })?;
             if let Some(entry) = entry.filter(|e| e.operation == Operation::Put) {
                 let other = String::from_utf8_lossy(&entry.value).into_owned();
                 if seen.is_some_and(|r| r != entry.revision) || Instant::now() >= deadline {
@@ -165,12 +182,14 @@ impl Lease {
 /// The name's layout, `None` when it has none yet.
 ///
 /// # Errors
-/// [`JsError::Store`].
+/// [`JsError::Store`] when the bucket cannot be read (tried for
+/// `nats_give_up`).
 pub fn read_layout(bridge: &Bridge, config: &NatsConfig) -> Result<Option<Layout>, JsError> {
-    let (prefix, name, replicas) = (config.stream_prefix.clone(), config.router_name.clone(), config.replicas);
+    let (prefix, name, replicas, give_up) =
+        (config.stream_prefix.clone(), config.router_name.clone(), config.replicas, config.give_up);
     bridge.call(move |ctx| async move {
-        let store = bucket(&ctx, format!("{prefix}_layouts"), Duration::ZERO, replicas).await?;
-        match store.get(&name).await {
+        let store = bucket(&ctx, format!("{prefix}_layouts"), Duration::ZERO, replicas, give_up).await?;
+        match retrying(give_up, || store.get(&name)).await {
             Ok(Some(v)) => serde_json::from_slice(&v)
                 .map(Some)
                 .map_err(|e| JsError::Store { what: format!("the layout of router name {name}"), why: e.to_string() }),
@@ -183,14 +202,15 @@ pub fn read_layout(bridge: &Bridge, config: &NatsConfig) -> Result<Option<Layout
 /// Writes the name's layout (the commit point of a new layout).
 ///
 /// # Errors
-/// [`JsError::Store`].
+/// [`JsError::Store`] when the bucket cannot be written (tried for
+/// `nats_give_up`).
 pub fn write_layout(bridge: &Bridge, config: &NatsConfig, layout: Layout) -> Result<(), JsError> {
-    let (prefix, name, replicas) = (config.stream_prefix.clone(), config.router_name.clone(), config.replicas);
+    let (prefix, name, replicas, give_up) =
+        (config.stream_prefix.clone(), config.router_name.clone(), config.replicas, config.give_up);
     bridge.call(move |ctx| async move {
-        let store = bucket(&ctx, format!("{prefix}_layouts"), Duration::ZERO, replicas).await?;
-        let value = serde_json::to_vec(&layout).unwrap_or_default();
-        store
-            .put(&name, Bytes::from(value))
+        let store = bucket(&ctx, format!("{prefix}_layouts"), Duration::ZERO, replicas, give_up).await?;
+        let value = Bytes::from(serde_json::to_vec(&layout).unwrap_or_default());
+        retrying(give_up, || store.put(&name, value.clone()))
             .await
             .map(|_| ())
             .map_err(|e| JsError::Store { what: format!("the layout of router name {name}"), why: e.to_string() })
