@@ -356,7 +356,7 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
         }
     }
     if let Some(lease) = &store.lease {
-        lease.keep(&bridge, nats.lease, shared);
+        lease.attach(shared);
     }
     tracing::info!(
         router_name = %nats.router_name,
