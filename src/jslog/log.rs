@@ -290,31 +290,34 @@ impl JsLog {
 
     /// Takes the PubAcks that arrived: the sequences of the messages.
     fn take_acks(&mut self) {
+        // Read before the take: every part of a ticket up to this mark was
+        // reported before the mark passed it, so its acks are in this take
+        // or an earlier one. (Read after it, a ticket whose ack came in
+        // meanwhile was dropped before its ack was counted: its bytes stayed
+        // unconfirmed for good, and its sequence unknown.)
+        let durable = self.shared.durable_upto().0;
         for a in self.shared.take_acked() {
             self.dirty = true;
-            let Some(&(chunk, bytes)) = self.tickets.get(&a.ticket) else { continue };
+            let Some((chunk, bytes)) = self.tickets.get_mut(&a.ticket) else { continue };
+            let chunk = *chunk;
             // A ticket's bytes are counted once, on its first part.
-            let counted = if a.part == 0 { bytes } else { 0 };
+            let counted = if a.part == 0 { std::mem::take(bytes) } else { 0 };
             if a.seq >= self.purged_below && self.seqs.insert(a.seq, (chunk, counted)).is_none() {
                 self.stream_bytes += counted;
             }
-            if a.part == 0 {
-                self.unconfirmed_bytes = self.unconfirmed_bytes.saturating_sub(bytes);
-            }
-            if self.shared.make_durable(Ticket(a.ticket)) {
-                // Every part is in (the prefix passed it).
-                self.tickets.remove(&a.ticket);
-            }
+            self.unconfirmed_bytes = self.unconfirmed_bytes.saturating_sub(counted);
             if self.snapshot.is_some_and(|(t, _)| t == a.ticket) && self.shared.make_durable(Ticket(a.ticket)) {
                 self.snapshot_done();
             }
         }
-        // Tickets the prefix passed whose parts' acks came in earlier.
-        let durable = self.shared.durable_upto().0;
-        while let Some((&t, _)) = self.tickets.first_key_value() {
+        // The tickets the mark passed are done with. One whose first part
+        // was never acknowledged (given up, then superseded by a repair's
+        // snapshot) is no longer unconfirmed either.
+        while let Some((&t, &(_, bytes))) = self.tickets.first_key_value() {
             if t > durable {
                 break;
             }
+            self.unconfirmed_bytes = self.unconfirmed_bytes.saturating_sub(bytes);
             self.tickets.remove(&t);
         }
     }
@@ -499,6 +502,7 @@ impl JsLog {
     fn update_stats(&self) {
         let s = &self.shared.stats;
         s.stream_bytes.store(self.stream_bytes + self.unconfirmed_bytes, Ordering::Relaxed);
+        s.unconfirmed_bytes.store(self.unconfirmed_bytes, Ordering::Relaxed);
         s.live_jobs.store(self.chunks.values().map(|c| c.live).sum(), Ordering::Relaxed);
         s.live_bytes.store(self.chunks.values().map(|c| c.live_bytes).sum(), Ordering::Relaxed);
     }
