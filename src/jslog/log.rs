@@ -19,8 +19,10 @@
 //! waiting and dead jobs forward out of old chunks (a new `Accepted`
 //! record, and `Buried` for a dead one) when the stream holds more than
 //! [`limits::WAL_DISK_FACTOR`] × the live jobs' records plus one chunk, so
-//! the old chunks die and are purged. Jobs in flight keep their chunk until
-//! they finish (as in the local log).
+//! the old chunks die and are purged. A pass follows the last one once half
+//! a chunk more is logged, or once the log has written nothing for
+//! [`limits::NATS_COMPACT_REST`]: a stream at rest is within the bound.
+//! Jobs in flight keep their chunk until they finish (as in the local log).
 //!
 //! # Faults
 //!
@@ -120,6 +122,8 @@ pub struct JsLog {
     pass: Option<Pass>,
     logged: u64,
     last_pass_at: u64,
+    /// When a commit last published records.
+    last_logged: Option<Instant>,
     last_commit: Option<Instant>,
     /// Something died or was acknowledged since the last look for a purge.
     dirty: bool,
@@ -166,6 +170,7 @@ impl JsLog {
             pass: None,
             logged: 0,
             last_pass_at: 0,
+            last_logged: None,
             last_commit: None,
             dirty: true,
             snapshot: None,
@@ -390,9 +395,9 @@ impl JsLog {
         self.purge_below(expect);
     }
 
-    fn compact_step(&mut self, holdings: &mut dyn Holdings) {
+    fn compact_step(&mut self, now: Instant, holdings: &mut dyn Holdings) {
         if self.pass.is_none() {
-            self.pass = self.plan(holdings);
+            self.pass = self.plan(holdings, now);
         }
         let Some(mut pass) = self.pass.take() else { return };
         let (mut looked, start) = (0, self.logged);
@@ -430,19 +435,34 @@ impl JsLog {
         self.pass = Some(pass);
     }
 
-    /// A pass when the stream holds more than the factor allows.
-    fn plan(&self, holdings: &dyn Holdings) -> Option<Pass> {
+    /// Whether the stream holds more than the factor allows while a chunk
+    /// older than the current one has live jobs (a pass could empty it).
+    fn over_bound(&self) -> bool {
         let live: u64 = self.chunks.values().map(|c| c.live_bytes).sum();
         let held = self.stream_bytes + self.unconfirmed_bytes;
-        if held <= limits::WAL_DISK_FACTOR * live + limits::NATS_CHUNK_BYTES
-            || (self.last_pass_at > 0 && self.logged < self.last_pass_at + limits::NATS_CHUNK_BYTES / 2)
-        {
+        held > limits::WAL_DISK_FACTOR * live + limits::NATS_CHUNK_BYTES
+            && self.chunks.iter().any(|(n, c)| *n < self.current && c.live > 0)
+    }
+
+    /// When a pass may run at rest ([`limits::NATS_COMPACT_REST`] after
+    /// the last records), if the stream is over its bound and something
+    /// was logged since the last pass (so a log at rest runs one).
+    fn rest_pass_at(&self) -> Option<Instant> {
+        let due = self.logged > self.last_pass_at && self.shared.fault().is_none() && self.over_bound();
+        self.last_logged.filter(|_| due).map(|t| t + limits::NATS_COMPACT_REST)
+    }
+
+    /// A pass when the stream holds more than the factor allows, at most
+    /// one per half chunk logged unless the log is at rest.
+    fn plan(&self, holdings: &dyn Holdings, now: Instant) -> Option<Pass> {
+        if !self.over_bound() {
             return None;
         }
-        if !self.chunks.iter().any(|(n, c)| *n < self.current && c.live > 0) {
+        let soon = self.last_pass_at > 0 && self.logged < self.last_pass_at + limits::NATS_CHUNK_BYTES / 2;
+        if soon && self.rest_pass_at().is_none_or(|t| now < t) {
             return None;
         }
-        tracing::debug!(shard = self.params.shard, held, live, "replicated log compaction pass");
+        tracing::debug!(shard = self.params.shard, held = self.stream_bytes, "replicated log compaction pass");
         Some(Pass { below: self.current, queues: holdings.queues(), at: 0, pos: 0, dead_at: 0 })
     }
 
@@ -559,6 +579,9 @@ impl JobLog for JsLog {
 
     fn commit(&mut self, now: Instant) -> Commit {
         self.last_commit = Some(now);
+        if !self.buf.is_empty() {
+            self.last_logged = Some(now);
+        }
         self.take_acks();
         self.publish_batch(false);
         self.update_stats();
@@ -582,7 +605,7 @@ impl JobLog for JsLog {
 
     /// Every 100 ms while batches wait for PubAcks (their sequences are
     /// taken and the stream purged), at once while compaction has work,
-    /// and when a repair is due.
+    /// when a pass at rest is due, and when a repair is due.
     fn next_deadline(&self) -> Option<Instant> {
         let last = self.last_commit?;
         if self.pass.is_some() {
@@ -591,7 +614,9 @@ impl JobLog for JsLog {
         if self.shared.fault().is_some() && self.snapshot.is_none() {
             return Some(self.next_repair.unwrap_or(last));
         }
-        (!self.tickets.is_empty() || self.dirty || self.snapshot.is_some()).then(|| last + Duration::from_millis(100))
+        let busy = !self.tickets.is_empty() || self.dirty || self.snapshot.is_some();
+        let poll = busy.then(|| last + Duration::from_millis(100));
+        poll.into_iter().chain(self.rest_pass_at()).min()
     }
 
     fn maintain(&mut self, now: Instant, holdings: &mut dyn Holdings) {
@@ -605,7 +630,7 @@ impl JobLog for JsLog {
             }
             Some(_) => {}
             None => {
-                self.compact_step(holdings);
+                self.compact_step(now, holdings);
                 self.purge_dead_prefix(now);
             }
         }
