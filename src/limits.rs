@@ -473,6 +473,13 @@ pub const NATS_CHUNK_BYTES: u64 = 4 << 20;
 /// yet seen confirmed: past it new jobs are refused (`STORE_FAILED`) until
 /// the store catches up.
 pub const NATS_MAX_UNCONFIRMED_BYTES: u64 = 256 << 20;
+/// A replicated log that has written nothing for this long runs a
+/// compaction pass if its stream is over its bound, without waiting for
+/// half a chunk of records more since the last pass: a stream at rest
+/// then falls within the bound instead of keeping up to half a chunk more
+/// until traffic comes back. Long enough that a steady trickle of jobs
+/// keeps the usual spacing of passes.
+pub const NATS_COMPACT_REST: Duration = Duration::from_secs(1);
 /// Smallest segment size accepted: a segment must hold its header and a
 /// few records (tests use small segments to exercise rotation).
 pub const WAL_MIN_SEGMENT_BYTES: u64 = 4096;

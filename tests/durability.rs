@@ -44,42 +44,46 @@ use crate::common::watchdog::Watchdog;
 
 mod faults;
 
-/// The router binary on fixed ports and a data directory, restartable.
-struct Node {
-    ports: [u16; 4],
-    data: PathBuf,
-    log: PathBuf,
+/// The router binary on fixed ports and a data directory, restartable
+/// (also used by the replicated-log tests, `tests/replicated.rs`).
+pub(crate) struct Node {
+    /// Frontend, backend, admin and text ports.
+    pub(crate) ports: [u16; 4],
+    /// Its data directory.
+    pub(crate) data: PathBuf,
+    /// Where its output goes (appended).
+    pub(crate) log: PathBuf,
 }
 
 impl Node {
-    fn new(dir: &TestDir) -> Node {
+    pub(crate) fn new(dir: &TestDir) -> Node {
         Node::with_data(dir, dir.join("router-data"))
     }
 
     /// A node whose data directory is `data` (on a file system of the
     /// test's own, say).
-    fn with_data(dir: &TestDir, data: PathBuf) -> Node {
+    pub(crate) fn with_data(dir: &TestDir, data: PathBuf) -> Node {
         let ports = [free_port(), free_port(), free_port(), free_port()];
         Node { ports, data, log: dir.join("router.log") }
     }
 
-    fn frontend(&self) -> String {
+    pub(crate) fn frontend(&self) -> String {
         zmq_endpoint(self.ports[0])
     }
 
-    fn backend(&self) -> String {
+    pub(crate) fn backend(&self) -> String {
         zmq_endpoint(self.ports[1])
     }
 
-    fn admin(&self) -> String {
+    pub(crate) fn admin(&self) -> String {
         zmq_endpoint(self.ports[2])
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         format!("127.0.0.1:{}", self.ports[3])
     }
 
-    fn command(&self, extra: &[&str]) -> Command {
+    pub(crate) fn command(&self, extra: &[&str]) -> Command {
         let mut cmd = Command::new(rust_router_bin());
         for (key, _) in std::env::vars_os() {
             if key.to_string_lossy().starts_with("EMQ_") {
@@ -96,7 +100,7 @@ impl Node {
     }
 
     /// Starts the router and waits until every port listens.
-    fn start(&self, extra: &[&str]) -> Child {
+    pub(crate) fn start(&self, extra: &[&str]) -> Child {
         let mut child = Child::spawn("router", &mut self.command(extra), &self.log);
         let up =
             wait::until(Duration::from_secs(30), || !child.is_alive() || self.ports.iter().all(|&p| is_listening(p)));
@@ -105,19 +109,19 @@ impl Node {
     }
 
     /// Runs the router expecting it to exit at once; its status and log.
-    fn run_to_exit(&self, extra: &[&str], dir: &TestDir) -> (Option<std::process::ExitStatus>, String) {
+    pub(crate) fn run_to_exit(&self, extra: &[&str], dir: &TestDir) -> (Option<std::process::ExitStatus>, String) {
         let (status, _, err) =
             crate::common::proc::run("router-once", &mut self.command(extra), &dir.path, Duration::from_secs(30));
         (status, err)
     }
 
     /// STATUS as JSON.
-    fn status(&self) -> serde_json::Value {
+    pub(crate) fn status(&self) -> serde_json::Value {
         self.ask("STATUS")
     }
 
     /// The JSON answer to admin command `command` (`STATUS`, `LATENCY`).
-    fn ask(&self, command: &str) -> serde_json::Value {
+    pub(crate) fn ask(&self, command: &str) -> serde_json::Value {
         let ctx = zmq::Context::new();
         let sock = ctx.socket(zmq::DEALER).expect("socket");
         sock.set_linger(0).expect("linger");
@@ -182,7 +186,8 @@ fn lock(l: &Shared) -> std::sync::MutexGuard<'_, Ledger> {
     l.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn dealer(ctx: &zmq::Context, endpoint: &str) -> Option<zmq::Socket> {
+/// A DEALER with a fresh uuid identity, connected to `endpoint`.
+pub(crate) fn dealer(ctx: &zmq::Context, endpoint: &str) -> Option<zmq::Socket> {
     let s = ctx.socket(zmq::DEALER).ok()?;
     s.set_linger(0).ok()?;
     s.set_identity(uuid::Uuid::new_v4().to_string().as_bytes()).ok()?;
@@ -190,7 +195,8 @@ fn dealer(ctx: &zmq::Context, endpoint: &str) -> Option<zmq::Socket> {
     Some(s)
 }
 
-fn recv_within(s: &zmq::Socket, ms: i64) -> Option<Vec<Vec<u8>>> {
+/// One message from `s` within `ms` milliseconds.
+pub(crate) fn recv_within(s: &zmq::Socket, ms: i64) -> Option<Vec<Vec<u8>>> {
     let mut items = [s.as_poll_item(zmq::POLLIN)];
     zmq::poll(&mut items, ms).ok()?;
     if items[0].is_readable() {
@@ -259,7 +265,9 @@ fn emqp_worker(node_be: String, name: String, phase: usize, ledger: Shared, stop
     }
 }
 
-fn text_conn(addr: &str) -> Option<(TcpStream, BufReader<TcpStream>)> {
+/// A text protocol connection to `addr` (writer, reader): `TCP_NODELAY`,
+/// reads time out every 200 ms (see [`read_line`]).
+pub(crate) fn text_conn(addr: &str) -> Option<(TcpStream, BufReader<TcpStream>)> {
     let s = TcpStream::connect(addr).ok()?;
     // ACK has no answer: without NODELAY the next command waits for the
     // delayed TCP acknowledgement (40 ms) behind it.
@@ -271,7 +279,7 @@ fn text_conn(addr: &str) -> Option<(TcpStream, BufReader<TcpStream>)> {
 
 /// Reads one line, retrying read timeouts until `stop`; `None` on EOF,
 /// error or stop.
-fn read_line(r: &mut BufReader<TcpStream>, stop: &AtomicBool) -> Option<String> {
+pub(crate) fn read_line(r: &mut BufReader<TcpStream>, stop: &AtomicBool) -> Option<String> {
     let mut line = String::new();
     loop {
         match r.read_line(&mut line) {
@@ -523,7 +531,7 @@ fn crash_test(name: &str, flags: &[&str], kills: u64) {
 }
 
 /// Sends `n` text SCHEDs to `q` and waits for a later reply (stored).
-fn sched(text: &str, q: &str, n: usize) {
+pub(crate) fn sched(text: &str, q: &str, n: usize) {
     let (mut w, mut r) = text_conn(text).expect("text connection");
     let mut out = String::new();
     for i in 0..n {
@@ -535,7 +543,7 @@ fn sched(text: &str, q: &str, n: usize) {
 }
 
 /// Every task waiting in `q` (ASK + ACK until NOPE).
-fn drain(text: &str, q: &str) -> Vec<String> {
+pub(crate) fn drain(text: &str, q: &str) -> Vec<String> {
     let (mut w, mut r) = text_conn(text).expect("text connection");
     let mut got = Vec::new();
     loop {

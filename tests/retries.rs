@@ -30,7 +30,9 @@ fn run_times(out: &Path) -> Vec<f64> {
     text.lines().filter_map(|l| l.split(' ').next()?.parse().ok()).collect()
 }
 
-fn cli(admin_addr: &str, args: &[&str]) -> Output {
+/// Runs `emq-cli --admin <admin_addr> --timeout 5s ARGS` (also used by
+/// `tests/replicated.rs`).
+pub(crate) fn cli(admin_addr: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_emq-cli"))
         .args(["--admin", admin_addr, "--timeout", "5s"])
         .args(args)
@@ -39,7 +41,8 @@ fn cli(admin_addr: &str, args: &[&str]) -> Output {
         .expect("emq-cli runs")
 }
 
-fn cli_json(admin_addr: &str, args: &[&str]) -> Value {
+/// [`cli`] with `--json`: its answer, parsed (panics unless it exits 0).
+pub(crate) fn cli_json(admin_addr: &str, args: &[&str]) -> Value {
     let out = cli(admin_addr, &[&["--json"], args].concat());
     assert!(out.status.success(), "emq-cli {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("emq-cli prints JSON")

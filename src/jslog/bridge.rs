@@ -342,6 +342,30 @@ impl Run {
     }
 }
 
+/// How often a start-up request that failed is tried again ([`retrying`]).
+const RETRY_EVERY: Duration = Duration::from_millis(100);
+
+/// Runs `op` again every [`RETRY_EVERY`] while it fails, until `within`
+/// has passed: then its last error. For the requests of a router's start
+/// (the lease, the layout, the streams): a bucket or stream just made (by
+/// this router or another) does not answer at once, as its leader is being
+/// elected and the other servers learn of its subjects over their routes,
+/// so its reads and writes fail with "no responders" for a moment (seen at
+/// a router's first start on a fresh cluster); and a loaded cluster may let
+/// a request time out.
+pub async fn retrying<T, E, Fut>(within: Duration, mut op: impl FnMut() -> Fut) -> Result<T, E>
+where
+    Fut: Future<Output = Result<T, E>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        match op().await {
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(RETRY_EVERY).await,
+            done => return done,
+        }
+    }
+}
+
 /// Publishes `p` until it is acknowledged or `give_up` has passed.
 async fn publish(
     js: jetstream::Context,
@@ -376,5 +400,38 @@ async fn publish(
         }
         tokio::time::sleep(backoff.min(left)).await;
         backoff = (backoff * 2).min(limits::NATS_RETRY_MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retrying_tries_again_until_it_works_or_its_time_is_up() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().expect("a runtime");
+        let mut tries = 0;
+        let got: Result<u32, String> = rt.block_on(retrying(Duration::from_secs(5), || {
+            tries += 1;
+            let t = tries;
+            async move {
+                if t < 3 {
+                    Err(format!("try {t}"))
+                } else {
+                    Ok(t)
+                }
+            }
+        }));
+        assert_eq!(got, Ok(3));
+
+        let (t0, within) = (Instant::now(), Duration::from_millis(300));
+        let mut tries = 0;
+        let got: Result<u32, String> = rt.block_on(retrying(within, || {
+            tries += 1;
+            let t = tries;
+            async move { Err(format!("try {t}")) }
+        }));
+        assert_eq!(got, Err(format!("try {tries}")), "the last error");
+        assert!(t0.elapsed() >= within && tries >= 3, "{tries} tries in {:?}", t0.elapsed());
     }
 }

@@ -27,6 +27,9 @@
 //! [`limits::WAL_DISK_FACTOR`] × the live jobs' records plus one chunk, so
 //! the old chunks die and are purged; jobs in flight are copied too (with a
 //! `Dispatched` record after), since a purge stops at the first live chunk.
+//! A pass follows the last one once half a chunk more is logged, or once
+//! the log has written nothing for [`limits::NATS_COMPACT_REST`]: a stream
+//! at rest is within the bound.
 //!
 //! # Faults
 //!
@@ -130,6 +133,8 @@ pub struct JsLog {
     pass: Option<Pass>,
     logged: u64,
     last_pass_at: u64,
+    /// When a commit last published records.
+    last_logged: Option<Instant>,
     last_commit: Option<Instant>,
     /// Something died or was acknowledged since the last look for a purge.
     dirty: bool,
@@ -176,6 +181,7 @@ impl JsLog {
             pass: None,
             logged: 0,
             last_pass_at: 0,
+            last_logged: None,
             last_commit: None,
             dirty: true,
             snapshot: None,
@@ -300,31 +306,34 @@ impl JsLog {
 
     /// Takes the PubAcks that arrived: the sequences of the messages.
     fn take_acks(&mut self) {
+        // Read before the take: every part of a ticket up to this mark was
+        // reported before the mark passed it, so its acks are in this take
+        // or an earlier one. (Read after it, a ticket whose ack came in
+        // meanwhile was dropped before its ack was counted: its bytes stayed
+        // unconfirmed for good, and its sequence unknown.)
+        let durable = self.shared.durable_upto().0;
         for a in self.shared.take_acked() {
             self.dirty = true;
-            let Some(&(chunk, bytes)) = self.tickets.get(&a.ticket) else { continue };
+            let Some((chunk, bytes)) = self.tickets.get_mut(&a.ticket) else { continue };
+            let chunk = *chunk;
             // A ticket's bytes are counted once, on its first part.
-            let counted = if a.part == 0 { bytes } else { 0 };
+            let counted = if a.part == 0 { std::mem::take(bytes) } else { 0 };
             if a.seq >= self.purged_below && self.seqs.insert(a.seq, (chunk, counted)).is_none() {
                 self.stream_bytes += counted;
             }
-            if a.part == 0 {
-                self.unconfirmed_bytes = self.unconfirmed_bytes.saturating_sub(bytes);
-            }
-            if self.shared.make_durable(Ticket(a.ticket)) {
-                // Every part is in (the prefix passed it).
-                self.tickets.remove(&a.ticket);
-            }
+            self.unconfirmed_bytes = self.unconfirmed_bytes.saturating_sub(counted);
             if self.snapshot.is_some_and(|(t, _)| t == a.ticket) && self.shared.make_durable(Ticket(a.ticket)) {
                 self.snapshot_done();
             }
         }
-        // Tickets the prefix passed whose parts' acks came in earlier.
-        let durable = self.shared.durable_upto().0;
-        while let Some((&t, _)) = self.tickets.first_key_value() {
+        // The tickets the mark passed are done with. One whose first part
+        // was never acknowledged (given up, then superseded by a repair's
+        // snapshot) is no longer unconfirmed either.
+        while let Some((&t, &(_, bytes))) = self.tickets.first_key_value() {
             if t > durable {
                 break;
             }
+            self.unconfirmed_bytes = self.unconfirmed_bytes.saturating_sub(bytes);
             self.tickets.remove(&t);
         }
     }
@@ -399,9 +408,9 @@ impl JsLog {
         self.purge_below(expect);
     }
 
-    fn compact_step(&mut self, holdings: &mut dyn Holdings) {
+    fn compact_step(&mut self, now: Instant, holdings: &mut dyn Holdings) {
         if self.pass.is_none() {
-            self.pass = self.plan(holdings);
+            self.pass = self.plan(holdings, now);
         }
         let Some(mut pass) = self.pass.take() else { return };
         let (mut looked, start) = (0, self.logged);
@@ -455,20 +464,34 @@ impl JsLog {
         }
     }
 
-    /// A pass when the stream holds more than the factor allows.
-    fn plan(&self, holdings: &dyn Holdings) -> Option<Pass> {
+    /// Whether the stream holds more than the factor allows while a chunk
+    /// older than the current one has live jobs (a pass could empty it).
+    fn over_bound(&self) -> bool {
         let live: u64 = self.chunks.values().map(|c| c.live_bytes).sum();
         let held = self.stream_bytes + self.unconfirmed_bytes;
-        let chunk = self.params.chunk_bytes;
-        if held <= limits::WAL_DISK_FACTOR * live + chunk
-            || (self.last_pass_at > 0 && self.logged < self.last_pass_at + chunk / 2)
-        {
+        held > limits::WAL_DISK_FACTOR * live + self.params.chunk_bytes
+            && self.chunks.iter().any(|(n, c)| *n < self.current && c.live > 0)
+    }
+
+    /// When a pass may run at rest ([`limits::NATS_COMPACT_REST`] after
+    /// the last records), if the stream is over its bound and something
+    /// was logged since the last pass (so a log at rest runs one).
+    fn rest_pass_at(&self) -> Option<Instant> {
+        let due = self.logged > self.last_pass_at && self.shared.fault().is_none() && self.over_bound();
+        self.last_logged.filter(|_| due).map(|t| t + limits::NATS_COMPACT_REST)
+    }
+
+    /// A pass when the stream holds more than the factor allows, at most
+    /// one per half chunk logged unless the log is at rest.
+    fn plan(&self, holdings: &dyn Holdings, now: Instant) -> Option<Pass> {
+        if !self.over_bound() {
             return None;
         }
-        if !self.chunks.iter().any(|(n, c)| *n < self.current && c.live > 0) {
+        let soon = self.last_pass_at > 0 && self.logged < self.last_pass_at + self.params.chunk_bytes / 2;
+        if soon && self.rest_pass_at().is_none_or(|t| now < t) {
             return None;
         }
-        tracing::debug!(shard = self.params.shard, held, live, "replicated log compaction pass");
+        tracing::debug!(shard = self.params.shard, held = self.stream_bytes, "replicated log compaction pass");
         Some(Pass { below: self.current, queues: holdings.queues(), at: 0, pos: 0, dead_at: 0 })
     }
 
@@ -539,6 +562,7 @@ impl JsLog {
     fn update_stats(&self) {
         let s = &self.shared.stats;
         s.stream_bytes.store(self.stream_bytes + self.unconfirmed_bytes, Ordering::Relaxed);
+        s.unconfirmed_bytes.store(self.unconfirmed_bytes, Ordering::Relaxed);
         s.live_jobs.store(self.chunks.values().map(|c| c.live).sum(), Ordering::Relaxed);
         s.live_bytes.store(self.chunks.values().map(|c| c.live_bytes).sum(), Ordering::Relaxed);
     }
@@ -595,6 +619,9 @@ impl JobLog for JsLog {
 
     fn commit(&mut self, now: Instant) -> Commit {
         self.last_commit = Some(now);
+        if !self.buf.is_empty() {
+            self.last_logged = Some(now);
+        }
         self.take_acks();
         if !self.hold_back() {
             self.publish_batch(false);
@@ -622,7 +649,7 @@ impl JobLog for JsLog {
 
     /// Every 100 ms while batches wait for PubAcks (their sequences are
     /// taken and the stream purged), at once while compaction has work,
-    /// and when a repair is due.
+    /// when a pass at rest is due, and when a repair is due.
     fn next_deadline(&self) -> Option<Instant> {
         let last = self.last_commit?;
         if self.pass.is_some() {
@@ -634,7 +661,9 @@ impl JobLog for JsLog {
         if self.shared.fault().is_some() && self.snapshot.is_none() {
             return Some(self.next_repair.unwrap_or(last));
         }
-        (!self.tickets.is_empty() || self.dirty || self.snapshot.is_some()).then(|| last + Duration::from_millis(100))
+        let busy = !self.tickets.is_empty() || self.dirty || self.snapshot.is_some();
+        let poll = busy.then(|| last + Duration::from_millis(100));
+        poll.into_iter().chain(self.rest_pass_at()).min()
     }
 
     fn maintain(&mut self, now: Instant, holdings: &mut dyn Holdings) {
@@ -652,7 +681,7 @@ impl JobLog for JsLog {
             }
             Some(_) => {}
             None => {
-                self.compact_step(holdings);
+                self.compact_step(now, holdings);
                 self.purge_dead_prefix(now);
             }
         }

@@ -359,7 +359,7 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
         report.count(&s.recovered.jobs);
     }
     if let Some(lease) = &store.lease {
-        lease.keep(&bridge, nats.lease, shared);
+        lease.attach(shared);
     }
     tracing::info!(
         router_name = %nats.router_name,
@@ -438,6 +438,7 @@ async fn read_stream(js: async_nats::jetstream::Context, name: String, idle: Dur
 }
 
 /// Makes the layout's streams (or finds them); each one's next sequence.
+/// Each is tried for `nats_give_up` ([`bridge::retrying`]).
 fn make_streams(bridge: &Bridge, nats: &NatsConfig, gen: u32, names: &[String]) -> Result<Vec<u64>, JsError> {
     let configs: Vec<stream::Config> = names
         .iter()
@@ -452,18 +453,16 @@ fn make_streams(bridge: &Bridge, nats: &NatsConfig, gen: u32, names: &[String]) 
             ..Default::default()
         })
         .collect();
+    let give_up = nats.give_up;
     bridge.call(move |ctx| async move {
         let mut out = Vec::new();
         for c in configs {
             let name = c.name.clone();
-            let mut s = ctx
-                .js
-                .get_or_create_stream(c)
-                .await
-                .map_err(|e| JsError::Store { what: format!("making stream {name}"), why: e.to_string() })?;
-            let info =
-                s.info().await.map_err(|e| JsError::Store { what: format!("stream {name}"), why: e.to_string() })?;
-            out.push(info.state.last_sequence + 1);
+            let next = bridge::retrying(give_up, || async {
+                let mut s = ctx.js.get_or_create_stream(c.clone()).await.map_err(|e| e.to_string())?;
+                s.info().await.map(|info| info.state.last_sequence + 1).map_err(|e| e.to_string())
+            });
+            out.push(next.await.map_err(|why| JsError::Store { what: format!("making stream {name}"), why })?);
         }
         Ok(out)
     })?

@@ -3,14 +3,19 @@
 //! * **The lease**: key `<name>` in the key-value bucket
 //!   `<prefix>_routers`, whose entries expire `nats_lease` after their last
 //!   write (the bucket's max age). A router creates the key at start
-//!   (compare-and-set: only if absent) and renews it every third of the
-//!   lease with an update on the revision it last wrote. A router started
+//!   (compare-and-set: only if absent) and, from then on (also while it
+//!   replays its streams, which may take longer than the lease), renews it
+//!   every third of the lease with an update on the revision it last
+//!   wrote (the one each
+//!   write returned, never one read back: a read may be answered by a
+//!   replica that has not applied the latest write yet). A router started
 //!   with a name whose key exists watches it for up to twice the lease: a
 //!   new revision means a live holder, and the start is refused
 //!   ([`JsError::Held`]); a key that expires (its holder died, `kill -9`)
-//!   is then created. A renewal that finds another revision means another
-//!   router took the name: every shard stops acknowledging
-//!   ([`JsShared::taken`]). A clean stop deletes the key. Taking over from
+//!   is then created. A renewal that finds another revision and another
+//!   router's value in the key means that router took the name: every
+//!   shard stops acknowledging ([`JsShared::taken`]); this router's own
+//!   value there (a write stored whose answer was lost) is taken up. A clean stop deletes the key. Taking over from
 //!   a live holder, and fencing a paused one, are not done here.
 //! * **The layout**: key `<name>` in `<prefix>_layouts` (no expiry) says
 //!   the generation and shard count of the name's streams,
@@ -22,12 +27,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
+
 use async_nats::jetstream::kv::{self, CreateErrorKind, Operation, UpdateErrorKind};
 use async_nats::jetstream::stream::StorageType;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::bridge::{Bridge, Ctx};
+use super::bridge::{retrying, Bridge, Ctx};
 use super::shared::JsShared;
 use super::JsError;
 use crate::config::NatsConfig;
@@ -41,15 +48,46 @@ pub struct Layout {
     pub shards: u16,
 }
 
-/// The router's hold on its name (module docs).
+/// The router's hold on its name (module docs), renewed on the bridge's
+/// thread from its making until [`Lease::release`].
 pub struct Lease {
     store: kv::Store,
     key: String,
     stop: Arc<AtomicBool>,
+    watchers: Arc<Mutex<Watchers>>,
 }
 
-/// The bucket `name` with `max_age` (0: none), made when missing.
-async fn bucket(ctx: &Ctx, name: String, max_age: Duration, replicas: usize) -> Result<kv::Store, JsError> {
+/// Who hears that another router took the name.
+#[derive(Default)]
+struct Watchers {
+    /// The shards, once made ([`Lease::attach`]).
+    shards: Vec<Arc<JsShared>>,
+    /// The name was taken (before or after they were attached).
+    taken: bool,
+}
+
+impl Watchers {
+    fn take(&mut self) {
+        self.taken = true;
+        for s in &self.shards {
+            s.taken();
+        }
+    }
+}
+
+/// The bucket `name` with `max_age` (0: none), made when missing; tried
+/// for `within` ([`retrying`]).
+async fn bucket(
+    ctx: &Ctx,
+    name: String,
+    max_age: Duration,
+    replicas: usize,
+    within: Duration,
+) -> Result<kv::Store, JsError> {
+    retrying(within, || bucket_once(ctx, name.clone(), max_age, replicas)).await
+}
+
+async fn bucket_once(ctx: &Ctx, name: String, max_age: Duration, replicas: usize) -> Result<kv::Store, JsError> {
     if let Ok(store) = ctx.js.get_key_value(&name).await {
         return Ok(store);
     }
@@ -77,23 +115,34 @@ async fn bucket(ctx: &Ctx, name: String, max_age: Duration, replicas: usize) -> 
 ///
 /// # Errors
 /// [`JsError::Held`] when a live router holds the name; [`JsError::Store`]
-/// when the bucket cannot be read or written.
+/// when the bucket cannot be read or written (tried for `nats_give_up`).
 pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<Lease, JsError> {
-    let (prefix, name, lease, replicas) =
-        (config.stream_prefix.clone(), config.router_name.clone(), config.lease, config.replicas);
+    let (prefix, name, lease, replicas, give_up) =
+        (config.stream_prefix.clone(), config.router_name.clone(), config.lease, config.replicas, config.give_up);
     bridge.call(move |ctx| async move {
-        let store = bucket(&ctx, format!("{prefix}_routers"), lease, replicas).await?;
+        let store = bucket(&ctx, format!("{prefix}_routers"), lease, replicas, give_up).await?;
         let deadline = Instant::now() + lease * 2 + Duration::from_secs(1);
         let mut seen: Option<u64> = None;
         let mut said = false;
-        loop {
-            match store.create(&name, Bytes::from(holder.clone())).await {
-                Ok(_) => break,
-                Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {}
+        let value = Bytes::from(holder);
+        let revision = loop {
+            let created = retrying(give_up, || async {
+                match store.create(&name, value.clone()).await {
+                    Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(None),
+                    made => made.map(Some),
+                }
+            });
+            match created.await {
+                Ok(Some(revision)) => break revision,
+                Ok(None) => {}
                 Err(e) => return Err(JsError::Store { what: format!("the lease on router name {name}"), why: e.to_string() }),
             }
-            let entry = store.entry(&name).await.map_err(|e| JsError::Store { what: format!("the lease on router name {name}"), why: e.to_string() })?;
+            let entry = retrying(give_up, || store.entry(&name)).await.map_err(|e| JsError::Store { what: format!("the lease on router name {name}"), why: e.to_string() })?;
             if let Some(entry) = entry.filter(|e| e.operation == Operation::Put) {
+                if entry.value == value {
+                    // This router's create, stored while its answer was lost.
+                    break entry.revision;
+                }
                 let other = String::from_utf8_lossy(&entry.value).into_owned();
                 if seen.is_some_and(|r| r != entry.revision) || Instant::now() >= deadline {
                     return Err(JsError::Held { name, holder: other });
@@ -105,67 +154,65 @@ pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<L
                 seen = seen.or(Some(entry.revision));
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        Ok(Lease { store, key: name, stop: Arc::new(AtomicBool::new(false)) })
+        };
+        let held = Lease { store, key: name, stop: Arc::default(), watchers: Arc::default() };
+        let (store, key, stop, watchers) = (held.store.clone(), held.key.clone(), held.stop.clone(), held.watchers.clone());
+        tokio::spawn(renew(store, key, value, revision, lease, stop, watchers));
+        Ok(held)
     })?
 }
 
-impl Lease {
-    /// Renews the lease every third of `lease` on the bridge's thread
-    /// until [`Lease::release`]; if another router took the name, every
-    /// shard in `shards` stops acknowledging.
-    pub fn keep(&self, bridge: &Bridge, lease: Duration, shards: Vec<Arc<JsShared>>) {
-        let (store, key, stop) = (self.store.clone(), self.key.clone(), self.stop.clone());
-        let _ = bridge.call(move |_ctx| async move {
-            tokio::spawn(async move {
-                let mut revision = match store.entry(&key).await {
-                    Ok(Some(e)) => e.revision,
-                    _ => 0,
-                };
-                let value = match store.get(&key).await {
-                    Ok(Some(v)) => v,
-                    _ => Bytes::new(),
-                };
-                while !stop.load(Ordering::Acquire) {
-                    tokio::time::sleep(lease / 3).await;
-                    if stop.load(Ordering::Acquire) {
-                        break;
-                    }
-                    match store.update(&key, value.clone(), revision).await {
-                        Ok(r) => revision = r,
-                        Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
-                            // Expired while the store was unreachable, and
-                            // nobody took it: take it again.
-                            match store.entry(&key).await {
-                                Ok(Some(entry)) if entry.operation == Operation::Put && entry.value != value => {}
-                                Ok(_) => match store.create(&key, value.clone()).await {
-                                    Ok(r) => {
-                                        tracing::warn!(router_name = %key, "the lease on the router name had expired (the store was unreachable longer than nats_lease); nobody took the name, taken again");
-                                        revision = r;
-                                        continue;
-                                    }
-                                    Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {}
-                                    Err(e) => {
-                                        crate::log_limited!(warn, router_name = %key, error = %e, "renewing the lease on the router name failed; trying again");
-                                        continue;
-                                    }
-                                },
-                                Err(e) => {
-                                    crate::log_limited!(warn, router_name = %key, error = %e, "renewing the lease on the router name failed; trying again");
-                                    continue;
-                                }
-                            }
-                            tracing::error!(router_name = %key, "another router took this router's name: nothing more is acknowledged here (new jobs get STORE_FAILED); stop this router");
-                            for s in &shards {
-                                s.taken();
-                            }
-                            break;
-                        }
-                        Err(e) => crate::log_limited!(warn, router_name = %key, error = %e, "renewing the lease on the router name failed; trying again"),
-                    }
+/// Renews the key every third of `lease`, starting from `revision`, until
+/// `stop`; if another router took the name, tells the watchers.
+async fn renew(
+    store: kv::Store,
+    key: String,
+    value: Bytes,
+    mut revision: u64,
+    lease: Duration,
+    stop: Arc<AtomicBool>,
+    watchers: Arc<Mutex<Watchers>>,
+) {
+    while !stop.load(Ordering::Acquire) {
+        tokio::time::sleep(lease / 3).await;
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        let error = match store.update(&key, value.clone(), revision).await {
+            Ok(r) => {
+                revision = r;
+                continue;
+            }
+            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => match store.entry(&key).await {
+                // This router's renewal, stored while its answer was lost.
+                Ok(Some(entry)) if entry.operation == Operation::Put && entry.value == value => {
+                    revision = entry.revision;
+                    continue;
                 }
-            });
-        });
+                // Released meanwhile (a clean stop deleted the key).
+                Ok(_) if stop.load(Ordering::Acquire) => break,
+                Ok(_) => {
+                    tracing::error!(router_name = %key, "another router took this router's name: nothing more is acknowledged here (new jobs get STORE_FAILED); stop this router");
+                    watchers.lock().take();
+                    break;
+                }
+                Err(e) => e.to_string(),
+            },
+            Err(e) => e.to_string(),
+        };
+        crate::log_limited!(warn, router_name = %key, error = %error, "renewing the lease on the router name failed; trying again");
+    }
+}
+
+impl Lease {
+    /// The shards to stop acknowledging if another router takes the name
+    /// (at once if it was taken already).
+    pub fn attach(&self, shards: Vec<Arc<JsShared>>) {
+        let mut w = self.watchers.lock();
+        w.shards = shards;
+        if w.taken {
+            w.take();
+        }
     }
 
     /// Stops renewing and deletes the key, so the name is free at once.
@@ -186,12 +233,14 @@ impl Lease {
 /// The name's layout, `None` when it has none yet.
 ///
 /// # Errors
-/// [`JsError::Store`].
+/// [`JsError::Store`] when the bucket cannot be read (tried for
+/// `nats_give_up`).
 pub fn read_layout(bridge: &Bridge, config: &NatsConfig) -> Result<Option<Layout>, JsError> {
-    let (prefix, name, replicas) = (config.stream_prefix.clone(), config.router_name.clone(), config.replicas);
+    let (prefix, name, replicas, give_up) =
+        (config.stream_prefix.clone(), config.router_name.clone(), config.replicas, config.give_up);
     bridge.call(move |ctx| async move {
-        let store = bucket(&ctx, format!("{prefix}_layouts"), Duration::ZERO, replicas).await?;
-        match store.get(&name).await {
+        let store = bucket(&ctx, format!("{prefix}_layouts"), Duration::ZERO, replicas, give_up).await?;
+        match retrying(give_up, || store.get(&name)).await {
             Ok(Some(v)) => serde_json::from_slice(&v)
                 .map(Some)
                 .map_err(|e| JsError::Store { what: format!("the layout of router name {name}"), why: e.to_string() }),
@@ -204,14 +253,15 @@ pub fn read_layout(bridge: &Bridge, config: &NatsConfig) -> Result<Option<Layout
 /// Writes the name's layout (the commit point of a new layout).
 ///
 /// # Errors
-/// [`JsError::Store`].
+/// [`JsError::Store`] when the bucket cannot be written (tried for
+/// `nats_give_up`).
 pub fn write_layout(bridge: &Bridge, config: &NatsConfig, layout: Layout) -> Result<(), JsError> {
-    let (prefix, name, replicas) = (config.stream_prefix.clone(), config.router_name.clone(), config.replicas);
+    let (prefix, name, replicas, give_up) =
+        (config.stream_prefix.clone(), config.router_name.clone(), config.replicas, config.give_up);
     bridge.call(move |ctx| async move {
-        let store = bucket(&ctx, format!("{prefix}_layouts"), Duration::ZERO, replicas).await?;
-        let value = serde_json::to_vec(&layout).unwrap_or_default();
-        store
-            .put(&name, Bytes::from(value))
+        let store = bucket(&ctx, format!("{prefix}_layouts"), Duration::ZERO, replicas, give_up).await?;
+        let value = Bytes::from(serde_json::to_vec(&layout).unwrap_or_default());
+        retrying(give_up, || store.put(&name, value.clone()))
             .await
             .map(|_| ())
             .map_err(|e| JsError::Store { what: format!("the layout of router name {name}"), why: e.to_string() })

@@ -94,6 +94,9 @@ pub struct JsStats {
     pub refused_jobs: AtomicU64,
     /// Stream bytes the log counts as held (records not purged).
     pub stream_bytes: AtomicU64,
+    /// Of those, the bytes handed to the NATS thread and not yet
+    /// acknowledged (0 once the log is at rest).
+    pub unconfirmed_bytes: AtomicU64,
     /// Bytes of the live jobs' `Accepted` records.
     pub live_bytes: AtomicU64,
     /// Live jobs.
@@ -352,6 +355,7 @@ impl LogStatus for JsShared {
             "live_jobs": f.live_jobs,
             "live_bytes": get(&s.live_bytes),
             "unconfirmed_batches": self.unconfirmed(),
+            "unconfirmed_bytes": get(&s.unconfirmed_bytes),
             "published": get(&s.published),
             "published_bytes": get(&s.published_bytes),
             "retries": get(&s.retries),
