@@ -332,6 +332,34 @@ impl Run {
     }
 }
 
+/// Runs the start-up request `attempt` until it succeeds or `within` has
+/// passed, with the publishes' back-off: a stream or bucket just made, or
+/// one whose leader is being elected, answers "no responders" (or times
+/// out) until it has a leader. `what` names the request in the log.
+///
+/// # Errors
+/// The last attempt's error once `within` has passed.
+pub async fn retried<T, E, F, Fut>(what: &str, within: Duration, mut attempt: F) -> Result<T, E>
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let deadline = Instant::now() + within;
+    let mut backoff = limits::NATS_RETRY_MIN;
+    loop {
+        match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(e) if Instant::now() + backoff < deadline => {
+                crate::log_limited!(warn, what, error = %e, "a JetStream request at start failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(limits::NATS_RETRY_MAX);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Publishes `p` until it is acknowledged or `give_up` has passed.
 async fn publish(
     js: jetstream::Context,

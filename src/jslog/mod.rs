@@ -449,18 +449,16 @@ fn make_streams(bridge: &Bridge, nats: &NatsConfig, gen: u32, names: &[String]) 
             ..Default::default()
         })
         .collect();
+    let within = nats.give_up;
     bridge.call(move |ctx| async move {
         let mut out = Vec::new();
         for c in configs {
-            let name = c.name.clone();
-            let mut s = ctx
-                .js
-                .get_or_create_stream(c)
+            let what = format!("making stream {}", c.name);
+            let s = bridge::retried(&what, within, || ctx.js.get_or_create_stream(c.clone()))
                 .await
-                .map_err(|e| JsError::Store { what: format!("making stream {name}"), why: e.to_string() })?;
-            let info =
-                s.info().await.map_err(|e| JsError::Store { what: format!("stream {name}"), why: e.to_string() })?;
-            out.push(info.state.last_sequence + 1);
+                .map_err(|e| JsError::Store { what, why: e.to_string() })?;
+            // As made or found (the answer to the request holds its state).
+            out.push(s.cached_info().state.last_sequence + 1);
         }
         Ok(out)
     })?

@@ -27,7 +27,7 @@ use async_nats::jetstream::stream::StorageType;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::bridge::{Bridge, Ctx};
+use super::bridge::{retried, Bridge, Ctx};
 use super::shared::JsShared;
 use super::JsError;
 use crate::config::NatsConfig;
@@ -48,11 +48,15 @@ pub struct Lease {
     stop: Arc<AtomicBool>,
 }
 
-/// The bucket `name` with `max_age` (0: none), made when missing.
-async fn bucket(ctx: &Ctx, name: String, max_age: Duration, replicas: usize) -> Result<kv::Store, JsError> {
-    if let Ok(store) = ctx.js.get_key_value(&name).await {
-        return Ok(store);
-    }
+/// The bucket `name` with `max_age` (0: none), made when missing; tried
+/// for up to `within` ([`retried`]).
+async fn bucket(
+    ctx: &Ctx,
+    name: String,
+    max_age: Duration,
+    replicas: usize,
+    within: Duration,
+) -> Result<kv::Store, JsError> {
     let config = kv::Config {
         bucket: name.clone(),
         history: 1,
@@ -61,15 +65,19 @@ async fn bucket(ctx: &Ctx, name: String, max_age: Duration, replicas: usize) -> 
         num_replicas: replicas,
         ..Default::default()
     };
-    match ctx.js.create_key_value(config).await {
-        Ok(store) => Ok(store),
-        // Made meanwhile by another router.
-        Err(e) => ctx
-            .js
-            .get_key_value(&name)
-            .await
-            .map_err(|_| JsError::Store { what: format!("bucket {name}"), why: e.to_string() }),
-    }
+    let what = format!("bucket {name}");
+    retried(&what, within, || async {
+        if let Ok(store) = ctx.js.get_key_value(&name).await {
+            return Ok(store);
+        }
+        match ctx.js.create_key_value(config.clone()).await {
+            Ok(store) => Ok(store),
+            // Made meanwhile by another router.
+            Err(e) => ctx.js.get_key_value(&name).await.map_err(|_| e.to_string()),
+        }
+    })
+    .await
+    .map_err(|why| JsError::Store { what, why })
 }
 
 /// Takes the router's name (module docs), `holder` describing this router
@@ -79,20 +87,27 @@ async fn bucket(ctx: &Ctx, name: String, max_age: Duration, replicas: usize) -> 
 /// [`JsError::Held`] when a live router holds the name; [`JsError::Store`]
 /// when the bucket cannot be read or written.
 pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<Lease, JsError> {
-    let (prefix, name, lease, replicas) =
-        (config.stream_prefix.clone(), config.router_name.clone(), config.lease, config.replicas);
+    let (prefix, name, lease, replicas, within) =
+        (config.stream_prefix.clone(), config.router_name.clone(), config.lease, config.replicas, config.give_up);
     bridge.call(move |ctx| async move {
-        let store = bucket(&ctx, format!("{prefix}_routers"), lease, replicas).await?;
+        let store = bucket(&ctx, format!("{prefix}_routers"), lease, replicas, within).await?;
         let deadline = Instant::now() + lease * 2 + Duration::from_secs(1);
         let mut seen: Option<u64> = None;
         let mut said = false;
+        let what = format!("the lease on router name {name}");
         loop {
-            match store.create(&name, Bytes::from(holder.clone())).await {
-                Ok(_) => break,
-                Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {}
-                Err(e) => return Err(JsError::Store { what: format!("the lease on router name {name}"), why: e.to_string() }),
+            let created = retried(&what, within, || async {
+                match store.create(&name, Bytes::from(holder.clone())).await {
+                    Ok(_) => Ok(true),
+                    Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(false),
+                    Err(e) => Err(e.to_string()),
+                }
+            });
+            if created.await.map_err(|why| JsError::Store { what: what.clone(), why })? {
+                break;
             }
-            let entry = store.entry(&name).await.map_err(|e| JsError::Store { what: format!("the lease on router name {name}"), why: e.to_string() })?;
+            let entry = retried(&what, within, || store.entry(&name)).await;
+            let entry = entry.map_err(|e| JsError::Store { what: what.clone(), why: e.to_string() })?;
             if let Some(entry) = entry.filter(|e| e.operation == Operation::Put) {
                 let other = String::from_utf8_lossy(&entry.value).into_owned();
                 if seen.is_some_and(|r| r != entry.revision) || Instant::now() >= deadline {
@@ -167,10 +182,11 @@ impl Lease {
 /// # Errors
 /// [`JsError::Store`].
 pub fn read_layout(bridge: &Bridge, config: &NatsConfig) -> Result<Option<Layout>, JsError> {
-    let (prefix, name, replicas) = (config.stream_prefix.clone(), config.router_name.clone(), config.replicas);
+    let (prefix, name, replicas, within) =
+        (config.stream_prefix.clone(), config.router_name.clone(), config.replicas, config.give_up);
     bridge.call(move |ctx| async move {
-        let store = bucket(&ctx, format!("{prefix}_layouts"), Duration::ZERO, replicas).await?;
-        match store.get(&name).await {
+        let store = bucket(&ctx, format!("{prefix}_layouts"), Duration::ZERO, replicas, within).await?;
+        match retried(&format!("the layout of router name {name}"), within, || store.get(&name)).await {
             Ok(Some(v)) => serde_json::from_slice(&v)
                 .map(Some)
                 .map_err(|e| JsError::Store { what: format!("the layout of router name {name}"), why: e.to_string() }),
@@ -185,12 +201,12 @@ pub fn read_layout(bridge: &Bridge, config: &NatsConfig) -> Result<Option<Layout
 /// # Errors
 /// [`JsError::Store`].
 pub fn write_layout(bridge: &Bridge, config: &NatsConfig, layout: Layout) -> Result<(), JsError> {
-    let (prefix, name, replicas) = (config.stream_prefix.clone(), config.router_name.clone(), config.replicas);
+    let (prefix, name, replicas, within) =
+        (config.stream_prefix.clone(), config.router_name.clone(), config.replicas, config.give_up);
     bridge.call(move |ctx| async move {
-        let store = bucket(&ctx, format!("{prefix}_layouts"), Duration::ZERO, replicas).await?;
-        let value = serde_json::to_vec(&layout).unwrap_or_default();
-        store
-            .put(&name, Bytes::from(value))
+        let store = bucket(&ctx, format!("{prefix}_layouts"), Duration::ZERO, replicas, within).await?;
+        let value = Bytes::from(serde_json::to_vec(&layout).unwrap_or_default());
+        retried(&format!("the layout of router name {name}"), within, || store.put(&name, value.clone()))
             .await
             .map(|_| ())
             .map_err(|e| JsError::Store { what: format!("the layout of router name {name}"), why: e.to_string() })
