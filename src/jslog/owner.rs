@@ -8,8 +8,12 @@
 //!   with a name whose key exists watches it for up to twice the lease: a
 //!   new revision means a live holder, and the start is refused
 //!   ([`JsError::Held`]); a key that expires (its holder died, `kill -9`)
-//!   is then created. A renewal that finds another revision means another
-//!   router took the name: every shard stops acknowledging
+//!   is then created. A renewal that finds another revision reads the key
+//!   from the bucket's leader: this router's own value (a renewal stored
+//!   whose PubAck was lost), or no key (it expired while the cluster was
+//!   unreachable for longer than the lease), leaves the name this router's
+//!   (a missing key is created again, only if absent); another value means
+//!   another router took the name: every shard stops acknowledging
 //!   ([`JsShared::taken`]). A clean stop deletes the key. Taking over from
 //!   a live holder, and fencing a paused one, are not done here.
 //! * **The layout**: key `<name>` in `<prefix>_layouts` (no expiry) says
@@ -23,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::kv::{self, CreateErrorKind, Operation, UpdateErrorKind};
-use async_nats::jetstream::stream::StorageType;
+use async_nats::jetstream::stream::{LastRawMessageErrorKind, StorageType};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
@@ -148,13 +152,21 @@ impl Lease {
                     }
                     match store.update(&key, value.clone(), revision).await {
                         Ok(r) => revision = r,
-                        Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
-                            tracing::error!(router_name = %key, "another router took this router's name: nothing more is acknowledged here (new jobs get STORE_FAILED); stop this router");
-                            for s in &shards {
-                                s.taken();
+                        Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => match reclaim(&store, &key, &value).await {
+                            Ok(Some(Reclaimed::Lapsed(r))) => {
+                                tracing::warn!(router_name = %key, "the lease on the router name lapsed (the cluster was unreachable longer than nats_lease) and no other router took it: held again");
+                                revision = r;
                             }
-                            break;
-                        }
+                            Ok(Some(Reclaimed::Ours(r))) => revision = r,
+                            Ok(None) => {
+                                tracing::error!(router_name = %key, "another router took this router's name: nothing more is acknowledged here (new jobs get STORE_FAILED); stop this router");
+                                for s in &shards {
+                                    s.taken();
+                                }
+                                break;
+                            }
+                            Err(e) => crate::log_limited!(warn, router_name = %key, error = %e, "renewing the lease on the router name failed; trying again"),
+                        },
                         Err(e) => crate::log_limited!(warn, router_name = %key, error = %e, "renewing the lease on the router name failed; trying again"),
                     }
                 }
@@ -174,6 +186,47 @@ impl Lease {
             Err(e) => e.to_string(),
         };
         tracing::warn!(router_name = %name, error = %error, "could not free the router name at stop: a new router with it waits until the lease expires");
+    }
+}
+
+/// The name is still this router's after a renewal found another
+/// revision ([`reclaim`]); the revision to renew next.
+enum Reclaimed {
+    /// The key holds this router's own value: a renewal was stored whose
+    /// PubAck was lost.
+    Ours(u64),
+    /// The key was gone (it expired while the cluster was unreachable for
+    /// longer than the lease, or was deleted) and is made again.
+    Lapsed(u64),
+}
+
+/// Whose the name is after a renewal found another revision than the one
+/// this router last wrote, as the bucket's stream leader says (a replica
+/// answering a direct get may lag, a node just restarted say): still this
+/// router's (`Some`, see [`Reclaimed`]; a missing key is created again,
+/// only if absent, as at start), or another router's (`None`) only when
+/// the key holds another value.
+///
+/// # Errors
+/// Nothing certain (a request failed, or the key was made between the
+/// read and the create): the next renewal asks again.
+async fn reclaim(store: &kv::Store, key: &str, value: &Bytes) -> Result<Option<Reclaimed>, String> {
+    let subject = format!("{}{key}", store.prefix);
+    match store.stream.get_last_raw_message_by_subject(&subject).await {
+        Ok(m) if m.headers.get("KV-Operation").is_none() && m.headers.get("Nats-Marker-Reason").is_none() => {
+            return Ok((m.payload == *value).then_some(Reclaimed::Ours(m.sequence)));
+        }
+        // A delete or purge marker: the key is gone.
+        Ok(_) => {}
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    match store.create(key, value.clone()).await {
+        Ok(revision) => Ok(Some(Reclaimed::Lapsed(revision))),
+        Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
+            Err("the key was made again between its read and its creation".into())
+        }
+        Err(e) => Err(e.to_string()),
     }
 }
 
