@@ -29,7 +29,9 @@
 //! acceptances waiting for the batch are refused, and [`JobLog::maintain`]
 //! repairs the log: it publishes a snapshot of every live job (from the
 //! shard's memory and its copies of dispatched jobs), and once the snapshot
-//! is acknowledged everything before it is superseded and purged. Meanwhile
+//! is acknowledged everything before it is superseded and purged; a
+//! snapshot the store gives up on too (the cluster is still unreachable)
+//! is published again, after a back-off doubling from 1 s to 60 s. Meanwhile
 //! consumers are served from memory and their records are published as
 //! usual (a crash before the store confirms them may redeliver a job: at
 //! least once).
@@ -595,6 +597,10 @@ impl JobLog for JsLog {
         self.take_acks();
         match self.shared.fault() {
             Some(FaultKind::Unreachable) => {
+                // A snapshot the store gave up on is no repair: try again.
+                if self.snapshot.is_some_and(|(t, _)| self.shared.snapshot_given_up(t)) {
+                    self.snapshot = None;
+                }
                 if self.snapshot.is_none() && self.next_repair.is_none_or(|t| now >= t) {
                     self.repair(now, holdings);
                 }

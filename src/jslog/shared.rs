@@ -243,6 +243,14 @@ impl JsShared {
         self.progress.lock().snapshot.is_some()
     }
 
+    /// Whether the repair's snapshot `ticket` was given up: the log is
+    /// still faulty and no longer waits for it (a give-up of it, or of a
+    /// later ticket, which was first tried after it, clears it).
+    pub fn snapshot_given_up(&self, ticket: u64) -> bool {
+        let p = self.progress.lock();
+        p.fault.is_some() && p.snapshot != Some(ticket) && ticket > p.durable
+    }
+
     /// Tickets handed out and not yet durable.
     pub fn unconfirmed(&self) -> usize {
         self.progress.lock().pending.len()
