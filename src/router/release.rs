@@ -5,10 +5,12 @@
 //! frames to the I/O thread, the answers to their text ports). Releases
 //! run in the order they were handed over.
 //!
-//! * [`Releaser::thread`] (`durability = "sync"` with `wal_sync_thread`):
-//!   a thread of the shard's own (`emq-sync-<n>`) syncs and releases while
-//!   the shard serves its next batch; releases that pile up while a sync
-//!   runs share the next one (group commit across batches).
+//! * [`Releaser::thread`] (`durability = "sync"` with `wal_sync_thread`,
+//!   and `replicated`): a thread of the shard's own (`emq-sync-<n>`) syncs
+//!   and releases while the shard serves its next batch; releases that
+//!   pile up while a sync runs share the next one (group commit across
+//!   batches), and while they wait each leaves as soon as the log holds
+//!   its own ticket (a replicated log's point moves batch by batch).
 //! * [`Releaser::inline`] (everything else): the shard's own thread asks
 //!   the log at the end of the batch (`sync` without the thread: it syncs
 //!   there; `async`: written is durable; `memory`: always).
@@ -163,11 +165,14 @@ impl Drop for ReleaseThread {
 
 fn run(rx: Receiver<Item>, durable: Arc<dyn Durable>, stop: Arc<AtomicBool>) {
     while let Ok(first) = rx.recv() {
-        let mut items = vec![first];
+        let mut items = VecDeque::from([first]);
         items.extend(rx.try_iter().take(limits::BATCH));
         let last = items.iter().filter_map(|i| i.ticket).max();
         if let Some(ticket) = last {
-            match wait_durable(durable.as_ref(), ticket, &stop) {
+            // While the last one waits, the first ones leave as the log
+            // holds them (a replicated log's point moves batch by batch).
+            let mut progress = |upto: Ticket| release_upto(&mut items, upto);
+            match wait_durable(durable.as_ref(), ticket, &stop, &mut progress) {
                 Outcome::Durable => {}
                 Outcome::GaveUp => {
                     // Some of them: each one's own ticket decides.
@@ -196,6 +201,16 @@ fn run(rx: Receiver<Item>, durable: Arc<dyn Durable>, stop: Arc<AtomicBool>) {
     }
 }
 
+/// Runs, in order, the releases at the front of `items` that wait for no
+/// ticket above `upto` (the log's durable point).
+fn release_upto(items: &mut VecDeque<Item>, upto: Ticket) {
+    while items.front().is_some_and(|i| i.ticket.is_none_or(|t| t <= upto)) {
+        if let Some(item) = items.pop_front() {
+            (item.release)(None);
+        }
+    }
+}
+
 /// How a wait for a ticket ended.
 enum Outcome {
     /// The log holds it.
@@ -208,8 +223,8 @@ enum Outcome {
 
 /// Makes `ticket` durable, waiting through faults until a repair does or
 /// the log gives up on it; [`Outcome::Stopped`] once `stop` is set while
-/// it is neither.
-fn wait_durable(durable: &dyn Durable, ticket: Ticket, stop: &AtomicBool) -> Outcome {
+/// it is neither. `progress` hears the durable point after every wait.
+fn wait_durable(durable: &dyn Durable, ticket: Ticket, stop: &AtomicBool, progress: &mut dyn FnMut(Ticket)) -> Outcome {
     loop {
         if durable.make_durable(ticket) {
             return Outcome::Durable;
@@ -221,6 +236,7 @@ fn wait_durable(durable: &dyn Durable, ticket: Ticket, stop: &AtomicBool) -> Out
         if durable.wait(ticket, FAULT_WAIT) {
             return Outcome::Durable;
         }
+        progress(durable.durable_upto());
         if stop.load(Ordering::Acquire) {
             return if durable.make_durable(ticket) { Outcome::Durable } else { Outcome::Stopped };
         }
@@ -283,6 +299,32 @@ mod tests {
             }
             assert_eq!(*seen.lock(), [1, 2, 3], "in order (threaded {threaded})");
         }
+    }
+
+    /// Releases handed over together: the first leaves once the log holds
+    /// its ticket, without waiting for the last one's (a replicated log
+    /// whose later batch waits for an election, or its give-up).
+    #[test]
+    fn a_release_leaves_when_its_own_ticket_is_durable_not_its_groups_last() {
+        let hand = Arc::new(Hand::default());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for (n, t) in [(1, 1), (2, 2)] {
+            tx.send(Item { ticket: Some(Ticket(t)), release: recorder(&seen, n) }).unwrap();
+        }
+        drop(tx);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (durable, stopping): (Arc<dyn Durable>, _) = (hand.clone(), stop.clone());
+        let thread = std::thread::spawn(move || run(rx, durable, stopping));
+        hand.durable.store(1, Ordering::Release);
+        let t0 = Instant::now();
+        while seen.lock().is_empty() && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(*seen.lock(), [1], "the first alone: ticket 2 is not durable");
+        hand.durable.store(2, Ordering::Release);
+        thread.join().unwrap();
+        assert_eq!(*seen.lock(), [1, 2]);
     }
 
     #[test]
