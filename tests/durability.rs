@@ -44,8 +44,9 @@ use crate::common::watchdog::Watchdog;
 
 mod faults;
 
-/// The router binary on fixed ports and a data directory, restartable.
-struct Node {
+/// The router binary on fixed ports and a data directory, restartable
+/// (also the replicated router of `replicated_faults`).
+pub(crate) struct Node {
     ports: [u16; 4],
     data: PathBuf,
     log: PathBuf,
@@ -58,28 +59,28 @@ impl Node {
 
     /// A node whose data directory is `data` (on a file system of the
     /// test's own, say).
-    fn with_data(dir: &TestDir, data: PathBuf) -> Node {
+    pub(crate) fn with_data(dir: &TestDir, data: PathBuf) -> Node {
         let ports = [free_port(), free_port(), free_port(), free_port()];
         Node { ports, data, log: dir.join("router.log") }
     }
 
-    fn frontend(&self) -> String {
+    pub(crate) fn frontend(&self) -> String {
         zmq_endpoint(self.ports[0])
     }
 
-    fn backend(&self) -> String {
+    pub(crate) fn backend(&self) -> String {
         zmq_endpoint(self.ports[1])
     }
 
-    fn admin(&self) -> String {
+    pub(crate) fn admin(&self) -> String {
         zmq_endpoint(self.ports[2])
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         format!("127.0.0.1:{}", self.ports[3])
     }
 
-    fn command(&self, extra: &[&str]) -> Command {
+    pub(crate) fn command(&self, extra: &[&str]) -> Command {
         let mut cmd = Command::new(rust_router_bin());
         for (key, _) in std::env::vars_os() {
             if key.to_string_lossy().starts_with("EMQ_") {
@@ -96,7 +97,7 @@ impl Node {
     }
 
     /// Starts the router and waits until every port listens.
-    fn start(&self, extra: &[&str]) -> Child {
+    pub(crate) fn start(&self, extra: &[&str]) -> Child {
         let mut child = Child::spawn("router", &mut self.command(extra), &self.log);
         let up =
             wait::until(Duration::from_secs(30), || !child.is_alive() || self.ports.iter().all(|&p| is_listening(p)));
@@ -271,7 +272,7 @@ fn text_conn(addr: &str) -> Option<(TcpStream, BufReader<TcpStream>)> {
 
 /// Reads one line, retrying read timeouts until `stop`; `None` on EOF,
 /// error or stop.
-fn read_line(r: &mut BufReader<TcpStream>, stop: &AtomicBool) -> Option<String> {
+pub(crate) fn read_line(r: &mut BufReader<TcpStream>, stop: &AtomicBool) -> Option<String> {
     let mut line = String::new();
     loop {
         match r.read_line(&mut line) {

@@ -15,6 +15,7 @@ mod interop_scheduler;
 mod lost_logs;
 mod nats_cluster;
 mod ops;
+mod replicated_faults;
 mod retries;
 mod scheduler;
 mod scheduler_e2e;
