@@ -285,7 +285,8 @@ const GIVE_UP: Duration = Duration::from_secs(6);
 #[test]
 fn two_of_three_paused_past_the_give_up_refuse_held_jobs_and_repair() {
     let test = "repfault_two_paused";
-    let flags = ["--nats-give-up", "6s", "--nats-ack-timeout", "1s", "--nats-dedup-window", "20s"];
+    let flags =
+        ["--nats-give-up", "6s", "--nats-ack-timeout", "1s", "--nats-dedup-window", "20s", "--log", "emq=debug"];
     let Some((mut s, node, mut router, ledger)) = start(test, 170, "tp", &flags) else { return };
     let pre = PreQueues::queue(&node, &ledger);
     let mut holder = Threads::default();
@@ -314,6 +315,15 @@ fn two_of_three_paused_past_the_give_up_refuse_held_jobs_and_repair() {
     let shard = rig::wait_log_state(&node, "ok", BACK_BOUND).unwrap_or_else(|why| panic!("not repaired: {why}"));
     let repaired_after = up.elapsed();
     assert!(shard["repairs"].as_u64().is_some_and(|n| n >= 1), "{shard}");
+    // The snapshot supersedes everything before it: purged.
+    let purged = wait::until_ok(Duration::from_secs(5), || {
+        let shard = node.log_status()?;
+        match shard["purged_below_seq"].as_u64() {
+            Some(n) if n > 1 => Ok(n),
+            _ => Err(format!("{shard}")),
+        }
+    });
+    let purged = purged.unwrap_or_else(|why| panic!("the stream is not purged below the snapshot: {why}"));
     let in_slack = assert_no_acks(&ledger, down, up);
     if let Err(why) = s.cluster.wait_ready(READY_TIMEOUT) {
         panic!("the cluster did not come back: {why}\n{}", s.cluster.log_tails(20));
@@ -341,8 +351,8 @@ fn two_of_three_paused_past_the_give_up_refuse_held_jobs_and_repair() {
     assert!(!held.is_empty() && wrong.is_empty(), "held acceptances not refused at the give-up: {wrong:?}");
     eprintln!(
         "{test}: {m:?}; unreachable {unreachable_after:?} after the SIGSTOP; repaired {repaired_after:?} after \
-         the SIGCONT; consumers served from memory in {served:?}; emq-cli status --json in {took:?}; {} held \
-         acceptances refused at the give-up; {in_slack} sent before the SIGSTOP acknowledged during the outage; {}",
+         the SIGCONT (the stream purged below sequence {purged}); consumers served from memory in {served:?}; \
+         emq-cli status --json in {took:?}; {} held acceptances refused at the give-up; {in_slack} sent before the SIGSTOP acknowledged during the outage; {}",
         held.len(),
         lock(&ledger).counts()
     );
@@ -361,20 +371,22 @@ fn two_of_three_paused_past_the_give_up_refuse_held_jobs_and_repair() {
         .as_object()
         .map(|m| m.iter().map(|(q, n)| (q.clone(), n.as_u64().unwrap_or(0))).collect())
         .unwrap_or_default();
-    assert_eq!(recovered, waiting, "the same jobs wait after the restart");
-    let total: u64 = waiting.values().sum();
+    let total: u64 = recovered.values().sum();
     assert_eq!(st["emq"]["wal"]["shards"][0]["jobs_recovered"], total, "{}", st["emq"]["wal"]);
+    // Every recovered job taken: none of them was delivered before
+    // (check), and they are the jobs that waited.
     let kept = |p: &str| (0..KEPT_JOBS).map(|i| format!("{p}-{i:04}")).collect::<Vec<_>>();
     assert_eq!(take_text(&node, &ledger, "kept-t", SERVED_BOUND), kept("kept-t"), "kept-t in order");
-    assert_eq!(take_text(&node, &ledger, "tq", SERVED_BOUND).len() as u64, waiting.get("tq").copied().unwrap_or(0));
+    assert_eq!(take_text(&node, &ledger, "tq", SERVED_BOUND).len() as u64, recovered.get("tq").copied().unwrap_or(0));
     for q in ["kept-e", "default"] {
-        let n = waiting.get(q).copied().unwrap_or(0) as usize;
+        let n = recovered.get(q).copied().unwrap_or(0) as usize;
         assert_eq!(take_emqp(&node, &ledger, q, n, Duration::from_secs(10)), n, "{q}");
     }
     let l = lock(&ledger);
     assert_eq!((l.deliveries.len() - delivered_before) as u64, total, "every recovered job delivered");
-    eprintln!("{test}: restarted with {total} jobs recovered ({waiting:?}); end: {}", l.counts());
+    eprintln!("{test}: restarted with {total} jobs recovered ({recovered:?}); end: {}", l.counts());
     check(&l);
+    assert_eq!(recovered, waiting, "the same jobs wait after the restart");
 }
 
 /// A quiet router (no load: the repair's snapshot is published at once)

@@ -29,6 +29,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use super::message::SNAPSHOT_HEADER;
 use super::shared::JsShared;
 use super::JsError;
 use crate::config::NatsConfig;
@@ -61,6 +62,8 @@ pub struct Publish {
     pub msg_id: String,
     /// Header and records.
     pub payload: Bytes,
+    /// A part of a repair's snapshot (sent with [`SNAPSHOT_HEADER`]).
+    pub snapshot: bool,
 }
 
 enum Cmd {
@@ -372,7 +375,10 @@ async fn publish(
     let mut backoff = limits::NATS_RETRY_MIN;
     let mut tries = 0u32;
     loop {
-        let msg = PublishMessage::build().payload(p.payload.clone()).message_id(p.msg_id.as_str());
+        let mut msg = PublishMessage::build().payload(p.payload.clone()).message_id(p.msg_id.as_str());
+        if p.snapshot {
+            msg = msg.header(SNAPSHOT_HEADER, "1");
+        }
         let error = match js.send_publish(p.subject.to_string(), msg).await {
             Ok(ack) => match ack.await {
                 Ok(ack) => return (p.shard, p.ticket, p.part, Ok((ack.sequence, t0.elapsed()))),

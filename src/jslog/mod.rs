@@ -179,6 +179,9 @@ pub struct Opened {
 struct StreamRead {
     /// Its messages: header, sequence, records.
     msgs: Vec<(Header, u64, Vec<u8>)>,
+    /// The headers of the messages of repairs' snapshots (they carry
+    /// [`message::SNAPSHOT_HEADER`]).
+    snapshot_parts: Vec<Header>,
 }
 
 fn stream_name(c: &NatsConfig, gen: u32, shard: usize) -> String {
@@ -405,7 +408,7 @@ async fn read_stream(js: async_nats::jetstream::Context, name: String, idle: Dur
         .await
         .map_err(|e| err(format!("{e} (the layout names this stream: was it deleted by hand? its jobs are gone)")))?;
     let state = stream.info().await.map_err(|e| err(e.to_string()))?.state.clone();
-    let mut read = StreamRead { msgs: Vec::new() };
+    let mut read = StreamRead { msgs: Vec::new(), snapshot_parts: Vec::new() };
     if state.messages == 0 {
         return Ok(read);
     }
@@ -426,6 +429,9 @@ async fn read_stream(js: async_nats::jetstream::Context, name: String, idle: Dur
         let seq = m.info().map_err(|e| err(e.to_string()))?.stream_sequence;
         let (header, records) =
             Header::decode(&m.payload).map_err(|why| JsError::Damaged { stream: name.clone(), seq, why })?;
+        if m.headers.as_ref().is_some_and(|h| h.get(message::SNAPSHOT_HEADER).is_some()) {
+            read.snapshot_parts.push(header);
+        }
         read.msgs.push((header, seq, records.to_vec()));
         if seq >= state.last_sequence {
             break;
@@ -486,16 +492,42 @@ struct Replay {
     next_chunk: u32,
 }
 
+/// The `(boot, ticket)` of the last repair's snapshot whose every part is
+/// among `parts` (the headers of the messages marked as snapshot parts).
+fn last_whole_snapshot(parts: &[Header]) -> Option<(u32, u64)> {
+    let mut seen: BTreeMap<(u32, u64), (u16, std::collections::BTreeSet<u16>)> = BTreeMap::new();
+    for h in parts {
+        seen.entry((h.boot, h.ticket)).or_insert((h.parts, Default::default())).1.insert(h.part);
+    }
+    seen.into_iter().rev().find(|(_, (parts, got))| got.len() == usize::from(*parts)).map(|(at, _)| at)
+}
+
 /// Applies a stream's batches in `(boot, ticket)` order (see [`message`]),
 /// each one's parts joined, counting them into chunks as the log does. A
 /// batch with a part missing was never acknowledged (a give-up): it is
 /// skipped, counted and logged. A part stored twice (a publish retried
-/// after its dedup window) counts once.
+/// after its dedup window) counts once. Batches before the last whole
+/// snapshot of a repair are superseded by it: skipped, and counted in a
+/// dead chunk (0) so that the log purges them.
 fn replay(name: &str, mut read: StreamRead, index: usize, epoch: Instant, now: Instant) -> Result<Replay, JsError> {
     read.msgs.sort_by_key(|(h, seq, _)| (h.boot, h.ticket, h.part, *seq));
     let mut out = Replay { state: ShardReplay { index, ..Default::default() }, ..Default::default() };
     let (mut chunk, mut in_chunk, mut incomplete) = (1u32, 0u64, 0u64);
-    let mut msgs = read.msgs.into_iter().peekable();
+    let barrier = last_whole_snapshot(&read.snapshot_parts);
+    let (old, live): (Vec<_>, Vec<_>) =
+        read.msgs.into_iter().partition(|(h, _, _)| barrier.is_some_and(|b| (h.boot, h.ticket) < b));
+    for (_, seq, records) in &old {
+        out.seqs.insert(*seq, (0, records.len() as u64));
+        out.state.bytes += records.len() as u64;
+    }
+    if !old.is_empty() {
+        tracing::info!(
+            stream = name,
+            messages = old.len(),
+            "messages before the last repair's snapshot skipped: it supersedes them"
+        );
+    }
+    let mut msgs = live.into_iter().peekable();
     let mut batch = Vec::new();
     while let Some((head, seq, records)) = msgs.next() {
         out.seqs.insert(seq, (chunk, records.len() as u64));
@@ -549,4 +581,53 @@ fn replay(name: &str, mut read: StreamRead, index: usize, epoch: Instant, now: I
     }
     out.next_chunk = chunk + 1;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::JobId;
+    use crate::job::{Job, JobFrames, Origin};
+
+    fn job(seq: u64) -> Job {
+        let frames = JobFrames::new(format!("m{seq}").as_bytes(), b"q", b"", b"body", &[] as &[&[u8]]).unwrap();
+        let now = Instant::now();
+        Job::new(JobId::new(0, seq), frames, Origin::Emqp, false, now, now)
+    }
+
+    fn header(ticket: u64) -> Header {
+        Header { shard: 0, shards: 1, boot: 7, ticket, part: 0, parts: 1 }
+    }
+
+    /// A batch given up before a repair and stored after its snapshot (a
+    /// publish that reached a server late): job 1 accepted and dispatched,
+    /// while the next batch, which said it was done, was lost. The
+    /// snapshot (job 2 alone) supersedes it; unmarked, job 1 comes back.
+    #[test]
+    fn the_last_whole_snapshot_supersedes_every_batch_before_it() {
+        let mut lost_in_flight = Vec::new();
+        record::encode_accepted(&job(1), &mut lost_in_flight);
+        record::encode_dispatched(JobId::new(0, 1), &mut lost_in_flight);
+        let mut snapshot = Vec::new();
+        record::encode_accepted(&job(2), &mut snapshot);
+        let msgs = vec![(header(3), 1, snapshot), (header(1), 2, lost_in_flight.clone())];
+        let now = Instant::now();
+        for marked in [true, false] {
+            let snapshot_parts = if marked { vec![header(3)] } else { Vec::new() };
+            let read = StreamRead { msgs: msgs.clone(), snapshot_parts };
+            let r = replay("S", read, 0, now, now).unwrap();
+            let mut jobs: Vec<(u64, bool)> = r.state.jobs.values().map(|j| (j.job.id.seq(), j.in_flight)).collect();
+            jobs.sort();
+            if marked {
+                assert_eq!(jobs, [(2, false)]);
+                assert_eq!(r.seqs.get(&2), Some(&(0, lost_in_flight.len() as u64)), "counted dead, to be purged");
+            } else {
+                assert_eq!(jobs, [(1, true), (2, false)]);
+            }
+        }
+        // A snapshot with a part missing is no barrier.
+        let torn = Header { parts: 2, ..header(3) };
+        let read = StreamRead { msgs: msgs.clone(), snapshot_parts: vec![torn] };
+        assert_eq!(last_whole_snapshot(&read.snapshot_parts), None);
+    }
 }
