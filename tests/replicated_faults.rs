@@ -285,8 +285,7 @@ const GIVE_UP: Duration = Duration::from_secs(6);
 #[test]
 fn two_of_three_paused_past_the_give_up_refuse_held_jobs_and_repair() {
     let test = "repfault_two_paused";
-    let flags =
-        ["--nats-give-up", "6s", "--nats-ack-timeout", "1s", "--nats-dedup-window", "20s", "--log", "emq=debug"];
+    let flags = ["--nats-give-up", "6s", "--nats-ack-timeout", "1s", "--nats-dedup-window", "20s"];
     let Some((mut s, node, mut router, ledger)) = start(test, 170, "tp", &flags) else { return };
     let pre = PreQueues::queue(&node, &ledger);
     let mut holder = Threads::default();
@@ -365,7 +364,7 @@ fn two_of_three_paused_past_the_give_up_refuse_held_jobs_and_repair() {
     assert!(status.is_some_and(|st| st.success()), "a clean stop: {status:?}\n{}", router.log_tail(30));
     holder.stop();
     let delivered_before = lock(&ledger).deliveries.len();
-    let _router = node.start();
+    let again = node.start();
     let st = node.status().expect("STATUS after the restart");
     let recovered: BTreeMap<String, u64> = st["waiting_messages_by_queue"]
         .as_object()
@@ -384,7 +383,14 @@ fn two_of_three_paused_past_the_give_up_refuse_held_jobs_and_repair() {
     }
     let l = lock(&ledger);
     assert_eq!((l.deliveries.len() - delivered_before) as u64, total, "every recovered job delivered");
-    eprintln!("{test}: restarted with {total} jobs recovered ({recovered:?}); end: {}", l.counts());
+    let log = again.log_text();
+    let superseded = log.lines().rev().find(|l| l.contains("before the last repair's snapshot skipped"));
+    eprintln!(
+        "{test}: restarted with {total} jobs recovered ({recovered:?}); messages superseded by the snapshot: {}; \
+         end: {}",
+        superseded.and_then(|l| l.split("messages=").nth(1)).unwrap_or("none"),
+        l.counts()
+    );
     check(&l);
     assert_eq!(recovered, waiting, "the same jobs wait after the restart");
 }
