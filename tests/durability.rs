@@ -45,7 +45,8 @@ use crate::common::watchdog::Watchdog;
 mod faults;
 
 /// The router binary on fixed ports and a data directory, restartable
-/// (also used by the replicated-log tests, `tests/replicated.rs`).
+/// (also used by the replicated-log tests, `tests/replicated.rs` and
+/// `tests/replicated_faults.rs`).
 pub(crate) struct Node {
     /// Frontend, backend, admin and text ports.
     pub(crate) ports: [u16; 4],

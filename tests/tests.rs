@@ -16,6 +16,7 @@ mod lost_logs;
 mod nats_cluster;
 mod ops;
 mod replicated;
+mod replicated_faults;
 mod retries;
 mod scheduler;
 mod scheduler_e2e;

@@ -29,6 +29,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use super::message::SNAPSHOT_HEADER;
 use super::shared::JsShared;
 use super::JsError;
 use crate::config::NatsConfig;
@@ -61,6 +62,8 @@ pub struct Publish {
     pub msg_id: String,
     /// Header and records.
     pub payload: Bytes,
+    /// A part of a repair's snapshot (sent with [`SNAPSHOT_HEADER`]).
+    pub snapshot: bool,
 }
 
 /// What the bridge's thread is asked to do.
@@ -342,26 +345,30 @@ impl Run {
     }
 }
 
-/// How often a start-up request that failed is tried again ([`retrying`]).
-const RETRY_EVERY: Duration = Duration::from_millis(100);
-
-/// Runs `op` again every [`RETRY_EVERY`] while it fails, until `within`
-/// has passed: then its last error. For the requests of a router's start
-/// (the lease, the layout, the streams): a bucket or stream just made (by
-/// this router or another) does not answer at once, as its leader is being
-/// elected and the other servers learn of its subjects over their routes,
-/// so its reads and writes fail with "no responders" for a moment (seen at
-/// a router's first start on a fresh cluster); and a loaded cluster may let
-/// a request time out.
-pub async fn retrying<T, E, Fut>(within: Duration, mut op: impl FnMut() -> Fut) -> Result<T, E>
+/// Runs the start-up request `attempt` until it succeeds or `within` has
+/// passed, with the publishes' back-off: a stream or bucket just made, or
+/// one whose leader is being elected, answers "no responders" (or times
+/// out) until it has a leader. `what` names the request in the log.
+///
+/// # Errors
+/// The last attempt's error once `within` has passed.
+pub async fn retried<T, E, F, Fut>(what: &str, within: Duration, mut attempt: F) -> Result<T, E>
 where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
     let deadline = Instant::now() + within;
+    let mut backoff = limits::NATS_RETRY_MIN;
     loop {
-        match op().await {
-            Err(_) if Instant::now() < deadline => tokio::time::sleep(RETRY_EVERY).await,
-            done => return done,
+        match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(e) if Instant::now() + backoff < deadline => {
+                crate::log_limited!(warn, what, error = %e, "a JetStream request at start failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(limits::NATS_RETRY_MAX);
+            }
+            Err(e) => return Err(e),
         }
     }
 }
@@ -378,7 +385,10 @@ async fn publish(
     let mut backoff = limits::NATS_RETRY_MIN;
     let mut tries = 0u32;
     loop {
-        let msg = PublishMessage::build().payload(p.payload.clone()).message_id(p.msg_id.as_str());
+        let mut msg = PublishMessage::build().payload(p.payload.clone()).message_id(p.msg_id.as_str());
+        if p.snapshot {
+            msg = msg.header(SNAPSHOT_HEADER, "1");
+        }
         let error = match js.send_publish(p.subject.to_string(), msg).await {
             Ok(ack) => match ack.await {
                 Ok(ack) => return (p.shard, p.ticket, p.part, Ok((ack.sequence, t0.elapsed()))),
@@ -408,10 +418,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn retrying_tries_again_until_it_works_or_its_time_is_up() {
+    fn retried_tries_again_until_it_works_or_its_time_is_up() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().expect("a runtime");
         let mut tries = 0;
-        let got: Result<u32, String> = rt.block_on(retrying(Duration::from_secs(5), || {
+        let got: Result<u32, String> = rt.block_on(retried("a test", Duration::from_secs(5), || {
             tries += 1;
             let t = tries;
             async move {
@@ -426,12 +436,13 @@ mod tests {
 
         let (t0, within) = (Instant::now(), Duration::from_millis(300));
         let mut tries = 0;
-        let got: Result<u32, String> = rt.block_on(retrying(within, || {
+        let got: Result<u32, String> = rt.block_on(retried("a test", within, || {
             tries += 1;
             let t = tries;
             async move { Err(format!("try {t}")) }
         }));
         assert_eq!(got, Err(format!("try {tries}")), "the last error");
-        assert!(t0.elapsed() >= within && tries >= 3, "{tries} tries in {:?}", t0.elapsed());
+        // 50, 100 and 200 ms apart: the fourth would start past `within`.
+        assert_eq!(tries, 3, "tries in {:?}", t0.elapsed());
     }
 }

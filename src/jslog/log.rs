@@ -289,6 +289,7 @@ impl JsLog {
                 subject: self.params.subject.clone(),
                 msg_id: format!("{}.{}.{}", self.params.boot, ticket, part),
                 payload: Bytes::from(payload),
+                snapshot,
             });
             if !sent {
                 tracing::error!(

@@ -12,6 +12,11 @@
 //! than the server's max payload is `parts` messages. PubAcks arrive in any
 //! order and a retried publish may land after a later batch, so replay
 //! applies messages in `(boot, ticket, part)` order, not stream order.
+//!
+//! The messages of a repair's snapshot (every live job, `jslog::log`) carry
+//! the NATS header [`SNAPSHOT_HEADER`]: at replay the last whole snapshot
+//! supersedes every batch before it in that order, also one stored after
+//! it in the stream (a publish given up, then stored late).
 
 /// The magic bytes every message starts with.
 pub const MAGIC: &[u8; 4] = b"EMQJ";
@@ -19,6 +24,8 @@ pub const MAGIC: &[u8; 4] = b"EMQJ";
 pub const VERSION: u8 = 1;
 /// Bytes of the header.
 pub const HEADER_BYTES: usize = 4 + 1 + 2 + 2 + 4 + 8 + 2 + 2;
+/// The NATS header (value `1`) on every message of a repair's snapshot.
+pub const SNAPSHOT_HEADER: &str = "Emq-Snapshot";
 
 /// A message's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

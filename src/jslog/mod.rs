@@ -182,6 +182,9 @@ pub struct Opened {
 struct StreamRead {
     /// Its messages: header, sequence, records.
     msgs: Vec<(Header, u64, Vec<u8>)>,
+    /// The headers of the messages of repairs' snapshots (they carry
+    /// [`message::SNAPSHOT_HEADER`]).
+    snapshot_parts: Vec<Header>,
 }
 
 fn stream_name(c: &NatsConfig, gen: u32, shard: usize) -> String {
@@ -408,7 +411,7 @@ async fn read_stream(js: async_nats::jetstream::Context, name: String, idle: Dur
         .await
         .map_err(|e| err(format!("{e} (the layout names this stream: was it deleted by hand? its jobs are gone)")))?;
     let state = stream.info().await.map_err(|e| err(e.to_string()))?.state.clone();
-    let mut read = StreamRead { msgs: Vec::new() };
+    let mut read = StreamRead { msgs: Vec::new(), snapshot_parts: Vec::new() };
     if state.messages == 0 {
         return Ok(read);
     }
@@ -429,6 +432,9 @@ async fn read_stream(js: async_nats::jetstream::Context, name: String, idle: Dur
         let seq = m.info().map_err(|e| err(e.to_string()))?.stream_sequence;
         let (header, records) =
             Header::decode(&m.payload).map_err(|why| JsError::Damaged { stream: name.clone(), seq, why })?;
+        if m.headers.as_ref().is_some_and(|h| h.get(message::SNAPSHOT_HEADER).is_some()) {
+            read.snapshot_parts.push(header);
+        }
         read.msgs.push((header, seq, records.to_vec()));
         if seq >= state.last_sequence {
             break;
@@ -438,7 +444,7 @@ async fn read_stream(js: async_nats::jetstream::Context, name: String, idle: Dur
 }
 
 /// Makes the layout's streams (or finds them); each one's next sequence.
-/// Each is tried for `nats_give_up` ([`bridge::retrying`]).
+/// Each is tried for `nats_give_up` ([`bridge::retried`]).
 fn make_streams(bridge: &Bridge, nats: &NatsConfig, gen: u32, names: &[String]) -> Result<Vec<u64>, JsError> {
     let configs: Vec<stream::Config> = names
         .iter()
@@ -453,16 +459,16 @@ fn make_streams(bridge: &Bridge, nats: &NatsConfig, gen: u32, names: &[String]) 
             ..Default::default()
         })
         .collect();
-    let give_up = nats.give_up;
+    let within = nats.give_up;
     bridge.call(move |ctx| async move {
         let mut out = Vec::new();
         for c in configs {
-            let name = c.name.clone();
-            let next = bridge::retrying(give_up, || async {
-                let mut s = ctx.js.get_or_create_stream(c.clone()).await.map_err(|e| e.to_string())?;
-                s.info().await.map(|info| info.state.last_sequence + 1).map_err(|e| e.to_string())
-            });
-            out.push(next.await.map_err(|why| JsError::Store { what: format!("making stream {name}"), why })?);
+            let what = format!("making stream {}", c.name);
+            let s = bridge::retried(&what, within, || ctx.js.get_or_create_stream(c.clone()))
+                .await
+                .map_err(|e| JsError::Store { what, why: e.to_string() })?;
+            // As made or found (the answer to the request holds its state).
+            out.push(s.cached_info().state.last_sequence + 1);
         }
         Ok(out)
     })?
@@ -533,16 +539,42 @@ struct Replay {
     next_chunk: u32,
 }
 
+/// The `(boot, ticket)` of the last repair's snapshot whose every part is
+/// among `parts` (the headers of the messages marked as snapshot parts).
+fn last_whole_snapshot(parts: &[Header]) -> Option<(u32, u64)> {
+    let mut seen: BTreeMap<(u32, u64), (u16, std::collections::BTreeSet<u16>)> = BTreeMap::new();
+    for h in parts {
+        seen.entry((h.boot, h.ticket)).or_insert((h.parts, Default::default())).1.insert(h.part);
+    }
+    seen.into_iter().rev().find(|(_, (parts, got))| got.len() == usize::from(*parts)).map(|(at, _)| at)
+}
+
 /// Applies a stream's batches in `(boot, ticket)` order (see [`message`]),
 /// each one's parts joined, counting them into chunks as the log does. A
 /// batch with a part missing was never acknowledged (a give-up): it is
 /// skipped, counted and logged. A part stored twice (a publish retried
-/// after its dedup window) counts once.
+/// after its dedup window) counts once. Batches before the last whole
+/// snapshot of a repair are superseded by it: skipped, and counted in a
+/// dead chunk (0) so that the log purges them.
 fn replay(name: &str, mut read: StreamRead, index: usize, epoch: Instant, now: Instant) -> Result<Replay, JsError> {
     read.msgs.sort_by_key(|(h, seq, _)| (h.boot, h.ticket, h.part, *seq));
     let mut out = Replay { state: ShardReplay { index, ..Default::default() }, ..Default::default() };
     let (mut chunk, mut in_chunk, mut incomplete) = (1u32, 0u64, 0u64);
-    let mut msgs = read.msgs.into_iter().peekable();
+    let barrier = last_whole_snapshot(&read.snapshot_parts);
+    let (old, live): (Vec<_>, Vec<_>) =
+        read.msgs.into_iter().partition(|(h, _, _)| barrier.is_some_and(|b| (h.boot, h.ticket) < b));
+    for (_, seq, records) in &old {
+        out.seqs.insert(*seq, (0, records.len() as u64));
+        out.state.bytes += records.len() as u64;
+    }
+    if !old.is_empty() {
+        tracing::info!(
+            stream = name,
+            messages = old.len(),
+            "messages before the last repair's snapshot skipped: it supersedes them"
+        );
+    }
+    let mut msgs = live.into_iter().peekable();
     let mut batch = Vec::new();
     while let Some((head, seq, records)) = msgs.next() {
         out.seqs.insert(seq, (chunk, records.len() as u64));

@@ -12,10 +12,13 @@
 //!   with a name whose key exists watches it for up to twice the lease: a
 //!   new revision means a live holder, and the start is refused
 //!   ([`JsError::Held`]); a key that expires (its holder died, `kill -9`)
-//!   is then created. A renewal that finds another revision and another
-//!   router's value in the key means that router took the name: every
-//!   shard stops acknowledging ([`JsShared::taken`]); this router's own
-//!   value there (a write stored whose answer was lost) is taken up. A clean stop deletes the key. Taking over from
+//!   is then created. A renewal that finds another revision reads the key
+//!   from the bucket's leader ([`reclaim`]): this router's own value (a
+//!   renewal stored whose answer was lost) is renewed from its revision;
+//!   no key (it expired while the cluster was unreachable for longer than
+//!   the lease) is created again, only if absent; another value means
+//!   another router took the name: every shard stops acknowledging
+//!   ([`JsShared::taken`]). A clean stop deletes the key. Taking over from
 //!   a live holder, and fencing a paused one, are not done here.
 //! * **The layout**: key `<name>` in `<prefix>_layouts` (no expiry) says
 //!   the generation and shard count of the name's streams,
@@ -30,11 +33,11 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use async_nats::jetstream::kv::{self, CreateErrorKind, Operation, UpdateErrorKind};
-use async_nats::jetstream::stream::StorageType;
+use async_nats::jetstream::stream::{LastRawMessageErrorKind, StorageType};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::bridge::{retrying, Bridge, Ctx};
+use super::bridge::{retried, Bridge, Ctx};
 use super::shared::JsShared;
 use super::JsError;
 use crate::config::NatsConfig;
@@ -76,7 +79,7 @@ impl Watchers {
 }
 
 /// The bucket `name` with `max_age` (0: none), made when missing; tried
-/// for `within` ([`retrying`]).
+/// for `within` ([`retried`]).
 async fn bucket(
     ctx: &Ctx,
     name: String,
@@ -84,7 +87,7 @@ async fn bucket(
     replicas: usize,
     within: Duration,
 ) -> Result<kv::Store, JsError> {
-    retrying(within, || bucket_once(ctx, name.clone(), max_age, replicas)).await
+    retried(&format!("bucket {name}"), within, || bucket_once(ctx, name.clone(), max_age, replicas)).await
 }
 
 async fn bucket_once(ctx: &Ctx, name: String, max_age: Duration, replicas: usize) -> Result<kv::Store, JsError> {
@@ -125,8 +128,9 @@ pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<L
         let mut seen: Option<u64> = None;
         let mut said = false;
         let value = Bytes::from(holder);
+        let what = format!("the lease on router name {name}");
         let revision = loop {
-            let created = retrying(give_up, || async {
+            let created = retried(&what, give_up, || async {
                 match store.create(&name, value.clone()).await {
                     Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(None),
                     made => made.map(Some),
@@ -137,7 +141,7 @@ pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<L
                 Ok(None) => {}
                 Err(e) => return Err(JsError::Store { what: format!("the lease on router name {name}"), why: e.to_string() }),
             }
-            let entry = retrying(give_up, || store.entry(&name)).await.map_err(|e| JsError::Store { what: format!("the lease on router name {name}"), why: e.to_string() })?;
+            let entry = retried(&what, give_up, || store.entry(&name)).await.map_err(|e| JsError::Store { what: format!("the lease on router name {name}"), why: e.to_string() })?;
             if let Some(entry) = entry.filter(|e| e.operation == Operation::Put) {
                 if entry.value == value {
                     // This router's create, stored while its answer was lost.
@@ -183,20 +187,24 @@ async fn renew(
                 revision = r;
                 continue;
             }
-            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => match store.entry(&key).await {
-                // This router's renewal, stored while its answer was lost.
-                Ok(Some(entry)) if entry.operation == Operation::Put && entry.value == value => {
-                    revision = entry.revision;
+            // Released meanwhile (a clean stop deleted the key).
+            Err(_) if stop.load(Ordering::Acquire) => break,
+            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => match reclaim(&store, &key, &value).await {
+                Ok(Some(Reclaimed::Ours(r))) => {
+                    revision = r;
                     continue;
                 }
-                // Released meanwhile (a clean stop deleted the key).
-                Ok(_) if stop.load(Ordering::Acquire) => break,
-                Ok(_) => {
+                Ok(Some(Reclaimed::Lapsed(r))) => {
+                    tracing::warn!(router_name = %key, "the lease on the router name lapsed (the cluster was unreachable longer than nats_lease) and no other router took it: held again");
+                    revision = r;
+                    continue;
+                }
+                Ok(None) => {
                     tracing::error!(router_name = %key, "another router took this router's name: nothing more is acknowledged here (new jobs get STORE_FAILED); stop this router");
                     watchers.lock().take();
                     break;
                 }
-                Err(e) => e.to_string(),
+                Err(why) => why,
             },
             Err(e) => e.to_string(),
         };
@@ -230,6 +238,47 @@ impl Lease {
     }
 }
 
+/// The name is still this router's after a renewal found another
+/// revision ([`reclaim`]); the revision to renew next.
+enum Reclaimed {
+    /// The key holds this router's own value: a renewal was stored whose
+    /// PubAck was lost.
+    Ours(u64),
+    /// The key was gone (it expired while the cluster was unreachable for
+    /// longer than the lease, or was deleted) and is made again.
+    Lapsed(u64),
+}
+
+/// Whose the name is after a renewal found another revision than the one
+/// this router last wrote, as the bucket's stream leader says (a replica
+/// answering a direct get may lag, a node just restarted say): still this
+/// router's (`Some`, see [`Reclaimed`]; a missing key is created again,
+/// only if absent, as at start), or another router's (`None`) only when
+/// the key holds another value.
+///
+/// # Errors
+/// Nothing certain (a request failed, or the key was made between the
+/// read and the create): the next renewal asks again.
+async fn reclaim(store: &kv::Store, key: &str, value: &Bytes) -> Result<Option<Reclaimed>, String> {
+    let subject = format!("{}{key}", store.prefix);
+    match store.stream.get_last_raw_message_by_subject(&subject).await {
+        Ok(m) if m.headers.get("KV-Operation").is_none() && m.headers.get("Nats-Marker-Reason").is_none() => {
+            return Ok((m.payload == *value).then_some(Reclaimed::Ours(m.sequence)));
+        }
+        // A delete or purge marker: the key is gone.
+        Ok(_) => {}
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    match store.create(key, value.clone()).await {
+        Ok(revision) => Ok(Some(Reclaimed::Lapsed(revision))),
+        Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
+            Err("the key was made again between its read and its creation".into())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// The name's layout, `None` when it has none yet.
 ///
 /// # Errors
@@ -240,7 +289,7 @@ pub fn read_layout(bridge: &Bridge, config: &NatsConfig) -> Result<Option<Layout
         (config.stream_prefix.clone(), config.router_name.clone(), config.replicas, config.give_up);
     bridge.call(move |ctx| async move {
         let store = bucket(&ctx, format!("{prefix}_layouts"), Duration::ZERO, replicas, give_up).await?;
-        match retrying(give_up, || store.get(&name)).await {
+        match retried(&format!("the layout of router name {name}"), give_up, || store.get(&name)).await {
             Ok(Some(v)) => serde_json::from_slice(&v)
                 .map(Some)
                 .map_err(|e| JsError::Store { what: format!("the layout of router name {name}"), why: e.to_string() }),
@@ -261,7 +310,7 @@ pub fn write_layout(bridge: &Bridge, config: &NatsConfig, layout: Layout) -> Res
     bridge.call(move |ctx| async move {
         let store = bucket(&ctx, format!("{prefix}_layouts"), Duration::ZERO, replicas, give_up).await?;
         let value = Bytes::from(serde_json::to_vec(&layout).unwrap_or_default());
-        retrying(give_up, || store.put(&name, value.clone()))
+        retried(&format!("the layout of router name {name}"), give_up, || store.put(&name, value.clone()))
             .await
             .map(|_| ())
             .map_err(|e| JsError::Store { what: format!("the layout of router name {name}"), why: e.to_string() })

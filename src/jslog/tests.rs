@@ -9,11 +9,12 @@ use super::bridge::{Cmd, Publisher};
 use super::log::{JsLog, LogParams};
 use super::message::Header;
 use super::shared::JsShared;
-use super::{replay, StreamRead};
+use super::{last_whole_snapshot, replay, StreamRead};
 use crate::ids::JobId;
 use crate::job::{Job, JobFrames, Origin};
 use crate::joblog::fake::OneQueue;
 use crate::joblog::{Commit, Durable, JobLog, StoreFault, Ticket};
+use crate::wal::record;
 
 fn job(seq: u64, body: &[u8]) -> Job {
     let frames = JobFrames::new(b"m", b"q", b"", body, &[] as &[&[u8]]).expect("frames");
@@ -118,7 +119,7 @@ fn a_batch_larger_than_a_part_is_cut_and_replay_joins_it() {
     msgs[0].1 = 200;
     msgs.reverse();
     let now = Instant::now();
-    let r = replay("S", StreamRead { msgs }, 0, now, now).expect("replays");
+    let r = replay("S", StreamRead { msgs, snapshot_parts: Vec::new() }, 0, now, now).expect("replays");
     let mut ids: Vec<u64> = r.state.jobs.keys().map(|id| id.seq()).collect();
     ids.sort_unstable();
     assert_eq!(ids, [1, 2], "job 3 is done");
@@ -182,7 +183,7 @@ fn replayed_ids(pubs: &[Sent]) -> Vec<u64> {
         })
         .collect();
     let now = Instant::now();
-    let r = replay("S", StreamRead { msgs }, 0, now, now).expect("replays");
+    let r = replay("S", StreamRead { msgs, snapshot_parts: Vec::new() }, 0, now, now).expect("replays");
     let mut ids: Vec<u64> = r.state.jobs.keys().map(|id| id.seq()).collect();
     ids.sort_unstable();
     ids
@@ -284,6 +285,42 @@ proptest::proptest! {
             })
             .collect();
         let now = Instant::now();
-        let _ = replay("S", StreamRead { msgs }, 0, now, now);
+        let _ = replay("S", StreamRead { msgs, snapshot_parts: Vec::new() }, 0, now, now);
     }
+}
+
+fn snap_header(ticket: u64) -> Header {
+    Header { shard: 0, shards: 1, boot: 7, ticket, part: 0, parts: 1 }
+}
+
+/// A batch given up before a repair and stored after its snapshot (a
+/// publish that reached a server late): job 1 accepted and dispatched,
+/// while the next batch, which said it was done, was lost. The
+/// snapshot (job 2 alone) supersedes it; unmarked, job 1 comes back.
+#[test]
+fn the_last_whole_snapshot_supersedes_every_batch_before_it() {
+    let mut lost_in_flight = Vec::new();
+    record::encode_accepted(&job(1, b"body"), &mut lost_in_flight);
+    record::encode_dispatched(JobId::new(0, 1), &mut lost_in_flight);
+    let mut snapshot = Vec::new();
+    record::encode_accepted(&job(2, b"body"), &mut snapshot);
+    let msgs = vec![(snap_header(3), 1, snapshot), (snap_header(1), 2, lost_in_flight.clone())];
+    let now = Instant::now();
+    for marked in [true, false] {
+        let snapshot_parts = if marked { vec![snap_header(3)] } else { Vec::new() };
+        let read = StreamRead { msgs: msgs.clone(), snapshot_parts };
+        let r = replay("S", read, 0, now, now).unwrap();
+        let mut jobs: Vec<(u64, bool)> = r.state.jobs.values().map(|j| (j.job.id.seq(), j.in_flight)).collect();
+        jobs.sort();
+        if marked {
+            assert_eq!(jobs, [(2, false)]);
+            assert_eq!(r.seqs.get(&2), Some(&(0, lost_in_flight.len() as u64)), "counted dead, to be purged");
+        } else {
+            assert_eq!(jobs, [(1, true), (2, false)]);
+        }
+    }
+    // A snapshot with a part missing is no barrier.
+    let torn = Header { parts: 2, ..snap_header(3) };
+    let read = StreamRead { msgs: msgs.clone(), snapshot_parts: vec![torn] };
+    assert_eq!(last_whole_snapshot(&read.snapshot_parts), None);
 }

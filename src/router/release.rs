@@ -282,6 +282,32 @@ mod tests {
         }
     }
 
+    /// Releases handed over together: the first leaves once the log holds
+    /// its ticket, without waiting for the last one's (a replicated log
+    /// whose later batch waits for an election, or its give-up).
+    #[test]
+    fn a_release_leaves_when_its_own_ticket_is_durable_not_its_groups_last() {
+        let hand = Arc::new(Hand::default());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for (n, t) in [(1, 1), (2, 2)] {
+            tx.send(Item { ticket: Some(Ticket(t)), release: recorder(&seen, n) }).unwrap();
+        }
+        drop(tx);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (durable, stopping): (Arc<dyn Durable>, _) = (hand.clone(), stop.clone());
+        let thread = std::thread::spawn(move || run(rx, durable, stopping));
+        hand.durable.store(1, Ordering::Release);
+        let t0 = Instant::now();
+        while seen.lock().is_empty() && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(*seen.lock(), [1], "the first alone: ticket 2 is not durable");
+        hand.durable.store(2, Ordering::Release);
+        thread.join().unwrap();
+        assert_eq!(*seen.lock(), [1, 2]);
+    }
+
     #[test]
     fn what_never_became_durable_is_dropped_at_shutdown() {
         for threaded in [false, true] {

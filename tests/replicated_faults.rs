@@ -1,0 +1,463 @@
+//! Faults of `durability = "replicated"` (issue 27) over real sockets: an
+//! `emq-router` whose one shard's job log is an R3 stream on a 3-node
+//! nats-server cluster (tests/common/nats.rs), eMQP and text producers
+//! sending without pause (about 250 and 125 jobs/s), one-slot consumers,
+//! and the servers killed, paused and brought back under them.
+//!
+//! * [`a_stream_leader_killed_under_load_loses_no_acknowledged_job`]:
+//!   `kill -9` of the stream's leader, restarted later; acknowledgements
+//!   resume after the election (measured 4.5-9 s; the gap is printed),
+//!   every acknowledged job is delivered once, and the stream read back
+//!   holds every acknowledged job's `Accepted` record exactly once (retries
+//!   carry the same message id) and none of a job refused at once.
+//! * [`two_of_three_killed_refuse_new_jobs_and_hold_acknowledgements`]:
+//!   `kill -9` of two servers for 10 s with the default `nats_give_up`
+//!   (30 s): a fresh client's new job is refused (`STORE_FAILED`) within
+//!   [`REFUSAL_BOUND`] (measured 5.1 s), consumers are served from memory,
+//!   `emq-cli status --json` answers (state `ok`: a stall is no log state),
+//!   no job sent during the outage is acknowledged during it, those held
+//!   are acknowledged once the servers are back, new jobs are accepted
+//!   within [`BACK_BOUND`] (measured 1.9-6.6 s) and still after the router
+//!   name's lease (10 s) lapsed, and the stream holds every acknowledged job.
+//! * [`two_of_three_paused_past_the_give_up_refuse_held_jobs_and_repair`]:
+//!   SIGSTOP of two servers for 16 s with `nats_give_up` 6 s: the held
+//!   acceptances become `ERROR … STORE_FAILED` (text `ERR STORE_FAILED`) at
+//!   the give-up, the log goes `unreachable`, repairs itself (`repairs` ≥ 1)
+//!   once they are back (measured 0.1-1.7 s after the SIGCONT), and a
+//!   router started again with the same name recovers every live job once.
+//! * [`a_repair_whose_snapshot_is_given_up_too_is_tried_again`]: a quiet
+//!   router and an outage past two give-ups: repaired once the servers are
+//!   back.
+//! * [`a_router_with_no_reachable_nats_server_exits_with_a_clear_error`].
+//!
+//! What acknowledged and refused mean is in [`ledger`]. A refusal that
+//! came at once ("the job log cannot be written now; the job is not
+//! stored") must never be delivered nor stored; one that came after the job
+//! was held ("did not confirm this job in time … may or may not run") may
+//! be. The ambiguous case: a job sent just before the servers went down
+//! may be stored by them while its PubAck is lost; the router retries it
+//! with the same message id once they are back and acknowledges it then
+//! (or refuses it at the give-up, though stored). A job stored before the
+//! outage may be acknowledged during it; one sent during it, never.
+//!
+//! Without a nats-server the cluster tests say so in one line and skip
+//! (under CI they fail: `.ci/run` installs it with `tests/nats/setup.sh`).
+
+mod checks;
+mod clients;
+mod ledger;
+mod load;
+mod rig;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::common::nats::{self, Cluster, NODES, READY_TIMEOUT};
+use crate::common::proc::{self, TestDir};
+use crate::common::wait;
+use crate::common::watchdog::Watchdog;
+use checks::{
+    accepted_past_a_renewal, assert_no_acks, check, finish, first_accepted, first_refusal, sent_between, wait_acked,
+};
+use clients::{
+    gated_worker, send_acked_emqp, send_acked_text, send_until_acked, take_emqp, take_text, waiting_when_idle, Load,
+    PreQueues,
+};
+use ledger::{lock, Answer, Shared};
+use load::{Gate, Threads};
+use rig::Node;
+
+/// From a `kill -9` of the stream's leader to the first acknowledgement of
+/// a job sent after it. Measured 5-6 s for JetStream alone
+/// (shared/research/jetstream-eval.md); room for a loaded 2-core machine.
+const RESUME_BOUND: Duration = Duration::from_secs(20);
+
+/// From two servers going down to the first `STORE_FAILED` a fresh client
+/// gets: `LOG_STALL_TIMEOUT` (5 s) after the last acknowledgement, plus a
+/// batch and a producer's [`load::STUCK`]; the rest is slack.
+const REFUSAL_BOUND: Duration = Duration::from_secs(10);
+
+/// From the servers' restart to the first acknowledgement of a job sent
+/// after it: an election (about 2 s once quorum is back) and the
+/// retries' back-off (at most 1 s).
+const BACK_BOUND: Duration = Duration::from_secs(20);
+
+/// Jobs sent within this of the servers going down may be in batches
+/// first tried before (and stored, the ambiguous case): the checks of the
+/// jobs held through an outage start after it.
+const SLACK: Duration = Duration::from_secs(1);
+
+/// How long consumers may take to be served from memory during a fault.
+const SERVED_BOUND: Duration = Duration::from_secs(5);
+
+/// The end: every acknowledged job delivered and the queues empty.
+const DRAIN_BOUND: Duration = Duration::from_secs(30);
+
+/// Jobs queued before a fault on queues no consumer serves until then.
+const PRE_JOBS: usize = 20;
+
+/// Everything a test holds, dropped in this order: the cluster (its
+/// servers killed, stores removed), the runtime, the test dir (kept when
+/// the test failed), the watchdog.
+struct Setup {
+    cluster: Cluster,
+    rt: tokio::runtime::Runtime,
+    dir: TestDir,
+    _watchdog: Watchdog,
+}
+
+/// The watchdog, a formed cluster and a runtime for `test`; `None` after
+/// one line when there is no nats-server (not under CI).
+fn setup(test: &str, limit_secs: u64) -> Option<Setup> {
+    let watchdog = Watchdog::new(test, limit_secs);
+    let bin = nats::server_or_skip(test)?;
+    let dir = TestDir::new(test);
+    let cluster = Cluster::start(&bin, &dir);
+    Some(Setup { cluster, rt: nats::runtime(), dir, _watchdog: watchdog })
+}
+
+/// [`setup`], and a router named `name` with `flags` started on the
+/// cluster, and an empty ledger.
+fn start(test: &str, limit_secs: u64, name: &str, flags: &[&str]) -> Option<(Setup, Node, proc::Child, Shared)> {
+    let s = setup(test, limit_secs)?;
+    let node = Node::new(&s.dir, s.cluster.urls(), name, flags);
+    let router = node.start();
+    Some((s, node, router, Shared::default()))
+}
+
+/// Runs `f` with a JetStream client of the cluster, on the test's runtime.
+fn with_js<T, F, Fut>(s: &Setup, f: F) -> Result<T, String>
+where
+    F: FnOnce(async_nats::jetstream::Context) -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let urls = s.cluster.urls();
+    s.rt.block_on(async move { f(rig::connect(&urls).await?).await })
+}
+
+/// Makes `node`'s stream keep every record (its purges refused), for
+/// [`checks::check_stream`]: a router purges the records of finished jobs
+/// as it goes (module docs of `emq::jslog`).
+fn keep_every_record(s: &Setup, node: &Node) {
+    let stream = node.stream();
+    let denied = with_js(s, |js| async move { rig::deny_purge(&js, &node.stream()).await });
+    denied.unwrap_or_else(|why| panic!("{stream}: {why}"));
+}
+
+/// Index of the node leading `node`'s stream.
+fn leader_index(s: &Setup, node: &Node) -> usize {
+    let stream = node.stream();
+    let leader = with_js(s, |js| async move { rig::stream_leader(&js, &node.stream()).await });
+    let leader = leader.unwrap_or_else(|why| panic!("the leader of {stream}: {why}"));
+    s.cluster.index_of(&leader).unwrap_or_else(|| panic!("leader {leader} is not a node"))
+}
+
+#[test]
+fn a_stream_leader_killed_under_load_loses_no_acknowledged_job() {
+    let test = "repfault_leader_kill";
+    let Some((mut s, node, mut router, ledger)) = start(test, 150, "lk", &[]) else { return };
+    keep_every_record(&s, &node);
+    let load = Load::start(&node, &ledger);
+    wait_acked(&ledger, 300, Duration::from_secs(20));
+    let leader = leader_index(&s, &node);
+    let killed = Instant::now();
+    s.cluster.kill(leader);
+    let resumed = wait::until_ok(RESUME_BOUND + Duration::from_secs(5), || {
+        lock(&ledger).first_ack_of_sent_after(killed).map(|(at, _)| at).ok_or_else(|| "none yet".to_string())
+    });
+    let resumed =
+        resumed.unwrap_or_else(|why| panic!("no acknowledgement after the kill: {why}\n{}", router.log_tail(30)));
+    std::thread::sleep(Duration::from_secs(1));
+    let (gap, from) = lock(&ledger).longest_ack_gap(killed - Duration::from_secs(1), Instant::now());
+    eprintln!(
+        "{test}: leader {} killed; the first job sent after it acknowledged {:?} later; longest gap between \
+         acknowledgements {gap:?} (from {:?} after the kill); {}",
+        s.cluster.nodes[leader].name,
+        resumed - killed,
+        from.saturating_duration_since(killed),
+        lock(&ledger).counts()
+    );
+    assert!(resumed - killed <= RESUME_BOUND, "acknowledgements resumed {:?} after the kill", resumed - killed);
+
+    s.cluster.restart(leader);
+    if let Err(why) = s.cluster.wait_ready(READY_TIMEOUT) {
+        panic!("the killed node did not rejoin: {why}\n{}", s.cluster.log_tails(20));
+    }
+    let back = Instant::now();
+    let more = wait::until(Duration::from_secs(20), || lock(&ledger).acked_sent_after(back) >= 200);
+    assert!(more, "acknowledgements go on with the node back: {}", lock(&ledger).counts());
+    let consumers = load.quiet_producers(&ledger);
+    finish(test, &s, &node, &mut router, &ledger, consumers);
+}
+
+#[test]
+fn a_router_with_no_reachable_nats_server_exits_with_a_clear_error() {
+    let _w = Watchdog::new("repfault_no_nats", 60);
+    let dir = TestDir::new("repfault-no-nats");
+    // Nothing listens on one port; the other accepts TCP and never speaks
+    // NATS (a wrong service, a hung server): both fail the start.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let silent_url = format!("nats://{}", silent.local_addr().expect("addr"));
+    let closed_url = format!("nats://127.0.0.1:{}", crate::common::ports::free_port());
+    for (url, bound) in [(closed_url, Duration::from_secs(5)), (silent_url, Duration::from_secs(8))] {
+        let node = Node::new(&dir, vec![url.clone()], "nonats", &["--nats-ack-timeout", "1s"]);
+        let t0 = Instant::now();
+        let (status, _, err) = proc::run("router-no-nats", &mut node.command(), &dir.path, Duration::from_secs(30));
+        let took = t0.elapsed();
+        eprintln!("repfault_no_nats: {url}: exit {status:?} after {took:?}");
+        assert!(status.is_some_and(|s| !s.success()), "{url}: the start fails: {status:?}\n{err}");
+        let said = format!("cannot connect to the NATS JetStream cluster at {url}");
+        assert!(err.contains(&said), "{url}: {said:?} in\n{err}");
+        assert!(took <= bound, "{url}: exit after {took:?}, more than {bound:?}");
+    }
+    drop(silent);
+}
+
+/// What one outage test measured.
+#[derive(Debug, Default)]
+struct Outage {
+    /// From the outage's start to the first `STORE_FAILED`.
+    refused_after: Duration,
+    /// From the restart (or SIGCONT) to the first acknowledgement of a job
+    /// sent after it.
+    accepted_after: Duration,
+}
+
+/// The two nodes to take down: the stream's leader and the next one.
+fn victims(s: &Setup, node: &Node) -> [usize; 2] {
+    let leader = leader_index(s, node);
+    [leader, (leader + 1) % NODES]
+}
+
+#[test]
+fn two_of_three_killed_refuse_new_jobs_and_hold_acknowledgements() {
+    let test = "repfault_two_killed";
+    let Some((mut s, node, mut router, ledger)) = start(test, 170, "tk", &[]) else { return };
+    keep_every_record(&s, &node);
+    let pre = PreQueues::queue(&node, &ledger);
+    let load = Load::start(&node, &ledger);
+    wait_acked(&ledger, 300, Duration::from_secs(20));
+    let down_nodes = victims(&s, &node);
+    let down = Instant::now();
+    for &i in &down_nodes {
+        s.cluster.kill(i);
+    }
+    let mut m = Outage { refused_after: first_refusal(&ledger, down, &router), ..Default::default() };
+    let served = pre.serve(&node, &ledger);
+    let (cli, took) = node.cli_status(&s.dir);
+    let shard = &cli["emq"]["wal"]["shards"][0];
+    eprintln!("{test}: during the outage emq-cli status --json answered in {took:?}: {shard}");
+    // Stalled, not given up (30 s): the log's own state stays ok (README
+    // "known gap"); batches wait; the stall is counted.
+    assert_eq!(shard["state"], "ok", "{shard}");
+    assert!(shard["unconfirmed_batches"].as_u64().is_some_and(|n| n > 0), "{shard}");
+    assert!(cli["emq"]["counters"]["log_stalls"].as_u64().is_some_and(|n| n >= 1), "{}", cli["emq"]["counters"]);
+    std::thread::sleep((down + Duration::from_secs(10)).saturating_duration_since(Instant::now()));
+
+    for &i in &down_nodes {
+        s.cluster.restart(i);
+    }
+    let up = Instant::now();
+    m.accepted_after = first_accepted(&ledger, up, &router);
+    let in_slack = assert_no_acks(&ledger, down, up);
+    if let Err(why) = s.cluster.wait_ready(READY_TIMEOUT) {
+        panic!("the cluster did not come back: {why}\n{}", s.cluster.log_tails(20));
+    }
+    // The outage outlasted the router name's lease (10 s): its key expired.
+    // The renewals after it (every 3.3 s) keep the name; jobs are accepted.
+    accepted_past_a_renewal(&node, &router, &ledger, up);
+    let consumers = load.quiet_producers(&ledger);
+    // Held, not refused: sent well after the servers went down and well
+    // before the stall's 5 s, all acknowledged once they were back.
+    let held = sent_between(&ledger, down + SLACK, down + Duration::from_secs(4));
+    let not_acked: Vec<(&String, &Option<(Instant, Answer)>)> =
+        held.iter().filter(|(_, s)| !s.acked()).map(|(b, s)| (b, &s.answer)).collect();
+    assert!(!held.is_empty() && not_acked.is_empty(), "held jobs not acknowledged: {not_acked:?}");
+    let early = held.values().filter(|s| s.answer.as_ref().is_some_and(|(at, _)| *at < up)).count();
+    assert_eq!(early, 0, "held jobs acknowledged before the restart");
+    eprintln!(
+        "{test}: {m:?}; consumers served from memory in {served:?}; {} jobs held through the outage, all \
+         acknowledged after it; {in_slack} sent before the kill acknowledged during the outage",
+        held.len()
+    );
+    assert!(m.refused_after <= REFUSAL_BOUND, "refused {:?} after the outage began", m.refused_after);
+    assert!(m.accepted_after <= BACK_BOUND, "accepted {:?} after the restart", m.accepted_after);
+    finish(test, &s, &node, &mut router, &ledger, consumers);
+}
+
+/// Jobs queued before the outage of the give-up test that no consumer takes
+/// until the router is started again.
+const KEPT_JOBS: usize = 30;
+
+/// The give-up test's `nats_give_up`.
+const GIVE_UP: Duration = Duration::from_secs(6);
+
+#[test]
+fn two_of_three_paused_past_the_give_up_refuse_held_jobs_and_repair() {
+    let test = "repfault_two_paused";
+    let flags = ["--nats-give-up", "6s", "--nats-ack-timeout", "1s", "--nats-dedup-window", "20s"];
+    let Some((mut s, node, mut router, ledger)) = start(test, 170, "tp", &flags) else { return };
+    let pre = PreQueues::queue(&node, &ledger);
+    let mut holder = Threads::default();
+    gated_worker(&node, &ledger, "kept-e", &Arc::new(Gate::default()), &mut holder);
+    send_acked_emqp(&node, &ledger, "kept-e", "kept-e", KEPT_JOBS);
+    send_acked_text(&node, &ledger, "kept-t", "kept-t", KEPT_JOBS);
+    let load = Load::start(&node, &ledger);
+    wait_acked(&ledger, 300, Duration::from_secs(20));
+    let down_nodes = victims(&s, &node);
+    let down = Instant::now();
+    let paused = rig::Paused::stop(&mut s.cluster, &down_nodes);
+    let mut m = Outage { refused_after: first_refusal(&ledger, down, &router), ..Default::default() };
+    let served = pre.serve(&node, &ledger);
+    let shard = rig::wait_log_state(&node, "unreachable", GIVE_UP + Duration::from_secs(5));
+    let shard = shard.unwrap_or_else(|why| panic!("the log does not give up: {why}\n{}", router.log_tail(30)));
+    let unreachable_after = down.elapsed();
+    assert_eq!(shard["repairs"], 0, "{shard}");
+    let (cli, took) = node.cli_status(&s.dir);
+    assert_eq!(cli["emq"]["wal"]["shards"][0]["state"], "unreachable", "emq-cli status --json: {cli}");
+    // Past two give-ups: the repair's first snapshot is given up too.
+    std::thread::sleep((down + GIVE_UP * 2 + Duration::from_secs(4)).saturating_duration_since(Instant::now()));
+
+    paused.resume();
+    let up = Instant::now();
+    m.accepted_after = first_accepted(&ledger, up, &router);
+    let shard = rig::wait_log_state(&node, "ok", BACK_BOUND).unwrap_or_else(|why| panic!("not repaired: {why}"));
+    let repaired_after = up.elapsed();
+    assert!(shard["repairs"].as_u64().is_some_and(|n| n >= 1), "{shard}");
+    // The snapshot supersedes everything before it: purged.
+    let purged = wait::until_ok(Duration::from_secs(5), || {
+        let shard = node.log_status()?;
+        match shard["purged_below_seq"].as_u64() {
+            Some(n) if n > 1 => Ok(n),
+            _ => Err(format!("{shard}")),
+        }
+    });
+    let purged = purged.unwrap_or_else(|why| panic!("the stream is not purged below the snapshot: {why}"));
+    let in_slack = assert_no_acks(&ledger, down, up);
+    if let Err(why) = s.cluster.wait_ready(READY_TIMEOUT) {
+        panic!("the cluster did not come back: {why}\n{}", s.cluster.log_tails(20));
+    }
+    accepted_past_a_renewal(&node, &router, &ledger, up);
+    // Jobs wait in the queues for the restart below.
+    load.consumers.stop();
+    std::thread::sleep(Duration::from_secs(1));
+    let load = Load { consumers: Threads::default(), ..load };
+    drop(load.quiet_producers(&ledger));
+    // The acceptances held when the store gave up were refused, not
+    // acknowledged, at the give-up of the oldest batch unconfirmed (first
+    // tried when the servers stopped): every one handed out is given up.
+    let held = sent_between(&ledger, down + SLACK, down + Duration::from_secs(4));
+    let gave_up = (down + GIVE_UP - SLACK)..(down + GIVE_UP + Duration::from_secs(5));
+    let at_the_give_up = |s: &ledger::Sent| {
+        matches!(&s.answer, Some((at, Answer::Refused { code, text }))
+            if code == "STORE_FAILED" && (text.is_empty() || text.contains("did not confirm")) && gave_up.contains(at))
+    };
+    let wrong: Vec<String> = held
+        .iter()
+        .filter(|(_, s)| !at_the_give_up(s))
+        .map(|(b, s)| format!("{b} sent {:?} after the SIGSTOP: {:?}", s.at - down, s.answer))
+        .collect();
+    assert!(!held.is_empty() && wrong.is_empty(), "held acceptances not refused at the give-up: {wrong:?}");
+    eprintln!(
+        "{test}: {m:?}; unreachable {unreachable_after:?} after the SIGSTOP; repaired {repaired_after:?} after \
+         the SIGCONT (the stream purged below sequence {purged}); consumers served from memory in {served:?}; \
+         emq-cli status --json in {took:?}; {} held acceptances refused at the give-up; {in_slack} sent before the SIGSTOP acknowledged during the outage; {}",
+        held.len(),
+        lock(&ledger).counts()
+    );
+    assert!(m.refused_after <= REFUSAL_BOUND, "refused {:?} after the outage began", m.refused_after);
+    assert!(m.accepted_after <= BACK_BOUND, "accepted {:?} after the SIGCONT", m.accepted_after);
+
+    // A router started again with the name recovers every live job once.
+    let waiting = waiting_when_idle(&node);
+    let status = router.terminate(Duration::from_secs(20));
+    assert!(status.is_some_and(|st| st.success()), "a clean stop: {status:?}\n{}", router.log_tail(30));
+    holder.stop();
+    let delivered_before = lock(&ledger).deliveries.len();
+    let again = node.start();
+    let st = node.status().expect("STATUS after the restart");
+    let recovered: BTreeMap<String, u64> = st["waiting_messages_by_queue"]
+        .as_object()
+        .map(|m| m.iter().map(|(q, n)| (q.clone(), n.as_u64().unwrap_or(0))).collect())
+        .unwrap_or_default();
+    let total: u64 = recovered.values().sum();
+    assert_eq!(st["emq"]["wal"]["shards"][0]["jobs_recovered"], total, "{}", st["emq"]["wal"]);
+    // Every recovered job taken: none of them was delivered before
+    // (check), and they are the jobs that waited.
+    let kept = |p: &str| (0..KEPT_JOBS).map(|i| format!("{p}-{i:04}")).collect::<Vec<_>>();
+    assert_eq!(take_text(&node, &ledger, "kept-t", SERVED_BOUND), kept("kept-t"), "kept-t in order");
+    assert_eq!(take_text(&node, &ledger, "tq", SERVED_BOUND).len() as u64, recovered.get("tq").copied().unwrap_or(0));
+    for q in ["kept-e", "default"] {
+        let n = recovered.get(q).copied().unwrap_or(0) as usize;
+        assert_eq!(take_emqp(&node, &ledger, q, n, Duration::from_secs(10)), n, "{q}");
+    }
+    let l = lock(&ledger);
+    assert_eq!((l.deliveries.len() - delivered_before) as u64, total, "every recovered job delivered");
+    let log = again.log_text();
+    let superseded = log.lines().rev().find(|l| l.contains("before the last repair's snapshot skipped"));
+    eprintln!(
+        "{test}: restarted with {total} jobs recovered ({recovered:?}); messages superseded by the snapshot: {}; \
+         end: {}",
+        superseded.and_then(|l| l.split("messages=").nth(1)).unwrap_or("none"),
+        l.counts()
+    );
+    check(&l);
+    assert_eq!(recovered, waiting, "the same jobs wait after the restart");
+}
+
+/// A quiet router (no load: the repair's snapshot is published at once)
+/// and an outage past two give-ups: the first batch is given up, then the
+/// repair's snapshot too. The log tries the repair again, so once the
+/// servers are back it is repaired and accepts jobs; before, it stayed
+/// `unreachable` (refusing every new job) until restarted.
+#[test]
+fn a_repair_whose_snapshot_is_given_up_too_is_tried_again() {
+    let test = "repfault_snapshot_given_up";
+    let give_up = Duration::from_secs(2);
+    let flags = ["--nats-give-up", "2s", "--nats-ack-timeout", "500ms", "--nats-dedup-window", "10s"];
+    let Some((mut s, node, router, ledger)) = start(test, 120, "sg", &flags) else { return };
+    send_acked_emqp(&node, &ledger, "before", "default", 5);
+    let down_nodes = victims(&s, &node);
+    let down = Instant::now();
+    for &i in &down_nodes {
+        s.cluster.kill(i);
+    }
+    // One job held, refused at the give-up.
+    let ctx = zmq::Context::new();
+    let c = load::dealer(&ctx, &node.frontend());
+    let frames: [&[u8]; 7] = [b"", b"eMQP/1.0", b"REQUEST", b"held", b"default", b"", b"held"];
+    c.send_multipart(frames, 0).expect("send");
+    let f = load::recv_within(&c, (give_up * 3).as_millis() as i64).expect("an answer to the held job");
+    assert_eq!(
+        (f[2].as_slice(), f[4].as_slice(), f[5].as_slice()),
+        (&b"ERROR"[..], &b"held"[..], &b"STORE_FAILED"[..])
+    );
+    let refused_after = down.elapsed();
+    rig::wait_log_state(&node, "unreachable", give_up * 3).expect("unreachable");
+    // The repair's snapshot (published at the give-up) is given up too.
+    let shard = wait::until_ok(give_up * 4, || {
+        let shard = node.log_status()?;
+        match shard["give_ups"].as_u64() {
+            Some(n) if n >= 2 => Ok(shard),
+            _ => Err(format!("{shard}")),
+        }
+    });
+    let shard = shard.unwrap_or_else(|why| panic!("the snapshot is not given up: {why}"));
+    assert_eq!(shard["state"], "unreachable", "{shard}");
+    for &i in &down_nodes {
+        s.cluster.restart(i);
+    }
+    let up = Instant::now();
+    let repaired = rig::wait_log_state(&node, "ok", BACK_BOUND);
+    let repaired = repaired.unwrap_or_else(|why| panic!("not repaired: {why}\n{}", router.log_tail(30)));
+    let repaired_after = up.elapsed();
+    assert!(repaired["repairs"].as_u64().is_some_and(|n| n >= 1), "{repaired}");
+    let accepted = send_until_acked(&node, &ledger, "after", "default", BACK_BOUND);
+    let accepted = accepted.unwrap_or_else(|why| panic!("{why}\n{}", router.log_tail(30)));
+    eprintln!(
+        "{test}: held job refused {refused_after:?} after the kill; {} give-ups; repaired {repaired_after:?} after \
+         the restart; a new job acknowledged {accepted:?} after that",
+        repaired["give_ups"]
+    );
+}
