@@ -446,6 +446,15 @@ pub const NATS_GIVE_UP: Duration = Duration::from_secs(30);
 pub const NATS_RETRY_MIN: Duration = Duration::from_millis(50);
 /// Longest wait between retries of a failed publish.
 pub const NATS_RETRY_MAX: Duration = Duration::from_secs(1);
+/// The stall bound of a replicated log (in place of
+/// [`LOG_STALL_TIMEOUT`]): acknowledgements that wait this long without
+/// the durable mark moving make the shard refuse new jobs. Longer than a
+/// stream leader's election (raft's election timeout is 4-9 s upstream;
+/// acknowledgements resumed 4.5-9 s after a leader's `kill -9` in
+/// tests/replicated_faults.rs), so that a routine failover holds new jobs
+/// rather than refusing them; with two of three servers down, a producer
+/// is refused after about this long.
+pub const NATS_STALL_TIMEOUT: Duration = Duration::from_secs(12);
 /// The router's hold on its name lasts this long past its last renewal.
 pub const NATS_LEASE: Duration = Duration::from_secs(10);
 /// Publishes in flight at once, all shards together (the research
@@ -509,7 +518,9 @@ pub const WAL_FAULT_BUFFER_BYTES: usize = 64 << 20;
 
 /// A log whose durable point has not moved for this long while
 /// acknowledgements wait for it is stalled (a hung disk or file system):
-/// new jobs are refused (`STORE_FAILED`) until it moves again.
+/// new jobs are refused (`STORE_FAILED`) until it moves again. A log may
+/// say another bound ([`crate::joblog::Durable::stall_timeout`]; the
+/// replicated one: [`NATS_STALL_TIMEOUT`]).
 pub const LOG_STALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Default of `wal_sync_thread` (measured: README "Durability").

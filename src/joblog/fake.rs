@@ -49,6 +49,9 @@ pub struct FakeState {
     pub maintained: u64,
     /// Calls of [`JobLog::commit`].
     pub commits: u64,
+    /// The log's own stall bound ([`Durable::stall_timeout`]); the
+    /// default's when `None`.
+    pub stall_timeout: Option<std::time::Duration>,
 }
 
 /// The test's handle on a [`FakeLog`] (shared with it).
@@ -80,6 +83,10 @@ impl FakeControl {
 }
 
 impl Durable for FakeControl {
+    fn stall_timeout(&self) -> std::time::Duration {
+        self.with(|s| s.stall_timeout).unwrap_or(crate::limits::LOG_STALL_TIMEOUT)
+    }
+
     fn make_durable(&self, upto: Ticket) -> bool {
         self.with(|s| {
             if !s.stalled && s.fault.is_none() {

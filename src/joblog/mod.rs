@@ -107,9 +107,17 @@ pub trait Durable: Send + Sync {
 
     /// The highest ticket known durable now (does not block). The shard
     /// reads it at every commit: a log whose durable point stays behind
-    /// for [`crate::limits::LOG_STALL_TIMEOUT`] is stalled, and new jobs
+    /// for [`Durable::stall_timeout`] is stalled, and new jobs
     /// are refused until it moves again.
     fn durable_upto(&self) -> Ticket;
+
+    /// How long acknowledgements may wait without the durable point
+    /// moving before the shard calls the log stalled and refuses new jobs
+    /// ([`crate::limits::LOG_STALL_TIMEOUT`], a disk's bound, unless the
+    /// log says otherwise: a replicated one rides out a leader election).
+    fn stall_timeout(&self) -> Duration {
+        crate::limits::LOG_STALL_TIMEOUT
+    }
 
     /// Whether the log is faulty now: nothing becomes durable until it is
     /// repaired (the outbox then lets refusals leave at once rather than

@@ -35,7 +35,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_nats::jetstream::context::GetStreamErrorKind;
 use async_nats::jetstream::stream::{self, StorageType};
+use async_nats::jetstream::ErrorCode;
 use futures_util::StreamExt;
 
 use crate::config::{NatsConfig, RouterConfig};
@@ -119,16 +121,17 @@ pub enum JsError {
 }
 
 /// The store for the router's life: the NATS thread and the lease. A
-/// clean stop frees the name ([`Store::close`], also on drop).
+/// clean stop frees the name ([`Store::close`], also on drop: a start that
+/// fails after taking the name frees it too).
 pub struct Store {
-    bridge: Option<Bridge>,
+    bridge: Bridge,
     lease: Option<Lease>,
 }
 
 impl Store {
     /// The NATS thread.
-    pub fn bridge(&self) -> Option<&Bridge> {
-        self.bridge.as_ref()
+    pub fn bridge(&self) -> &Bridge {
+        &self.bridge
     }
 
     /// Frees the router name and stops the NATS thread (after the
@@ -138,10 +141,9 @@ impl Store {
     }
 
     fn shut(&mut self) {
-        if let (Some(lease), Some(bridge)) = (self.lease.take(), self.bridge.as_ref()) {
-            lease.release(bridge);
+        if let Some(lease) = self.lease.take() {
+            lease.release(&self.bridge);
         }
-        drop(self.bridge.take());
     }
 }
 
@@ -225,10 +227,11 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
     })
     .to_string();
     let lease = owner::acquire(&bridge, nats, holder)?;
-    let mut store = Store { bridge: None, lease: Some(lease) };
-    let layout = owner::read_layout(&bridge, nats)?;
+    let store = Store { bridge, lease: Some(lease) };
+    let bridge = &store.bridge;
+    let layout = owner::read_layout(bridge, nats)?;
     let old: Vec<(usize, StreamRead)> = match layout {
-        Some(l) => read_streams(&bridge, nats, l)?,
+        Some(l) => read_streams(bridge, nats, l)?,
         None => Vec::new(),
     };
     let shards = config.shards;
@@ -278,9 +281,9 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
         // Streams of this generation before the layout names it are left
         // by a start that stopped half-way: never holders of acknowledged
         // jobs (the layout key moves only once they are written).
-        clear_unnamed(&bridge, nats, gen, shards, layout.is_none())?;
+        clear_unnamed(bridge, nats, gen, shards, layout.is_none())?;
     }
-    let next_seqs = make_streams(&bridge, nats, gen, &streams)?;
+    let next_seqs = make_streams(bridge, nats, gen, &streams)?;
     let shared: Vec<Arc<JsShared>> =
         streams.iter().enumerate().map(|(i, n)| Arc::new(JsShared::new(i, n.clone()))).collect();
     bridge.attach(shared.clone());
@@ -347,10 +350,10 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
             let accepted = jobs.len() as u64;
             starts.push(ShardStart { log, recovered: Recovered { jobs, accepted } });
         }
-        owner::write_layout(&bridge, nats, Layout { gen, shards: shards as u16 })?;
+        owner::write_layout(bridge, nats, Layout { gen, shards: shards as u16 })?;
         if let Some((g, n)) = old_gen {
             let names: Vec<String> = (0..n).map(|i| stream_name(nats, g, i)).collect();
-            delete_streams(&bridge, names);
+            delete_streams(bridge, names);
         }
         report.relayout = old_gen.is_some();
     }
@@ -378,19 +381,20 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
         millis = report.millis,
         "replicated job log recovered from JetStream"
     );
-    store.bridge = Some(bridge);
     Ok(Opened { store, shards: starts, report, server })
 }
 
-/// Reads every stream of `layout` (concurrently, on the NATS thread).
+/// Reads every stream of `layout` (concurrently, on the NATS thread),
+/// each tried again from its start for up to `nats_give_up` while it
+/// fails for a passing reason ([`read_stream_within`]).
 fn read_streams(bridge: &Bridge, nats: &NatsConfig, layout: Layout) -> Result<Vec<(usize, StreamRead)>, JsError> {
     let names: Vec<String> = (0..usize::from(layout.shards)).map(|i| stream_name(nats, layout.gen, i)).collect();
-    let idle = nats.ack_timeout * 5;
+    let (idle, within) = (nats.ack_timeout * 5, nats.give_up);
     bridge.call(move |ctx| async move {
         let mut set = tokio::task::JoinSet::new();
         for (i, name) in names.into_iter().enumerate() {
             let js = ctx.js.clone();
-            set.spawn(async move { read_stream(js, name, idle).await.map(|r| (i, r)) });
+            set.spawn(async move { read_stream_within(js, name, idle, within).await.map(|r| (i, r)) });
         }
         let mut out = Vec::new();
         while let Some(r) = set.join_next().await {
@@ -404,12 +408,61 @@ fn read_streams(bridge: &Bridge, nats: &NatsConfig, layout: Layout) -> Result<Ve
     })?
 }
 
-async fn read_stream(js: async_nats::jetstream::Context, name: String, idle: Duration) -> Result<StreamRead, JsError> {
-    let err = |why: String| JsError::Store { what: format!("reading stream {name}"), why };
-    let mut stream = js
-        .get_stream(&name)
-        .await
-        .map_err(|e| err(format!("{e} (the layout names this stream: was it deleted by hand? its jobs are gone)")))?;
+/// Why one read of a stream failed.
+enum ReadFailed {
+    /// The stream is gone or holds what no emq router wrote: reading it
+    /// again changes nothing.
+    For(JsError),
+    /// A request timed out or found no responders (a stream leader being
+    /// elected, a server restarting): worth reading again.
+    Passing(JsError),
+}
+
+/// [`read_stream`] again from the start, with the publishes' back-off,
+/// while it fails for a passing reason and `within` has not passed: a
+/// router restarted while its streams elect a leader (a server of the
+/// cluster lost with the router's machine) waits for the election rather
+/// than failing its start.
+///
+/// # Errors
+/// [`JsError::Store`] for a stream that is gone or a read still failing
+/// at `within`; [`JsError::Damaged`] for a message emq cannot read.
+async fn read_stream_within(
+    js: async_nats::jetstream::Context,
+    name: String,
+    idle: Duration,
+    within: Duration,
+) -> Result<StreamRead, JsError> {
+    let deadline = Instant::now() + within;
+    let mut backoff = crate::limits::NATS_RETRY_MIN;
+    loop {
+        match read_stream(&js, &name, idle).await {
+            Ok(read) => return Ok(read),
+            Err(ReadFailed::Passing(e)) if Instant::now() + backoff < deadline => {
+                crate::log_limited!(warn, stream = %name, error = %e, "reading a log stream at start failed; reading it again");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(crate::limits::NATS_RETRY_MAX);
+            }
+            Err(ReadFailed::Passing(e) | ReadFailed::For(e)) => return Err(e),
+        }
+    }
+}
+
+async fn read_stream(
+    js: &async_nats::jetstream::Context,
+    name: &str,
+    idle: Duration,
+) -> Result<StreamRead, ReadFailed> {
+    let err = |why: String| ReadFailed::Passing(JsError::Store { what: format!("reading stream {name}"), why });
+    let mut stream = js.get_stream(name).await.map_err(|e| match e.kind() {
+        GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND => {
+            ReadFailed::For(JsError::Store {
+                what: format!("reading stream {name}"),
+                why: format!("{e} (the layout names this stream: was it deleted by hand? its jobs are gone)"),
+            })
+        }
+        _ => err(e.to_string()),
+    })?;
     let state = stream.info().await.map_err(|e| err(e.to_string()))?.state.clone();
     let mut read = StreamRead { msgs: Vec::new(), snapshot_parts: Vec::new() };
     if state.messages == 0 {
@@ -430,8 +483,8 @@ async fn read_stream(js: async_nats::jetstream::Context, name: String, idle: Dur
             }
         };
         let seq = m.info().map_err(|e| err(e.to_string()))?.stream_sequence;
-        let (header, records) =
-            Header::decode(&m.payload).map_err(|why| JsError::Damaged { stream: name.clone(), seq, why })?;
+        let (header, records) = Header::decode(&m.payload)
+            .map_err(|why| ReadFailed::For(JsError::Damaged { stream: name.to_string(), seq, why }))?;
         if m.headers.as_ref().is_some_and(|h| h.get(message::SNAPSHOT_HEADER).is_some()) {
             read.snapshot_parts.push(header);
         }

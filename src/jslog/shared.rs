@@ -297,6 +297,11 @@ impl Durable for JsShared {
         p.durable >= upto.0
     }
 
+    /// [`crate::limits::NATS_STALL_TIMEOUT`]: longer than a leader election.
+    fn stall_timeout(&self) -> Duration {
+        crate::limits::NATS_STALL_TIMEOUT
+    }
+
     fn durable_upto(&self) -> Ticket {
         Ticket(self.progress.lock().durable)
     }

@@ -89,7 +89,8 @@ counters! {
     /// be written (read-only, I/O errors, its directory gone) or is stalled.
     rejected_store_failed,
     /// Times a shard found its job log stalled: acknowledgements waited
-    /// `LOG_STALL_TIMEOUT` without the log's durable point moving.
+    /// the log's stall bound (`LOG_STALL_TIMEOUT`, 5 s; replicated:
+    /// `NATS_STALL_TIMEOUT`, 12 s) without its durable point moving.
     log_stalls,
     /// SCHEDULE/UNSCHEDULE refused because no scheduler is connected.
     rejected_no_scheduler,

@@ -493,7 +493,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let started = Instant::now();
     let OpenedLogs { mut starts, store: log_store, server: store_server } = open_logs(&config, started)?;
     let bridge_stats = match &log_store {
-        LogStore::Nats(s) => s.bridge().map(|b| (b.stats.clone(), b.client().clone())),
+        LogStore::Nats(s) => Some((s.bridge().stats.clone(), s.bridge().client().clone())),
         _ => None,
     };
     let zctx = zmq::Context::new();

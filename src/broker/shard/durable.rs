@@ -39,7 +39,7 @@ pub(super) struct LogWatch {
     /// Whether the shard has said the log is stalled.
     stalled: bool,
     /// When the verdict must be looked at again with no message coming:
-    /// when the oldest wait would pass [`limits::LOG_STALL_TIMEOUT`], and
+    /// when the oldest wait would pass the stall bound, and
     /// every [`limits::WAL_CHECK_INTERVAL`] while stalled (a stall that
     /// resolves, a file system thawed, clears it without new work).
     recheck: Option<Instant>,
@@ -54,12 +54,12 @@ impl LogWatch {
     }
 
     /// Whether the log has kept the shard's acknowledgements waiting for
-    /// [`limits::LOG_STALL_TIMEOUT`] without its durable point moving.
+    /// its stall bound without its durable point moving.
     fn is_stalled(&self, now: Instant) -> bool {
         let durable = self.durable.durable_upto();
         durable < self.awaiting
             && durable == self.seen
-            && now.saturating_duration_since(self.since) >= limits::LOG_STALL_TIMEOUT
+            && now.saturating_duration_since(self.since) >= self.durable.stall_timeout()
     }
 }
 
@@ -169,7 +169,7 @@ impl Shard {
     /// the log says it cannot keep it ([`JobLog::refusal`]: out of space,
     /// below `disk_free_limit`, failing), or it is stalled: the
     /// acknowledgements it was given have waited
-    /// [`limits::LOG_STALL_TIMEOUT`] without its durable point moving.
+    /// its stall bound ([`Durable::stall_timeout`]) without its durable point moving.
     pub(super) fn store_refusal(&self, now: Instant) -> Option<StoreFault> {
         self.log.refusal().or_else(|| self.watch.is_stalled(now).then_some(StoreFault::Failed))
     }
@@ -285,7 +285,7 @@ impl Shard {
         w.recheck = if stalled {
             Some(now + limits::WAL_CHECK_INTERVAL)
         } else if durable < w.awaiting {
-            Some(w.since + limits::LOG_STALL_TIMEOUT)
+            Some(w.since + w.durable.stall_timeout())
         } else {
             None
         };
@@ -293,7 +293,7 @@ impl Shard {
             w.stalled = stalled;
             if stalled {
                 Counters::bump(&self.ctx.counters.log_stalls);
-                let secs = limits::LOG_STALL_TIMEOUT.as_secs();
+                let secs = w.durable.stall_timeout().as_secs();
                 match own {
                     None => tracing::error!(shard = self.index, secs, refused = "STORE_FAILED", "the job log has not made acknowledged work durable for {secs} s: new jobs are refused (STORE_FAILED) until it does"),
                     Some(own) => tracing::error!(shard = self.index, secs, refused = own.code(), "the job log has not made acknowledged work durable for {secs} s: new jobs are refused ({}, the log's own refusal; STORE_FAILED if that ends first) until it does", own.code()),

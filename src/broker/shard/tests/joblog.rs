@@ -245,6 +245,32 @@ fn a_failing_or_full_log_refuses_producers_and_serves_consumers() {
     }
 }
 
+/// A log with a longer stall bound of its own (the replicated log rides
+/// out a stream leader's election) is not stalled at the disk's bound.
+#[test]
+fn a_log_with_its_own_stall_bound_refuses_only_after_it() {
+    let own = limits::NATS_STALL_TIMEOUT;
+    for mut h in Harness::setups(|_| {}) {
+        let ctls = h.attach_fakes();
+        for ctl in &ctls {
+            ctl.set_stalled(true);
+            ctl.with(|s| s.stall_timeout = Some(own));
+        }
+        h.inform("w1", &[(10, "q")]);
+        h.request("c", "m1", "q", "j1");
+        h.end_batches();
+        h.advance(limits::LOG_STALL_TIMEOUT + Duration::from_millis(1));
+        h.end_batches();
+        h.request("c", "m2", "q", "j2");
+        assert!(errors_to(&mut h, "c").is_empty(), "not stalled at the disk's bound ({})", h.setup());
+        h.advance(own - limits::LOG_STALL_TIMEOUT);
+        h.end_batches();
+        h.request("c", "m3", "q", "j3");
+        assert_eq!(errors_to(&mut h, "c"), ["STORE_FAILED"], "{}", h.setup());
+        assert_eq!(h.counter(|c| &c.log_stalls), 1);
+    }
+}
+
 #[test]
 fn a_stalled_log_refuses_producers_after_the_stall_timeout() {
     for mut h in Harness::setups(|_| {}) {
