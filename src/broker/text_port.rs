@@ -99,6 +99,10 @@ pub enum TextOutcome {
     Nope,
     /// Refused with a text-protocol error code; nothing changed.
     Refused(ErrorCode),
+    /// A SCHED whose job was taken but whose batch the log gave up on:
+    /// refused with this code and [`crate::joblog::NOT_CONFIRMED`]; the
+    /// job may or may not run.
+    NotConfirmed(ErrorCode),
 }
 
 /// An answer for one connection.

@@ -53,6 +53,16 @@ use crate::job::{DeadJob, Job, Setback};
 
 pub use nolog::NoLog;
 
+/// The explanation of a refusal that comes after the job was taken: its
+/// batch was given up (a replicated log's `nats_give_up`), so the job is
+/// not acknowledged, yet it was in the router's memory and may run. The
+/// eMQP `ERROR`'s text, and the text after a text `ERR STORE_FAILED` (or
+/// `STORE_FULL`) to a SCHED; its first words, `not confirmed:`, are
+/// stable (docs/text-protocol.md): any other refusal means nothing
+/// changed.
+pub const NOT_CONFIRMED: &str =
+    "not confirmed: the job log did not confirm this job in time; it is not acknowledged and may or may not run";
+
 /// A position in a shard's log (see the module docs, "Tickets"): counted
 /// by the log, only ever growing while the router runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]

@@ -113,6 +113,25 @@ async fn bucket_once(ctx: &Ctx, name: String, max_age: Duration, replicas: usize
     }
 }
 
+/// The lease the bucket gives: its max age, set by the router that made
+/// it. All routers of a stream prefix share the bucket, so one whose
+/// `nats_lease` differs renews every third of the bucket's (a warning
+/// says so) rather than changing it under the others (a shorter max age
+/// would expire their keys between their renewals).
+fn bucket_lease(store: &kv::Store, configured: Duration) -> Duration {
+    let max_age = store.stream.cached_info().config.max_age;
+    if max_age.is_zero() || max_age == configured {
+        return configured;
+    }
+    tracing::warn!(
+        bucket = %store.stream.cached_info().config.name,
+        nats_lease = ?configured,
+        bucket_max_age = ?max_age,
+        "nats_lease differs from the lease bucket's max age (set by the router that made the bucket; shared by every router of this stream prefix): using the bucket's"
+    );
+    max_age
+}
+
 /// Takes the router's name (module docs), `holder` describing this router
 /// to whoever finds the name held.
 ///
@@ -124,6 +143,7 @@ pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<L
         (config.stream_prefix.clone(), config.router_name.clone(), config.lease, config.replicas, config.give_up);
     bridge.call(move |ctx| async move {
         let store = bucket(&ctx, format!("{prefix}_routers"), lease, replicas, give_up).await?;
+        let lease = bucket_lease(&store, lease);
         let deadline = Instant::now() + lease * 2 + Duration::from_secs(1);
         let mut seen: Option<u64> = None;
         let mut said = false;

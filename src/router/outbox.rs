@@ -252,22 +252,21 @@ type PortReplies = Vec<(TextPort, Vec<TextReply>)>;
 /// refused.
 fn refuse(fault: StoreFault, emqp: Vec<Outgoing>, text: PortReplies) -> (Vec<Outgoing>, PortReplies, u64) {
     let mut refused = 0;
-    let emqp =
-        emqp.into_iter()
-            .map(|o| match o.msg {
-                OutMsg::Accepted(frames) => {
-                    refused += 1;
-                    let command = Command::Error {
+    let emqp = emqp
+        .into_iter()
+        .map(|o| match o.msg {
+            OutMsg::Accepted(frames) => {
+                refused += 1;
+                let command = Command::Error {
                     refers_to: frames.msgid().to_vec(),
                     code: fault.code().as_bytes().to_vec(),
-                    text: b"the job log did not confirm this job in time; it is not acknowledged and may or may not run"
-                        .to_vec(),
+                    text: crate::joblog::NOT_CONFIRMED.as_bytes().to_vec(),
                 };
-                    Outgoing { msg: OutMsg::Frames(Message::new(command).encode()), ..o }
-                }
-                _ => o,
-            })
-            .collect();
+                Outgoing { msg: OutMsg::Frames(Message::new(command).encode()), ..o }
+            }
+            _ => o,
+        })
+        .collect();
     let code = match fault {
         StoreFault::Full => ErrorCode::StoreFull,
         StoreFault::Failed => ErrorCode::StoreFailed,
@@ -280,7 +279,7 @@ fn refuse(fault: StoreFault, emqp: Vec<Outgoing>, text: PortReplies) -> (Vec<Out
                 .map(|mut r| {
                     if r.stored {
                         refused += 1;
-                        r.outcome = TextOutcome::Refused(code);
+                        r.outcome = TextOutcome::NotConfirmed(code);
                         r.stored = false;
                     }
                     r
@@ -362,6 +361,20 @@ mod tests {
 
     fn conns(replies: &[TextReply]) -> Vec<u64> {
         replies.iter().map(|r| r.conn.0).collect()
+    }
+
+    /// A stored SCHED whose batch was given up is answered "not
+    /// confirmed" (it may run), not as a refusal that changed nothing;
+    /// other answers go as they were.
+    #[test]
+    fn a_given_up_sched_is_answered_not_confirmed() {
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        let port = TextPort { id: 1, tx, wake: None };
+        let replies = vec![reply(1, TextOutcome::Done, true), reply(2, TextOutcome::Nope, false)];
+        let (_, text, refused) = refuse(StoreFault::Failed, Vec::new(), vec![(port, replies)]);
+        assert_eq!(refused, 1);
+        let outcomes: Vec<(TextOutcome, bool)> = text[0].1.iter().map(|r| (r.outcome.clone(), r.stored)).collect();
+        assert_eq!(outcomes, [(TextOutcome::NotConfirmed(ErrorCode::StoreFailed), false), (TextOutcome::Nope, false)]);
     }
 
     #[test]

@@ -425,6 +425,10 @@ impl Conn {
                 stats.count_error(code);
                 encode_err(out, code, code.default_text());
             }
+            (_, TextOutcome::NotConfirmed(code)) => {
+                stats.count_error(code);
+                encode_err(out, code, crate::joblog::NOT_CONFIRMED);
+            }
             (Kind::Ask, TextOutcome::Offer { id, data, deadline }) if self.offer.is_none() => {
                 if encode_want(out, &data) {
                     TextStats::inc(&stats.offers_rewritten);

@@ -43,12 +43,11 @@ pub(super) fn drain(node: &Node, ledger: &Shared) {
 }
 
 /// Whether a refusal came at once (the job was never taken), not after
-/// the job was held: an eMQP ERROR's text says which; a text `ERR` is
-/// taken as at once when it came within 1 s of the send.
+/// the job was held: the text of the eMQP ERROR, or after the text `ERR`'s
+/// code, says which (`not confirmed:` when held, docs/text-protocol.md).
 pub(super) fn refused_at_once(sent: &ledger::Sent) -> bool {
     match &sent.answer {
-        Some((at, Answer::Refused { text, .. })) if text.is_empty() => *at - sent.at < Duration::from_secs(1),
-        Some((_, Answer::Refused { text, .. })) => !text.contains("did not confirm"),
+        Some((_, Answer::Refused { text, .. })) => !text.starts_with("not confirmed:"),
         _ => false,
     }
 }

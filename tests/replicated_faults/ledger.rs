@@ -17,11 +17,11 @@ pub enum Answer {
     /// eMQP acceptance `REPLY`, or the text `NOPE` behind the SCHED.
     Acked,
     /// eMQP `ERROR` or text `ERR` with this code; `text` is the eMQP
-    /// ERROR's explanation (empty for text).
+    /// ERROR's explanation, or the text after a text `ERR`'s code.
     Refused {
         /// `STORE_FAILED`, `QUEUE_FULL`, …
         code: String,
-        /// The eMQP ERROR's third frame.
+        /// The eMQP ERROR's third frame, or the rest of the `ERR` line.
         text: String,
     },
 }

@@ -206,12 +206,15 @@ fn emqp_answer(f: &[Vec<u8>], client: &mut EmqpClient, ledger: &Shared) {
     lock(ledger).answer(&body, answer);
 }
 
+/// An `ERR` line's code and the text after it.
+type ErrLine = (String, String);
+
 /// One text connection and its unanswered SCHEDs in send order, each with
-/// the `ERR` code seen for it so far.
+/// the `ERR` seen for it so far.
 struct TextClient {
     stream: TcpStream,
     buf: Vec<u8>,
-    open: VecDeque<(String, Instant, Option<String>)>,
+    open: VecDeque<(String, Instant, Option<ErrLine>)>,
     closed: bool,
 }
 
@@ -302,13 +305,15 @@ impl TextClient {
             ("NOPE", Some(_)) => {
                 let Some((body, _, err)) = self.open.pop_front() else { return };
                 let answer = match err {
-                    Some(code) => Answer::Refused { code, text: String::new() },
+                    Some((code, text)) => Answer::Refused { code, text },
                     None => Answer::Acked,
                 };
                 lock(ledger).answer(&body, answer);
             }
             (l, Some((_, _, err @ None))) if l.starts_with("ERR ") => {
-                *err = l.split(' ').nth(1).map(str::to_string);
+                let mut words = l.splitn(3, ' ').skip(1);
+                let code = words.next().unwrap_or_default().to_string();
+                *err = Some((code, words.next().unwrap_or_default().to_string()));
             }
             (l, front) => lock(ledger).oddities.push(format!("text producer got {l:?} (waiting for {front:?})")),
         }

@@ -144,20 +144,48 @@ pub async fn connect(urls: &[String]) -> Result<jetstream::Context, String> {
 /// every record the router stores: the router's purges of done records
 /// fail (counted, logged, tried again later), and nothing else changes.
 pub async fn deny_purge(js: &jetstream::Context, name: &str) -> Result<(), String> {
-    let mut stream = js.get_stream(name).await.map_err(|e| format!("stream {name}: {e}"))?;
-    let mut config = stream.info().await.map_err(|e| format!("stream {name} info: {e}"))?.config.clone();
-    config.deny_purge = true;
-    js.update_stream(config).await.map(|_| ()).map_err(|e| format!("deny_purge on {name}: {e}"))
+    asked_again(|| async {
+        let mut stream = js.get_stream(name).await.map_err(|e| format!("stream {name}: {e}"))?;
+        let mut config = stream.info().await.map_err(|e| format!("stream {name} info: {e}"))?.config.clone();
+        config.deny_purge = true;
+        js.update_stream(config).await.map(|_| ()).map_err(|e| format!("deny_purge on {name}: {e}"))
+    })
+    .await
 }
 
 /// The leader of stream `name` as its leader reports it.
+/// Asked again for up to [`ASK_FOR`] while the request fails (the stream
+/// electing a leader, or a loaded machine letting a request time out).
 pub async fn stream_leader(js: &jetstream::Context, name: &str) -> Result<String, String> {
-    let stream = tokio::time::timeout(Duration::from_secs(4), js.get_stream(name))
-        .await
-        .map_err(|_| format!("stream {name}: no answer in 4 s"))?
-        .map_err(|e| format!("stream {name}: {e}"))?;
-    let cluster = stream.cached_info().cluster.clone().ok_or("no cluster info")?;
-    cluster.leader.ok_or_else(|| format!("stream {name} has no leader"))
+    asked_again(|| async {
+        let stream = tokio::time::timeout(Duration::from_secs(4), js.get_stream(name))
+            .await
+            .map_err(|_| format!("stream {name}: no answer in 4 s"))?
+            .map_err(|e| format!("stream {name}: {e}"))?;
+        let cluster = stream.cached_info().cluster.clone().ok_or("no cluster info")?;
+        cluster.leader.ok_or_else(|| format!("stream {name} has no leader"))
+    })
+    .await
+}
+
+/// How long the rig asks the cluster again about a stream.
+const ASK_FOR: Duration = Duration::from_secs(15);
+
+/// `ask` again every 200 ms while it fails, for up to [`ASK_FOR`]; its
+/// last error then.
+async fn asked_again<T, Fut: std::future::Future<Output = Result<T, String>>>(
+    mut ask: impl FnMut() -> Fut,
+) -> Result<T, String> {
+    let deadline = Instant::now() + ASK_FOR;
+    loop {
+        match ask().await {
+            Err(why) if Instant::now() < deadline => {
+                eprintln!("asking the cluster again: {why}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            done => return done,
+        }
+    }
 }
 
 /// What one shard's stream holds, decoded.
