@@ -13,7 +13,9 @@
 //! * a clean stop and start keeps each queue's order and the dead set;
 //! * a new shard count rewrites the log into generation 2 streams and
 //!   deletes the old ones;
-//! * [`start`]: faults of a router's start these tests found.
+//! * [`start`]: faults of a router's start these tests found, and a start
+//!   that fails after taking the name (a stream the layout names deleted
+//!   by hand) frees the name at once.
 //!
 //! Routers run with `--nats-lease 3s` ([`LEASE`]) unless a test says
 //! otherwise, so a killed

@@ -31,6 +31,22 @@
 //!   router and an outage past two give-ups: repaired once the servers are
 //!   back.
 //! * [`a_router_with_no_reachable_nats_server_exits_with_a_clear_error`].
+//! * [`the_routers_machine_lost_with_a_nats_server_loses_no_acknowledged_job`]:
+//!   `kill -9` of the router and of its stream's leader at the same moment
+//!   (one machine lost with both), under load, with jobs waiting and one
+//!   in flight; a router with the same name started at once elsewhere
+//!   (other ports, an empty data directory) waits for the killed one's
+//!   lease (10 s) while the stream elects a leader, listens within
+//!   [`TAKE_OVER_BOUND`] (measured 7.2-9.5 s) and delivers every
+//!   acknowledged job, again only those in flight at the kill (the one
+//!   held, and those delivered less than [`DONE_MARGIN`] before it, whose
+//!   `Done` records may not have been confirmed); the times to listen and
+//!   to the first acknowledgement are printed.
+//!   [`the_routers_machine_lost_with_a_nats_server_and_a_short_lease_reads_the_stream_as_it_elects_a_leader`]:
+//!   the same with a lease of 1 s and the stream's leader on a node leading
+//!   neither key-value bucket, so that the new router reads its stream
+//!   while the stream has no leader yet: it reads it again until it has
+//!   one (a passing failure; before, the start failed).
 //!
 //! What acknowledged and refused mean is in [`ledger`]. A refusal that
 //! came at once ("the job log cannot be written now; the job is not
@@ -51,7 +67,7 @@ mod ledger;
 mod load;
 mod rig;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -64,8 +80,8 @@ use checks::{
     sent_between, wait_acked,
 };
 use clients::{
-    gated_worker, send_acked_emqp, send_acked_text, send_until_acked, take_emqp, take_text, waiting_when_idle, Load,
-    PreQueues,
+    gated_worker, offer_text, send_acked_emqp, send_acked_text, send_until_acked, take_emqp, take_text,
+    waiting_when_idle, Load, PreQueues,
 };
 use ledger::{lock, Answer, Shared};
 use load::{Gate, Threads};
@@ -103,6 +119,19 @@ const DRAIN_BOUND: Duration = Duration::from_secs(30);
 
 /// Jobs queued before a fault on queues no consumer serves until then.
 const PRE_JOBS: usize = 20;
+
+/// From the `kill -9` of the router and its stream's leader to a new
+/// router with the name listening: the killed router's lease runs out (10
+/// s after its last renewal, every 3.3 s: 6.7-10 s after the kill; the new
+/// router watches the key for up to twice that), the stream and the
+/// buckets elect leaders meanwhile, then the replay; the rest is slack.
+const TAKE_OVER_BOUND: Duration = Duration::from_secs(25);
+
+/// A job the killed router delivered less than this before the kill was in
+/// flight at it: its `Done` record may not have been confirmed (a PubAck
+/// takes milliseconds; room for a loaded 2-core machine). The new router
+/// may deliver such a job again, and no other.
+const DONE_MARGIN: Duration = Duration::from_secs(2);
 
 /// Everything a test holds, dropped in this order: the cluster (its
 /// servers killed, stores removed), the runtime, the test dir (kept when
@@ -154,10 +183,33 @@ fn keep_every_record(s: &Setup, node: &Node) {
 
 /// Index of the node leading `node`'s stream.
 fn leader_index(s: &Setup, node: &Node) -> usize {
-    let stream = node.stream();
-    let leader = with_js(s, |js| async move { rig::stream_leader(&js, &node.stream()).await });
+    leader_of(s, &node.stream())
+}
+
+/// Index of the node leading stream `stream`.
+fn leader_of(s: &Setup, stream: &str) -> usize {
+    let name = stream.to_string();
+    let leader = with_js(s, |js| async move { rig::stream_leader(&js, &name).await });
     let leader = leader.unwrap_or_else(|why| panic!("the leader of {stream}: {why}"));
     s.cluster.index_of(&leader).unwrap_or_else(|| panic!("leader {leader} is not a node"))
+}
+
+/// Moves the leadership of `node`'s stream to a node leading neither
+/// key-value bucket (the lease's and the layout's), so that killing it
+/// leaves the buckets their leaders; returns once it leads there.
+fn stream_leader_apart(s: &Setup, node: &Node) {
+    let buckets: BTreeSet<usize> = ["KV_EMQ_routers", "KV_EMQ_layouts"].iter().map(|b| leader_of(s, b)).collect();
+    let to = (0..NODES).find(|i| !buckets.contains(i)).expect("a node leading no bucket");
+    let to_name = s.cluster.nodes[to].name.clone();
+    let moved = wait::until_ok(Duration::from_secs(20), || {
+        if leader_index(s, node) == to {
+            return Ok(());
+        }
+        let (stream, to) = (node.stream(), to_name.clone());
+        with_js(s, |js| async move { rig::step_down(&js, &stream, &to).await })?;
+        Err("stepped down; not led there yet".into())
+    });
+    moved.unwrap_or_else(|why| panic!("{}'s leadership not moved to {to_name}: {why}", node.stream()));
 }
 
 #[test]
@@ -203,6 +255,163 @@ fn a_stream_leader_killed_under_load_loses_no_acknowledged_job() {
     assert!(more, "acknowledgements go on with the node back: {}", lock(&ledger).counts());
     let consumers = load.quiet_producers(&ledger);
     finish(test, &s, &node, &mut router, &ledger, consumers);
+}
+
+#[test]
+fn the_routers_machine_lost_with_a_nats_server_loses_no_acknowledged_job() {
+    let Some(took) = machine_lost("repfault_machine_lost", "ml", &[], false) else { return };
+    // Started while the killed router's key was still renewed (every
+    // 3.3 s): it watched the key until it expired.
+    assert_eq!(took.waited, 1, "it waited for the killed router's lease");
+}
+
+#[test]
+fn the_routers_machine_lost_with_a_nats_server_and_a_short_lease_reads_the_stream_as_it_elects_a_leader() {
+    let test = "repfault_machine_lost_short_lease";
+    let Some(took) = machine_lost(test, "ms", &["--nats-lease", "1s"], true) else { return };
+    // Its lease taken within a second, it read the stream while the stream
+    // had no leader (an election takes seconds), and read it again.
+    assert!(took.reread >= 1, "the stream read once only: it had a leader already");
+}
+
+/// What [`machine_lost`] saw of the new router's start.
+struct TakeOver {
+    /// How often it said that the name is held (it waits for the lease).
+    waited: usize,
+    /// How often it said that it reads a stream again.
+    reread: usize,
+}
+
+/// The machine-loss test (module docs) with a router named `name` run
+/// with `flags`: before the kill the load flows, [`PRE_JOBS`] jobs wait on
+/// each of `pre-e` (eMQP) and `pre-t` (text), and one text task, `held`,
+/// is offered to a consumer that does not answer it. The new router
+/// delivers the waiting jobs (`pre-t` in order) and `held` again. With
+/// `apart`, the stream's leadership is first moved off the nodes leading
+/// the key-value buckets ([`stream_leader_apart`]): else the buckets,
+/// often led by the same node, elect too and hold the start up until the
+/// stream has its leader. `None` when the test skips (no nats-server, not
+/// under CI).
+fn machine_lost(test: &str, name: &str, flags: &[&str], apart: bool) -> Option<TakeOver> {
+    let (mut s, node, mut router, ledger) = start(test, 170, name, flags)?;
+    let pre = PreQueues::queue(&node, &ledger);
+    send_acked_text(&node, &ledger, "held", "held", 1);
+    let offered = offer_text(&node, &ledger, "held");
+    if apart {
+        stream_leader_apart(&s, &node);
+    }
+    let load = Load::start(&node, &ledger);
+    wait_acked(&ledger, 300 + 2 * PRE_JOBS + 1, Duration::from_secs(20));
+    let leader = leader_index(&s, &node);
+    // The deliveries before this one came more than DONE_MARGIN before the
+    // kill: their jobs' `Done` records were confirmed.
+    let settled = lock(&ledger).deliveries.len();
+    std::thread::sleep(DONE_MARGIN);
+    let pids = [router.pid(), s.cluster.pid(leader).expect("the stream's leader runs")];
+    let killed = Instant::now();
+    for pid in pids {
+        // SAFETY: plain syscall on the process group of a child of this test.
+        unsafe { libc::killpg(pid, libc::SIGKILL) };
+    }
+    router.kill_group();
+    s.cluster.kill(leader);
+    load.producers.stop();
+    load.consumers.stop();
+    drop((pre, offered));
+    // The killed router's deliveries are the ledger's first `old`.
+    let (old, at_kill) = {
+        let l = lock(&ledger);
+        (l.deliveries.len(), l.counts())
+    };
+
+    // At once, elsewhere: the killed router's lease is still held.
+    let elsewhere = node.elsewhere(&s.dir, "b");
+    let mut router = elsewhere.start();
+    let listened = killed.elapsed();
+    let first = send_until_acked(&elsewhere, &ledger, "after", "default", BACK_BOUND);
+    first.unwrap_or_else(|why| panic!("the new router acknowledges nothing: {why}\n{}", router.log_tail(30)));
+    let first_ack = killed.elapsed();
+    let log = router.log_text();
+    let took = TakeOver {
+        waited: log.matches("the router name is held").count(),
+        reread: log.matches("reading it again").count(),
+    };
+    let recovered = elsewhere.log_status().expect("STATUS")["jobs_recovered"].as_u64().expect("jobs_recovered");
+    let new_leader = s.cluster.nodes[leader_index(&s, &elsewhere)].name.clone();
+    eprintln!(
+        "{test}: the router and its stream's leader {} killed together ({at_kill}); a new router with the name \
+         listened {listened:?} after the kill (it said the name was held {} times) and acknowledged a job \
+         {first_ack:?} after it; {recovered} jobs recovered; the stream's leader now {new_leader}; stream reads \
+         at start tried again: {}",
+        s.cluster.nodes[leader].name, took.waited, took.reread
+    );
+    assert!(listened <= TAKE_OVER_BOUND, "the new router listened {listened:?} after the kill");
+    assert!(recovered > 2 * PRE_JOBS as u64, "the waiting jobs and the one in flight: {recovered} recovered");
+
+    let pre_t: Vec<String> = (0..PRE_JOBS).map(|i| format!("pre-t-{i:04}")).collect();
+    assert_eq!(take_text(&elsewhere, &ledger, "pre-t", SERVED_BOUND), pre_t, "pre-t in order");
+    assert_eq!(take_emqp(&elsewhere, &ledger, "pre-e", PRE_JOBS, SERVED_BOUND), PRE_JOBS, "pre-e");
+    assert_eq!(take_text(&elsewhere, &ledger, "held", SERVED_BOUND), ["held-0000"], "in flight at the kill");
+    let consumers = Load::consumers(&elsewhere, &ledger);
+    checks::drain(&elsewhere, &ledger);
+    consumers.stop();
+    let l = lock(&ledger);
+    eprintln!("{test}: end: {}", l.counts());
+    // Sends to the killed router may fail; nothing else is odd.
+    let sent_after_the_kill =
+        |o: &String| o.strip_suffix(": could not be sent").and_then(|b| l.jobs.get(b)).is_some_and(|s| s.at >= killed);
+    let odd: Vec<&String> = l.oddities.iter().filter(|o| !sent_after_the_kill(o)).collect();
+    assert!(odd.is_empty(), "unexpected answers: {:?}", &odd[..odd.len().min(10)]);
+    let refused: Vec<(&String, &Option<(Instant, Answer)>)> = l
+        .jobs
+        .iter()
+        .filter(|(_, s)| matches!(s.answer, Some((_, Answer::Refused { .. }))))
+        .map(|(b, s)| (b, &s.answer))
+        .collect();
+    assert!(refused.is_empty(), "refused: {:?}", &refused[..refused.len().min(10)]);
+    let counts = l.delivery_counts();
+    let lost: Vec<&String> = l.acked().map(|(b, _)| b).filter(|b| !counts.contains_key(b.as_str())).collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged jobs never delivered, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(10)]
+    );
+    let never_sent: Vec<&&str> = counts.keys().filter(|b| !l.jobs.contains_key(**b)).collect();
+    assert!(never_sent.is_empty(), "delivered, never sent: {never_sent:?}");
+    // At most once by each router; by both only if in flight at the kill:
+    // `held`, or delivered less than DONE_MARGIN before it.
+    let bodies = |d: &[ledger::Delivery]| -> BTreeMap<String, usize> {
+        let mut n = BTreeMap::new();
+        for d in d {
+            *n.entry(d.body.clone()).or_default() += 1;
+        }
+        n
+    };
+    let (before, after) = (bodies(&l.deliveries[..old]), bodies(&l.deliveries[old..]));
+    for (router, by) in [("killed", &before), ("new", &after)] {
+        let twice: Vec<&String> = by.iter().filter(|(_, n)| **n > 1).map(|(b, _)| b).collect();
+        assert!(twice.is_empty(), "delivered twice by the {router} router: {twice:?}");
+    }
+    let mut in_flight: BTreeSet<&str> = l.deliveries[settled..old].iter().map(|d| d.body.as_str()).collect();
+    in_flight.insert("held-0000");
+    let again: Vec<&String> = before.keys().filter(|b| after.contains_key(*b)).collect();
+    let wrongly: Vec<&&String> = again.iter().filter(|b| !in_flight.contains(b.as_str())).collect();
+    eprintln!(
+        "{test}: {} jobs delivered, {} of them by both routers: {again:?}; in flight at the kill (held-0000, and \
+         delivered within {DONE_MARGIN:?} before it): {}",
+        counts.len(),
+        again.len(),
+        in_flight.len()
+    );
+    assert!(
+        wrongly.is_empty(),
+        "delivered again, though delivered {DONE_MARGIN:?} or more before the kill: {wrongly:?}"
+    );
+    drop(l);
+    let status = router.terminate(Duration::from_secs(20));
+    assert!(status.is_some_and(|st| st.success()), "a clean stop: {status:?}\n{}", router.log_tail(30));
+    Some(took)
 }
 
 #[test]

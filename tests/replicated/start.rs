@@ -2,15 +2,21 @@
 //! `src/jslog`): requests to buckets and streams just made failed the
 //! start, a lease revision read back from a lagging replica, and a lease
 //! not renewed while the start replayed and made streams for longer than
-//! the lease.
+//! the lease. And a start that fails after taking the router name: it
+//! frees the name at once.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::{log_count, setup, wal_shards, LEASE};
+use async_nats::jetstream;
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
+use serde_json::json;
+
+use super::{log_count, setup, wal_shards, Setup, LEASE};
+use crate::common::nats;
 use crate::common::ports::is_listening;
 use crate::common::proc::Child;
 use crate::common::wait;
-use crate::durability::{sched, Node};
+use crate::durability::{drain, sched, Node};
 
 /// Found by these tests, two faults of a router's start on a fresh
 /// cluster: it made the key-value buckets of the lease and the layout and
@@ -95,4 +101,120 @@ fn replicated_a_start_longer_than_the_lease_keeps_the_name() {
     let holding = wal_shards(&status).iter().filter(|sh| sh["live_jobs"] != 0).count();
     assert!(holding >= 16, "the tasks reached many shards: {status}");
     assert_eq!(log_count(&a, "another router took this router's name"), 0);
+}
+
+/// A JetStream client of the test's cluster (every node's URL), on its
+/// own current-thread runtime.
+struct Js {
+    rt: tokio::runtime::Runtime,
+    js: jetstream::Context,
+}
+
+impl Js {
+    fn connect(s: &Setup) -> Js {
+        let rt = nats::runtime();
+        let urls = s.cluster.urls();
+        let js = rt.block_on(async {
+            let client = async_nats::ConnectOptions::new()
+                .connection_timeout(Duration::from_secs(2))
+                .connect(&urls[..])
+                .await
+                .unwrap_or_else(|e| panic!("connect to {urls:?}: {e}"));
+            jetstream::ContextBuilder::new().timeout(Duration::from_secs(2)).build(client)
+        });
+        Js { rt, js }
+    }
+
+    /// Deletes stream `name`, as by hand.
+    fn delete_stream(&self, name: &str) {
+        let deleted = self.rt.block_on(self.js.delete_stream(name));
+        assert!(deleted.is_ok_and(|d| d.success), "delete stream {name}");
+    }
+
+    /// Deletes key `key` of bucket `bucket`, as by hand.
+    fn delete_key(&self, bucket: &str, key: &str) {
+        self.rt.block_on(async {
+            let kv = self.js.get_key_value(bucket).await.unwrap_or_else(|e| panic!("bucket {bucket}: {e}"));
+            kv.delete(key).await.unwrap_or_else(|e| panic!("delete {key} of {bucket}: {e}"));
+        });
+    }
+
+    /// The value of key `key` of bucket `bucket` as the bucket's stream
+    /// leader has it (a replica may lag): `None` when it was deleted or
+    /// expired or never written.
+    fn key(&self, bucket: &str, key: &str) -> Option<String> {
+        let stream = format!("KV_{bucket}");
+        self.rt.block_on(async {
+            let s = self.js.get_stream(&stream).await.unwrap_or_else(|e| panic!("stream {stream}: {e}"));
+            match s.get_last_raw_message_by_subject(&format!("$KV.{bucket}.{key}")).await {
+                // A delete marker (`KV-Operation: DEL`) or a purge.
+                Ok(m) if m.headers.get("KV-Operation").is_some() => None,
+                Ok(m) => Some(String::from_utf8_lossy(&m.payload).into_owned()),
+                Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => None,
+                Err(e) => panic!("key {key} of {bucket}: {e}"),
+            }
+        })
+    }
+}
+
+/// A start that fails after it took the router name frees the name at
+/// once, as a clean stop does (the key deleted), instead of leaving it held
+/// until its lease expires (fixed in `src/jslog`: the store that releases
+/// the lease on drop holds the NATS thread from the start; before, it got
+/// it only at the end of a start that succeeded, and a router started once
+/// the fault was repaired waited up to the lease for the name). Here the
+/// layout names a stream deleted by hand: the start takes the name, finds
+/// the stream gone (not read again: no passing failure), exits non-zero
+/// saying so, and the name's key in `EMQ_routers` is gone as it exits. The
+/// layout key deleted too (the jobs given up), a router starts with the
+/// name at once. The lease is 10 s, so a key left held would still be
+/// there at every check.
+#[test]
+fn replicated_a_start_that_fails_after_taking_the_name_frees_it() {
+    let test = "failed-start";
+    let Some(s) = setup(test, 120) else { return };
+    let lease = ["--nats-lease", "10s"];
+    let node = s.node("router");
+    let mut router = s.start(&node, &lease);
+    sched(&node.text(), "q", 5);
+    let status = router.terminate(Duration::from_secs(10));
+    assert!(status.is_some_and(|st| st.success()), "a clean stop: {status:?}\n{}", router.log_tail(20));
+    let js = Js::connect(&s);
+    assert_eq!(js.key("EMQ_routers", &s.name), None, "a clean stop frees the name");
+    let stream = s.stream(1, 0);
+    js.delete_stream(&stream);
+
+    let failed = s.node("failed");
+    let flags = s.flags(&lease);
+    let started = Instant::now();
+    let (status, log) = failed.run_to_exit(&flags.iter().map(String::as_str).collect::<Vec<_>>(), &s.dir);
+    let took = started.elapsed();
+    let held = js.key("EMQ_routers", &s.name);
+    eprintln!(
+        "{test}: the start with a stream deleted exited after {took:?}: {status:?}; the name's key then: {held:?}"
+    );
+    assert!(status.is_some_and(|st| !st.success()), "the start must fail: {status:?}\n{log}");
+    let said = format!("reading stream {stream}: ");
+    assert!(log.contains(&said), "{said:?} in\n{log}");
+    assert!(log.contains("(the layout names this stream: was it deleted by hand? its jobs are gone)"), "{log}");
+    // A stream that is gone is not read again for nats_give_up (30 s).
+    assert!(!log.contains("reading it again"), "{log}");
+    assert!(took < Duration::from_secs(10), "failed after {took:?}");
+    assert_eq!(held, None, "the failed start left the name held");
+
+    // The jobs given up: with no layout, a router starts with the name at
+    // once, on a new stream.
+    js.delete_key("EMQ_layouts", &s.name);
+    let again = s.node("again");
+    let started = Instant::now();
+    let router = s.start(&again, &lease);
+    let took = started.elapsed();
+    eprintln!("{test}: with the layout key deleted, a router with the name listened after {took:?}");
+    assert_eq!(log_count(&again, "the router name is held"), 0, "{}", router.log_tail(20));
+    // A key left held would have kept it waiting about 10 s.
+    assert!(took < Duration::from_secs(5), "started after {took:?}");
+    let status = again.status();
+    assert_eq!(status["waiting_messages_by_queue"], json!({}), "{status}");
+    sched(&again.text(), "q", 2);
+    assert_eq!(drain(&again.text(), "q"), ["job-0000", "job-0001"]);
 }

@@ -163,6 +163,21 @@ pub(super) fn take_text(node: &Node, ledger: &Shared, queue: &str, within: Durat
     got
 }
 
+/// Takes one task of `queue` over text (`ASK`) and does not answer it: it
+/// stays offered (in flight) while the connection returned is open.
+pub(super) fn offer_text(node: &Node, ledger: &Shared, queue: &str) -> std::net::TcpStream {
+    use std::io::Write;
+    let s = std::net::TcpStream::connect(node.text()).expect("a text connection");
+    s.set_read_timeout(Some(Duration::from_millis(100))).expect("read timeout");
+    let mut r = std::io::BufReader::new(s.try_clone().expect("clone"));
+    (&s).write_all(format!("ASK {queue}\n").as_bytes()).expect("write ASK");
+    let line = load::read_line(&mut r, &AtomicBool::new(false));
+    let body =
+        line.as_deref().and_then(|l| l.strip_prefix("WANT? ")).unwrap_or_else(|| panic!("ASK {queue}: {line:?}"));
+    lock(ledger).deliveries.push(ledger::Delivery { consumer: format!("offered-{queue}"), body: body.to_string() });
+    s
+}
+
 /// Jobs queued before a fault on `pre-e` (eMQP, its worker registered
 /// and not READY) and `pre-t` (text), served during it.
 pub(super) struct PreQueues {

@@ -42,6 +42,16 @@ impl Node {
         Node { router, name: name.to_string(), flags }
     }
 
+    /// The same router (name and flags) started on another machine:
+    /// fresh ports, an empty data directory of its own, its output in
+    /// `router-<label>.log`.
+    pub fn elsewhere(&self, dir: &TestDir, label: &str) -> Node {
+        let data = dir.join(&format!("router-data-{}-{label}", self.name));
+        let mut router = crate::durability::Node::with_data(dir, data);
+        router.log = dir.join(&format!("router-{label}.log"));
+        Node { router, name: self.name.clone(), flags: self.flags.clone() }
+    }
+
     fn flags(&self) -> Vec<&str> {
         self.flags.iter().map(String::as_str).collect()
     }
@@ -185,6 +195,21 @@ async fn asked_again<T, Fut: std::future::Future<Output = Result<T, String>>>(
             }
             done => return done,
         }
+    }
+}
+
+/// Asks stream `name`'s leader to step down in favour of node `to`
+/// (`$JS.API.STREAM.LEADER.STEPDOWN`, preferred placement).
+pub async fn step_down(js: &jetstream::Context, name: &str, to: &str) -> Result<(), String> {
+    let request = serde_json::json!({"placement": {"preferred": to}});
+    let answer: serde_json::Value = js
+        .request(format!("STREAM.LEADER.STEPDOWN.{name}"), &request)
+        .await
+        .map_err(|e| format!("stepdown of {name}: {e}"))?;
+    if answer["success"] == true {
+        Ok(())
+    } else {
+        Err(format!("stepdown of {name}: {answer}"))
     }
 }
 
