@@ -261,8 +261,11 @@ fn a_stream_leader_killed_under_load_loses_no_acknowledged_job() {
 fn the_routers_machine_lost_with_a_nats_server_loses_no_acknowledged_job() {
     let Some(took) = machine_lost("repfault_machine_lost", "ml", &[], false) else { return };
     // Started while the killed router's key was still renewed (every
-    // 3.3 s): it watched the key until it expired.
-    assert_eq!(took.waited, 1, "it waited for the killed router's lease");
+    // 3.3 s): it watched the key until it expired, once, or found it gone
+    // when the lease bucket, led by the killed server too, was readable
+    // again (its election outlasted the key: seen once in a full run,
+    // listening 8.2 s after the kill). Never more than one wait.
+    assert!(took.waited <= 1, "it said the name was held {} times", took.waited);
 }
 
 #[test]
