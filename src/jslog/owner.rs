@@ -6,9 +6,9 @@
 //!   (compare-and-set: only if absent) and, from then on (also while it
 //!   replays its streams, which may take longer than the lease), renews it
 //!   every third of the lease with an update on the revision it last
-//!   wrote (the one each
-//!   write returned, never one read back: a read may be answered by a
-//!   replica that has not applied the latest write yet). A router started
+//!   wrote (the one each write returned, never one read back: a read may
+//!   be answered by a replica that has not applied the latest write yet).
+//!   The lease is the bucket's max age ([`bucket_lease`]). A router started
 //!   with a name whose key exists watches it for up to twice the lease: a
 //!   new revision means a live holder, and the start is refused
 //!   ([`JsError::Held`]); a key that expires (its holder died, `kill -9`)

@@ -8,7 +8,9 @@
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
+use async_nats::jetstream::context::DeleteStreamErrorKind;
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
+use async_nats::jetstream::ErrorCode;
 use serde_json::json;
 
 use super::{log_count, setup, wal_shards, Setup, LEASE};
@@ -125,17 +127,33 @@ impl Js {
         Js { rt, js }
     }
 
+    /// Asks the cluster again every poll for up to [`ASK_FOR`] while `ask`
+    /// fails: a loaded machine lets requests time out or find no
+    /// responders now and then (seen in a full run).
+    fn asked<T, Fut: std::future::Future<Output = Result<T, String>>>(&self, ask: impl FnMut() -> Fut) -> T {
+        self.rt.block_on(nats::until_ok_async(ASK_FOR, ask)).unwrap_or_else(|why| panic!("{why}"))
+    }
+
     /// Deletes stream `name`, as by hand.
     fn delete_stream(&self, name: &str) {
-        let deleted = self.rt.block_on(self.js.delete_stream(name));
-        assert!(deleted.is_ok_and(|d| d.success), "delete stream {name}");
+        self.asked(|| async {
+            match self.js.delete_stream(name).await {
+                Ok(d) if d.success => Ok(()),
+                Ok(_) => Err(format!("delete stream {name}: not done")),
+                // Deleted by an earlier try whose answer was lost.
+                Err(e) if matches!(e.kind(), DeleteStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND) => {
+                    Ok(())
+                }
+                Err(e) => Err(format!("delete stream {name}: {e}")),
+            }
+        });
     }
 
     /// Deletes key `key` of bucket `bucket`, as by hand.
     fn delete_key(&self, bucket: &str, key: &str) {
-        self.rt.block_on(async {
-            let kv = self.js.get_key_value(bucket).await.unwrap_or_else(|e| panic!("bucket {bucket}: {e}"));
-            kv.delete(key).await.unwrap_or_else(|e| panic!("delete {key} of {bucket}: {e}"));
+        self.asked(|| async {
+            let kv = self.js.get_key_value(bucket).await.map_err(|e| format!("bucket {bucket}: {e}"))?;
+            kv.delete(key).await.map_err(|e| format!("delete {key} of {bucket}: {e}"))
         });
     }
 
@@ -144,18 +162,21 @@ impl Js {
     /// expired or never written.
     fn key(&self, bucket: &str, key: &str) -> Option<String> {
         let stream = format!("KV_{bucket}");
-        self.rt.block_on(async {
-            let s = self.js.get_stream(&stream).await.unwrap_or_else(|e| panic!("stream {stream}: {e}"));
+        self.asked(|| async {
+            let s = self.js.get_stream(&stream).await.map_err(|e| format!("stream {stream}: {e}"))?;
             match s.get_last_raw_message_by_subject(&format!("$KV.{bucket}.{key}")).await {
                 // A delete marker (`KV-Operation: DEL`) or a purge.
-                Ok(m) if m.headers.get("KV-Operation").is_some() => None,
-                Ok(m) => Some(String::from_utf8_lossy(&m.payload).into_owned()),
-                Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => None,
-                Err(e) => panic!("key {key} of {bucket}: {e}"),
+                Ok(m) if m.headers.get("KV-Operation").is_some() => Ok(None),
+                Ok(m) => Ok(Some(String::from_utf8_lossy(&m.payload).into_owned())),
+                Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+                Err(e) => Err(format!("key {key} of {bucket}: {e}")),
             }
         })
     }
 }
+
+/// How long [`Js`] asks the cluster again.
+const ASK_FOR: Duration = Duration::from_secs(15);
 
 /// A start that fails after it took the router name frees the name at
 /// once, as a clean stop does (the key deleted), instead of leaving it held
