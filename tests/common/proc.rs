@@ -112,11 +112,20 @@ impl Child {
         LIVE_GROUPS.lock().unwrap_or_else(|e| e.into_inner()).retain(|&g| g != self.pgid);
     }
 
-    /// Sends `sig` to the leader while it has not been reaped.
+    /// Sends `sig` to the leader while it has not been reaped. After
+    /// `SIGSTOP` it returns once every thread of the leader is stopped (up
+    /// to 5 s): the signal is delivered asynchronously, and on a loaded
+    /// machine a thread may otherwise still run for a moment (an I/O
+    /// thread completing a handshake the test expects to hang; seen once).
     pub fn signal(&mut self, sig: i32) {
         if self.is_alive() {
             // SAFETY: plain syscall on our own, not yet reaped, child.
             unsafe { libc::kill(self.pgid, sig) };
+            if sig == libc::SIGSTOP {
+                let pid = self.pgid;
+                let stopped = wait::until(Duration::from_secs(5), || all_threads_stopped(pid));
+                assert!(stopped, "pid {pid}: not every thread stopped 5 s after SIGSTOP");
+            }
         }
     }
 
@@ -223,4 +232,16 @@ impl Drop for TestDir {
             let _ = fs::remove_dir_all(&self.path);
         }
     }
+}
+
+/// Whether every thread of `pid` is stopped (state `T` in
+/// `/proc/<pid>/task/<tid>/stat`) or ended; `true` when it is gone.
+fn all_threads_stopped(pid: i32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return true };
+    tasks.flatten().all(|t| {
+        let stat = fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // The state follows the command name's closing parenthesis.
+        // T/t stopped; Z/X a thread that ended meanwhile.
+        stat.rsplit_once(") ").is_none_or(|(_, rest)| rest.starts_with(['T', 't', 'Z', 'X']))
+    })
 }
