@@ -25,13 +25,6 @@ impl Drop for Killed {
     }
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("emq-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 /// A job script that appends `<payload>\n` to `$OUT` in one write, after
 /// `$DELAY` seconds.
 fn script(dir: &Path) -> PathBuf {
@@ -75,9 +68,9 @@ fn send_jobs(frontend: &str, ids: std::ops::Range<usize>) {
 fn emq_worker_runs_1000_jobs_exactly_once() {
     let _w = Watchdog::new("emq_worker_1000", 240);
     let h = emq::router::start(config(1, |_| {})).unwrap();
-    let dir = temp_dir("worker-1000");
+    let dir = TestDir::new("worker-1000");
     let out = dir.join("runs.txt");
-    let _worker = emq_worker(&h.endpoints.backend, &script(&dir), &out, "0");
+    let _worker = emq_worker(&h.endpoints.backend, &script(&dir.path), &out, "0");
     send_jobs(&h.endpoints.frontend, 0..1000);
     let end = Instant::now() + Duration::from_secs(200);
     while runs(&out).len() < 1000 && Instant::now() < end {
@@ -97,9 +90,9 @@ fn killing_emq_worker_mid_run_loses_no_job() {
         r.heartbeat_timeout = Some("1s".into());
     }))
     .unwrap();
-    let dir = temp_dir("worker-kill");
+    let dir = TestDir::new("worker-kill");
     let out = dir.join("runs.txt");
-    let job = script(&dir);
+    let job = script(&dir.path);
     let mut first = emq_worker(&h.endpoints.backend, &job, &out, "0.3");
     send_jobs(&h.endpoints.frontend, 0..40);
     eventually(30, "some jobs done", || runs(&out).len() >= 5);
