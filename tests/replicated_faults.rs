@@ -373,15 +373,7 @@ fn machine_lost(test: &str, name: &str, flags: &[&str], apart: bool) -> Option<T
         .collect();
     assert!(refused.is_empty(), "refused: {:?}", &refused[..refused.len().min(10)]);
     let counts = l.delivery_counts();
-    let lost: Vec<&String> = l.acked().map(|(b, _)| b).filter(|b| !counts.contains_key(b.as_str())).collect();
-    assert!(
-        lost.is_empty(),
-        "{} acknowledged jobs never delivered, e.g. {:?}",
-        lost.len(),
-        &lost[..lost.len().min(10)]
-    );
-    let never_sent: Vec<&&str> = counts.keys().filter(|b| !l.jobs.contains_key(**b)).collect();
-    assert!(never_sent.is_empty(), "delivered, never sent: {never_sent:?}");
+    checks::check_delivered(&l, &counts);
     // At most once by each router; by both only if in flight at the kill:
     // `held`, or delivered less than DONE_MARGIN before it.
     let bodies = |d: &[ledger::Delivery]| -> BTreeMap<String, usize> {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use futures_util::StreamExt;
 
-use crate::common::nats::Cluster;
+use crate::common::nats::{self, Cluster};
 use crate::common::proc::{self, Child, TestDir};
 use crate::common::wait;
 
@@ -154,7 +154,7 @@ pub async fn connect(urls: &[String]) -> Result<jetstream::Context, String> {
 /// every record the router stores: the router's purges of done records
 /// fail (counted, logged, tried again later), and nothing else changes.
 pub async fn deny_purge(js: &jetstream::Context, name: &str) -> Result<(), String> {
-    asked_again(|| async {
+    nats::until_ok_async(ASK_FOR, || async {
         let mut stream = js.get_stream(name).await.map_err(|e| format!("stream {name}: {e}"))?;
         let mut config = stream.info().await.map_err(|e| format!("stream {name} info: {e}"))?.config.clone();
         config.deny_purge = true;
@@ -167,7 +167,7 @@ pub async fn deny_purge(js: &jetstream::Context, name: &str) -> Result<(), Strin
 /// Asked again for up to [`ASK_FOR`] while the request fails (the stream
 /// electing a leader, or a loaded machine letting a request time out).
 pub async fn stream_leader(js: &jetstream::Context, name: &str) -> Result<String, String> {
-    asked_again(|| async {
+    nats::until_ok_async(ASK_FOR, || async {
         let stream = tokio::time::timeout(Duration::from_secs(4), js.get_stream(name))
             .await
             .map_err(|_| format!("stream {name}: no answer in 4 s"))?
@@ -180,23 +180,6 @@ pub async fn stream_leader(js: &jetstream::Context, name: &str) -> Result<String
 
 /// How long the rig asks the cluster again about a stream.
 const ASK_FOR: Duration = Duration::from_secs(15);
-
-/// `ask` again every 200 ms while it fails, for up to [`ASK_FOR`]; its
-/// last error then.
-async fn asked_again<T, Fut: std::future::Future<Output = Result<T, String>>>(
-    mut ask: impl FnMut() -> Fut,
-) -> Result<T, String> {
-    let deadline = Instant::now() + ASK_FOR;
-    loop {
-        match ask().await {
-            Err(why) if Instant::now() < deadline => {
-                eprintln!("asking the cluster again: {why}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            done => return done,
-        }
-    }
-}
 
 /// Asks stream `name`'s leader to step down in favour of node `to`
 /// (`$JS.API.STREAM.LEADER.STEPDOWN`, preferred placement).
