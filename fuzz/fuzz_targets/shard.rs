@@ -249,6 +249,9 @@ impl Driver {
             }
             TextOutcome::Nope | TextOutcome::Refused(_) => {}
             TextOutcome::Done => panic!("ASK answered Done"),
+            // Only a durable log that gave a batch up says "not confirmed"; this
+            // harness has none.
+            TextOutcome::NotConfirmed(code) => panic!("not confirmed ({code:?}) without a log"),
         }
     }
 
