@@ -78,6 +78,9 @@ pub enum ScheduleError {
     /// The scheduler holds [`limits::SCHEDULER_MAX_SCHEDULES`] schedules.
     #[error("this scheduler holds {0} schedules, its limit")]
     TooMany(usize),
+    /// The store refuses the record (its size).
+    #[error("{0}")]
+    TooBig(String),
 }
 
 impl ScheduleError {
@@ -91,6 +94,7 @@ impl ScheduleError {
             ScheduleError::BadRunCount(_) => "BAD_HEADERS",
             ScheduleError::Body(_) => "BAD_BODY",
             ScheduleError::TooMany(_) => "BUSY",
+            ScheduleError::TooBig(_) => "TOO_BIG",
         }
     }
 }
