@@ -53,7 +53,7 @@ use serde::{Deserialize, Serialize};
 
 use super::key::ScheduleKey;
 use super::lease::{self, Lease};
-use super::store::{Fence, Store, StoreError, Stored};
+use super::store::{Fence, Reconciled, Store, StoreError, Stored};
 use crate::config::NatsConfig;
 use crate::jslog::bridge::{retried, Bridge, Ctx};
 use crate::limits;
@@ -142,6 +142,8 @@ pub struct NatsStore {
     prefix: String,
     timeout: Duration,
     lease: Lease,
+    /// The schedules were read once ([`Store::load`]).
+    loaded: bool,
 }
 
 /// Opens `bucket` (made when missing, tried for `within`).
@@ -200,7 +202,14 @@ impl NatsStore {
         let holder =
             format!("emq-scheduler {} pid {} {}", settings.name, std::process::id(), uuid::Uuid::new_v4().hyphenated());
         let held = lease::acquire(&bridge, leases, token.clone(), holder, lease, settings.timeout, stopping)?;
-        Ok(held.map(|lease| NatsStore { bridge, kv, prefix: format!("{token}."), timeout: settings.timeout, lease }))
+        Ok(held.map(|lease| NatsStore {
+            bridge,
+            kv,
+            prefix: format!("{token}."),
+            timeout: settings.timeout,
+            lease,
+            loaded: false,
+        }))
     }
 
     /// Runs a request on the bridge with the store's timeout.
@@ -273,11 +282,12 @@ fn decode(bytes: &[u8]) -> Result<Stored, String> {
 
 /// Every live schedule under `prefix`: the last message of each key, read
 /// by an ordered consumer (from the stream's leader).
-async fn read_all(kv: kv::Store, prefix: String) -> Result<Vec<(ScheduleKey, Stored)>, String> {
+async fn read_all(kv: kv::Store, prefix: String, inbox: String) -> Result<Vec<(ScheduleKey, Stored)>, String> {
     let subject_prefix = format!("{}{prefix}", kv.prefix);
     let consumer = kv
         .stream
         .create_consumer(OrderedConfig {
+            deliver_subject: inbox,
             filter_subject: format!("{subject_prefix}>"),
             deliver_policy: DeliverPolicy::LastPerSubject,
             replay_policy: ReplayPolicy::Instant,
@@ -329,13 +339,25 @@ impl Store for NatsStore {
         let (kv, timeout) = (self.kv.clone(), self.timeout * 10);
         let answer = self
             .bridge
-            .call(move |_ctx| async move {
-                tokio::time::timeout(timeout, read_all(kv, prefix))
+            .call(move |ctx| async move {
+                tokio::time::timeout(timeout, read_all(kv, prefix, ctx.client.new_inbox()))
                     .await
                     .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")))
             })
             .map_err(|e| StoreError::Nats(e.to_string()))?;
-        answer.map_err(|e| StoreError::Nats(format!("reading the schedules: {e}")))
+        let loaded = answer.map_err(|e| StoreError::Nats(format!("reading the schedules: {e}")))?;
+        self.loaded = true;
+        Ok(loaded)
+    }
+
+    /// Loads the schedules if the load at start failed (the service then
+    /// adds them); nothing to do otherwise: no other scheduler writes this
+    /// name's schedules while this one holds the lease.
+    fn reconcile(&mut self) -> Result<Reconciled, StoreError> {
+        if self.loaded {
+            return Ok(Reconciled::default());
+        }
+        Ok(Reconciled { claimed: self.load()?, lost: Vec::new() })
     }
 
     fn put(&mut self, key: &ScheduleKey, stored: &Stored) -> Result<(), StoreError> {
