@@ -233,6 +233,18 @@ mod tests {
         assert_eq!(message(raw), "setting heartbeat_interval: must be shorter than router_timeout");
         let raw = RawSchedulerConfig { frontend: Some("localhost:47291".into()), ..Default::default() };
         assert!(message(raw).contains("eMQP addresses look like tcp://host:port"));
+        let nats = |extra: RawSchedulerConfig| RawSchedulerConfig {
+            nats_urls: Some(vec!["nats://127.0.0.1:4222".into()]),
+            ..extra
+        };
+        let named = || RawSchedulerConfig { name: Some("a".into()), ..Default::default() };
+        assert!(message(nats(RawSchedulerConfig::default())).starts_with("setting name: the NATS store needs"));
+        let both = RawSchedulerConfig { redis: Some("redis://127.0.0.1/0".into()), ..named() };
+        assert_eq!(message(nats(both)), "setting nats_urls: give one store: redis or nats_urls");
+        let slow = RawSchedulerConfig { nats_timeout: Some("6s".into()), ..named() };
+        assert!(message(nats(slow)).starts_with("setting nats_timeout: 6s is more than half of nats_lease"));
+        let ok = nats(named()).validate().unwrap().nats.unwrap();
+        assert_eq!((ok.bucket.as_str(), ok.replicas, ok.lease), ("emq_schedules", 3, limits::SCHEDULER_NATS_LEASE));
         let raw = RawSchedulerConfig { name: Some("two words".into()), ..Default::default() };
         assert!(message(raw).starts_with("setting name: \"two words\": 1 to 128 printable ASCII characters"));
     }

@@ -31,7 +31,10 @@
 //! between a run's write and its send, and a lease that lapses while the
 //! run is written. A run whose write failed is sent anyway (the store is
 //! retried, [`super::service`]); if the scheduler dies before it is
-//! stored, the standby sends it again.
+//! stored, the standby sends it again. While the lease is not certainly
+//! valid, SCHEDULEs are refused (`STORE_FAILED`: not run, not kept); an
+//! UNSCHEDULE is taken in memory and stored when the lease is renewed, and
+//! lost if a standby takes over first.
 //!
 //! # Limits
 //! A value is at most [`limits::SCHEDULER_NATS_MAX_VALUE_BYTES`] (a

@@ -81,6 +81,10 @@ pub enum ScheduleError {
     /// The store refuses the record (its size).
     #[error("{0}")]
     TooBig(String),
+    /// This scheduler may not write its store now (its lease is not
+    /// renewed in time, or another scheduler holds its name).
+    #[error("not stored: {0}")]
+    NotActive(String),
 }
 
 impl ScheduleError {
@@ -95,6 +99,7 @@ impl ScheduleError {
             ScheduleError::Body(_) => "BAD_BODY",
             ScheduleError::TooMany(_) => "BUSY",
             ScheduleError::TooBig(_) => "TOO_BIG",
+            ScheduleError::NotActive(_) => "STORE_FAILED",
         }
     }
 }

@@ -129,6 +129,11 @@ impl Service {
     pub fn handle_schedule(&mut self, body: &ScheduleBody, now: Now) -> Result<(Answer, Option<Fire>), ScheduleError> {
         let def = Definition::from_body(body)?;
         self.store.admit(&def.record).map_err(ScheduleError::TooBig)?;
+        if let Fence::Closed(why) | Fence::Lost(why) = self.store.fence() {
+            // Neither run nor kept: a standby may take the name before
+            // the store can take the schedule.
+            return Err(ScheduleError::NotActive(why));
+        }
         let key = def.key.clone();
         let (outcome, haste, changes) = self.timetable.schedule(def, now)?;
         tracing::info!(key = %key, ?outcome, haste = haste.is_some(), "SCHEDULE");
