@@ -679,6 +679,29 @@ pub const SCHEDULER_REDIS_IO_TIMEOUT: Duration = Duration::from_millis(500);
 /// taken over by another scheduler this long after it stops renewing it
 /// (every [`SCHEDULER_STORE_RETRY`]).
 pub const SCHEDULER_REDIS_LEASE: Duration = Duration::from_secs(15);
+/// The JetStream key-value bucket of emq-scheduler's NATS store
+/// (`nats_bucket`); its lease bucket is `<bucket>_leases`.
+pub const SCHEDULER_NATS_BUCKET: &str = "emq_schedules";
+/// An emq-scheduler's lease on its name in the NATS store (`nats_lease`):
+/// renewed every third of it; a standby takes over at most this long (plus
+/// [`SCHEDULER_NATS_LEASE_POLL`]) after the active scheduler's last renewal.
+pub const SCHEDULER_NATS_LEASE: Duration = Duration::from_secs(10);
+/// The shortest `nats_lease` emq-scheduler takes: a third of it must leave
+/// room for a renewal's round trip to the cluster.
+pub const SCHEDULER_NATS_MIN_LEASE: Duration = Duration::from_secs(1);
+/// How long one request to the NATS store may take (`nats_timeout`): the
+/// scheduler's loop waits meanwhile.
+pub const SCHEDULER_NATS_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often a standby scheduler tries to take the lease.
+pub const SCHEDULER_NATS_LEASE_POLL: Duration = Duration::from_millis(250);
+/// The part of the lease an active scheduler keeps as a margin: it stops
+/// firing once (lease − lease / this) has passed since it sent its last
+/// renewal that was confirmed, so before its key can expire.
+pub const SCHEDULER_NATS_LEASE_MARGIN_DIV: u32 = 10;
+/// Largest stored value of one schedule in the NATS store (its five frames
+/// and state as JSON): under NATS's default 1 MiB `max_payload`. A
+/// SCHEDULE whose record is larger is refused (`TOO_BIG`).
+pub const SCHEDULER_NATS_MAX_VALUE_BYTES: usize = 1_000_000;
 /// How often the scheduler retries a store it cannot reach (it schedules
 /// from memory meanwhile), and runs the upkeep of a shared store.
 pub const SCHEDULER_STORE_RETRY: Duration = Duration::from_secs(5);

@@ -20,6 +20,7 @@ mod replicated_faults;
 mod retries;
 mod scheduler;
 mod scheduler_e2e;
+mod scheduler_takeover;
 mod text;
 mod text_broker;
 mod text_limits;

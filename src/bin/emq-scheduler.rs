@@ -2,6 +2,7 @@
 //! runs SCHEDULE'd jobs (see `emq::scheduler`). Stops on SIGTERM, SIGINT or
 //! SIGHUP after sending KBYE ([`emq::program::stop_signals`]).
 
+use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
@@ -9,6 +10,7 @@ use anyhow::Context;
 use clap::Parser;
 use emq::config::{self, ConfigArgs};
 use emq::scheduler::config::RawSchedulerConfig;
+use emq::scheduler::nats_store::NatsStore;
 use emq::scheduler::peer;
 use emq::scheduler::redis_store::RedisStore;
 use emq::scheduler::service::Service;
@@ -44,8 +46,23 @@ fn run() -> anyhow::Result<()> {
     // A Redis scheduler keeps only its name in its data directory (locked,
     // so two schedulers on one host need two directories or two names).
     let mut data_dir = None;
-    let store: Box<dyn Store> = match &cfg.redis {
-        Some(url) => {
+    let store: Box<dyn Store> = match (&cfg.redis, &cfg.nats) {
+        // A NATS scheduler needs no data directory: its name is given, its
+        // schedules and lease are in the cluster. A standby waits here.
+        (_, Some(nats)) => {
+            let stopping = || {
+                let mut buf = [0u8; 16];
+                matches!((&signal_read).read(&mut buf), Ok(n) if n > 0)
+            };
+            match NatsStore::open(nats, stopping).with_context(|| format!("nats store {}", nats.urls.join(",")))? {
+                Some(store) => Box::new(store),
+                None => {
+                    tracing::info!("signal received while standing by: stopped");
+                    return Ok(());
+                }
+            }
+        }
+        (Some(url), None) => {
             if cfg.peer.name.is_none() {
                 let dir =
                     DataDir::open(&cfg.data_dir).with_context(|| format!("data dir {}", cfg.data_dir.display()))?;
@@ -55,7 +72,7 @@ fn run() -> anyhow::Result<()> {
             let name = cfg.peer.name.clone().unwrap_or_default();
             Box::new(RedisStore::open(url, &name).with_context(|| format!("redis store {url}"))?)
         }
-        None => {
+        (None, None) => {
             let store =
                 FileStore::open(&cfg.data_dir).with_context(|| format!("data dir {}", cfg.data_dir.display()))?;
             if cfg.peer.name.is_none() {
@@ -67,6 +84,11 @@ fn run() -> anyhow::Result<()> {
     let now = emq::scheduler::timetable::Now::read();
     let mut service = Service::restore(cfg.tz, store, now);
     peer::run(&cfg.peer, &mut service, signal_read.as_raw_fd()).context("scheduler stopped")?;
+    let lost = service.lease_lost();
+    drop(service);
     drop(data_dir);
-    Ok(())
+    match lost {
+        Some(why) => anyhow::bail!("stopped: {why}"),
+        None => Ok(()),
+    }
 }

@@ -10,10 +10,11 @@ use std::path::PathBuf;
 
 use chrono_tz::Tz;
 
+use super::nats_store::NatsSettings;
 use super::peer::PeerConfig;
-use crate::config::kinds::{EmqpAddr, EmqpAddrOrOff, LogFilter, Optional, Period, Plain};
+use crate::config::kinds::{EmqpAddr, EmqpAddrOrOff, LogFilter, Many, Optional, Period, Plain};
 use crate::config::table::settings;
-use crate::config::{ConfigError, Settings};
+use crate::config::{ConfigError, NatsUrl, Replicas, Settings, StoreName};
 use crate::limits;
 
 settings! {
@@ -33,6 +34,27 @@ settings! {
         /// Keep schedules in Redis with EventMQ's key layout instead of the data directory
         /// (e.g. `redis://127.0.0.1:6379/0`).
         redis: Optional<Plain<String>>, env "EMQ_SCHEDULER_REDIS";
+        /// Keep schedules in a NATS JetStream key-value bucket instead of the data directory:
+        /// the cluster's URLs (`nats://host:4222`, `tls://host:4222`). Needs `name`; schedulers
+        /// with the same name are one active and its standbys (the lease, `nats_lease`).
+        nats_urls: Many<NatsUrl> = Vec::<String>::new(), env "EMQ_SCHEDULER_NATS_URLS";
+        /// The key-value bucket of the NATS store; the lease bucket is `<bucket>_leases`.
+        nats_bucket: StoreName = limits::SCHEDULER_NATS_BUCKET, env "EMQ_SCHEDULER_NATS_BUCKET";
+        /// Copies JetStream keeps of the buckets (1 to 5; 3 survives one server's loss).
+        nats_replicas: Replicas = limits::NATS_REPLICAS, env "EMQ_SCHEDULER_NATS_REPLICAS";
+        /// The active scheduler's hold on its name: renewed every third of it; a standby
+        /// takes over at most this long after the active one's last renewal (e.g. `10s`).
+        nats_lease: Period = limits::SCHEDULER_NATS_LEASE, env "EMQ_SCHEDULER_NATS_LEASE";
+        /// How long one request to the NATS store may take (e.g. `2s`).
+        nats_timeout: Period = limits::SCHEDULER_NATS_TIMEOUT, env "EMQ_SCHEDULER_NATS_TIMEOUT";
+        /// PEM file of the CA certificates to trust for the NATS servers' TLS certificates.
+        nats_tls_ca: Optional<Plain<PathBuf>>, env "EMQ_SCHEDULER_NATS_TLS_CA";
+        /// PEM client certificate for mutual TLS with NATS (with `nats_tls_key`).
+        nats_tls_cert: Optional<Plain<PathBuf>>, env "EMQ_SCHEDULER_NATS_TLS_CERT";
+        /// PEM private key of `nats_tls_cert`.
+        nats_tls_key: Optional<Plain<PathBuf>>, env "EMQ_SCHEDULER_NATS_TLS_KEY";
+        /// NATS credentials file (a user JWT and NKey seed, `.creds`).
+        nats_creds: Optional<Plain<PathBuf>>, env "EMQ_SCHEDULER_NATS_CREDS";
         /// HEARTBEAT period to the router (must stay under the router's 5 s timeout).
         heartbeat_interval: Period = limits::HEARTBEAT_INTERVAL, env "EMQ_SCHEDULER_HEARTBEAT_INTERVAL";
         /// Router silence after which the scheduler reconnects under a new identity.
@@ -61,6 +83,8 @@ pub struct SchedulerConfig {
     pub tz: Tz,
     /// Redis URL, if Redis is the store.
     pub redis: Option<String>,
+    /// The NATS store and lease, if NATS is the store.
+    pub nats: Option<NatsSettings>,
     /// Log filter.
     pub log: String,
 }
@@ -107,6 +131,47 @@ impl RawSchedulerConfig {
         if let Some(name) = &s.name {
             check_name(name)?;
         }
+        let nats = if s.nats_urls.is_empty() {
+            None
+        } else {
+            if s.redis.is_some() {
+                let why = "give one store: redis or nats_urls".to_string();
+                return Err(ConfigError::Invalid { name: "nats_urls", why });
+            }
+            let Some(name) = s.name.clone() else {
+                let why = "the NATS store needs the scheduler's name (--name, EMQ_SCHEDULER_NAME): an active \
+                           scheduler and its standbys share it"
+                    .to_string();
+                return Err(ConfigError::Invalid { name: "name", why });
+            };
+            if s.nats_tls_cert.is_some() != s.nats_tls_key.is_some() {
+                let why = "nats_tls_cert and nats_tls_key go together".to_string();
+                return Err(ConfigError::Invalid { name: "nats_tls_cert", why });
+            }
+            if s.nats_lease < limits::SCHEDULER_NATS_MIN_LEASE {
+                let why = format!("{:?} is below {:?}", s.nats_lease, limits::SCHEDULER_NATS_MIN_LEASE);
+                return Err(ConfigError::Invalid { name: "nats_lease", why });
+            }
+            if s.nats_timeout * 2 > s.nats_lease {
+                let why = format!(
+                    "{:?} is more than half of nats_lease ({:?}): a renewal could not be tried twice in a lease",
+                    s.nats_timeout, s.nats_lease
+                );
+                return Err(ConfigError::Invalid { name: "nats_timeout", why });
+            }
+            Some(NatsSettings {
+                urls: s.nats_urls,
+                bucket: s.nats_bucket,
+                replicas: s.nats_replicas,
+                lease: s.nats_lease,
+                timeout: s.nats_timeout,
+                tls_ca: s.nats_tls_ca,
+                tls_cert: s.nats_tls_cert,
+                tls_key: s.nats_tls_key,
+                creds: s.nats_creds,
+                name,
+            })
+        };
         Ok(SchedulerConfig {
             peer: PeerConfig {
                 router_addr: s.frontend,
@@ -119,6 +184,7 @@ impl RawSchedulerConfig {
             data_dir: s.data_dir.unwrap_or_else(default_data_dir),
             tz,
             redis: s.redis,
+            nats,
             log: s.log,
         })
     }
@@ -167,6 +233,18 @@ mod tests {
         assert_eq!(message(raw), "setting heartbeat_interval: must be shorter than router_timeout");
         let raw = RawSchedulerConfig { frontend: Some("localhost:47291".into()), ..Default::default() };
         assert!(message(raw).contains("eMQP addresses look like tcp://host:port"));
+        let nats = |extra: RawSchedulerConfig| RawSchedulerConfig {
+            nats_urls: Some(vec!["nats://127.0.0.1:4222".into()]),
+            ..extra
+        };
+        let named = || RawSchedulerConfig { name: Some("a".into()), ..Default::default() };
+        assert!(message(nats(RawSchedulerConfig::default())).starts_with("setting name: the NATS store needs"));
+        let both = RawSchedulerConfig { redis: Some("redis://127.0.0.1/0".into()), ..named() };
+        assert_eq!(message(nats(both)), "setting nats_urls: give one store: redis or nats_urls");
+        let slow = RawSchedulerConfig { nats_timeout: Some("6s".into()), ..named() };
+        assert!(message(nats(slow)).starts_with("setting nats_timeout: 6s is more than half of nats_lease"));
+        let ok = nats(named()).validate().unwrap().nats.unwrap();
+        assert_eq!((ok.bucket.as_str(), ok.replicas, ok.lease), ("emq_schedules", 3, limits::SCHEDULER_NATS_LEASE));
         let raw = RawSchedulerConfig { name: Some("two words".into()), ..Default::default() };
         assert!(message(raw).starts_with("setting name: \"two words\": 1 to 128 printable ASCII characters"));
     }

@@ -11,7 +11,9 @@
 //!   deadline heap, interval jobs on the monotonic clock and cron jobs on
 //!   the wall clock. Pure logic over an explicit `now`.
 //! * [`store`]: persistence (embedded crash-safe log by default);
-//!   [`redis_store`]: EventMQ's Redis layout (docs/emqp.md "The scheduler").
+//!   [`redis_store`]: EventMQ's Redis layout (docs/emqp.md "The scheduler");
+//!   [`nats_store`]: a NATS JetStream key-value bucket, with [`lease`]: one
+//!   active scheduler per name and standbys that take over.
 //! * [`service`]: timetable + store, driven by messages and the clock.
 //! * [`peer`]: the DEALER to the router and the admin socket (zmq lives here
 //!   only); [`config`]: flags and `EMQ_SCHEDULER_*` variables.
@@ -19,6 +21,8 @@
 pub mod config;
 pub mod cron;
 pub mod key;
+pub mod lease;
+pub mod nats_store;
 pub mod peer;
 pub mod redis_store;
 pub mod schedule;

@@ -94,6 +94,10 @@ pub fn run(cfg: &PeerConfig, service: &mut Service, shutdown_fd: RawFd) -> Resul
     };
     let mut link = Link::connect(&ctx, cfg)?;
     loop {
+        if let Some(why) = service.lease_lost() {
+            tracing::error!(why = %why, "this scheduler is no longer the active one: stopping");
+            break;
+        }
         if link.registered {
             for fire in service.fire_due(Now::read()) {
                 link.send_request(&fire);

@@ -78,6 +78,13 @@ pub enum ScheduleError {
     /// The scheduler holds [`limits::SCHEDULER_MAX_SCHEDULES`] schedules.
     #[error("this scheduler holds {0} schedules, its limit")]
     TooMany(usize),
+    /// The store refuses the record (its size).
+    #[error("{0}")]
+    TooBig(String),
+    /// This scheduler may not write its store now (its lease is not
+    /// renewed in time, or another scheduler holds its name).
+    #[error("not stored: {0}")]
+    NotActive(String),
 }
 
 impl ScheduleError {
@@ -91,6 +98,8 @@ impl ScheduleError {
             ScheduleError::BadRunCount(_) => "BAD_HEADERS",
             ScheduleError::Body(_) => "BAD_BODY",
             ScheduleError::TooMany(_) => "BUSY",
+            ScheduleError::TooBig(_) => "TOO_BIG",
+            ScheduleError::NotActive(_) => "STORE_FAILED",
         }
     }
 }

@@ -21,7 +21,7 @@ use chrono_tz::Tz;
 
 use super::key::{key_body, KeyError, ScheduleKey};
 use super::schedule::{Definition, ScheduleError};
-use super::store::{Store, StoreError, Stored};
+use super::store::{Fence, Store, StoreError, Stored};
 use super::timetable::{Change, Fire, Now, Outcome, Timetable};
 use crate::client::body::PythonCall;
 use crate::limits;
@@ -128,6 +128,12 @@ impl Service {
     /// [`ScheduleError`] for a malformed SCHEDULE; nothing is changed.
     pub fn handle_schedule(&mut self, body: &ScheduleBody, now: Now) -> Result<(Answer, Option<Fire>), ScheduleError> {
         let def = Definition::from_body(body)?;
+        self.store.admit(&def.record).map_err(ScheduleError::TooBig)?;
+        if let Fence::Closed(why) | Fence::Lost(why) = self.store.fence() {
+            // Neither run nor kept: a standby may take the name before
+            // the store can take the schedule.
+            return Err(ScheduleError::NotActive(why));
+        }
         let key = def.key.clone();
         let (outcome, haste, changes) = self.timetable.schedule(def, now)?;
         tracing::info!(key = %key, ?outcome, haste = haste.is_some(), "SCHEDULE");
@@ -179,9 +185,25 @@ impl Service {
         }
     }
 
-    /// The earliest fire time on the monotonic clock, if any job exists.
+    /// The earliest fire time on the monotonic clock, if any job exists;
+    /// while the store's fence is closed ([`Store::fence`]), no later than
+    /// the next look at it.
     pub fn next_deadline(&mut self) -> Option<std::time::Instant> {
-        self.timetable.next_deadline()
+        let next = self.timetable.next_deadline();
+        if self.store.fence() == Fence::Open {
+            return next;
+        }
+        let look = Instant::now() + limits::SCHEDULER_NATS_LEASE_POLL;
+        Some(next.map_or(look, |n| n.max(look)))
+    }
+
+    /// Why this scheduler must stop, once its store's lease is lost for
+    /// good (another scheduler holds its name: [`Fence::Lost`]).
+    pub fn lease_lost(&self) -> Option<String> {
+        match self.store.fence() {
+            Fence::Lost(why) => Some(why),
+            _ => None,
+        }
     }
 
     /// When [`Service::maintain`] has work next: a store retry or upkeep.
@@ -189,10 +211,24 @@ impl Service {
         self.retry_at.map_or(self.upkeep_at, |r| r.min(self.upkeep_at))
     }
 
-    /// Fires every job due at `now` and persists run counts and finished jobs.
+    /// Fires every job due at `now` and persists run counts, next fires
+    /// and finished jobs, **before** the fires are returned to be sent.
+    /// Nothing fires while the store's fence is closed ([`Store::fence`]:
+    /// a standby may hold the name); fires whose write ended after the
+    /// fence closed are dropped, not sent (a run lost rather than run
+    /// twice: docs in [`super::nats_store`]).
     pub fn fire_due(&mut self, now: Now) -> Vec<Fire> {
+        if self.store.fence() != Fence::Open {
+            return Vec::new();
+        }
         let (fires, changes) = self.timetable.fire_due(now);
         self.persist(changes, now);
+        if !fires.is_empty() {
+            if let Fence::Closed(why) | Fence::Lost(why) = self.store.fence() {
+                tracing::warn!(runs = fires.len(), why = %why, "runs not sent: the lease lapsed while they were stored");
+                return Vec::new();
+            }
+        }
         fires
     }
 

@@ -73,13 +73,16 @@ pub enum StoreError {
     /// A Redis command failed.
     #[error("redis: {0}")]
     Redis(String),
+    /// A NATS store request failed, or was refused (the lease).
+    #[error("nats: {0}")]
+    Nats(String),
     /// An entry could not be encoded.
     #[error("encoding a store entry: {0}")]
     Encode(String),
 }
 
-/// Where schedules live between runs. Implementations: [`FileStore`] and
-/// [`super::redis_store::RedisStore`].
+/// Where schedules live between runs. Implementations: [`FileStore`],
+/// [`super::redis_store::RedisStore`] and [`super::nats_store::NatsStore`].
 pub trait Store {
     /// Every stored schedule, by key.
     ///
@@ -122,6 +125,31 @@ pub trait Store {
     fn reconcile(&mut self) -> Result<Reconciled, StoreError> {
         Ok(Reconciled::default())
     }
+    /// Whether this scheduler may fire now: a store shared with standbys
+    /// answers by its lease ([`super::lease`]); a store of this
+    /// scheduler's own always may (the default).
+    fn fence(&self) -> Fence {
+        Fence::Open
+    }
+    /// Refuses a schedule the store could never take (its record too
+    /// large), saying why; the default takes every one.
+    ///
+    /// # Errors
+    /// Why the record cannot be stored.
+    fn admit(&self, _record: &[String; 5]) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// What [`Store::fence`] says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fence {
+    /// This scheduler is active: it may fire and write.
+    Open,
+    /// Not now (why): its lease is not renewed in time; it may open again.
+    Closed(String),
+    /// Never again (why): another scheduler holds the name; this one stops.
+    Lost(String),
 }
 
 /// What [`Store::reconcile`] found.
