@@ -703,6 +703,27 @@ pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(3);
 /// them whether the job's queue is served (their note about a misspelled
 /// queue): short, so an admin socket out of reach delays nothing much.
 pub const CLIENT_NOTE_TIMEOUT: Duration = Duration::from_secs(1);
+/// ZMTP heartbeats (`ZMQ_HEARTBEAT_IVL`) on every eMQP connection a client,
+/// worker or scheduler makes to a router: a PING this often on a quiet
+/// connection (docs/failover.md).
+pub const ZMTP_HEARTBEAT_IVL: Duration = Duration::from_secs(1);
+/// `ZMQ_HEARTBEAT_TIMEOUT` and `ZMQ_HEARTBEAT_TTL`: a connection that
+/// brings nothing (not even a PONG) for this long is closed and dialled
+/// again, so a router that died without closing its connections (machine
+/// lost, partition) stops taking messages within this time; with
+/// `ZMQ_IMMEDIATE` sends then go to the routers still connected.
+pub const ZMTP_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long an eMQP [`Client`](crate::client::emqp::Client) waits for the
+/// answer to a REQUEST before sending it again with the same msgid
+/// (docs/failover.md "Re-sent REQUESTs"), until its timeout.
+pub const CLIENT_RESEND_INTERVAL: Duration = Duration::from_secs(1);
+/// Most REQUESTs a [`Client`](crate::client::emqp::Client) keeps to
+/// re-send (sent, not yet answered); past it the oldest is dropped from the
+/// re-send set (counted) and its outcome is only what the router says.
+pub const CLIENT_MAX_PENDING_REQUESTS: usize = 65_536;
+/// How often a worker whose INFORM found no router connected (every
+/// address of its list down, or still dialling) tries it again.
+pub const WORKER_INFORM_WAIT_POLL: Duration = Duration::from_millis(100);
 /// Most early answers an eMQP `Client` keeps for later `wait` calls before it
 /// drops them all: bounds memory when a caller never waits.
 pub const CLIENT_MAX_STASHED_ANSWERS: usize = 65_536;
