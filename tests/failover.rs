@@ -87,7 +87,16 @@ fn a_client_and_a_worker_follow_the_router_to_its_new_addresses() {
         let outcome = client.request("default", "", format!("b-{i}").as_bytes()).expect("request");
         assert!(matches!(outcome, Outcome::Accepted { .. }), "{outcome:?}");
     }
-    eventually(30, "B completed 10 jobs", || b.counters().completed_jobs.load(Ordering::Relaxed) == 10);
+    let end = Instant::now() + Duration::from_secs(30);
+    while b.counters().completed_jobs.load(Ordering::Relaxed) < 10 {
+        assert!(
+            Instant::now() < end,
+            "B completed {} of 10 jobs in 30 s; worker {:?}",
+            b.counters().completed_jobs.load(Ordering::Relaxed),
+            worker.stats()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     eprintln!("followed to B: 10 jobs done {:?} after B started", started.elapsed());
     assert!(worker.stats().reconnects >= 1, "the worker registered again with B");
     worker.shutdown().expect("worker stops");
@@ -126,5 +135,6 @@ fn an_unanswered_request_is_sent_again_with_its_msgid_after_the_router_goes_away
     b.send_multipart([&again[0][..], b"", b"eMQP/1.0", b"REPLY", b"reply-1", &again[4][..]], 0).unwrap();
     let (outcome, resent, pending) = waiter.join().expect("waiter");
     assert_eq!(outcome, Outcome::Accepted { msgid: again[4].clone() });
-    assert_eq!((resent, pending), (1, 0));
+    assert!(resent >= 1, "re-sent {resent} times");
+    assert_eq!(pending, 0, "answered: out of the re-send set");
 }

@@ -117,7 +117,8 @@ pub struct Client {
     stash: HashMap<Frame, Outcome>,
     /// REQUESTs sent and not answered: their frames and the disconnect
     /// count when last sent.
-    pending: HashMap<Frame, (Vec<Frame>, u64)>,
+    /// Also whether it was sent again already.
+    pending: HashMap<Frame, (Vec<Frame>, u64, bool)>,
     /// `pending`'s msgids, oldest first (may hold answered ones).
     order: VecDeque<Frame>,
     /// Connections lost so far.
@@ -126,6 +127,10 @@ pub struct Client {
     resent_at: u64,
     /// REQUESTs sent again so far.
     resent: u64,
+    /// When the REQUESTs re-sent after a lost connection and still
+    /// unanswered are sent again ([`limits::CLIENT_RESEND_INTERVAL`]): a
+    /// re-send can itself meet a connection that is going down.
+    retry_at: Option<Instant>,
     _ctx: zmq::Context,
 }
 
@@ -149,6 +154,7 @@ impl Client {
             disconnects: 0,
             resent_at: 0,
             resent: 0,
+            retry_at: None,
             _ctx: ctx,
         })
     }
@@ -170,7 +176,7 @@ impl Client {
         let now_at = self.disconnects;
         let ids: Vec<Frame> = self.order.iter().filter(|id| self.pending.contains_key(*id)).cloned().collect();
         for id in ids {
-            let Some((frames, at)) = self.pending.get(&id) else { continue };
+            let Some((frames, at, _)) = self.pending.get(&id) else { continue };
             if *at >= now_at {
                 continue;
             }
@@ -180,7 +186,9 @@ impl Client {
                     self.resent += 1;
                     if let Some(entry) = self.pending.get_mut(&id) {
                         entry.1 = now_at;
+                        entry.2 = true;
                     }
+                    self.retry_at = Some(Instant::now() + limits::CLIENT_RESEND_INTERVAL);
                     tracing::debug!(msgid = %String::from_utf8_lossy(&id), "REQUEST sent again after a lost connection");
                 }
                 Err(ClientError::Unreachable { .. }) => return Ok(false),
@@ -236,7 +244,7 @@ impl Client {
             let pending = &self.pending;
             self.order.retain(|id| pending.contains_key(id));
         }
-        self.pending.insert(msg.msgid.clone(), (frames, self.disconnects));
+        self.pending.insert(msg.msgid.clone(), (frames, self.disconnects, false));
         self.order.push_back(msg.msgid.clone());
         Ok(msg.msgid)
     }
@@ -255,7 +263,24 @@ impl Client {
             if self.resent_at < self.disconnects && self.resend_lost(deadline)? {
                 self.resent_at = self.disconnects;
             }
-            let frames = match self.dealer.recv_or_disconnect(deadline)? {
+            if self.retry_at.is_some_and(|t| Instant::now() >= t) {
+                // Mark every re-sent REQUEST as last sent before now.
+                self.disconnects += 1;
+                let moved = self.disconnects;
+                let mut any = false;
+                for entry in self.pending.values_mut() {
+                    if entry.2 {
+                        entry.1 = moved - 1;
+                        any = true;
+                    }
+                }
+                self.retry_at = None;
+                if any && self.resend_lost(deadline)? {
+                    self.resent_at = self.disconnects;
+                }
+            }
+            let until = self.retry_at.map_or(deadline, |t| t.min(deadline));
+            let frames = match self.dealer.recv_or_disconnect(until)? {
                 Heard::Message(frames) => frames,
                 Heard::Disconnected => {
                     self.disconnects += 1;
