@@ -169,6 +169,26 @@ pub const MAX_MSGID_BYTES: usize = 255;
 pub const MAX_QUEUE_NAME_BYTES: usize = 255;
 /// Longest REQUEST headers frame (frame 5) in bytes: headers are a short CSV.
 pub const MAX_HEADERS_BYTES: usize = 65_535;
+/// How long the router remembers a REQUEST's duplicate key, (client
+/// routing identity, msgid), after accepting it (docs/failover.md
+/// "Duplicates"): a REQUEST with the same key within this time gets the
+/// first job's acceptance again and makes no job (counted `dedup_hits`).
+/// Ten minutes covers a client re-sending across a router move (the emq
+/// client re-sends within seconds, [`CLIENT_RESEND_INTERVAL`]) with a wide
+/// margin; a client reusing a msgid on purpose after it gets a new job.
+/// Measured on the wall clock from the acceptance, also across a restart
+/// (the key's time is in its log record).
+pub const DEDUP_WINDOW: Duration = Duration::from_secs(600);
+/// Most duplicate keys one shard remembers (the window of
+/// [`DEDUP_WINDOW`] is also bounded by count): past it the oldest key is
+/// forgotten first, early, and counted (`dedup_evicted`). A key holds an
+/// identity (at most 255 bytes, ZeroMQ's bound on routing ids) and a msgid
+/// (at most [`MAX_MSGID_BYTES`]); with 36-byte uuid text for both a key
+/// costs about 200 bytes in the shard's tables, so a full window about
+/// 200 MB per shard. At 1,000,000 keys the 10-minute window holds at
+/// 1,666 new REQUESTs a second per shard; above that rate keys leave
+/// before their ten minutes (and `dedup_evicted` counts them).
+pub const DEDUP_MAX_KEYS: usize = 1_000_000;
 /// Most `[weight, name]` pairs one INFORM may list: a worker serving more
 /// queues than this is almost surely misconfigured, and each pair costs a
 /// candidate entry on its queue's shard.

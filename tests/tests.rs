@@ -5,6 +5,7 @@ mod bounds;
 mod cli;
 mod client;
 mod common;
+mod dedup;
 mod durability;
 mod emqp_router;
 mod exact;
