@@ -23,9 +23,10 @@ use crate::protocol::text::ErrorCode;
 impl Shard {
     pub(super) fn handle_request(&mut self, client: PeerId, frames: JobFrames, fallback_done: bool, cx: &mut Cx) {
         let now_ms = self.unix_ms(cx.now);
+        let keyed = has_chosen_identity(&client);
         // The window lives on the named queue's shard: the one the I/O
         // thread hands every REQUEST to, before any fallback.
-        if !fallback_done {
+        if keyed && !fallback_done {
             if let Some(seen) = self.dedup.find(client.as_bytes(), frames.msgid(), now_ms) {
                 Counters::bump(&self.ctx.counters.dedup_hits);
                 let (msgid, queue) = (crate::ids::show(frames.msgid()), crate::ids::show(frames.queue()));
@@ -56,6 +57,7 @@ impl Shard {
         self.log_accepted(&mut job);
         let msgid = MsgId::from(job.frames.msgid());
         match self.shard_of(job.frames.queue()) {
+            _ if !keyed => {}
             home if home == self.index => self.remember_key(&client, &msgid, seen),
             home => {
                 let (client, job, at_unix_ms) = (client.clone(), seen.job, seen.at_unix_ms);
@@ -315,4 +317,14 @@ impl Shard {
             self.pump(queue, cx);
         }
     }
+}
+
+/// Whether `client` chose its routing identity: ZeroMQ reserves identities
+/// starting with a zero byte for the ones a ROUTER makes up for a peer that
+/// sets none (5 bytes, a per-socket counter). Such an identity is new on
+/// every connection, so a REQUEST sent again after a lost connection never
+/// carries it again, and a restarted router hands the same values out
+/// again to other peers: it is no key of the duplicate window.
+fn has_chosen_identity(client: &PeerId) -> bool {
+    client.as_bytes().first().is_some_and(|&b| b != 0)
 }
