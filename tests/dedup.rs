@@ -3,7 +3,9 @@
 //! with the same routing identity and msgid makes no second job and gets
 //! the first acceptance again (counted `dedup_hits`), also across a
 //! `kill -9` and a restart on the same data directory (`durability =
-//! "sync"`); another identity with the same msgid makes a job of its own.
+//! "sync"`), and across a take-over of a replicated log (NATS) by another
+//! router of the same name; another identity with the same msgid makes a
+//! job of its own.
 //!
 //! The acceptance REPLY carries no job id (EventMQ's REPLY is the
 //! REQUEST's msgid only): "the same acceptance" is a REPLY naming the same
@@ -106,5 +108,36 @@ fn dedup_a_request_sent_again_after_kill_9_and_a_restart_makes_no_second_job() {
     assert_eq!(request(&b, "waiting", "default", "b-job"), accepted("waiting"));
     assert_eq!(drain(&node.text(), "default"), vec!["w-first".to_string(), "b-job".to_string()]);
     assert_eq!(counter(&node, "dedup_hits"), 0);
+    router.terminate(Duration::from_secs(10));
+}
+
+/// `durability = "replicated"` (a 3-node NATS cluster): the router is
+/// killed with -9 and another router of the same name on other ports and
+/// another data directory takes its log over (its machine lost); a
+/// REQUEST re-sent to it for a job still waiting makes no job, and another
+/// identity with the same msgid makes its own. (A job finished before the
+/// crash is not checked: the replicated log purges its record with the
+/// job, key and all, as docs/failover.md says.)
+#[test]
+fn dedup_replicated_a_take_over_by_another_router_of_the_name_keeps_the_keys() {
+    let test = "dedup-takeover";
+    let Some(s) = crate::replicated::setup(test, 150) else { return };
+    let first = s.node("first");
+    let mut router = s.start(&first, &[]);
+    let ctx = zmq::Context::new();
+    let a = dealer(&ctx, &first.frontend(), "client-a");
+    assert_eq!(request(&a, "waiting", "default", "w-first"), accepted("waiting"));
+    drop(a);
+    router.kill_group();
+
+    let second = s.node("second");
+    let mut router = s.start(&second, &[]);
+    let a = dealer(&ctx, &second.frontend(), "client-a");
+    assert_eq!(request(&a, "waiting", "default", "w-again"), accepted("waiting"));
+    assert_eq!(counter(&second, "dedup_hits"), 1);
+    assert_eq!(counter(&second, "accepted_jobs"), 0);
+    let b = dealer(&ctx, &second.frontend(), "client-b");
+    assert_eq!(request(&b, "waiting", "default", "b-job"), accepted("waiting"));
+    assert_eq!(drain(&second.text(), "default"), vec!["w-first".to_string(), "b-job".to_string()]);
     router.terminate(Duration::from_secs(10));
 }
