@@ -169,6 +169,26 @@ pub const MAX_MSGID_BYTES: usize = 255;
 pub const MAX_QUEUE_NAME_BYTES: usize = 255;
 /// Longest REQUEST headers frame (frame 5) in bytes: headers are a short CSV.
 pub const MAX_HEADERS_BYTES: usize = 65_535;
+/// How long the router remembers a REQUEST's duplicate key, (client
+/// routing identity, msgid), after accepting it (docs/failover.md
+/// "Duplicates"): a REQUEST with the same key within this time gets the
+/// first job's acceptance again and makes no job (counted `dedup_hits`).
+/// Ten minutes covers a client re-sending across a router move (the emq
+/// client re-sends within seconds, [`CLIENT_RESEND_INTERVAL`]) with a wide
+/// margin; a client reusing a msgid on purpose after it gets a new job.
+/// Measured on the wall clock from the acceptance, also across a restart
+/// (the key's time is in its log record).
+pub const DEDUP_WINDOW: Duration = Duration::from_secs(600);
+/// Most duplicate keys one shard remembers (the window of
+/// [`DEDUP_WINDOW`] is also bounded by count): past it the oldest key is
+/// forgotten first, early, and counted (`dedup_evicted`). A key holds an
+/// identity (at most 255 bytes, ZeroMQ's bound on routing ids) and a msgid
+/// (at most [`MAX_MSGID_BYTES`]); with 36-byte uuid text for both a key
+/// costs about 200 bytes in the shard's tables, so a full window about
+/// 200 MB per shard. At 1,000,000 keys the 10-minute window holds at
+/// 1,666 new REQUESTs a second per shard; above that rate keys leave
+/// before their ten minutes (and `dedup_evicted` counts them).
+pub const DEDUP_MAX_KEYS: usize = 1_000_000;
 /// Most `[weight, name]` pairs one INFORM may list: a worker serving more
 /// queues than this is almost surely misconfigured, and each pair costs a
 /// candidate entry on its queue's shard.
@@ -726,6 +746,27 @@ pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(3);
 /// them whether the job's queue is served (their note about a misspelled
 /// queue): short, so an admin socket out of reach delays nothing much.
 pub const CLIENT_NOTE_TIMEOUT: Duration = Duration::from_secs(1);
+/// ZMTP heartbeats (`ZMQ_HEARTBEAT_IVL`) on every eMQP connection a client,
+/// worker or scheduler makes to a router: a PING this often on a quiet
+/// connection (docs/failover.md).
+pub const ZMTP_HEARTBEAT_IVL: Duration = Duration::from_secs(1);
+/// `ZMQ_HEARTBEAT_TIMEOUT` and `ZMQ_HEARTBEAT_TTL`: a connection that
+/// brings nothing (not even a PONG) for this long is closed and dialled
+/// again, so a router that died without closing its connections (machine
+/// lost, partition) stops taking messages within this time; with
+/// `ZMQ_IMMEDIATE` sends then go to the routers still connected.
+pub const ZMTP_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long an eMQP [`Client`](crate::client::emqp::Client) waits for the
+/// answer to a REQUEST before sending it again with the same msgid
+/// (docs/failover.md "Re-sent REQUESTs"), until its timeout.
+pub const CLIENT_RESEND_INTERVAL: Duration = Duration::from_secs(1);
+/// Most REQUESTs a [`Client`](crate::client::emqp::Client) keeps to
+/// re-send (sent, not yet answered); past it the oldest is dropped from the
+/// re-send set (counted) and its outcome is only what the router says.
+pub const CLIENT_MAX_PENDING_REQUESTS: usize = 65_536;
+/// How often a worker whose INFORM found no router connected (every
+/// address of its list down, or still dialling) tries it again.
+pub const WORKER_INFORM_WAIT_POLL: Duration = Duration::from_millis(100);
 /// Most early answers an eMQP `Client` keeps for later `wait` calls before it
 /// drops them all: bounds memory when a caller never waits.
 pub const CLIENT_MAX_STASHED_ANSWERS: usize = 65_536;

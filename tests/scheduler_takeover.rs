@@ -23,7 +23,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use emq::client::emqp::{Client, Schedule};
+use emq::client::emqp::{Client, Schedule, ScheduleAnswer};
 use serde_json::Value;
 
 use crate::common::nats::{self, Cluster};
@@ -104,9 +104,13 @@ fn a_standby_scheduler_takes_over_after_kill_9_and_the_schedule_runs_once_per_pe
     let waits = |c: &Child| c.log_text().contains("standby: another scheduler holds the name");
     assert!(wait::until(Duration::from_secs(30), || waits(&standby)), "no standby\n{}", standby.log_tail(30));
 
+    // The lease comes first, the registration with the router after it (its
+    // first INFORM waits for the connection: ZMQ_IMMEDIATE).
+    let registered = |c: &Child| c.log_text().contains("registered with the router (ACK)");
+    assert!(wait::until(Duration::from_secs(10), || registered(&active)), "{}", active.log_tail(30));
     let mut client = Client::connect(&router.frontend).unwrap().with_timeout(Duration::from_secs(10));
     let answer = client.schedule_confirmed("default", &Schedule::Interval(PERIOD.as_secs()), BODY_1_2.as_bytes(), "");
-    assert!(answer.is_ok(), "SCHEDULE: {answer:?}\n{}", active.log_tail(30));
+    assert!(matches!(answer, Ok(ScheduleAnswer::Accepted { .. })), "SCHEDULE: {answer:?}\n{}", active.log_tail(30));
 
     // A few runs under the first scheduler (the haste run included).
     let ran = wait::until(Duration::from_secs(20), || runs(&out).len() >= 3);

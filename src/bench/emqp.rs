@@ -132,13 +132,24 @@ fn send(sock: &zmq::Socket, frames: &[&[u8]], what: &str) -> Result<(), BenchErr
     }
 }
 
+/// Connects to one address as before, or to each of a comma-separated list
+/// with `ZMQ_IMMEDIATE` and ZMTP heartbeats (docs/failover.md): a single
+/// address is measured exactly as it always was.
+fn connect_all(sock: &zmq::Socket, addrs: &str) -> Result<(), BenchError> {
+    if !addrs.contains(',') {
+        return Ok(sock.connect(addrs).map_err(ZmqError::at(format!("connect {addrs}")))?);
+    }
+    crate::client::connect_router(sock, addrs).map_err(|e| BenchError::Invalid(e.to_string()))?;
+    Ok(())
+}
+
 /// One worker: INFORM, wait for the ACK (the probe), then serve jobs.
 fn worker(ctx: &RunCtx, index: usize, ready: Sender<Result<(), BenchError>>, clock: Receiver<Clock>) {
     let setup = || -> Result<(zmq::Socket, Vec<zmq::Socket>), BenchError> {
         let sock = socket(ctx, zmq::DEALER)?;
         sock.set_identity(&new_msgid()).map_err(ZmqError::at("identity"))?;
         sock.set_sndtimeo(ctx.settings.probe_timeout.as_millis() as i32).map_err(ZmqError::at("SNDTIMEO"))?;
-        sock.connect(&ctx.target.backend).map_err(ZmqError::at(format!("connect {}", ctx.target.backend)))?;
+        connect_all(&sock, &ctx.target.backend)?;
         let queues: Vec<(i64, String)> = ctx.settings.queue_list();
         let queues = serde_json::to_vec(&queues).unwrap_or_default();
         send(&sock, &[b"", VERSION, b"INFORM", b"bench-inform", &queues, b"worker"], "INFORM")?;
@@ -234,7 +245,7 @@ fn client(ctx: &RunCtx, index: usize, clock: Clock) -> Result<Tally, BenchError>
     let dealer = socket(ctx, zmq::DEALER)?;
     dealer.set_identity(&new_msgid()).map_err(ZmqError::at("identity"))?;
     dealer.set_sndtimeo(s.probe_timeout.as_millis() as i32).map_err(ZmqError::at("SNDTIMEO"))?;
-    dealer.connect(&ctx.target.frontend).map_err(ZmqError::at(format!("connect {}", ctx.target.frontend)))?;
+    connect_all(&dealer, &ctx.target.frontend)?;
     let pull = socket(ctx, zmq::PULL)?;
     pull.bind(&ctx.done_endpoint(index)).map_err(ZmqError::at("bind inproc"))?;
     let queues: Vec<Vec<u8>> = s.queue_list().into_iter().map(|(_, q)| q.into_bytes()).collect();

@@ -85,11 +85,11 @@ const JETSTREAM_HELP: &str = "Reported: the table's row (sent = published, recvd
 enum Cmd {
     /// eMQP clients and workers against a broker's frontend and backend.
     Emqp {
-        /// The broker's frontend (clients).
-        #[arg(long, value_parser = addr::emqp_arg)]
+        /// The broker's frontend (clients); several separated by commas to follow a failover.
+        #[arg(long, value_parser = addr::emqp_list_arg)]
         frontend: String,
-        /// The broker's backend (workers).
-        #[arg(long, value_parser = addr::emqp_arg)]
+        /// The broker's backend (workers); several separated by commas to follow a failover.
+        #[arg(long, value_parser = addr::emqp_list_arg)]
         backend: String,
         /// Label of the target in reports (`emq`, `python`, …).
         #[arg(long, default_value = "emq")]

@@ -340,12 +340,12 @@ fn run() -> anyhow::Result<()> {
                 (None, None) => return Err(anyhow!("give --every or --cron")),
             };
             check_queue_name(queue).map_err(|e| anyhow!(e))?;
-            let mut client = Client::connect(&s.frontend)?.with_timeout(s.timeout);
+            let mut client = Client::connect(&s.frontend.join(","))?.with_timeout(s.timeout);
             let answer = client.schedule_confirmed(queue, &when, &build_body(body)?, headers)?;
             out.schedule_answer("SCHEDULE", answer)
         }
         Cmd::Unschedule { queue, body, headers } => {
-            let mut client = Client::connect(&s.frontend)?.with_timeout(s.timeout);
+            let mut client = Client::connect(&s.frontend.join(","))?.with_timeout(s.timeout);
             let answer = client.unschedule_confirmed(queue, &build_body(body)?, headers)?;
             out.schedule_answer("UNSCHEDULE", answer)
         }
@@ -505,7 +505,7 @@ fn queue_state(s: &CliSettings, queue: &str) -> Option<(bool, u64)> {
 
 fn request(s: &CliSettings, out: Out, queue: &str, body: &[u8], headers: &str) -> anyhow::Result<()> {
     check_queue_name(queue).map_err(|e| anyhow!(e))?;
-    let mut client = Client::connect(&s.frontend)?.with_timeout(s.timeout);
+    let mut client = Client::connect(&s.frontend.join(","))?.with_timeout(s.timeout);
     // Not sent (no connection in time): an error, exit status 1.
     let msgid = client.send_request(queue, headers, body).context("request not sent")?;
     let outcome = match client.wait(&msgid, std::time::Instant::now() + s.timeout) {

@@ -221,6 +221,20 @@ pub enum ShardMsg {
         /// The job.
         id: crate::ids::JobId,
     },
+    /// A job accepted in `default` after the unknown-queue fallback came
+    /// from a REQUEST whose duplicate key belongs to the shard of the
+    /// queue it named: that shard remembers and logs it (docs/failover.md
+    /// "Duplicates"; `default`'s shard → the named queue's shard).
+    DedupKey {
+        /// The client's routing identity.
+        client: PeerId,
+        /// The REQUEST's msgid.
+        msgid: MsgId,
+        /// The job it made.
+        job: crate::ids::JobId,
+        /// When, in ms since the Unix epoch.
+        at_unix_ms: u64,
+    },
     /// Several messages from the I/O thread, to be handled in order (one
     /// channel operation for a whole read batch).
     Batch(Vec<ShardMsg>),

@@ -22,11 +22,11 @@
 //! }
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 pub use super::socket::ClientError;
-use super::socket::Dealer;
+use super::socket::{Dealer, Heard};
 use crate::limits;
 use crate::protocol::emqp::{decode, Command, Frame, Message, ScheduleBody, Socket};
 
@@ -94,11 +94,43 @@ pub enum Schedule {
     Cron(String),
 }
 
-/// A DEALER connected to the router frontend.
+/// A DEALER connected to the router frontend (one address or a list,
+/// docs/failover.md).
+///
+/// **Re-sent REQUESTs.** The client keeps every REQUEST it sent and has no
+/// answer for yet (at most [`limits::CLIENT_MAX_PENDING_REQUESTS`], the
+/// oldest dropped first). When a connection to a router goes down (closed
+/// by the peer, or its ZMTP heartbeats unanswered for
+/// [`limits::ZMTP_HEARTBEAT_TIMEOUT`]) every such REQUEST sent before is
+/// sent again, the same frames with the same msgid, to the router that is
+/// up (the send waits for one, up to the current wait's deadline), during
+/// the next [`Client::wait`] or [`Client::request`]. A REQUEST leaves the set when its
+/// acceptance or ERROR arrives, or when a wait for it ends without one
+/// ([`Outcome::Unknown`]). SCHEDULE and UNSCHEDULE are not re-sent.
+/// The router that receives a re-sent REQUEST must not make a second job
+/// of a msgid it already accepted from this client (docs/failover.md
+/// "Duplicates"); the routing id of the client's socket is made once and
+/// is the same on every router of the list.
 pub struct Client {
     dealer: Dealer,
     timeout: Duration,
     stash: HashMap<Frame, Outcome>,
+    /// REQUESTs sent and not answered: their frames and the disconnect
+    /// count when last sent.
+    /// Also whether it was sent again already.
+    pending: HashMap<Frame, (Vec<Frame>, u64, bool)>,
+    /// `pending`'s msgids, oldest first (may hold answered ones).
+    order: VecDeque<Frame>,
+    /// Connections lost so far.
+    disconnects: u64,
+    /// `disconnects` when every pending REQUEST was last sent again.
+    resent_at: u64,
+    /// REQUESTs sent again so far.
+    resent: u64,
+    /// When the REQUESTs re-sent after a lost connection and still
+    /// unanswered are sent again ([`limits::CLIENT_RESEND_INTERVAL`]): a
+    /// re-send can itself meet a connection that is going down.
+    retry_at: Option<Instant>,
     _ctx: zmq::Context,
 }
 
@@ -111,8 +143,67 @@ impl Client {
     /// [`ClientError::Address`] for a malformed address.
     pub fn connect(addr: &str) -> Result<Client, ClientError> {
         let ctx = zmq::Context::new();
-        let dealer = Dealer::connect(&ctx, addr, limits::CLIENT_LINGER_MS, limits::CLIENT_MAX_ANSWER_BYTES)?;
-        Ok(Client { dealer, timeout: limits::CLIENT_TIMEOUT, stash: HashMap::new(), _ctx: ctx })
+        let mut dealer = Dealer::connect(&ctx, addr, limits::CLIENT_LINGER_MS, limits::CLIENT_MAX_ANSWER_BYTES)?;
+        dealer.watch_disconnects(&ctx)?;
+        Ok(Client {
+            dealer,
+            timeout: limits::CLIENT_TIMEOUT,
+            stash: HashMap::new(),
+            pending: HashMap::new(),
+            order: VecDeque::new(),
+            disconnects: 0,
+            resent_at: 0,
+            resent: 0,
+            retry_at: None,
+            _ctx: ctx,
+        })
+    }
+
+    /// REQUESTs sent again so far, after a connection went down.
+    pub fn resent(&self) -> u64 {
+        self.resent
+    }
+
+    /// REQUESTs sent and not answered yet (the re-send set).
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Sends every pending REQUEST last sent before the latest lost
+    /// connection again; false when no router took them before `deadline`
+    /// (they are tried again at the next wait).
+    fn resend_lost(&mut self, deadline: Instant) -> Result<bool, ClientError> {
+        let now_at = self.disconnects;
+        let ids: Vec<Frame> = self.order.iter().filter(|id| self.pending.contains_key(*id)).cloned().collect();
+        for id in ids {
+            let Some((frames, at, _)) = self.pending.get(&id) else { continue };
+            if *at >= now_at {
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.dealer.send_timeout(frames, left) {
+                Ok(()) => {
+                    self.resent += 1;
+                    if let Some(entry) = self.pending.get_mut(&id) {
+                        entry.1 = now_at;
+                        entry.2 = true;
+                    }
+                    self.retry_at = Some(Instant::now() + limits::CLIENT_RESEND_INTERVAL);
+                    tracing::debug!(msgid = %String::from_utf8_lossy(&id), "REQUEST sent again after a lost connection");
+                }
+                Err(ClientError::Unreachable { .. }) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Forgets a REQUEST of the re-send set.
+    fn settle(&mut self, msgid: &[u8]) {
+        self.pending.remove(msgid);
+        if self.pending.is_empty() {
+            self.order.clear();
+        }
     }
 
     /// Sets how long sends wait for a connection and requests wait for an answer.
@@ -143,7 +234,18 @@ impl Client {
             body: body.to_vec(),
             extra: Vec::new(),
         });
-        self.dealer.send_timeout(&msg.encode(), self.timeout)?;
+        let frames = msg.encode();
+        self.dealer.send_timeout(&frames, self.timeout)?;
+        while self.pending.len() >= limits::CLIENT_MAX_PENDING_REQUESTS {
+            let Some(old) = self.order.pop_front() else { break };
+            self.pending.remove(&old);
+        }
+        if self.order.len() >= 2 * limits::CLIENT_MAX_PENDING_REQUESTS {
+            let pending = &self.pending;
+            self.order.retain(|id| pending.contains_key(id));
+        }
+        self.pending.insert(msg.msgid.clone(), (frames, self.disconnects, false));
+        self.order.push_back(msg.msgid.clone());
         Ok(msg.msgid)
     }
 
@@ -155,16 +257,49 @@ impl Client {
     pub fn wait(&mut self, msgid: &[u8], deadline: Instant) -> Result<Outcome, ClientError> {
         loop {
             if let Some(outcome) = self.stash.remove(msgid) {
+                self.settle(msgid);
                 return Ok(outcome);
             }
-            let Some(frames) = self.dealer.recv_deadline(deadline)? else {
-                return Ok(Outcome::Unknown { msgid: msgid.to_vec() });
+            if self.resent_at < self.disconnects && self.resend_lost(deadline)? {
+                self.resent_at = self.disconnects;
+            }
+            if self.retry_at.is_some_and(|t| Instant::now() >= t) {
+                // Mark every re-sent REQUEST as last sent before now.
+                self.disconnects += 1;
+                let moved = self.disconnects;
+                let mut any = false;
+                for entry in self.pending.values_mut() {
+                    if entry.2 {
+                        entry.1 = moved - 1;
+                        any = true;
+                    }
+                }
+                self.retry_at = None;
+                if any && self.resend_lost(deadline)? {
+                    self.resent_at = self.disconnects;
+                }
+            }
+            let until = self.retry_at.map_or(deadline, |t| t.min(deadline));
+            let frames = match self.dealer.recv_or_disconnect(until)? {
+                Heard::Message(frames) => frames,
+                Heard::Disconnected => {
+                    self.disconnects += 1;
+                    tracing::info!(addr = %self.dealer.addr, pending = self.pending.len(),
+                        "a router connection went down: unanswered REQUESTs will be sent again");
+                    continue;
+                }
+                Heard::Nothing if Instant::now() < deadline => continue,
+                Heard::Nothing => {
+                    self.settle(msgid);
+                    return Ok(Outcome::Unknown { msgid: msgid.to_vec() });
+                }
             };
             if let Some(outcome) = outcome_of(&frames) {
                 if self.stash.len() >= limits::CLIENT_MAX_STASHED_ANSWERS {
                     self.stash.clear();
                 }
                 let key = outcome_msgid(&outcome).to_vec();
+                self.settle(&key);
                 self.stash.insert(key, outcome);
             }
         }

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::limits;
 use crate::protocol::emqp::Frame;
 use crate::zmq_error::ZmqError;
 
@@ -51,29 +52,96 @@ pub enum ClientError {
 pub(crate) struct Dealer {
     pub socket: zmq::Socket,
     pub addr: String,
+    /// The socket monitor's PAIR end, once [`Dealer::watch_disconnects`]
+    /// made it: ZeroMQ tells it each connection that went down.
+    monitor: Option<zmq::Socket>,
+}
+
+/// What [`Dealer::recv_or_disconnect`] got.
+pub(crate) enum Heard {
+    /// A message.
+    Message(Vec<Frame>),
+    /// A connection to a router went down (closed by the peer, or its ZMTP
+    /// heartbeats went unanswered): what was sent on it may be lost.
+    Disconnected,
+    /// The deadline passed.
+    Nothing,
 }
 
 impl Dealer {
-    /// A DEALER with a fresh uuid4 identity, LINGER `linger_ms`,
-    /// `ZMQ_IMMEDIATE` so a send waits for a real connection, and
-    /// `ZMQ_MAXMSGSIZE` `max_answer_bytes`: ZeroMQ drops a larger message
-    /// from the peer (with the connection) instead of holding it, so a
-    /// wrong or hostile address cannot make the caller hold any size.
+    /// A DEALER with a fresh uuid4 identity (kept for the socket's life, so
+    /// every router of the list knows the client by the same routing id),
+    /// LINGER `linger_ms`, `ZMQ_IMMEDIATE` so a send waits for a real
+    /// connection, ZMTP heartbeats ([`limits::ZMTP_HEARTBEAT_IVL`],
+    /// [`limits::ZMTP_HEARTBEAT_TIMEOUT`]) so a dead router's connection is
+    /// closed, and `ZMQ_MAXMSGSIZE` `max_answer_bytes`: ZeroMQ drops a
+    /// larger message from the peer (with the connection) instead of
+    /// holding it, so a wrong or hostile address cannot make the caller
+    /// hold any size.
+    ///
+    /// `addrs` is one eMQP address or several separated by commas
+    /// ([`crate::config::addr::emqp_list`]): the socket connects to each,
+    /// and sends go to one that is connected (docs/failover.md).
     pub fn connect(
         ctx: &zmq::Context,
-        addr: &str,
+        addrs: &str,
         linger_ms: i32,
         max_answer_bytes: i64,
     ) -> Result<Dealer, ClientError> {
-        crate::config::addr::emqp(addr)?;
+        let list = crate::config::addr::emqp_list(addrs)?;
+        let addr = list.join(",");
         let zerr = |what| ZmqError::at(format!("{what} {addr}"));
         let socket = ctx.socket(zmq::DEALER).map_err(zerr("socket for"))?;
         socket.set_identity(&crate::protocol::emqp::new_msgid()).map_err(zerr("identity for"))?;
         socket.set_linger(linger_ms).map_err(zerr("linger for"))?;
         socket.set_maxmsgsize(max_answer_bytes).map_err(zerr("max message size for"))?;
-        socket.set_immediate(true).map_err(zerr("immediate for"))?;
-        socket.connect(addr).map_err(zerr("connect"))?;
-        Ok(Dealer { socket, addr: addr.to_string() })
+        set_router_options(&socket).map_err(zerr("options for"))?;
+        for a in &list {
+            socket.connect(a).map_err(ZmqError::at(format!("connect {a}")))?;
+        }
+        Ok(Dealer { socket, addr, monitor: None })
+    }
+
+    /// Starts watching the socket's connections (`zmq_socket_monitor`,
+    /// `ZMQ_EVENT_DISCONNECTED`), for [`Dealer::recv_or_disconnect`].
+    pub fn watch_disconnects(&mut self, ctx: &zmq::Context) -> Result<(), ClientError> {
+        let endpoint = format!("inproc://emq-client-monitor-{}", uuid::Uuid::new_v4());
+        let zerr = |what| ZmqError::at(format!("{what} {}", self.addr));
+        self.socket.monitor(&endpoint, zmq::SocketEvent::DISCONNECTED as i32).map_err(zerr("monitor of"))?;
+        let pair = ctx.socket(zmq::PAIR).map_err(zerr("monitor socket for"))?;
+        pair.set_linger(0).map_err(zerr("monitor linger for"))?;
+        pair.connect(&endpoint).map_err(zerr("monitor connect for"))?;
+        self.monitor = Some(pair);
+        Ok(())
+    }
+
+    /// Receives one message before `deadline`, or learns that a connection
+    /// went down (only after [`Dealer::watch_disconnects`]).
+    pub fn recv_or_disconnect(&self, deadline: Instant) -> Result<Heard, ClientError> {
+        let zerr = |what: &str, source| ZmqError::new(format!("{what} {}", self.addr), source);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut items = vec![self.socket.as_poll_item(zmq::POLLIN)];
+        if let Some(m) = &self.monitor {
+            items.push(m.as_poll_item(zmq::POLLIN));
+        }
+        let n = zmq::poll(&mut items, left.as_millis().min(i64::MAX as u128) as i64).map_err(|e| zerr("poll", e))?;
+        if n == 0 {
+            return Ok(Heard::Nothing);
+        }
+        let lost = items.get(1).is_some_and(zmq::PollItem::is_readable);
+        if lost {
+            if let Some(m) = &self.monitor {
+                // Two frames per event (event and value, then the endpoint):
+                // read them all; what they say is only "one went down".
+                while m.recv_multipart(zmq::DONTWAIT).is_ok() {}
+            }
+            return Ok(Heard::Disconnected);
+        }
+        match self.socket.recv_multipart(zmq::DONTWAIT) {
+            Ok(frames) => Ok(Heard::Message(frames)),
+            Err(zmq::Error::EAGAIN) => Ok(Heard::Nothing),
+            Err(e) => Err(zerr("recv from", e).into()),
+        }
     }
 
     /// Sends frames, waiting up to `timeout` for a connection.
@@ -101,6 +169,38 @@ impl Dealer {
         }
         Ok(self.socket.recv_multipart(0).map(Some).map_err(|e| zerr("recv from", e))?)
     }
+}
+
+/// The options of every socket that connects to a router's list of
+/// addresses (client, worker, scheduler): `ZMQ_IMMEDIATE` (messages wait
+/// for, and go only to, connections that are up: a standby router binds
+/// nothing, a dead one's connection is gone) and ZMTP heartbeats
+/// (`ZMQ_HEARTBEAT_IVL` [`limits::ZMTP_HEARTBEAT_IVL`],
+/// `ZMQ_HEARTBEAT_TIMEOUT` and `ZMQ_HEARTBEAT_TTL`
+/// [`limits::ZMTP_HEARTBEAT_TIMEOUT`]). docs/failover.md.
+///
+/// # Errors
+/// The failing `zmq_setsockopt`.
+pub fn set_router_options(socket: &zmq::Socket) -> Result<(), zmq::Error> {
+    socket.set_immediate(true)?;
+    socket.set_heartbeat_ivl(millis(limits::ZMTP_HEARTBEAT_IVL))?;
+    socket.set_heartbeat_timeout(millis(limits::ZMTP_HEARTBEAT_TIMEOUT))?;
+    socket.set_heartbeat_ttl(millis(limits::ZMTP_HEARTBEAT_TIMEOUT))?;
+    Ok(())
+}
+
+/// Connects `socket` to every address of `addrs` (one eMQP address or
+/// several separated by commas), after [`set_router_options`].
+///
+/// # Errors
+/// A malformed address, or the failing ZeroMQ call, naming the address.
+pub fn connect_router(socket: &zmq::Socket, addrs: &str) -> Result<Vec<String>, ClientError> {
+    let list = crate::config::addr::emqp_list(addrs)?;
+    set_router_options(socket).map_err(ZmqError::at(format!("options for {addrs}")))?;
+    for a in &list {
+        socket.connect(a).map_err(ZmqError::at(format!("connect {a}")))?;
+    }
+    Ok(list)
 }
 
 /// A duration as zmq milliseconds (clamped to `i32::MAX`).

@@ -9,11 +9,15 @@
 //!   (the old router registration is gone, the router requeued the job).
 //! * **Heartbeats never wait for jobs**: handlers run on a thread pool; the
 //!   I/O thread only moves frames and timers.
-//! * **Working failover**: every reconnect uses the next address of the list.
+//! * **Working failover**: the worker connects to every address of its
+//!   list at once (`ZMQ_IMMEDIATE`, ZMTP heartbeats), so it talks to the
+//!   router that is up; a router that does not know it (one that took over
+//!   a dead one's queues) answers its next HEARTBEAT or READY with
+//!   DISCONNECT, and it registers there (docs/failover.md).
 //! * **INFORM is re-sent** while waiting for the ACK: after
 //!   `inform_retry` (5 s) without ACK, and after `heartbeat_timeout ×
 //!   heartbeat_liveness` of router silence (15 s), the worker reconnects
-//!   under a new identity to the next address (docs/emqp.md "Liveness") and INFORMs again.
+//!   under a new identity (docs/emqp.md "Liveness") and INFORMs again.
 //!   (A second INFORM on the same identity would reset its slots in an
 //!   EventMQ router.)
 //! * **Told it is unknown, it registers again**: `DISCONNECT` from the

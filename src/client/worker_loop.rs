@@ -41,8 +41,11 @@ struct Completion {
 }
 
 enum State {
-    /// INFORM sent (msgid, when), no ACK yet.
-    Registering { sent_at: Instant },
+    /// INFORM sent (when), no ACK yet; `None` while no router of the
+    /// list is connected (`ZMQ_IMMEDIATE` refused the INFORM): it is tried
+    /// again every [`limits::WORKER_INFORM_WAIT_POLL`] on the same
+    /// identity, which no router has seen yet.
+    Registering { sent_at: Option<Instant> },
     /// ACKed: jobs, READY and heartbeats flow.
     Ready,
 }
@@ -50,7 +53,6 @@ enum State {
 struct Loop {
     p: Parts,
     dealer: Option<zmq::Socket>,
-    addr_index: usize,
     epoch: u64,
     state: State,
     busy: usize,
@@ -82,9 +84,8 @@ pub(crate) fn run(p: Parts) -> Result<(), WorkerError> {
     let mut lp = Loop {
         p,
         dealer: None,
-        addr_index: 0,
         epoch: 0,
-        state: State::Registering { sent_at: now },
+        state: State::Registering { sent_at: None },
         busy: 0,
         last_recv: now,
         next_heartbeat: now,
@@ -195,16 +196,17 @@ impl Loop {
         }
         let c = &self.p.config;
         match self.state {
-            State::Registering { sent_at } => sent_at + c.inform_retry,
+            State::Registering { sent_at: Some(sent_at) } => sent_at + c.inform_retry,
+            State::Registering { sent_at: None } => Instant::now() + limits::WORKER_INFORM_WAIT_POLL,
             State::Ready => self.next_heartbeat.min(self.last_recv + c.silence_timeout()),
         }
     }
 
     /// Heartbeat, liveness and registration timers. A missing ACK (after
     /// `inform_retry`) or router silence (after `silence_timeout`) both
-    /// reconnect under a new identity to the next address: re-sending INFORM
-    /// on the same identity would make an EventMQ router reset its slots
-    /// (an EventMQ router would reset its slots), and a new identity also moves on to the failover address.
+    /// reconnect under a new identity (to every address again): re-sending
+    /// INFORM on the same identity would make an EventMQ router reset its
+    /// slots.
     fn timers(&mut self) -> Result<(), WorkerError> {
         if self.drain_deadline.is_some() {
             return Ok(());
@@ -213,7 +215,8 @@ impl Loop {
         let (silence, retry, interval) =
             (self.p.config.silence_timeout(), self.p.config.inform_retry, self.p.config.heartbeat_interval);
         match self.state {
-            State::Registering { sent_at } if now >= sent_at + retry => {
+            State::Registering { sent_at: None } => self.send_inform(),
+            State::Registering { sent_at: Some(sent_at) } if now >= sent_at + retry => {
                 tracing::warn!(?retry, "no ACK: re-sending INFORM under a new identity");
                 self.reconnect()?;
             }
@@ -230,16 +233,20 @@ impl Loop {
         Ok(())
     }
 
+    /// A new DEALER under a new identity, connected to every address of
+    /// the list ([`super::socket::connect_router`]: `ZMQ_IMMEDIATE` and
+    /// ZMTP heartbeats), then INFORM: it goes to the router that is up.
     fn connect(&mut self) -> Result<(), WorkerError> {
-        let addr = self.p.config.addresses[self.addr_index % self.p.config.addresses.len()].clone();
-        let zerr = |what| ZmqError::at(format!("worker DEALER {what} for {addr}"));
+        let addrs = self.p.config.addresses.join(",");
+        let zerr = |what| ZmqError::at(format!("worker DEALER {what} for {addrs}"));
         let socket = self.p.ctx.socket(zmq::DEALER).map_err(zerr("socket"))?;
         socket.set_identity(&crate::protocol::emqp::new_msgid()).map_err(zerr("identity"))?;
         socket.set_linger(limits::RECONNECT_LINGER_MS).map_err(zerr("linger"))?;
         socket.set_sndhwm(limits::ZMQ_HWM).map_err(zerr("sndhwm"))?;
         socket.set_rcvhwm(limits::ZMQ_HWM).map_err(zerr("rcvhwm"))?;
-        socket.connect(&addr).map_err(|e| WorkerError::Config(format!("cannot connect to {addr}: {e}")))?;
-        tracing::info!(router = %addr, epoch = self.epoch, "connecting");
+        super::socket::connect_router(&socket, &addrs)
+            .map_err(|e| WorkerError::Config(format!("cannot connect to {addrs}: {e}")))?;
+        tracing::info!(router = %addrs, epoch = self.epoch, "connecting");
         self.dealer = Some(socket);
         self.last_recv = Instant::now();
         self.send_inform();
@@ -249,7 +256,6 @@ impl Loop {
     fn reconnect(&mut self) -> Result<(), WorkerError> {
         self.dealer = None;
         self.epoch += 1;
-        self.addr_index = self.addr_index.wrapping_add(1);
         self.p.counters.reconnects.fetch_add(1, Ordering::Relaxed);
         self.connect()
     }
@@ -260,8 +266,11 @@ impl Loop {
         } else {
             encode_queue_list(&self.p.config.queues).into_bytes()
         };
-        self.send(Command::Inform { queues, peer: PeerType::Worker, name: None });
-        self.state = State::Registering { sent_at: Instant::now() };
+        // Quietly: with `ZMQ_IMMEDIATE` the send fails until a router of
+        // the list is connected, which is no error (see `State`).
+        let frames = Message::new(Command::Inform { queues, peer: PeerType::Worker, name: None }).encode();
+        let sent = self.dealer.as_ref().is_some_and(|d| d.send_multipart(&frames, zmq::DONTWAIT).is_ok());
+        self.state = State::Registering { sent_at: sent.then(Instant::now) };
     }
 
     fn begin_drain(&mut self) {

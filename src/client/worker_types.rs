@@ -71,8 +71,9 @@ pub enum JobError {
 /// Worker settings. Defaults follow EventMQ's jobmanager (docs/emqp.md "Differences from EventMQ").
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
-    /// Router backend addresses; the first is used first, each reconnect
-    /// moves to the next (failover).
+    /// Router backend addresses: the worker connects to all of them at
+    /// once (`ZMQ_IMMEDIATE`, ZMTP heartbeats) and registers with the one
+    /// that is up (docs/failover.md).
     pub addresses: Vec<String>,
     /// `(weight, name)` pairs sent in INFORM; empty = the router's defaults.
     pub queues: Vec<(i64, String)>,
@@ -154,7 +155,7 @@ impl WorkerConfig {
         self
     }
 
-    /// Adds a failover address.
+    /// Adds a router address (a standby: docs/failover.md).
     pub fn failover(mut self, address: &str) -> WorkerConfig {
         self.addresses.push(address.to_string());
         self

@@ -71,6 +71,45 @@ pub fn emqp(given: &str) -> Result<(), AddrError> {
     }
 }
 
+/// Splits and checks a list of eMQP addresses, separated by commas
+/// (`tcp://a:47291,tcp://b:47291`; spaces around an address are ignored):
+/// the routers a client, worker or scheduler follows (docs/failover.md).
+/// One address is a list of one, so every single address written before
+/// lists existed means what it meant.
+///
+/// ```
+/// use emq::config::addr;
+/// assert_eq!(addr::emqp_list("tcp://a:1, tcp://b:2"), Ok(vec!["tcp://a:1".to_string(), "tcp://b:2".to_string()]));
+/// assert_eq!(addr::emqp_list("tcp://a:1"), Ok(vec!["tcp://a:1".to_string()]));
+/// ```
+///
+/// # Errors
+/// [`AddrError`] for the first address that does not parse, or for an
+/// empty list or an empty item (`tcp://a:1,,tcp://b:2`).
+pub fn emqp_list(given: &str) -> Result<Vec<String>, AddrError> {
+    let mut out = Vec::new();
+    for item in given.split(',').map(str::trim) {
+        if item.is_empty() {
+            let why = if given.trim().is_empty() { "no address" } else { "an empty item in the list" };
+            return Err(AddrError {
+                given: given.into(),
+                what: "a list of eMQP addresses",
+                why: why.into(),
+                expected: EMQP_LIST_FORM,
+            });
+        }
+        emqp(item)?;
+        if !out.iter().any(|a: &String| a == item) {
+            out.push(item.to_string());
+        }
+    }
+    Ok(out)
+}
+
+/// What a list of eMQP addresses looks like.
+pub const EMQP_LIST_FORM: &str =
+    "eMQP addresses look like tcp://host:port, several separated by commas, e.g. tcp://10.0.0.1:47291,tcp://10.0.0.2:47291";
+
 /// [`emqp`] as a command-line value parser (`#[arg(value_parser =
 /// addr::emqp_arg)]`): the address itself when it passes.
 ///
@@ -78,6 +117,15 @@ pub fn emqp(given: &str) -> Result<(), AddrError> {
 /// [`AddrError`], as [`emqp`].
 pub fn emqp_arg(given: &str) -> Result<String, AddrError> {
     emqp(given).map(|()| given.to_string())
+}
+
+/// [`emqp_list`] as a command-line value parser: the list as given
+/// (several addresses separated by commas) when every address passes.
+///
+/// # Errors
+/// [`AddrError`], as [`emqp_list`].
+pub fn emqp_list_arg(given: &str) -> Result<String, AddrError> {
+    emqp_list(given).map(|list| list.join(","))
 }
 
 /// [`text`] as a command-line value parser: the address itself when it
@@ -190,6 +238,23 @@ mod tests {
         assert_eq!(why(emqp("tcp://[1.2.3.4]:5")), "\"[1.2.3.4]\" is not an IPv6 address in brackets");
         assert_eq!(why(emqp("tcp://[::1:5")), "\"[::1\" has no closing ]");
         assert_eq!(why(text("[::1:5")), "\"[::1\" has no closing ]");
+    }
+
+    #[test]
+    fn emqp_address_lists() {
+        let list = |s: &str| emqp_list(s).map_err(|e| e.why);
+        assert_eq!(list("tcp://127.0.0.1:47291"), Ok(vec!["tcp://127.0.0.1:47291".to_string()]));
+        assert_eq!(
+            list(" tcp://a:1 ,tcp://b:2,ipc:///tmp/x"),
+            Ok(vec!["tcp://a:1".to_string(), "tcp://b:2".to_string(), "ipc:///tmp/x".to_string()])
+        );
+        assert_eq!(list("tcp://a:1,tcp://a:1"), Ok(vec!["tcp://a:1".to_string()]), "a repeat is dropped");
+        assert_eq!(list(""), Err("no address".to_string()));
+        assert_eq!(list(" , "), Err("an empty item in the list".to_string()));
+        assert_eq!(list("tcp://a:1,,tcp://b:2"), Err("an empty item in the list".to_string()));
+        assert_eq!(list("tcp://a:1,"), Err("an empty item in the list".to_string()));
+        let e = emqp_list("tcp://a:1,b:2").unwrap_err();
+        assert_eq!((e.given.as_str(), e.why.as_str()), ("b:2", "no tcp://"));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! addresses have the names the router, scheduler and pub/sub device use
 //! for the same sockets.
 
-use super::kinds::{EmqpAddr, LogFilter, Period, TextAddr};
+use super::kinds::{EmqpAddr, EmqpAddrs, LogFilter, Period, TextAddr};
 use super::table::{settings, Settings};
 use super::ConfigError;
 use crate::limits;
@@ -12,9 +12,11 @@ settings! {
     /// emq-cli's settings as flags, `EMQ_*` variables and the TOML file give
     /// them.
     pub struct RawCliConfig => CliSettings {
-        /// The router's eMQP frontend (request, schedule, unschedule).
-        frontend: EmqpAddr = limits::FRONTEND_ADDR, env "EMQ_FRONTEND_ADDR";
-        /// The router's admin address (status, workers, schedulers, latency, disconnect).
+        /// The router's eMQP frontend (request, schedule, unschedule); several separated by commas
+        /// for failover (docs/failover.md).
+        frontend: EmqpAddrs = limits::FRONTEND_ADDR, env "EMQ_FRONTEND_ADDR";
+        /// The router's admin address (status, workers, schedulers, latency, disconnect): one
+        /// router's.
         admin: EmqpAddr = limits::ADMIN_ADDR, env "EMQ_ADMIN_ADDR";
         /// The router's text protocol address, host:port (sched, ask).
         text: TextAddr = limits::TEXT_ADDR, env "EMQ_TEXT_ADDR";

@@ -251,6 +251,26 @@ impl Kind for EmqpAddr {
     }
 }
 
+/// The router addresses a client follows: one eMQP address, or several
+/// separated by commas in the same setting (`--frontend
+/// tcp://a:47291,tcp://b:47291`, `EMQ_FRONTEND_ADDR`, or one TOML string);
+/// [`addr::emqp_list`]. The program connects to all of them
+/// (docs/failover.md).
+pub struct EmqpAddrs;
+
+impl Kind for EmqpAddrs {
+    type Raw = String;
+    type Value = Vec<String>;
+
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.into())
+    }
+
+    fn check(text: String) -> Result<Vec<String>, String> {
+        addr::emqp_list(&text).map_err(|e| e.to_string())
+    }
+}
+
 /// An eMQP address, or `off` for none.
 pub struct EmqpAddrOrOff;
 
@@ -416,6 +436,8 @@ mod tests {
         assert!(TextListen::check("localhost:1".into()).unwrap_err().contains("needs an IP address"));
         assert!(EmqpAddr::check("127.0.0.1:1".into()).unwrap_err().contains("eMQP addresses look like tcp://"));
         assert_eq!(EmqpAddrOrOff::check("off".into()), Ok(None));
+        assert_eq!(EmqpAddrs::check("tcp://a:1,tcp://b:2".into()), Ok(vec!["tcp://a:1".into(), "tcp://b:2".into()]));
+        assert!(EmqpAddrs::check("tcp://a:1,b:2".into()).unwrap_err().contains("\"b:2\" is not an eMQP address"));
         assert_eq!(Many::<EmqpAddr>::parse("tcp://a:1, tcp://b:2"), Ok(vec!["tcp://a:1".into(), "tcp://b:2".into()]));
         assert_eq!(Many::<AtLeastOne>::join(vec![vec![1], vec![2, 3]]), Some(vec![1, 2, 3]));
         assert!(Many::<AtLeastOne>::check(vec![1, 0]).is_err());

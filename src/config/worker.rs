@@ -12,7 +12,8 @@ settings! {
     /// emq-worker's settings as flags, `EMQ_*` variables and the TOML file
     /// give them. The command to run is not a setting: it follows `--`.
     pub struct RawWorkerConfig => WorkerSettings {
-        /// Router backend address; repeat for failover (each reconnect moves on to the next).
+        /// Router backend address; several (repeated, or separated by commas) for failover: the worker
+        /// connects to all and registers with the one that is up (docs/failover.md).
         backend: Many<EmqpAddr> = vec![limits::BACKEND_ADDR.to_string()], env "EMQ_BACKEND_ADDR", short 'B',
             was router;
         /// Queue to serve, as NAME or NAME:WEIGHT (weight at least 1, default 10; the higher tier of

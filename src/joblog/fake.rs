@@ -146,7 +146,7 @@ impl FakeLog {
     /// What a fake log "recovers": `jobs` as given.
     pub fn recovered(jobs: Vec<super::RecoveredJob>) -> Recovered {
         let accepted = jobs.iter().map(|r| r.job.id.seq()).max().unwrap_or(0);
-        Recovered { jobs, accepted }
+        Recovered { jobs, accepted, keys: Vec::new() }
     }
 
     fn event(&mut self, e: Event) {

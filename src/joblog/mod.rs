@@ -218,6 +218,24 @@ pub struct Recovered {
     pub jobs: Vec<RecoveredJob>,
     /// The shard's acceptance count so far: new job ids continue above it.
     pub accepted: u64,
+    /// The duplicate-window keys found in the log's
+    /// [`crate::wal::record::Record::ClientKey`] records, in log order (the
+    /// records of finished jobs too, while the log still holds them);
+    /// the shard keeps those still inside its window.
+    pub keys: Vec<RecoveredKey>,
+}
+
+/// One duplicate-window key found at recovery (see [`Recovered::keys`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveredKey {
+    /// The job it made.
+    pub id: JobId,
+    /// When that job was accepted, in ms since the Unix epoch.
+    pub at_unix_ms: u64,
+    /// The client's routing identity.
+    pub client: crate::ids::PeerId,
+    /// The REQUEST's msgid.
+    pub msgid: crate::ids::MsgId,
 }
 
 /// Writes recovered `jobs` into `log`, a new layout's log of shard
@@ -249,6 +267,16 @@ pub trait JobLog: Send {
     /// A new job (or a declined one, under a fresh id): its whole content
     /// is logged; the log may set [`Job::log_tag`].
     fn accepted(&mut self, job: &mut Job);
+
+    /// Who sent job `id` (just logged by [`JobLog::accepted`]): the key of
+    /// the router's duplicate window, its client's routing identity and its
+    /// msgid, accepted at `at_unix_ms` (ms since the Unix epoch). A log
+    /// that keeps jobs writes it as a [`crate::wal::record::Record::ClientKey`]
+    /// record, and gives it back at recovery ([`Recovered::keys`]) while it
+    /// holds that record. Nothing by default ([`NoLog`]).
+    fn client_key(&mut self, id: JobId, at_unix_ms: u64, client: &[u8], msgid: &[u8]) {
+        let _ = (id, at_unix_ms, client, msgid);
+    }
 
     /// The job went to a worker or was offered to a text connection. Until
     /// it is done, requeued or buried, the log knows it as dispatched (and

@@ -574,6 +574,16 @@ impl JobLog for JsLog {
         self.append_accepted(job);
     }
 
+    fn client_key(&mut self, id: JobId, at_unix_ms: u64, client: &[u8], msgid: &[u8]) {
+        let len = record::client_key_len(client, msgid);
+        self.append_id(
+            |b| {
+                let _ = record::encode_client_key(id, at_unix_ms, client, msgid, b);
+            },
+            len,
+        );
+    }
+
     fn dispatched(&mut self, job: &Job) {
         self.lent.insert(job.id, job.clone());
         let id = job.id;

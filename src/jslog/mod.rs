@@ -304,13 +304,14 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
                 e.1 += record::accepted_len(&j.job) as u64;
             }
             let max_seq = r.state.max_seq;
+            let keys = Vec::from(r.state.keys);
             let jobs = crate::wal::facts(r.state.jobs.into_values());
             let mut log =
                 JsLog::new(params(i), bridge.publisher(), shared[i].clone(), live, r.next_chunk, r.seqs, next_seqs[i]);
             for j in jobs.iter().filter(|j| matches!(j.state, JobState::InFlight)) {
                 log.lend(&j.job);
             }
-            starts.push(ShardStart { log, recovered: Recovered { jobs, accepted: max_seq } });
+            starts.push(ShardStart { log, recovered: Recovered { jobs, accepted: max_seq, keys } });
         }
     } else {
         let old_gen = layout.map(|l| (l.gen, usize::from(l.shards)));
@@ -348,7 +349,7 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
                 });
             }
             let accepted = jobs.len() as u64;
-            starts.push(ShardStart { log, recovered: Recovered { jobs, accepted } });
+            starts.push(ShardStart { log, recovered: Recovered { jobs, accepted, keys: Vec::new() } });
         }
         owner::write_layout(bridge, nats, Layout { gen, shards: shards as u16 })?;
         if let Some((g, n)) = old_gen {

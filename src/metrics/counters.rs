@@ -49,6 +49,15 @@ counters! {
     scheduler_name_conflicts,
     /// REQUESTs and SCHEDs accepted (queued or dispatched).
     accepted_jobs,
+    /// REQUESTs found in the duplicate window (same client routing identity
+    /// and msgid as a REQUEST accepted within `limits::DEDUP_WINDOW`):
+    /// answered with the first job's acceptance again, no new job
+    /// (docs/failover.md "Duplicates").
+    dedup_hits,
+    /// Duplicate keys forgotten before their window ended because a shard
+    /// held `limits::DEDUP_MAX_KEYS` (oldest first), at run time and when
+    /// the window is rebuilt from the log at start.
+    dedup_evicted,
     /// Jobs sent to eMQP workers (not text offers: see `text_acked` and the
     /// other `text_` counters).
     dispatched_jobs,

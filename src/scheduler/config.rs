@@ -12,7 +12,7 @@ use chrono_tz::Tz;
 
 use super::nats_store::NatsSettings;
 use super::peer::PeerConfig;
-use crate::config::kinds::{EmqpAddr, EmqpAddrOrOff, LogFilter, Many, Optional, Period, Plain};
+use crate::config::kinds::{EmqpAddrOrOff, EmqpAddrs, LogFilter, Many, Optional, Period, Plain};
 use crate::config::table::settings;
 use crate::config::{ConfigError, NatsUrl, Replicas, Settings, StoreName};
 use crate::limits;
@@ -21,8 +21,9 @@ settings! {
     /// emq-scheduler's settings as flags, `EMQ_*` variables and the TOML file
     /// give them.
     pub struct RawSchedulerConfig => SchedulerSettings {
-        /// The router's eMQP frontend to connect to.
-        frontend: EmqpAddr = limits::FRONTEND_ADDR, env "EMQ_FRONTEND_ADDR",
+        /// The router's eMQP frontend to connect to; several separated by commas for failover
+        /// (docs/failover.md).
+        frontend: EmqpAddrs = limits::FRONTEND_ADDR, env "EMQ_FRONTEND_ADDR",
             was router_addr "EMQ_SCHEDULER_ROUTER_ADDR";
         /// The scheduler's own admin address to bind (`emq-cli schedules` asks it), or `off`.
         scheduler_admin: EmqpAddrOrOff = limits::SCHEDULER_ADMIN_ADDR, env "EMQ_SCHEDULER_ADMIN_ADDR",
@@ -174,7 +175,7 @@ impl RawSchedulerConfig {
         };
         Ok(SchedulerConfig {
             peer: PeerConfig {
-                router_addr: s.frontend,
+                router_addr: s.frontend.join(","),
                 admin_addr: s.scheduler_admin,
                 heartbeat_interval: s.heartbeat_interval,
                 router_timeout: s.router_timeout,

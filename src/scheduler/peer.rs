@@ -52,7 +52,8 @@ use crate::zmq_error::ZmqError;
 /// The peer's settings (validated by the binary's config).
 #[derive(Debug, Clone)]
 pub struct PeerConfig {
-    /// The router frontend, e.g. `tcp://127.0.0.1:47291`.
+    /// The router frontend, e.g. `tcp://127.0.0.1:47291`, or several
+    /// separated by commas: the scheduler connects to all (docs/failover.md).
     pub router_addr: String,
     /// The admin socket to bind, or `None` for no admin socket.
     pub admin_addr: Option<String>,
@@ -185,7 +186,12 @@ impl Link {
         socket.set_sndhwm(limits::ZMQ_HWM).map_err(ZmqError::at("set sndhwm"))?;
         socket.set_rcvhwm(limits::ZMQ_HWM).map_err(ZmqError::at("set rcvhwm"))?;
         socket.set_linger(limits::RECONNECT_LINGER_MS).map_err(ZmqError::at("set linger"))?;
-        socket.connect(&cfg.router_addr).map_err(ZmqError::at(format!("connect to router {}", cfg.router_addr)))?;
+        // Every address of the list (docs/failover.md): INFORM goes to the
+        // router that is up.
+        crate::client::set_router_options(&socket).map_err(ZmqError::at("set immediate and heartbeats"))?;
+        for addr in cfg.router_addr.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+            socket.connect(addr).map_err(ZmqError::at(format!("connect to router {addr}")))?;
+        }
         tracing::info!(router = %cfg.router_addr, identity = %identity, "connecting; sending INFORM");
         let now = Instant::now();
         let mut link = Link {
@@ -198,16 +204,27 @@ impl Link {
             next_heartbeat: now,
             next_inform: now + cfg.inform_retry,
         };
-        link.send_inform();
+        if !link.send_inform() {
+            link.next_inform = now + limits::WORKER_INFORM_WAIT_POLL;
+        }
         Ok(link)
     }
 
     /// INFORM (frame 4 `""`, frame 5 `scheduler`, frame 6 the name if any).
-    fn send_inform(&mut self) {
+    /// False when no router of the list is connected yet (`ZMQ_IMMEDIATE`
+    /// refused it, quietly): it is tried again soon (docs/failover.md).
+    fn send_inform(&mut self) -> bool {
         let name = self.name.as_ref().map(|n| n.clone().into_bytes());
         let msg = Message::new(Command::Inform { queues: Vec::new(), peer: PeerType::Scheduler, name });
         self.inform_msgid = msg.msgid.clone();
-        self.send_message(&msg);
+        match self.socket.send_multipart(msg.encode(), zmq::DONTWAIT) {
+            Ok(()) => true,
+            Err(zmq::Error::EAGAIN) => false,
+            Err(e) => {
+                crate::log_limited!(warn, identity = %self.identity, error = %e, "INFORM to router failed");
+                false
+            }
+        }
     }
 
     fn send(&self, command: Command) {
@@ -246,8 +263,8 @@ impl Link {
         }
         if !self.registered && now >= self.next_inform {
             tracing::info!(identity = %self.identity, "no ACK yet; re-sending INFORM");
-            self.send_inform();
-            self.next_inform = now + cfg.inform_retry;
+            let sent = self.send_inform();
+            self.next_inform = now + if sent { cfg.inform_retry } else { limits::WORKER_INFORM_WAIT_POLL };
         }
         Ok(())
     }

@@ -948,6 +948,16 @@ impl JobLog for ShardLog {
         }
     }
 
+    fn client_key(&mut self, id: JobId, at_unix_ms: u64, client: &[u8], msgid: &[u8]) {
+        if self.keeping() {
+            let len = record::client_key_len(client, msgid);
+            self.make_room(len);
+            if record::encode_client_key(id, at_unix_ms, client, msgid, &mut self.buf).is_some() {
+                self.grow(len);
+            }
+        }
+    }
+
     fn dispatched(&mut self, job: &Job) {
         self.lent.insert(job.id, job.clone());
         if self.keeping() {

@@ -393,6 +393,7 @@ fn reopen(
             info.live_bytes += record::accepted_len(&r.job) as u64;
         }
         let jobs = facts(replay.jobs.into_values());
+        let keys = Vec::from(replay.keys);
         let mut log =
             ShardLog::create(index, shards, dir.clone(), &root, settings.clone(), segments, next, replay.max_seq)?;
         // The shard dispatched these before the crash: the log keeps them
@@ -401,7 +402,7 @@ fn reopen(
             log.lend(&r.job);
         }
         log.retire_dead_segments();
-        starts.push(ShardStart { log, recovered: Recovered { jobs, accepted: replay.max_seq } });
+        starts.push(ShardStart { log, recovered: Recovered { jobs, accepted: replay.max_seq, keys } });
     }
     Ok(starts)
 }
@@ -448,7 +449,7 @@ fn relayout(
             });
         }
         let accepted = jobs.len() as u64;
-        starts.push(ShardStart { log, recovered: Recovered { jobs, accepted } });
+        starts.push(ShardStart { log, recovered: Recovered { jobs, accepted, keys: Vec::new() } });
     }
     let marker = new_root.join("complete");
     std::fs::File::create(&marker).and_then(|f| f.sync_all()).map_err(WalError::io(&marker))?;

@@ -16,6 +16,16 @@
 //! | 3 | [`Record::Requeued`] | job id u64, redeliveries u8 |
 //! | 4 | [`Record::Done`] | job id u64 |
 //! | 5 | [`Record::Buried`] | job id u64, setbacks u8, reason u8 ([`Setback::code`]), burial time u64 (ms since the Unix epoch) |
+//! | 6 | [`Record::ClientKey`] | job id u64, acceptance time u64 (ms since the Unix epoch), client identity length u8, the identity, msgid length u8, the msgid |
+//!
+//! Type 6 is new with the router's duplicate window (docs/failover.md
+//! "Duplicates"): it follows the `Accepted` record of an eMQP job the
+//! router accepted from a REQUEST, and names who sent it. It is a record of
+//! its own, not a second version of `Accepted`, so that `Accepted` keeps
+//! its size ([`accepted_len`], which the logs' byte accounting and
+//! compaction use) and a [`Job`] keeps its 40 bytes. A log written before
+//! it decodes as before: its jobs have no key. A router older than type 6
+//! reading a log that holds one takes it for damage (no downgrade).
 //!
 //! [`decode`] takes a slice and returns a record and its length, or says
 //! why the bytes at the start of the slice are not one (cut short, or
@@ -41,6 +51,7 @@ const DISPATCHED: u8 = 2;
 const REQUEUED: u8 = 3;
 const DONE: u8 = 4;
 const BURIED: u8 = 5;
+const CLIENT_KEY: u8 = 6;
 
 const FLAG_TEXT: u8 = 1;
 const FLAG_FALLBACK: u8 = 2;
@@ -93,6 +104,21 @@ pub enum Record<'a> {
         /// When it was buried, in ms since the Unix epoch.
         at_unix_ms: u64,
     },
+    /// Who sent the job: the key of the router's duplicate window
+    /// (`broker::shard::dedup`), written after the job's first `Accepted`
+    /// record. Not written for text jobs (no msgid) nor for copies made by
+    /// compaction, `DCL` or a move to a new layout.
+    ClientKey {
+        /// The job's id.
+        id: JobId,
+        /// When the router accepted it, in ms since the Unix epoch.
+        at_unix_ms: u64,
+        /// The client's ZeroMQ routing identity as the router saw it (at
+        /// most 255 bytes, ZeroMQ's own limit).
+        client: &'a [u8],
+        /// The REQUEST's msgid (at most [`crate::limits::MAX_MSGID_BYTES`]).
+        msgid: &'a [u8],
+    },
 }
 
 /// Why the bytes at the start of a slice are not a record.
@@ -130,7 +156,8 @@ impl Record<'_> {
             | Record::Dispatched { id }
             | Record::Requeued { id, .. }
             | Record::Done { id }
-            | Record::Buried { id, .. } => *id,
+            | Record::Buried { id, .. }
+            | Record::ClientKey { id, .. } => *id,
         }
     }
 }
@@ -183,6 +210,28 @@ pub fn encode_buried(id: JobId, redeliveries: u32, why: Setback, at_unix_ms: u64
     out.push(why.code());
     out.extend_from_slice(&at_unix_ms.to_le_bytes());
     finish(out, start);
+}
+
+/// Bytes of the [`Record::ClientKey`] record of `client` and `msgid`.
+pub fn client_key_len(client: &[u8], msgid: &[u8]) -> usize {
+    HEADER_BYTES + 18 + client.len() + msgid.len()
+}
+
+/// Appends a [`Record::ClientKey`] record; `None` (nothing written) when
+/// `client` or `msgid` passes 255 bytes (neither can: ZeroMQ bounds
+/// routing identities at 255 bytes and the router msgids at
+/// [`crate::limits::MAX_MSGID_BYTES`]).
+pub fn encode_client_key(id: JobId, at_unix_ms: u64, client: &[u8], msgid: &[u8], out: &mut Vec<u8>) -> Option<()> {
+    let (client_len, msgid_len) = (u8::try_from(client.len()).ok()?, u8::try_from(msgid.len()).ok()?);
+    let start = begin(out, CLIENT_KEY);
+    out.extend_from_slice(&id.0.to_le_bytes());
+    out.extend_from_slice(&at_unix_ms.to_le_bytes());
+    out.push(client_len);
+    out.extend_from_slice(client);
+    out.push(msgid_len);
+    out.extend_from_slice(msgid);
+    finish(out, start);
+    Some(())
 }
 
 fn encode_id(kind: u8, id: JobId, out: &mut Vec<u8>) {
@@ -251,6 +300,18 @@ pub fn decode(buf: &[u8]) -> Result<(Record<'_>, usize), DecodeError> {
             let ms = &payload[10..18];
             let at_unix_ms = u64::from_le_bytes([ms[0], ms[1], ms[2], ms[3], ms[4], ms[5], ms[6], ms[7]]);
             Record::Buried { id, redeliveries: payload[8], why, at_unix_ms }
+        }
+        (CLIENT_KEY, Some(id)) if len >= 18 => {
+            let ms = &payload[8..16];
+            let at_unix_ms = u64::from_le_bytes([ms[0], ms[1], ms[2], ms[3], ms[4], ms[5], ms[6], ms[7]]);
+            let client_len = payload[16] as usize;
+            let client = payload.get(17..17 + client_len).ok_or_else(bad)?;
+            let msgid_len = *payload.get(17 + client_len).ok_or_else(bad)? as usize;
+            let msgid_at = 18 + client_len;
+            if msgid_at + msgid_len != len {
+                return Err(bad());
+            }
+            Record::ClientKey { id, at_unix_ms, client, msgid: &payload[msgid_at..] }
         }
         _ => return Err(bad()),
     };
@@ -375,6 +436,59 @@ mod tests {
         bad[first / 2] ^= 0xff;
         assert_eq!(next_valid(&bad, 1), Some(first));
         assert_eq!(next_valid(&buf[..first - 1], 1), None);
+    }
+
+    /// An `Accepted` record as a log written before type 6 holds it (bytes
+    /// built by hand, as that version's encoder wrote them): it still
+    /// decodes, and nothing in it names a client.
+    #[test]
+    fn an_old_accepted_record_still_decodes() {
+        let frames = JobFrames::new(b"m-1", b"q", b"", b"body", &[] as &[&[u8]]).unwrap();
+        let mut payload = Vec::new();
+        payload.extend_from_slice(&7u64.to_le_bytes());
+        payload.extend_from_slice(&[2, 0]);
+        payload.extend_from_slice(frames.bytes());
+        let mut buf = vec![MAGIC, ACCEPTED];
+        buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        let crc = checksum(&buf[1..6], &payload);
+        buf.extend_from_slice(&crc.to_le_bytes());
+        buf.extend_from_slice(&payload);
+        let (rec, n) = decode(&buf).unwrap();
+        assert_eq!(n, buf.len());
+        let want = Record::Accepted {
+            id: JobId(7),
+            redeliveries: 2,
+            origin: Origin::Emqp,
+            fallback: false,
+            frames: frames.bytes(),
+        };
+        assert_eq!(rec, want);
+    }
+
+    #[test]
+    fn a_client_key_round_trips_and_its_cuts_are_refused() {
+        let mut buf = Vec::new();
+        let client = [0u8, 1, 2, 0xff];
+        encode_client_key(JobId(1 << 16), 1_700_000_000_456, &client, b"msg-1", &mut buf).unwrap();
+        assert_eq!(buf.len(), client_key_len(&client, b"msg-1"));
+        let (rec, n) = decode(&buf).unwrap();
+        assert_eq!(n, buf.len());
+        let want =
+            Record::ClientKey { id: JobId(1 << 16), at_unix_ms: 1_700_000_000_456, client: &client, msgid: b"msg-1" };
+        assert_eq!(rec, want);
+        assert_eq!(rec.id(), JobId(1 << 16));
+        let mut empty = Vec::new();
+        encode_client_key(JobId(3), 0, b"", b"", &mut empty).unwrap();
+        assert!(matches!(decode(&empty), Ok((Record::ClientKey { client: b"", msgid: b"", .. }, _))));
+        assert_eq!(encode_client_key(JobId(3), 0, &[0; 256], b"m", &mut Vec::new()), None, "past 255 bytes");
+        // A payload whose lengths do not add up is refused, not read past.
+        for payload_len in 18..buf.len() - HEADER_BYTES {
+            let mut bad = buf[..HEADER_BYTES + payload_len].to_vec();
+            bad[2..6].copy_from_slice(&(payload_len as u32).to_le_bytes());
+            let crc = checksum(&bad[1..6], &bad[HEADER_BYTES..]);
+            bad[6..10].copy_from_slice(&crc.to_le_bytes());
+            assert!(matches!(decode(&bad), Err(DecodeError::BadPayload { kind: CLIENT_KEY, .. })), "{payload_len}");
+        }
     }
 
     #[test]

@@ -100,6 +100,10 @@ pub struct ShardReplay {
     /// Segments the directory's `held` file lists that are missing (only
     /// with `--recover-skip-damaged`; otherwise they stop the start).
     pub missing: Vec<PathBuf>,
+    /// The duplicate-window keys of the `ClientKey` records, in log order:
+    /// the last [`crate::limits::DEDUP_MAX_KEYS`] (older ones are dropped
+    /// as newer ones come, as the window itself would).
+    pub keys: std::collections::VecDeque<crate::joblog::RecoveredKey>,
 }
 
 /// The segment files of a shard directory, sorted by number (other files
@@ -292,7 +296,12 @@ pub(crate) fn apply(
     state: &mut ShardReplay,
 ) -> Result<(), String> {
     state.records += 1;
-    state.max_seq = state.max_seq.max(rec.id().seq());
+    // A `ClientKey` record may name a job of another shard (one accepted
+    // in `default` after the unknown-queue fallback): not this shard's
+    // numbering.
+    if !matches!(rec, Record::ClientKey { .. }) {
+        state.max_seq = state.max_seq.max(rec.id().seq());
+    }
     match *rec {
         Record::Accepted { id, redeliveries, origin, fallback, frames } => {
             let mut job = record::job_of(id, redeliveries, origin, fallback, frames, epoch, now)
@@ -329,6 +338,13 @@ pub(crate) fn apply(
                     state.refs.push((segment, old.job.log_tag()));
                 }
             }
+        }
+        Record::ClientKey { id, at_unix_ms, client, msgid } => {
+            if state.keys.len() >= crate::limits::DEDUP_MAX_KEYS {
+                state.keys.pop_front();
+            }
+            let (client, msgid) = (crate::ids::PeerId::from(client), crate::ids::MsgId::from(msgid));
+            state.keys.push_back(crate::joblog::RecoveredKey { id, at_unix_ms, client, msgid });
         }
     }
     Ok(())

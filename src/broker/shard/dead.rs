@@ -140,8 +140,9 @@ impl Shard {
     }
 
     /// `now` as milliseconds since the Unix epoch (the router's clock at
-    /// start plus the time since).
-    fn unix_ms(&self, now: std::time::Instant) -> u64 {
+    /// start plus the time since): burial times and the duplicate window's
+    /// clock.
+    pub(super) fn unix_ms(&self, now: std::time::Instant) -> u64 {
         self.ctx.started_unix_ms + now.saturating_duration_since(self.ctx.started).as_millis() as u64
     }
 

@@ -104,8 +104,9 @@ impl Shard {
     /// decided is logged and synced before the shard serves. Call before
     /// the first message.
     pub fn attach_log(&mut self, mut log: Box<dyn JobLog>, recovered: Recovered) {
-        let Recovered { jobs, accepted } = recovered;
+        let Recovered { jobs, accepted, keys } = recovered;
         let now_ms = crate::job::unix_ms_now();
+        self.restore_keys(keys, log.as_mut());
         let mut dead = Vec::new();
         for RecoveredJob { mut job, state } in jobs {
             match state {
@@ -150,6 +151,38 @@ impl Shard {
         let mut out = VecOutbox::default();
         let mut cx = Cx { now: self.ctx.started, out: &mut out };
         self.trim_dead(0, &mut cx);
+    }
+
+    /// Rebuilds the duplicate window from the keys the log still holds
+    /// (those accepted within [`limits::DEDUP_WINDOW`] of the start; the
+    /// count bound applies, oldest first), and logs the kept ones again in
+    /// `log`'s newest part, so that the next start finds them even after
+    /// the records they came from are gone with their finished jobs.
+    fn restore_keys(&mut self, keys: Vec<crate::joblog::RecoveredKey>, log: &mut dyn JobLog) {
+        let now_ms = self.ctx.started_unix_ms;
+        let window_ms = u64::try_from(limits::DEDUP_WINDOW.as_millis()).unwrap_or(u64::MAX);
+        let found = keys.len();
+        let mut evicted = 0;
+        for k in keys.iter().filter(|k| k.at_unix_ms.saturating_add(window_ms) > now_ms) {
+            let (client, msgid) = (k.client.as_bytes(), k.msgid.as_bytes());
+            if self.dedup.find(client, msgid, now_ms).is_some() {
+                // Logged twice (an earlier start logged it again).
+                continue;
+            }
+            evicted += self.dedup.insert(client, msgid, super::dedup::Seen { job: k.id, at_unix_ms: k.at_unix_ms });
+            log.client_key(k.id, k.at_unix_ms, client, msgid);
+        }
+        if evicted > 0 {
+            self.ctx.counters.dedup_evicted.fetch_add(evicted as u64, Ordering::Relaxed);
+        }
+        if found > 0 {
+            tracing::info!(
+                shard = self.index,
+                found,
+                kept = self.dedup.len(),
+                "duplicate window rebuilt from the job log"
+            );
+        }
     }
 
     /// A recovered job back at the back of its queue (counted towards the

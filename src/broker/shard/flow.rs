@@ -22,6 +22,21 @@ use crate::protocol::text::ErrorCode;
 
 impl Shard {
     pub(super) fn handle_request(&mut self, client: PeerId, frames: JobFrames, fallback_done: bool, cx: &mut Cx) {
+        let now_ms = self.unix_ms(cx.now);
+        let keyed = has_chosen_identity(&client);
+        // The window lives on the named queue's shard: the one the I/O
+        // thread hands every REQUEST to, before any fallback.
+        if keyed && !fallback_done {
+            if let Some(seen) = self.dedup.find(client.as_bytes(), frames.msgid(), now_ms) {
+                Counters::bump(&self.ctx.counters.dedup_hits);
+                let (msgid, queue) = (crate::ids::show(frames.msgid()), crate::ids::show(frames.queue()));
+                tracing::debug!(%queue, %msgid, client = %client, job = %seen.job, "duplicate REQUEST: answered with its first acceptance, no new job");
+                let len = frames.len();
+                let accepted = OutMsg::Accepted(frames);
+                cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: client, msg: accepted, on_fail: OnFail::Count });
+                return super::release_in_transit(&self.ctx.in_transit_bytes, len);
+            }
+        }
         if !fallback_done && !self.queue_known(frames.queue(), cx) {
             let (queue, msgid) = (crate::ids::show(frames.queue()), crate::ids::show(frames.msgid()));
             tracing::debug!(%queue, %msgid, "no worker serves the queue: the job goes to default");
@@ -37,12 +52,34 @@ impl Shard {
             return super::release_in_transit(&self.ctx.in_transit_bytes, len);
         }
         let accepted = OutMsg::Accepted(frames.clone());
-        cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: client, msg: accepted, on_fail: OnFail::Count });
-        let mut job = Job::new(self.next_job_id(), frames, Origin::Emqp, fallback_done, self.ctx.started, cx.now);
+        let seen = super::dedup::Seen { job: self.next_job_id(), at_unix_ms: now_ms };
+        let mut job = Job::new(seen.job, frames, Origin::Emqp, fallback_done, self.ctx.started, cx.now);
         self.log_accepted(&mut job);
+        let msgid = MsgId::from(job.frames.msgid());
+        match self.shard_of(job.frames.queue()) {
+            _ if !keyed => {}
+            home if home == self.index => self.remember_key(&client, &msgid, seen),
+            home => {
+                let (client, job, at_unix_ms) = (client.clone(), seen.job, seen.at_unix_ms);
+                cx.out.shard(home, ShardMsg::DedupKey { client, msgid, job, at_unix_ms });
+            }
+        }
+        cx.out.emqp(Outgoing { dest: Dest::Frontend, peer: client, msg: accepted, on_fail: OnFail::Count });
         self.enqueue_new(&queue, job, cx);
         // Now counted in job_bytes: no longer in transit.
         super::release_in_transit(&self.ctx.in_transit_bytes, len);
+    }
+
+    /// Remembers the key of a REQUEST accepted as `seen.job` in this
+    /// shard's duplicate window and logs it (a `ClientKey` record, so a
+    /// restart or a take-over rebuilds the window); counts a key forgotten
+    /// early for room.
+    pub(super) fn remember_key(&mut self, client: &PeerId, msgid: &MsgId, seen: super::dedup::Seen) {
+        let evicted = self.dedup.insert(client.as_bytes(), msgid.as_bytes(), seen);
+        if evicted > 0 {
+            self.ctx.counters.dedup_evicted.fetch_add(evicted as u64, Ordering::Relaxed);
+        }
+        self.log.client_key(seen.job, seen.at_unix_ms, client.as_bytes(), msgid.as_bytes());
     }
 
     /// Whether a new job of `bytes` bytes may join `queue` now; the refusal
@@ -280,4 +317,14 @@ impl Shard {
             self.pump(queue, cx);
         }
     }
+}
+
+/// Whether `client` chose its routing identity: ZeroMQ reserves identities
+/// starting with a zero byte for the ones a ROUTER makes up for a peer that
+/// sets none (5 bytes, a per-socket counter). Such an identity is new on
+/// every connection, so a REQUEST sent again after a lost connection never
+/// carries it again, and a restarted router hands the same values out
+/// again to other peers: it is no key of the duplicate window.
+fn has_chosen_identity(client: &PeerId) -> bool {
+    client.as_bytes().first().is_some_and(|&b| b != 0)
 }

@@ -33,6 +33,7 @@ pub mod asked;
 mod dead;
 pub mod dead_set;
 mod deadline;
+pub mod dedup;
 mod durable;
 mod flow;
 pub mod offers;
@@ -246,6 +247,9 @@ pub struct Shard {
     local: VecDeque<ShardMsg>,
     /// Jobs accepted so far (the sequence part of their [`crate::ids::JobId`]).
     accepted: u64,
+    /// The keys of the REQUESTs for this shard's queues accepted lately
+    /// (docs/failover.md "Duplicates").
+    dedup: dedup::DedupWindow,
     /// When to give the heap back after sweeps.
     trim: trim::HeapTrim,
     /// The shard's job log ([`crate::joblog::NoLog`] with `durability =
@@ -283,6 +287,7 @@ impl Shard {
             dead: DeadSet::default(),
             local: VecDeque::new(),
             accepted: 0,
+            dedup: dedup::DedupWindow::default(),
             trim: trim::HeapTrim::default(),
             log,
             watch,
@@ -417,6 +422,9 @@ impl Shard {
             ShardMsg::SendFailed { key, msgid, unreachable } => self.handle_send_failed(key, msgid, unreachable, cx),
             ShardMsg::Text { port, cmds } => self.handle_text(&port, cmds, cx),
             ShardMsg::LogDone { id } => self.handle_log_done(id),
+            ShardMsg::DedupKey { client, msgid, job, at_unix_ms } => {
+                self.remember_key(&client, &msgid, dedup::Seen { job, at_unix_ms })
+            }
             ShardMsg::Batch(msgs) => {
                 for msg in msgs {
                     self.dispatch(msg, cx);

@@ -285,3 +285,32 @@ fn a_job_is_in_transit_until_a_shard_admits_or_refuses_it() {
         assert_eq!(h.take_commands("c1"), [answer]);
     }
 }
+
+/// The duplicate window (docs/failover.md "Duplicates"): the same
+/// (identity, msgid) within 10 minutes gets the acceptance again and makes
+/// no job, also when the first went to `default` (its key stays with the
+/// named queue's shard); another identity, a ROUTER-made identity (zero
+/// first byte) or the end of the window make a new job.
+#[test]
+fn a_request_sent_again_makes_no_second_job_within_the_window() {
+    for shards in SHARDS {
+        let mut h = Harness::new(shards);
+        for queue in ["nowhere", "default"] {
+            let msgid = format!("m-{queue}");
+            h.request("c1", &msgid, queue, &format!("{queue}-first"));
+            h.request("c1", &msgid, queue, &format!("{queue}-again"));
+            assert_eq!(h.take_commands("c1"), ["REPLY", "REPLY"], "{shards} shards, {queue}");
+        }
+        assert_eq!(h.waiting("default"), ["nowhere-first", "default-first"], "{shards} shards");
+        assert_eq!(h.counter(|c| &c.dedup_hits), 2, "{shards} shards");
+        h.request("c2", "m-default", "default", "other identity");
+        h.request("\0abcd", "m-x", "default", "router-made 1");
+        h.request("\0abcd", "m-x", "default", "router-made 2");
+        let want = ["nowhere-first", "default-first", "other identity", "router-made 1", "router-made 2"];
+        assert_eq!(h.waiting("default"), want, "{shards} shards");
+        h.advance(crate::limits::DEDUP_WINDOW);
+        h.request("c1", "m-default", "default", "ten minutes on");
+        assert_eq!(h.counter(|c| &c.dedup_hits), 2, "{shards} shards");
+        assert_eq!(h.counter(|c| &c.accepted_jobs), 6, "{shards} shards");
+    }
+}

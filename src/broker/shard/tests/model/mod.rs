@@ -266,8 +266,13 @@ impl Model {
         let known = named == "default" || self.declared.contains(named) || before.waiting.contains_key(named) || asked;
         let queue = if known { named } else { "default" };
         let refusal = self.refusal(queue, before);
-        self.h.request("c", &msgid, named, &body);
-        let out = self.h.take_to("c");
+        // Each REQUEST from an identity of its own: a shared msgid is then
+        // a job of its own too (the same identity and msgid would be a
+        // duplicate, answered again without a job: `flow.rs` tests that),
+        // and workers still get jobs with equal msgids.
+        let client = format!("c{}", self.next);
+        self.h.request(&client, &msgid, named, &body);
+        let out = self.h.take_to(&client);
         assert_eq!(out.len(), 1, "one answer per REQUEST");
         let got = shape(&out[0]);
         match refusal {
