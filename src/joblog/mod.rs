@@ -343,19 +343,23 @@ pub enum FaultKind {
     /// The replicated store did not confirm a batch within `nats_give_up`
     /// (no quorum, no server reachable).
     Unreachable,
+    /// The replicated store refused a batch: another router took the
+    /// router's name and fenced this one (docs/replicated.md, "Failover").
+    Fenced,
     /// Anything else.
     Other,
 }
 
 impl FaultKind {
     /// Every kind, in counter order.
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 8] = [
         FaultKind::Full,
         FaultKind::ReadOnly,
         FaultKind::Io,
         FaultKind::Gone,
         FaultKind::Taken,
         FaultKind::Unreachable,
+        FaultKind::Fenced,
         FaultKind::Other,
     ];
 
@@ -368,6 +372,7 @@ impl FaultKind {
             FaultKind::Gone => "gone",
             FaultKind::Taken => "taken",
             FaultKind::Unreachable => "unreachable",
+            FaultKind::Fenced => "fenced",
             FaultKind::Other => "other",
         }
     }

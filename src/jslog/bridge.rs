@@ -24,12 +24,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, message::PublishMessage};
+use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::message::SNAPSHOT_HEADER;
+use crate::joblog::FaultKind;
 use super::shared::JsShared;
 use super::JsError;
 use crate::config::NatsConfig;
@@ -64,7 +65,31 @@ pub struct Publish {
     pub payload: Bytes,
     /// A part of a repair's snapshot (sent with [`SNAPSHOT_HEADER`]).
     pub snapshot: bool,
+    /// The condition that fences this router off the stream once another
+    /// router took the name ([`Fence`]).
+    pub fence: Option<Arc<Fence>>,
 }
+
+/// The fence of a shard's stream (docs/replicated.md, "Failover"): every
+/// start that takes the router name publishes a message to the stream's
+/// fence subject before it reads the stream, and every data message of
+/// that start is published on condition that the fence subject's last
+/// message is still the start's own (`Nats-Expected-Last-Subject-Sequence`
+/// with `Nats-Expected-Last-Subject-Sequence-Subject`). A later owner's
+/// fence message moves it, and the server refuses (error 10071, wrong last
+/// sequence) every publish of this start from then on: it is fenced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// The fence subject (the data subject + [`FENCE_SUFFIX`]).
+    pub subject: String,
+    /// The stream sequence of this start's fence message.
+    pub seq: u64,
+}
+
+/// Appended to a stream's data subject to make its fence subject.
+pub const FENCE_SUFFIX: &str = ".fence";
+/// The header naming the subject whose last sequence is expected (nats-server 2.11+).
+pub const EXPECTED_SUBJECT_HEADER: &str = "Nats-Expected-Last-Subject-Sequence-Subject";
 
 /// What the bridge's thread is asked to do.
 pub(crate) enum Cmd {
@@ -270,8 +295,17 @@ struct Run {
     stats: Arc<BridgeStats>,
 }
 
-/// A publish's outcome: `Ok((seq, time from first try))`, `Err(())` at the give-up.
-type Outcome = (usize, u64, u16, Result<(u64, Duration), ()>);
+/// Why a publish was not acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lost {
+    /// Not confirmed within `nats_give_up`.
+    GaveUp,
+    /// Refused by the stream's fence: another router took the name.
+    Fenced,
+}
+
+/// A publish's outcome: `Ok((seq, time from first try))`, or why not.
+type Outcome = (usize, u64, u16, Result<(u64, Duration), Lost>);
 
 impl Run {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>) {
@@ -317,7 +351,16 @@ impl Run {
         let Some(s) = self.shards.get(shard) else { return };
         match result {
             Ok((seq, took)) => s.acked(ticket, part, seq, took),
-            Err(()) => s.not_confirmed(ticket, part),
+            Err(Lost::GaveUp) => s.not_confirmed(ticket, part),
+            Err(Lost::Fenced) => {
+                if s.fenced(ticket, part) && self.shards.iter().all(|o| o.fault() == Some(FaultKind::Fenced)) {
+                    tracing::error!(
+                        ownership = "fenced",
+                        "this router is fenced: another router with its name took over its streams; it acknowledges \
+                         nothing more (producers get STORE_FAILED) and appends nothing more to the log; stop it"
+                    );
+                }
+            }
         }
     }
 
@@ -327,7 +370,8 @@ impl Run {
         tokio::spawn(async move {
             let result = async {
                 let stream = js.get_stream_no_info(s.stream()).await.map_err(|e| e.to_string())?;
-                stream.purge().sequence(below).await.map_err(|e| e.to_string())
+                // The data subject only: the fence message stays.
+                stream.purge().filter(s.subject()).sequence(below).await.map_err(|e| e.to_string())
             }
             .await;
             match result {
@@ -389,9 +433,16 @@ async fn publish(
         if p.snapshot {
             msg = msg.header(SNAPSHOT_HEADER, "1");
         }
+        if let Some(f) = &p.fence {
+            msg = msg.expected_last_subject_sequence(f.seq).header(EXPECTED_SUBJECT_HEADER, f.subject.as_str());
+        }
         let error = match js.send_publish(p.subject.to_string(), msg).await {
             Ok(ack) => match ack.await {
                 Ok(ack) => return (p.shard, p.ticket, p.part, Ok((ack.sequence, t0.elapsed()))),
+                // Definitive: the fence moved, no retry changes that.
+                Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                    return (p.shard, p.ticket, p.part, Err(Lost::Fenced))
+                }
                 Err(e) => e.to_string(),
             },
             Err(e) => e.to_string(),
@@ -402,7 +453,7 @@ async fn publish(
         }
         let left = give_up.saturating_sub(t0.elapsed());
         if left.is_zero() {
-            return (p.shard, p.ticket, p.part, Err(()));
+            return (p.shard, p.ticket, p.part, Err(Lost::GaveUp));
         }
         stats.retries.fetch_add(1, Ordering::Relaxed);
         if let Some(s) = &shard {

@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::bridge::{Publish, Publisher};
+use super::bridge::{Fence, Publish, Publisher};
 use super::message::{Header, HEADER_BYTES};
 use super::shared::JsShared;
 use crate::ids::{FastMap, JobId, QueueName};
@@ -80,6 +80,8 @@ pub struct LogParams {
     pub give_up: Duration,
     /// Record bytes per chunk ([`limits::NATS_CHUNK_BYTES`]).
     pub chunk_bytes: u64,
+    /// The stream's fence for this start (none in unit tests).
+    pub fence: Option<Arc<Fence>>,
 }
 
 /// One chunk's counts.
@@ -290,6 +292,7 @@ impl JsLog {
                 msg_id: format!("{}.{}.{}", self.params.boot, ticket, part),
                 payload: Bytes::from(payload),
                 snapshot,
+                fence: self.params.fence.clone(),
             });
             if !sent {
                 tracing::error!(

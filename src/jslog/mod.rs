@@ -197,6 +197,10 @@ fn subject(c: &NatsConfig, gen: u32, shard: usize) -> String {
     format!("{}.{}.{gen}.{shard}", c.stream_prefix, c.router_name)
 }
 
+fn fence_subject(c: &NatsConfig, gen: u32, shard: usize) -> String {
+    format!("{}{}", subject(c, gen, shard), bridge::FENCE_SUFFIX)
+}
+
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
 }
@@ -226,10 +230,16 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
         "since_unix_ms": crate::job::unix_ms_now(),
     })
     .to_string();
-    let lease = owner::acquire(&bridge, nats, holder)?;
+    let lease = owner::acquire(&bridge, nats, holder.clone())?;
     let store = Store { bridge, lease: Some(lease) };
     let bridge = &store.bridge;
     let layout = owner::read_layout(bridge, nats)?;
+    // Fenced before they are read: a previous holder still running (paused
+    // past its lease) appends nothing the replay below could miss.
+    let old_fences = match layout {
+        Some(l) => fence_streams(bridge, nats, l.gen, usize::from(l.shards), &holder)?,
+        None => Vec::new(),
+    };
     let old: Vec<(usize, StreamRead)> = match layout {
         Some(l) => read_streams(bridge, nats, l)?,
         None => Vec::new(),
@@ -267,6 +277,27 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
         Some(l) => l.gen + 1,
         None => 1,
     };
+    let streams: Vec<String> = (0..shards).map(|i| stream_name(nats, gen, i)).collect();
+    if !same {
+        // Streams of this generation before the layout names it are left
+        // by a start that stopped half-way: never holders of acknowledged
+        // jobs (the layout key moves only once they are written).
+        clear_unnamed(bridge, nats, gen, shards, layout.is_none())?;
+    }
+    let mut next_seqs = make_streams(bridge, nats, gen, &streams)?;
+    let fences = if same { old_fences } else { fence_streams(bridge, nats, gen, shards, &holder)? };
+    for (next, f) in next_seqs.iter_mut().zip(&fences) {
+        *next = (*next).max(f + 1);
+    }
+    let fence = |i: usize| {
+        fences
+            .get(i)
+            .filter(|f| **f > 0)
+            .map(|f| Arc::new(bridge::Fence { subject: fence_subject(nats, gen, i), seq: *f }))
+    };
+    // The fence message is known to the log, and dead: purges pass it (a
+    // purge filters on the data subject, so the message itself stays).
+    let fence_seqs = |i: usize| fences.get(i).filter(|f| **f > 0).map(|f| (*f, (0u32, 0u64)));
     let params = |i: usize| LogParams {
         shard: i,
         shards,
@@ -275,17 +306,10 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
         max_part,
         give_up: nats.give_up,
         chunk_bytes: crate::limits::NATS_CHUNK_BYTES,
+        fence: fence(i),
     };
-    let streams: Vec<String> = (0..shards).map(|i| stream_name(nats, gen, i)).collect();
-    if !same {
-        // Streams of this generation before the layout names it are left
-        // by a start that stopped half-way: never holders of acknowledged
-        // jobs (the layout key moves only once they are written).
-        clear_unnamed(bridge, nats, gen, shards, layout.is_none())?;
-    }
-    let next_seqs = make_streams(bridge, nats, gen, &streams)?;
     let shared: Vec<Arc<JsShared>> =
-        streams.iter().enumerate().map(|(i, n)| Arc::new(JsShared::new(i, n.clone()))).collect();
+        streams.iter().enumerate().map(|(i, n)| Arc::new(JsShared::new(i, n.clone(), subject(nats, gen, i)))).collect();
     bridge.attach(shared.clone());
     let mut report = RecoveryReport::default();
     for (_, r) in &replays {
@@ -296,7 +320,8 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
     if same {
         for i in 0..shards {
             let at = replays.iter().position(|(j, _)| *j == i);
-            let r = at.map(|k| replays.swap_remove(k).1).unwrap_or_default();
+            let mut r = at.map(|k| replays.swap_remove(k).1).unwrap_or_default();
+            r.seqs.extend(fence_seqs(i));
             let mut live: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
             for j in r.state.jobs.values() {
                 let e = live.entry(j.job.log_tag()).or_default();
@@ -338,7 +363,7 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
                 shared[i].clone(),
                 BTreeMap::new(),
                 1,
-                BTreeMap::new(),
+                fence_seqs(i).into_iter().collect(),
                 next_seqs[i],
             );
             if !crate::joblog::relog(&mut log, i, &mut jobs) {
@@ -483,6 +508,13 @@ async fn read_stream(
             }
         };
         let seq = m.info().map_err(|e| err(e.to_string()))?.stream_sequence;
+        if m.subject.ends_with(bridge::FENCE_SUFFIX) {
+            // A fence message (of this start or an earlier one): no batch.
+            if seq >= state.last_sequence {
+                break;
+            }
+            continue;
+        }
         let (header, records) = Header::decode(&m.payload)
             .map_err(|why| ReadFailed::For(JsError::Damaged { stream: name.to_string(), seq, why }))?;
         if m.headers.as_ref().is_some_and(|h| h.get(message::SNAPSHOT_HEADER).is_some()) {
@@ -504,7 +536,7 @@ fn make_streams(bridge: &Bridge, nats: &NatsConfig, gen: u32, names: &[String]) 
         .enumerate()
         .map(|(i, name)| stream::Config {
             name: name.clone(),
-            subjects: vec![subject(nats, gen, i)],
+            subjects: vec![subject(nats, gen, i), fence_subject(nats, gen, i)],
             storage: StorageType::File,
             num_replicas: nats.replicas,
             duplicate_window: nats.dedup_window,
@@ -525,6 +557,56 @@ fn make_streams(bridge: &Bridge, nats: &NatsConfig, gen: u32, names: &[String]) 
         }
         Ok(out)
     })?
+}
+
+/// Fences generation `gen`'s `shards` streams for this start
+/// ([`bridge::Fence`], docs/replicated.md "Failover"): adds the fence
+/// subject to a stream made before fences were (its config updated),
+/// publishes `holder` to it and keeps one fence message. Each stream's
+/// fence sequence, 0 for a stream not found (its read says so).
+fn fence_streams(
+    bridge: &Bridge,
+    nats: &NatsConfig,
+    gen: u32,
+    shards: usize,
+    holder: &str,
+) -> Result<Vec<u64>, JsError> {
+    let jobs: Vec<(String, String, String)> =
+        (0..shards).map(|i| (stream_name(nats, gen, i), subject(nats, gen, i), fence_subject(nats, gen, i))).collect();
+    let (within, body) = (nats.give_up, bytes::Bytes::from(holder.to_string()));
+    bridge.call(move |ctx| async move {
+        let mut out = Vec::with_capacity(jobs.len());
+        for (name, data, fence) in jobs {
+            let what = format!("fencing stream {name}");
+            let seq = bridge::retried(&what, within, || fence_one(&ctx, &name, &data, &fence, body.clone()))
+                .await
+                .map_err(|why| JsError::Store { what, why })?;
+            out.push(seq);
+        }
+        Ok(out)
+    })?
+}
+
+async fn fence_one(ctx: &bridge::Ctx, name: &str, data: &str, fence: &str, body: bytes::Bytes) -> Result<u64, String> {
+    let mut stream = match ctx.js.get_stream(name).await {
+        Ok(s) => s,
+        Err(e) => match e.kind() {
+            GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND => return Ok(0),
+            _ => return Err(e.to_string()),
+        },
+    };
+    let info = stream.info().await.map_err(|e| e.to_string())?;
+    if !info.config.subjects.iter().any(|s| s == fence) {
+        let mut config = info.config.clone();
+        config.subjects = vec![data.to_string(), fence.to_string()];
+        ctx.js.update_stream(config).await.map_err(|e| e.to_string())?;
+        tracing::info!(stream = name, fence_subject = fence, "fence subject added to a log stream made before fences");
+    }
+    let ack = ctx.js.publish(fence.to_string(), body).await.map_err(|e| e.to_string())?;
+    let seq = ack.await.map_err(|e| e.to_string())?.sequence;
+    // Earlier starts' fence messages go (best effort: they are skipped at replay).
+    let _ = stream.purge().filter(fence).keep(1).await;
+    Ok(seq)
 }
 
 /// Deletes generation `gen`'s streams, which no layout names yet (module

@@ -139,14 +139,20 @@ fn bucket_lease(store: &kv::Store, configured: Duration) -> Duration {
 /// [`JsError::Held`] when a live router holds the name; [`JsError::Store`]
 /// when the bucket cannot be read or written (tried for `nats_give_up`).
 pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<Lease, JsError> {
-    let (prefix, name, lease, replicas, give_up) =
-        (config.stream_prefix.clone(), config.router_name.clone(), config.lease, config.replicas, config.give_up);
+    let (prefix, name, lease, replicas, give_up, standby) = (
+        config.stream_prefix.clone(),
+        config.router_name.clone(),
+        config.lease,
+        config.replicas,
+        config.give_up,
+        config.standby,
+    );
     bridge.call(move |ctx| async move {
         let store = bucket(&ctx, format!("{prefix}_routers"), lease, replicas, give_up).await?;
         let lease = bucket_lease(&store, lease);
         let deadline = Instant::now() + lease * 2 + Duration::from_secs(1);
         let mut seen: Option<u64> = None;
-        let mut said = false;
+        let mut said: Option<String> = None;
         let value = Bytes::from(holder);
         let what = format!("the lease on router name {name}");
         let revision = loop {
@@ -157,7 +163,19 @@ pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<L
                 }
             });
             match created.await {
-                Ok(Some(revision)) => break revision,
+                Ok(Some(revision)) => {
+                    match &said {
+                        Some(old) => tracing::warn!(
+                            router_name = %name,
+                            ownership = "owner",
+                            previous_holder = %old,
+                            standby,
+                            "took the router name: its holder's lease expired (it stopped renewing: dead, paused or cut off); fencing its streams, then replaying them"
+                        ),
+                        None => tracing::info!(router_name = %name, ownership = "owner", "took the router name: it was free"),
+                    }
+                    break revision;
+                }
                 Ok(None) => {}
                 Err(e) => return Err(JsError::Store { what: format!("the lease on router name {name}"), why: e.to_string() }),
             }
@@ -168,16 +186,21 @@ pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<L
                     break entry.revision;
                 }
                 let other = String::from_utf8_lossy(&entry.value).into_owned();
-                if seen.is_some_and(|r| r != entry.revision) || Instant::now() >= deadline {
+                if !standby && (seen.is_some_and(|r| r != entry.revision) || Instant::now() >= deadline) {
                     return Err(JsError::Held { name, holder: other });
                 }
-                if !said {
-                    tracing::warn!(router_name = %name, holder = %other, "the router name is held; waiting up to {:?} to see whether its holder is alive (it renews every {:?})", lease * 2, lease / 3);
-                    said = true;
+                if said.as_ref() != Some(&other) {
+                    if standby {
+                        tracing::warn!(router_name = %name, ownership = "standby", holder = %other, "standby: the router name is held; taking it once its holder's lease expires (polled every {:?})", lease / 3);
+                    } else {
+                        tracing::warn!(router_name = %name, holder = %other, "the router name is held; waiting up to {:?} to see whether its holder is alive (it renews every {:?})", lease * 2, lease / 3);
+                    }
+                    said = Some(other);
                 }
                 seen = seen.or(Some(entry.revision));
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            let poll = if standby { lease / 3 } else { Duration::from_millis(250) };
+            tokio::time::sleep(poll).await;
         };
         let held = Lease { store, key: name, stop: Arc::default(), watchers: Arc::default() };
         let (store, key, stop, watchers) = (held.store.clone(), held.key.clone(), held.stop.clone(), held.watchers.clone());

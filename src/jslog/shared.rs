@@ -70,6 +70,8 @@ impl Progress {
 pub struct JsShared {
     shard: usize,
     stream: String,
+    /// The stream's data subject (purges filter on it: the fence stays).
+    subject: String,
     progress: Mutex<Progress>,
     changed: Condvar,
     /// Figures.
@@ -121,10 +123,11 @@ pub struct JsStats {
 
 impl JsShared {
     /// The state of shard `shard`'s log, kept in stream `stream`.
-    pub fn new(shard: usize, stream: String) -> JsShared {
+    pub fn new(shard: usize, stream: String, subject: String) -> JsShared {
         JsShared {
             shard,
             stream,
+            subject,
             progress: Mutex::default(),
             changed: Condvar::new(),
             stats: JsStats::default(),
@@ -136,6 +139,11 @@ impl JsShared {
     /// The stream's name.
     pub fn stream(&self) -> &str {
         &self.stream
+    }
+
+    /// The stream's data subject.
+    pub fn subject(&self) -> &str {
+        &self.subject
     }
 
     /// The shard hands `ticket` to the NATS thread as `parts` messages.
@@ -217,7 +225,10 @@ impl JsShared {
                      its producers are refused, new jobs too, until the store takes a snapshot of every live job"
                 );
             }
-            p.fault = Some(FaultKind::Unreachable);
+            // A router that lost its name stays so (no repair).
+            if !matches!(p.fault, Some(FaultKind::Taken | FaultKind::Fenced)) {
+                p.fault = Some(FaultKind::Unreachable);
+            }
         }
         self.stats.give_ups.fetch_add(1, Ordering::Relaxed);
         self.changed.notify_all();
@@ -229,12 +240,44 @@ impl JsShared {
         {
             let mut p = self.progress.lock();
             p.gave_up = p.gave_up.max(p.handed);
-            if p.fault != Some(FaultKind::Taken) {
+            if p.fault.is_none_or(|f| !matches!(f, FaultKind::Taken | FaultKind::Fenced)) {
                 self.stats.errors[FaultKind::Taken.index()].fetch_add(1, Ordering::Relaxed);
+                p.fault = Some(FaultKind::Taken);
             }
-            p.fault = Some(FaultKind::Taken);
         }
         self.changed.notify_all();
+    }
+
+    /// The NATS thread: the stream refused part `part` of `ticket` because
+    /// its fence moved (another router took the name, fenced this one and
+    /// replays the stream): nothing more is acknowledged, every ticket
+    /// handed out is given up, and the log never repairs. `true` the first
+    /// time (the caller logs it once for the router).
+    pub fn fenced(&self, ticket: u64, part: u16) -> bool {
+        let first = {
+            let mut p = self.progress.lock();
+            p.gave_up = p.gave_up.max(p.handed);
+            p.snapshot = None;
+            let first = p.fault != Some(FaultKind::Fenced);
+            if first {
+                self.stats.errors[FaultKind::Fenced.index()].fetch_add(1, Ordering::Relaxed);
+                p.fault = Some(FaultKind::Fenced);
+                tracing::error!(
+                    shard = self.shard,
+                    stream = %self.stream,
+                    ticket,
+                    part,
+                    refused = "STORE_FAILED",
+                    "fenced: another router took this router's name and fenced its streams (the stream refused a \
+                     batch: wrong last sequence on the fence subject); nothing more is acknowledged or appended \
+                     by this shard; stop this router"
+                );
+            }
+            first
+        };
+        self.stats.give_ups.fetch_add(1, Ordering::Relaxed);
+        self.changed.notify_all();
+        first
     }
 
     /// The acknowledged parts since the last take.

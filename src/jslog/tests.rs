@@ -24,7 +24,7 @@ fn job(seq: u64, body: &[u8]) -> Job {
 
 fn log(max_part: usize, chunk_bytes: u64) -> (JsLog, Arc<JsShared>, tokio::sync::mpsc::UnboundedReceiver<Cmd>) {
     let (publisher, rx) = Publisher::for_test();
-    let shared = Arc::new(JsShared::new(0, "S".into()));
+    let shared = Arc::new(JsShared::new(0, "S".into(), "s".into()));
     let params = LogParams {
         shard: 0,
         shards: 1,
@@ -33,6 +33,7 @@ fn log(max_part: usize, chunk_bytes: u64) -> (JsLog, Arc<JsShared>, tokio::sync:
         max_part,
         give_up: Duration::from_millis(50),
         chunk_bytes,
+        fence: None,
     };
     (JsLog::new(params, publisher, shared.clone(), BTreeMap::new(), 1, BTreeMap::new(), 1), shared, rx)
 }
@@ -55,7 +56,7 @@ fn sent(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Cmd>) -> (Vec<Sent>, Vec<u
 
 #[test]
 fn the_durable_mark_is_the_unbroken_acknowledged_prefix() {
-    let s = JsShared::new(0, "S".into());
+    let s = JsShared::new(0, "S".into(), "s".into());
     for t in 1..=3 {
         s.handed(t, 1);
     }
@@ -74,7 +75,7 @@ fn the_durable_mark_is_the_unbroken_acknowledged_prefix() {
 
 #[test]
 fn a_give_up_refuses_what_waits_until_a_snapshot_is_stored() {
-    let s = JsShared::new(0, "S".into());
+    let s = JsShared::new(0, "S".into(), "s".into());
     s.handed(1, 1);
     s.handed(2, 1);
     s.acked(2, 0, 5, Duration::from_micros(5));
