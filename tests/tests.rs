@@ -8,6 +8,7 @@ mod common;
 mod durability;
 mod emqp_router;
 mod exact;
+mod failover;
 mod http;
 mod interop;
 mod interop_pubsub;

@@ -30,10 +30,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::message::SNAPSHOT_HEADER;
-use crate::joblog::FaultKind;
 use super::shared::JsShared;
 use super::JsError;
 use crate::config::NatsConfig;
+use crate::joblog::FaultKind;
 use crate::limits;
 
 /// A boxed future the bridge runs for a caller.
