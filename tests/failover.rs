@@ -11,8 +11,8 @@
 //!   the replay; measured 13.2 s), every acknowledged job is delivered at
 //!   least once, and again only jobs in flight at the kill
 //!   (`replicated_faults::after_take_over`).
-//! * [`a_paused_owner_is_fenced_by_the_standby_that_took_over`]: the
-//!   owner stopped with SIGSTOP past its lease; the standby takes over
+//! * SIGSTOP of the owner past its lease
+//!   ([`a_paused_owner_is_fenced_by_the_standby_that_took_over`]): the standby takes over
 //!   (measured 10.0-13.3 s) and serves; after SIGCONT the old owner refuses what producers send it (eMQP `ERROR …
 //!   STORE_FAILED`, text `ERR STORE_FAILED`), appends nothing more to the
 //!   stream (every data message after the new owner's fence message is of

@@ -201,7 +201,9 @@ impl Figures {
         // the purge point: the purges filter on the data subject.
         let data = messages.saturating_sub(1);
         let overhead = (self.overhead.start() * data)..=(self.overhead.end() * data + FENCE_BYTES);
-        let (first, deleted) = (self.server("first_seq"), self.server("num_deleted"));
+        // `/jsz` leaves `num_deleted` out when it is 0.
+        let deleted = self.server.get("num_deleted").and_then(Value::as_u64).unwrap_or(0);
+        let first = self.server("first_seq");
         let purged = self.log("purged_below_seq");
         let fence_kept = first < purged && deleted == purged - first - 1;
         if log_bytes > bound(live) {
