@@ -57,7 +57,7 @@ pub struct Publish {
     pub ticket: u64,
     /// Its part.
     pub part: u16,
-    /// The shard's subject.
+    /// This start's subject on the shard's stream (its epoch subject).
     pub subject: Arc<str>,
     /// `Nats-Msg-Id`: the same on every retry.
     pub msg_id: String,
@@ -65,31 +65,7 @@ pub struct Publish {
     pub payload: Bytes,
     /// A part of a repair's snapshot (sent with [`SNAPSHOT_HEADER`]).
     pub snapshot: bool,
-    /// The condition that fences this router off the stream once another
-    /// router took the name ([`Fence`]).
-    pub fence: Option<Arc<Fence>>,
 }
-
-/// The fence of a shard's stream (docs/replicated.md, "Failover"): every
-/// start that takes the router name publishes a message to the stream's
-/// fence subject before it reads the stream, and every data message of
-/// that start is published on condition that the fence subject's last
-/// message is still the start's own (`Nats-Expected-Last-Subject-Sequence`
-/// with `Nats-Expected-Last-Subject-Sequence-Subject`). A later owner's
-/// fence message moves it, and the server refuses (error 10071, wrong last
-/// sequence) every publish of this start from then on: it is fenced.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fence {
-    /// The fence subject (the data subject + [`FENCE_SUFFIX`]).
-    pub subject: String,
-    /// The stream sequence of this start's fence message.
-    pub seq: u64,
-}
-
-/// Appended to a stream's data subject to make its fence subject.
-pub const FENCE_SUFFIX: &str = ".fence";
-/// The header naming the subject whose last sequence is expected (nats-server 2.11+).
-pub const EXPECTED_SUBJECT_HEADER: &str = "Nats-Expected-Last-Subject-Sequence-Subject";
 
 /// What the bridge's thread is asked to do.
 pub(crate) enum Cmd {
@@ -300,7 +276,9 @@ struct Run {
 enum Lost {
     /// Not confirmed within `nats_give_up`.
     GaveUp,
-    /// Refused by the stream's fence: another router took the name.
+    /// Cannot be stored: the stream no longer takes this start's subject
+    /// (another router took the name and fenced this one), or the shard
+    /// was fenced already.
     Fenced,
 }
 
@@ -354,11 +332,7 @@ impl Run {
             Err(Lost::GaveUp) => s.not_confirmed(ticket, part),
             Err(Lost::Fenced) => {
                 if s.fenced(ticket, part) && self.shards.iter().all(|o| o.fault() == Some(FaultKind::Fenced)) {
-                    tracing::error!(
-                        ownership = "fenced",
-                        "this router is fenced: another router with its name took over its streams; it acknowledges \
-                         nothing more (producers get STORE_FAILED) and appends nothing more to the log; stop it"
-                    );
+                    super::shared::say_router_fenced();
                 }
             }
         }
@@ -370,8 +344,7 @@ impl Run {
         tokio::spawn(async move {
             let result = async {
                 let stream = js.get_stream_no_info(s.stream()).await.map_err(|e| e.to_string())?;
-                // The data subject only: the fence message stays.
-                stream.purge().filter(s.subject()).sequence(below).await.map_err(|e| e.to_string())
+                stream.purge().sequence(below).await.map_err(|e| e.to_string())
             }
             .await;
             match result {
@@ -418,6 +391,17 @@ where
 }
 
 /// Publishes `p` until it is acknowledged or `give_up` has passed.
+///
+/// "No responders" is first taken for a stream leader being elected and
+/// retried, like a timeout. But it is also how a fenced router learns it
+/// lost its streams (`jslog` module docs, "Fencing"): a later owner set
+/// the stream's subjects to its own, so nothing listens on this start's
+/// subject any more. So after "no responders" the stream's subjects are
+/// asked ([`still_takes`], at most once per back-off step for the shard):
+/// a stream that answers without this start's subject makes the publish
+/// [`Lost::Fenced`] at once (no retry can store it). A stream that does
+/// not answer (no leader) leaves it a passing error. A shard already
+/// fenced sends nothing more.
 async fn publish(
     js: jetstream::Context,
     p: Publish,
@@ -428,25 +412,28 @@ async fn publish(
     let t0 = Instant::now();
     let mut backoff = limits::NATS_RETRY_MIN;
     let mut tries = 0u32;
+    let fenced = || shard.as_ref().is_some_and(|s| s.fault() == Some(FaultKind::Fenced));
     loop {
+        if fenced() {
+            return (p.shard, p.ticket, p.part, Err(Lost::Fenced));
+        }
         let mut msg = PublishMessage::build().payload(p.payload.clone()).message_id(p.msg_id.as_str());
         if p.snapshot {
             msg = msg.header(SNAPSHOT_HEADER, "1");
         }
-        if let Some(f) = &p.fence {
-            msg = msg.expected_last_subject_sequence(f.seq).header(EXPECTED_SUBJECT_HEADER, f.subject.as_str());
-        }
-        let error = match js.send_publish(p.subject.to_string(), msg).await {
+        let (error, no_responders) = match js.send_publish(p.subject.to_string(), msg).await {
             Ok(ack) => match ack.await {
                 Ok(ack) => return (p.shard, p.ticket, p.part, Ok((ack.sequence, t0.elapsed()))),
-                // Definitive: the fence moved, no retry changes that.
-                Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
-                    return (p.shard, p.ticket, p.part, Err(Lost::Fenced))
-                }
-                Err(e) => e.to_string(),
+                // async-nats's name for a "no responders" status.
+                Err(e) => (e.to_string(), e.kind() == PublishErrorKind::StreamNotFound),
             },
-            Err(e) => e.to_string(),
+            Err(e) => (e.to_string(), e.kind() == PublishErrorKind::StreamNotFound),
         };
+        if let Some(s) = shard.as_ref().filter(|s| no_responders && s.may_check_fence(backoff)) {
+            if still_takes(&js, s.stream(), &p.subject).await == Some(false) {
+                return (p.shard, p.ticket, p.part, Err(Lost::Fenced));
+            }
+        }
         tries += 1;
         if tries == 1 || tries.is_multiple_of(20) {
             crate::log_limited!(warn, subject = %p.subject, msg_id = %p.msg_id, tries, error = %error, "a publish to the job log failed; retrying with the same message id");
@@ -462,6 +449,16 @@ async fn publish(
         tokio::time::sleep(backoff.min(left)).await;
         backoff = (backoff * 2).min(limits::NATS_RETRY_MAX);
     }
+}
+
+/// Whether stream `stream` still takes `subject`, as its leader answers
+/// (a stream info request): `Some(false)` when its subjects no longer
+/// include it (a later owner fenced this start), `None` when the request
+/// fails (no leader, a timeout, the stream not found): nothing certain.
+pub async fn still_takes(js: &jetstream::Context, stream: &str, subject: &str) -> Option<bool> {
+    let st = js.get_stream_no_info(stream).await.ok()?;
+    let info = st.get_info().await.ok()?;
+    Some(info.config.subjects.iter().any(|s| s == subject))
 }
 
 #[cfg(test)]

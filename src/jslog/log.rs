@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::bridge::{Fence, Publish, Publisher};
+use super::bridge::{Publish, Publisher};
 use super::message::{Header, HEADER_BYTES};
 use super::shared::JsShared;
 use crate::ids::{FastMap, JobId, QueueName};
@@ -70,7 +70,9 @@ pub struct LogParams {
     pub shards: usize,
     /// This start's boot number (see `jslog::message`).
     pub boot: u32,
-    /// The subject the shard's stream takes.
+    /// The subject this start publishes on: the stream's only subject,
+    /// `<prefix>.<name>.<gen>.<shard>.<epoch>` (`jslog` module docs,
+    /// "Fencing").
     pub subject: Arc<str>,
     /// Largest part of a batch in one message (the server's max payload
     /// less the header and room for NATS headers): a larger batch, or a
@@ -80,8 +82,6 @@ pub struct LogParams {
     pub give_up: Duration,
     /// Record bytes per chunk ([`limits::NATS_CHUNK_BYTES`]).
     pub chunk_bytes: u64,
-    /// The stream's fence for this start (none in unit tests).
-    pub fence: Option<Arc<Fence>>,
 }
 
 /// One chunk's counts.
@@ -292,7 +292,6 @@ impl JsLog {
                 msg_id: format!("{}.{}.{}", self.params.boot, ticket, part),
                 payload: Bytes::from(payload),
                 snapshot,
-                fence: self.params.fence.clone(),
             });
             if !sent {
                 tracing::error!(

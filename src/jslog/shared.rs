@@ -65,13 +65,28 @@ impl Progress {
     }
 }
 
+/// The one error line of a router whose every shard is fenced (said by
+/// whoever fenced the last one): what it does now and what the operator
+/// should do (docs/replicated.md, "Failover").
+pub fn say_router_fenced() {
+    tracing::error!(
+        ownership = "fenced",
+        role = "fenced",
+        "this router is fenced: another router took its router_name and its streams; it stays up, answers admin \
+         (STATUS wal.nats.role = fenced) and refuses every producer (STORE_FAILED); it acknowledges and appends \
+         nothing more. Stop it; restart it with --standby to make it the standby of the new owner"
+    );
+}
+
 /// One shard's replicated-log state shared between threads (module docs).
 #[derive(Debug)]
 pub struct JsShared {
     shard: usize,
     stream: String,
-    /// The stream's data subject (purges filter on it: the fence stays).
+    /// This start's subject on the stream (its epoch subject).
     subject: String,
+    /// When a publish of this shard last asked the stream's subjects.
+    fence_checked: Mutex<Option<Instant>>,
     progress: Mutex<Progress>,
     changed: Condvar,
     /// Figures.
@@ -122,12 +137,14 @@ pub struct JsStats {
 }
 
 impl JsShared {
-    /// The state of shard `shard`'s log, kept in stream `stream`.
+    /// The state of shard `shard`'s log, kept in stream `stream`, which
+    /// this start publishes to on `subject`.
     pub fn new(shard: usize, stream: String, subject: String) -> JsShared {
         JsShared {
             shard,
             stream,
             subject,
+            fence_checked: Mutex::default(),
             progress: Mutex::default(),
             changed: Condvar::new(),
             stats: JsStats::default(),
@@ -141,7 +158,7 @@ impl JsShared {
         &self.stream
     }
 
-    /// The stream's data subject.
+    /// This start's subject on the stream.
     pub fn subject(&self) -> &str {
         &self.subject
     }
@@ -226,7 +243,7 @@ impl JsShared {
                 );
             }
             // A router that lost its name stays so (no repair).
-            if !matches!(p.fault, Some(FaultKind::Taken | FaultKind::Fenced)) {
+            if p.fault != Some(FaultKind::Fenced) {
                 p.fault = Some(FaultKind::Unreachable);
             }
         }
@@ -234,26 +251,37 @@ impl JsShared {
         self.changed.notify_all();
     }
 
-    /// The router lost its name to another router: nothing more is
-    /// acknowledged (every ticket handed out is given up).
-    pub fn taken(&self) {
-        {
-            let mut p = self.progress.lock();
-            p.gave_up = p.gave_up.max(p.handed);
-            if p.fault.is_none_or(|f| !matches!(f, FaultKind::Taken | FaultKind::Fenced)) {
-                self.stats.errors[FaultKind::Taken.index()].fetch_add(1, Ordering::Relaxed);
-                p.fault = Some(FaultKind::Taken);
-            }
-        }
-        self.changed.notify_all();
+    /// A lease renewal found another router's value on the name: that
+    /// router took the name, and fences (or fenced) this one's streams.
+    /// The shard is fenced at once ([`JsShared::fence`]).
+    /// `true` the first time.
+    pub fn taken(&self) -> bool {
+        self.fence("a lease renewal found another router holding this router's name")
     }
 
-    /// The NATS thread: the stream refused part `part` of `ticket` because
-    /// its fence moved (another router took the name, fenced this one and
-    /// replays the stream): nothing more is acknowledged, every ticket
-    /// handed out is given up, and the log never repairs. `true` the first
-    /// time (the caller logs it once for the router).
+    /// The NATS thread: part `part` of `ticket` cannot be stored: its
+    /// publish found no responders and the stream no longer takes this
+    /// start's subject (a later owner fenced it, `jslog` module docs,
+    /// "Fencing"). Given up at once, and the shard is fenced
+    /// ([`JsShared::fence`]). `true` the first time.
     pub fn fenced(&self, ticket: u64, part: u16) -> bool {
+        self.stats.give_ups.fetch_add(1, Ordering::Relaxed);
+        let first = self.fence(&format!(
+            "ticket {ticket} part {part}: no responders on this start's subject {}, and stream {} no longer takes it",
+            self.subject, self.stream
+        ));
+        self.changed.notify_all();
+        first
+    }
+
+    /// Another router took the name (`how` says how this router learnt
+    /// it): the shard is fenced (`FaultKind::Fenced`), for the rest of
+    /// this router's life. Every ticket handed out is given up (its
+    /// producers get `STORE_FAILED`), nothing more is acknowledged, new
+    /// jobs are refused, the log never repairs, and the NATS thread
+    /// sends none of its publishes again. `true` the first time (one
+    /// error line per shard; the caller may say more).
+    pub fn fence(&self, how: &str) -> bool {
         let first = {
             let mut p = self.progress.lock();
             p.gave_up = p.gave_up.max(p.handed);
@@ -265,19 +293,30 @@ impl JsShared {
                 tracing::error!(
                     shard = self.shard,
                     stream = %self.stream,
-                    ticket,
-                    part,
+                    how,
+                    ownership = "fenced",
                     refused = "STORE_FAILED",
-                    "fenced: another router took this router's name and fenced its streams (the stream refused a \
-                     batch: wrong last sequence on the fence subject); nothing more is acknowledged or appended \
-                     by this shard; stop this router"
+                    "fenced: another router took this router's name and its streams; this shard acknowledges and \
+                     appends nothing more (producers get STORE_FAILED)"
                 );
             }
             first
         };
-        self.stats.give_ups.fetch_add(1, Ordering::Relaxed);
         self.changed.notify_all();
         first
+    }
+
+    /// Whether this publish may ask the stream whether it still takes
+    /// the shard's subject (after "no responders"): at most once per
+    /// `gap` for the shard, so a thousand publishes in flight ask once.
+    pub fn may_check_fence(&self, gap: Duration) -> bool {
+        let mut last = self.fence_checked.lock();
+        let now = Instant::now();
+        if last.is_some_and(|t| now.saturating_duration_since(t) < gap) {
+            return false;
+        }
+        *last = Some(now);
+        true
     }
 
     /// The acknowledged parts since the last take.

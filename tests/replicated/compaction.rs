@@ -50,20 +50,16 @@ const RUN_BOUND: Duration = Duration::from_secs(90);
 const SHRINK_BOUND: Duration = Duration::from_secs(20);
 /// What the server stores of a message besides emq's records, in bytes
 /// (nats-server's `fileStoreMsgSize` with headers): 22 of framing, the
-/// subject (`EMQ.<name>.1.0`), 4 + the headers (`NATS/1.0\r\n`,
+/// subject (`EMQ.<name>.1.0.<epoch>`, the stream's one subject:
+/// docs/replicated.md, "Failover"), 4 + the headers (`NATS/1.0\r\n`,
 /// `Nats-Msg-Id: <boot>.<ticket>.<part>\r\n`, `\r\n`: 27 + the id), emq's
 /// 25-byte message header and an 8-byte checksum: 86 + the subject + the
 /// id. The id is a 10-digit boot, a ticket of 1 to 6 digits here and part
 /// `0`: 14 to 19 bytes. The log counts records only, so the server's bytes
 /// are the log's plus this per message, known to within 5 bytes a message.
-/// The fence's headers add `Nats-Expected-Last-Subject-Sequence: <F>\r\n`
-/// (39 + F's digits: F is 1 or 2, the router's first start) and
-/// `Nats-Expected-Last-Subject-Sequence-Subject: <subject>.fence\r\n`
-/// (53 + the subject).
-fn msg_overhead(name: &str) -> RangeInclusive<u64> {
-    let subject = format!("EMQ.{name}.1.0").len() as u64;
-    let fixed = 86 + subject + 40 + 53 + subject;
-    (fixed + 14)..=(fixed + 20)
+fn msg_overhead(subject: &str) -> RangeInclusive<u64> {
+    let fixed = 86 + subject.len() as u64;
+    (fixed + 14)..=(fixed + 19)
 }
 
 /// The documented bound on the records a stream holds, for `live` bytes of
@@ -172,7 +168,7 @@ fn run(node: &Node) {
 /// The figures compared at the end: the log's (STATUS) and the server's.
 #[derive(Debug)]
 struct Figures {
-    /// [`msg_overhead`] of the test's router name.
+    /// [`msg_overhead`] of the stream's subject (the router's epoch).
     overhead: RangeInclusive<u64>,
     /// Shard 0's `emq.wal.shards[]` as `emq-cli status --json` shows it.
     log: Value,
@@ -197,20 +193,12 @@ impl Figures {
         let (log_bytes, live) = (self.log("stream_bytes"), self.log("live_bytes"));
         let (bytes, messages) = (self.server("bytes"), self.server("messages"));
         let extra = bytes.checked_sub(log_bytes).ok_or("the server holds fewer bytes than the log counts")?;
-        // One fence message (docs/replicated.md, "Failover") is kept below
-        // the purge point: the purges filter on the data subject.
-        let data = messages.saturating_sub(1);
-        let overhead = (self.overhead.start() * data)..=(self.overhead.end() * data + FENCE_BYTES);
-        // `/jsz` leaves `num_deleted` out when it is 0.
-        let deleted = self.server.get("num_deleted").and_then(Value::as_u64).unwrap_or(0);
-        let first = self.server("first_seq");
-        let purged = self.log("purged_below_seq");
-        let fence_kept = first < purged && deleted == purged - first - 1;
+        let overhead = (self.overhead.start() * messages)..=(self.overhead.end() * messages);
         if log_bytes > bound(live) {
             Err(format!("the log counts {log_bytes} bytes held, over the bound {}", bound(live)))
         } else if self.log("unconfirmed_batches") != 0 || self.log("unconfirmed_bytes") != 0 {
             Err("batches or bytes unconfirmed".into())
-        } else if first != purged && !fence_kept {
+        } else if self.server("first_seq") != self.log("purged_below_seq") {
             Err("the server's first sequence is not where the log purged".into())
         } else if !overhead.contains(&extra) {
             Err(format!(
@@ -222,10 +210,6 @@ impl Figures {
         }
     }
 }
-
-/// Most bytes the server counts for the one fence message of a stream
-/// (its subject, headers and the starting router's JSON identity).
-const FENCE_BYTES: u64 = 400;
 
 /// The log's figures and the stream's, once every node reports the same
 /// state for it.
@@ -240,8 +224,19 @@ fn figures(s: &Setup, node: &Node) -> Result<Figures, String> {
     if states.iter().any(|st| key(st) != key(&states[0])) {
         return Err(format!("the nodes disagree: {states:?}"));
     }
+    let jsz = s.cluster.monitor(0, "/jsz?accounts=true&streams=true&config=true")?;
+    let subject = jsz["account_details"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a["stream_detail"].as_array())
+        .flatten()
+        .find(|d| d["name"] == stream.as_str())
+        .and_then(|d| d["config"]["subjects"][0].as_str())
+        .ok_or_else(|| format!("no subject of {stream} in /jsz: {jsz}"))?
+        .to_string();
     let status = cli_json(&node.admin(), &["status"]);
-    let overhead = msg_overhead(&s.name);
+    let overhead = msg_overhead(&subject);
     Ok(Figures { overhead, log: wal_shards(&status)[0].clone(), server: states.swap_remove(0) })
 }
 

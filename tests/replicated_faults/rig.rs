@@ -269,8 +269,8 @@ pub async fn read_stream(js: &jetstream::Context, name: &str) -> Result<StreamCo
             Err(_) => return Err(format!("{name}: no message for 5 s before sequence {}", state.last_sequence)),
         };
         let seq = m.info().map_err(|e| e.to_string())?.stream_sequence;
-        if m.subject.ends_with(".fence") {
-            // A router's fence message (docs/replicated.md, "Failover").
+        if m.headers.as_ref().is_some_and(|h| h.get(emq::jslog::message::FENCE_HEADER).is_some()) {
+            // A router's marker (docs/replicated.md, "Failover").
             if seq >= state.last_sequence {
                 return Ok(out);
             }
