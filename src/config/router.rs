@@ -214,7 +214,7 @@ settings! {
             /// its last renewal (e.g. `10s`).
             nats_lease => lease: Period = limits::NATS_LEASE, env "EMQ_NATS_LEASE";
             /// Start as a standby: while another router holds `router_name`,
-            /// wait (polling its lease every third of `nats_lease`) instead
+            /// wait (reading its lease key every 250 ms) instead
             /// of refusing to start; take the name once its lease expires,
             /// fence the old holder, replay and serve (docs/replicated.md,
             /// "Failover").
