@@ -337,14 +337,16 @@ pub enum FaultKind {
     /// The data directory, a shard's directory, a segment or the lock
     /// file was deleted or replaced.
     Gone,
-    /// Another router holds the data directory's lock, or took the
-    /// router's name on the replicated store.
+    /// Another router holds the data directory's lock (the local log;
+    /// the replicated store's counterpart is [`FaultKind::Fenced`]).
     Taken,
     /// The replicated store did not confirm a batch within `nats_give_up`
     /// (no quorum, no server reachable).
     Unreachable,
-    /// The replicated store refused a batch: another router took the
-    /// router's name and fenced this one (docs/replicated.md, "Failover").
+    /// Another router took the router's name and fenced this one: its
+    /// stream no longer takes this start's subject (a publish found no
+    /// responders), or a lease renewal found the other holder
+    /// (docs/replicated.md, "Failover"). Final: no repair.
     Fenced,
     /// Anything else.
     Other,
