@@ -7,12 +7,12 @@
 //! * [`a_standby_takes_over_an_owner_killed_under_load`]: `kill -9` of
 //!   the owner under load (eMQP and text producers and consumers), with
 //!   jobs waiting and one text task in flight: the standby listens within
-//!   [`TAKE_OVER_BOUND`] (the lease, 10 s, + 2 s; measured 7.0-7.5 s),
+//!   [`TAKE_OVER_BOUND`] (the lease, 10 s, + 2 s; measured 7.0-7.5 s, six runs),
 //!   every acknowledged job is delivered at least once, and again only
 //!   jobs in flight at the kill (`replicated_faults::after_take_over`).
 //! * SIGSTOP of the owner past its lease
 //!   ([`a_paused_owner_is_fenced_by_the_standby_that_took_over`]): the
-//!   standby takes over (measured 10.1-10.4 s, five runs) and serves; after SIGCONT
+//!   standby takes over (measured 10.0-10.4 s, six runs) and serves; after SIGCONT
 //!   the old owner refuses what producers send it (eMQP `ERROR …
 //!   STORE_FAILED`, text `ERR STORE_FAILED`), appends nothing more to the
 //!   stream (the stream takes the new owner's subject only, and every
