@@ -9,6 +9,7 @@ mod dedup;
 mod durability;
 mod emqp_router;
 mod exact;
+mod failover;
 mod failover_clients;
 mod http;
 mod interop;

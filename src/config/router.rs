@@ -213,6 +213,12 @@ settings! {
             /// router that stops renewing loses the name this long after
             /// its last renewal (e.g. `10s`).
             nats_lease => lease: Period = limits::NATS_LEASE, env "EMQ_NATS_LEASE";
+            /// Start as a standby: while another router holds `router_name`,
+            /// wait (reading its lease key every 250 ms) instead
+            /// of refusing to start; take the name once its lease expires,
+            /// fence the old holder, replay and serve (docs/replicated.md,
+            /// "Failover").
+            standby => standby: Switch = false, env "EMQ_STANDBY";
             /// Most publishes in flight (all shards together).
             nats_max_in_flight => max_in_flight: AtLeastOne = limits::NATS_MAX_IN_FLIGHT, env "EMQ_NATS_MAX_IN_FLIGHT";
             /// PEM file of the CA certificates to trust for the servers' TLS

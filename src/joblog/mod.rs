@@ -365,25 +365,31 @@ pub enum FaultKind {
     /// The data directory, a shard's directory, a segment or the lock
     /// file was deleted or replaced.
     Gone,
-    /// Another router holds the data directory's lock, or took the
-    /// router's name on the replicated store.
+    /// Another router holds the data directory's lock (the local log;
+    /// the replicated store's counterpart is [`FaultKind::Fenced`]).
     Taken,
     /// The replicated store did not confirm a batch within `nats_give_up`
     /// (no quorum, no server reachable).
     Unreachable,
+    /// Another router took the router's name and fenced this one: its
+    /// stream no longer takes this start's subject (a publish found no
+    /// responders), or a lease renewal found the other holder
+    /// (docs/replicated.md, "Failover"). Final: no repair.
+    Fenced,
     /// Anything else.
     Other,
 }
 
 impl FaultKind {
     /// Every kind, in counter order.
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 8] = [
         FaultKind::Full,
         FaultKind::ReadOnly,
         FaultKind::Io,
         FaultKind::Gone,
         FaultKind::Taken,
         FaultKind::Unreachable,
+        FaultKind::Fenced,
         FaultKind::Other,
     ];
 
@@ -396,6 +402,7 @@ impl FaultKind {
             FaultKind::Gone => "gone",
             FaultKind::Taken => "taken",
             FaultKind::Unreachable => "unreachable",
+            FaultKind::Fenced => "fenced",
             FaultKind::Other => "other",
         }
     }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, message::PublishMessage};
+use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -33,6 +33,7 @@ use super::message::SNAPSHOT_HEADER;
 use super::shared::JsShared;
 use super::JsError;
 use crate::config::NatsConfig;
+use crate::joblog::FaultKind;
 use crate::limits;
 
 /// A boxed future the bridge runs for a caller.
@@ -56,7 +57,7 @@ pub struct Publish {
     pub ticket: u64,
     /// Its part.
     pub part: u16,
-    /// The shard's subject.
+    /// This start's subject on the shard's stream (its epoch subject).
     pub subject: Arc<str>,
     /// `Nats-Msg-Id`: the same on every retry.
     pub msg_id: String,
@@ -270,8 +271,19 @@ struct Run {
     stats: Arc<BridgeStats>,
 }
 
-/// A publish's outcome: `Ok((seq, time from first try))`, `Err(())` at the give-up.
-type Outcome = (usize, u64, u16, Result<(u64, Duration), ()>);
+/// Why a publish was not acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lost {
+    /// Not confirmed within `nats_give_up`.
+    GaveUp,
+    /// Cannot be stored: the stream no longer takes this start's subject
+    /// (another router took the name and fenced this one), or the shard
+    /// was fenced already.
+    Fenced,
+}
+
+/// A publish's outcome: `Ok((seq, time from first try))`, or why not.
+type Outcome = (usize, u64, u16, Result<(u64, Duration), Lost>);
 
 impl Run {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>) {
@@ -317,7 +329,12 @@ impl Run {
         let Some(s) = self.shards.get(shard) else { return };
         match result {
             Ok((seq, took)) => s.acked(ticket, part, seq, took),
-            Err(()) => s.not_confirmed(ticket, part),
+            Err(Lost::GaveUp) => s.not_confirmed(ticket, part),
+            Err(Lost::Fenced) => {
+                if s.fenced(ticket, part) && self.shards.iter().all(|o| o.fault() == Some(FaultKind::Fenced)) {
+                    super::shared::say_router_fenced();
+                }
+            }
         }
     }
 
@@ -374,6 +391,17 @@ where
 }
 
 /// Publishes `p` until it is acknowledged or `give_up` has passed.
+///
+/// "No responders" is first taken for a stream leader being elected and
+/// retried, like a timeout. But it is also how a fenced router learns it
+/// lost its streams (`jslog` module docs, "Fencing"): a later owner set
+/// the stream's subjects to its own, so nothing listens on this start's
+/// subject any more. So after "no responders" the stream's subjects are
+/// asked ([`still_takes`], at most once per back-off step for the shard):
+/// a stream that answers without this start's subject makes the publish
+/// [`Lost::Fenced`] at once (no retry can store it). A stream that does
+/// not answer (no leader) leaves it a passing error. A shard already
+/// fenced sends nothing more.
 async fn publish(
     js: jetstream::Context,
     p: Publish,
@@ -384,25 +412,35 @@ async fn publish(
     let t0 = Instant::now();
     let mut backoff = limits::NATS_RETRY_MIN;
     let mut tries = 0u32;
+    let fenced = || shard.as_ref().is_some_and(|s| s.fault() == Some(FaultKind::Fenced));
     loop {
+        if fenced() {
+            return (p.shard, p.ticket, p.part, Err(Lost::Fenced));
+        }
         let mut msg = PublishMessage::build().payload(p.payload.clone()).message_id(p.msg_id.as_str());
         if p.snapshot {
             msg = msg.header(SNAPSHOT_HEADER, "1");
         }
-        let error = match js.send_publish(p.subject.to_string(), msg).await {
+        let (error, no_responders) = match js.send_publish(p.subject.to_string(), msg).await {
             Ok(ack) => match ack.await {
                 Ok(ack) => return (p.shard, p.ticket, p.part, Ok((ack.sequence, t0.elapsed()))),
-                Err(e) => e.to_string(),
+                // async-nats's name for a "no responders" status.
+                Err(e) => (e.to_string(), e.kind() == PublishErrorKind::StreamNotFound),
             },
-            Err(e) => e.to_string(),
+            Err(e) => (e.to_string(), e.kind() == PublishErrorKind::StreamNotFound),
         };
+        if let Some(s) = shard.as_ref().filter(|s| no_responders && s.may_check_fence(backoff)) {
+            if still_takes(&js, s.stream(), &p.subject).await == Some(false) {
+                return (p.shard, p.ticket, p.part, Err(Lost::Fenced));
+            }
+        }
         tries += 1;
         if tries == 1 || tries.is_multiple_of(20) {
             crate::log_limited!(warn, subject = %p.subject, msg_id = %p.msg_id, tries, error = %error, "a publish to the job log failed; retrying with the same message id");
         }
         let left = give_up.saturating_sub(t0.elapsed());
         if left.is_zero() {
-            return (p.shard, p.ticket, p.part, Err(()));
+            return (p.shard, p.ticket, p.part, Err(Lost::GaveUp));
         }
         stats.retries.fetch_add(1, Ordering::Relaxed);
         if let Some(s) = &shard {
@@ -411,6 +449,16 @@ async fn publish(
         tokio::time::sleep(backoff.min(left)).await;
         backoff = (backoff * 2).min(limits::NATS_RETRY_MAX);
     }
+}
+
+/// Whether stream `stream` still takes `subject`, as its leader answers
+/// (a stream info request): `Some(false)` when its subjects no longer
+/// include it (a later owner fenced this start), `None` when the request
+/// fails (no leader, a timeout, the stream not found): nothing certain.
+pub async fn still_takes(js: &jetstream::Context, stream: &str, subject: &str) -> Option<bool> {
+    let st = js.get_stream_no_info(stream).await.ok()?;
+    let info = st.get_info().await.ok()?;
+    Some(info.config.subjects.iter().any(|s| s == subject))
 }
 
 #[cfg(test)]

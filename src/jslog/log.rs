@@ -70,7 +70,9 @@ pub struct LogParams {
     pub shards: usize,
     /// This start's boot number (see `jslog::message`).
     pub boot: u32,
-    /// The subject the shard's stream takes.
+    /// The subject this start publishes on: the stream's only subject,
+    /// `<prefix>.<name>.<gen>.<shard>.<epoch>` (`jslog` module docs,
+    /// "Fencing").
     pub subject: Arc<str>,
     /// Largest part of a batch in one message (the server's max payload
     /// less the header and room for NATS headers): a larger batch, or a

@@ -26,6 +26,12 @@ pub const VERSION: u8 = 1;
 pub const HEADER_BYTES: usize = 4 + 1 + 2 + 2 + 4 + 8 + 2 + 2;
 /// The NATS header (value `1`) on every message of a repair's snapshot.
 pub const SNAPSHOT_HEADER: &str = "Emq-Snapshot";
+/// The NATS header of a fence marker (`jslog` module docs, "Fencing"):
+/// the message a start that took the router name publishes on its own
+/// subject before it reads the stream. Its value is the new holder's JSON
+/// identity (the lease's value); its payload is empty: it holds no batch
+/// and replay skips it.
+pub const FENCE_HEADER: &str = "Emq-Fence";
 
 /// A message's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

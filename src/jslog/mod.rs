@@ -16,13 +16,48 @@
 //! # Streams
 //!
 //! Shard `i` of router name `N` writes stream `<prefix>_<N>_<gen>_<i>`
-//! (subject `<prefix>.<N>.<gen>.<i>`), file storage, `nats_replicas`
+//! (subject `<prefix>.<N>.<gen>.<i>.<epoch>`, see "Fencing"), file
+//! storage, `nats_replicas`
 //! copies, duplicate window `nats_dedup_window`, limits retention (the log
 //! purges what is done itself). [`open`] takes the name's lease, reads the
 //! layout, replays every stream (in parallel) and hands each shard its
 //! facts, as the local log does. A changed shard count writes a new
 //! generation with every live job re-hashed to its queue's shard under a
 //! fresh id; the layout key then moves to it and the old streams go.
+//!
+//! # Fencing
+//!
+//! Two routers may run with one name: a standby that took it once the
+//! owner's lease expired, and the old owner, paused past its lease (a
+//! SIGSTOP, a long GC-like stall, a network cut) and running again. The
+//! old one must store nothing the new one's replay missed, and so
+//! acknowledge no such job (docs/replicated.md, "Failover").
+//!
+//! * Each start that takes the name has an **epoch**: the revision of the
+//!   lease key it created ([`owner::Lease::epoch`]; unique, and higher for
+//!   every later start). It publishes on `<prefix>.<N>.<gen>.<i>.<epoch>`
+//!   only, and a stream takes exactly one subject.
+//! * After taking the lease and before reading a stream, the start sets
+//!   the stream's subjects to its own ([`fence_streams`]: a stream config
+//!   update). From then on the stream does not listen on the old owner's
+//!   subject: its publishes get "no responders" and are never stored.
+//! * Then it publishes one **marker** on its subject (header
+//!   [`message::FENCE_HEADER`], no batch; replay skips it), waits for its
+//!   PubAck sequence `S`, and reads the stream up to at least `S`. Why: a
+//!   publish of the old owner that the stream's leader proposed before it
+//!   applied the config change may still commit after the start read the
+//!   stream's state; it is ordered before the marker in the stream's Raft
+//!   log, so reading up to `S` includes it. Without the marker the old
+//!   owner could get a PubAck (and acknowledge a job) the replay missed.
+//! * The old owner learns it is fenced when a publish finds no responders
+//!   and the stream's subjects no longer include its own
+//!   ([`bridge::still_takes`]), or when a lease renewal finds another
+//!   holder ([`owner`]): its shards are fenced (`FaultKind::Fenced`): they
+//!   acknowledge and append nothing more, refuse producers
+//!   (`STORE_FAILED`), and the router stays up saying `fenced` until it
+//!   is stopped.
+//! * Publishes carry no `Nats-Expected-*` condition, so any number are in
+//!   flight at once.
 
 pub mod bridge;
 pub mod log;
@@ -36,6 +71,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::context::GetStreamErrorKind;
+use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::stream::{self, StorageType};
 use async_nats::jetstream::ErrorCode;
 use futures_util::StreamExt;
@@ -187,6 +223,9 @@ struct StreamRead {
     /// The headers of the messages of repairs' snapshots (they carry
     /// [`message::SNAPSHOT_HEADER`]).
     snapshot_parts: Vec<Header>,
+    /// The sequences of the markers ([`message::FENCE_HEADER`]): no
+    /// batch, dead for the log (purged with the prefix before them).
+    markers: Vec<u64>,
 }
 
 fn stream_name(c: &NatsConfig, gen: u32, shard: usize) -> String {
@@ -195,6 +234,12 @@ fn stream_name(c: &NatsConfig, gen: u32, shard: usize) -> String {
 
 fn subject(c: &NatsConfig, gen: u32, shard: usize) -> String {
     format!("{}.{}.{gen}.{shard}", c.stream_prefix, c.router_name)
+}
+
+/// The subject the start with `epoch` publishes shard `shard`'s log on:
+/// [`subject`]`.<epoch>` (module docs, "Fencing").
+fn epoch_subject(c: &NatsConfig, gen: u32, shard: usize, epoch: u64) -> String {
+    format!("{}.{epoch}", subject(c, gen, shard))
 }
 
 fn hostname() -> String {
@@ -226,12 +271,20 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
         "since_unix_ms": crate::job::unix_ms_now(),
     })
     .to_string();
-    let lease = owner::acquire(&bridge, nats, holder)?;
+    let lease = owner::acquire(&bridge, nats, holder.clone())?;
+    let own = lease.epoch();
     let store = Store { bridge, lease: Some(lease) };
     let bridge = &store.bridge;
     let layout = owner::read_layout(bridge, nats)?;
+    // Fenced before they are read, and read up to this start's marker: a
+    // previous holder still running (paused past its lease) stores nothing
+    // the replay below misses (module docs, "Fencing").
+    let markers = match layout {
+        Some(l) => fence_streams(bridge, nats, l.gen, usize::from(l.shards), own, &holder)?,
+        None => Vec::new(),
+    };
     let old: Vec<(usize, StreamRead)> = match layout {
-        Some(l) => read_streams(bridge, nats, l)?,
+        Some(l) => read_streams(bridge, nats, l, &markers)?,
         None => Vec::new(),
     };
     let shards = config.shards;
@@ -267,15 +320,6 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
         Some(l) => l.gen + 1,
         None => 1,
     };
-    let params = |i: usize| LogParams {
-        shard: i,
-        shards,
-        boot,
-        subject: subject(nats, gen, i).into(),
-        max_part,
-        give_up: nats.give_up,
-        chunk_bytes: crate::limits::NATS_CHUNK_BYTES,
-    };
     let streams: Vec<String> = (0..shards).map(|i| stream_name(nats, gen, i)).collect();
     if !same {
         // Streams of this generation before the layout names it are left
@@ -283,9 +327,28 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
         // jobs (the layout key moves only once they are written).
         clear_unnamed(bridge, nats, gen, shards, layout.is_none())?;
     }
-    let next_seqs = make_streams(bridge, nats, gen, &streams)?;
-    let shared: Vec<Arc<JsShared>> =
-        streams.iter().enumerate().map(|(i, n)| Arc::new(JsShared::new(i, n.clone()))).collect();
+    // A new generation's streams are made with this start's subject: no
+    // earlier owner ever wrote them.
+    let mut next_seqs = make_streams(bridge, nats, gen, own, &streams)?;
+    if same {
+        for (next, m) in next_seqs.iter_mut().zip(&markers) {
+            *next = (*next).max(m + 1);
+        }
+    }
+    let params = |i: usize| LogParams {
+        shard: i,
+        shards,
+        boot,
+        subject: epoch_subject(nats, gen, i, own).into(),
+        max_part,
+        give_up: nats.give_up,
+        chunk_bytes: crate::limits::NATS_CHUNK_BYTES,
+    };
+    let shared: Vec<Arc<JsShared>> = streams
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Arc::new(JsShared::new(i, n.clone(), epoch_subject(nats, gen, i, own))))
+        .collect();
     bridge.attach(shared.clone());
     let mut report = RecoveryReport::default();
     for (_, r) in &replays {
@@ -372,6 +435,7 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
         router_name = %nats.router_name,
         server = %server,
         gen,
+        epoch = own,
         boot,
         jobs = report.jobs,
         in_flight = report.in_flight,
@@ -386,16 +450,24 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
 }
 
 /// Reads every stream of `layout` (concurrently, on the NATS thread),
-/// each tried again from its start for up to `nats_give_up` while it
-/// fails for a passing reason ([`read_stream_within`]).
-fn read_streams(bridge: &Bridge, nats: &NatsConfig, layout: Layout) -> Result<Vec<(usize, StreamRead)>, JsError> {
+/// stream `i` up to at least sequence `markers[i]` (this start's marker,
+/// module docs "Fencing"; 0: none), each tried again from its start for
+/// up to `nats_give_up` while it fails for a passing reason
+/// ([`read_stream_within`]).
+fn read_streams(
+    bridge: &Bridge,
+    nats: &NatsConfig,
+    layout: Layout,
+    markers: &[u64],
+) -> Result<Vec<(usize, StreamRead)>, JsError> {
     let names: Vec<String> = (0..usize::from(layout.shards)).map(|i| stream_name(nats, layout.gen, i)).collect();
+    let markers: Vec<u64> = (0..names.len()).map(|i| markers.get(i).copied().unwrap_or(0)).collect();
     let (idle, within) = (nats.ack_timeout * 5, nats.give_up);
     bridge.call(move |ctx| async move {
         let mut set = tokio::task::JoinSet::new();
-        for (i, name) in names.into_iter().enumerate() {
+        for ((i, name), at_least) in names.into_iter().enumerate().zip(markers) {
             let js = ctx.js.clone();
-            set.spawn(async move { read_stream_within(js, name, idle, within).await.map(|r| (i, r)) });
+            set.spawn(async move { read_stream_within(js, name, idle, within, at_least).await.map(|r| (i, r)) });
         }
         let mut out = Vec::new();
         while let Some(r) = set.join_next().await {
@@ -419,7 +491,8 @@ enum ReadFailed {
     Passing(JsError),
 }
 
-/// [`read_stream`] again from the start, with the publishes' back-off,
+/// [`read_stream`] (up to at least sequence `at_least`) again from the
+/// start, with the publishes' back-off,
 /// while it fails for a passing reason and `within` has not passed: a
 /// router restarted while its streams elect a leader (a server of the
 /// cluster lost with the router's machine) waits for the election rather
@@ -433,11 +506,12 @@ async fn read_stream_within(
     name: String,
     idle: Duration,
     within: Duration,
+    at_least: u64,
 ) -> Result<StreamRead, JsError> {
     let deadline = Instant::now() + within;
     let mut backoff = crate::limits::NATS_RETRY_MIN;
     loop {
-        match read_stream(&js, &name, idle).await {
+        match read_stream(&js, &name, idle, at_least).await {
             Ok(read) => return Ok(read),
             Err(ReadFailed::Passing(e)) if Instant::now() + backoff < deadline => {
                 crate::log_limited!(warn, stream = %name, error = %e, "reading a log stream at start failed; reading it again");
@@ -449,10 +523,14 @@ async fn read_stream_within(
     }
 }
 
+/// Every message of stream `name` up to its last sequence when asked, and
+/// at least up to `at_least`; markers ([`message::FENCE_HEADER`]) are
+/// only noted.
 async fn read_stream(
     js: &async_nats::jetstream::Context,
     name: &str,
     idle: Duration,
+    at_least: u64,
 ) -> Result<StreamRead, ReadFailed> {
     let err = |why: String| ReadFailed::Passing(JsError::Store { what: format!("reading stream {name}"), why });
     let mut stream = js.get_stream(name).await.map_err(|e| match e.kind() {
@@ -465,10 +543,11 @@ async fn read_stream(
         _ => err(e.to_string()),
     })?;
     let state = stream.info().await.map_err(|e| err(e.to_string()))?.state.clone();
-    let mut read = StreamRead { msgs: Vec::new(), snapshot_parts: Vec::new() };
-    if state.messages == 0 {
+    let mut read = StreamRead { msgs: Vec::new(), snapshot_parts: Vec::new(), markers: Vec::new() };
+    if state.messages == 0 && at_least == 0 {
         return Ok(read);
     }
+    let last = state.last_sequence.max(at_least);
     let consumer = stream
         .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
         .await
@@ -479,33 +558,46 @@ async fn read_stream(
             Ok(Some(Ok(m))) => m,
             Ok(Some(Err(e))) => return Err(err(e.to_string())),
             Ok(None) => break,
-            Err(_) => {
-                return Err(err(format!("no message for {idle:?} before the last sequence {}", state.last_sequence)))
-            }
+            Err(_) => return Err(err(format!("no message for {idle:?} before the last sequence {last}"))),
         };
         let seq = m.info().map_err(|e| err(e.to_string()))?.stream_sequence;
+        if m.headers.as_ref().is_some_and(|h| h.get(message::FENCE_HEADER).is_some()) {
+            // A marker (of this start or an earlier one): no batch.
+            read.markers.push(seq);
+            if seq >= last {
+                break;
+            }
+            continue;
+        }
         let (header, records) = Header::decode(&m.payload)
             .map_err(|why| ReadFailed::For(JsError::Damaged { stream: name.to_string(), seq, why }))?;
         if m.headers.as_ref().is_some_and(|h| h.get(message::SNAPSHOT_HEADER).is_some()) {
             read.snapshot_parts.push(header);
         }
         read.msgs.push((header, seq, records.to_vec()));
-        if seq >= state.last_sequence {
+        if seq >= last {
             break;
         }
     }
     Ok(read)
 }
 
-/// Makes the layout's streams (or finds them); each one's next sequence.
-/// Each is tried for `nats_give_up` ([`bridge::retried`]).
-fn make_streams(bridge: &Bridge, nats: &NatsConfig, gen: u32, names: &[String]) -> Result<Vec<u64>, JsError> {
+/// Makes the layout's streams, taking this start's subjects (`epoch`), or
+/// finds them (fenced already, [`fence_streams`]); each one's next
+/// sequence. Each is tried for `nats_give_up` ([`bridge::retried`]).
+fn make_streams(
+    bridge: &Bridge,
+    nats: &NatsConfig,
+    gen: u32,
+    epoch: u64,
+    names: &[String],
+) -> Result<Vec<u64>, JsError> {
     let configs: Vec<stream::Config> = names
         .iter()
         .enumerate()
         .map(|(i, name)| stream::Config {
             name: name.clone(),
-            subjects: vec![subject(nats, gen, i)],
+            subjects: vec![epoch_subject(nats, gen, i, epoch)],
             storage: StorageType::File,
             num_replicas: nats.replicas,
             duplicate_window: nats.dedup_window,
@@ -526,6 +618,63 @@ fn make_streams(bridge: &Bridge, nats: &NatsConfig, gen: u32, names: &[String]) 
         }
         Ok(out)
     })?
+}
+
+/// Fences generation `gen`'s `shards` streams for the start with `epoch`
+/// (module docs, "Fencing"; docs/replicated.md, "Failover"): sets each
+/// one's subjects to this start's alone (a config update, when they are
+/// not so already), then publishes a marker on it ([`message::FENCE_HEADER`]
+/// with `holder`) and waits for its PubAck. Each stream's marker sequence,
+/// to read up to at least; 0 for a stream not found (its read says so).
+/// Each stream is tried for `nats_give_up` ([`bridge::retried`]).
+///
+/// # Errors
+/// [`JsError::Store`] when a stream cannot be updated or its marker is not
+/// stored within `nats_give_up`.
+fn fence_streams(
+    bridge: &Bridge,
+    nats: &NatsConfig,
+    gen: u32,
+    shards: usize,
+    epoch: u64,
+    holder: &str,
+) -> Result<Vec<u64>, JsError> {
+    let jobs: Vec<(String, String)> =
+        (0..shards).map(|i| (stream_name(nats, gen, i), epoch_subject(nats, gen, i, epoch))).collect();
+    let (within, holder) = (nats.give_up, holder.to_string());
+    bridge.call(move |ctx| async move {
+        let mut out = Vec::with_capacity(jobs.len());
+        for (name, own) in jobs {
+            let what = format!("fencing stream {name}");
+            let seq = bridge::retried(&what, within, || fence_one(&ctx, &name, &own, &holder))
+                .await
+                .map_err(|why| JsError::Store { what, why })?;
+            out.push(seq);
+        }
+        Ok(out)
+    })?
+}
+
+/// [`fence_streams`] for one stream `name`: its subjects set to `[own]`,
+/// then the marker's sequence (0: no such stream).
+async fn fence_one(ctx: &bridge::Ctx, name: &str, own: &str, holder: &str) -> Result<u64, String> {
+    let stream = match ctx.js.get_stream(name).await {
+        Ok(s) => s,
+        Err(e) => match e.kind() {
+            GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND => return Ok(0),
+            _ => return Err(e.to_string()),
+        },
+    };
+    let config = &stream.cached_info().config;
+    if config.subjects != [own] {
+        let mut config = config.clone();
+        let old = std::mem::replace(&mut config.subjects, vec![own.to_string()]);
+        ctx.js.update_stream(config).await.map_err(|e| e.to_string())?;
+        tracing::info!(stream = name, old_subjects = ?old, subject = own, "stream fenced: it takes this start's subject only");
+    }
+    let marker = PublishMessage::build().header(message::FENCE_HEADER, holder).payload(bytes::Bytes::new());
+    let ack = ctx.js.send_publish(own.to_string(), marker).await.map_err(|e| e.to_string())?;
+    Ok(ack.await.map_err(|e| e.to_string())?.sequence)
 }
 
 /// Deletes generation `gen`'s streams, which no layout names yet (module
@@ -613,6 +762,8 @@ fn last_whole_snapshot(parts: &[Header]) -> Option<(u32, u64)> {
 fn replay(name: &str, mut read: StreamRead, index: usize, epoch: Instant, now: Instant) -> Result<Replay, JsError> {
     read.msgs.sort_by_key(|(h, seq, _)| (h.boot, h.ticket, h.part, *seq));
     let mut out = Replay { state: ShardReplay { index, ..Default::default() }, ..Default::default() };
+    // Markers hold no records: dead (chunk 0), purged with what precedes them.
+    out.seqs.extend(read.markers.iter().map(|m| (*m, (0, 0))));
     let (mut chunk, mut in_chunk, mut incomplete) = (1u32, 0u64, 0u64);
     let barrier = last_whole_snapshot(&read.snapshot_parts);
     let (old, live): (Vec<_>, Vec<_>) =

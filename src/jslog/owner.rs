@@ -17,9 +17,12 @@
 //!   renewal stored whose answer was lost) is renewed from its revision;
 //!   no key (it expired while the cluster was unreachable for longer than
 //!   the lease) is created again, only if absent; another value means
-//!   another router took the name: every shard stops acknowledging
-//!   ([`JsShared::taken`]). A clean stop deletes the key. Taking over from
-//!   a live holder, and fencing a paused one, are not done here.
+//!   another router took the name: every shard is fenced at once
+//!   ([`JsShared::taken`]). A clean stop deletes the key. A start with
+//!   `standby` waits for the key to expire instead of refusing (read every
+//!   [`LEASE_POLL`]). The revision of the key a start creates is its
+//!   epoch ([`Lease::epoch`]); fencing a paused holder off the streams is
+//!   `jslog::open`'s (module docs, "Fencing").
 //! * **The layout**: key `<name>` in `<prefix>_layouts` (no expiry) says
 //!   the generation and shard count of the name's streams,
 //!   `<prefix>_<name>_<gen>_<shard>`. A router started with another shard
@@ -51,11 +54,18 @@ pub struct Layout {
     pub shards: u16,
 }
 
+/// How often a router waiting for its name (a standby, or a start that
+/// found it held) reads the lease key: it takes the name within about
+/// this of the key's expiry.
+pub const LEASE_POLL: Duration = Duration::from_millis(250);
+
 /// The router's hold on its name (module docs), renewed on the bridge's
 /// thread from its making until [`Lease::release`].
 pub struct Lease {
     store: kv::Store,
     key: String,
+    /// The revision of the key this start created: its epoch.
+    epoch: u64,
     stop: Arc<AtomicBool>,
     watchers: Arc<Mutex<Watchers>>,
 }
@@ -72,8 +82,12 @@ struct Watchers {
 impl Watchers {
     fn take(&mut self) {
         self.taken = true;
+        let mut newly = false;
         for s in &self.shards {
-            s.taken();
+            newly |= s.taken();
+        }
+        if newly {
+            super::shared::say_router_fenced();
         }
     }
 }
@@ -139,14 +153,20 @@ fn bucket_lease(store: &kv::Store, configured: Duration) -> Duration {
 /// [`JsError::Held`] when a live router holds the name; [`JsError::Store`]
 /// when the bucket cannot be read or written (tried for `nats_give_up`).
 pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<Lease, JsError> {
-    let (prefix, name, lease, replicas, give_up) =
-        (config.stream_prefix.clone(), config.router_name.clone(), config.lease, config.replicas, config.give_up);
+    let (prefix, name, lease, replicas, give_up, standby) = (
+        config.stream_prefix.clone(),
+        config.router_name.clone(),
+        config.lease,
+        config.replicas,
+        config.give_up,
+        config.standby,
+    );
     bridge.call(move |ctx| async move {
         let store = bucket(&ctx, format!("{prefix}_routers"), lease, replicas, give_up).await?;
         let lease = bucket_lease(&store, lease);
         let deadline = Instant::now() + lease * 2 + Duration::from_secs(1);
         let mut seen: Option<u64> = None;
-        let mut said = false;
+        let mut said: Option<String> = None;
         let value = Bytes::from(holder);
         let what = format!("the lease on router name {name}");
         let revision = loop {
@@ -157,7 +177,19 @@ pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<L
                 }
             });
             match created.await {
-                Ok(Some(revision)) => break revision,
+                Ok(Some(revision)) => {
+                    match &said {
+                        Some(old) => tracing::warn!(
+                            router_name = %name,
+                            ownership = "owner",
+                            previous_holder = %old,
+                            standby,
+                            "took the router name: its holder's lease expired (it stopped renewing: dead, paused or cut off); fencing its streams, then replaying them"
+                        ),
+                        None => tracing::info!(router_name = %name, ownership = "owner", "took the router name: it was free"),
+                    }
+                    break revision;
+                }
                 Ok(None) => {}
                 Err(e) => return Err(JsError::Store { what: format!("the lease on router name {name}"), why: e.to_string() }),
             }
@@ -168,18 +200,22 @@ pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<L
                     break entry.revision;
                 }
                 let other = String::from_utf8_lossy(&entry.value).into_owned();
-                if seen.is_some_and(|r| r != entry.revision) || Instant::now() >= deadline {
+                if !standby && (seen.is_some_and(|r| r != entry.revision) || Instant::now() >= deadline) {
                     return Err(JsError::Held { name, holder: other });
                 }
-                if !said {
-                    tracing::warn!(router_name = %name, holder = %other, "the router name is held; waiting up to {:?} to see whether its holder is alive (it renews every {:?})", lease * 2, lease / 3);
-                    said = true;
+                if said.as_ref() != Some(&other) {
+                    if standby {
+                        tracing::warn!(router_name = %name, ownership = "standby", holder = %other, "standby: the router name is held; taking it once its holder's lease expires (polled every {LEASE_POLL:?})");
+                    } else {
+                        tracing::warn!(router_name = %name, holder = %other, "the router name is held; waiting up to {:?} to see whether its holder is alive (it renews every {:?})", lease * 2, lease / 3);
+                    }
+                    said = Some(other);
                 }
                 seen = seen.or(Some(entry.revision));
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            tokio::time::sleep(LEASE_POLL).await;
         };
-        let held = Lease { store, key: name, stop: Arc::default(), watchers: Arc::default() };
+        let held = Lease { store, key: name, epoch: revision, stop: Arc::default(), watchers: Arc::default() };
         let (store, key, stop, watchers) = (held.store.clone(), held.key.clone(), held.stop.clone(), held.watchers.clone());
         tokio::spawn(renew(store, key, value, revision, lease, stop, watchers));
         Ok(held)
@@ -220,7 +256,7 @@ async fn renew(
                     continue;
                 }
                 Ok(None) => {
-                    tracing::error!(router_name = %key, "another router took this router's name: nothing more is acknowledged here (new jobs get STORE_FAILED); stop this router");
+                    tracing::warn!(router_name = %key, ownership = "fenced", "a lease renewal found another router holding this router's name");
                     watchers.lock().take();
                     break;
                 }
@@ -233,6 +269,14 @@ async fn renew(
 }
 
 impl Lease {
+    /// This start's epoch: the revision of the lease key it created (or
+    /// found it had created). The bucket's sequence: unique, and higher
+    /// for every later start that takes the name. It names the subject
+    /// this start publishes on (`jslog` module docs, "Fencing").
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
     /// The shards to stop acknowledging if another router takes the name
     /// (at once if it was taken already).
     pub fn attach(&self, shards: Vec<Arc<JsShared>>) {

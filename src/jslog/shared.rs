@@ -65,11 +65,28 @@ impl Progress {
     }
 }
 
+/// The one error line of a router whose every shard is fenced (said by
+/// whoever fenced the last one): what it does now and what the operator
+/// should do (docs/replicated.md, "Failover").
+pub fn say_router_fenced() {
+    tracing::error!(
+        ownership = "fenced",
+        role = "fenced",
+        "this router is fenced: another router took its router_name and its streams; it stays up, answers admin \
+         (STATUS wal.nats.role = fenced) and refuses every producer (STORE_FAILED); it acknowledges and appends \
+         nothing more. Stop it; restart it with --standby to make it the standby of the new owner"
+    );
+}
+
 /// One shard's replicated-log state shared between threads (module docs).
 #[derive(Debug)]
 pub struct JsShared {
     shard: usize,
     stream: String,
+    /// This start's subject on the stream (its epoch subject).
+    subject: String,
+    /// When a publish of this shard last asked the stream's subjects.
+    fence_checked: Mutex<Option<Instant>>,
     progress: Mutex<Progress>,
     changed: Condvar,
     /// Figures.
@@ -120,11 +137,14 @@ pub struct JsStats {
 }
 
 impl JsShared {
-    /// The state of shard `shard`'s log, kept in stream `stream`.
-    pub fn new(shard: usize, stream: String) -> JsShared {
+    /// The state of shard `shard`'s log, kept in stream `stream`, which
+    /// this start publishes to on `subject`.
+    pub fn new(shard: usize, stream: String, subject: String) -> JsShared {
         JsShared {
             shard,
             stream,
+            subject,
+            fence_checked: Mutex::default(),
             progress: Mutex::default(),
             changed: Condvar::new(),
             stats: JsStats::default(),
@@ -136,6 +156,11 @@ impl JsShared {
     /// The stream's name.
     pub fn stream(&self) -> &str {
         &self.stream
+    }
+
+    /// This start's subject on the stream.
+    pub fn subject(&self) -> &str {
+        &self.subject
     }
 
     /// The shard hands `ticket` to the NATS thread as `parts` messages.
@@ -217,24 +242,81 @@ impl JsShared {
                      its producers are refused, new jobs too, until the store takes a snapshot of every live job"
                 );
             }
-            p.fault = Some(FaultKind::Unreachable);
+            // A router that lost its name stays so (no repair).
+            if p.fault != Some(FaultKind::Fenced) {
+                p.fault = Some(FaultKind::Unreachable);
+            }
         }
         self.stats.give_ups.fetch_add(1, Ordering::Relaxed);
         self.changed.notify_all();
     }
 
-    /// The router lost its name to another router: nothing more is
-    /// acknowledged (every ticket handed out is given up).
-    pub fn taken(&self) {
-        {
+    /// A lease renewal found another router's value on the name: that
+    /// router took the name, and fences (or fenced) this one's streams.
+    /// The shard is fenced at once ([`JsShared::fence`]).
+    /// `true` the first time.
+    pub fn taken(&self) -> bool {
+        self.fence("a lease renewal found another router holding this router's name")
+    }
+
+    /// The NATS thread: part `part` of `ticket` cannot be stored: its
+    /// publish found no responders and the stream no longer takes this
+    /// start's subject (a later owner fenced it, `jslog` module docs,
+    /// "Fencing"). Given up at once, and the shard is fenced
+    /// ([`JsShared::fence`]). `true` the first time.
+    pub fn fenced(&self, ticket: u64, part: u16) -> bool {
+        self.stats.give_ups.fetch_add(1, Ordering::Relaxed);
+        let first = self.fence(&format!(
+            "ticket {ticket} part {part}: no responders on this start's subject {}, and stream {} no longer takes it",
+            self.subject, self.stream
+        ));
+        self.changed.notify_all();
+        first
+    }
+
+    /// Another router took the name (`how` says how this router learnt
+    /// it): the shard is fenced (`FaultKind::Fenced`), for the rest of
+    /// this router's life. Every ticket handed out is given up (its
+    /// producers get `STORE_FAILED`), nothing more is acknowledged, new
+    /// jobs are refused, the log never repairs, and the NATS thread
+    /// sends none of its publishes again. `true` the first time (one
+    /// error line per shard; the caller may say more).
+    pub fn fence(&self, how: &str) -> bool {
+        let first = {
             let mut p = self.progress.lock();
             p.gave_up = p.gave_up.max(p.handed);
-            if p.fault != Some(FaultKind::Taken) {
-                self.stats.errors[FaultKind::Taken.index()].fetch_add(1, Ordering::Relaxed);
+            p.snapshot = None;
+            let first = p.fault != Some(FaultKind::Fenced);
+            if first {
+                self.stats.errors[FaultKind::Fenced.index()].fetch_add(1, Ordering::Relaxed);
+                p.fault = Some(FaultKind::Fenced);
+                tracing::error!(
+                    shard = self.shard,
+                    stream = %self.stream,
+                    how,
+                    ownership = "fenced",
+                    refused = "STORE_FAILED",
+                    "fenced: another router took this router's name and its streams; this shard acknowledges and \
+                     appends nothing more (producers get STORE_FAILED)"
+                );
             }
-            p.fault = Some(FaultKind::Taken);
-        }
+            first
+        };
         self.changed.notify_all();
+        first
+    }
+
+    /// Whether this publish may ask the stream whether it still takes
+    /// the shard's subject (after "no responders"): at most once per
+    /// `gap` for the shard, so a thousand publishes in flight ask once.
+    pub fn may_check_fence(&self, gap: Duration) -> bool {
+        let mut last = self.fence_checked.lock();
+        let now = Instant::now();
+        if last.is_some_and(|t| now.saturating_duration_since(t) < gap) {
+            return false;
+        }
+        *last = Some(now);
+        true
     }
 
     /// The acknowledged parts since the last take.

@@ -24,7 +24,7 @@ fn job(seq: u64, body: &[u8]) -> Job {
 
 fn log(max_part: usize, chunk_bytes: u64) -> (JsLog, Arc<JsShared>, tokio::sync::mpsc::UnboundedReceiver<Cmd>) {
     let (publisher, rx) = Publisher::for_test();
-    let shared = Arc::new(JsShared::new(0, "S".into()));
+    let shared = Arc::new(JsShared::new(0, "S".into(), "s".into()));
     let params = LogParams {
         shard: 0,
         shards: 1,
@@ -55,7 +55,7 @@ fn sent(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Cmd>) -> (Vec<Sent>, Vec<u
 
 #[test]
 fn the_durable_mark_is_the_unbroken_acknowledged_prefix() {
-    let s = JsShared::new(0, "S".into());
+    let s = JsShared::new(0, "S".into(), "s".into());
     for t in 1..=3 {
         s.handed(t, 1);
     }
@@ -74,7 +74,7 @@ fn the_durable_mark_is_the_unbroken_acknowledged_prefix() {
 
 #[test]
 fn a_give_up_refuses_what_waits_until_a_snapshot_is_stored() {
-    let s = JsShared::new(0, "S".into());
+    let s = JsShared::new(0, "S".into(), "s".into());
     s.handed(1, 1);
     s.handed(2, 1);
     s.acked(2, 0, 5, Duration::from_micros(5));
@@ -119,7 +119,8 @@ fn a_batch_larger_than_a_part_is_cut_and_replay_joins_it() {
     msgs[0].1 = 200;
     msgs.reverse();
     let now = Instant::now();
-    let r = replay("S", StreamRead { msgs, snapshot_parts: Vec::new() }, 0, now, now).expect("replays");
+    let r = replay("S", StreamRead { msgs, snapshot_parts: Vec::new(), markers: Vec::new() }, 0, now, now)
+        .expect("replays");
     let mut ids: Vec<u64> = r.state.jobs.keys().map(|id| id.seq()).collect();
     ids.sort_unstable();
     assert_eq!(ids, [1, 2], "job 3 is done");
@@ -183,7 +184,8 @@ fn replayed_ids(pubs: &[Sent]) -> Vec<u64> {
         })
         .collect();
     let now = Instant::now();
-    let r = replay("S", StreamRead { msgs, snapshot_parts: Vec::new() }, 0, now, now).expect("replays");
+    let r = replay("S", StreamRead { msgs, snapshot_parts: Vec::new(), markers: Vec::new() }, 0, now, now)
+        .expect("replays");
     let mut ids: Vec<u64> = r.state.jobs.keys().map(|id| id.seq()).collect();
     ids.sort_unstable();
     ids
@@ -285,7 +287,7 @@ proptest::proptest! {
             })
             .collect();
         let now = Instant::now();
-        let _ = replay("S", StreamRead { msgs, snapshot_parts: Vec::new() }, 0, now, now);
+        let _ = replay("S", StreamRead { msgs, snapshot_parts: Vec::new(), markers: Vec::new() }, 0, now, now);
     }
 }
 
@@ -308,7 +310,7 @@ fn the_last_whole_snapshot_supersedes_every_batch_before_it() {
     let now = Instant::now();
     for marked in [true, false] {
         let snapshot_parts = if marked { vec![snap_header(3)] } else { Vec::new() };
-        let read = StreamRead { msgs: msgs.clone(), snapshot_parts };
+        let read = StreamRead { msgs: msgs.clone(), snapshot_parts, markers: Vec::new() };
         let r = replay("S", read, 0, now, now).unwrap();
         let mut jobs: Vec<(u64, bool)> = r.state.jobs.values().map(|j| (j.job.id.seq(), j.in_flight)).collect();
         jobs.sort();
@@ -321,6 +323,52 @@ fn the_last_whole_snapshot_supersedes_every_batch_before_it() {
     }
     // A snapshot with a part missing is no barrier.
     let torn = Header { parts: 2, ..snap_header(3) };
-    let read = StreamRead { msgs: msgs.clone(), snapshot_parts: vec![torn] };
+    let read = StreamRead { msgs: msgs.clone(), snapshot_parts: vec![torn], markers: Vec::new() };
     assert_eq!(last_whole_snapshot(&read.snapshot_parts), None);
+}
+
+#[test]
+fn markers_hold_no_batch_and_are_dead_for_the_log() {
+    let now = Instant::now();
+    let read = StreamRead { msgs: Vec::new(), snapshot_parts: Vec::new(), markers: vec![3, 7] };
+    let r = replay("S", read, 0, now, now).expect("replays");
+    assert!(r.state.jobs.is_empty());
+    assert_eq!(r.state.bytes, 0);
+    // Chunk 0 is the dead chunk: the log purges past them.
+    assert_eq!(r.seqs.get(&3), Some(&(0, 0)));
+    assert_eq!(r.seqs.get(&7), Some(&(0, 0)));
+}
+
+#[test]
+fn a_fenced_shard_stays_fenced_and_acknowledges_nothing_handed_out() {
+    let s = JsShared::new(0, "S".into(), "s.1".into());
+    s.handed(1, 1);
+    s.acked(1, 0, 4, Duration::from_micros(5));
+    s.handed(2, 1);
+    s.handed(3, 1);
+    assert!(s.fenced(2, 0), "the first time");
+    assert!(!s.taken(), "fenced already");
+    assert_eq!(s.fault(), Some(crate::joblog::FaultKind::Fenced));
+    assert!(s.make_durable(Ticket(1)), "acknowledged before the fence");
+    assert_eq!(s.gave_up(Ticket(2)), Some(StoreFault::Failed));
+    assert_eq!(s.gave_up(Ticket(3)), Some(StoreFault::Failed));
+    // A give-up afterwards does not turn it into a fault a repair ends.
+    s.not_confirmed(3, 0);
+    assert_eq!(s.fault(), Some(crate::joblog::FaultKind::Fenced));
+    // The lease path alone fences too.
+    let t = JsShared::new(1, "T".into(), "t.1".into());
+    t.handed(1, 1);
+    assert!(t.taken());
+    assert_eq!(t.fault(), Some(crate::joblog::FaultKind::Fenced));
+    assert_eq!(t.gave_up(Ticket(1)), Some(StoreFault::Failed));
+}
+
+#[test]
+fn a_fence_check_is_asked_once_per_gap_for_a_shard() {
+    let s = JsShared::new(0, "S".into(), "s.1".into());
+    let gap = Duration::from_millis(200);
+    assert!(s.may_check_fence(gap));
+    assert!(!s.may_check_fence(gap), "within the gap");
+    std::thread::sleep(gap + Duration::from_millis(20));
+    assert!(s.may_check_fence(gap), "after it");
 }

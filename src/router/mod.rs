@@ -394,7 +394,16 @@ fn wal_status(
             let i = c.server_info();
             format!("{} ({}:{}, nats-server {})", i.server_name, i.host, i.port, i.version)
         });
+        // Owner until the store fences it or another router takes the name.
+        let lost = logs.iter().any(|l| {
+            matches!(
+                l.figures().state,
+                crate::joblog::LogState::Faulty(crate::joblog::FaultKind::Fenced | crate::joblog::FaultKind::Taken)
+            )
+        });
         serde_json::json!({
+            "role": if lost { "fenced" } else { "owner" },
+            "standby": n.standby,
             "router_name": n.router_name,
             "urls": n.urls,
             "connected": connected,

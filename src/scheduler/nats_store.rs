@@ -104,6 +104,7 @@ impl NatsSettings {
             tls_cert: self.tls_cert.clone(),
             tls_key: self.tls_key.clone(),
             creds: self.creds.clone(),
+            standby: false,
         }
     }
 }

@@ -50,14 +50,15 @@ const RUN_BOUND: Duration = Duration::from_secs(90);
 const SHRINK_BOUND: Duration = Duration::from_secs(20);
 /// What the server stores of a message besides emq's records, in bytes
 /// (nats-server's `fileStoreMsgSize` with headers): 22 of framing, the
-/// subject (`EMQ.<name>.1.0`), 4 + the headers (`NATS/1.0\r\n`,
+/// subject (`EMQ.<name>.1.0.<epoch>`, the stream's one subject:
+/// docs/replicated.md, "Failover"), 4 + the headers (`NATS/1.0\r\n`,
 /// `Nats-Msg-Id: <boot>.<ticket>.<part>\r\n`, `\r\n`: 27 + the id), emq's
 /// 25-byte message header and an 8-byte checksum: 86 + the subject + the
 /// id. The id is a 10-digit boot, a ticket of 1 to 6 digits here and part
 /// `0`: 14 to 19 bytes. The log counts records only, so the server's bytes
 /// are the log's plus this per message, known to within 5 bytes a message.
-fn msg_overhead(name: &str) -> RangeInclusive<u64> {
-    let fixed = 86 + format!("EMQ.{name}.1.0").len() as u64;
+fn msg_overhead(subject: &str) -> RangeInclusive<u64> {
+    let fixed = 86 + subject.len() as u64;
     (fixed + 14)..=(fixed + 19)
 }
 
@@ -167,7 +168,7 @@ fn run(node: &Node) {
 /// The figures compared at the end: the log's (STATUS) and the server's.
 #[derive(Debug)]
 struct Figures {
-    /// [`msg_overhead`] of the test's router name.
+    /// [`msg_overhead`] of the stream's subject (the router's epoch).
     overhead: RangeInclusive<u64>,
     /// Shard 0's `emq.wal.shards[]` as `emq-cli status --json` shows it.
     log: Value,
@@ -223,8 +224,19 @@ fn figures(s: &Setup, node: &Node) -> Result<Figures, String> {
     if states.iter().any(|st| key(st) != key(&states[0])) {
         return Err(format!("the nodes disagree: {states:?}"));
     }
+    let jsz = s.cluster.monitor(0, "/jsz?accounts=true&streams=true&config=true")?;
+    let subject = jsz["account_details"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a["stream_detail"].as_array())
+        .flatten()
+        .find(|d| d["name"] == stream.as_str())
+        .and_then(|d| d["config"]["subjects"][0].as_str())
+        .ok_or_else(|| format!("no subject of {stream} in /jsz: {jsz}"))?
+        .to_string();
     let status = cli_json(&node.admin(), &["status"]);
-    let overhead = msg_overhead(&s.name);
+    let overhead = msg_overhead(&subject);
     Ok(Figures { overhead, log: wal_shards(&status)[0].clone(), server: states.swap_remove(0) })
 }
 

@@ -12,14 +12,14 @@ use super::{with_js, Setup, BACK_BOUND, DRAIN_BOUND, REFUSAL_BOUND};
 use crate::common::{proc, wait};
 
 /// Waits until the router has at least `n` acknowledgements.
-pub(super) fn wait_acked(ledger: &Shared, n: usize, within: Duration) {
+pub(crate) fn wait_acked(ledger: &Shared, n: usize, within: Duration) {
     let ok = wait::until(within, || lock(ledger).acked().count() >= n);
     assert!(ok, "fewer than {n} jobs acknowledged within {within:?}: {}", lock(ledger).counts());
 }
 
 /// Waits until every acknowledged job was delivered and no job waits or
 /// is in flight (consumers run meanwhile).
-pub(super) fn drain(node: &Node, ledger: &Shared) {
+pub(crate) fn drain(node: &Node, ledger: &Shared) {
     let done = wait::until_ok(DRAIN_BOUND, || {
         {
             let l = lock(ledger);
@@ -45,7 +45,7 @@ pub(super) fn drain(node: &Node, ledger: &Shared) {
 /// Whether a refusal came at once (the job was never taken), not after
 /// the job was held: the text of the eMQP ERROR, or after the text `ERR`'s
 /// code, says which (`not confirmed:` when held, docs/text-protocol.md).
-pub(super) fn refused_at_once(sent: &ledger::Sent) -> bool {
+pub(crate) fn refused_at_once(sent: &ledger::Sent) -> bool {
     match &sent.answer {
         Some((_, Answer::Refused { text, .. })) => !text.starts_with("not confirmed:"),
         _ => false,
@@ -54,7 +54,7 @@ pub(super) fn refused_at_once(sent: &ledger::Sent) -> bool {
 
 /// Every acknowledged job was delivered, and nothing delivered that was
 /// not sent (`counts`: [`Ledger::delivery_counts`]).
-pub(super) fn check_delivered(ledger: &Ledger, counts: &BTreeMap<&str, usize>) {
+pub(crate) fn check_delivered(ledger: &Ledger, counts: &BTreeMap<&str, usize>) {
     let lost: Vec<&String> = ledger.acked().map(|(b, _)| b).filter(|b| !counts.contains_key(b.as_str())).collect();
     assert!(
         lost.is_empty(),
@@ -69,7 +69,7 @@ pub(super) fn check_delivered(ledger: &Ledger, counts: &BTreeMap<&str, usize>) {
 /// The ledger's rules: nothing odd; every acknowledged job delivered;
 /// nothing delivered that was not sent; no job delivered twice (no router
 /// crashed, consumers answer every job); nothing refused at once delivered.
-pub(super) fn check(ledger: &Ledger) {
+pub(crate) fn check(ledger: &Ledger) {
     assert!(ledger.oddities.is_empty(), "unexpected answers: {:?}", &ledger.oddities[..ledger.oddities.len().min(10)]);
     let counts = ledger.delivery_counts();
     check_delivered(ledger, &counts);
@@ -94,7 +94,7 @@ pub(super) fn check(ledger: &Ledger) {
 /// retried publish is stored once), and none of a job refused at once.
 /// Valid while nothing was purged: the test made the stream refuse purges
 /// ([`super::keep_every_record`]), and its first sequence is asserted.
-pub(super) fn check_stream(s: &Setup, node: &Node, router: &mut proc::Child, ledger: &Ledger) {
+pub(crate) fn check_stream(s: &Setup, node: &Node, router: &mut proc::Child, ledger: &Ledger) {
     let status = router.terminate(Duration::from_secs(20));
     assert!(status.is_some_and(|st| st.success()), "a clean stop: {status:?}\n{}", router.log_tail(30));
     let stream = node.stream();
@@ -128,7 +128,7 @@ pub(super) fn check_stream(s: &Setup, node: &Node, router: &mut proc::Child, led
 /// The end of a test whose router runs on: every acknowledged job
 /// delivered ([`drain`]), the `consumers` stopped, the ledger [`check`]ed,
 /// the router stopped and its stream read back ([`check_stream`]).
-pub(super) fn finish(
+pub(crate) fn finish(
     test: &str,
     s: &Setup,
     node: &Node,
@@ -150,7 +150,7 @@ pub(super) fn finish(
 /// before it, their acknowledgements waited in the release thread with
 /// those of later batches, until the later ones were given up (the give-up
 /// test) or the servers came back.
-pub(super) fn assert_no_acks(ledger: &Shared, down: Instant, up: Instant) -> usize {
+pub(crate) fn assert_no_acks(ledger: &Shared, down: Instant, up: Instant) -> usize {
     let l = lock(ledger);
     let acked = l.acks_between(down, up);
     let during: Vec<String> = acked
@@ -172,12 +172,12 @@ pub(super) fn assert_no_acks(ledger: &Shared, down: Instant, up: Instant) -> usi
 
 /// The jobs sent between `from` and `to` (both protocols), with their
 /// answers.
-pub(super) fn sent_between(ledger: &Shared, from: Instant, to: Instant) -> BTreeMap<String, ledger::Sent> {
+pub(crate) fn sent_between(ledger: &Shared, from: Instant, to: Instant) -> BTreeMap<String, ledger::Sent> {
     lock(ledger).jobs.iter().filter(|(_, s)| s.at >= from && s.at < to).map(|(b, s)| (b.clone(), s.clone())).collect()
 }
 
 /// Waits for the first `STORE_FAILED` after `down`; how long after `down`.
-pub(super) fn first_refusal(ledger: &Shared, down: Instant, router: &proc::Child) -> Duration {
+pub(crate) fn first_refusal(ledger: &Shared, down: Instant, router: &proc::Child) -> Duration {
     let refused = wait::until_ok(REFUSAL_BOUND + Duration::from_secs(5), || {
         lock(ledger).first_refusal_after("STORE_FAILED", down).map(|(at, _)| at).ok_or_else(|| "none yet".into())
     });
@@ -187,7 +187,7 @@ pub(super) fn first_refusal(ledger: &Shared, down: Instant, router: &proc::Child
 
 /// Waits after the servers came back (`up`) for the first acknowledgement
 /// of a job sent after it; how long it took.
-pub(super) fn first_accepted(ledger: &Shared, up: Instant, router: &proc::Child) -> Duration {
+pub(crate) fn first_accepted(ledger: &Shared, up: Instant, router: &proc::Child) -> Duration {
     let acked = wait::until_ok(BACK_BOUND + Duration::from_secs(5), || {
         lock(ledger).first_ack_of_sent_after(up).map(|(at, _)| at).ok_or_else(|| "none yet".into())
     });
@@ -200,7 +200,7 @@ pub(super) fn first_accepted(ledger: &Shared, up: Instant, router: &proc::Child)
 /// lease, every 3.3 s) are acknowledged, and the log is `ok`, not `taken`:
 /// a lease that expired during the outage does not make the router think
 /// another one took its name.
-pub(super) fn accepted_past_a_renewal(node: &Node, router: &proc::Child, ledger: &Shared, up: Instant) {
+pub(crate) fn accepted_past_a_renewal(node: &Node, router: &proc::Child, ledger: &Shared, up: Instant) {
     let after = up + Duration::from_secs(5);
     let ok = wait::until(Duration::from_secs(20), || lock(ledger).acked_sent_after(after) >= 100);
     let shard = node.log_status().expect("STATUS");

@@ -16,16 +16,16 @@ use crate::common::wait;
 
 /// Producers and consumers of the main queues (`default` over eMQP, `tq`
 /// over text).
-pub(super) struct Load {
-    pub(super) producers: Threads,
-    pub(super) consumers: Threads,
-    pub(super) quiet: Arc<AtomicBool>,
+pub(crate) struct Load {
+    pub(crate) producers: Threads,
+    pub(crate) consumers: Threads,
+    pub(crate) quiet: Arc<AtomicBool>,
 }
 
 impl Load {
     /// One producer per protocol (eMQP every 4 ms, text every 8 ms) and one
     /// consumer per protocol.
-    pub(super) fn start(node: &Node, ledger: &Shared) -> Load {
+    pub(crate) fn start(node: &Node, ledger: &Shared) -> Load {
         let quiet = Arc::new(AtomicBool::new(false));
         let flow = |prefix: &str, queue: &str, ms: u64| Flow {
             prefix: prefix.into(),
@@ -43,7 +43,7 @@ impl Load {
     }
 
     /// A worker on `default` and a text consumer of `tq`.
-    pub(super) fn consumers(node: &Node, ledger: &Shared) -> Threads {
+    pub(crate) fn consumers(node: &Node, ledger: &Shared) -> Threads {
         let mut consumers = Threads::default();
         let (be, l) = (node.backend(), ledger.clone());
         let queues = r#"[[10, "default"]]"#.to_string();
@@ -55,7 +55,7 @@ impl Load {
 
     /// Stops sending, waits (bounded) for the answers of what was sent,
     /// stops the producers.
-    pub(super) fn quiet_producers(self, ledger: &Shared) -> Threads {
+    pub(crate) fn quiet_producers(self, ledger: &Shared) -> Threads {
         self.quiet.store(true, Ordering::Relaxed);
         let answered = wait::until(Duration::from_secs(15), || lock(ledger).jobs.values().all(|s| s.answer.is_some()));
         self.producers.stop();
@@ -66,7 +66,7 @@ impl Load {
 
 /// Sends `n` jobs `<prefix>-<i>` to `queue` over eMQP, each acknowledged
 /// before the next; records them in the ledger.
-pub(super) fn send_acked_emqp(node: &Node, ledger: &Shared, prefix: &str, queue: &str, n: usize) {
+pub(crate) fn send_acked_emqp(node: &Node, ledger: &Shared, prefix: &str, queue: &str, n: usize) {
     let ctx = zmq::Context::new();
     let s = load::dealer(&ctx, &node.frontend());
     for i in 0..n {
@@ -83,7 +83,7 @@ pub(super) fn send_acked_emqp(node: &Node, ledger: &Shared, prefix: &str, queue:
 
 /// Sends `n` tasks `<prefix>-<i>` to `queue` over text and waits for the
 /// `NOPE` behind them (all stored); records them in the ledger.
-pub(super) fn send_acked_text(node: &Node, ledger: &Shared, prefix: &str, queue: &str, n: usize) {
+pub(crate) fn send_acked_text(node: &Node, ledger: &Shared, prefix: &str, queue: &str, n: usize) {
     use std::io::Write;
     let s = std::net::TcpStream::connect(node.text()).expect("a text connection");
     s.set_read_timeout(Some(Duration::from_millis(100))).expect("read timeout");
@@ -109,7 +109,7 @@ pub(super) fn send_acked_text(node: &Node, ledger: &Shared, prefix: &str, queue:
 
 /// A one-slot eMQP worker registered on `queue` (see [`Gate`]) on a
 /// thread of `threads`; returns once the router acknowledged its INFORM.
-pub(super) fn gated_worker(node: &Node, ledger: &Shared, queue: &str, gate: &Arc<Gate>, threads: &mut Threads) {
+pub(crate) fn gated_worker(node: &Node, ledger: &Shared, queue: &str, gate: &Arc<Gate>, threads: &mut Threads) {
     let (be, l, g, name) = (node.backend(), ledger.clone(), gate.clone(), format!("take-{queue}"));
     let queues = format!(r#"[[10, "{queue}"]]"#);
     threads.spawn(move |stop| load::emqp_worker(be, name, queues, g, l, stop));
@@ -118,14 +118,14 @@ pub(super) fn gated_worker(node: &Node, ledger: &Shared, queue: &str, gate: &Arc
 }
 
 /// How many jobs the worker of [`gated_worker`] on `queue` ran.
-pub(super) fn taken(ledger: &Shared, queue: &str) -> usize {
+pub(crate) fn taken(ledger: &Shared, queue: &str) -> usize {
     let name = format!("take-{queue}");
     lock(ledger).deliveries.iter().filter(|d| d.consumer == name).count()
 }
 
 /// Runs `n` jobs of `queue` with a new one-slot eMQP worker within
 /// `within`; how many it ran.
-pub(super) fn take_emqp(node: &Node, ledger: &Shared, queue: &str, n: usize, within: Duration) -> usize {
+pub(crate) fn take_emqp(node: &Node, ledger: &Shared, queue: &str, n: usize, within: Duration) -> usize {
     let mut threads = Threads::default();
     let before = taken(ledger, queue);
     gated_worker(node, ledger, queue, &Gate::open(), &mut threads);
@@ -136,7 +136,7 @@ pub(super) fn take_emqp(node: &Node, ledger: &Shared, queue: &str, n: usize, wit
 
 /// Takes every task of `queue` over text (`ASK`, `ACK` until `NOPE`),
 /// within `within`; the bodies in order.
-pub(super) fn take_text(node: &Node, ledger: &Shared, queue: &str, within: Duration) -> Vec<String> {
+pub(crate) fn take_text(node: &Node, ledger: &Shared, queue: &str, within: Duration) -> Vec<String> {
     use std::io::Write;
     let s = std::net::TcpStream::connect(node.text()).expect("a text connection");
     s.set_read_timeout(Some(Duration::from_millis(100))).expect("read timeout");
@@ -165,7 +165,7 @@ pub(super) fn take_text(node: &Node, ledger: &Shared, queue: &str, within: Durat
 
 /// Takes one task of `queue` over text (`ASK`) and does not answer it: it
 /// stays offered (in flight) while the connection returned is open.
-pub(super) fn offer_text(node: &Node, ledger: &Shared, queue: &str) -> std::net::TcpStream {
+pub(crate) fn offer_text(node: &Node, ledger: &Shared, queue: &str) -> std::net::TcpStream {
     use std::io::Write;
     let s = std::net::TcpStream::connect(node.text()).expect("a text connection");
     s.set_read_timeout(Some(Duration::from_millis(100))).expect("read timeout");
@@ -180,14 +180,14 @@ pub(super) fn offer_text(node: &Node, ledger: &Shared, queue: &str) -> std::net:
 
 /// Jobs queued before a fault on `pre-e` (eMQP, its worker registered
 /// and not READY) and `pre-t` (text), served during it.
-pub(super) struct PreQueues {
+pub(crate) struct PreQueues {
     gate: Arc<Gate>,
     worker: Threads,
 }
 
 impl PreQueues {
     /// Queues [`PRE_JOBS`] jobs on each.
-    pub(super) fn queue(node: &Node, ledger: &Shared) -> PreQueues {
+    pub(crate) fn queue(node: &Node, ledger: &Shared) -> PreQueues {
         let (gate, mut worker) = (Arc::new(Gate::default()), Threads::default());
         gated_worker(node, ledger, "pre-e", &gate, &mut worker);
         send_acked_emqp(node, ledger, "pre-e", "pre-e", PRE_JOBS);
@@ -198,7 +198,7 @@ impl PreQueues {
     /// During a fault: the jobs are served from memory (the worker runs
     /// them, a text client ASKs them), within [`SERVED_BOUND`]; how long
     /// it took.
-    pub(super) fn serve(self, node: &Node, ledger: &Shared) -> Duration {
+    pub(crate) fn serve(self, node: &Node, ledger: &Shared) -> Duration {
         let t0 = Instant::now();
         self.gate.go.store(true, Ordering::Relaxed);
         wait::until(SERVED_BOUND, || taken(ledger, "pre-e") >= PRE_JOBS);
@@ -213,7 +213,7 @@ impl PreQueues {
 
 /// Waits until no job is in flight (a consumer stopped with one is
 /// requeued after its heartbeat timeout); the waiting jobs by queue then.
-pub(super) fn waiting_when_idle(node: &Node) -> BTreeMap<String, u64> {
+pub(crate) fn waiting_when_idle(node: &Node) -> BTreeMap<String, u64> {
     let idle = wait::until_ok(Duration::from_secs(20), || {
         let s = node.status()?;
         if s["inflight_messages_by_queue"].as_object().is_some_and(|m| m.is_empty()) {
@@ -228,7 +228,7 @@ pub(super) fn waiting_when_idle(node: &Node) -> BTreeMap<String, u64> {
 
 /// Sends `body` to `queue` over eMQP from a fresh client every 200 ms
 /// until a REPLY comes, within `within`; how long it took.
-pub(super) fn send_until_acked(
+pub(crate) fn send_until_acked(
     node: &Node,
     ledger: &Shared,
     body: &str,

@@ -91,6 +91,26 @@ impl Node {
         self.router.start(&self.flags())
     }
 
+    /// This router with `extra` flags too.
+    pub fn with_flags(mut self, extra: &[&str]) -> Node {
+        self.flags.extend(extra.iter().map(|s| s.to_string()));
+        self
+    }
+
+    /// Starts the router without waiting: a standby binds its ports only
+    /// once it holds the name ([`Node::wait_listening`]).
+    pub fn spawn(&self) -> Child {
+        Child::spawn("router", &mut self.command(), &self.router.log)
+    }
+
+    /// Waits up to `within` until every port of the router `child` listens;
+    /// `false` when it did not or the router exited.
+    pub fn wait_listening(&self, child: &mut Child, within: Duration) -> bool {
+        use crate::common::ports::is_listening;
+        wait::until(within, || !child.is_alive() || self.router.ports.iter().all(|&p| is_listening(p)))
+            && child.is_alive()
+    }
+
     /// STATUS as JSON; `Err` when no answer came within [`ADMIN_TIMEOUT`].
     pub fn status(&self) -> Result<serde_json::Value, String> {
         let ctx = zmq::Context::new();
@@ -232,6 +252,13 @@ pub async fn read_stream(js: &jetstream::Context, name: &str) -> Result<StreamCo
             Err(_) => return Err(format!("{name}: no message for 5 s before sequence {}", state.last_sequence)),
         };
         let seq = m.info().map_err(|e| e.to_string())?.stream_sequence;
+        if m.headers.as_ref().is_some_and(|h| h.get(emq::jslog::message::FENCE_HEADER).is_some()) {
+            // A router's marker (docs/replicated.md, "Failover").
+            if seq >= state.last_sequence {
+                return Ok(out);
+            }
+            continue;
+        }
         out.messages += 1;
         decode(&m.payload, &mut out).map_err(|why| format!("{name} sequence {seq}: {why}"))?;
         if seq >= state.last_sequence {
