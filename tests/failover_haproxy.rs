@@ -48,6 +48,8 @@ use crate::common::{admin, jobs, python, wait};
 use crate::replicated_faults::rig::Node;
 use crate::replicated_faults::setup;
 
+/// The jobmanager's queues (`EVENTMQ_QUEUES`).
+const QUEUES: &str = r#"[[10,"default"]]"#;
 /// Jobs acknowledged before the kill, and after the take-over.
 const BEFORE_JOBS: usize = 20;
 /// Jobs the new owner must acknowledge (and run) after the take-over.
@@ -79,7 +81,9 @@ fn haproxy_or_skip(test: &str) -> Option<PathBuf> {
                 std::env::var("CI").map_or(true, |v| v != "true"),
                 "{test} needs haproxy under CI (.ci/run installs Debian's)"
             );
-            eprintln!("skipped: {test} needs haproxy (Debian: apt-get install haproxy), not found on PATH or in /usr/sbin");
+            eprintln!(
+                "skipped: {test} needs haproxy (Debian: apt-get install haproxy), not found on PATH or in /usr/sbin"
+            );
             None
         }
     }
@@ -219,9 +223,8 @@ fn python_peers_through_haproxy_live_through_a_take_over() {
     let mut owner = node.start();
     let standby = node.elsewhere(dir, "b").with_flags(&["--standby"]);
     let mut router_b = standby.spawn();
-    let waits = wait::until(Duration::from_secs(15), || {
-        router_b.log_text().contains("standby: the router name is held")
-    });
+    let waits =
+        wait::until(Duration::from_secs(15), || router_b.log_text().contains("standby: the router name is held"));
     assert!(waits, "the standby does not say it waits\n{}", router_b.log_tail(30));
 
     // HAProxy in front of both.
@@ -244,15 +247,16 @@ fn python_peers_through_haproxy_live_through_a_take_over() {
 
     // The unchanged Python peers, on HAProxy's addresses only.
     let out = dir.join("jobs.txt");
-    let mut jm = python::start_jobmanager(dir, &zmq_endpoint(back), "A", r#"[[10,"default"]]"#, 2);
+    let mut jm = python::start_jobmanager(dir, &zmq_endpoint(back), "A", QUEUES, 2);
     let registered = wait::until_ok(REGISTER_TIMEOUT, || {
         let listed = admin::workers(&node.admin())?;
-        match admin::worker_serving(&listed, "default") {
+        match admin::worker_serving(&listed, QUEUES) {
             Some(w) if w.available_slots == 2 => Ok(()),
             _ => Err(format!("workers: {listed:?}")),
         }
     });
-    registered.unwrap_or_else(|why| panic!("the jobmanager did not register through haproxy: {why}\n{}", jm.log_tail(20)));
+    registered
+        .unwrap_or_else(|why| panic!("the jobmanager did not register through haproxy: {why}\n{}", jm.log_tail(20)));
     let stop = dir.join("client.stop");
     let client_out = dir.join("client.out");
     let mut cmd = python::script_cmd("emq_client_loop.py");
@@ -278,9 +282,9 @@ fn python_peers_through_haproxy_live_through_a_take_over() {
     let listening = standby.wait_listening(&mut router_b, TAKE_OVER_BOUND);
     let listened = killed.elapsed();
     assert!(listening, "the standby did not take over within {TAKE_OVER_BOUND:?}\n{}", router_b.log_tail(40));
-    let listened_at = unix_now();
     wait_only_up(&stats, "router2", Duration::from_secs(10))
         .unwrap_or_else(|why| panic!("haproxy does not see the new owner alone up: {why}\n{}", proxy.log_tail(20)));
+    let proxied_at = unix_now();
     let after = wait::until(AFTER_BOUND, || {
         let c = ClientOut::read(&client_out);
         let ran = jobs::by_tag(&jobs::read(&out), "run");
@@ -346,7 +350,7 @@ fn python_peers_through_haproxy_live_through_a_take_over() {
          s after it (a gap of {:.2} s); the first job run after the kill {:.2} s after it; jobs sent {}, acknowledged \
          {} before the kill and {} after it, never acknowledged {} ({unacked:?}), run twice {} ({twice:?}); the new \
          owner told the jobmanager DISCONNECT: {disconnected}, registrations on it: {reinformed}",
-        listened_at - killed_at,
+        proxied_at - killed_at,
         killed_at - last_ack_before,
         first_ack_after - killed_at,
         first_ack_after - last_ack_before,
