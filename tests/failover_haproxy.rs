@@ -52,7 +52,8 @@ use crate::replicated_faults::setup;
 const QUEUES: &str = r#"[[10,"default"]]"#;
 /// Jobs acknowledged before the kill, and after the take-over.
 const BEFORE_JOBS: usize = 20;
-/// Jobs the new owner must acknowledge (and run) after the take-over.
+/// Jobs sent after HAProxy saw the new owner up that it must acknowledge
+/// and run.
 const AFTER_JOBS: usize = 20;
 /// From the `kill -9` to the standby listening (lease 10 s + poll 3.3 s +
 /// replay, measured 10.0-13.3 s in tests/failover.rs; slack for 2 cores).
@@ -288,11 +289,13 @@ fn python_peers_through_haproxy_live_through_a_take_over() {
     let after = wait::until(AFTER_BOUND, || {
         let c = ClientOut::read(&client_out);
         let ran = jobs::by_tag(&jobs::read(&out), "run");
-        c.acked_between(killed_at, f64::MAX).iter().filter(|t| ran.contains_key(*t)).count() >= AFTER_JOBS
+        let acked = c.acked_between(proxied_at, f64::MAX);
+        let sent_after = c.sent.iter().filter(|(_, (_, at))| *at > proxied_at).map(|(t, _)| t);
+        sent_after.filter(|t| acked.contains(*t) && ran.contains_key(*t)).count() >= AFTER_JOBS
     });
     assert!(
         after,
-        "{AFTER_JOBS} jobs were not acknowledged and run after the take-over within {AFTER_BOUND:?}\n{}",
+        "{AFTER_JOBS} jobs sent after the take-over were not acknowledged and run within {AFTER_BOUND:?}\n{}",
         logs(&client, &jm, &owner, &router_b)
     );
 
@@ -321,6 +324,13 @@ fn python_peers_through_haproxy_live_through_a_take_over() {
     let twice_after: Vec<&(&String, usize)> = twice.iter().filter(|(t, _)| !acked_before.contains(*t)).collect();
     assert!(twice_after.is_empty(), "jobs acknowledged by the new owner ran twice: {twice_after:?}");
     assert!(acked_after.len() >= AFTER_JOBS, "only {} jobs acknowledged after the kill", acked_after.len());
+    let sent_after: Vec<&String> = c.sent.iter().filter(|(_, (_, at))| *at > proxied_at).map(|(t, _)| t).collect();
+    let unanswered: Vec<&&String> = sent_after.iter().filter(|t| !acked_after.contains(**t)).collect();
+    assert!(
+        sent_after.len() >= AFTER_JOBS && unanswered.is_empty(),
+        "of the {} jobs sent after haproxy saw the new owner up, not acknowledged: {unanswered:?}",
+        sent_after.len()
+    );
     assert!(c.refused.is_empty(), "the routers refused jobs: {:?}", c.refused);
 
     // On the new owner: the old one is dead, and the new one counts them.
@@ -344,12 +354,16 @@ fn python_peers_through_haproxy_live_through_a_take_over() {
     let b_log = router_b.log_text();
     let disconnected = b_log.contains("message from a worker the router does not know: DISCONNECT");
     let reinformed = b_log.matches("worker registered").count();
+    let jm_log = jm.log_text();
+    let informs = jm_log.matches("'INFORM'").count();
+    let gave_up = jm_log.contains("The broker appears to have gone away");
     eprintln!(
         "{test}: kill -9 of the owner; the standby listened {listened:?} after it (haproxy saw it up {:.2} s after \
          the kill); the Python client's last acceptance before the kill {:.2} s before it, its first after it {:.2} \
          s after it (a gap of {:.2} s); the first job run after the kill {:.2} s after it; jobs sent {}, acknowledged \
          {} before the kill and {} after it, never acknowledged {} ({unacked:?}), run twice {} ({twice:?}); the new \
-         owner told the jobmanager DISCONNECT: {disconnected}, registrations on it: {reinformed}",
+         owner told the jobmanager DISCONNECT: {disconnected}, registrations on it: {reinformed}; the jobmanager sent {informs} INFORMs in all, gave up on the router by its own \
+         heartbeat liveness: {gave_up}",
         proxied_at - killed_at,
         killed_at - last_ack_before,
         first_ack_after - killed_at,
