@@ -34,7 +34,7 @@
 //! completed as it acknowledged; the same jobmanager and client processes
 //! ran throughout. Printed: the take-over and the gap the peers see (last
 //! acceptance before the kill to the first after it; first job run after
-//! it; measured 8.1-11.3 s, docs/replicated.md). About 25-30 s.
+//! it; measured 8.1-11.3 s, docs/replicated.md). About 25-31 s.
 //!
 //! Skips in one line without haproxy or nats-server, except under CI
 //! (`CI=true`), where either missing is a failure (`.ci/run` installs both).
