@@ -11,6 +11,7 @@ mod emqp_router;
 mod exact;
 mod failover;
 mod failover_clients;
+mod failover_haproxy;
 mod http;
 mod interop;
 mod interop_pubsub;
