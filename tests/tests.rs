@@ -9,6 +9,7 @@ mod durability;
 mod emqp_router;
 mod exact;
 mod failover;
+mod failover_status;
 mod http;
 mod interop;
 mod interop_pubsub;
