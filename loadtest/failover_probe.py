@@ -299,6 +299,52 @@ class Probe(threading.Thread):
         return sum(r["accepts"] for r in list(self.reqs.values()))
 
 
+def drain(router, expected, probe, rounds, rel):
+    """A worker for `default` on the final owner takes every queued probe job (never answers): which
+    acknowledged msgids came out, which twice, which not at all."""
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(f"tcp://127.0.0.1:{router.bp}")
+    s.send_multipart([b"", b"eMQP/1.0", b"INFORM", b"drain-inform", b'[[1, "default"]]', b"worker"])
+    got = {}
+    acked = False
+    end = mono() + 30
+    idle_until = None
+    while mono() < end:
+        if not s.poll(200):
+            if acked and idle_until and mono() > idle_until:
+                break
+            continue
+        fr = s.recv_multipart()
+        if fr[2] == b"ACK" and not acked:
+            acked = True
+            for _ in range(expected + 100):
+                s.send_multipart([b"", b"eMQP/1.0", b"READY", b"drain-ready"])
+            idle_until = mono() + 3
+        elif fr[2] == b"REQUEST":
+            got[fr[3]] = got.get(fr[3], 0) + 1
+            idle_until = mono() + 3
+    s.close()
+    acked_mids = {r["msgid"]: q for q, r in probe.reqs.items() if r["accepted"] is not None}
+    kills = [(r["round"], r["_t_kill"]) for r in rounds]
+
+    def near_kill(q):
+        r = probe.reqs[q]
+        t = r["first_sent"]
+        if t is None:
+            return None
+        rd, k = min(kills, key=lambda x: abs(x[1] - t))
+        return {"request": q, "round": rd, "first_sent_minus_kill_ms": round((t - k) * 1000, 1),
+                "resends": r["resends"], "acceptance_minus_kill_ms": round((r["accepted"] - k) * 1000, 1)}
+
+    dups = [near_kill(acked_mids[m]) for m, n in got.items() if n > 1 and m in acked_mids]
+    return {"jobs_delivered": sum(got.values()), "distinct_msgids": len(got),
+            "missing": sorted(q for m, q in acked_mids.items() if m not in got),
+            "foreign": len([m for m in got if m not in acked_mids]),
+            "twice": dups}
+
+
 def parse_log_time(line):
     m = re.match(r"\s*(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)Z?", re.sub(r"\x1b\[[0-9;]*m", "", line))
     if not m:
@@ -387,6 +433,7 @@ def run_main(argv):
             t_kill = mono()
             wall_kill = time.time()
             owner.kill9()
+            t_kill_done = mono()
             lease_age_at_kill = None
             if own_sb.get("lease_age_ms") is not None:
                 lease_age_at_kill = own_sb["lease_age_ms"] + (t_kill - t_st) * 1000
@@ -432,7 +479,7 @@ def run_main(argv):
             acc_at_status = acc_now
             r = {
                 "round": i, "killed": owner.label, "new_owner": standby.label,
-                "t_kill_s": round(rel(t_kill), 3), "kill_utc": dt.datetime.fromtimestamp(wall_kill, dt.timezone.utc)
+                "t_kill_s": round(rel(t_kill), 4), "t_kill_done_s": round(rel(t_kill_done), 4), "kill_utc": dt.datetime.fromtimestamp(wall_kill, dt.timezone.utc)
                 .isoformat(timespec="milliseconds"),
                 "lease_age_at_kill_ms": None if lease_age_at_kill is None else round(lease_age_at_kill),
                 "kill_to_took_name_ms": None if took_t is None else round((took_t - wall_kill) * 1000),
@@ -470,6 +517,9 @@ def run_main(argv):
                         "probe_acceptances": probe.accepts_total(),
                         "probe_requests": len(probe.reqs),
                         "unanswered": sum(1 for r in probe.reqs.values() if r["accepted"] is None and not r["refused"])}
+        run["drain"] = drain(owner, run["final"]["waiting_default"], probe, rounds, rel)
+        if run["drain"]["missing"]:
+            run["bugs"].append(f"acknowledged probe requests not delivered to a worker: {run['drain']['missing']}")
         if run["final"]["waiting_default"] < run["final"]["probe_acceptances"]:
             run["bugs"].append(f"queue default holds {run['final']['waiting_default']} jobs but the probe got "
                                f"{run['final']['probe_acceptances']} acceptances: acknowledged requests lost")
@@ -652,8 +702,7 @@ def report_main(argv):
     L.append(f"`loadtest/failover.sh {len(rounds)}` (JOBS={run['jobs']}): {a.cores} cores ({a.cpu}), shared with "
              f"other work. Local 3-node NATS JetStream cluster (R3, `sync_interval: always`, "
              f"{rd('cluster.txt').splitlines()[1] if len(rd('cluster.txt').splitlines()) > 1 else '?'}), "
-             f"`nats_lease` {run['lease_s']:g} s (renewed every {run['lease_s'] / 3:.2f} s, the standby polls as "
-             f"often), {run['jobs']:,} 64-byte jobs queued on queue `fill` (no worker) before the first kill; "
+             f"`nats_lease` {run['lease_s']:g} s (renewed every {run['lease_s'] / 3:.2f} s; a standby reads the key every 250 ms), {run['jobs']:,} 64-byte jobs queued on queue `fill` (no worker) before the first kill; "
              f"a probe client sends an eMQP REQUEST every 20 ms to both routers (one DEALER, ZMQ_IMMEDIATE), "
              f"re-sending after 1 s unanswered. The kill comes 1 s + a uniform random 0-{run['lease_s'] / 3:.1f} s "
              f"into each round (a random phase of the lease renewal).")
@@ -674,6 +723,38 @@ def report_main(argv):
              f"{fin.get('probe_acceptances', '?')} acceptances the probe received "
              f"({fin.get('probe_requests', '?')} requests, {fin.get('unanswered', '?')} never answered). "
              + ("**Problems: " + "; ".join(bugs) + "**" if bugs else "No acknowledged probe request lost, none unanswered."))
+    share = [r["kill_to_took_name_ms"] / r["kill_to_first_accept_ms"] for r in rounds
+             if r.get("kill_to_took_name_ms") and r.get("kill_to_first_accept_ms")]
+    oc = [r["new_owner_cpu_ms_kill_to_first_accept"] for r in rounds]
+    nc = [r["nats_cpu_ms_kill_to_first_accept"] for r in rounds]
+    if share:
+        L.append(f"* What bounds it: the wait for the old owner's lease to expire, {min(share) * 100:.0f}-"
+                 f"{max(share) * 100:.0f} % of kill → first acceptance (kill → \"took the router name\"), not a "
+                 f"resource: between the kill and the first acceptance the new owner used {min(oc)}-{max(oc)} ms of "
+                 f"CPU and the three nats-servers {min(nc)}-{max(nc)} ms together. kill → took the name ≈ lease − "
+                 f"the lease's age at the kill + the key's expiry at the server and the standby's next read of it; "
+                 f"then the fence, the replay and binding the ports. The lease age is the standby's STATUS read just "
+                 f"before the kill (the key's time as the standby last read it): when the owner renewed between "
+                 f"that read and the kill (an age near or over lease/3 = {lease_ms / 3:.0f} ms), the row's age is "
+                 f"too old and its \"expiry → took\" too long by up to lease/3.")
+    over_third = [r["round"] for r in rounds if (r.get("lease_age_at_kill_ms") or 0) > lease_ms / 3]
+    if over_third:
+        L.append(f"  Rounds with an age over lease/3 (a renewal was due or just landed): {over_third}.")
+    dr = run.get("drain")
+    if dr:
+        L.append(f"* Drain at the end (a worker for `default` on the last owner): {dr['jobs_delivered']} jobs, "
+                 f"{dr['distinct_msgids']} distinct msgids; acknowledged msgids missing: {dr['missing'] or 'none'}; "
+                 f"delivered twice: {len(dr['twice'])}"
+                 + ("".join(f"; request {d['request']} (round {d['round']}: first sent "
+                            f"{d['first_sent_minus_kill_ms']:+} ms from the kill, re-sent {d['resends']}×, accepted "
+                            f"{d['acceptance_minus_kill_ms']:+} ms)" for d in dr["twice"])) + ".")
+    dup = fin.get("waiting_default", 0) - fin.get("probe_acceptances", 0)
+    rs = sum(r["probe_resends"] for r in rounds)
+    L.append(f"* What the client saw: while no router listened its sends waited in its socket (ZMQ_IMMEDIATE: "
+             f"\"blocked\" below; none refused), then went to the new owner as soon as it connected; requests sent "
+             f"to the owner just before the kill went unanswered and were re-sent after 1 s ({rs} re-sends in all). "
+             f"Queue `default` held {dup} more jobs than the probe had acceptances: a re-sent request the killed "
+             f"owner had stored but not answered is stored again (msgids are not deduplicated: at-least-once).")
     L.append("")
     L.append("| figure (over the rounds) | p50 | max | min |")
     L.append("|---|---|---|---|")
