@@ -751,10 +751,12 @@ def report_main(argv):
     dup = fin.get("waiting_default", 0) - fin.get("probe_acceptances", 0)
     rs = sum(r["probe_resends"] for r in rounds)
     L.append(f"* What the client saw: while no router listened its sends waited in its socket (ZMQ_IMMEDIATE: "
-             f"\"blocked\" below; none refused), then went to the new owner as soon as it connected; requests sent "
+             f"\"blocked\" below; {sum(r['probe_refusals'] for r in rounds)} refusals in all), then went to the new owner as soon as it connected; requests sent "
              f"to the owner just before the kill went unanswered and were re-sent after 1 s ({rs} re-sends in all). "
-             f"Queue `default` held {dup} more jobs than the probe had acceptances: a re-sent request the killed "
-             f"owner had stored but not answered is stored again (msgids are not deduplicated: at-least-once).")
+             + (f"Queue `default` held {dup} more jobs than the probe had acceptances: a re-sent request the killed "
+                f"owner had stored but not answered is stored again (msgids are not deduplicated: at-least-once)."
+                if dup > 0 else f"Queue `default` held exactly as many jobs as the probe had acceptances "
+                f"(a re-sent request the dying owner had stored would be stored twice: at-least-once)."))
     L.append("")
     L.append("| figure (over the rounds) | p50 | max | min |")
     L.append("|---|---|---|---|")
