@@ -12,6 +12,7 @@ mod exact;
 mod failover;
 mod failover_clients;
 mod failover_haproxy;
+mod failover_status;
 mod http;
 mod interop;
 mod interop_pubsub;

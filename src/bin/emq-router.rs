@@ -32,12 +32,33 @@ fn run() -> anyhow::Result<()> {
     // answered before `start` returns).
     let mut signals =
         signal_hook::iterator::Signals::new(emq::program::stop_signals()).context("installing signal handlers")?;
-    let handle = emq::router::start(config).context("cannot start")?;
-    // The main thread waits for the signals itself (no thread of its own);
-    // a router stopped otherwise (admin DISCONNECT) ends the wait.
+    // A thread hears the signals from now on: a standby waiting for its
+    // name stops waiting at once (nothing taken, nothing to hand back); a
+    // start past the wait finishes and is then stopped cleanly.
     let signal_handle = signals.handle();
+    let (sig_tx, sig_rx) = crossbeam_channel::unbounded();
+    std::thread::Builder::new()
+        .name("emq-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                emq::jslog::ownership::stop_waiting();
+                if sig_tx.send(sig).is_err() {
+                    break;
+                }
+            }
+        })
+        .context("starting the signal thread")?;
+    let handle = match emq::router::start(config) {
+        Ok(handle) => handle,
+        Err(emq::router::StartError::Js(e @ emq::jslog::JsError::Stopped { .. })) => {
+            tracing::info!("{e}: exiting");
+            return Ok(());
+        }
+        Err(e) => return Err(e).context("cannot start"),
+    };
+    // A router stopped otherwise (admin DISCONNECT) ends the wait.
     handle.on_stopped(move || signal_handle.close());
-    if let Some(sig) = signals.forever().next() {
+    if let Ok(sig) = sig_rx.recv() {
         tracing::info!(signal = sig, "signal received: shutting down");
         handle.shutdown();
     }

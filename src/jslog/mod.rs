@@ -63,6 +63,7 @@ pub mod bridge;
 pub mod log;
 pub mod message;
 pub mod owner;
+pub mod ownership;
 pub mod shared;
 
 use std::collections::BTreeMap;
@@ -113,6 +114,13 @@ pub enum JsError {
         name: String,
         /// What the holder wrote of itself.
         holder: String,
+    },
+    /// A stop signal ended a standby's wait for the name
+    /// ([`ownership::stop_waiting`]): nothing was taken.
+    #[error("stopped while waiting as a standby for router name {name:?}")]
+    Stopped {
+        /// The name.
+        name: String,
     },
     /// A JetStream request failed.
     #[error("JetStream: {what}: {why}")]
@@ -249,12 +257,19 @@ fn hostname() -> String {
 /// Connects to the cluster, takes the router name, replays every shard's
 /// stream and opens `config.shards` logs, each with what it recovered (see
 /// the module docs). Jobs are stamped as accepted at `now` by a router
-/// started at `epoch`.
+/// started at `epoch`. `ownership` hears the wait for the name, its taking and
+/// the replay's progress (STATUS; the caller says when it serves).
 ///
 /// # Errors
 /// [`JsError`]: no server reachable, the name held by a live router, a
-/// stream unreadable or damaged, a server `max_payload` too small.
-pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opened, JsError> {
+/// stream unreadable or damaged, a server `max_payload` too small, a
+/// standby's wait stopped ([`JsError::Stopped`]).
+pub fn open(
+    config: &RouterConfig,
+    epoch: Instant,
+    now: Instant,
+    ownership: Arc<ownership::Ownership>,
+) -> Result<Opened, JsError> {
     let t0 = Instant::now();
     let nats = &config.nats;
     let bridge = Bridge::start(nats)?;
@@ -271,7 +286,7 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
         "since_unix_ms": crate::job::unix_ms_now(),
     })
     .to_string();
-    let lease = owner::acquire(&bridge, nats, holder.clone())?;
+    let lease = owner::acquire(&bridge, nats, holder.clone(), ownership.clone())?;
     let own = lease.epoch();
     let store = Store { bridge, lease: Some(lease) };
     let bridge = &store.bridge;
@@ -284,7 +299,7 @@ pub fn open(config: &RouterConfig, epoch: Instant, now: Instant) -> Result<Opene
         None => Vec::new(),
     };
     let old: Vec<(usize, StreamRead)> = match layout {
-        Some(l) => read_streams(bridge, nats, l, &markers)?,
+        Some(l) => read_streams(bridge, nats, l, &markers, ownership)?,
         None => Vec::new(),
     };
     let shards = config.shards;
@@ -459,10 +474,12 @@ fn read_streams(
     nats: &NatsConfig,
     layout: Layout,
     markers: &[u64],
+    own: Arc<ownership::Ownership>,
 ) -> Result<Vec<(usize, StreamRead)>, JsError> {
     let names: Vec<String> = (0..usize::from(layout.shards)).map(|i| stream_name(nats, layout.gen, i)).collect();
     let markers: Vec<u64> = (0..names.len()).map(|i| markers.get(i).copied().unwrap_or(0)).collect();
     let (idle, within) = (nats.ack_timeout * 5, nats.give_up);
+    own.streams_to_read(names.len());
     bridge.call(move |ctx| async move {
         let mut set = tokio::task::JoinSet::new();
         for ((i, name), at_least) in names.into_iter().enumerate().zip(markers) {
@@ -472,7 +489,11 @@ fn read_streams(
         let mut out = Vec::new();
         while let Some(r) = set.join_next().await {
             match r {
-                Ok(r) => out.push(r?),
+                Ok(r) => {
+                    let r = r?;
+                    own.stream_read(r.1.msgs.len() as u64);
+                    out.push(r);
+                }
                 Err(e) => return Err(JsError::Store { what: "reading the log streams".into(), why: e.to_string() }),
             }
         }

@@ -41,6 +41,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::bridge::{retried, Bridge, Ctx};
+use super::ownership::{self, Ownership};
 use super::shared::JsShared;
 use super::JsError;
 use crate::config::NatsConfig;
@@ -77,11 +78,14 @@ struct Watchers {
     shards: Vec<Arc<JsShared>>,
     /// The name was taken (before or after they were attached).
     taken: bool,
+    /// STATUS's view of the name.
+    own: Arc<Ownership>,
 }
 
 impl Watchers {
     fn take(&mut self) {
         self.taken = true;
+        self.own.fenced(None);
         let mut newly = false;
         for s in &self.shards {
             newly |= s.taken();
@@ -152,7 +156,7 @@ fn bucket_lease(store: &kv::Store, configured: Duration) -> Duration {
 /// # Errors
 /// [`JsError::Held`] when a live router holds the name; [`JsError::Store`]
 /// when the bucket cannot be read or written (tried for `nats_give_up`).
-pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<Lease, JsError> {
+pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String, own: Arc<Ownership>) -> Result<Lease, JsError> {
     let (prefix, name, lease, replicas, give_up, standby) = (
         config.stream_prefix.clone(),
         config.router_name.clone(),
@@ -167,7 +171,7 @@ pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<L
         let deadline = Instant::now() + lease * 2 + Duration::from_secs(1);
         let mut seen: Option<u64> = None;
         let mut said: Option<String> = None;
-        let value = Bytes::from(holder);
+        let value = Bytes::from(holder.clone());
         let what = format!("the lease on router name {name}");
         let revision = loop {
             let created = retried(&what, give_up, || async {
@@ -178,6 +182,7 @@ pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<L
             });
             match created.await {
                 Ok(Some(revision)) => {
+                    own.took(&holder, revision, said.as_deref());
                     match &said {
                         Some(old) => tracing::warn!(
                             router_name = %name,
@@ -197,9 +202,11 @@ pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<L
             if let Some(entry) = entry.filter(|e| e.operation == Operation::Put) {
                 if entry.value == value {
                     // This router's create, stored while its answer was lost.
+                    own.took(&holder, entry.revision, said.as_deref());
                     break entry.revision;
                 }
                 let other = String::from_utf8_lossy(&entry.value).into_owned();
+                own.waiting(&other, entry.created.into());
                 if !standby && (seen.is_some_and(|r| r != entry.revision) || Instant::now() >= deadline) {
                     return Err(JsError::Held { name, holder: other });
                 }
@@ -213,9 +220,13 @@ pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String) -> Result<L
                 }
                 seen = seen.or(Some(entry.revision));
             }
+            if ownership::waiting_stopped() {
+                return Err(JsError::Stopped { name });
+            }
             tokio::time::sleep(LEASE_POLL).await;
         };
-        let held = Lease { store, key: name, epoch: revision, stop: Arc::default(), watchers: Arc::default() };
+        let watchers = Arc::new(Mutex::new(Watchers { own, ..Watchers::default() }));
+        let held = Lease { store, key: name, epoch: revision, stop: Arc::default(), watchers };
         let (store, key, stop, watchers) = (held.store.clone(), held.key.clone(), held.stop.clone(), held.watchers.clone());
         tokio::spawn(renew(store, key, value, revision, lease, stop, watchers));
         Ok(held)
@@ -241,6 +252,7 @@ async fn renew(
         let error = match store.update(&key, value.clone(), revision).await {
             Ok(r) => {
                 revision = r;
+                watchers.lock().own.renewed();
                 continue;
             }
             // Released meanwhile (a clean stop deleted the key).
@@ -248,11 +260,13 @@ async fn renew(
             Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => match reclaim(&store, &key, &value).await {
                 Ok(Some(Reclaimed::Ours(r))) => {
                     revision = r;
+                    watchers.lock().own.renewed();
                     continue;
                 }
                 Ok(Some(Reclaimed::Lapsed(r))) => {
                     tracing::warn!(router_name = %key, "the lease on the router name lapsed (the cluster was unreachable longer than nats_lease) and no other router took it: held again");
                     revision = r;
+                    watchers.lock().own.renewed();
                     continue;
                 }
                 Ok(None) => {

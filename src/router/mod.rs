@@ -17,6 +17,7 @@ pub mod prometheus;
 pub mod release;
 pub mod reporter;
 pub mod scrape;
+mod standby_admin;
 pub mod status_page;
 
 use std::sync::Arc;
@@ -355,12 +356,16 @@ struct OpenedLogs {
 ///
 /// `config.wal.skip_damaged` (`--recover-skip-damaged`) decides whether damage
 /// in the middle of a local log stops the start.
-fn open_logs(config: &RouterConfig, started: Instant) -> Result<OpenedLogs, StartError> {
+fn open_logs(
+    config: &RouterConfig,
+    started: Instant,
+    own: &Arc<crate::jslog::ownership::Ownership>,
+) -> Result<OpenedLogs, StartError> {
     use crate::config::Durability;
     match config.wal.durability {
         Durability::Memory => Ok(OpenedLogs { starts: Vec::new(), store: LogStore::None, server: None }),
         Durability::Replicated => {
-            let opened = crate::jslog::open(config, started, started)?;
+            let opened = crate::jslog::open(config, started, started, own.clone())?;
             let server = serde_json::json!(opened.server);
             let starts = opened.shards.into_iter().map(|s| LogStart::of(s.log, s.recovered)).collect();
             Ok(OpenedLogs { starts, store: LogStore::Nats(Box::new(opened.store)), server: Some(server) })
@@ -382,6 +387,7 @@ fn wal_status(
     logs: &[Arc<dyn crate::joblog::LogStatus>],
     started_on: &Option<serde_json::Value>,
     bridge: &Option<(Arc<crate::jslog::bridge::BridgeStats>, async_nats::Client)>,
+    own: &crate::jslog::ownership::Ownership,
 ) -> serde_json::Value {
     use crate::config::Durability;
     let local = matches!(config.wal.durability, Durability::Sync | Durability::Async);
@@ -401,8 +407,12 @@ fn wal_status(
                 crate::joblog::LogState::Faulty(crate::joblog::FaultKind::Fenced | crate::joblog::FaultKind::Taken)
             )
         });
+        if lost {
+            own.fenced(None);
+        }
         serde_json::json!({
-            "role": if lost { "fenced" } else { "owner" },
+            "role": own.role().as_str(),
+            "ownership": own.to_json(),
             "standby": n.standby,
             "router_name": n.router_name,
             "urls": n.urls,
@@ -500,20 +510,34 @@ fn text_status(stats: &TextStats, counters: &Counters) -> serde_json::Value {
 pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHandle, StartError> {
     let config = Arc::new(config);
     let started = Instant::now();
-    let OpenedLogs { mut starts, store: log_store, server: store_server } = open_logs(&config, started)?;
-    let bridge_stats = match &log_store {
-        LogStore::Nats(s) => Some((s.bridge().stats.clone(), s.bridge().client().clone())),
-        _ => None,
-    };
     let zctx = zmq::Context::new();
     let hwm = config.zmq_hwm;
     // A message over about twice the message limit (every frame counted,
     // 64 bytes a frame more) makes libzmq drop the peer; messages between
     // the two get ERROR TOO_BIG from the I/O thread.
     let max_msg = crate::limits::zmq_max_msg_size(config.max_message_bytes);
+    let own = Arc::new(crate::jslog::ownership::Ownership::default());
+    // A standby answers admin while it waits and replays (standby_admin.rs).
+    let standby = if config.wal.durability == crate::config::Durability::Replicated && config.nats.standby {
+        let (sock, ad) = router_socket(&zctx, &config.admin_addr, hwm, max_msg, "admin")?;
+        tracing::info!(admin = %ad, router_name = %config.nats.router_name, "standby: admin bound; STATUS says who owns the name");
+        Some((standby_admin::start(sock, own.clone(), config.nats.router_name.clone())?, ad))
+    } else {
+        None
+    };
+    let opened = open_logs(&config, started, &own);
+    let admin_early = standby.and_then(|(s, ad)| s.finish().map(|sock| (sock, ad)));
+    let OpenedLogs { mut starts, store: log_store, server: store_server } = opened?;
+    let bridge_stats = match &log_store {
+        LogStore::Nats(s) => Some((s.bridge().stats.clone(), s.bridge().client().clone())),
+        _ => None,
+    };
     let (frontend, fe) = router_socket(&zctx, &config.frontend_addr, hwm, max_msg, "frontend")?;
     let (backend, be) = router_socket(&zctx, &config.backend_addr, hwm, max_msg, "backend")?;
-    let (admin_sock, ad) = router_socket(&zctx, &config.admin_addr, hwm, max_msg, "admin")?;
+    let (admin_sock, ad) = match admin_early {
+        Some(early) => early,
+        None => router_socket(&zctx, &config.admin_addr, hwm, max_msg, "admin")?,
+    };
     // Once the addresses are known good (a bind error is the only line).
     let fd_limit = raise_descriptor_limit();
     let (egress_tx, egress_rx) =
@@ -532,10 +556,10 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     };
     let text_addr = text.as_ref().map(|t| t.local_addr());
     let text_stats = text.as_ref().map(|t| t.stats().clone());
-    let (wal_config, inner_extra, wal_logs) = (config.clone(), extra, log_stats.clone());
+    let (wal_config, inner_extra, wal_logs, wal_own) = (config.clone(), extra, log_stats.clone(), own.clone());
     let extra: ExtraStatus = Arc::new(move || {
         let mut v = inner_extra();
-        v.push(("wal", wal_status(&wal_config, &wal_logs, &store_server, &bridge_stats)));
+        v.push(("wal", wal_status(&wal_config, &wal_logs, &store_server, &bridge_stats, &wal_own)));
         v
     });
     let extra: ExtraStatus = match text_stats.clone() {
@@ -566,6 +590,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
                     crate::config::Durability::Sync | crate::config::Durability::Async
                 )
                 .then_some(config.wal.disk_free_limit),
+                ownership: (config.wal.durability == crate::config::Durability::Replicated).then(|| own.clone()),
             };
             let limits = http::HttpLimits {
                 max_connections: config.metrics_max_connections,
@@ -634,6 +659,16 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
             hook();
         }
     })?;
+    own.serving();
+    if config.wal.durability == crate::config::Durability::Replicated {
+        let view = own.to_json();
+        tracing::info!(
+            router_name = %config.nats.router_name,
+            ownership = "owner",
+            replay_ms = view["replay"]["took_ms"].as_u64().unwrap_or(0),
+            "serving: this router owns its name"
+        );
+    }
     tracing::info!(frontend = %fe, backend = %be, admin = %ad, shards = config.shards, "emq-router started");
     Ok(RouterHandle {
         stop_tx,

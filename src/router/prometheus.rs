@@ -200,6 +200,9 @@ impl Collector for Exposition {
         if !s.logs.is_empty() {
             log_families(e, s)?;
         }
+        if let Some(o) = &s.ownership {
+            ownership_families(e, o)?;
+        }
         let events = s.counters.iter().map(|(k, v)| (k.clone(), *v));
         let head = ("emq_events", "The router's event counters (STATUS emq.counters), by name.", MetricType::Counter);
         family(e, head, "event", events, |v, m| ConstCounter::new(v).encode(m))
@@ -277,6 +280,33 @@ fn store_families(e: &mut DescriptorEncoder, s: &Scrape) -> Res {
     Ok(())
 }
 
+/// The router name's ownership (docs/replicated.md "Watching a
+/// take-over"): one `emq_router_role` gauge per role, 1 for the current
+/// one; the lease's age; names taken.
+fn ownership_families(e: &mut DescriptorEncoder, o: &crate::jslog::ownership::OwnershipFigures) -> Res {
+    use crate::jslog::ownership::Role;
+    let help = "1 for this router's role for its name (starting, standby, replaying, owner, fenced), 0 for the others.";
+    let rows = Role::ALL.into_iter().map(|r| (r.as_str().to_string(), i64::from(o.role == r)));
+    family(e, ("emq_router_role", help, MetricType::Gauge), "role", rows, |v, m| ConstGauge::new(v).encode(m))?;
+    if let Some(age) = o.lease_age {
+        let help = "Time since the name's lease was last renewed by its holder (this router's own while it owns it).";
+        gauge(e, "emq_router_lease_age", help, Some(&Unit::Seconds), age.as_secs_f64())?;
+    }
+    counter(
+        e,
+        "emq_router_takeovers",
+        "Router names taken by this process (a free name taken at start counts).",
+        o.takeovers,
+    )?;
+    gauge(
+        e,
+        "emq_router_epoch",
+        "The lease revision this router took its name at (0: not taken).",
+        None,
+        o.epoch as i64,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,6 +344,29 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
+    }
+
+    #[test]
+    fn the_router_names_ownership() {
+        use crate::jslog::ownership::{OwnershipFigures, Role};
+        let ownership = Some(OwnershipFigures {
+            role: Role::Standby,
+            lease_age: Some(std::time::Duration::from_millis(2500)),
+            takeovers: 0,
+            epoch: 0,
+        });
+        let text = render(Scrape { ownership, ..Scrape::default() });
+        for line in [
+            "emq_router_role{role=\"standby\"} 1",
+            "emq_router_role{role=\"owner\"} 0",
+            "emq_router_role{role=\"fenced\"} 0",
+            "emq_router_lease_age_seconds 2.5",
+            "emq_router_takeovers_total 0",
+            "emq_router_epoch 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        assert!(!render(Scrape::default()).contains("emq_router_role"), "no name, no ownership families");
     }
 
     #[test]

@@ -71,6 +71,8 @@ pub struct Scrape {
     pub logs: Vec<LogFigures>,
     /// `disk_free_limit`, when the router keeps a log.
     pub disk_free_limit: Option<u64>,
+    /// The ownership of the router name (`durability = "replicated"`).
+    pub ownership: Option<crate::jslog::ownership::OwnershipFigures>,
 }
 
 impl Scrape {
@@ -107,6 +109,8 @@ pub struct Sources {
     pub logs: Vec<Arc<dyn LogStatus>>,
     /// `disk_free_limit`, when the router keeps a log.
     pub disk_free_limit: Option<u64>,
+    /// The ownership of the router name (`durability = "replicated"`).
+    pub ownership: Option<Arc<crate::jslog::ownership::Ownership>>,
 }
 
 impl Sources {
@@ -201,6 +205,7 @@ impl Sources {
             dead_bytes: snaps.iter().map(|s| s.dead_bytes as u64).sum(),
             logs: self.logs.iter().map(|l| l.figures()).collect(),
             disk_free_limit: self.disk_free_limit,
+            ownership: self.ownership.as_ref().map(|o| o.figures()),
         }
     }
 }

@@ -128,12 +128,28 @@ pub fn render(scrape: &Scrape, rates: &mut Rates) -> String {
         let _ = write!(o, "<p class=\"bad\">{} shard(s) did not answer in time.</p>", scrape.shards_silent);
     }
     log(&mut o, scrape);
+    ownership(&mut o, scrape);
     queues(&mut o, scrape, &per_second);
     latency_plot(&mut o, scrape);
     workers(&mut o, scrape);
     dead(&mut o, scrape);
     o.push_str("</body></html>\n");
     o
+}
+
+/// The router name's line (`durability = "replicated"`): its role, the
+/// lease's age, names taken (docs/replicated.md "Watching a take-over").
+fn ownership(o: &mut String, scrape: &Scrape) {
+    let Some(f) = &scrape.ownership else { return };
+    let role = f.role.as_str();
+    let class = if f.role == crate::jslog::ownership::Role::Owner { "" } else { " class=\"bad\"" };
+    let age = f.lease_age.map_or("unknown".to_string(), |a| format!("{:.1} s", a.as_secs_f64()));
+    let _ = write!(
+        o,
+        "<p id=\"ownership\">Router name: <span{class}>{role}</span>, epoch {}, lease renewed {age} ago, \
+         {} take-over(s) by this process.</p>",
+        f.epoch, f.takeovers
+    );
 }
 
 /// The job log's line: its bytes, free space against `disk_free_limit`,
@@ -344,6 +360,19 @@ mod tests {
         scrape.queues[0].counts.add(QueueCounter::Accepted, 1000);
         let page = render(&scrape, &mut rates);
         assert!(!page.contains("<td>-</td><td>-</td><td>-</td><td>"), "a second load shows rates: {page}");
+    }
+
+    #[test]
+    fn page_says_the_router_names_role() {
+        use crate::jslog::ownership::{OwnershipFigures, Role};
+        let ownership = Some(OwnershipFigures { role: Role::Fenced, lease_age: None, takeovers: 1, epoch: 9 });
+        let page = render(&Scrape { ownership, ..Scrape::default() }, &mut Rates::default());
+        assert!(
+            page.contains(
+                "Router name: <span class=\"bad\">fenced</span>, epoch 9, lease renewed unknown ago, 1 take-over(s)"
+            ),
+            "{page}"
+        );
     }
 
     #[test]

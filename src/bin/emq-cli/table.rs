@@ -159,6 +159,15 @@ fn admission(emq: &Value) -> String {
     if emq.get("draining").and_then(Value::as_bool) == Some(true) {
         return "draining".into();
     }
+    // A standby's own STATUS (it serves nothing yet), or a fenced owner.
+    match emq.get("role").and_then(Value::as_str) {
+        Some("standby") => return "standby: serves nothing until the owner's lease expires".into(),
+        Some("replaying") => return "took the name: replaying its streams, serving soon".into(),
+        _ => {}
+    }
+    if emq.pointer("/wal/nats/role").and_then(Value::as_str) == Some("fenced") {
+        return "fenced: refusing new jobs (store_failed: another router took the name)".into();
+    }
     let shards = emq.pointer("/wal/shards").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let mut why: Vec<(&str, String)> = Vec::new();
     for sh in shards {
@@ -217,6 +226,42 @@ fn nonzero(v: &Value, prefix: &str, out: &mut Vec<String>) {
     }
 }
 
+/// The router name's ownership (`emq.wal.nats.ownership`): `, role owner
+/// (epoch 7, took over from …, replayed in 812 ms), lease renewed 1.2 s
+/// ago`, or a standby's `, role standby, owner …, its lease renewed … ago`.
+fn ownership(o: &Value) -> String {
+    let role = o.get("role").and_then(Value::as_str).unwrap_or("-");
+    let holder = o.get("holder").and_then(Value::as_str).unwrap_or("unknown");
+    let age = o.get("lease_age_ms").and_then(Value::as_u64).map(|a| format!("{:.1} s", a as f64 / 1000.0));
+    let mut out = format!(", role {}", printable(role));
+    match role {
+        "owner" | "replaying" => {
+            let mut facts = vec![format!("epoch {}", o.get("epoch").and_then(Value::as_u64).unwrap_or(0))];
+            if let Some(from) = o.get("took_over_from").and_then(Value::as_str) {
+                facts.push(format!("took over from {}", printable(from)));
+            }
+            if let Some(ms) = o.pointer("/replay/took_ms").and_then(Value::as_u64) {
+                facts.push(format!("replayed in {ms} ms"));
+            } else {
+                let read = o.pointer("/replay/streams_read").and_then(Value::as_u64).unwrap_or(0);
+                let all = o.pointer("/replay/streams").and_then(Value::as_u64).unwrap_or(0);
+                facts.push(format!("replaying: {read} of {all} streams read"));
+            }
+            out += &format!(" ({})", facts.join(", "));
+            if let Some(age) = age {
+                out += &format!(", lease renewed {age} ago");
+            }
+        }
+        _ => {
+            out += &format!(", owner {}", printable(holder));
+            if let Some(age) = age {
+                out += &format!(", its lease renewed {age} ago");
+            }
+        }
+    }
+    out
+}
+
 /// STATUS's write-ahead log figures (`emq.wal`): one row per shard.
 fn wal(v: &Value) -> String {
     let Some(w) = v.pointer("/emq/wal") else { return String::new() };
@@ -226,7 +271,13 @@ fn wal(v: &Value) -> String {
         Some(n) => {
             let name = n.get("router_name").and_then(Value::as_str).unwrap_or("-");
             let to = n.get("connected_to").and_then(Value::as_str).unwrap_or("not connected");
-            format!("\ndurability {}, router name {}, NATS {}", printable(durability), printable(name), printable(to))
+            let head = format!(
+                "\ndurability {}, router name {}, NATS {}",
+                printable(durability),
+                printable(name),
+                printable(to)
+            );
+            head + &n.get("ownership").filter(|o| o.is_object()).map(ownership).unwrap_or_default()
         }
         None => format!("\ndurability {}, data dir {}", printable(durability), printable(dir)),
     };
@@ -449,6 +500,41 @@ mod tests {
             &[vec!["a".into(), "10".into(), "".into()], vec!["bb".into(), "2".into(), "x".into()]],
         );
         assert_eq!(out, "NAME   N  NOTE\na     10\nbb     2  x\n");
+    }
+
+    #[test]
+    fn status_of_a_standby_an_owner_and_a_fenced_router() {
+        let standby = json!({"emq": {"version": "0.1.0", "role": "standby", "shards": 0, "uptime_secs": 0,
+            "wal": {"durability": "replicated", "shards": [], "nats": {"role": "standby", "router_name": "r1",
+                "ownership": {"role": "standby", "holder": "{\"host\":\"a\"}", "lease_age_ms": 2300, "epoch": 0,
+                    "took_over_from": null, "takeovers": 0,
+                    "replay": {"streams_read": 0, "streams": 0, "messages_read": 0, "took_ms": null}}}}}});
+        assert_eq!(
+            status(&standby),
+            "QUEUE  WAITING  IN-FLIGHT\n\nemq 0.1.0, 0 shards, up 0 s, standby: serves nothing until the owner's \
+             lease expires\n\ndurability replicated, router name r1, NATS not connected, role standby, owner \
+             {\"host\":\"a\"}, its lease renewed 2.3 s ago\n"
+        );
+        let mut owner = standby.clone();
+        owner["emq"]["role"] = json!(null);
+        owner["emq"]["wal"]["nats"]["role"] = json!("owner");
+        owner["emq"]["wal"]["nats"]["ownership"] = json!({"role": "owner", "holder": "me", "lease_age_ms": 1200,
+            "epoch": 7, "took_over_from": "old", "takeovers": 1,
+            "replay": {"streams_read": 2, "streams": 2, "messages_read": 9, "took_ms": 812}});
+        assert!(
+            status(&owner).ends_with(
+                "up 0 s, accepting jobs\n\ndurability replicated, router name r1, NATS not connected, role owner \
+                 (epoch 7, took over from old, replayed in 812 ms), lease renewed 1.2 s ago\n"
+            ),
+            "{}",
+            status(&owner)
+        );
+        owner["emq"]["wal"]["nats"]["role"] = json!("fenced");
+        assert!(
+            status(&owner).contains("up 0 s, fenced: refusing new jobs (store_failed: another router took the name)\n"),
+            "{}",
+            status(&owner)
+        );
     }
 
     #[test]
