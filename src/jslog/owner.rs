@@ -165,7 +165,9 @@ pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String, own: Arc<Ow
         config.give_up,
         config.standby,
     );
+    let stopped = name.clone();
     bridge.call(move |ctx| async move {
+        let take = async move {
         let store = bucket(&ctx, format!("{prefix}_routers"), lease, replicas, give_up).await?;
         let lease = bucket_lease(&store, lease);
         let deadline = Instant::now() + lease * 2 + Duration::from_secs(1);
@@ -230,6 +232,14 @@ pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String, own: Arc<Ow
         let (store, key, stop, watchers) = (held.store.clone(), held.key.clone(), held.stop.clone(), held.watchers.clone());
         tokio::spawn(renew(store, key, value, revision, lease, stop, watchers));
         Ok(held)
+        };
+        // A stop signal ends the wait, also while a request to an
+        // unreachable cluster is being retried. A key created just before
+        // is never renewed: it expires after the lease, as a dead holder's.
+        tokio::select! {
+            taken = take => taken,
+            () = ownership::stop_requested() => Err(JsError::Stopped { name: stopped }),
+        }
     })?
 }
 

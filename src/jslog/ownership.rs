@@ -111,6 +111,13 @@ pub fn waiting_stopped() -> bool {
     STOP_WAITING.load(Ordering::Acquire)
 }
 
+/// Returns once [`stop_waiting`] was called (checked every 100 ms).
+pub async fn stop_requested() {
+    while !waiting_stopped() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 impl Ownership {
     /// The current role.
     pub fn role(&self) -> Role {
