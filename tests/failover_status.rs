@@ -63,6 +63,29 @@ fn a_standby_answers_admin_and_after_taking_over_says_what_it_took() {
     assert!(out.contains("standby: serves nothing until the owner's lease expires"), "{out}");
     assert!(out.contains("role standby, owner "), "{out}");
 
+    // Both routers of the name in one emq-cli call: status shows each, any
+    // other command goes to the owner whatever the order.
+    let both = format!("{},{}", standby.admin(), node.admin());
+    let mut cli = std::process::Command::new(env!("CARGO_BIN_EXE_emq-cli"));
+    cli.args(["--admin", &both, "status", "--json"]);
+    let (done, out, err) = proc::run("emq-cli-status-all", &mut cli, &s.dir.path, Duration::from_secs(20));
+    assert!(done.is_some_and(|d| d.success()), "emq-cli status of both: {out}\n{err}");
+    let all: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let roles: Vec<&str> =
+        (0..2).map(|i| all["routers"][i]["status"]["emq"]["wal"]["nats"]["role"].as_str().unwrap_or("-")).collect();
+    assert_eq!(roles, ["standby", "owner"], "{all}");
+    assert_eq!(all["routers"][0]["admin"].as_str(), Some(standby.admin().as_str()), "{all}");
+    let mut cli = std::process::Command::new(env!("CARGO_BIN_EXE_emq-cli"));
+    cli.args(["--admin", &both, "status"]);
+    let (done, out, err) = proc::run("emq-cli-status-all", &mut cli, &s.dir.path, Duration::from_secs(20));
+    assert!(done.is_some_and(|d| d.success()), "{out}\n{err}");
+    assert!(out.contains(&format!("== router {}\n", standby.admin())), "{out}");
+    assert!(out.contains(&format!("== router {}\n", node.admin())), "{out}");
+    let mut cli = std::process::Command::new(env!("CARGO_BIN_EXE_emq-cli"));
+    cli.args(["--admin", &both, "workers", "--json"]);
+    let (done, out, err) = proc::run("emq-cli-workers", &mut cli, &s.dir.path, Duration::from_secs(20));
+    assert!(done.is_some_and(|d| d.success()), "workers goes to the owner, not the standby: {out}\n{err}");
+
     // A third router waiting as a standby stops at once on SIGTERM.
     let third = node.elsewhere(&s.dir, "c").with_flags(&["--standby"]);
     let mut c = third.spawn();

@@ -315,10 +315,11 @@ fn run() -> anyhow::Result<()> {
     let Some(command) = &cli.command else { bail!("give a command, e.g. emq-cli status (see emq-cli --help)") };
     let out = Out { json: cli.json };
     match command {
-        Cmd::Status => out.show(admin(&s, &s.admin)?.status()?, table::status),
-        Cmd::Workers => out.show(admin(&s, &s.admin)?.workers()?, table::workers),
-        Cmd::Schedulers => out.show(admin(&s, &s.admin)?.schedulers()?, table::schedulers),
-        Cmd::Latency => out.show(admin(&s, &s.admin)?.latency()?, table::latency),
+        Cmd::Status if s.admin.len() > 1 => status_of_all(&s, out),
+        Cmd::Status => out.show(owner(&s)?.status()?, table::status),
+        Cmd::Workers => out.show(owner(&s)?.workers()?, table::workers),
+        Cmd::Schedulers => out.show(owner(&s)?.schedulers()?, table::schedulers),
+        Cmd::Latency => out.show(owner(&s)?.latency()?, table::latency),
         Cmd::Schedules => {
             let now = chrono::Utc::now().timestamp();
             out.show(admin(&s, &s.scheduler_admin)?.query(b"SCHEDULES")?, |v| table::schedules(v, now))
@@ -328,7 +329,7 @@ fn run() -> anyhow::Result<()> {
                 bail!("{word:?} is not an admin command (see emq-cli admin --help)")
             };
             let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-            let v = admin(&s, &s.admin)?.call(word, &args)?;
+            let v = owner(&s)?.call(word, &args)?;
             out.show(v, |v| serde_json::to_string_pretty(v).unwrap_or_default())
         }
         Cmd::Request { queue, body, headers } => request(&s, out, queue, &build_body(body)?, headers),
@@ -355,7 +356,7 @@ fn run() -> anyhow::Result<()> {
             out.line(json!({"published": msgid, "topic": topic}), format!("published {msgid} on topic {topic}"))
         }
         Cmd::Disconnect => {
-            admin(&s, &s.admin)?.disconnect()?;
+            owner(&s)?.disconnect()?;
             let text = "the router acknowledged DISCONNECT: it drains its jobs, then stops";
             out.line(json!({"acknowledged": "DISCONNECT"}), text.into())
         }
@@ -368,7 +369,7 @@ fn run() -> anyhow::Result<()> {
 /// `emq-cli dead …`: one admin command, its answer as a table or JSON; an
 /// id that names no dead job is an error (exit status 1).
 fn dead(s: &CliSettings, out: Out, command: &DeadCmd) -> anyhow::Result<()> {
-    let mut admin = admin(s, &s.admin)?;
+    let mut admin = owner(s)?;
     match command {
         DeadCmd::List { queue } => {
             out.show(admin.call(AdminWord::DeadList, &[queue.as_deref().unwrap_or("").as_bytes()])?, table::dead_list)
@@ -415,6 +416,56 @@ fn admin_help() -> String {
 
 fn admin(s: &CliSettings, addr: &str) -> anyhow::Result<AdminClient> {
     Ok(AdminClient::connect(addr)?.with_timeout(s.timeout))
+}
+
+/// The admin client of the router that owns the name: with one `--admin`
+/// address, that router; with several (the routers of one name,
+/// docs/failover.md), the first whose STATUS says it is no standby
+/// (`emq.role` absent: an owner, or a router without failover).
+fn owner(s: &CliSettings) -> anyhow::Result<AdminClient> {
+    if let [one] = s.admin.as_slice() {
+        return admin(s, one);
+    }
+    let mut tried = Vec::new();
+    for addr in &s.admin {
+        let mut c = admin(s, addr)?;
+        match c.status() {
+            Ok(v) if v.pointer("/emq/role").is_none() => return Ok(c),
+            Ok(v) => tried.push(format!("{addr}: {}", v.pointer("/emq/role").and_then(Value::as_str).unwrap_or("?"))),
+            Err(e) => tried.push(format!("{addr}: {e}")),
+        }
+    }
+    bail!("no router of the list owns the name ({})", tried.join("; "))
+}
+
+/// `emq-cli status` with several `--admin` addresses: each router's STATUS
+/// under a line naming it (`--json`: `{"routers": [{"admin", "status"} or
+/// {"admin", "error"}]}`). Fails (exit status 1) only when none answers.
+fn status_of_all(s: &CliSettings, out: Out) -> anyhow::Result<()> {
+    let answers: Vec<(String, Result<Value, String>)> = s
+        .admin
+        .iter()
+        .map(|addr| (addr.clone(), admin(s, addr).and_then(|mut c| Ok(c.status()?)).map_err(|e| e.to_string())))
+        .collect();
+    let any = answers.iter().any(|(_, a)| a.is_ok());
+    let json = json!({"routers": answers.iter().map(|(addr, a)| match a {
+        Ok(v) => json!({"admin": addr, "status": v}),
+        Err(e) => json!({"admin": addr, "error": e}),
+    }).collect::<Vec<_>>()});
+    out.show(json, |_| {
+        let mut text = String::new();
+        for (addr, a) in &answers {
+            match a {
+                Ok(v) => text += &format!("== router {addr}\n{}\n", table::status(v)),
+                Err(e) => text += &format!("== router {addr}\nno answer: {e}\n\n"),
+            }
+        }
+        text
+    })?;
+    if !any {
+        bail!("no router answered STATUS");
+    }
+    Ok(())
 }
 
 /// How answers are printed: tables and lines, or JSON.
@@ -495,7 +546,8 @@ fn build_body(b: &BodyArgs) -> anyhow::Result<Vec<u8>> {
 /// router, or no answer within [`limits::CLIENT_NOTE_TIMEOUT`]).
 fn queue_state(s: &CliSettings, queue: &str) -> Option<(bool, u64)> {
     let timeout = s.timeout.min(limits::CLIENT_NOTE_TIMEOUT);
-    let status = AdminClient::connect(&s.admin).ok()?.with_timeout(timeout).status().ok()?;
+    let first = s.admin.first()?;
+    let status = AdminClient::connect(first).ok()?.with_timeout(timeout).status().ok()?;
     let listed = |key: &str| Some(status.get(key)?.as_array()?.iter().any(|q| q.as_str() == Some(queue)));
     // `asked_queues` is newer than `served_queues`: absent means none.
     let served = listed("served_queues")? || listed("asked_queues").unwrap_or(false);

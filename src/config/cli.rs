@@ -15,9 +15,10 @@ settings! {
         /// The router's eMQP frontend (request, schedule, unschedule); several separated by commas
         /// for failover (docs/failover.md).
         frontend: EmqpAddrs = limits::FRONTEND_ADDR, env "EMQ_FRONTEND_ADDR";
-        /// The router's admin address (status, workers, schedulers, latency, disconnect): one
-        /// router's.
-        admin: EmqpAddr = limits::ADMIN_ADDR, env "EMQ_ADMIN_ADDR";
+        /// The router's admin address (status, workers, schedulers, latency, dead, disconnect);
+        /// several separated by commas (the routers of one name, docs/failover.md): `status`
+        /// shows each, every other command goes to the one that owns the name.
+        admin: EmqpAddrs = limits::ADMIN_ADDR, env "EMQ_ADMIN_ADDR";
         /// The router's text protocol address, host:port (sched, ask).
         text: TextAddr = limits::TEXT_ADDR, env "EMQ_TEXT_ADDR";
         /// The scheduler's admin address (schedules).
