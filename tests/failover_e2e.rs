@@ -34,17 +34,25 @@
 //!   `dedup_hits` (STATUS `emq.counters`) is printed with the re-sent
 //!   bodies the old owner had handed out before the kill. Whether a
 //!   REQUEST reaches the dying owner's log while its acceptance is lost is
-//!   a race this test cannot force (measured: 2 re-sends and `dedup_hits`
-//!   2 in each of the first three runs), and a job handed out by the old
+//!   a race this test cannot force (measured: 2 re-sends in every run,
+//!   `dedup_hits` 2 in four runs of six, 0 in two), and a job handed out by the old
 //!   owner need not have been durable (frames for workers go out before
 //!   the batch's commit, src/broker/shard/durable.rs), so neither count
 //!   implies the other: `dedup_hits` is printed, not asserted. A re-sent
 //!   REQUEST the old owner both ran and stored whose copy the new owner
 //!   made a second job of would show as the in-flight pair (one run of
-//!   each owner): only `dedup_hits` would tell, which is why it is printed.
+//!   each owner): the stream's records tell (below).
 //!
-//! Measured (a shared 2-core VM, first three runs): the standby listened
-//! 10.04-10.05 s after the kill, about 950 eMQP and 500 text jobs, 0-3
+//! * the stream read back at the end (its purges refused from the start,
+//!   so it holds every record of both owners): every acknowledged body has
+//!   an `Accepted` record, and no body has two. Each body was sent once
+//!   (an eMQP one re-sent only with its msgid), so a re-sent REQUEST made
+//!   a second job by either owner would be a second `Accepted` record:
+//!   this is the exact check that no re-send became a second job (a
+//!   retried publish is stored once: JetStream's message-id dedup).
+//!
+//! Measured (a shared 2-core VM, six runs): the standby listened
+//! 10.04-10.19 s after the kill, 950-1170 eMQP and 500-600 text jobs, 0-3
 //! bodies run twice, the whole test 21-23 s.
 //!
 //! Without a nats-server the test says so in one line and skips.
@@ -63,7 +71,7 @@ use emq::client::emqp::{Client, Outcome};
 use crate::common::proc::Child;
 use crate::common::wait;
 use crate::replicated_faults::load::Threads;
-use crate::replicated_faults::start;
+use crate::replicated_faults::{rig, start, with_js};
 
 /// From the owner's `kill -9` to the standby listening: the lease (10 s) +
 /// 2 s (docs/replicated.md, "Failover").
@@ -263,6 +271,12 @@ fn an_owner_killed_under_load_is_taken_over_end_to_end() {
     let waits = wait::until(Duration::from_secs(15), || router.log_text().contains("standby: the router name is held"));
     assert!(waits, "the standby does not say it waits\n{}", router.log_tail(30));
 
+    // The stream keeps every record (purges refused) to be read back at
+    // the end.
+    let stream = node.stream();
+    let denied = with_js(&s, |js| async move { rig::deny_purge(&js, &stream).await });
+    denied.unwrap_or_else(|why| panic!("{}: {why}", node.stream()));
+
     let out = s.dir.join("runs.txt");
     let job = script(&s.dir.path);
     let backends = format!("{},{}", node.backend(), standby.backend());
@@ -400,10 +414,30 @@ fn an_owner_killed_under_load_is_taken_over_end_to_end() {
         resent_old.len(),
         t0.elapsed()
     );
-    drop(sent);
     for w in &mut workers {
         w.kill_group();
     }
     let stopped = router.terminate(Duration::from_secs(20));
     assert!(stopped.is_some_and(|st| st.success()), "a clean stop: {stopped:?}\n{}", router.log_tail(30));
+
+    // The stream read back: the Accepted records of each body.
+    let stream = node.stream();
+    let held = with_js(&s, |js| async move { rig::read_stream(&js, &stream).await });
+    let held = held.unwrap_or_else(|why| panic!("reading {} back: {why}", node.stream()));
+    let not_once: Vec<(&String, &usize)> = held.accepted.iter().filter(|(_, n)| **n != 1).collect();
+    let resent_records: Vec<(&String, usize)> =
+        resent.iter().map(|b| (*b, held.accepted.get(*b).copied().unwrap_or(0))).collect();
+    eprintln!(
+        "{test}: stream first sequence {}, {} messages, {} bodies with Accepted records, not once: {not_once:?}; \
+         re-sent bodies' Accepted records {resent_records:?}",
+        held.first_sequence,
+        held.messages,
+        held.accepted.len()
+    );
+    assert_eq!(held.first_sequence, 1, "nothing purged from the stream, so it holds every record");
+    let unstored: Vec<&String> = all_acked.iter().filter(|b| !held.accepted.contains_key(*b)).collect();
+    assert!(unstored.is_empty(), "acknowledged, no Accepted record in the stream: {unstored:?}");
+    assert!(not_once.is_empty(), "bodies stored as more than one job (each was sent once): {not_once:?}");
+    let unsent: Vec<&String> = held.accepted.keys().filter(|b| !sent.contains_key(*b)).collect();
+    assert!(unsent.is_empty(), "stored, never sent: {unsent:?}");
 }
