@@ -28,21 +28,18 @@
 //!   connection), and its old execution started at most
 //!   [`IN_FLIGHT_MARGIN`] before the kill. Those are counted and printed.
 //! * eMQP re-sends: a REQUEST the client sent again after the kill (same
-//!   msgid) is, by the rule above, at most one job of the new owner (a
-//!   second job made of it before or after the kill would be a second run
-//!   by the same owner, or a second run by the new one). The new owner's
-//!   `dedup_hits` (STATUS `emq.counters`) is printed with the re-sent
-//!   bodies the old owner had handed out before the kill. Whether a
-//!   REQUEST reaches the dying owner's log while its acceptance is lost is
-//!   a race this test cannot force (measured: 2 re-sends in every run,
-//!   `dedup_hits` 2 in four runs of six, 0 in two), and a job handed out by the old
-//!   owner need not have been durable (frames for workers go out before
-//!   the batch's commit, src/broker/shard/durable.rs), so neither count
-//!   implies the other: `dedup_hits` is printed, not asserted. A re-sent
-//!   REQUEST the old owner both ran and stored whose copy the new owner
-//!   made a second job of would show as the in-flight pair (one run of
-//!   each owner): the stream's records tell (below).
-//!
+//!   msgid) runs at most once by each owner, by the rule above. The new
+//!   owner's `dedup_hits` (STATUS `emq.counters`) is printed with the
+//!   re-sent bodies the old owner had handed out before the kill. Whether
+//!   a REQUEST reaches the dying owner's log while its acceptance is lost
+//!   is a race this test cannot force (measured: 2 re-sends in every run,
+//!   `dedup_hits` 2 in four runs of six, 0 in two), and a job handed out
+//!   by the old owner need not have been durable (frames for workers go
+//!   out before the batch's commit, src/broker/shard/durable.rs), so
+//!   neither count implies the other: `dedup_hits` is printed, not
+//!   asserted. A re-sent REQUEST the old owner both ran and stored whose
+//!   copy the new owner made a second job of would show as the in-flight
+//!   pair (one run of each owner): the stream's records tell (below).
 //! * the stream read back at the end (its purges refused from the start,
 //!   so it holds every record of both owners): every acknowledged body has
 //!   an `Accepted` record, and no body has two. Each body was sent once
