@@ -32,12 +32,12 @@
 //!   owner's `dedup_hits` (STATUS `emq.counters`) is printed with the
 //!   re-sent bodies the old owner had handed out before the kill. Whether
 //!   a REQUEST reaches the dying owner's log while its acceptance is lost
-//!   is a race this test cannot force (measured: 2 re-sends in every run,
-//!   `dedup_hits` 2 in four runs of six, 0 in two), and a job handed out
-//!   by the old owner need not have been durable (frames for workers go
-//!   out before the batch's commit, src/broker/shard/durable.rs), so
-//!   neither count implies the other: `dedup_hits` is printed, not
-//!   asserted. A re-sent REQUEST the old owner both ran and stored whose
+//!   is a race this test cannot force (measured over nine runs: 2
+//!   re-sends in every run, `dedup_hits` 2 in five, 1 in two, 0 in two),
+//!   and a job handed out by the old owner need not have been durable
+//!   (frames for workers go out before the batch's commit,
+//!   src/broker/shard/durable.rs), so neither count implies the other:
+//!   `dedup_hits` is printed, not asserted. A re-sent REQUEST the old owner both ran and stored whose
 //!   copy the new owner made a second job of would show as the in-flight
 //!   pair (one run of each owner): the stream's records tell (below).
 //! * the stream read back at the end (its purges refused from the start,
@@ -48,8 +48,8 @@
 //!   this is the exact check that no re-send became a second job (a
 //!   retried publish is stored once: JetStream's message-id dedup).
 //!
-//! Measured (a shared 2-core VM, six runs): the standby listened
-//! 10.04-10.19 s after the kill, 950-1170 eMQP and 500-600 text jobs, 0-3
+//! Measured (a shared 2-core VM, nine runs): the standby listened
+//! 10.04-10.39 s after the kill, 950-1170 eMQP and 500-600 text jobs, 0-3
 //! bodies run twice, the whole test 21-23 s.
 //!
 //! Without a nats-server the test says so in one line and skips.
