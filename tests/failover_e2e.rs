@@ -37,9 +37,10 @@
 //!   and a job handed out by the old owner need not have been durable
 //!   (frames for workers go out before the batch's commit,
 //!   src/broker/shard/durable.rs), so neither count implies the other:
-//!   `dedup_hits` is printed, not asserted. A re-sent REQUEST the old owner both ran and stored whose
-//!   copy the new owner made a second job of would show as the in-flight
-//!   pair (one run of each owner): the stream's records tell (below).
+//!   `dedup_hits` is printed, not asserted. A re-sent REQUEST the old
+//!   owner both ran and stored whose copy the new owner made a second job
+//!   of would show as the in-flight pair (one run of each owner): the
+//!   stream's records tell (below).
 //! * the stream read back at the end (its purges refused from the start,
 //!   so it holds every record of both owners): every acknowledged body has
 //!   an `Accepted` record, and no body has two. Each body was sent once
