@@ -11,6 +11,7 @@ mod emqp_router;
 mod exact;
 mod failover;
 mod failover_clients;
+mod failover_e2e;
 mod failover_haproxy;
 mod failover_status;
 mod http;
