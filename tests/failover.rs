@@ -249,6 +249,16 @@ fn a_paused_owner_is_fenced_by_the_standby_that_took_over() {
     assert_eq!(boots_after.len(), 1, "one boot after the new owner's marker: {boots_after:?}");
     assert!(before.iter().all(|b| !boots_after.contains(b)), "the old owner appended after the marker");
 
+    // The fenced owner hands out none of the jobs it still holds in memory
+    // (they are the new owner's): no eMQP dispatch, a text ASK gets NOPE.
+    let stale_e = take_emqp(&node, &ledger, "default", 1, Duration::from_secs(3));
+    assert_eq!(stale_e, 0, "the fenced owner dispatched a job it held");
+    assert_eq!(
+        take_text(&node, &ledger, "ft", Duration::from_secs(3)),
+        Vec::<String>::new(),
+        "the fenced owner offered"
+    );
+
     // Every job acknowledged by either is delivered once, by the new owner.
     let acked_e = lock(&ledger).acked().filter(|(b, _)| b.starts_with("before-e") || b.starts_with("after")).count();
     let ran = take_emqp(&standby, &ledger, "default", acked_e, SERVED_BOUND);

@@ -264,6 +264,14 @@ pub fn relog(log: &mut dyn JobLog, index: usize, jobs: &mut [RecoveredJob]) -> b
 /// shard's thread, in the order things happen; each only appends to an
 /// in-memory batch, which [`JobLog::commit`] writes at the batch's end.
 pub trait JobLog: Send {
+    /// Whether another router took this log's store (the replicated log's
+    /// fence, docs/replicated.md "Failover"): the jobs this shard holds are
+    /// the new owner's, read from the same log, so the shard hands none out
+    /// any more (no eMQP dispatch, no text offer). Never for a local log.
+    fn fenced(&self) -> bool {
+        false
+    }
+
     /// A new job (or a declined one, under a fresh id): its whole content
     /// is logged; the log may set [`Job::log_tag`].
     fn accepted(&mut self, job: &mut Job);

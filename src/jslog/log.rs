@@ -572,6 +572,10 @@ impl JsLog {
 }
 
 impl JobLog for JsLog {
+    fn fenced(&self) -> bool {
+        self.shared.fault() == Some(FaultKind::Fenced)
+    }
+
     fn accepted(&mut self, job: &mut Job) {
         self.append_accepted(job);
     }

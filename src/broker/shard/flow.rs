@@ -242,6 +242,10 @@ impl Shard {
     /// Dispatches waiting jobs of `queue` while a candidate has a free slot,
     /// then offers what is left to long-poll ASKs waiting on it.
     pub(super) fn pump(&mut self, queue: &QueueName, cx: &mut Cx) {
+        // A fenced shard's jobs are the new owner's (JobLog::fenced).
+        if self.log.fenced() {
+            return;
+        }
         while let Some((worker, job)) = self.queues.next_dispatch(&queue.0) {
             let waited = cx.now.saturating_duration_since(job.accepted_at(self.ctx.started));
             self.latency.record(&queue.0, Kind::QueueWait, waited);

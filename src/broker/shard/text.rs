@@ -91,6 +91,10 @@ impl Shard {
         if let Err(code) = self.note_ask(&queue, cx) {
             return TextOutcome::Refused(code);
         }
+        if self.log.fenced() {
+            // Its jobs are the new owner's (JobLog::fenced): none to offer.
+            return TextOutcome::Nope;
+        }
         match self.queues.pop(&queue.0) {
             Some(job) => self.offer_job(conn, queue, job, cx),
             None => TextOutcome::Nope,
