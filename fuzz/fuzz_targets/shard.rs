@@ -126,8 +126,13 @@ impl Driver {
             Op::Request { q, msgid } => {
                 let body = self.fresh();
                 let msgid = format!("m{}", msgid % 4);
-                self.h.request("c", &msgid, pick(&QUEUES, q), &body);
-                let answers = self.h.take_to("c");
+                // One client identity per REQUEST: msgids repeat (workers
+                // answer by msgid), and a key (identity, msgid) seen before
+                // would be a duplicate, answered with no new job (the
+                // router's window, tested in its own unit tests).
+                let client = format!("c-{body}");
+                self.h.request(&client, &msgid, pick(&QUEUES, q), &body);
+                let answers = self.h.take_to(&client);
                 assert_eq!(answers.len(), 1, "one answer per REQUEST");
                 let frames = answers[0].frames();
                 match frames.get(2).map(Vec::as_slice) {
