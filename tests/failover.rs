@@ -52,6 +52,19 @@ const TAKE_OVER_BOUND: Duration = Duration::from_secs(12);
 /// Until the standby says it waits.
 const STANDBY_BOUND: Duration = Duration::from_secs(15);
 
+/// Waits up to 10 s until `node`'s STATUS says `wal.nats.role` `fenced`.
+fn wait_fenced(node: &Node) -> Result<serde_json::Value, String> {
+    wait::until_ok(Duration::from_secs(10), || {
+        let st = node.status()?;
+        let role = st["emq"]["wal"]["nats"]["role"].clone();
+        if role == "fenced" {
+            Ok(st)
+        } else {
+            Err(format!("role {role}"))
+        }
+    })
+}
+
 fn wait_standby(router: &crate::common::proc::Child) {
     let said = wait::until(STANDBY_BOUND, || router.log_text().contains("standby: the router name is held"));
     assert!(said, "the standby does not say it waits\n{}", router.log_tail(30));
@@ -198,16 +211,7 @@ fn a_paused_owner_is_fenced_by_the_standby_that_took_over() {
     let (command, code, line) = offer_both(&node, &ledger, "stale", "fe");
     assert_eq!((command.as_str(), code.as_str()), ("ERROR", "STORE_FAILED"), "eMQP to the fenced owner");
     assert!(line.starts_with("ERR STORE_FAILED"), "text to the fenced owner: {line}");
-    let role = wait::until_ok(Duration::from_secs(10), || {
-        let st = node.status()?;
-        let role = st["emq"]["wal"]["nats"]["role"].clone();
-        if role == "fenced" {
-            Ok(st)
-        } else {
-            Err(format!("role {role}"))
-        }
-    });
-    role.unwrap_or_else(|why| panic!("the old owner's STATUS does not say fenced: {why}"));
+    wait_fenced(&node).unwrap_or_else(|why| panic!("the old owner's STATUS does not say fenced: {why}"));
     let log = owner.log_text();
     assert!(
         log.contains("fenced") || log.contains("another router took this router's name"),
@@ -313,16 +317,7 @@ fn no_responders_and_the_subject_gone_is_fenced() {
     assert!(line.starts_with("ERR STORE_FAILED"), "text to the fenced router: {line}");
     // Well before nats_give_up (30 s): fenced, not given up.
     assert!(answered < Duration::from_secs(15), "refused {answered:?} after");
-    let st = wait::until_ok(Duration::from_secs(10), || {
-        let st = node.status()?;
-        let role = st["emq"]["wal"]["nats"]["role"].clone();
-        if role == "fenced" {
-            Ok(st)
-        } else {
-            Err(format!("role {role}"))
-        }
-    });
-    st.unwrap_or_else(|why| panic!("STATUS does not say fenced: {why}"));
+    wait_fenced(&node).unwrap_or_else(|why| panic!("STATUS does not say fenced: {why}"));
     let said = wait::until(Duration::from_secs(5), || owner.log_text().contains("this router is fenced"));
     assert!(said, "the router's log says it is fenced\n{}", owner.log_tail(30));
     let (command, _, line) = offer_both(&node, &ledger, "gone2", "fg");

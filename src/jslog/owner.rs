@@ -109,9 +109,6 @@ async fn bucket(
 }
 
 async fn bucket_once(ctx: &Ctx, name: String, max_age: Duration, replicas: usize) -> Result<kv::Store, JsError> {
-    if let Ok(store) = ctx.js.get_key_value(&name).await {
-        return Ok(store);
-    }
     let config = kv::Config {
         bucket: name.clone(),
         history: 1,
@@ -120,14 +117,24 @@ async fn bucket_once(ctx: &Ctx, name: String, max_age: Duration, replicas: usize
         num_replicas: replicas,
         ..Default::default()
     };
+    open_or_make_bucket(ctx, config).await.map_err(|why| JsError::Store { what: format!("bucket {name}"), why })
+}
+
+/// Opens the key-value bucket `config.bucket`, made with `config` when
+/// missing (one try; the routers' lease and layout buckets, emq-scheduler's
+/// schedules and leases). One made meanwhile by another process is opened.
+///
+/// # Errors
+/// The create's error when the bucket can be neither made nor opened.
+pub(crate) async fn open_or_make_bucket(ctx: &Ctx, config: kv::Config) -> Result<kv::Store, String> {
+    if let Ok(store) = ctx.js.get_key_value(&config.bucket).await {
+        return Ok(store);
+    }
+    let name = config.bucket.clone();
     match ctx.js.create_key_value(config).await {
         Ok(store) => Ok(store),
-        // Made meanwhile by another router.
-        Err(e) => ctx
-            .js
-            .get_key_value(&name)
-            .await
-            .map_err(|_| JsError::Store { what: format!("bucket {name}"), why: e.to_string() }),
+        // Made meanwhile by another router or scheduler.
+        Err(e) => ctx.js.get_key_value(&name).await.map_err(|_| e.to_string()),
     }
 }
 

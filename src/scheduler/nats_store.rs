@@ -59,6 +59,7 @@ use super::lease::{self, Lease};
 use super::store::{Fence, Reconciled, Store, StoreError, Stored};
 use crate::config::NatsConfig;
 use crate::jslog::bridge::{retried, Bridge, Ctx};
+use crate::jslog::owner::open_or_make_bucket;
 use crate::limits;
 
 /// The NATS store's settings (the scheduler's `nats_*` settings).
@@ -158,26 +159,16 @@ async fn bucket(
     replicas: usize,
     within: Duration,
 ) -> Result<kv::Store, String> {
-    retried(&format!("bucket {name}"), within, || async {
-        if let Ok(store) = ctx.js.get_key_value(&name).await {
-            return Ok(store);
-        }
-        let config = kv::Config {
-            bucket: name.clone(),
-            history: 1,
-            max_age,
-            storage: StorageType::File,
-            num_replicas: replicas,
-            max_value_size: (limits::SCHEDULER_NATS_MAX_VALUE_BYTES + 1024) as i32,
-            ..Default::default()
-        };
-        match ctx.js.create_key_value(config).await {
-            Ok(store) => Ok(store),
-            // Made meanwhile by another scheduler.
-            Err(e) => ctx.js.get_key_value(&name).await.map_err(|_| e.to_string()),
-        }
-    })
-    .await
+    let config = kv::Config {
+        bucket: name.clone(),
+        history: 1,
+        max_age,
+        storage: StorageType::File,
+        num_replicas: replicas,
+        max_value_size: (limits::SCHEDULER_NATS_MAX_VALUE_BYTES + 1024) as i32,
+        ..Default::default()
+    };
+    retried(&format!("bucket {name}"), within, || open_or_make_bucket(&ctx, config.clone())).await
 }
 
 impl NatsStore {
