@@ -45,3 +45,15 @@ pub fn router_socket(
     let bound = s.get_last_endpoint().ok().and_then(|e| e.ok()).unwrap_or_else(|| addr.to_string());
     Ok((s, bound))
 }
+
+#[cfg(test)]
+mod tests {
+    /// libzmq is built with CURVE (vendor/zeromq-src patch 4, libsodium):
+    /// a build without libsodium must fail CI, not ship without encryption.
+    #[test]
+    fn libzmq_has_curve() {
+        assert_eq!(zmq::has("curve"), Some(true));
+        let pair = zmq::CurveKeyPair::new().expect("CURVE key pair");
+        assert_eq!(pair.public_key.len(), 32);
+    }
+}

@@ -324,12 +324,18 @@ impl Build {
 
         let target = env::var("TARGET").unwrap();
 
+        // emq patch 4: CURVE with libsodium by default (see EMQ-PATCH.md).
+        // zmq-sys always passes `None`, so look for a static libsodium here.
+        if self.libsodium.is_none() {
+            self.libsodium = emq_find_libsodium(&target);
+        }
+
         if let Some(libsodium) = &self.libsodium {
             build.define("ZMQ_USE_LIBSODIUM", "1");
             build.define("ZMQ_HAVE_CURVE", "1");
 
             build.include(libsodium.include_dir());
-            println!("cargo:rustc-link-search={:?}", libsodium.lib_dir());
+            println!("cargo:rustc-link-search=native={}", libsodium.lib_dir().display());
 
             if target.contains("msvc") {
                 fs::copy(
@@ -482,4 +488,58 @@ mod test {
         println!("{:?}", version.to_str().unwrap());
         assert!(version.to_str().unwrap().starts_with("1.0"));
     }
+}
+
+/// emq patch 4: where the static libsodium is, for CURVE.
+///
+/// `EMQ_ZMQ_CURVE=off` builds without CURVE (the crates.io behaviour);
+/// otherwise `EMQ_LIBSODIUM_DIR` (a prefix with `include/sodium.h` and
+/// `lib/libsodium.a`), then the system's (`/usr/include/sodium.h` with
+/// `libsodium.a` in the multiarch, `lib64`, `lib` or `/usr/local` library
+/// directory: Debian's `libsodium-dev`). A build that finds none stops with
+/// one line naming the package, so a missing CURVE cannot go unnoticed.
+fn emq_find_libsodium(target: &str) -> Option<LibLocation> {
+    println!("cargo:rerun-if-env-changed=EMQ_ZMQ_CURVE");
+    println!("cargo:rerun-if-env-changed=EMQ_LIBSODIUM_DIR");
+    if env::var("EMQ_ZMQ_CURVE").map(|v| v == "off").unwrap_or(false) {
+        return None;
+    }
+    if let Ok(dir) = env::var("EMQ_LIBSODIUM_DIR") {
+        let dir = PathBuf::from(dir);
+        let (include, lib) = (dir.join("include"), dir.join("lib"));
+        if include.join("sodium.h").exists() && lib.join("libsodium.a").exists() {
+            return Some(LibLocation::new(lib, include));
+        }
+        panic!(
+            "EMQ_LIBSODIUM_DIR={} has no include/sodium.h and lib/libsodium.a",
+            dir.display()
+        );
+    }
+    let multiarch = {
+        let mut parts = target.split('-');
+        let arch = parts.next().unwrap_or("");
+        let os_abi: Vec<&str> = parts.skip(1).collect();
+        format!("{}-{}", arch, os_abi.join("-"))
+    };
+    for prefix in ["/usr", "/usr/local"] {
+        let prefix = Path::new(prefix);
+        let include = prefix.join("include");
+        if !include.join("sodium.h").exists() {
+            continue;
+        }
+        for lib in [
+            prefix.join("lib").join(&multiarch),
+            prefix.join("lib64"),
+            prefix.join("lib"),
+        ] {
+            if lib.join("libsodium.a").exists() {
+                println!("cargo:rerun-if-changed={}", lib.join("libsodium.a").display());
+                return Some(LibLocation::new(lib, include));
+            }
+        }
+    }
+    panic!(
+        "emq needs a static libsodium for ZeroMQ CURVE: install libsodium-dev \
+         (or set EMQ_LIBSODIUM_DIR=<prefix>, or EMQ_ZMQ_CURVE=off for a build without CURVE)"
+    );
 }
