@@ -477,6 +477,10 @@ pub const NATS_RETRY_MAX: Duration = Duration::from_secs(1);
 pub const NATS_STALL_TIMEOUT: Duration = Duration::from_secs(12);
 /// The router's hold on its name lasts this long past its last renewal.
 pub const NATS_LEASE: Duration = Duration::from_secs(10);
+/// Largest NATS secret file read (`nats_password_file`, `nats_token_file`,
+/// `nats_nkey_file`): a seed is 58 bytes, a password or token a few dozen;
+/// a larger file is the wrong file and is refused rather than read whole.
+pub const NATS_SECRET_MAX_BYTES: u64 = 64 << 10;
 /// Publishes in flight at once, all shards together (the research
 /// measured 11-15k publishes/s at 256 in flight; each publish carries a
 /// batch of jobs).

@@ -131,7 +131,18 @@ pub fn subscriber(filter: &str) -> impl tracing::Subscriber + Send + Sync + 'sta
         EnvFilter::new("info")
     });
     use std::io::IsTerminal;
-    subscriber_to(env, io::stderr().is_terminal(), true, lossy_stderr())
+    subscriber_to(cap_secrets(env), io::stderr().is_terminal(), true, lossy_stderr())
+}
+
+/// `filter` with async-nats's connection module capped at `debug`, whatever
+/// the filter says: at `trace` it logs its `CONNECT` line with the
+/// password, token or signature in it (emq never logs a secret:
+/// [`crate::jslog::connect`]).
+fn cap_secrets(filter: EnvFilter) -> EnvFilter {
+    match "async_nats::connection=debug".parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    }
 }
 
 /// [`subscriber`]'s format with `filter`, colours when `ansi`, the thread's
@@ -214,7 +225,7 @@ pub(crate) fn capture<R>(filter: &str, f: impl FnOnce() -> R) -> (R, String) {
 
     let lines = Lines::default();
     let writer = lines.clone();
-    let result = scoped(subscriber_to(EnvFilter::new(filter), false, false, move || writer.clone()), f);
+    let result = scoped(subscriber_to(cap_secrets(EnvFilter::new(filter)), false, false, move || writer.clone()), f);
     let text = String::from_utf8_lossy(&lines.0.lock()).into_owned();
     (result, text)
 }

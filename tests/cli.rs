@@ -15,7 +15,7 @@ use crate::common::{wait, watchdog};
 
 /// One of this crate's binaries, with no `EMQ_*` or `RUST_LOG` from the
 /// test's environment.
-fn bin(name: &str) -> Command {
+pub(crate) fn bin(name: &str) -> Command {
     let path = match name {
         "emq-router" => env!("CARGO_BIN_EXE_emq-router"),
         "emq-worker" => env!("CARGO_BIN_EXE_emq-worker"),
@@ -45,7 +45,7 @@ fn text(bytes: &[u8]) -> String {
 
 /// Runs a command that must fail before doing anything: exit status 1,
 /// nothing on stdout, exactly `want` (one line) on stderr.
-fn refused(cmd: &mut Command, want: &str) {
+pub(crate) fn refused(cmd: &mut Command, want: &str) {
     let out: Output = cmd.output().expect("runs");
     assert_eq!(
         (out.status.code(), text(&out.stderr), text(&out.stdout)),

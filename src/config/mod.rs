@@ -27,6 +27,7 @@ use serde::de::DeserializeOwned;
 pub mod addr;
 mod bench;
 mod cli;
+pub mod exposure;
 pub mod kinds;
 mod pubsub;
 pub mod queues;

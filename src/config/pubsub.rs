@@ -1,7 +1,8 @@
 //! `emq-pubsub`'s settings: one table ([`RawPubSubConfig`]), its typed
 //! result ([`PubSubSettings`]) and its commented defaults ([`PUBSUB_TOML`]).
 
-use super::kinds::{AtLeastOne, EmqpAddr, LogFilter};
+use super::exposure::{check_plain_listeners, PlainListener};
+use super::kinds::{AtLeastOne, EmqpAddr, LogFilter, Switch};
 use super::table::{settings, Settings};
 use super::ConfigError;
 use crate::limits;
@@ -14,6 +15,10 @@ settings! {
         pubsub_in: EmqpAddr = limits::PUBSUB_IN_ADDR, env "EMQ_PUBSUB_IN_ADDR", was r#in "EMQ_PUBSUB_IN";
         /// Outgoing PUB address to bind (subscribers).
         pubsub_out: EmqpAddr = limits::PUBSUB_OUT_ADDR, env "EMQ_PUBSUB_OUT_ADDR", was out "EMQ_PUBSUB_OUT";
+        /// Allow `pubsub_in` and `pubsub_out` on a non-loopback address
+        /// (they are plain: no encryption, no authentication); each is
+        /// named in a warning at start (docs/security.md, "Safe default").
+        allow_insecure_remote: Switch = false, env "EMQ_ALLOW_INSECURE_REMOTE";
         /// Messages queued per subscriber (ZeroMQ send high-water mark);
         /// past it a slow subscriber misses messages.
         pubsub_hwm => hwm: AtLeastOne = limits::PUBSUB_HWM, env "EMQ_PUBSUB_HWM";
@@ -34,7 +39,10 @@ impl RawPubSubConfig {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the setting.
     pub fn validate(self) -> Result<PubSubSettings, ConfigError> {
-        self.build()
+        let s = self.build()?;
+        let plain = [PlainListener::new("pubsub_in", &s.pubsub_in), PlainListener::new("pubsub_out", &s.pubsub_out)];
+        check_plain_listeners(&plain, s.allow_insecure_remote)?;
+        Ok(s)
     }
 }
 
@@ -58,10 +66,16 @@ mod tests {
             #[command(flatten)]
             raw: RawPubSubConfig,
         }
-        let args = Args::try_parse_from(["emq-pubsub", "--in", "tcp://*:1", "--out", "tcp://*:2"]).unwrap();
+        let args =
+            Args::try_parse_from(["emq-pubsub", "--in", "tcp://*:1", "--out", "tcp://*:2", "--allow-insecure-remote"])
+                .unwrap();
         let s = args.raw.or(RawPubSubConfig::default()).validate().unwrap();
         assert_eq!((s.pubsub_in.as_str(), s.pubsub_out.as_str()), ("tcp://*:1", "tcp://*:2"));
-        let vars = |name: &str| (name == "EMQ_PUBSUB_IN").then(|| "tcp://*:3".into());
+        let vars = |name: &str| match name {
+            "EMQ_PUBSUB_IN" => Some("tcp://*:3".into()),
+            "EMQ_ALLOW_INSECURE_REMOTE" => Some("true".into()),
+            _ => None,
+        };
         assert_eq!(RawPubSubConfig::from_env(&vars).unwrap().validate().unwrap().pubsub_in, "tcp://*:3");
     }
 }

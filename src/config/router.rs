@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::exposure::PlainListener;
 use super::kinds::{
     AtLeastOne, EmqpAddr, Humantime, HumantimeOrOff, Kind, LogFilter, Many, Optional, Period, Plain, ReportPeriodOrOff,
     Switch, TextListen,
@@ -31,6 +32,11 @@ settings! {
         /// HTTP listener for `/metrics` (Prometheus) and the status page
         /// (`ip:port`), or `""` (or `off`) for none.
         metrics => metrics_addr: HttpListen = limits::METRICS_ADDR, env "EMQ_METRICS_ADDR";
+        /// Allow plain listeners (eMQP without CURVE, the plaintext text
+        /// protocol, plain HTTP) on a non-loopback address; each is named
+        /// in a warning at start. Off: such a listener stops the start
+        /// (docs/security.md, "Safe default").
+        allow_insecure_remote: Switch = false, env "EMQ_ALLOW_INSECURE_REMOTE";
         /// Most queues labelled in `/metrics` and shown on the status page;
         /// the rest are summed as `queue="_other"`.
         metrics_max_queues: AtLeastOne = limits::METRICS_MAX_QUEUES, env "EMQ_METRICS_MAX_QUEUES";
@@ -230,6 +236,18 @@ settings! {
             nats_tls_key => tls_key: Optional<Plain<PathBuf>>, env "EMQ_NATS_TLS_KEY";
             /// NATS credentials file (a user JWT and NKey seed, `.creds`).
             nats_creds => creds: Optional<Plain<PathBuf>>, env "EMQ_NATS_CREDS";
+            /// NATS user name (with `nats_password_file`). Give one kind of
+            /// credentials: this, `nats_token_file`, `nats_nkey_file` or
+            /// `nats_creds` (docs/replicated.md, "Secure connections").
+            nats_user => user: Optional<Plain<String>>, env "EMQ_NATS_USER";
+            /// File holding `nats_user`'s password (read at start, trimmed).
+            /// Secrets are read from files only, never given as flag values
+            /// (those show in `ps`).
+            nats_password_file => password_file: Optional<Plain<PathBuf>>, env "EMQ_NATS_PASSWORD_FILE";
+            /// File holding a NATS authentication token (read at start, trimmed).
+            nats_token_file => token_file: Optional<Plain<PathBuf>>, env "EMQ_NATS_TOKEN_FILE";
+            /// File holding an NKey user seed (`SU...`, read at start, trimmed).
+            nats_nkey_file => nkey_file: Optional<Plain<PathBuf>>, env "EMQ_NATS_NKEY_FILE";
         }
         latency: LatencyConfig {
             //! Latency reporter settings.
@@ -364,13 +382,9 @@ impl RawRouterConfig {
                     why: format!("{:?} must be below nats_give_up ({:?})", nats.ack_timeout, nats.give_up),
                 });
             }
-            if nats.tls_cert.is_some() != nats.tls_key.is_some() {
-                return Err(ConfigError::Invalid {
-                    name: "nats_tls_cert",
-                    why: "nats_tls_cert and nats_tls_key go together".into(),
-                });
-            }
+            crate::jslog::connect::check(nats)?;
         }
+        super::exposure::check_plain_listeners(&config.plain_listeners(), config.allow_insecure_remote)?;
         if let Err(why) = super::queues::QueuePolicies::new(&config) {
             return Err(ConfigError::Invalid { name: "queues", why });
         }
@@ -396,6 +410,22 @@ impl RawRouterConfig {
 }
 
 impl RouterConfig {
+    /// The listeners with neither encryption nor authentication, by
+    /// setting: `frontend`, `backend`, `admin`, `text` and `metrics` (the
+    /// last two unless off). An encrypted listener (a CURVE endpoint, text
+    /// over TLS, HTTP with TLS) is not one: leave it out
+    /// ([`super::exposure`]).
+    pub fn plain_listeners(&self) -> Vec<PlainListener> {
+        let mut plain = vec![
+            PlainListener::new("frontend", &self.frontend_addr),
+            PlainListener::new("backend", &self.backend_addr),
+            PlainListener::new("admin", &self.admin_addr),
+        ];
+        plain.extend(self.text_addr.map(|a| PlainListener::new("text", a.to_string())));
+        plain.extend(self.metrics_addr.map(|a| PlainListener::new("metrics", a.to_string())));
+        plain
+    }
+
     /// The broker-wide byte limit: [`RouterConfig::max_memory_bytes`], or,
     /// when unset, a quarter of the memory the process may use (at least
     /// 64 MiB): the machine's physical memory, or the memory limit of its

@@ -101,28 +101,17 @@ impl Bridge {
     ///
     /// # Errors
     /// [`JsError::Connect`] when no server answers within
-    /// `nats_ack_timeout` × 3 (or a TLS or credentials file is unusable);
+    /// `nats_ack_timeout` × 3, or TLS or the credentials fail
+    /// ([`super::connect::connect`]); [`JsError::Secret`] for an unusable
+    /// secret file;
     /// [`JsError::Io`] when the thread or runtime cannot be made.
     pub fn start(config: &NatsConfig) -> Result<Bridge, JsError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| JsError::Io { what: "the NATS thread's runtime".into(), source: e })?;
-        let urls = config.urls.clone();
-        let connect_timeout = config.ack_timeout * 3;
-        let options = options(config);
-        let client = rt.block_on(async move {
-            let options = options.await?;
-            let attempt = async_nats::connect_with_options(urls.clone(), options);
-            match tokio::time::timeout(connect_timeout, attempt).await {
-                Ok(Ok(client)) => Ok(client),
-                Ok(Err(e)) => Err(JsError::Connect { urls: urls.join(","), why: e.to_string() }),
-                Err(_) => Err(JsError::Connect {
-                    urls: urls.join(","),
-                    why: format!("no server answered within {connect_timeout:?}"),
-                }),
-            }
-        })?;
+        let name = format!("emq-router {}", config.router_name);
+        let client = rt.block_on(super::connect::connect(config, name))?;
         // The context spawns its acker task on the runtime.
         let entered = rt.enter();
         let js = jetstream::ContextBuilder::new()
@@ -235,31 +224,6 @@ impl Publisher {
         let (tx, rx) = mpsc::unbounded_channel();
         (Publisher { tx: Some(tx) }, rx)
     }
-}
-
-/// The connect options `config` names: TLS files, credentials, a name.
-async fn options(config: &NatsConfig) -> Result<async_nats::ConnectOptions, JsError> {
-    let mut o = async_nats::ConnectOptions::new()
-        .name(format!("emq-router {}", config.router_name))
-        .connection_timeout(config.ack_timeout)
-        .request_timeout(Some(config.ack_timeout))
-        .max_reconnects(None::<usize>);
-    let any_tls = config.urls.iter().any(|u| u.starts_with("tls://"));
-    if let Some(ca) = &config.tls_ca {
-        o = o.add_root_certificates(ca.clone()).require_tls(true);
-    } else if any_tls {
-        o = o.require_tls(true);
-    }
-    if let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) {
-        o = o.add_client_certificate(cert.clone(), key.clone()).require_tls(true);
-    }
-    if let Some(creds) = &config.creds {
-        o = o.credentials_file(creds).await.map_err(|e| JsError::Connect {
-            urls: config.urls.join(","),
-            why: format!("credentials file {}: {e}", creds.display()),
-        })?;
-    }
-    Ok(o)
 }
 
 /// The bridge's loop and what it holds.

@@ -60,6 +60,7 @@
 //!   flight at once.
 
 pub mod bridge;
+pub mod connect;
 pub mod log;
 pub mod message;
 pub mod owner;
@@ -97,11 +98,24 @@ mod tests;
 #[derive(Debug, thiserror::Error)]
 pub enum JsError {
     /// No NATS server could be reached (or TLS, credentials failed).
-    #[error("cannot connect to the NATS JetStream cluster at {urls}: {why} (nats_urls, nats_tls_*, nats_creds)")]
+    #[error("cannot connect to the NATS JetStream cluster at {urls}: {why}")]
     Connect {
         /// The URLs tried.
         urls: String,
         /// What failed.
+        why: String,
+    },
+    /// A secret file (`nats_password_file`, `nats_token_file`,
+    /// `nats_nkey_file`) is missing, unreadable, empty, too large or, for
+    /// an NKey, not a user seed. The message names the setting and the
+    /// file, never the file's contents.
+    #[error("setting {setting}: {path}: {why}")]
+    Secret {
+        /// The setting naming the file.
+        setting: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
         why: String,
     },
     /// A live router holds the name.

@@ -12,9 +12,11 @@ use chrono_tz::Tz;
 
 use super::nats_store::NatsSettings;
 use super::peer::PeerConfig;
-use crate::config::kinds::{EmqpAddrOrOff, EmqpAddrs, LogFilter, Many, Optional, Period, Plain};
+use crate::config::exposure::{check_plain_listeners, PlainListener};
+use crate::config::kinds::{EmqpAddrOrOff, EmqpAddrs, LogFilter, Many, Optional, Period, Plain, Switch};
 use crate::config::table::settings;
 use crate::config::{ConfigError, NatsUrl, Replicas, Settings, StoreName};
+use crate::jslog::connect::NatsSecurity;
 use crate::limits;
 
 settings! {
@@ -28,6 +30,10 @@ settings! {
         /// The scheduler's own admin address to bind (`emq-cli schedules` asks it), or `off`.
         scheduler_admin: EmqpAddrOrOff = limits::SCHEDULER_ADMIN_ADDR, env "EMQ_SCHEDULER_ADMIN_ADDR",
             was admin_addr;
+        /// Allow `scheduler_admin` on a non-loopback address (it is plain:
+        /// no encryption, no authentication); it is named in a warning at
+        /// start (docs/security.md, "Safe default").
+        allow_insecure_remote: Switch = false, env "EMQ_ALLOW_INSECURE_REMOTE";
         /// Directory of the schedule store (default: `$XDG_STATE_HOME/emq-scheduler`).
         data_dir: Optional<Plain<PathBuf>>, env "EMQ_SCHEDULER_DATA_DIR";
         /// IANA time zone cron expressions are evaluated in (e.g. `Europe/Berlin`).
@@ -56,6 +62,14 @@ settings! {
         nats_tls_key: Optional<Plain<PathBuf>>, env "EMQ_SCHEDULER_NATS_TLS_KEY";
         /// NATS credentials file (a user JWT and NKey seed, `.creds`).
         nats_creds: Optional<Plain<PathBuf>>, env "EMQ_SCHEDULER_NATS_CREDS";
+        /// NATS user name (with `nats_password_file`); one kind of credentials at most.
+        nats_user: Optional<Plain<String>>, env "EMQ_SCHEDULER_NATS_USER";
+        /// File holding `nats_user`'s password (read at start, trimmed; never a flag value).
+        nats_password_file: Optional<Plain<PathBuf>>, env "EMQ_SCHEDULER_NATS_PASSWORD_FILE";
+        /// File holding a NATS authentication token (read at start, trimmed).
+        nats_token_file: Optional<Plain<PathBuf>>, env "EMQ_SCHEDULER_NATS_TOKEN_FILE";
+        /// File holding an NKey user seed (`SU...`, read at start, trimmed).
+        nats_nkey_file: Optional<Plain<PathBuf>>, env "EMQ_SCHEDULER_NATS_NKEY_FILE";
         /// HEARTBEAT period to the router (must stay under the router's 5 s timeout).
         heartbeat_interval: Period = limits::HEARTBEAT_INTERVAL, env "EMQ_SCHEDULER_HEARTBEAT_INTERVAL";
         /// Router silence after which the scheduler reconnects under a new identity.
@@ -132,6 +146,9 @@ impl RawSchedulerConfig {
         if let Some(name) = &s.name {
             check_name(name)?;
         }
+        let plain: Vec<PlainListener> =
+            s.scheduler_admin.iter().map(|a| PlainListener::new("scheduler_admin", a)).collect();
+        check_plain_listeners(&plain, s.allow_insecure_remote)?;
         let nats = if s.nats_urls.is_empty() {
             None
         } else {
@@ -145,10 +162,6 @@ impl RawSchedulerConfig {
                     .to_string();
                 return Err(ConfigError::Invalid { name: "name", why });
             };
-            if s.nats_tls_cert.is_some() != s.nats_tls_key.is_some() {
-                let why = "nats_tls_cert and nats_tls_key go together".to_string();
-                return Err(ConfigError::Invalid { name: "nats_tls_cert", why });
-            }
             if s.nats_lease < limits::SCHEDULER_NATS_MIN_LEASE {
                 let why = format!("{:?} is below {:?}", s.nats_lease, limits::SCHEDULER_NATS_MIN_LEASE);
                 return Err(ConfigError::Invalid { name: "nats_lease", why });
@@ -160,18 +173,26 @@ impl RawSchedulerConfig {
                 );
                 return Err(ConfigError::Invalid { name: "nats_timeout", why });
             }
-            Some(NatsSettings {
+            let settings = NatsSettings {
                 urls: s.nats_urls,
                 bucket: s.nats_bucket,
                 replicas: s.nats_replicas,
                 lease: s.nats_lease,
                 timeout: s.nats_timeout,
-                tls_ca: s.nats_tls_ca,
-                tls_cert: s.nats_tls_cert,
-                tls_key: s.nats_tls_key,
-                creds: s.nats_creds,
+                security: NatsSecurity {
+                    tls_ca: s.nats_tls_ca,
+                    tls_cert: s.nats_tls_cert,
+                    tls_key: s.nats_tls_key,
+                    creds: s.nats_creds,
+                    user: s.nats_user,
+                    password_file: s.nats_password_file,
+                    token_file: s.nats_token_file,
+                    nkey_file: s.nats_nkey_file,
+                },
                 name,
-            })
+            };
+            crate::jslog::connect::check(&settings.bridge_config())?;
+            Some(settings)
         };
         Ok(SchedulerConfig {
             peer: PeerConfig {

@@ -42,7 +42,6 @@
 //! [`limits::SCHEDULER_MAX_SCHEDULES`] schedules of a name (more is an
 //! error naming the bucket); every request waits at most `nats_timeout`.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::push::OrderedConfig;
@@ -59,6 +58,7 @@ use super::lease::{self, Lease};
 use super::store::{Fence, Reconciled, Store, StoreError, Stored};
 use crate::config::NatsConfig;
 use crate::jslog::bridge::{retried, Bridge, Ctx};
+use crate::jslog::connect::NatsSecurity;
 use crate::jslog::owner::open_or_make_bucket;
 use crate::limits;
 
@@ -75,14 +75,8 @@ pub struct NatsSettings {
     pub lease: Duration,
     /// Longest wait for one request.
     pub timeout: Duration,
-    /// CA certificates (PEM).
-    pub tls_ca: Option<PathBuf>,
-    /// Client certificate (PEM).
-    pub tls_cert: Option<PathBuf>,
-    /// Its key (PEM).
-    pub tls_key: Option<PathBuf>,
-    /// Credentials file.
-    pub creds: Option<PathBuf>,
+    /// TLS files and credentials.
+    pub security: NatsSecurity,
     /// The scheduler's name (its schedules' keys, its lease).
     pub name: String,
 }
@@ -90,7 +84,9 @@ pub struct NatsSettings {
 impl NatsSettings {
     /// The router's NATS settings the bridge takes; the fields of the job
     /// log it does not use for calls are left at their defaults.
-    fn bridge_config(&self) -> NatsConfig {
+    pub(crate) fn bridge_config(&self) -> NatsConfig {
+        let NatsSecurity { tls_ca, tls_cert, tls_key, creds, user, password_file, token_file, nkey_file } =
+            self.security.clone();
         NatsConfig {
             urls: self.urls.clone(),
             router_name: "scheduler".into(),
@@ -101,10 +97,14 @@ impl NatsSettings {
             give_up: self.timeout,
             lease: self.lease,
             max_in_flight: limits::NATS_MAX_IN_FLIGHT,
-            tls_ca: self.tls_ca.clone(),
-            tls_cert: self.tls_cert.clone(),
-            tls_key: self.tls_key.clone(),
-            creds: self.creds.clone(),
+            tls_ca,
+            tls_cert,
+            tls_key,
+            creds,
+            user,
+            password_file,
+            token_file,
+            nkey_file,
             standby: false,
         }
     }

@@ -159,8 +159,9 @@ pub struct Cluster {
     _one_at_a_time: MutexGuard<'static, ()>,
 }
 
-/// The config of node `i` (0-based) of `nodes`.
-fn config(i: usize, nodes: &[Node]) -> String {
+/// The config of node `i` (0-based) of `nodes`, then `extra` (more
+/// top-level settings: `tls {...}`, `authorization {...}`).
+fn config(i: usize, nodes: &[Node], extra: &str) -> String {
     let me = &nodes[i];
     let routes: Vec<String> = nodes.iter().map(|n| format!("nats-route://127.0.0.1:{}", n.cluster_port)).collect();
     format!(
@@ -168,7 +169,7 @@ fn config(i: usize, nodes: &[Node]) -> String {
          listen: 127.0.0.1:{client}\n\
          http: 127.0.0.1:{http}\n\
          jetstream {{\n  store_dir: \"{store}\"\n  max_memory_store: 64MB\n  max_file_store: 1GB\n  sync_interval: always\n}}\n\
-         cluster {{\n  name: {CLUSTER_NAME}\n  listen: 127.0.0.1:{cluster}\n  routes: [ {routes} ]\n}}\n",
+         cluster {{\n  name: {CLUSTER_NAME}\n  listen: 127.0.0.1:{cluster}\n  routes: [ {routes} ]\n}}\n{extra}",
         name = me.name,
         client = me.client_port,
         http = me.http_port,
@@ -184,6 +185,13 @@ impl Cluster {
     /// ready ([`Cluster::wait_ready`]). Panics, with the servers' log tails,
     /// when it is not within [`READY_TIMEOUT`].
     pub fn start(bin: &Path, dir: &TestDir) -> Cluster {
+        Cluster::start_with(bin, dir, "")
+    }
+
+    /// [`Cluster::start`] with `extra` appended to every node's config
+    /// (client TLS and authorization, say: the monitoring port, which the
+    /// readiness wait uses, stays plain HTTP).
+    pub fn start_with(bin: &Path, dir: &TestDir, extra: &str) -> Cluster {
         let lock = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let nodes: Vec<Node> = (1..=NODES)
             .map(|n| Node {
@@ -199,7 +207,7 @@ impl Cluster {
             .collect();
         for i in 0..NODES {
             std::fs::create_dir_all(&nodes[i].store).expect("create a nats store dir");
-            std::fs::write(&nodes[i].conf, config(i, &nodes)).expect("write a nats config");
+            std::fs::write(&nodes[i].conf, config(i, &nodes, extra)).expect("write a nats config");
         }
         let mut cluster = Cluster { nodes, bin: bin.to_path_buf(), _one_at_a_time: lock };
         for i in 0..NODES {
