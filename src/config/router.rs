@@ -47,6 +47,11 @@ settings! {
         /// A metrics HTTP connection is closed this long after it was
         /// accepted, request read and answer sent or not (e.g. `10s`).
         metrics_request_timeout: Period = limits::METRICS_REQUEST_TIMEOUT, env "EMQ_METRICS_REQUEST_TIMEOUT";
+        /// File of `user:<bcrypt hash>` lines (`htpasswd -nBC 10 user`):
+        /// when set, every HTTP request needs `Authorization: Basic` with a
+        /// listed user and its password, else `401`; reread when it changes
+        /// (docs/security.md "HTTP: TLS and passwords").
+        metrics_basic_auth_file: Optional<Plain<PathBuf>>, env "EMQ_METRICS_BASIC_AUTH_FILE";
         /// Dispatcher shards (queue-owning threads). 0 = pick from the core count.
         shards: Shards = 0usize, env "EMQ_SHARDS";
         /// Pin the I/O and shard threads to cores when there are enough cores.

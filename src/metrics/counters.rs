@@ -203,6 +203,19 @@ counters! {
     /// did not arrive in time: answered `408`) or `metrics_request_timeout`
     /// (the answer was not read in time).
     http_timed_out,
+    /// HTTP requests refused `401` by `metrics_basic_auth_file` because
+    /// their credentials were wrong: an unknown user, a wrong password, or
+    /// an `Authorization` field that is not well-formed `Basic`. A request
+    /// without credentials (a browser's first) is not counted here (it is
+    /// in `http_refused`).
+    http_auth_failures,
+    /// HTTP requests answered `429` without a password check because
+    /// failed checks used up `limits::HTTP_AUTH_FAILURE_BUDGET` of the
+    /// current second.
+    http_auth_throttled,
+    /// HTTP requests whose password was taken as right from the cache of
+    /// earlier successful checks (no bcrypt run).
+    http_auth_cache_hits,
 }
 
 impl Counters {

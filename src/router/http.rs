@@ -49,6 +49,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -57,6 +58,7 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use super::http_auth::{BasicAuth, Verdict};
 use super::scrape::Sources;
 use super::status_page::Rates;
 use super::StartError;
@@ -86,6 +88,15 @@ pub struct HttpLimits {
     pub max_queues: usize,
 }
 
+/// Who may use the HTTP server (docs/security.md "HTTP: TLS and
+/// passwords").
+#[derive(Debug, Clone, Default)]
+pub struct HttpSecurity {
+    /// `metrics_basic_auth_file`: every request needs a listed user and
+    /// password ([`super::http_auth`]).
+    pub basic_auth_file: Option<PathBuf>,
+}
+
 /// The running HTTP server.
 pub struct HttpServer {
     stop: Arc<AtomicBool>,
@@ -96,12 +107,26 @@ pub struct HttpServer {
 
 impl HttpServer {
     /// Binds `addr` and serves from `sources` on thread `emq-http` within
-    /// `limits`.
+    /// `limits`, to the clients `security` admits.
     ///
     /// # Errors
-    /// [`StartError::Io`] when the address cannot be bound, the poll not
-    /// made or the thread not spawned.
-    pub fn start(addr: SocketAddr, sources: Sources, limits: HttpLimits) -> Result<HttpServer, StartError> {
+    /// [`StartError::Setting`] when `metrics_basic_auth_file` cannot be
+    /// read or has a bad line; [`StartError::Io`] when the address cannot
+    /// be bound, the poll not made or the thread not spawned.
+    pub fn start(
+        addr: SocketAddr,
+        sources: Sources,
+        limits: HttpLimits,
+        security: HttpSecurity,
+    ) -> Result<HttpServer, StartError> {
+        let auth = match &security.basic_auth_file {
+            Some(path) => Some(
+                BasicAuth::load(path, Instant::now())
+                    .map_err(|why| StartError::Setting { name: "metrics_basic_auth_file", why })?,
+            ),
+            None => None,
+        };
+        let users = auth.as_ref().map_or(0, BasicAuth::users);
         let what = || format!("metrics listener {addr}");
         let io_err = |source| StartError::Io { what: what(), source };
         let listener = std::net::TcpListener::bind(addr).map_err(io_err)?;
@@ -128,9 +153,11 @@ impl HttpServer {
             accept_retry: None,
             accept_next_log: None,
             accept_unlogged: 0,
+            auth,
         };
         let thread = super::spawn("emq-http".into(), move || server.run())?;
-        tracing::info!(%addr, max_connections = limits.max_connections, "metrics and status page served");
+        tracing::info!(%addr, max_connections = limits.max_connections, basic_auth_users = users,
+            "metrics and status page served");
         Ok(HttpServer { stop, waker, thread, addr })
     }
 
@@ -222,6 +249,8 @@ struct Server {
     accept_retry: Option<Instant>,
     accept_next_log: Option<Instant>,
     accept_unlogged: u64,
+    /// `metrics_basic_auth_file`'s users, when it is set.
+    auth: Option<BasicAuth>,
 }
 
 /// What the server does with one connection after an event.
@@ -486,6 +515,11 @@ impl Server {
         }
     }
 
+    /// How the server admits clients, for the status page (`None`: open).
+    fn access(&self) -> Option<String> {
+        self.auth.as_ref().map(|a| format!("Basic auth ({} user(s))", a.users()))
+    }
+
     /// The whole answer to the request head `head` (`end` bytes with its
     /// empty line; a 431 when `end` is 0), counted.
     fn answer(&mut self, head: &[u8], end: usize) -> Vec<u8> {
@@ -501,18 +535,35 @@ impl Server {
             Ok(req) => {
                 let head_only = req.method == "HEAD";
                 let path = req.target.split('?').next().unwrap_or("");
-                match (req.method, path) {
-                    ("GET" | "HEAD", "/metrics") => {
-                        let body = super::prometheus::render(self.sources.read(self.limits.max_queues));
-                        (200, body.into_bytes(), super::prometheus::CONTENT_TYPE, head_only, &[])
+                let verdict = match self.auth.as_mut() {
+                    Some(auth) => auth.check(req.authorization, counters, Instant::now()),
+                    None => Verdict::Allowed,
+                };
+                match (verdict, req.method, path) {
+                    (Verdict::Missing | Verdict::Denied, ..) => {
+                        (401, b"authentication required (Basic)\n".to_vec(), text, head_only, UNAUTHORIZED)
                     }
-                    ("GET" | "HEAD", "/" | "/index.html") => {
-                        let scrape = self.sources.read(self.limits.max_queues);
-                        let body = super::status_page::render(&scrape, &mut self.rates);
-                        (200, body.into_bytes(), "text/html; charset=utf-8", head_only, &[])
-                    }
-                    ("GET" | "HEAD", _) => (404, b"not found: try /metrics or /\n".to_vec(), text, head_only, &[]),
-                    _ => (405, b"read-only: GET and HEAD only\n".to_vec(), text, false, &[("Allow", "GET, HEAD")]),
+                    (Verdict::Throttled, ..) => (
+                        429,
+                        b"too many failed password checks; try again in a second\n".to_vec(),
+                        text,
+                        head_only,
+                        &[("Retry-After", "1")],
+                    ),
+                    (Verdict::Allowed, method, path) => match (method, path) {
+                        ("GET" | "HEAD", "/metrics") => {
+                            let body = super::prometheus::render(self.sources.read(self.limits.max_queues));
+                            (200, body.into_bytes(), super::prometheus::CONTENT_TYPE, head_only, &[])
+                        }
+                        ("GET" | "HEAD", "/" | "/index.html") => {
+                            let mut scrape = self.sources.read(self.limits.max_queues);
+                            scrape.http_access = self.access();
+                            let body = super::status_page::render(&scrape, &mut self.rates);
+                            (200, body.into_bytes(), "text/html; charset=utf-8", head_only, &[])
+                        }
+                        ("GET" | "HEAD", _) => (404, b"not found: try /metrics or /\n".to_vec(), text, head_only, &[]),
+                        _ => (405, b"read-only: GET and HEAD only\n".to_vec(), text, false, &[("Allow", "GET, HEAD")]),
+                    },
                 }
             }
         };
@@ -580,10 +631,15 @@ fn head_end(buf: &[u8], from: usize) -> Option<usize> {
 struct Request<'a> {
     method: &'a str,
     target: &'a str,
+    /// The `Authorization` field's value, if any (never logged).
+    authorization: Option<&'a [u8]>,
 }
 
 /// Extra headers of an answer: `(name, value)`.
 type Headers = &'static [(&'static str, &'static str)];
+
+/// The challenge of a `401` (RFC 7617), realm `emq`.
+const UNAUTHORIZED: Headers = &[("WWW-Authenticate", "Basic realm=\"emq\"")];
 
 /// A request refused before routing: status, body, extra headers.
 #[derive(Debug, PartialEq, Eq)]
@@ -635,9 +691,14 @@ fn parse_head(head: &[u8]) -> Result<Request<'_>, Refusal> {
     let (Some(method), Some(target)) = (req.method, req.path) else { return Err(Refusal::BAD) };
     let mut body = false;
     let mut hosts = 0;
+    let mut authorization = None;
     for header in req.headers.iter() {
         if header.name.eq_ignore_ascii_case("host") {
             hosts += 1;
+        } else if header.name.eq_ignore_ascii_case("authorization") {
+            if authorization.replace(header.value).is_some() {
+                return Err(Refusal::BAD);
+            }
         } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
             body = true;
         } else if header.name.eq_ignore_ascii_case("content-length") {
@@ -658,7 +719,7 @@ fn parse_head(head: &[u8]) -> Result<Request<'_>, Refusal> {
     if (req.version == Some(1) && hosts == 0) || hosts > 1 {
         return Err(Refusal::HOST);
     }
-    Ok(Request { method, target })
+    Ok(Request { method, target, authorization })
 }
 
 /// Whether the request line ends in `HTTP/<digit>.<digit>`.
@@ -682,10 +743,12 @@ fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
+        401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
         413 => "Content Too Large",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         503 => "Service Unavailable",
         505 => "HTTP Version Not Supported",
