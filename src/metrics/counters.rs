@@ -216,6 +216,12 @@ counters! {
     /// HTTP requests whose password was taken as right from the cache of
     /// earlier successful checks (no bcrypt run).
     http_auth_cache_hits,
+    /// HTTP connections on the TLS listener (`metrics_tls_cert_file`)
+    /// closed because TLS failed: a plain-HTTP request (answered a plain
+    /// `400`), a client that does not trust the certificate, no client
+    /// certificate or one not issued by `metrics_tls_client_ca_file`, a
+    /// corrupt record.
+    http_tls_failures,
 }
 
 impl Counters {
