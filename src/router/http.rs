@@ -36,6 +36,16 @@
 //!   [`limits::HTTP_LINGER_BYTES`], so the client reads the answer before
 //!   the close.
 //!
+//! Optionally (docs/security.md "HTTP: TLS and passwords"): every request
+//! needs a password of `metrics_basic_auth_file` ([`super::http_auth`];
+//! `401`, or `429` past the failure budget), checked before routing; and
+//! the listener speaks TLS only (`metrics_tls_cert_file`, [`ServerTls`]),
+//! rustls driven on the same non-blocking sockets (`read_tls`,
+//! `process_new_packets`, `reader`, `writer`, `write_tls`, as rustls's
+//! `tlsserver-mio` example), the handshake bounded by the head deadline, a
+//! failed one counted in `http_tls_failures`, a plain-HTTP request answered
+//! a plain `400`.
+//!
 //! The request head is parsed by `httparse` (hyper's parser); what is
 //! ours is the bounded connection handling around it. It replaces
 //! `tiny_http` (0.12), which could not be bounded: it spawns a
