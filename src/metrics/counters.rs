@@ -187,7 +187,9 @@ counters! {
     /// HTTP requests refused: 404 (unknown path), 405 (a method but GET
     /// and HEAD: the server is read-only), 413 (a request with a body,
     /// which is never read), 431 (a head over `limits::HTTP_MAX_HEAD_BYTES`),
-    /// 400 (a malformed head), 505 (an HTTP version but 1.0 and 1.1).
+    /// 400 (a malformed head), 505 (an HTTP version but 1.0 and 1.1),
+    /// 401 (no or wrong password, `metrics_basic_auth_file`), 429 (password
+    /// checks throttled).
     http_refused,
     /// HTTP connections refused with `503` because `metrics_max_connections`
     /// were open: none since a connection past the limit takes an open
