@@ -57,6 +57,37 @@ pub const HTTP_LINGER: Duration = Duration::from_secs(2);
 pub const HTTP_LINGER_BYTES: usize = 1024 * 1024;
 /// Bytes read from an HTTP connection per `read` call (a stack buffer).
 pub const HTTP_READ_CHUNK_BYTES: usize = 4 * 1024;
+/// Most lines in `metrics_basic_auth_file` (comments and blank lines
+/// too); a longer file is refused (at start: the router does not start;
+/// on a reload: the users already loaded stay). A few scrapers and
+/// operators need a handful.
+pub const HTTP_AUTH_FILE_MAX_LINES: usize = 1_000;
+/// Most bytes read of `metrics_basic_auth_file`; a larger file is refused
+/// as one with too many lines is. 1,000 lines of a 60-byte bcrypt hash
+/// and a user name fit.
+pub const HTTP_AUTH_FILE_MAX_BYTES: u64 = 128 * 1024;
+/// Highest bcrypt cost accepted in `metrics_basic_auth_file`; a hash of a
+/// higher cost is a bad line. Each check of a password not yet cached
+/// runs bcrypt on the HTTP server's one thread: cost 10 (what the
+/// Prometheus exporter-toolkit documents, `htpasswd -nBC 10`) takes about
+/// 70 ms, each step up doubles it, so 12 (about 0.3 s) is the most a
+/// scrape should wait for.
+pub const HTTP_AUTH_MAX_BCRYPT_COST: u32 = 12;
+/// Successful password checks remembered, as `(user, SHA-256 of the
+/// password)`, for the auth file's current version; when full it is
+/// emptied and refilled. A scraper and a few browsers need a handful.
+pub const HTTP_AUTH_CACHE_ENTRIES: usize = 64;
+/// Time the HTTP thread may spend per second running bcrypt for checks
+/// that fail (wrong password or unknown user); past it, a request whose
+/// credentials are not cached is answered `429 Too Many Requests` without
+/// a check until the second is over (`http_auth_throttled`). So a
+/// password-guessing client costs the server at most a quarter of its one
+/// thread and about 4 guesses a second at cost 10, while a scraper whose
+/// password is cached is served throughout.
+pub const HTTP_AUTH_FAILURE_BUDGET: Duration = Duration::from_millis(250);
+/// `metrics_basic_auth_file`'s modification time is looked at at most this
+/// often (on a request), and the file read again when it changed.
+pub const HTTP_AUTH_RELOAD_CHECK: Duration = Duration::from_secs(1);
 /// The status page reloads itself this often.
 pub const STATUS_PAGE_REFRESH: std::time::Duration = std::time::Duration::from_secs(5);
 /// Most queues drawn in the status page's latency plot (the busiest).

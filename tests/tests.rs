@@ -16,6 +16,7 @@ mod failover_e2e;
 mod failover_haproxy;
 mod failover_status;
 mod http;
+mod http_security;
 mod interop;
 mod interop_pubsub;
 mod interop_scheduler;

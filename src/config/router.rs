@@ -53,6 +53,20 @@ settings! {
         /// A metrics HTTP connection is closed this long after it was
         /// accepted, request read and answer sent or not (e.g. `10s`).
         metrics_request_timeout: Period = limits::METRICS_REQUEST_TIMEOUT, env "EMQ_METRICS_REQUEST_TIMEOUT";
+        /// File of `user:<bcrypt hash>` lines (`htpasswd -nBC 10 user`):
+        /// when set, every HTTP request needs `Authorization: Basic` with a
+        /// listed user and its password, else `401`; reread when it changes
+        /// (docs/security.md "HTTP: TLS and passwords").
+        metrics_basic_auth_file: Optional<Plain<PathBuf>>, env "EMQ_METRICS_BASIC_AUTH_FILE";
+        /// PEM certificate chain (the server's first): when set, with
+        /// `metrics_tls_key_file`, the HTTP listener speaks HTTPS only;
+        /// reread for new connections when it changes.
+        metrics_tls_cert_file: Optional<Plain<PathBuf>>, env "EMQ_METRICS_TLS_CERT_FILE";
+        /// PEM private key of `metrics_tls_cert_file`.
+        metrics_tls_key_file: Optional<Plain<PathBuf>>, env "EMQ_METRICS_TLS_KEY_FILE";
+        /// PEM CA certificates: when set, every HTTPS client must present a
+        /// certificate issued by one of them (mutual TLS).
+        metrics_tls_client_ca_file: Optional<Plain<PathBuf>>, env "EMQ_METRICS_TLS_CLIENT_CA_FILE";
         /// Dispatcher shards (queue-owning threads). 0 = pick from the core count.
         shards: Shards = 0usize, env "EMQ_SHARDS";
         /// Pin the I/O and shard threads to cores when there are enough cores.
@@ -320,6 +334,21 @@ impl RawRouterConfig {
     /// [`ConfigError::Invalid`] naming the setting.
     pub fn validate(self) -> Result<RouterConfig, ConfigError> {
         let config = self.build()?;
+        match (&config.metrics_tls_cert_file, &config.metrics_tls_key_file) {
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(ConfigError::Invalid {
+                    name: "metrics_tls_cert_file",
+                    why: "metrics_tls_cert_file and metrics_tls_key_file go together (both or neither)".into(),
+                })
+            }
+            (None, None) if config.metrics_tls_client_ca_file.is_some() => {
+                return Err(ConfigError::Invalid {
+                    name: "metrics_tls_client_ca_file",
+                    why: "needs TLS: set metrics_tls_cert_file and metrics_tls_key_file too".into(),
+                })
+            }
+            _ => {}
+        }
         if config.text.max_unsent_bytes < config.text.max_line_bytes + WANT_LINE_OVERHEAD_BYTES {
             return Err(ConfigError::Invalid {
                 name: "text_max_unsent_bytes",

@@ -187,7 +187,9 @@ counters! {
     /// HTTP requests refused: 404 (unknown path), 405 (a method but GET
     /// and HEAD: the server is read-only), 413 (a request with a body,
     /// which is never read), 431 (a head over `limits::HTTP_MAX_HEAD_BYTES`),
-    /// 400 (a malformed head), 505 (an HTTP version but 1.0 and 1.1).
+    /// 400 (a malformed head), 505 (an HTTP version but 1.0 and 1.1),
+    /// 401 (no or wrong password, `metrics_basic_auth_file`), 429 (password
+    /// checks throttled).
     http_refused,
     /// HTTP connections refused with `503` because `metrics_max_connections`
     /// were open: none since a connection past the limit takes an open
@@ -203,6 +205,25 @@ counters! {
     /// did not arrive in time: answered `408`) or `metrics_request_timeout`
     /// (the answer was not read in time).
     http_timed_out,
+    /// HTTP requests refused `401` by `metrics_basic_auth_file` because
+    /// their credentials were wrong: an unknown user, a wrong password, or
+    /// an `Authorization` field that is not well-formed `Basic`. A request
+    /// without credentials (a browser's first) is not counted here (it is
+    /// in `http_refused`).
+    http_auth_failures,
+    /// HTTP requests answered `429` without a password check because
+    /// failed checks used up `limits::HTTP_AUTH_FAILURE_BUDGET` of the
+    /// current second.
+    http_auth_throttled,
+    /// HTTP requests whose password was taken as right from the cache of
+    /// earlier successful checks (no bcrypt run).
+    http_auth_cache_hits,
+    /// HTTP connections on the TLS listener (`metrics_tls_cert_file`)
+    /// closed because TLS failed: a plain-HTTP request (answered a plain
+    /// `400`), a client that does not trust the certificate, no client
+    /// certificate or one not issued by `metrics_tls_client_ca_file`, a
+    /// corrupt record.
+    http_tls_failures,
 }
 
 impl Counters {

@@ -36,6 +36,16 @@
 //!   [`limits::HTTP_LINGER_BYTES`], so the client reads the answer before
 //!   the close.
 //!
+//! Optionally (docs/security.md "HTTP: TLS and passwords"): every request
+//! needs a password of `metrics_basic_auth_file` ([`super::http_auth`];
+//! `401`, or `429` past the failure budget), checked before routing; and
+//! the listener speaks TLS only (`metrics_tls_cert_file`, [`ServerTls`]),
+//! rustls driven on the same non-blocking sockets (`read_tls`,
+//! `process_new_packets`, `reader`, `writer`, `write_tls`, as rustls's
+//! `tlsserver-mio` example), the handshake bounded by the head deadline, a
+//! failed one counted in `http_tls_failures`, a plain-HTTP request answered
+//! a plain `400`.
+//!
 //! The request head is parsed by `httparse` (hyper's parser); what is
 //! ours is the bounded connection handling around it. It replaces
 //! `tiny_http` (0.12), which could not be bounded: it spawns a
@@ -49,6 +59,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -57,11 +68,13 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use super::http_auth::{BasicAuth, Verdict};
 use super::scrape::Sources;
 use super::status_page::Rates;
 use super::StartError;
 use crate::limits;
 use crate::metrics::counters::Counters;
+use crate::tls::ServerTls;
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
@@ -86,6 +99,21 @@ pub struct HttpLimits {
     pub max_queues: usize,
 }
 
+/// Who may use the HTTP server (docs/security.md "HTTP: TLS and
+/// passwords").
+#[derive(Debug, Clone, Default)]
+pub struct HttpSecurity {
+    /// `metrics_basic_auth_file`: every request needs a listed user and
+    /// password ([`super::http_auth`]).
+    pub basic_auth_file: Option<PathBuf>,
+    /// `metrics_tls_cert_file` and `metrics_tls_key_file`: the listener
+    /// speaks TLS only, with this certificate chain and key (PEM).
+    pub tls_files: Option<(PathBuf, PathBuf)>,
+    /// `metrics_tls_client_ca_file`: clients must present a certificate
+    /// issued by one of these CAs (PEM; with `tls_files` only).
+    pub tls_client_ca_file: Option<PathBuf>,
+}
+
 /// The running HTTP server.
 pub struct HttpServer {
     stop: Arc<AtomicBool>,
@@ -96,12 +124,34 @@ pub struct HttpServer {
 
 impl HttpServer {
     /// Binds `addr` and serves from `sources` on thread `emq-http` within
-    /// `limits`.
+    /// `limits`, to the clients `security` admits.
     ///
     /// # Errors
-    /// [`StartError::Io`] when the address cannot be bound, the poll not
-    /// made or the thread not spawned.
-    pub fn start(addr: SocketAddr, sources: Sources, limits: HttpLimits) -> Result<HttpServer, StartError> {
+    /// [`StartError::Setting`] when `metrics_basic_auth_file` cannot be
+    /// read or has a bad line; [`StartError::Io`] when the address cannot
+    /// be bound, the poll not made or the thread not spawned.
+    pub fn start(
+        addr: SocketAddr,
+        sources: Sources,
+        limits: HttpLimits,
+        security: HttpSecurity,
+    ) -> Result<HttpServer, StartError> {
+        let auth = match &security.basic_auth_file {
+            Some(path) => Some(
+                BasicAuth::load(path, Instant::now())
+                    .map_err(|why| StartError::Setting { name: "metrics_basic_auth_file", why })?,
+            ),
+            None => None,
+        };
+        let users = auth.as_ref().map_or(0, BasicAuth::users);
+        let tls = match &security.tls_files {
+            Some((cert, key)) => Some(
+                ServerTls::from_files(cert, key, security.tls_client_ca_file.as_deref())
+                    .map_err(|e| StartError::Setting { name: "metrics_tls_cert_file", why: e.to_string() })?,
+            ),
+            None => None,
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let what = || format!("metrics listener {addr}");
         let io_err = |source| StartError::Io { what: what(), source };
         let listener = std::net::TcpListener::bind(addr).map_err(io_err)?;
@@ -128,9 +178,12 @@ impl HttpServer {
             accept_retry: None,
             accept_next_log: None,
             accept_unlogged: 0,
+            auth,
+            tls,
         };
         let thread = super::spawn("emq-http".into(), move || server.run())?;
-        tracing::info!(%addr, max_connections = limits.max_connections, "metrics and status page served");
+        tracing::info!(%addr, scheme, max_connections = limits.max_connections, basic_auth_users = users,
+            client_certificates = security.tls_client_ca_file.is_some(), "metrics and status page served");
         Ok(HttpServer { stop, waker, thread, addr })
     }
 
@@ -200,6 +253,135 @@ struct Conn {
     deadline: Instant,
     /// Bytes still to discard while lingering.
     linger_left: usize,
+    /// The TLS session on a TLS listener (`metrics_tls_cert_file`).
+    tls: Option<Box<rustls::ServerConnection>>,
+    /// Some bytes came from the client (a TLS connection's first byte is
+    /// looked at for a plain-HTTP request).
+    got_bytes: bool,
+    /// A plain-HTTP request came on the TLS listener: it is answered
+    /// [`PLAIN_ON_TLS`] in plain text.
+    plain_on_tls: bool,
+    /// The TLS `close_notify` of the answer's end is queued.
+    close_notified: bool,
+    /// Why the TLS session failed, when it did (counted at the close in
+    /// `http_tls_failures`).
+    tls_failed: Option<String>,
+}
+
+/// A plain-HTTP request on the TLS listener gets this answer in plain text
+/// (as Go's `net/http` does), then the connection closes.
+const PLAIN_ON_TLS: &[u8] =
+    b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n\
+      this port speaks HTTPS (TLS): use https://\n";
+
+impl Conn {
+    /// Reads plaintext into `buf` as `TcpStream::read` does (`Ok(0)`: the
+    /// client closed; `WouldBlock`: nothing yet); on a TLS connection it
+    /// first reads and decrypts what the socket holds, sending the
+    /// handshake's answers. A TLS failure is an `InvalidData` error with
+    /// `tls_failed` set (the alert is sent, best effort).
+    fn read_plain(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(tls) = self.tls.as_mut() else { return self.stream.read(buf) };
+        if !self.got_bytes {
+            let mut first = [0u8; 1];
+            match self.stream.peek(&mut first) {
+                Ok(0) => return Ok(0),
+                Ok(_) if first[0].is_ascii_uppercase() => {
+                    // "GET /metrics ...": a TLS record starts with 0x16.
+                    // Answered as a plain connection ([`Server::step`]).
+                    self.plain_on_tls = true;
+                    self.tls_failed = Some("a plain-HTTP request on the TLS listener".into());
+                    return Err(io::ErrorKind::InvalidData.into());
+                }
+                Ok(_) => self.got_bytes = true,
+                Err(e) => return Err(e),
+            }
+        }
+        loop {
+            flush_tls(tls, &mut self.stream)?;
+            match tls.reader().read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                done => return done,
+            }
+            if tls.read_tls(&mut self.stream)? == 0 {
+                return Ok(0);
+            }
+            if let Err(e) = tls.process_new_packets() {
+                // Send the alert that tells the client why (best effort).
+                let _ = flush_tls(tls, &mut self.stream);
+                self.tls_failed = Some(e.to_string());
+                return Err(io::ErrorKind::InvalidData.into());
+            }
+        }
+    }
+
+    /// Writes `out[sent..]` (through the TLS session on a TLS connection):
+    /// `Ok(true)` when all of it and every TLS record is with the kernel,
+    /// `Ok(false)` when the socket is full, `Err(())` when the client is
+    /// gone.
+    fn send(&mut self) -> Result<bool, ()> {
+        loop {
+            match self.tls.as_mut() {
+                Some(tls) => {
+                    match flush_tls(tls, &mut self.stream) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                        Err(_) => return Err(()),
+                    }
+                    if self.sent == self.out.len() {
+                        return Ok(true);
+                    }
+                    match tls.writer().write(&self.out[self.sent..]) {
+                        Ok(0) | Err(_) => return Err(()),
+                        Ok(n) => self.sent += n,
+                    }
+                }
+                None => {
+                    if self.sent == self.out.len() {
+                        return Ok(true);
+                    }
+                    match self.stream.write(&self.out[self.sent..]) {
+                        Ok(0) => return Err(()),
+                        Ok(n) => self.sent += n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => return Err(()),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends `answer` if the socket takes it at once (a refusal before the
+    /// close; never blocking). On a TLS connection only once the handshake
+    /// is done: before, there is no way to say it.
+    fn answer_best_effort(&mut self, answer: &[u8]) {
+        match self.tls.as_mut() {
+            None => {
+                let _ = self.stream.write(answer);
+            }
+            Some(tls) if !tls.is_handshaking() => {
+                let _ = tls.writer().write_all(answer);
+                tls.send_close_notify();
+                let _ = flush_tls(tls, &mut self.stream);
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+/// Writes what the TLS session has queued to `stream` (`WouldBlock` when
+/// the socket is full).
+fn flush_tls(tls: &mut rustls::ServerConnection, stream: &mut TcpStream) -> io::Result<()> {
+    while tls.wants_write() {
+        match tls.write_tls(stream) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 struct Server {
@@ -222,6 +404,10 @@ struct Server {
     accept_retry: Option<Instant>,
     accept_next_log: Option<Instant>,
     accept_unlogged: u64,
+    /// `metrics_basic_auth_file`'s users, when it is set.
+    auth: Option<BasicAuth>,
+    /// The TLS configuration, when the listener speaks TLS.
+    tls: Option<ServerTls>,
 }
 
 /// What the server does with one connection after an event.
@@ -341,14 +527,14 @@ impl Server {
             // Take what the request already sent (so the close is not a
             // reset), answer, close.
             let mut buf = [0u8; limits::HTTP_READ_CHUNK_BYTES];
-            let _ = conn.stream.read(&mut buf);
+            let _ = conn.read_plain(&mut buf);
             let body = format!(
                 "closed to make room for a newer connection: request head not complete and {} HTTP connections \
                  open (metrics_max_connections)\n",
                 self.limits.max_connections
             );
             let answer = response(503, "text/plain; charset=utf-8", body.as_bytes(), false, &[("Retry-After", "1")]);
-            let _ = conn.stream.write(&answer);
+            conn.answer_best_effort(&answer);
             let _ = conn.stream.shutdown(Shutdown::Both);
         }
         self.close(slot);
@@ -369,6 +555,19 @@ impl Server {
             return;
         }
         let _ = stream.set_nodelay(true);
+        let tls = match &self.tls {
+            None => None,
+            Some(tls) => match rustls::ServerConnection::new(tls.config()) {
+                Ok(c) => Some(Box::new(c)),
+                Err(e) => {
+                    Counters::bump(&self.counters().http_tls_failures);
+                    crate::log_limited!(warn, error = %e, "HTTP TLS session not made; connection closed");
+                    let _ = self.poll.registry().deregister(&mut stream);
+                    self.free.push(slot);
+                    return;
+                }
+            },
+        };
         self.admitted += 1;
         self.conns[slot] = Some(Conn {
             stream,
@@ -383,6 +582,11 @@ impl Server {
             head_deadline: now + self.limits.head_timeout.min(self.limits.request_timeout),
             deadline: now + self.limits.request_timeout,
             linger_left: limits::HTTP_LINGER_BYTES,
+            tls,
+            got_bytes: false,
+            plain_on_tls: false,
+            close_notified: false,
+            tls_failed: None,
         });
         self.open += 1;
         *self.per_address.entry(peer).or_default() += 1;
@@ -420,13 +624,23 @@ impl Server {
                     let body = format!("request head not complete within {secs} s\n");
                     let answer = response(408, "text/plain; charset=utf-8", body.as_bytes(), false, &[]);
                     // Best effort: the socket's buffer is empty, so it fits.
-                    let _ = conn.stream.write(&answer);
+                    conn.answer_best_effort(&answer);
                     Counters::bump(&counters.http_timed_out);
                 }
                 Phase::Answer => Counters::bump(&counters.http_timed_out),
                 Phase::Linger => {}
             }
             self.close(slot);
+        }
+    }
+
+    /// Counts and logs a TLS session that failed on `conn` (a plain-HTTP
+    /// client, a client that does not trust the certificate, no or a bad
+    /// client certificate).
+    fn tls_refused(&self, conn: &mut Conn) {
+        if let Some(why) = conn.tls_failed.take() {
+            Counters::bump(&self.counters().http_tls_failures);
+            crate::log_limited!(info, peer = %conn.peer, error = %why, "HTTP TLS connection refused");
         }
     }
 
@@ -450,17 +664,29 @@ impl Server {
                         conn.head = Vec::new();
                         conn.phase = Phase::Answer;
                     }
-                    Err(()) => return Next::Close,
+                    Err(()) => {
+                        self.tls_refused(conn);
+                        if !conn.plain_on_tls {
+                            return Next::Close;
+                        }
+                        // Told in plain text, then half-closed and lingering
+                        // (its request is discarded), as any answer.
+                        conn.tls = None;
+                        conn.out = PLAIN_ON_TLS.to_vec();
+                        conn.phase = Phase::Answer;
+                    }
                 },
                 Phase::Answer => {
-                    while conn.sent < conn.out.len() {
-                        match conn.stream.write(&conn.out[conn.sent..]) {
-                            Ok(0) => return Next::Close,
-                            Ok(n) => conn.sent += n,
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::Keep,
-                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                            Err(_) => return Next::Close,
-                        }
+                    match conn.send() {
+                        Ok(true) => {}
+                        Ok(false) => return Next::Keep,
+                        Err(()) => return Next::Close,
+                    }
+                    if let Some(tls) = conn.tls.as_mut().filter(|_| !conn.close_notified) {
+                        // The answer's end, then the TCP half-close.
+                        tls.send_close_notify();
+                        conn.close_notified = true;
+                        continue;
                     }
                     conn.out = Vec::new();
                     if conn.stream.shutdown(Shutdown::Write).is_err() {
@@ -486,6 +712,20 @@ impl Server {
         }
     }
 
+    /// How the server admits clients, for the status page (`None`: open).
+    fn access(&self) -> Option<String> {
+        let mut ways = Vec::new();
+        match &self.tls {
+            Some(tls) if tls.requires_client_cert() => ways.push("TLS with client certificates".to_string()),
+            Some(_) => ways.push("TLS".to_string()),
+            None => {}
+        }
+        if let Some(auth) = &self.auth {
+            ways.push(format!("Basic auth ({} user(s))", auth.users()));
+        }
+        (!ways.is_empty()).then(|| ways.join(", "))
+    }
+
     /// The whole answer to the request head `head` (`end` bytes with its
     /// empty line; a 431 when `end` is 0), counted.
     fn answer(&mut self, head: &[u8], end: usize) -> Vec<u8> {
@@ -501,18 +741,35 @@ impl Server {
             Ok(req) => {
                 let head_only = req.method == "HEAD";
                 let path = req.target.split('?').next().unwrap_or("");
-                match (req.method, path) {
-                    ("GET" | "HEAD", "/metrics") => {
-                        let body = super::prometheus::render(self.sources.read(self.limits.max_queues));
-                        (200, body.into_bytes(), super::prometheus::CONTENT_TYPE, head_only, &[])
+                let verdict = match self.auth.as_mut() {
+                    Some(auth) => auth.check(req.authorization, counters, Instant::now()),
+                    None => Verdict::Allowed,
+                };
+                match (verdict, req.method, path) {
+                    (Verdict::Missing | Verdict::Denied, ..) => {
+                        (401, b"authentication required (Basic)\n".to_vec(), text, head_only, UNAUTHORIZED)
                     }
-                    ("GET" | "HEAD", "/" | "/index.html") => {
-                        let scrape = self.sources.read(self.limits.max_queues);
-                        let body = super::status_page::render(&scrape, &mut self.rates);
-                        (200, body.into_bytes(), "text/html; charset=utf-8", head_only, &[])
-                    }
-                    ("GET" | "HEAD", _) => (404, b"not found: try /metrics or /\n".to_vec(), text, head_only, &[]),
-                    _ => (405, b"read-only: GET and HEAD only\n".to_vec(), text, false, &[("Allow", "GET, HEAD")]),
+                    (Verdict::Throttled, ..) => (
+                        429,
+                        b"too many failed password checks; try again in a second\n".to_vec(),
+                        text,
+                        head_only,
+                        &[("Retry-After", "1")],
+                    ),
+                    (Verdict::Allowed, method, path) => match (method, path) {
+                        ("GET" | "HEAD", "/metrics") => {
+                            let body = super::prometheus::render(self.sources.read(self.limits.max_queues));
+                            (200, body.into_bytes(), super::prometheus::CONTENT_TYPE, head_only, &[])
+                        }
+                        ("GET" | "HEAD", "/" | "/index.html") => {
+                            let mut scrape = self.sources.read(self.limits.max_queues);
+                            scrape.http_access = self.access();
+                            let body = super::status_page::render(&scrape, &mut self.rates);
+                            (200, body.into_bytes(), "text/html; charset=utf-8", head_only, &[])
+                        }
+                        ("GET" | "HEAD", _) => (404, b"not found: try /metrics or /\n".to_vec(), text, head_only, &[]),
+                        _ => (405, b"read-only: GET and HEAD only\n".to_vec(), text, false, &[("Allow", "GET, HEAD")]),
+                    },
                 }
             }
         };
@@ -531,7 +788,7 @@ impl Server {
 fn read_head(conn: &mut Conn) -> Result<Option<usize>, ()> {
     let mut buf = [0u8; limits::HTTP_READ_CHUNK_BYTES];
     loop {
-        let n = match conn.stream.read(&mut buf) {
+        let n = match conn.read_plain(&mut buf) {
             Ok(0) => return Err(()),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
@@ -580,10 +837,15 @@ fn head_end(buf: &[u8], from: usize) -> Option<usize> {
 struct Request<'a> {
     method: &'a str,
     target: &'a str,
+    /// The `Authorization` field's value, if any (never logged).
+    authorization: Option<&'a [u8]>,
 }
 
 /// Extra headers of an answer: `(name, value)`.
 type Headers = &'static [(&'static str, &'static str)];
+
+/// The challenge of a `401` (RFC 7617), realm `emq`.
+const UNAUTHORIZED: Headers = &[("WWW-Authenticate", "Basic realm=\"emq\"")];
 
 /// A request refused before routing: status, body, extra headers.
 #[derive(Debug, PartialEq, Eq)]
@@ -635,9 +897,14 @@ fn parse_head(head: &[u8]) -> Result<Request<'_>, Refusal> {
     let (Some(method), Some(target)) = (req.method, req.path) else { return Err(Refusal::BAD) };
     let mut body = false;
     let mut hosts = 0;
+    let mut authorization = None;
     for header in req.headers.iter() {
         if header.name.eq_ignore_ascii_case("host") {
             hosts += 1;
+        } else if header.name.eq_ignore_ascii_case("authorization") {
+            if authorization.replace(header.value).is_some() {
+                return Err(Refusal::BAD);
+            }
         } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
             body = true;
         } else if header.name.eq_ignore_ascii_case("content-length") {
@@ -658,7 +925,7 @@ fn parse_head(head: &[u8]) -> Result<Request<'_>, Refusal> {
     if (req.version == Some(1) && hosts == 0) || hosts > 1 {
         return Err(Refusal::HOST);
     }
-    Ok(Request { method, target })
+    Ok(Request { method, target, authorization })
 }
 
 /// Whether the request line ends in `HTTP/<digit>.<digit>`.
@@ -682,10 +949,12 @@ fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
+        401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
         413 => "Content Too Large",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         503 => "Service Unavailable",
         505 => "HTTP Version Not Supported",

@@ -12,6 +12,7 @@ pub mod ask;
 mod control;
 mod dead_admin;
 pub mod http;
+pub mod http_auth;
 pub mod outbox;
 pub mod prometheus;
 pub mod release;
@@ -598,7 +599,12 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
                 request_timeout: config.metrics_request_timeout,
                 max_queues: config.metrics_max_queues,
             };
-            Some(http::HttpServer::start(addr, sources, limits)?)
+            let security = http::HttpSecurity {
+                basic_auth_file: config.metrics_basic_auth_file.clone(),
+                tls_files: config.metrics_tls_cert_file.clone().zip(config.metrics_tls_key_file.clone()),
+                tls_client_ca_file: config.metrics_tls_client_ca_file.clone(),
+            };
+            Some(http::HttpServer::start(addr, sources, limits, security)?)
         }
         None => None,
     };

@@ -73,6 +73,10 @@ pub struct Scrape {
     pub disk_free_limit: Option<u64>,
     /// The ownership of the router name (`durability = "replicated"`).
     pub ownership: Option<crate::jslog::ownership::OwnershipFigures>,
+    /// How the HTTP server admits clients ("Basic auth (2 users)", "TLS"),
+    /// set by the server for its status page; `None`: open to anyone who
+    /// reaches it.
+    pub http_access: Option<String>,
 }
 
 impl Scrape {
@@ -206,6 +210,7 @@ impl Sources {
             logs: self.logs.iter().map(|l| l.figures()).collect(),
             disk_free_limit: self.disk_free_limit,
             ownership: self.ownership.as_ref().map(|o| o.figures()),
+            http_access: None,
         }
     }
 }

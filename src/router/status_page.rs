@@ -127,6 +127,7 @@ pub fn render(scrape: &Scrape, rates: &mut Rates) -> String {
     if scrape.shards_silent > 0 {
         let _ = write!(o, "<p class=\"bad\">{} shard(s) did not answer in time.</p>", scrape.shards_silent);
     }
+    http_access(&mut o, scrape);
     log(&mut o, scrape);
     ownership(&mut o, scrape);
     queues(&mut o, scrape, &per_second);
@@ -149,6 +150,20 @@ fn ownership(o: &mut String, scrape: &Scrape) {
         "<p id=\"ownership\">Router name: <span{class}>{role}</span>, epoch {}, lease renewed {age} ago, \
          {} take-over(s) by this process.</p>",
         f.epoch, f.takeovers
+    );
+}
+
+/// The HTTP server's access line, when it is not open: how it admits
+/// clients and how many it refused (`http_auth_failures`,
+/// `http_auth_throttled`).
+fn http_access(o: &mut String, scrape: &Scrape) {
+    let Some(access) = &scrape.http_access else { return };
+    let _ = write!(
+        o,
+        "<p id=\"http\">HTTP access: {}; {} failed password check(s), {} refused unchecked after too many (429).</p>",
+        escape(access),
+        scrape.counter("http_auth_failures"),
+        scrape.counter("http_auth_throttled"),
     );
 }
 
