@@ -441,7 +441,7 @@ impl RawRouterConfig {
 impl RouterConfig {
     /// The listeners with neither encryption nor authentication, by
     /// setting: `frontend`, `backend`, `admin`, `text` and `metrics` (the
-    /// last two unless off). An encrypted listener (a CURVE endpoint, text
+    /// last two unless off; `metrics` also not with TLS). An encrypted listener (a CURVE endpoint, text
     /// over TLS, HTTP with TLS) is not one: leave it out
     /// ([`super::exposure`]).
     pub fn plain_listeners(&self) -> Vec<PlainListener> {
@@ -451,7 +451,11 @@ impl RouterConfig {
             PlainListener::new("admin", &self.admin_addr),
         ];
         plain.extend(self.text_addr.map(|a| PlainListener::new("text", a.to_string())));
-        plain.extend(self.metrics_addr.map(|a| PlainListener::new("metrics", a.to_string())));
+        // HTTP with TLS (`metrics_tls_cert_file`) is encrypted; Basic auth
+        // alone is not (its passwords cross the network in the clear).
+        if self.metrics_tls_cert_file.is_none() {
+            plain.extend(self.metrics_addr.map(|a| PlainListener::new("metrics", a.to_string())));
+        }
         plain
     }
 
