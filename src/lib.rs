@@ -54,7 +54,7 @@
 //!   and [`program`]: what every binary does at its start and end;
 //!   [`printable`]: peer text made safe for a terminal; [`fds`]: the
 //!   process's descriptor limit; [`wake`]: waking a thread blocked in a
-//!   poll.
+//!   poll; [`tls`]: server TLS from PEM files, reloaded when they change.
 //! * [`zmq_error`]: [`zmq_error::ZmqError`], the error of a failed zmq call, for every layer;
 //!   [`heap`]: giving freed C-heap pages back to the OS after connection churn.
 
@@ -80,6 +80,7 @@ pub mod pubsub;
 pub mod router;
 pub mod scheduler;
 pub mod text;
+pub mod tls;
 pub mod wake;
 pub mod wal;
 pub mod zmq_error;
