@@ -35,7 +35,7 @@ use crate::fds;
 use crate::ids::QueueName;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::LatencyStore;
-use crate::text::{TextServer, TextStats};
+use crate::text::{TextSecurity, TextServer, TextStats};
 use crate::zmq_error::ZmqError;
 use crate::zmq_io::egress::{self, EgressRx, EgressTx};
 use crate::zmq_io::io_thread::{IoLimits, IoThread, StopReason};
@@ -471,8 +471,9 @@ fn start_text(
         Ok(Err(why)) => return Err(StartError::Setting { name: "text_reserved_fds", why }),
         Err(e) => tracing::warn!(error = %e, "cannot count the descriptors open: text_reserved_fds not checked"),
     }
+    let security = TextSecurity::from_config(&config.text).map_err(|(name, why)| StartError::Setting { name, why })?;
     let stats = Arc::new(TextStats::default());
-    TextServer::start(addr, config.text.clone(), broker.shards.clone(), broker.ctx.inbox_load.clone(), stats)
+    TextServer::start(addr, config.text.clone(), broker.shards.clone(), broker.ctx.inbox_load.clone(), stats, security)
         .map(Some)
         .map_err(|source| StartError::Io { what: format!("text listener {addr}"), source })
 }
