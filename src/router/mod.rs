@@ -500,6 +500,12 @@ fn text_status(stats: &TextStats, counters: &Counters) -> serde_json::Value {
         "refused_fds": s.refused_fds,
         "accept_errors": s.accept_errors,
         "fd_limit": s.fd_limit,
+        "tls_connections_total": s.tls_connections_total,
+        "tls_handshakes": s.tls_handshakes,
+        "tls_handshake_failures": s.tls_handshake_failures,
+        "auth_ok": s.auth_ok,
+        "auth_failed": s.auth_failed,
+        "auth_noauth": s.auth_noauth,
         "errors_by_code": s.errors.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
     })
 }
