@@ -381,6 +381,24 @@ pub const TEXT_OFFER_TIMEOUT: Duration = Duration::from_secs(300);
 /// connection is closed (docs/text-protocol.md "Limits on connections": slow
 /// senders must not pin memory). 60 s lets a 1 MiB line arrive at 17 KB/s.
 pub const TEXT_LINE_TIMEOUT: Duration = Duration::from_secs(60);
+/// A TLS handshake on the `text_tls` listener must finish this long after
+/// the accept, else the connection is closed and counted
+/// (`text_tls_handshake_failures`): a peer that opens connections and sends
+/// nothing must not hold TLS state.
+pub const TEXT_TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// TLS connections of the text protocol: plaintext decrypted ahead of the
+/// line decoder, at most this many bytes (one TLS read of 4 KiB may add a
+/// record of up to 16 KiB); like a socket read, it counts in the input
+/// budget (`text_max_buffered_bytes`).
+pub const TEXT_TLS_PLAIN_BYTES: usize = 16 * 1024;
+/// TLS reads (of at most 4 KiB each) one serving of a TLS text connection
+/// makes before it lets the others go on.
+pub const TEXT_TLS_READS_PER_TURN: usize = 16;
+/// Replies handed to rustls at once: it encrypts them into records, and is
+/// given more only once those are written, so what it holds stays this
+/// small (the rest waits in the connection's own buffer, counted against
+/// `text_max_unsent_bytes`).
+pub const TEXT_TLS_WRITE_CHUNK_BYTES: usize = 64 * 1024;
 /// Most open text connections; past it `ERR BUSY` (docs/text-protocol.md: 10,000).
 pub const TEXT_MAX_CONNECTIONS: usize = 10_000;
 /// Descriptors kept free for everything but text connections: while fewer

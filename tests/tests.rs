@@ -33,5 +33,6 @@ mod scheduler_takeover;
 mod text;
 mod text_broker;
 mod text_limits;
+mod text_tls;
 mod walkthrough;
 mod worker_e2e;

@@ -108,6 +108,7 @@ impl TextFixture {
             shards.broker.shards.clone(),
             shards.broker.ctx.inbox_load.clone(),
             stats.clone(),
+            Default::default(),
         )
         .unwrap();
         TextFixture { server, backend: Backend { shards: Some(shards) }, stats }

@@ -211,6 +211,54 @@ enum Cmd {
         #[arg(long)]
         del: bool,
     },
+    /// Text protocol tokens (a router's text_auth_tokens_file).
+    Token {
+        #[command(subcommand)]
+        command: TokenCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCmd {
+    /// Make a new token: 32 random bytes in base64url, printed once, with
+    /// the line `NAME sha256:<hex>` to add to the router's
+    /// text_auth_tokens_file (the router keeps only the hash). Talks to no
+    /// server.
+    New {
+        /// The token's name in the file (1 to 64 of A-Z a-z 0-9 _ - . @).
+        #[arg(value_parser = token_name)]
+        name: String,
+    },
+}
+
+/// A token name as the tokens file takes it.
+fn token_name(text: &str) -> Result<String, String> {
+    let ok = !text.is_empty()
+        && text.len() <= emq::text::auth::MAX_TOKEN_NAME_BYTES
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'@'));
+    if ok {
+        Ok(text.to_string())
+    } else {
+        Err(format!("{text:?}: a token name is 1 to 64 characters of A-Z a-z 0-9 _ - . @"))
+    }
+}
+
+/// `emq-cli token new NAME`: the token and its file line.
+fn token_new(out: Out, name: &str) -> anyhow::Result<()> {
+    use base64::Engine as _;
+    let mut bytes = [0u8; 32];
+    getrandom::getrandom(&mut bytes).map_err(|e| anyhow!("no random bytes from the system: {e}"))?;
+    let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let line = emq::text::auth::token_line(name, token.as_bytes());
+    let text = format!(
+        "token (shown once; give it to the client, e.g. in a file for --token-file):\n{token}\n\
+         line for the router's text_auth_tokens_file:\n{line}"
+    );
+    match out.json {
+        true => out.line(json!({"name": name, "token": token, "line": line}), text),
+        // ASCII made here, several lines: printed as is.
+        false => emq::program::output(format_args!("{text}\n")),
+    }
 }
 
 #[derive(Subcommand)]
@@ -363,6 +411,7 @@ fn run() -> anyhow::Result<()> {
         Cmd::Dead { command } => dead(&s, out, command),
         Cmd::Sched { data, queue } => sched(&s, out, data, queue.as_deref().unwrap_or(limits::DEFAULT_QUEUE)),
         Cmd::Ask { queue, dcl, del } => ask(&s, out, queue, *dcl, *del),
+        Cmd::Token { command: TokenCmd::New { name } } => token_new(out, name),
     }
 }
 
@@ -622,7 +671,17 @@ fn request(s: &CliSettings, out: Out, queue: &str, body: &[u8], headers: &str) -
 }
 
 fn text_client(s: &CliSettings) -> anyhow::Result<TextClient> {
-    TextClient::connect(s.text.as_str(), s.timeout).with_context(|| format!("text protocol at {}", s.text))
+    let cert_key = s.tls_cert.as_deref().zip(s.tls_key.as_deref());
+    let options = emq::client::text_tls::options(
+        &s.text,
+        s.tls_ca.as_deref(),
+        s.tls_server_name.as_deref(),
+        cert_key,
+        s.token_file.as_deref(),
+    )
+    .map_err(|e| anyhow!(e))?;
+    TextClient::connect_with(s.text.as_str(), s.timeout, &options)
+        .with_context(|| format!("text protocol at {}", s.text))
 }
 
 /// SCHED, then END: the router answers SCHED only when it refuses it, and

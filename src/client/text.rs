@@ -34,14 +34,31 @@
 //! lines for earlier write-only commands as [`TextClientError::Deferred`];
 //! only when the server wrote neither is the I/O error returned. A call
 //! that reads (`ask`, `sync`, `end`) and meets `ERR BUSY` returns it as
-//! `Server` too.
+//! `Server` too. So do `ERR NOAUTH` and `ERR AUTH_FAILED`, which also end
+//! the connection.
+//!
+//! # TLS and tokens
+//!
+//! [`TextClient::connect_with`] takes [`TextClientOptions`]: TLS to a
+//! `text_tls` listener (a rustls client configuration and the server's
+//! name; the handshake is finished before it returns, so a refused
+//! certificate fails the connect) and a token, sent as `AUTH <token>`
+//! before anything else. A good token is answered with nothing, so a wrong
+//! one surfaces at the next reading call (or a failed write) as
+//! [`TextClientError::Server`] with `AUTH_FAILED`.
 
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
+
 use crate::limits;
-use crate::protocol::text::{encode_command, parse_server_line, EncodeError, ErrorCode, ServerLine, TextCommand};
+use crate::protocol::text::{
+    encode_command, parse_server_line, EncodeError, ErrorCode, Secret, ServerLine, TextCommand,
+};
 
 /// The barrier line (see the module docs).
 const BARRIER: &[u8] = b"ASK !sync\n";
@@ -97,6 +114,63 @@ impl From<io::Error> for TextClientError {
     }
 }
 
+/// How [`TextClient::connect_with`] reaches the server besides its address.
+#[derive(Debug, Clone, Default)]
+pub struct TextClientOptions {
+    /// TLS: the client configuration (trusted CAs, a client certificate)
+    /// and the name the server's certificate must carry.
+    pub tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    /// A token sent as `AUTH <token>` first (never logged).
+    pub token: Option<Secret>,
+}
+
+/// The byte stream under a client: plain TCP or TLS over it.
+#[derive(Debug)]
+enum Link {
+    Plain(TcpStream),
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+}
+
+impl Link {
+    /// The socket (for its timeouts).
+    fn sock(&self) -> &TcpStream {
+        match self {
+            Link::Plain(s) => s,
+            Link::Tls(t) => &t.sock,
+        }
+    }
+}
+
+impl Read for Link {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Link::Plain(s) => s.read(buf),
+            Link::Tls(t) => match t.read(buf) {
+                // A server that closes without close_notify (as emq does
+                // after ERR BUSY) ends the stream like a plain one.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
+                other => other,
+            },
+        }
+    }
+}
+
+impl Write for Link {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Link::Plain(s) => s.write(buf),
+            Link::Tls(t) => t.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Link::Plain(s) => s.flush(),
+            Link::Tls(t) => t.flush(),
+        }
+    }
+}
+
 /// A text-protocol connection.
 ///
 /// ```no_run
@@ -114,8 +188,8 @@ impl From<io::Error> for TextClientError {
 /// ```
 #[derive(Debug)]
 pub struct TextClient {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+    /// The stream, read through the buffer and written directly.
+    reader: BufReader<Link>,
     out: Vec<u8>,
     /// Write-only commands were sent since the last barrier.
     unsynced: bool,
@@ -129,23 +203,60 @@ impl TextClient {
     /// # Errors
     /// [`TextClientError::Io`] or [`TextClientError::Timeout`].
     pub fn connect(addr: impl ToSocketAddrs, timeout: Duration) -> Result<TextClient, TextClientError> {
+        TextClient::connect_with(addr, timeout, &TextClientOptions::default())
+    }
+
+    /// [`TextClient::connect`] with TLS and a token (see the module docs).
+    ///
+    /// # Errors
+    /// [`TextClientError::Io`] or [`TextClientError::Timeout`]; a failed TLS
+    /// handshake (an untrusted or misnamed certificate, a client
+    /// certificate refused) as `Io` with rustls's reason.
+    pub fn connect_with(
+        addr: impl ToSocketAddrs,
+        timeout: Duration,
+        options: &TextClientOptions,
+    ) -> Result<TextClient, TextClientError> {
         let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to");
         let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
         for a in addrs {
             match TcpStream::connect_timeout(&a, timeout) {
-                Ok(stream) => return TextClient::from_stream(stream, timeout),
+                Ok(stream) => return TextClient::from_stream(stream, timeout, options),
                 Err(e) => last = e,
             }
         }
         Err(last.into())
     }
 
-    fn from_stream(stream: TcpStream, timeout: Duration) -> Result<TextClient, TextClientError> {
+    fn from_stream(
+        stream: TcpStream,
+        timeout: Duration,
+        options: &TextClientOptions,
+    ) -> Result<TextClient, TextClientError> {
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
-        let reader = BufReader::new(stream.try_clone()?);
-        Ok(TextClient { reader, writer: stream, out: Vec::new(), unsynced: false, deferred: Vec::new() })
+        let link = match &options.tls {
+            None => Link::Plain(stream),
+            Some((config, name)) => {
+                let conn = ClientConnection::new(config.clone(), name.clone())
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                let mut tls = StreamOwned::new(conn, stream);
+                while tls.conn.is_handshaking() {
+                    tls.conn.complete_io(&mut tls.sock)?;
+                }
+                Link::Tls(Box::new(tls))
+            }
+        };
+        let mut client =
+            TextClient { reader: BufReader::new(link), out: Vec::new(), unsynced: false, deferred: Vec::new() };
+        if let Some(token) = &options.token {
+            client.send(TextCommand::Auth { token: token.clone() })?;
+            // Nothing is answered to a good AUTH: not a write-only command
+            // whose ERR would be deferred.
+            client.unsynced = false;
+        }
+        Ok(client)
     }
 
     /// Sends `SCHED <data>[@<queue>]` (`None`: the `default` queue). Writes
@@ -213,13 +324,13 @@ impl TextClient {
         if barrier {
             self.read_to_barrier()?;
         }
-        let timeout = self.writer.read_timeout()?;
+        let timeout = self.sock().read_timeout()?;
         if !wait.is_zero() {
-            self.writer.set_read_timeout(timeout.map(|t| t.saturating_add(wait)))?;
+            self.sock().set_read_timeout(timeout.map(|t| t.saturating_add(wait)))?;
         }
         let line = self.read_server_line();
         if !wait.is_zero() {
-            self.writer.set_read_timeout(timeout)?;
+            self.sock().set_read_timeout(timeout)?;
         }
         match line? {
             ServerLine::Want(data) => Ok(Some(data)),
@@ -281,9 +392,10 @@ impl TextClient {
         self.write_out(false)?;
         loop {
             match self.read_server_line() {
-                Ok(ServerLine::Err { code: ErrorCode::Busy, text }) => {
-                    return Err(TextClientError::Server { code: ErrorCode::Busy, text })
-                }
+                Ok(ServerLine::Err {
+                    code: code @ (ErrorCode::Busy | ErrorCode::NoAuth | ErrorCode::AuthFailed),
+                    text,
+                }) => return Err(TextClientError::Server { code, text }),
                 Ok(ServerLine::Err { code, text }) => self.deferred.push(ServerError { code, text }),
                 Ok(other) => return Err(TextClientError::Protocol(format!("unexpected {other:?} after END"))),
                 Err(TextClientError::Closed) => return self.deferred_result(),
@@ -311,8 +423,14 @@ impl TextClient {
         self.write_out(true)
     }
 
+    /// The socket under the stream.
+    fn sock(&self) -> &TcpStream {
+        self.reader.get_ref().sock()
+    }
+
     fn write_out(&mut self, write_only: bool) -> Result<(), TextClientError> {
-        if let Err(e) = self.writer.write_all(&self.out) {
+        let link = self.reader.get_mut();
+        if let Err(e) = link.write_all(&self.out).and_then(|()| link.flush()) {
             return Err(self.closed_by_server(e));
         }
         self.unsynced |= write_only;
@@ -332,9 +450,10 @@ impl TextClient {
         }
         for _ in 0..limits::TEXT_CLIENT_LINES_AFTER_CLOSE {
             match self.read_server_line() {
-                Ok(ServerLine::Err { code: ErrorCode::Busy, text }) => {
-                    return TextClientError::Server { code: ErrorCode::Busy, text }
-                }
+                Ok(ServerLine::Err {
+                    code: code @ (ErrorCode::Busy | ErrorCode::NoAuth | ErrorCode::AuthFailed),
+                    text,
+                }) => return TextClientError::Server { code, text },
                 // The barrier's answer (the client sends no other bad line).
                 Ok(ServerLine::Err { code: ErrorCode::BadFormat, .. }) => {}
                 Ok(ServerLine::Err { code, text }) => self.deferred.push(ServerError { code, text }),
@@ -359,9 +478,10 @@ impl TextClient {
                     self.unsynced = false;
                     return Ok(());
                 }
-                ServerLine::Err { code: ErrorCode::Busy, text } => {
-                    return Err(TextClientError::Server { code: ErrorCode::Busy, text })
-                }
+                ServerLine::Err {
+                    code: code @ (ErrorCode::Busy | ErrorCode::NoAuth | ErrorCode::AuthFailed),
+                    text,
+                } => return Err(TextClientError::Server { code, text }),
                 ServerLine::Err { code, text } => self.deferred.push(ServerError { code, text }),
                 other => return Err(TextClientError::Protocol(format!("unexpected {other:?} before the barrier"))),
             }
@@ -373,11 +493,11 @@ impl TextClient {
     /// read: a server sending a byte at a time cannot hold the caller
     /// past it.
     fn read_server_line(&mut self) -> Result<ServerLine, TextClientError> {
-        let limit = self.writer.read_timeout()?;
+        let limit = self.sock().read_timeout()?;
         let deadline = limit.and_then(|t| Instant::now().checked_add(t));
         let line = self.read_line_by(deadline);
         if deadline.is_some() {
-            self.writer.set_read_timeout(limit)?;
+            self.sock().set_read_timeout(limit)?;
         }
         let line = line?;
         parse_server_line(&line).map_err(|e| TextClientError::Protocol(e.to_string()))
@@ -392,7 +512,7 @@ impl TextClient {
                 if left.is_zero() {
                     return Err(TextClientError::Timeout);
                 }
-                self.writer.set_read_timeout(Some(left))?;
+                self.sock().set_read_timeout(Some(left))?;
             }
             let buf = match self.reader.fill_buf() {
                 Ok(buf) => buf,

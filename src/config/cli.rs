@@ -3,7 +3,9 @@
 //! addresses have the names the router, scheduler and pub/sub device use
 //! for the same sockets.
 
-use super::kinds::{EmqpAddr, EmqpAddrs, LogFilter, Period, TextAddr};
+use std::path::PathBuf;
+
+use super::kinds::{EmqpAddr, EmqpAddrs, LogFilter, Optional, Period, Plain, TextAddr};
 use super::table::{settings, Settings};
 use super::ConfigError;
 use crate::limits;
@@ -21,6 +23,17 @@ settings! {
         admin: EmqpAddrs = limits::ADMIN_ADDR, env "EMQ_ADMIN_ADDR";
         /// The router's text protocol address, host:port (sched, ask).
         text: TextAddr = limits::TEXT_ADDR, env "EMQ_TEXT_ADDR";
+        /// PEM CA certificates: talk TLS to `text` (a router's `text_tls`
+        /// listener), trusting these (docs/security.md "Text protocol: TLS and tokens").
+        tls_ca: Optional<Plain<PathBuf>>, env "EMQ_TLS_CA";
+        /// The name the text server's certificate must carry (default: the host of `text`).
+        tls_server_name: Optional<Plain<String>>, env "EMQ_TLS_SERVER_NAME";
+        /// PEM client certificate for a `text_tls` listener that requires one (with `tls_key`).
+        tls_cert: Optional<Plain<PathBuf>>, env "EMQ_TLS_CERT";
+        /// PEM private key of `tls_cert`.
+        tls_key: Optional<Plain<PathBuf>>, env "EMQ_TLS_KEY";
+        /// File holding a text protocol token (its first line), sent as `AUTH <token>` first.
+        token_file: Optional<Plain<PathBuf>>, env "EMQ_TOKEN_FILE";
         /// The scheduler's admin address (schedules).
         scheduler_admin: EmqpAddr = limits::SCHEDULER_ADMIN_ADDR, env "EMQ_SCHEDULER_ADMIN_ADDR";
         /// The pub/sub device's incoming address (publish).
@@ -41,7 +54,17 @@ impl RawCliConfig {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the setting.
     pub fn validate(self) -> Result<CliSettings, ConfigError> {
-        self.build()
+        let s = self.build()?;
+        if s.tls_cert.is_some() != s.tls_key.is_some() {
+            return Err(ConfigError::Invalid { name: "tls_cert", why: "tls_cert and tls_key go together".into() });
+        }
+        if s.tls_cert.is_some() && s.tls_ca.is_none() {
+            return Err(ConfigError::Invalid {
+                name: "tls_cert",
+                why: "a client certificate needs tls_ca (TLS)".into(),
+            });
+        }
+        Ok(s)
     }
 }
 

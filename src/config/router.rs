@@ -175,6 +175,25 @@ settings! {
             /// Most queue names kept known only by ASKs; past it ASK gets ERR QUEUE_LIMIT.
             text_max_asked_queues => max_asked_queues: AtLeastOne = limits::TEXT_MAX_ASKED_QUEUES,
                 env "EMQ_TEXT_MAX_ASKED_QUEUES";
+            /// Text protocol over TLS: listen address (`ip:port`), or `off`
+            /// (docs/security.md "Text protocol: TLS and tokens").
+            text_tls => tls_addr: TextListen = String::from("off"), env "EMQ_TEXT_TLS";
+            /// PEM certificate chain of the `text_tls` listener (server
+            /// certificate first); re-read for new connections when it changes.
+            text_tls_cert_file => tls_cert_file: Optional<Plain<PathBuf>>, env "EMQ_TEXT_TLS_CERT_FILE";
+            /// PEM private key of `text_tls_cert_file`.
+            text_tls_key_file => tls_key_file: Optional<Plain<PathBuf>>, env "EMQ_TEXT_TLS_KEY_FILE";
+            /// PEM CA certificates: when set, `text_tls` clients must present a
+            /// certificate signed by one of them (mutual TLS).
+            text_tls_client_ca_file => tls_client_ca_file: Optional<Plain<PathBuf>>,
+                env "EMQ_TEXT_TLS_CLIENT_CA_FILE";
+            /// A `text_tls` handshake must finish this long after the accept (e.g. `10s`).
+            text_tls_handshake_timeout => tls_handshake_timeout: Period = limits::TEXT_TLS_HANDSHAKE_TIMEOUT,
+                env "EMQ_TEXT_TLS_HANDSHAKE_TIMEOUT";
+            /// File of accepted tokens (`NAME sha256:<hex>` lines): when set,
+            /// every text connection (plain and TLS) must send `AUTH <token>` first.
+            text_auth_tokens_file => auth_tokens_file: Optional<Plain<PathBuf>>,
+                env "EMQ_TEXT_AUTH_TOKENS_FILE";
         }
         wal: WalConfig {
             //! Write-ahead log settings (see [`crate::wal`]).
@@ -412,6 +431,19 @@ impl RawRouterConfig {
                 });
             }
             crate::jslog::connect::check(nats)?;
+        }
+        let text = &config.text;
+        if text.tls_addr.is_some() && (text.tls_cert_file.is_none() || text.tls_key_file.is_none()) {
+            return Err(ConfigError::Invalid {
+                name: "text_tls",
+                why: "a TLS listener needs text_tls_cert_file and text_tls_key_file".into(),
+            });
+        }
+        if text.tls_addr.is_some() && text.tls_addr == config.text_addr {
+            return Err(ConfigError::Invalid {
+                name: "text_tls",
+                why: "must not be the plain text address (text)".into(),
+            });
         }
         super::exposure::check_plain_listeners(&config.plain_listeners(), config.allow_insecure_remote)?;
         if let Err(why) = super::queues::QueuePolicies::new(&config) {

@@ -12,7 +12,7 @@ mod command;
 mod encode;
 mod line;
 
-pub use command::{parse_command, split_queue, valid_queue_name, TextCommand, TextError, MAX_QUEUE_NAME_BYTES};
+pub use command::{parse_command, split_queue, valid_queue_name, Secret, TextCommand, TextError, MAX_QUEUE_NAME_BYTES};
 pub use encode::{
     encode_command, encode_err, encode_nope, encode_want, parse_server_line, EncodeError, ServerLine, ServerLineError,
 };
@@ -49,11 +49,17 @@ pub enum ErrorCode {
     /// SCHED while the job log cannot be written (read-only, failing, its
     /// directory gone, stalled); the task is not stored.
     StoreFailed,
+    /// A command other than `AUTH` came first on a connection that must
+    /// authenticate (`text_auth_tokens_file`); the connection is closed.
+    NoAuth,
+    /// `AUTH` with a token that is not in the tokens file; the connection
+    /// is closed (one try per connection).
+    AuthFailed,
 }
 
 impl ErrorCode {
     /// Every code, in the spec's table order (for counters indexed by code).
-    pub const ALL: [ErrorCode; 11] = [
+    pub const ALL: [ErrorCode; 13] = [
         ErrorCode::UnknownCommand,
         ErrorCode::BadFormat,
         ErrorCode::TooBig,
@@ -65,6 +71,8 @@ impl ErrorCode {
         ErrorCode::QueueLimit,
         ErrorCode::StoreFull,
         ErrorCode::StoreFailed,
+        ErrorCode::NoAuth,
+        ErrorCode::AuthFailed,
     ];
 
     /// The token as written on the wire, e.g. `"NO_TASK"`.
@@ -81,6 +89,8 @@ impl ErrorCode {
             ErrorCode::QueueLimit => "QUEUE_LIMIT",
             ErrorCode::StoreFull => "STORE_FULL",
             ErrorCode::StoreFailed => "STORE_FAILED",
+            ErrorCode::NoAuth => "NOAUTH",
+            ErrorCode::AuthFailed => "AUTH_FAILED",
         }
     }
 
@@ -89,7 +99,7 @@ impl ErrorCode {
         ErrorCode::ALL.into_iter().find(|c| c.as_str().as_bytes() == token)
     }
 
-    /// Position in [`ErrorCode::ALL`] (0..11).
+    /// Position in [`ErrorCode::ALL`] (0..13).
     pub fn index(self) -> usize {
         self as usize
     }
@@ -109,6 +119,8 @@ impl ErrorCode {
             ErrorCode::QueueLimit => "too many queue names",
             ErrorCode::StoreFull => "the job log is out of space; the task is not stored",
             ErrorCode::StoreFailed => "the job log cannot be written; the task is not stored",
+            ErrorCode::NoAuth => "authenticate first: AUTH <token>",
+            ErrorCode::AuthFailed => "the token is not valid",
         }
     }
 }
@@ -143,6 +155,8 @@ mod tests {
             "QUEUE_LIMIT",
             "STORE_FULL",
             "STORE_FAILED",
+            "NOAUTH",
+            "AUTH_FAILED",
         ];
         assert_eq!(tokens, want);
     }

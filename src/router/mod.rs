@@ -36,7 +36,7 @@ use crate::fds;
 use crate::ids::QueueName;
 use crate::metrics::counters::Counters;
 use crate::metrics::latency::LatencyStore;
-use crate::text::{TextServer, TextStats};
+use crate::text::{TextSecurity, TextServer, TextStats};
 use crate::zmq_error::ZmqError;
 use crate::zmq_io::egress::{self, EgressRx, EgressTx};
 use crate::zmq_io::io_thread::{IoLimits, IoThread, StopReason};
@@ -472,8 +472,9 @@ fn start_text(
         Ok(Err(why)) => return Err(StartError::Setting { name: "text_reserved_fds", why }),
         Err(e) => tracing::warn!(error = %e, "cannot count the descriptors open: text_reserved_fds not checked"),
     }
+    let security = TextSecurity::from_config(&config.text).map_err(|(name, why)| StartError::Setting { name, why })?;
     let stats = Arc::new(TextStats::default());
-    TextServer::start(addr, config.text.clone(), broker.shards.clone(), broker.ctx.inbox_load.clone(), stats)
+    TextServer::start(addr, config.text.clone(), broker.shards.clone(), broker.ctx.inbox_load.clone(), stats, security)
         .map(Some)
         .map_err(|source| StartError::Io { what: format!("text listener {addr}"), source })
 }
@@ -500,6 +501,12 @@ fn text_status(stats: &TextStats, counters: &Counters) -> serde_json::Value {
         "refused_fds": s.refused_fds,
         "accept_errors": s.accept_errors,
         "fd_limit": s.fd_limit,
+        "tls_connections_total": s.tls_connections_total,
+        "tls_handshakes": s.tls_handshakes,
+        "tls_handshake_failures": s.tls_handshake_failures,
+        "auth_ok": s.auth_ok,
+        "auth_failed": s.auth_failed,
+        "auth_noauth": s.auth_noauth,
         "errors_by_code": s.errors.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
     })
 }

@@ -196,6 +196,16 @@ impl Collector for Exposition {
             let errors = t.errors.iter().map(|(code, n)| (code.to_string(), *n));
             let head = ("emq_text_errors", "ERR replies to text clients, by code.", MetricType::Counter);
             family(e, head, "code", errors, |v, m| ConstCounter::new(v).encode(m))?;
+            let tls = "Connections accepted on the text TLS listener (text_tls).";
+            counter(e, "emq_text_tls_connections_accepted", tls, t.tls_connections_total)?;
+            counter(e, "emq_text_tls_handshakes", "Text TLS handshakes finished.", t.tls_handshakes)?;
+            let failed = "Text TLS connections closed before their handshake finished (not TLS, refused client \
+                          certificate, peer closed, text_tls_handshake_timeout).";
+            counter(e, "emq_text_tls_handshake_failures", failed, t.tls_handshake_failures)?;
+            let auth = [("ok", t.auth_ok), ("failed", t.auth_failed), ("noauth", t.auth_noauth)];
+            let head = ("emq_text_auth", "Text AUTH outcomes (text_auth_tokens_file), by result.", MetricType::Counter);
+            let rows = auth.into_iter().map(|(r, n)| (r.to_string(), n));
+            family(e, head, "result", rows, |v, m| ConstCounter::new(v).encode(m))?;
         }
         if !s.logs.is_empty() {
             log_families(e, s)?;

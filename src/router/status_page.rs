@@ -124,6 +124,15 @@ pub fn render(scrape: &Scrape, rates: &mut Rates) -> String {
         scrape.schedulers.len(),
         scrape.text.as_ref().map_or(String::new(), |t| format!(", {} text connection(s)", t.connections_open)),
     );
+    if let Some(t) =
+        scrape.text.as_ref().filter(|t| t.tls_connections_total + t.auth_ok + t.auth_failed + t.auth_noauth > 0)
+    {
+        let _ = write!(
+            o,
+            "<p id=\"text-security\">Text TLS: {} connection(s), {} handshake(s), {} failed; AUTH: {} ok, {} failed, {} without AUTH.</p>",
+            t.tls_connections_total, t.tls_handshakes, t.tls_handshake_failures, t.auth_ok, t.auth_failed, t.auth_noauth,
+        );
+    }
     if scrape.shards_silent > 0 {
         let _ = write!(o, "<p class=\"bad\">{} shard(s) did not answer in time.</p>", scrape.shards_silent);
     }

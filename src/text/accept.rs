@@ -11,6 +11,12 @@
 //! `accept` fails for lack of descriptors, the acceptor frees a spare one it
 //! keeps (`/dev/null`), accepts, refuses, and takes the spare back, so a
 //! client is told instead of waiting and the listener does not spin.
+//!
+//! The TLS listener (`text_tls`) is accepted the same way, by the same
+//! threads, and its connections count in the same `text_max_connections`
+//! (each also holds TLS state, docs/security.md). A TLS connection refused
+//! is closed without the `ERR BUSY` line: plaintext on a TLS connection is
+//! not something its client could read.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -48,6 +54,8 @@ pub(super) struct Acceptor {
     listener: TcpListener,
     /// The I/O thread it runs in.
     me: usize,
+    /// It accepts on the TLS listener.
+    tls: bool,
     /// The listener may have connections waiting (edge-triggered).
     ready: bool,
     /// After a failure no spare descriptor could get past: try again then.
@@ -61,9 +69,14 @@ pub(super) struct Acceptor {
 
 impl Acceptor {
     /// An acceptor in I/O thread `me` on `listener` (a copy of the
-    /// server's listener).
-    pub fn new(listener: TcpListener, me: usize) -> Acceptor {
-        Acceptor { listener, me, ready: true, retry_at: None, spare: spare(), unlogged: 0, next_log: None }
+    /// server's plain listener, or of its TLS one when `tls`).
+    pub fn new(listener: TcpListener, me: usize, tls: bool) -> Acceptor {
+        Acceptor { listener, me, tls, ready: true, retry_at: None, spare: spare(), unlogged: 0, next_log: None }
+    }
+
+    /// Whether it accepts on the TLS listener.
+    pub fn tls(&self) -> bool {
+        self.tls
     }
 
     /// The listener, to register in the thread's poll.
@@ -98,7 +111,7 @@ impl Acceptor {
         }
         for _ in 0..limits::TEXT_ACCEPT_BATCH {
             match self.listener.accept() {
-                Ok((stream, _)) => admit(shared, stream, self.me, &mut local),
+                Ok((stream, _)) => admit(shared, stream, self.me, self.tls, &mut local),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.ready = false;
                     return;
@@ -139,7 +152,7 @@ impl Acceptor {
             Ok((stream, _)) => {
                 TextStats::inc(&shared.stats.connections_total);
                 TextStats::inc(&shared.stats.refused_fds);
-                refuse(shared, stream, "too few descriptors left");
+                refuse(shared, stream, self.tls, "too few descriptors left");
                 true
             }
             Err(_) => false,
@@ -158,35 +171,38 @@ fn is_out_of_descriptors(e: &io::Error) -> bool {
 }
 
 /// Hands a new connection to an I/O thread, or refuses it with `ERR BUSY`.
-fn admit(shared: &Shared, stream: TcpStream, me: usize, local: &mut impl FnMut(TcpStream)) {
+fn admit(shared: &Shared, stream: TcpStream, me: usize, tls: bool, local: &mut impl FnMut(TcpStream)) {
     let stats = &shared.stats;
     TextStats::inc(&stats.connections_total);
     let open = stats.connections_open.fetch_add(1, Relaxed) + 1;
     if open > shared.config.max_connections as u64 {
         TextStats::dec(&stats.connections_open);
-        return refuse(shared, stream, ErrorCode::Busy.default_text());
+        return refuse(shared, stream, tls, ErrorCode::Busy.default_text());
     }
     let fd = u64::try_from(stream.as_raw_fd()).unwrap_or(u64::MAX);
     if fd.saturating_add(shared.config.reserved_fds as u64) >= stats.fd_limit.load(Relaxed) {
         TextStats::dec(&stats.connections_open);
         TextStats::inc(&stats.refused_fds);
-        return refuse(shared, stream, "too few descriptors left");
+        return refuse(shared, stream, tls, "too few descriptors left");
     }
     let _ = stream.set_nodelay(true);
     let inboxes = &shared.inboxes;
     let to = shared.next_thread.fetch_add(1, Relaxed) % inboxes.len().max(1);
     match inboxes.get(to) {
-        Some(inbox) if to != me => inbox.hand(stream),
+        Some(inbox) if to != me => inbox.hand(stream, tls),
         _ => local(stream),
     }
 }
 
 /// Writes `ERR BUSY <text>` once and closes (text-protocol.md "Limits on
-/// connections"). The socket is new, so its send buffer takes the line.
-fn refuse(shared: &Shared, mut stream: TcpStream, text: &str) {
+/// connections"). The socket is new, so its send buffer takes the line. A
+/// TLS connection is only closed (counted as BUSY all the same).
+fn refuse(shared: &Shared, mut stream: TcpStream, tls: bool, text: &str) {
     shared.stats.count_error(ErrorCode::Busy);
-    let mut line = Vec::new();
-    encode_err(&mut line, ErrorCode::Busy, text);
-    let _ = stream.write_all(&line);
+    if !tls {
+        let mut line = Vec::new();
+        encode_err(&mut line, ErrorCode::Busy, text);
+        let _ = stream.write_all(&line);
+    }
     let _ = stream.shutdown(Shutdown::Write);
 }

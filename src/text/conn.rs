@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream;
 
 use super::stats::TextStats;
+use super::tls_link::TlsLink;
 use super::Round;
 use crate::broker::text_port::{TextAnswer, TextCmd, TextOutcome};
 use crate::ids::{ConnId, OfferId, QueueName};
@@ -63,8 +64,10 @@ pub(super) enum Close {
     LineTimeout,
     /// More than `text_max_unsent_bytes` of replies it did not read.
     SlowReader,
-    /// A read or write failed.
+    /// A read or write failed (or the TLS stream was not valid TLS).
     Broken,
+    /// The TLS handshake did not finish within `text_tls_handshake_timeout`.
+    HandshakeTimeout,
 }
 
 /// One text connection.
@@ -75,6 +78,8 @@ pub(super) struct Conn {
     pub id: ConnId,
     /// The socket (its only descriptor).
     pub stream: TcpStream,
+    /// Its TLS state, on the `text_tls` listener.
+    pub tls: Option<Box<TlsLink>>,
     decoder: LineDecoder,
     /// Bytes read and not decoded yet: kept only while the connection
     /// waits (for an ASK's answer, or for its replies to be taken).
@@ -113,14 +118,27 @@ pub(super) struct Conn {
     /// It holds the lead of the input budget: it is read through the end
     /// of its line whatever the total.
     pub lead: bool,
+    /// It must send `AUTH <token>` before anything else
+    /// (`text_auth_tokens_file`), and has not yet.
+    needs_auth: bool,
 }
 
 impl Conn {
-    /// A new connection with lines of at most `max_line_bytes`.
-    pub fn new(id: ConnId, stream: TcpStream, max_line_bytes: usize) -> Conn {
+    /// A new connection with lines of at most `max_line_bytes`, over TLS
+    /// when `tls` is given, which must authenticate first when
+    /// `needs_auth`.
+    pub fn new(
+        id: ConnId,
+        stream: TcpStream,
+        tls: Option<Box<TlsLink>>,
+        max_line_bytes: usize,
+        needs_auth: bool,
+    ) -> Conn {
         Conn {
             id,
             stream,
+            tls,
+            needs_auth,
             decoder: LineDecoder::new(max_line_bytes),
             unread: Vec::new(),
             held: None,
@@ -151,7 +169,8 @@ impl Conn {
             Some(TextCommand::Ask { queue } | TextCommand::AskWait { queue, .. }) => queue.len(),
             _ => 0,
         };
-        self.decoder.buffered_bytes() + self.unread.len() + held
+        let tls = self.tls.as_ref().map_or(0, |t| t.held());
+        self.decoder.buffered_bytes() + self.unread.len() + held + tls
     }
 
     /// Whether an ASK of it is unanswered: a line read now might be held
@@ -190,9 +209,9 @@ impl Conn {
             && self.out.len() < TEXT_OUT_PAUSE_BYTES
     }
 
-    /// Whether there is anything to write.
+    /// Whether there is anything to write (replies, or TLS records).
     pub fn has_output(&self) -> bool {
-        !self.out.is_empty()
+        !self.out.is_empty() || self.tls.as_ref().is_some_and(|t| t.wants_write())
     }
 
     /// Unsent reply bytes.
@@ -204,7 +223,7 @@ impl Conn {
     /// answered and every reply written.
     pub fn finished(&self) -> bool {
         let input_done = self.ending || (self.eof && self.unread.is_empty() && self.held.is_none());
-        input_done && self.pending.is_empty() && self.out.is_empty()
+        input_done && self.pending.is_empty() && !self.has_output()
     }
 
     /// Decodes and runs `bytes` just read (only when [`Conn::wants_input`]).
@@ -295,6 +314,9 @@ impl Conn {
     }
 
     fn handle(&mut self, item: Result<TextCommand, TextError>, r: &mut Round) {
+        if self.needs_auth {
+            return self.authenticate(item, r);
+        }
         match item {
             Ok(command) => self.command(command, r),
             Err(e @ TextError::Http) => {
@@ -308,6 +330,33 @@ impl Conn {
             }
             Err(e) => self.err(e.code(), &e.to_string(), r.stats()),
         }
+    }
+
+    /// The first command of a connection that must authenticate: a valid
+    /// `AUTH <token>` answers nothing and lets the next commands run; a
+    /// wrong token (`AUTH_FAILED`) or anything else (`NOAUTH`) is answered
+    /// and the connection closed, nothing after it run. The token is never
+    /// logged; the refusal is, rate-limited, with the peer's address.
+    fn authenticate(&mut self, item: Result<TextCommand, TextError>, r: &mut Round) {
+        let stats = r.stats();
+        let (code, counter, why) = match item {
+            Ok(TextCommand::Auth { token }) => match r.tokens().and_then(|t| t.check(&token.0)) {
+                Some(name) => {
+                    self.needs_auth = false;
+                    TextStats::inc(&stats.auth_ok);
+                    tracing::debug!(conn = %self.id, token = %name, "text connection authenticated");
+                    return;
+                }
+                None => (ErrorCode::AuthFailed, &stats.auth_failed, "a token not in text_auth_tokens_file"),
+            },
+            _ => (ErrorCode::NoAuth, &stats.auth_noauth, "a command before AUTH"),
+        };
+        TextStats::inc(counter);
+        let peer = self.stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+        crate::log_limited!(warn, peer = %peer, why, "text connection refused: {}; closed", code);
+        self.err(code, code.default_text(), stats);
+        self.ending = true;
+        self.unread = Vec::new();
     }
 
     /// Runs one well-formed command, or holds it back behind an unanswered
@@ -341,6 +390,9 @@ impl Conn {
                 self.ending = true;
                 self.unread = Vec::new();
             }
+            // Authenticated already, or no tokens required: nothing to do,
+            // nothing answered (text-protocol.md "Authentication").
+            TextCommand::Auth { .. } => {}
         }
     }
 
@@ -461,10 +513,8 @@ impl Conn {
     /// The next moment the connection's timer must look at it: the end of
     /// its line time or of its offer.
     pub fn next_deadline(&self) -> Option<Instant> {
-        match (self.line_deadline, self.offer.map(|(_, deadline)| deadline)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let handshake = self.tls.as_ref().and_then(|t| t.handshake_deadline());
+        [self.line_deadline, self.offer.map(|(_, deadline)| deadline), handshake].into_iter().flatten().min()
     }
 
     /// The timer fired at `now`: whether the line time ran out (then the
@@ -479,6 +529,13 @@ impl Conn {
     /// # Errors
     /// The socket's write error (the connection is broken).
     pub fn write(&mut self) -> io::Result<bool> {
+        if let Some(tls) = self.tls.as_mut() {
+            let done = tls.write(&mut self.stream, &mut self.out)?;
+            if done && self.out.capacity() > TEXT_KEEP_BUFFER_BYTES {
+                self.out = Vec::new();
+            }
+            return Ok(done);
+        }
         while !self.out.is_empty() {
             match self.stream.write(&self.out) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

@@ -31,8 +31,10 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
 use super::accept::Acceptor;
+use super::auth::Tokens;
 use super::conn::{Close, Conn};
 use super::stats::TextStats;
+use super::tls_link::TlsLink;
 use super::Shared;
 use crate::broker::inbox::ShardMsg;
 use crate::broker::text_port::{TextBatch, TextCmd, TextOutcome, TextPort, TextReply, TextRequest};
@@ -46,10 +48,12 @@ use crate::wake::Wake;
 
 /// The poll token of the wake-up eventfd.
 pub(super) const WAKE: Token = Token(0);
-/// The poll token of the listener (acceptor threads only).
+/// The poll token of the plain listener (acceptor threads only).
 pub(super) const LISTENER: Token = Token(1);
+/// The poll token of the TLS listener (`text_tls`; acceptor threads only).
+pub(super) const LISTENER_TLS: Token = Token(2);
 /// Connection tokens start here: token = slot + `FIRST_CONN`.
-const FIRST_CONN: usize = 2;
+const FIRST_CONN: usize = 3;
 /// A [`ConnId`] is `(sequence << SLOT_BITS) | slot`: the slot finds the
 /// connection in its thread's table, the sequence (40 bits: 10^12
 /// connections) tells it from earlier holders of the slot.
@@ -95,6 +99,11 @@ impl Round<'_> {
     pub fn stats(&self) -> &TextStats {
         &self.shared.stats
     }
+
+    /// The accepted tokens, when connections must authenticate.
+    pub fn tokens(&self) -> Option<&Tokens> {
+        self.shared.tokens.as_deref()
+    }
 }
 
 /// The parts of an I/O thread made before it starts (so that start-up
@@ -102,10 +111,12 @@ impl Round<'_> {
 pub(super) struct IoParts {
     pub poll: Poll,
     pub wake: Arc<Wake>,
-    pub conns_rx: Receiver<TcpStream>,
+    pub conns_rx: Receiver<(TcpStream, bool)>,
     pub port: TextPort,
     pub replies_rx: Receiver<TextBatch>,
-    pub acceptor: Option<Acceptor>,
+    /// The plain and TLS listeners' acceptors (acceptor threads only), by
+    /// poll token less [`LISTENER`].
+    pub acceptors: Vec<Acceptor>,
 }
 
 /// One text I/O thread.
@@ -113,10 +124,10 @@ pub(super) struct IoThread {
     shared: Arc<Shared>,
     poll: Poll,
     wake: Arc<Wake>,
-    conns_rx: Receiver<TcpStream>,
+    conns_rx: Receiver<(TcpStream, bool)>,
     port: TextPort,
     replies_rx: Receiver<TextBatch>,
-    acceptor: Option<Acceptor>,
+    acceptors: Vec<Acceptor>,
     /// Connections by slot; `free` lists the empty slots.
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
@@ -139,12 +150,15 @@ pub(super) struct IoThread {
 }
 
 /// What one read of a connection gave.
-enum Got {
+pub(super) enum Got {
     /// `n` bytes (0: the end of input); whether more may be waiting.
     Bytes(usize, bool),
     /// Nothing read: the input budget is spent and the next line is not
     /// complete within one read.
     Pause,
+    /// TLS bytes were read that gave no plaintext yet (the handshake);
+    /// the socket may hold more.
+    Again,
 }
 
 impl IoThread {
@@ -158,7 +172,7 @@ impl IoThread {
             conns_rx: parts.conns_rx,
             port: parts.port,
             replies_rx: parts.replies_rx,
-            acceptor: parts.acceptor,
+            acceptors: parts.acceptors,
             conns: Vec::new(),
             free: Vec::new(),
             timers: Timers::default(),
@@ -200,7 +214,7 @@ impl IoThread {
     /// How long to block: not at all while work is left; else until the
     /// next timer, with the wake-up armed (second value).
     fn timeout(&self) -> (Option<Duration>, bool) {
-        let accept_now = self.acceptor.as_ref().is_some_and(|a| a.ready());
+        let accept_now = self.acceptors.iter().any(|a| a.ready());
         if !self.work.is_empty() || accept_now || self.can_unpause() {
             return (Some(Duration::ZERO), false);
         }
@@ -216,7 +230,7 @@ impl IoThread {
             self.wake.unarm();
             return (Some(Duration::ZERO), false);
         }
-        let retry = self.acceptor.as_ref().and_then(|a| a.retry_at());
+        let retry = self.acceptors.iter().filter_map(|a| a.retry_at()).min();
         let next = match (self.timers.next_deadline(), retry) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -227,8 +241,8 @@ impl IoThread {
     fn on_event(&mut self, event: &mio::event::Event) {
         match event.token() {
             WAKE => self.wake.clear(),
-            LISTENER => {
-                if let Some(a) = self.acceptor.as_mut() {
+            LISTENER | LISTENER_TLS => {
+                if let Some(a) = self.acceptors.get_mut(event.token().0 - LISTENER.0) {
                     a.set_ready();
                 }
             }
@@ -250,17 +264,19 @@ impl IoThread {
     }
 
     fn turn(&mut self, now: Instant) {
-        while let Ok(stream) = self.conns_rx.try_recv() {
-            self.add(stream, now);
+        while let Ok((stream, tls)) = self.conns_rx.try_recv() {
+            self.add(stream, tls, now);
         }
         while let Ok(batch) = self.replies_rx.try_recv() {
             self.on_answers(batch, now);
         }
-        if let Some(mut acceptor) = self.acceptor.take() {
-            let shared = self.shared.clone();
-            acceptor.accept(now, &shared, |stream| self.add(stream, now));
-            self.acceptor = Some(acceptor);
+        let mut acceptors = std::mem::take(&mut self.acceptors);
+        let shared = self.shared.clone();
+        for acceptor in &mut acceptors {
+            let tls = acceptor.tls();
+            acceptor.accept(now, &shared, |stream| self.add(stream, tls, now));
         }
+        self.acceptors = acceptors;
         self.unpause();
         for slot in std::mem::take(&mut self.work) {
             self.serve(slot, now);
@@ -276,8 +292,9 @@ impl IoThread {
         self.send_batches();
     }
 
-    /// Registers a connection handed to this thread.
-    fn add(&mut self, mut stream: TcpStream, now: Instant) {
+    /// Registers a connection handed to this thread (accepted on the TLS
+    /// listener when `tls`).
+    fn add(&mut self, mut stream: TcpStream, tls: bool, now: Instant) {
         let slot = self.free.pop().unwrap_or_else(|| {
             self.conns.push(None);
             self.conns.len() - 1
@@ -297,7 +314,31 @@ impl IoThread {
             TextStats::dec(&self.shared.stats.connections_open);
             return;
         }
-        let mut conn = Conn::new(id, stream, self.shared.config.max_line_bytes);
+        let config = &self.shared.config;
+        let link = match (tls, &self.shared.tls) {
+            (false, _) => None,
+            (true, Some(tls)) => {
+                TextStats::inc(&self.shared.stats.tls_connections_total);
+                match TlsLink::new(tls.clone(), now + config.tls_handshake_timeout, config.max_unsent_bytes) {
+                    Ok(link) => Some(Box::new(link)),
+                    Err(e) => {
+                        tracing::warn!(conn = %id, error = %e, "cannot start TLS on a text connection; closed");
+                        let _ = self.poll.registry().deregister(&mut stream);
+                        self.free.push(slot);
+                        TextStats::dec(&self.shared.stats.connections_open);
+                        return;
+                    }
+                }
+            }
+            (true, None) => {
+                // Not reached: only a server with TLS has a TLS listener.
+                self.free.push(slot);
+                TextStats::dec(&self.shared.stats.connections_open);
+                return;
+            }
+        };
+        let needs_auth = self.shared.tokens.is_some();
+        let mut conn = Conn::new(id, stream, link, config.max_line_bytes, needs_auth);
         conn.queued = true;
         self.conns[slot] = Some(conn);
         self.work.push(slot);
@@ -346,10 +387,11 @@ impl IoThread {
         if conn.wants_input() && conn.readable && !(by_line && !conn.lead && conn.awaits_answer()) {
             let mut pause = false;
             let take_all = conn.lead || conn.discarding();
-            let mut got = read_input(&mut conn.stream, &mut self.buf, by_line, take_all);
+            let stats = &self.shared.stats;
+            let mut got = read_conn(conn, &mut self.buf, by_line, take_all, stats);
             if matches!(got, Ok(Got::Pause)) && self.shared.take_lead(conn.id) {
                 conn.lead = true;
-                got = read_input(&mut conn.stream, &mut self.buf, true, true);
+                got = read_conn(conn, &mut self.buf, true, true, stats);
             }
             match got {
                 Ok(Got::Bytes(0, _)) => {
@@ -374,6 +416,8 @@ impl IoThread {
                     }
                 }
                 Ok(Got::Pause) => pause = true,
+                // The handshake goes on: the connection is served again.
+                Ok(Got::Again) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => conn.readable = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -410,6 +454,10 @@ impl IoThread {
         let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut).filter(|c| c.id == id) else { return };
         if conn.timer_at.is_some_and(|at| at <= now) {
             conn.timer_at = None;
+        }
+        if let Some(tls) = conn.tls.as_mut().filter(|t| t.handshake_late(now)) {
+            tls.handshake_timed_out(&conn.stream, &self.shared.stats);
+            return self.close(slot, Close::HandshakeTimeout, now);
         }
         if conn.line_timed_out(now, &self.shared.stats) {
             tracing::debug!(conn = %id, "text line not complete within the line timeout; closing");
@@ -455,7 +503,10 @@ impl IoThread {
         match why {
             Close::LineTimeout => TextStats::inc(&stats.line_timeout_closed),
             Close::SlowReader => TextStats::inc(&stats.slow_reader_closed),
-            Close::Done | Close::Broken => {}
+            Close::Done | Close::Broken | Close::HandshakeTimeout => {}
+        }
+        if let Some(tls) = conn.tls.as_mut() {
+            tls.close(&mut conn.stream);
         }
         let _ = self.poll.registry().deregister(&mut conn.stream);
         let _ = conn.stream.shutdown(std::net::Shutdown::Both);
@@ -576,6 +627,15 @@ impl IoThread {
     }
 }
 
+/// Reads a connection's next bytes into `buf`: from its socket
+/// ([`read_input`]), or through TLS ([`TlsLink::read_input`]).
+fn read_conn(conn: &mut Conn, buf: &mut [u8], by_line: bool, take_all: bool, stats: &TextStats) -> io::Result<Got> {
+    match conn.tls.as_mut() {
+        Some(tls) => tls.read_input(&mut conn.stream, buf, by_line, take_all, stats),
+        None => read_input(&mut conn.stream, buf, by_line, take_all),
+    }
+}
+
 /// Reads a connection's next bytes into `buf`. Not `by_line` (the input
 /// budget is not spent and the connection does not lead): one read, up to
 /// `buf.len()`. `by_line`: only through the first LF found by peeking at
@@ -676,7 +736,7 @@ mod tests {
     fn bytes(got: Got) -> (usize, bool) {
         match got {
             Got::Bytes(n, more) => (n, more),
-            Got::Pause => panic!("paused"),
+            Got::Pause | Got::Again => panic!("paused"),
         }
     }
 
@@ -721,7 +781,7 @@ mod tests {
             match read(&mut server, &mut buf, true, true) {
                 Got::Bytes(0, _) => break,
                 Got::Bytes(n, _) => total += n,
-                Got::Pause => panic!("paused"),
+                Got::Pause | Got::Again => panic!("paused"),
             }
         }
         assert_eq!(total, 11, "the rest of the long line and its LF");

@@ -13,14 +13,20 @@
 //! timer per command: a command waits for its shard however long the shard
 //! takes, so its reply is always what the shard did.
 //!
+//! A second listener, `text_tls`, serves the same protocol over TLS in the
+//! same threads (`tls_link.rs`); with `text_auth_tokens_file` every
+//! connection must send `AUTH <token>` first ([`auth`]).
+//!
 //! Connection counters for STATUS are in [`TextStats`]. The router starts
 //! the server over its shards (src/router); tests start it over shards of
 //! their own ([`crate::router::Shards`]).
 
 mod accept;
+pub mod auth;
 mod conn;
 mod io;
 mod stats;
+mod tls_link;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -39,17 +45,18 @@ use crate::broker::text_port::TextPort;
 use crate::config::TextConfig;
 use crate::ids::ConnId;
 use crate::wake::Wake;
-use io::{IoParts, IoThread, Round, LISTENER, WAKE};
+use io::{IoParts, IoThread, Round, LISTENER, LISTENER_TLS, WAKE};
 
-/// Where an acceptor hands a connection to an I/O thread.
+/// Where an acceptor hands a connection (and whether it came from the TLS
+/// listener) to an I/O thread.
 struct Inbox {
-    tx: Sender<TcpStream>,
+    tx: Sender<(TcpStream, bool)>,
     wake: Arc<Wake>,
 }
 
 impl Inbox {
-    fn hand(&self, stream: TcpStream) {
-        if self.tx.send(stream).is_ok() {
+    fn hand(&self, stream: TcpStream, tls: bool) {
+        if self.tx.send((stream, tls)).is_ok() {
             self.wake.wake();
         }
     }
@@ -63,6 +70,10 @@ struct Shared {
     inbox_load: Arc<[AtomicUsize]>,
     stats: Arc<TextStats>,
     config: TextConfig,
+    /// The TLS configuration of the `text_tls` listener, if any.
+    tls: Option<Arc<rustls::ServerConfig>>,
+    /// The accepted tokens, when every connection must authenticate.
+    tokens: Option<Arc<auth::Tokens>>,
     /// Every I/O thread's inbox, by index.
     inboxes: Vec<Inbox>,
     next_conn: AtomicU64,
@@ -164,15 +175,56 @@ impl Shared {
     }
 }
 
+/// What protects a text server besides its limits: a TLS listener and
+/// the tokens every connection must present (docs/security.md "Text
+/// protocol: TLS and tokens"). The default has neither.
+#[derive(Debug, Default, Clone)]
+pub struct TextSecurity {
+    /// The TLS listener's address and configuration.
+    pub tls: Option<(SocketAddr, crate::tls::ServerTls)>,
+    /// When set, every connection must send `AUTH <token>` first.
+    pub tokens: Option<Arc<auth::Tokens>>,
+}
+
+impl TextSecurity {
+    /// The TLS listener and tokens `config` names, their files read.
+    ///
+    /// # Errors
+    /// A file cannot be read or used: the setting, and one line naming the
+    /// file.
+    pub fn from_config(config: &TextConfig) -> Result<TextSecurity, (&'static str, String)> {
+        let tls = match (config.tls_addr, &config.tls_cert_file, &config.tls_key_file) {
+            (Some(addr), Some(cert), Some(key)) => {
+                let tls = crate::tls::ServerTls::from_files(cert, key, config.tls_client_ca_file.as_deref())
+                    .map_err(|e| ("text_tls", e.to_string()))?;
+                Some((addr, tls))
+            }
+            (Some(_), _, _) => {
+                return Err(("text_tls", "a TLS listener needs text_tls_cert_file and text_tls_key_file".into()))
+            }
+            (None, _, _) => None,
+        };
+        let tokens = match &config.auth_tokens_file {
+            Some(path) => {
+                Some(Arc::new(auth::Tokens::load(path).map_err(|e| ("text_auth_tokens_file", e.to_string()))?))
+            }
+            None => None,
+        };
+        Ok(TextSecurity { tls, tokens })
+    }
+}
+
 /// A running text protocol server. Dropping it shuts it down.
 pub struct TextServer {
     shared: Arc<Shared>,
     local_addr: SocketAddr,
+    tls_addr: Option<SocketAddr>,
     threads: Vec<JoinHandle<()>>,
 }
 
 impl TextServer {
-    /// Binds `addr` (port 0 picks a free port) and starts `config.threads`
+    /// Binds `addr` (and the TLS listener of `security`; port 0 picks a free
+    /// port) and starts `config.threads`
     /// I/O threads (`emq-text-N`) over the shards behind `shards`, adding
     /// each batch's commands to the shard's `inbox_load`. Reads
     /// the descriptor limit for the reserve (the router raises it first,
@@ -186,9 +238,15 @@ impl TextServer {
         shards: Arc<[Sender<ShardMsg>]>,
         inbox_load: Arc<[AtomicUsize]>,
         stats: Arc<TextStats>,
+        security: TextSecurity,
     ) -> std::io::Result<TextServer> {
         let listener = accept::bind(addr)?;
         let local_addr = listener.local_addr()?;
+        let tls_listener = match &security.tls {
+            Some((tls_addr, _)) => Some(accept::bind(*tls_addr)?),
+            None => None,
+        };
+        let tls_addr = tls_listener.as_ref().map(|l| l.local_addr()).transpose()?;
         stats.fd_limit.store(crate::fds::nofile_limit()?, Ordering::Relaxed);
         let threads = config.threads.max(1);
         let acceptors = config.acceptors.clamp(1, threads);
@@ -198,25 +256,33 @@ impl TextServer {
             let poll = Poll::new()?;
             let wake = Arc::new(Wake::new()?);
             poll.registry().register(&mut SourceFd(&wake.fd()), WAKE, Interest::READABLE)?;
-            let acceptor = if index < acceptors {
-                let mut acceptor = accept::Acceptor::new(TcpListener::from_std(listener.try_clone()?), index);
+            let mut acceptors_here = Vec::new();
+            if index < acceptors {
+                let mut acceptor = accept::Acceptor::new(TcpListener::from_std(listener.try_clone()?), index, false);
                 poll.registry().register(acceptor.listener(), LISTENER, Interest::READABLE)?;
-                Some(acceptor)
-            } else {
-                None
-            };
+                acceptors_here.push(acceptor);
+                if let Some(tls_listener) = &tls_listener {
+                    let mut acceptor =
+                        accept::Acceptor::new(TcpListener::from_std(tls_listener.try_clone()?), index, true);
+                    poll.registry().register(acceptor.listener(), LISTENER_TLS, Interest::READABLE)?;
+                    acceptors_here.push(acceptor);
+                }
+            }
             let (conns_tx, conns_rx) = crossbeam_channel::unbounded();
             let (replies_tx, replies_rx) = crossbeam_channel::unbounded();
             let port = TextPort { id: index as u64, tx: replies_tx, wake: Some(wake.clone()) };
             inboxes.push(Inbox { tx: conns_tx, wake: wake.clone() });
-            parts.push(IoParts { poll, wake, conns_rx, port, replies_rx, acceptor });
+            parts.push(IoParts { poll, wake, conns_rx, port, replies_rx, acceptors: acceptors_here });
         }
         drop(listener);
+        drop(tls_listener);
         let shared = Arc::new(Shared {
             shards,
             inbox_load,
             stats,
             config,
+            tls: security.tls.as_ref().map(|(_, tls)| tls.config()),
+            tokens: security.tokens,
             inboxes,
             next_conn: AtomicU64::new(1),
             next_thread: AtomicUsize::new(0),
@@ -224,19 +290,30 @@ impl TextServer {
             budget_waiting: (0..threads).map(|_| AtomicBool::new(false)).collect(),
             lead: AtomicU64::new(0),
         });
-        let mut server = TextServer { shared, local_addr, threads: Vec::new() };
+        let mut server = TextServer { shared, local_addr, tls_addr, threads: Vec::new() };
         for (index, parts) in parts.into_iter().enumerate() {
             let thread = IoThread::new(server.shared.clone(), parts);
             let handle = std::thread::Builder::new().name(format!("emq-text-{index}")).spawn(move || thread.run())?;
             server.threads.push(handle);
         }
         tracing::info!(addr = %local_addr, threads, acceptors, "text protocol listening");
+        if let Some(tls_addr) = tls_addr {
+            tracing::info!(addr = %tls_addr, "text protocol listening over TLS");
+        }
+        if let Some(tokens) = &server.shared.tokens {
+            tracing::info!(tokens = tokens.len(), "text connections must send AUTH <token> first");
+        }
         Ok(server)
     }
 
     /// The bound address (with the real port when started on port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The TLS listener's bound address, if there is one.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_addr
     }
 
     /// The live counters.

@@ -47,6 +47,25 @@ pub struct TextStats {
     /// The process's descriptor limit (`RLIMIT_NOFILE`, soft) when the text
     /// front end started.
     pub fd_limit: AtomicU64,
+    /// Connections accepted on the `text_tls` listener (also in
+    /// [`TextStats::connections_total`]).
+    pub tls_connections_total: AtomicU64,
+    /// TLS handshakes that finished.
+    pub tls_handshakes: AtomicU64,
+    /// TLS connections closed before their handshake finished: bytes that
+    /// are not TLS (a plain-TCP client on the TLS port), a failed
+    /// verification (no or a wrong client certificate with
+    /// `text_tls_client_ca_file`), no shared protocol version or cipher,
+    /// the peer closing, or `text_tls_handshake_timeout` passing.
+    pub tls_handshake_failures: AtomicU64,
+    /// Connections that sent a valid `AUTH <token>`.
+    pub auth_ok: AtomicU64,
+    /// Connections closed after an `AUTH` with a token not in the tokens
+    /// file (`ERR AUTH_FAILED`).
+    pub auth_failed: AtomicU64,
+    /// Connections closed because their first command was not `AUTH`
+    /// while tokens are required (`ERR NOAUTH`).
+    pub auth_noauth: AtomicU64,
     /// `ERR` lines written, by code ([`ErrorCode::index`]).
     pub errors: [AtomicU64; ErrorCode::ALL.len()],
 }
@@ -78,6 +97,18 @@ pub struct TextStatsSnapshot {
     pub accept_errors: u64,
     /// See [`TextStats::fd_limit`].
     pub fd_limit: u64,
+    /// See [`TextStats::tls_connections_total`].
+    pub tls_connections_total: u64,
+    /// See [`TextStats::tls_handshakes`].
+    pub tls_handshakes: u64,
+    /// See [`TextStats::tls_handshake_failures`].
+    pub tls_handshake_failures: u64,
+    /// See [`TextStats::auth_ok`].
+    pub auth_ok: u64,
+    /// See [`TextStats::auth_failed`].
+    pub auth_failed: u64,
+    /// See [`TextStats::auth_noauth`].
+    pub auth_noauth: u64,
     /// `(code token, count)` for every code, in [`ErrorCode::ALL`] order.
     pub errors: Vec<(&'static str, u64)>,
 }
@@ -118,6 +149,12 @@ impl TextStats {
             reads_paused: self.reads_paused.load(Relaxed),
             accept_errors: self.accept_errors.load(Relaxed),
             fd_limit: self.fd_limit.load(Relaxed),
+            tls_connections_total: self.tls_connections_total.load(Relaxed),
+            tls_handshakes: self.tls_handshakes.load(Relaxed),
+            tls_handshake_failures: self.tls_handshake_failures.load(Relaxed),
+            auth_ok: self.auth_ok.load(Relaxed),
+            auth_failed: self.auth_failed.load(Relaxed),
+            auth_noauth: self.auth_noauth.load(Relaxed),
             errors: ErrorCode::ALL.iter().map(|&c| (c.as_str(), self.errors(c))).collect(),
         }
     }

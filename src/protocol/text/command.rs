@@ -45,6 +45,23 @@ pub enum TextCommand {
     Del,
     /// `END`: end the session.
     End,
+    /// `AUTH <token>`: authenticate the connection (text-protocol.md
+    /// "Authentication"); only as its first command, when the router has
+    /// `text_auth_tokens_file`.
+    Auth {
+        /// The token as sent (never logged: its `Debug` hides it).
+        token: Secret,
+    },
+}
+
+/// Bytes that must never reach a log: `Debug` prints their length only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub Vec<u8>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secret({} bytes)", self.0.len())
+    }
 }
 
 /// A line the decoder rejects. [`TextError::code`] gives the wire token;
@@ -167,6 +184,12 @@ fn match_keyword(keyword: &[u8], arg: &[u8]) -> Result<TextCommand, TextError> {
         no_argument(arg, TextCommand::Del)
     } else if is(b"END") {
         no_argument(arg, TextCommand::End)
+    } else if is(b"AUTH") {
+        // Spaces and tabs around the token are not part of it.
+        match arg.trim_ascii() {
+            [] => Err(TextError::BadFormat { why: "AUTH needs a token" }),
+            token => Ok(TextCommand::Auth { token: Secret(token.to_vec()) }),
+        }
     } else if is_http(keyword, arg) {
         Err(TextError::Http)
     } else if let Some(what) = leading_space(keyword) {
@@ -325,6 +348,9 @@ mod tests {
         assert_eq!(parse_command(b"dcl"), Some(Ok(TextCommand::Dcl)));
         assert_eq!(parse_command(b"Del "), Some(Ok(TextCommand::Del)));
         assert_eq!(parse_command(b"eNd"), Some(Ok(TextCommand::End)));
+        assert_eq!(parse_command(b"auth  abc "), Some(Ok(TextCommand::Auth { token: Secret(b"abc".to_vec()) })));
+        assert_eq!(parse_command(b"AUTH"), Some(Err(TextError::BadFormat { why: "AUTH needs a token" })));
+        assert_eq!(format!("{:?}", parse_command(b"AUTH hunter2")), "Some(Ok(Auth { token: Secret(7 bytes) }))");
         for line in [&b"ACK x"[..], b"DCL x", b"DEL  ", b"END now"] {
             assert_eq!(code(line), ErrorCode::BadFormat, "{line:?}");
         }

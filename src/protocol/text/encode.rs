@@ -49,6 +49,9 @@ pub enum EncodeError {
     /// Not 1 to 255 bytes of `A-Z a-z 0-9 _ - . :`.
     #[error("invalid queue name {0:?}")]
     InvalidQueueName(String),
+    /// An AUTH token that is empty or holds a CR or LF byte.
+    #[error("an AUTH token must be one line of at least one byte")]
+    BadToken,
 }
 
 /// Appends the line for `command`, ending in LF. A SCHED gets an explicit
@@ -74,6 +77,13 @@ pub fn encode_command(out: &mut Vec<u8>, command: &TextCommand) -> Result<(), En
         TextCommand::Dcl => out.extend_from_slice(b"DCL"),
         TextCommand::Del => out.extend_from_slice(b"DEL"),
         TextCommand::End => out.extend_from_slice(b"END"),
+        TextCommand::Auth { token } => {
+            if token.0.is_empty() || token.0.iter().any(|&b| b == b'\n' || b == b'\r') {
+                return Err(EncodeError::BadToken);
+            }
+            out.extend_from_slice(b"AUTH ");
+            out.extend_from_slice(&token.0);
+        }
     }
     out.push(b'\n');
     Ok(())
