@@ -199,3 +199,135 @@ fn curve_backend_worker_with_the_right_key_runs_a_job() {
     assert!(read_secret_key_file(&keys.worker).is_ok());
     worker.terminate(Duration::from_secs(10));
 }
+
+/// Runs emq-cli with `args`; `(success, stdout, stderr)`.
+fn cli(s: &Setup, args: &[&str], key: Option<&Path>, server_key: Option<&Path>) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-cli"));
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("EMQ_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.args(["--timeout", "3s"]);
+    if let Some(k) = key {
+        cmd.arg("--curve-key-file").arg(k);
+    }
+    if let Some(k) = server_key {
+        cmd.arg("--curve-server-key").arg(k);
+    }
+    cmd.args(args);
+    let (status, out, err) = crate::common::proc::run("emq-cli", &mut cmd, &s.dir.path, Duration::from_secs(20));
+    (status.is_some_and(|s| s.success()), out, err)
+}
+
+impl Setup {
+    /// Jobs waiting in `default` (STATUS `waiting_messages_by_queue`).
+    fn default_waiting(&self) -> u64 {
+        self.status()["waiting_messages_by_queue"]["default"].as_u64().unwrap_or(0)
+    }
+
+    /// Workers registered (STATUS `connected_workers`).
+    fn workers(&self) -> usize {
+        request(&self.admin, "ROUTER_SHOW_WORKERS").unwrap()["connected_workers"].as_object().map_or(0, |m| m.len())
+    }
+}
+
+#[test]
+fn curve_backend_refuses_wrong_keys_and_counts_each_outcome() {
+    let _w = watchdog::start("curve_backend_refusals", Duration::from_secs(120));
+    let (s, keys) = Setup::start("curve-backend-refusals", &[]);
+    s.schedule("held");
+    let router_pub = public(&keys.router);
+    let mut unknown = s.worker("unknown", &s.backend_curve, Some(&keys.stranger), Some(&router_pub));
+    s.wait_handshakes("backend", "unknown_key", 1);
+    let mut wrong_server =
+        s.worker("wrong-server", &s.backend_curve, Some(&keys.worker), Some(&public(&keys.stranger)));
+    s.wait_handshakes("backend", "bad_server_key_or_protocol", 1);
+    let mut plain = s.worker("plain", &s.backend_curve, None, None);
+    s.wait_handshakes("backend", "mechanism_mismatch", 1);
+    let before = s.handshakes("backend", "unknown_key");
+    let mut client_key = s.worker("client-key", &s.backend_curve, Some(&keys.client), Some(&router_pub));
+    let mut admin_key = s.worker("admin-key", &s.backend_curve, Some(&keys.admin), Some(&router_pub));
+    s.wait_handshakes("backend", "unknown_key", before + 2);
+    // Nothing reached the broker: no worker, the job still waits.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!((s.workers(), s.default_waiting(), s.runs().len()), (0, 1, 0), "{}", s.status());
+    assert_eq!(s.handshakes("backend", "ok"), 0);
+    let st = s.status();
+    assert!(st["emq"]["curve"]["zap_requests"]["backend"]["400"].as_u64().unwrap_or(0) >= 3, "{st}");
+    assert!(s.router.log_text().contains("CURVE peer refused by ZAP"), "{}", s.router.log_tail(20));
+    for w in [&mut unknown, &mut wrong_server, &mut plain, &mut client_key, &mut admin_key] {
+        w.kill_group();
+    }
+}
+
+#[test]
+fn curve_admin_and_frontend_take_their_own_keys_only() {
+    let _w = watchdog::start("curve_admin_frontend", Duration::from_secs(120));
+    let (s, keys) = Setup::start("curve-admin-frontend", &[]);
+    let router_pub = public(&keys.router);
+    let (ok, out, err) =
+        cli(&s, &["--admin", &s.admin_curve, "--json", "status"], Some(&keys.admin), Some(&router_pub));
+    assert!(ok, "admin key over admin_curve: {out}\n{err}");
+    s.wait_handshakes("admin", "ok", 1);
+    let (ok, out, err) = cli(&s, &["--admin", &s.admin_curve, "status"], Some(&keys.worker), Some(&router_pub));
+    assert!(!ok, "a workers key over admin_curve was let in: {out}\n{err}");
+    s.wait_handshakes("admin", "unknown_key", 1);
+    let args = ["--frontend", &s.frontend_curve, "request", "default", "from-curve"];
+    let (ok, out, err) = cli(&s, &args, Some(&keys.client), Some(&router_pub));
+    assert!(ok, "client key over frontend_curve: {out}\n{err}");
+    s.wait_handshakes("frontend", "ok", 1);
+    assert_eq!(s.default_waiting(), 1, "{}", s.status());
+}
+
+#[test]
+fn curve_without_a_zap_handler_fails_closed() {
+    let _w = watchdog::start("curve_fail_closed", Duration::from_secs(90));
+    let (s, keys) = Setup::start("curve-fail-closed", &[("EMQ_TEST_NO_ZAP", "1")]);
+    s.schedule("held");
+    let mut w = s.worker("w1", &s.backend_curve, Some(&keys.worker), Some(&public(&keys.router)));
+    s.wait_handshakes("backend", "no_detail", 1);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!((s.workers(), s.default_waiting(), s.handshakes("backend", "ok")), (0, 1, 0));
+    w.kill_group();
+}
+
+#[test]
+fn curve_revocation_by_reload_and_by_disconnect() {
+    let _w = watchdog::start("curve_revocation", Duration::from_secs(150));
+    let (s, keys) = Setup::start("curve-revocation", &[]);
+    let router_pub = public(&keys.router);
+    let mut live = s.worker("live", &s.backend_curve, Some(&keys.worker), Some(&router_pub));
+    s.schedule("before");
+    s.wait_ran("before");
+    std::fs::remove_file(s.dir.join("allowed/workers/w1.key")).unwrap();
+    let (ok, out, err) = cli(&s, &["--admin", &s.admin, "--json", "reload-keys"], None, None);
+    assert!(ok && out.contains("\"reloaded\":true"), "{out}\n{err}");
+    let mut again = s.worker("again", &s.backend_curve, Some(&keys.worker), Some(&router_pub));
+    s.wait_handshakes("backend", "unknown_key", 1);
+    again.kill_group();
+    s.schedule("still-live");
+    s.wait_ran("still-live");
+    let refused = s.handshakes("backend", "unknown_key");
+    let (ok, out, err) = cli(&s, &["--admin", &s.admin, "reload-keys", "--disconnect"], None, None);
+    assert!(ok, "{out}\n{err}");
+    // The live worker is cut and refused when it reconnects.
+    s.wait_handshakes("backend", "unknown_key", refused + 1);
+    let gone = wait::until(Duration::from_secs(20), || s.workers() == 0);
+    assert!(gone, "the revoked worker is still registered: {}", s.status());
+    s.schedule("after");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!s.runs().contains(&"after".to_string()), "{:?}", s.runs());
+    assert_eq!(s.default_waiting(), 1);
+    live.kill_group();
+}
+
+#[test]
+fn curve_secret_key_readable_by_others_is_refused_at_start() {
+    let _w = watchdog::start("curve_key_mode", Duration::from_secs(60));
+    let dir = TestDir::new("curve-key-mode");
+    let key = keygen(&dir, "router", "router");
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let Err(log) = Setup::start_router(dir, &key, &[], &[]) else { panic!("the router started") };
+    assert!(log.contains("router.key_secret: secret key file has mode 0644"), "{log}");
+}
