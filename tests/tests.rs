@@ -30,6 +30,7 @@ mod retries;
 mod scheduler;
 mod scheduler_e2e;
 mod scheduler_takeover;
+mod security_curve;
 mod text;
 mod text_broker;
 mod text_limits;

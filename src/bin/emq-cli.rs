@@ -179,6 +179,24 @@ enum Cmd {
     },
     /// Ask the router to shut down (DISCONNECT): it drains, then stops.
     Disconnect,
+    /// Ask the router to rescan its CURVE allow-list directories
+    /// (RELOAD_KEYS): new handshakes use the new lists; live connections
+    /// stay unless --disconnect.
+    ReloadKeys {
+        /// Also unbind and rebind the CURVE endpoints: every peer on them is
+        /// disconnected and reconnects (so a removed key is cut now).
+        #[arg(long)]
+        disconnect: bool,
+    },
+    /// Write a new CURVE key pair: NAME.key (public, mode 0644) and
+    /// NAME.key_secret (mode 0600), czmq/pyzmq format; never overwrites.
+    Keygen {
+        /// The key's name (the file stem; the user id in allow-lists).
+        name: String,
+        /// Directory to write to [default: .].
+        #[arg(long, default_value = ".", hide_default_value = true)]
+        dir: std::path::PathBuf,
+    },
     /// The dead set: jobs that ran out of retries (max_retries or their
     /// retry:N header), kept until retried or deleted.
     Dead {
@@ -389,12 +407,12 @@ fn run() -> anyhow::Result<()> {
                 (None, None) => return Err(anyhow!("give --every or --cron")),
             };
             check_queue_name(queue).map_err(|e| anyhow!(e))?;
-            let mut client = Client::connect(&s.frontend.join(","))?.with_timeout(s.timeout);
+            let mut client = frontend_client(&s)?;
             let answer = client.schedule_confirmed(queue, &when, &build_body(body)?, headers)?;
             out.schedule_answer("SCHEDULE", answer)
         }
         Cmd::Unschedule { queue, body, headers } => {
-            let mut client = Client::connect(&s.frontend.join(","))?.with_timeout(s.timeout);
+            let mut client = frontend_client(&s)?;
             let answer = client.unschedule_confirmed(queue, &build_body(body)?, headers)?;
             out.schedule_answer("UNSCHEDULE", answer)
         }
@@ -409,6 +427,21 @@ fn run() -> anyhow::Result<()> {
             out.line(json!({"acknowledged": "DISCONNECT"}), text.into())
         }
         Cmd::Dead { command } => dead(&s, out, command),
+        Cmd::ReloadKeys { disconnect } => {
+            let arg: &[u8] = if *disconnect { b"DISCONNECT" } else { b"" };
+            let v = owner(&s)?.call(AdminWord::ReloadKeys, &[arg])?;
+            let text = format!(
+                "allow-lists reloaded: {}{}",
+                v["keys"],
+                if *disconnect { "; CURVE endpoints rebound" } else { "" }
+            );
+            out.line(v, text)
+        }
+        Cmd::Keygen { name, dir } => {
+            let (public, secret) = emq::zmq_io::curve::write_key_pair(dir, name)?;
+            let text = format!("wrote {} and {}", public.display(), secret.display());
+            out.line(json!({"public": public, "secret": secret}), text)
+        }
         Cmd::Sched { data, queue } => sched(&s, out, data, queue.as_deref().unwrap_or(limits::DEFAULT_QUEUE)),
         Cmd::Ask { queue, dcl, del } => ask(&s, out, queue, *dcl, *del),
         Cmd::Token { command: TokenCmd::New { name } } => token_new(out, name),
@@ -464,7 +497,30 @@ fn admin_help() -> String {
 }
 
 fn admin(s: &CliSettings, addr: &str) -> anyhow::Result<AdminClient> {
-    Ok(AdminClient::connect(addr)?.with_timeout(s.timeout))
+    let index = s.admin.iter().position(|a| a == addr).unwrap_or(0);
+    let curve = curve_for(s, s.admin.len(), index)?;
+    Ok(AdminClient::connect_with(addr, curve.as_ref())?.with_timeout(s.timeout))
+}
+
+/// The CURVE keys for the `index`-th of `n` addresses (settings
+/// `curve_key_file`, `curve_server_key`), `None` without them.
+fn curve_for(s: &CliSettings, n: usize, index: usize) -> anyhow::Result<Option<emq::zmq_io::curve::ClientCurve>> {
+    let curve =
+        emq::zmq_io::curve::ClientCurve::from_settings(s.curve_key_file.as_deref(), s.curve_server_key.as_deref(), n)?;
+    Ok(curve.map(|mut c| {
+        c.server_keys = vec![*c.server_key_for(index)];
+        c
+    }))
+}
+
+/// An eMQP client of the frontend list, CURVE when configured.
+fn frontend_client(s: &CliSettings) -> anyhow::Result<Client> {
+    let curve = emq::zmq_io::curve::ClientCurve::from_settings(
+        s.curve_key_file.as_deref(),
+        s.curve_server_key.as_deref(),
+        s.frontend.len(),
+    )?;
+    Ok(Client::connect_with(&s.frontend.join(","), curve.as_ref())?.with_timeout(s.timeout))
 }
 
 /// The admin client of the router that owns the name: with one `--admin`
@@ -606,7 +662,7 @@ fn queue_state(s: &CliSettings, queue: &str) -> Option<(bool, u64)> {
 
 fn request(s: &CliSettings, out: Out, queue: &str, body: &[u8], headers: &str) -> anyhow::Result<()> {
     check_queue_name(queue).map_err(|e| anyhow!(e))?;
-    let mut client = Client::connect(&s.frontend.join(","))?.with_timeout(s.timeout);
+    let mut client = frontend_client(s)?;
     // Not sent (no connection in time): an error, exit status 1.
     let msgid = client.send_request(queue, headers, body).context("request not sent")?;
     let outcome = match client.wait(&msgid, std::time::Instant::now() + s.timeout) {

@@ -81,6 +81,12 @@ fn run() -> anyhow::Result<()> {
     config.on_drain_timeout = Some(DrainTimeoutHook(Arc::new(move || stopper.stop_all())));
     config.abandon_wait = limits::WORKER_ABANDON_WAIT;
     config.max_reply_bytes = settings.max_reply_bytes;
+    let addresses = emq::config::addr::emqp_list(&config.addresses.join(","))?.len();
+    config.curve = emq::zmq_io::curve::ClientCurve::from_settings(
+        settings.curve_key_file.as_deref(),
+        settings.curve_server_key.as_deref(),
+        addresses,
+    )?;
     let mut command = args.command;
     command[0] = program.to_string_lossy().into_owned();
     let command = Arc::new(command);

@@ -27,8 +27,20 @@ impl AdminClient {
     /// # Errors
     /// [`ClientError::Address`] for a malformed address.
     pub fn connect(addr: &str) -> Result<AdminClient, ClientError> {
+        AdminClient::connect_with(addr, None)
+    }
+
+    /// [`AdminClient::connect`], as a CURVE client when `curve` is set (to
+    /// a router's `admin_curve`).
+    ///
+    /// # Errors
+    /// As [`AdminClient::connect`].
+    pub fn connect_with(
+        addr: &str,
+        curve: Option<&crate::zmq_io::curve::ClientCurve>,
+    ) -> Result<AdminClient, ClientError> {
         let ctx = zmq::Context::new();
-        let dealer = Dealer::connect(&ctx, addr, limits::ADMIN_LINGER_MS, limits::ADMIN_MAX_ANSWER_BYTES)?;
+        let dealer = Dealer::connect_with(&ctx, addr, limits::ADMIN_LINGER_MS, limits::ADMIN_MAX_ANSWER_BYTES, curve)?;
         Ok(AdminClient { dealer, timeout: limits::CLIENT_TIMEOUT, _ctx: ctx })
     }
 

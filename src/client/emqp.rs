@@ -142,8 +142,19 @@ impl Client {
     /// # Errors
     /// [`ClientError::Address`] for a malformed address.
     pub fn connect(addr: &str) -> Result<Client, ClientError> {
+        Client::connect_with(addr, None)
+    }
+
+    /// [`Client::connect`], as a CURVE client when `curve` is set (to a
+    /// router's `frontend_curve`; one server key for all addresses or one
+    /// per address).
+    ///
+    /// # Errors
+    /// As [`Client::connect`].
+    pub fn connect_with(addr: &str, curve: Option<&crate::zmq_io::curve::ClientCurve>) -> Result<Client, ClientError> {
         let ctx = zmq::Context::new();
-        let mut dealer = Dealer::connect(&ctx, addr, limits::CLIENT_LINGER_MS, limits::CLIENT_MAX_ANSWER_BYTES)?;
+        let mut dealer =
+            Dealer::connect_with(&ctx, addr, limits::CLIENT_LINGER_MS, limits::CLIENT_MAX_ANSWER_BYTES, curve)?;
         dealer.watch_disconnects(&ctx)?;
         Ok(Client {
             dealer,

@@ -5,7 +5,7 @@ pub mod admin;
 pub mod body;
 pub mod emqp;
 mod socket;
-pub use socket::{connect_router, set_router_options};
+pub use socket::{connect_router, connect_router_curve, set_router_options};
 pub mod text;
 pub mod text_tls;
 pub mod worker;

@@ -88,6 +88,19 @@ impl Dealer {
         linger_ms: i32,
         max_answer_bytes: i64,
     ) -> Result<Dealer, ClientError> {
+        Dealer::connect_with(ctx, addrs, linger_ms, max_answer_bytes, None)
+    }
+
+    /// [`Dealer::connect`], as a CURVE client when `curve` is set (one
+    /// server key for every address, or one per address in order:
+    /// [`crate::zmq_io::curve::ClientCurve`]).
+    pub fn connect_with(
+        ctx: &zmq::Context,
+        addrs: &str,
+        linger_ms: i32,
+        max_answer_bytes: i64,
+        curve: Option<&crate::zmq_io::curve::ClientCurve>,
+    ) -> Result<Dealer, ClientError> {
         let list = crate::config::addr::emqp_list(addrs)?;
         let addr = list.join(",");
         let zerr = |what| ZmqError::at(format!("{what} {addr}"));
@@ -96,9 +109,7 @@ impl Dealer {
         socket.set_linger(linger_ms).map_err(zerr("linger for"))?;
         socket.set_maxmsgsize(max_answer_bytes).map_err(zerr("max message size for"))?;
         set_router_options(&socket).map_err(zerr("options for"))?;
-        for a in &list {
-            socket.connect(a).map_err(ZmqError::at(format!("connect {a}")))?;
-        }
+        crate::zmq_io::curve::connect_each(&socket, &list, curve)?;
         Ok(Dealer { socket, addr, monitor: None })
     }
 
@@ -195,11 +206,22 @@ pub fn set_router_options(socket: &zmq::Socket) -> Result<(), zmq::Error> {
 /// # Errors
 /// A malformed address, or the failing ZeroMQ call, naming the address.
 pub fn connect_router(socket: &zmq::Socket, addrs: &str) -> Result<Vec<String>, ClientError> {
+    connect_router_curve(socket, addrs, None)
+}
+
+/// [`connect_router`], as a CURVE client when `curve` is set (the i-th
+/// address with the i-th server key, or the one key for all).
+///
+/// # Errors
+/// As [`connect_router`].
+pub fn connect_router_curve(
+    socket: &zmq::Socket,
+    addrs: &str,
+    curve: Option<&crate::zmq_io::curve::ClientCurve>,
+) -> Result<Vec<String>, ClientError> {
     let list = crate::config::addr::emqp_list(addrs)?;
     set_router_options(socket).map_err(ZmqError::at(format!("options for {addrs}")))?;
-    for a in &list {
-        socket.connect(a).map_err(ZmqError::at(format!("connect {a}")))?;
-    }
+    crate::zmq_io::curve::connect_each(socket, &list, curve)?;
     Ok(list)
 }
 

@@ -244,7 +244,7 @@ impl Loop {
         socket.set_linger(limits::RECONNECT_LINGER_MS).map_err(zerr("linger"))?;
         socket.set_sndhwm(limits::ZMQ_HWM).map_err(zerr("sndhwm"))?;
         socket.set_rcvhwm(limits::ZMQ_HWM).map_err(zerr("rcvhwm"))?;
-        super::socket::connect_router(&socket, &addrs)
+        super::socket::connect_router_curve(&socket, &addrs, self.p.config.curve.as_ref())
             .map_err(|e| WorkerError::Config(format!("cannot connect to {addrs}: {e}")))?;
         tracing::info!(router = %addrs, epoch = self.epoch, "connecting");
         self.dealer = Some(socket);

@@ -111,6 +111,9 @@ pub struct WorkerConfig {
     /// lower one. A value under [`limits::WORKER_MIN_REPLY_BYTES`] counts as
     /// that.
     pub max_reply_bytes: usize,
+    /// CURVE client keys (`curve_key_file`, `curve_server_key`): `None`
+    /// connects plain (NULL).
+    pub curve: Option<crate::zmq_io::curve::ClientCurve>,
 }
 
 /// A function run when the drain timeout passes with jobs still running
@@ -139,6 +142,7 @@ impl WorkerConfig {
             on_drain_timeout: None,
             abandon_wait: limits::WORKER_ABANDON_WAIT,
             max_reply_bytes: limits::WORKER_MAX_REPLY_BYTES,
+            curve: None,
         }
     }
 

@@ -42,6 +42,13 @@ settings! {
         timeout: Period = limits::CLIENT_TIMEOUT, env "EMQ_CLI_TIMEOUT";
         /// Log filter (`warn`; `info` or `emq=debug` for more).
         log: LogFilter = limits::TOOL_LOG, env "EMQ_LOG";
+        /// emq-cli's CURVE secret key file (`NAME.key_secret`, mode 0600): the frontend and admin
+        /// connections are CURVE clients (with `curve_server_key`; the addresses must be the router's
+        /// `frontend_curve` / `admin_curve`).
+        curve_key_file: Optional<Plain<PathBuf>>, env "EMQ_CURVE_KEY_FILE";
+        /// The router's CURVE public key: 40 Z85 characters or a `.key` file; one for all addresses,
+        /// or one per address in the same order, separated by commas.
+        curve_server_key: Optional<Plain<String>>, env "EMQ_CURVE_SERVER_KEY";
     }
 }
 

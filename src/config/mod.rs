@@ -44,7 +44,7 @@ pub use router::{
     default_data_dir, default_shards, Durability, LatencyConfig, NatsConfig, RawRouterConfig, RouterConfig, TextConfig,
     WalConfig, DEFAULT_TOML,
 };
-pub use router::{NatsUrl, Replicas, StoreName};
+pub use router::{CurveServerConfig, NatsUrl, Replicas, StoreName};
 pub use table::Settings;
 pub use worker::{QueueSpec, RawWorkerConfig, WorkerSettings, WORKER_TOML};
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::exposure::PlainListener;
 use super::kinds::{
-    AtLeastOne, EmqpAddr, Humantime, HumantimeOrOff, Kind, LogFilter, Many, Optional, Period, Plain, ReportPeriodOrOff,
-    Switch, TextListen,
+    AtLeastOne, EmqpAddr, EmqpAddrOrOff, Humantime, HumantimeOrOff, Kind, LogFilter, Many, Optional, Period, Plain,
+    ReportPeriodOrOff, Switch, TextListen,
 };
 use super::queues::QueuesKind;
 use super::table::{settings, Settings};
@@ -282,6 +282,29 @@ settings! {
             /// File holding an NKey user seed (`SU...`, read at start, trimmed).
             nats_nkey_file => nkey_file: Optional<Plain<PathBuf>>, env "EMQ_NATS_NKEY_FILE";
         }
+        curve: CurveServerConfig {
+            //! CURVE (ZeroMQ RFC 26) endpoints: a second bind of the frontend,
+            //! backend or admin ROUTER socket that only peers with a listed key
+            //! may use (docs/security.md "CURVE").
+            /// CURVE frontend address to bind besides `frontend` (same socket;
+            /// ZAP domain `frontend`, allow-list `curve_clients_dir`), or `off`.
+            frontend_curve => frontend: EmqpAddrOrOff = "off", env "EMQ_FRONTEND_CURVE";
+            /// CURVE backend address to bind besides `backend` (ZAP domain
+            /// `backend`, allow-list `curve_workers_dir`), or `off`.
+            backend_curve => backend: EmqpAddrOrOff = "off", env "EMQ_BACKEND_CURVE";
+            /// CURVE admin address to bind besides `admin` (ZAP domain `admin`,
+            /// allow-list `curve_admins_dir`), or `off`.
+            admin_curve => admin: EmqpAddrOrOff = "off", env "EMQ_ADMIN_CURVE";
+            /// The router's secret key file (`NAME.key_secret`, czmq/pyzmq
+            /// format, mode 0600 or stricter); needed by any `*_curve` address.
+            curve_secret_key_file => secret_key_file: Optional<Plain<PathBuf>>, env "EMQ_CURVE_SECRET_KEY_FILE";
+            /// Directory of the `*.key` files of clients allowed on `frontend_curve`.
+            curve_clients_dir => clients_dir: Optional<Plain<PathBuf>>, env "EMQ_CURVE_CLIENTS_DIR";
+            /// Directory of the `*.key` files of workers allowed on `backend_curve`.
+            curve_workers_dir => workers_dir: Optional<Plain<PathBuf>>, env "EMQ_CURVE_WORKERS_DIR";
+            /// Directory of the `*.key` files of operators allowed on `admin_curve`.
+            curve_admins_dir => admins_dir: Optional<Plain<PathBuf>>, env "EMQ_CURVE_ADMINS_DIR";
+        }
         latency: LatencyConfig {
             //! Latency reporter settings.
             /// Period of the latency log line (e.g. `60s`; `0s` = off; at least `1s`).
@@ -368,6 +391,8 @@ impl RawRouterConfig {
             }
             _ => {}
         }
+        crate::router::curve::check_settings(&config.curve)
+            .map_err(|(name, why)| ConfigError::Invalid { name, why })?;
         if config.text.max_unsent_bytes < config.text.max_line_bytes + WANT_LINE_OVERHEAD_BYTES {
             return Err(ConfigError::Invalid {
                 name: "text_max_unsent_bytes",

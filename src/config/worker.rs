@@ -2,7 +2,9 @@
 //! result ([`WorkerSettings`]) and its commented defaults
 //! ([`WORKER_TOML`]).
 
-use super::kinds::{AtLeastOne, EmqpAddr, Kind, LogFilter, Many, Period, ReportPeriodOrOff};
+use std::path::PathBuf;
+
+use super::kinds::{AtLeastOne, EmqpAddr, Kind, LogFilter, Many, Optional, Period, Plain, ReportPeriodOrOff};
 use super::table::{settings, Settings};
 use super::ConfigError;
 use crate::limits;
@@ -40,6 +42,12 @@ settings! {
         max_reply_bytes: ReplyBytes = limits::WORKER_MAX_REPLY_BYTES, env "EMQ_WORKER_MAX_REPLY_BYTES";
         /// Log filter (`info`, `emq=debug`, `warn`).
         log: LogFilter = limits::LOG, env "EMQ_LOG";
+        /// The worker's CURVE secret key file (`NAME.key_secret`, mode 0600): connect as a CURVE client
+        /// (with `curve_server_key`; the backend addresses must be the router's `backend_curve`).
+        curve_key_file: Optional<Plain<PathBuf>>, env "EMQ_CURVE_KEY_FILE";
+        /// The router's CURVE public key: 40 Z85 characters or a `.key` file; one for all addresses,
+        /// or one per address in the same order, separated by commas.
+        curve_server_key: Optional<Plain<String>>, env "EMQ_CURVE_SERVER_KEY";
     }
 }
 

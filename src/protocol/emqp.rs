@@ -166,6 +166,10 @@ admin_words! {
     /// `DEAD_DELETE` (emq extension).
     DeadDelete = "DEAD_DELETE", 2, "id, or `*` [queue]", "emq-cli dead delete",
         "`{\"deleted\": n}`";
+    /// `RELOAD_KEYS` (emq extension): rescans the CURVE allow-lists; with
+    /// `DISCONNECT`, rebinds the CURVE endpoints (docs/security.md "CURVE").
+    ReloadKeys = "RELOAD_KEYS", 1, "[`DISCONNECT`]", "emq-cli reload-keys",
+        "`{\"reloaded\": true, \"keys\": {domain: n}, \"disconnected\": bool, \"endpoints_rebound\": n}`";
 }
 
 /// The body of a SCHEDULE or UNSCHEDULE (docs/emqp.md "SCHEDULE and UNSCHEDULE"): frames 4..8. `B` is how a

@@ -34,9 +34,14 @@ pub fn run(
     broker: Broker,
     extra: ExtraStatus,
     latency: Arc<Mutex<LatencyStore>>,
+    curve: Option<Arc<super::curve::CurveShared>>,
 ) {
     for req in rx {
-        let command = match answer(&broker, &extra, &latency, req.word, &req.args) {
+        let answered = match req.word {
+            AdminWord::ReloadKeys => reload_keys(curve.as_deref(), &egress, &req.args),
+            word => answer(&broker, &extra, &latency, word, &req.args),
+        };
+        let command = match answered {
             Ok(body) => Command::Reply { body: body.to_string().into_bytes() },
             Err(why) => Command::Error {
                 refers_to: req.msgid.0.to_vec(),
@@ -82,7 +87,26 @@ fn answer(
         AdminWord::DeadShow => dead_admin::show(broker, arg(0))?,
         AdminWord::DeadRetry => dead_admin::retry_or_delete(broker, true, arg(0), arg(1))?,
         AdminWord::DeadDelete => dead_admin::retry_or_delete(broker, false, arg(0), arg(1))?,
+        AdminWord::ReloadKeys => return Err("RELOAD_KEYS is answered by reload_keys".into()),
     })
+}
+
+/// `RELOAD_KEYS [DISCONNECT]` ([`super::curve::reload`]).
+fn reload_keys(
+    curve: Option<&super::curve::CurveShared>,
+    egress: &EgressTx,
+    args: &[Vec<u8>],
+) -> Result<Value, Refusal> {
+    let disconnect = match args.first().map(Vec::as_slice) {
+        None | Some(b"") => false,
+        Some(b"DISCONNECT") => true,
+        Some(other) => {
+            let other = crate::printable::printable(&String::from_utf8_lossy(other));
+            return Err(format!("RELOAD_KEYS takes DISCONNECT or nothing, not {other:?}"));
+        }
+    };
+    let curve = curve.ok_or("no CURVE endpoint is configured")?;
+    super::curve::reload(curve, egress, disconnect)
 }
 
 /// STATUS's `emq` object: version, shards, uptime, drain state, counters,

@@ -26,6 +26,9 @@ pub(super) struct Threads {
     /// The logs' store (the locked data directory, or the NATS thread and
     /// the router name's lease), released once every shard has stopped.
     pub log_store: super::LogStore,
+    /// The ZAP handler and the CURVE handshake monitor, stopped once the
+    /// I/O thread has closed the server sockets.
+    pub curve: Option<super::curve::CurveRuntime>,
 }
 
 /// Waits for a stop request, drains, then stops every thread in order.
@@ -45,6 +48,9 @@ pub(super) fn run(stop_rx: Receiver<StopReason>, broker: Broker, threads: Thread
     threads.shards.stop();
     threads.exit.send_exit();
     let _ = threads.io.join();
+    if let Some(curve) = threads.curve {
+        curve.stop();
+    }
     drop(broker);
     let _ = threads.admin.join();
     drop(threads.exit);

@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod ask;
 mod control;
+pub mod curve;
 mod dead_admin;
 pub mod http;
 pub mod http_auth;
@@ -540,12 +541,21 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         LogStore::Nats(s) => Some((s.bridge().stats.clone(), s.bridge().client().clone())),
         _ => None,
     };
-    let (frontend, fe) = router_socket(&zctx, &config.frontend_addr, hwm, max_msg, "frontend")?;
-    let (backend, be) = router_socket(&zctx, &config.backend_addr, hwm, max_msg, "backend")?;
-    let (admin_sock, ad) = match admin_early {
+    // The ZAP handler is bound before any CURVE endpoint.
+    let mut curve_rt = curve::prepare(&config.curve, &zctx)?;
+    let (mut frontend, fe) = router_socket(&zctx, &config.frontend_addr, hwm, max_msg, "frontend")?;
+    let (mut backend, be) = router_socket(&zctx, &config.backend_addr, hwm, max_msg, "backend")?;
+    let (mut admin_sock, ad) = match admin_early {
         Some(early) => early,
         None => router_socket(&zctx, &config.admin_addr, hwm, max_msg, "admin")?,
     };
+    let mut curve_bound = Vec::new();
+    if let Some((rt, secret)) = curve_rt.as_mut() {
+        let sockets = [&mut frontend, &mut backend, &mut admin_sock];
+        curve_bound = curve::bind_all(rt, secret, &config.curve, &zctx, sockets)?;
+    }
+    let curve_rt = curve_rt.map(|(rt, _)| rt);
+    let curve_shared = curve_rt.as_ref().map(|rt| rt.shared.clone());
     // Once the addresses are known good (a bind error is the only line).
     let fd_limit = raise_descriptor_limit();
     let (egress_tx, egress_rx) =
@@ -570,6 +580,14 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         v.push(("wal", wal_status(&wal_config, &wal_logs, &store_server, &bridge_stats, &wal_own)));
         v
     });
+    let extra: ExtraStatus = match curve_shared.clone() {
+        Some(shared) => Arc::new(move || {
+            let mut v = extra();
+            v.push(("curve", curve::status_json(&shared)));
+            v
+        }),
+        None => extra,
+    };
     let extra: ExtraStatus = match text_stats.clone() {
         Some(stats) => {
             let counters = broker.ctx.counters.clone();
@@ -584,8 +602,10 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let (admin_tx, admin_rx) = crossbeam_channel::unbounded();
     let latency = Arc::new(Mutex::new(LatencyStore::default()));
     let (admin_egress, admin_broker, admin_latency) = (egress_tx.clone(), broker.clone(), latency.clone());
-    let admin_thread =
-        spawn("emq-admin".into(), move || admin::run(admin_rx, admin_egress, admin_broker, extra, admin_latency))?;
+    let admin_curve = curve_shared.clone();
+    let admin_thread = spawn("emq-admin".into(), move || {
+        admin::run(admin_rx, admin_egress, admin_broker, extra, admin_latency, admin_curve)
+    })?;
     let http = match config.metrics_addr {
         Some(addr) => {
             let sources = scrape::Sources {
@@ -640,6 +660,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
             shard_inbox_messages: config.shard_inbox_messages,
             memory_limit: broker.ctx.memory_limit,
         },
+        curve: curve_rt.as_ref().map(|rt| rt.binds.clone()).unwrap_or_default(),
     };
     let io_plan = plan.clone();
     let io_thread = spawn("emq-io-0".into(), move || {
@@ -658,6 +679,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         admin: admin_thread,
         zctx,
         log_store,
+        curve: curve_rt,
     };
     let control_broker = broker.clone();
     let control_stopped = stopped.clone();
@@ -681,6 +703,9 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
             replay_ms = view["replay"]["took_ms"].as_u64().unwrap_or(0),
             "serving: this router owns its name"
         );
+    }
+    for (domain, endpoint) in &curve_bound {
+        tracing::info!(socket = domain, %endpoint, "CURVE endpoint bound");
     }
     tracing::info!(frontend = %fe, backend = %be, admin = %ad, shards = config.shards, "emq-router started");
     Ok(RouterHandle {

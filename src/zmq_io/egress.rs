@@ -17,6 +17,9 @@ pub enum Egress {
     Send(Vec<Outgoing>),
     /// Exit once everything handed over before has been sent.
     Exit,
+    /// Unbind and rebind the CURVE endpoints (`RELOAD_KEYS DISCONNECT`);
+    /// the result (endpoints rebound, or why not) goes back on the sender.
+    RebindCurve(Sender<Result<usize, String>>),
 }
 
 /// The sending side, one clone per producer thread.
@@ -51,6 +54,14 @@ impl EgressTx {
         }
         if self.tx.send(Egress::Send(batch)).is_err() {
             tracing::error!("the I/O thread is gone; outgoing messages dropped");
+        }
+        self.wake.wake();
+    }
+
+    /// Hands a control message over (not a send) and wakes the I/O thread.
+    pub fn send_control(&self, e: Egress) {
+        if self.tx.send(e).is_err() {
+            tracing::error!("the I/O thread is gone; control message dropped");
         }
         self.wake.wake();
     }

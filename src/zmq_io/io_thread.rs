@@ -83,6 +83,9 @@ pub struct IoThread {
     pub in_transit_bytes: Arc<AtomicUsize>,
     /// The limits the I/O thread enforces.
     pub limits: IoLimits,
+    /// The CURVE endpoints on the three sockets (rebound on
+    /// [`Egress::RebindCurve`]); empty without CURVE.
+    pub curve: Vec<crate::router::curve::CurveBind>,
 }
 
 /// What the I/O thread refuses or waits for (each a router setting).
@@ -270,6 +273,15 @@ impl Loop {
                 Some(Egress::Exit) => {
                     self.flush_egress();
                     return false;
+                }
+                Some(Egress::RebindCurve(reply)) => {
+                    let io = &mut self.io;
+                    let result =
+                        crate::router::curve::rebind(&io.curve, [&mut io.frontend, &mut io.backend, &mut io.admin]);
+                    if let Err(why) = &result {
+                        tracing::error!(%why, "CURVE endpoints not rebound");
+                    }
+                    let _ = reply.send(result);
                 }
                 None => return true,
             }
