@@ -31,11 +31,18 @@
 # deleted after the run (the prefix's key-value buckets at the end); target
 # jetstream runs `emq-bench jetstream $JETSTREAM_ARGS` on the same cluster;
 # with EMQ_NATS_PIDS every run also reports those servers' CPU per job.
+# CURVE: target emq-curve runs emq-router with --frontend-curve and
+# --backend-curve on fresh ports, keys made at the start in a temporary
+# directory (removed at the end): the router's pair and one pair for the
+# bench's clients and workers, whose public key is the allow-list of both
+# endpoints; emq-bench connects to the CURVE endpoints with
+# --curve-key-file/--curve-server-key.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-cargo build --release --quiet --bin emq-bench --bin emq-router
+cargo build --release --quiet --bin emq-bench --bin emq-router --bin emq-cli
 BENCH=${CARGO_TARGET_DIR:-$ROOT/target}/release/emq-bench
+CLI=${CARGO_TARGET_DIR:-$ROOT/target}/release/emq-cli
 ROUTER=${CARGO_TARGET_DIR:-$ROOT/target}/release/emq-router
 VENV=${EMQ_BENCH_VENV:-$ROOT/.venv}
 REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -48,6 +55,7 @@ SERVER_PIDS=()
 
 STARTED=()
 DATA_DIRS=()
+KEYS_DIR=
 new_data_dir() { DATA=$(mktemp -d /tmp/emq-loadtest-XXXXXX); DATA_DIRS+=("$DATA"); }
 drop_data_dirs() { local d; for d in "${DATA_DIRS[@]}"; do rm -rf "$d"; done; DATA_DIRS=(); }
 stop() { # PID: stop it and forget it (so a reused PID is never killed later)
@@ -61,6 +69,7 @@ cleanup() {
   local p
   for p in "${STARTED[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   drop_data_dirs
+  [ -z "$KEYS_DIR" ] || rm -rf "$KEYS_DIR"
   [ "$REPLICATED_NAMES" = 0 ] || drop_streams "^(KV_)?${NATS_PREFIX}_"
 }
 drop_streams() { # REGEX: delete the cluster's streams whose names match (a failure is reported, not fatal)
@@ -107,6 +116,30 @@ ensure_beanstalkd() { # RUN-NAME: beanstalkd on PATH, or the run is reported fai
   return 1
 }
 
+# ensure_curve_keys -> KEYS_DIR with router.key(_secret), bench.key(_secret)
+# and allow/bench.key (the allow-list of both CURVE endpoints), made once per
+# invocation: `emq-cli keygen` where this build has it, else pyzmq's
+# zmq.auth.create_certificates (the same czmq/pyzmq certificate format,
+# src/zmq_io/curve.rs) from $VENV's python or python3.
+ensure_curve_keys() {
+  [ -n "$KEYS_DIR" ] && return 0
+  # Not /tmp/emq-loadtest-keys-XXXXXX: ".../router.key" would be 40 characters
+  # of the Z85 alphabet, which --curve-server-key reads as a key, not a file.
+  KEYS_DIR=$(mktemp -d /tmp/emq-loadtest-curve-keys-XXXXXX)
+  local n py=python3
+  [ -x "$VENV/bin/python" ] && py=$VENV/bin/python
+  for n in router bench; do
+    if "$CLI" keygen --help >/dev/null 2>&1; then
+      "$CLI" keygen "$n" --dir "$KEYS_DIR" >/dev/null
+    else
+      "$py" -c "import sys, zmq.auth; zmq.auth.create_certificates(sys.argv[1], sys.argv[2])" "$KEYS_DIR" "$n" \
+        && chmod 600 "$KEYS_DIR/$n.key_secret"
+    fi || { echo "could not make CURVE keys (emq-cli keygen, or python with pyzmq)" >&2; return 1; }
+  done
+  mkdir "$KEYS_DIR/allow"
+  cp "$KEYS_DIR/bench.key" "$KEYS_DIR/allow/"
+}
+
 # start_router KIND -> sets FE BE ROUTER_PID (and TEXT for emq and beanstalkd). Retries on
 # fresh ports (another process may take a "free" port before the router binds).
 start_router() {
@@ -119,7 +152,7 @@ start_router() {
 }
 
 try_router() {
-  read -r p1 p2 p3 p4 < <(free_ports 4)
+  read -r p1 p2 p3 p4 p5 p6 < <(free_ports 6)
   FE=tcp://127.0.0.1:$p1 BE=tcp://127.0.0.1:$p2 TEXT=127.0.0.1:$p4
   local listen=$p1
   case $1 in
@@ -140,6 +173,12 @@ try_router() {
           flags=(--durability replicated --nats-urls "$EMQ_NATS_URLS"
             --nats-stream-prefix "$NATS_PREFIX" --router-name "$REPLICATED_NAME") ;;
         emq-shard-sync) flags=(--wal-sync-thread false) ;;
+        emq-curve)
+          ensure_curve_keys || return 1
+          flags=(--frontend-curve "tcp://127.0.0.1:$p5" --backend-curve "tcp://127.0.0.1:$p6"
+            --curve-secret-key-file "$KEYS_DIR/router.key_secret"
+            --curve-clients-dir "$KEYS_DIR/allow" --curve-workers-dir "$KEYS_DIR/allow")
+          listen=$p5 ;;
       esac
       new_data_dir
       # Every port fresh: the metrics server is off (its default port may be
@@ -147,6 +186,8 @@ try_router() {
       # shellcheck disable=SC2086
       "$bin" --log warn --frontend "$FE" --backend "$BE" --admin "tcp://127.0.0.1:$p3" \
         --text "$TEXT" --metrics off --data-dir "$DATA" "${flags[@]}" $ROUTER_ARGS >>"${ROUTER_LOG:-$OUT/router-emq.log}" 2>&1 &
+      # emq-curve: the load goes to the CURVE endpoints (the plain ones stay bound, idle).
+      if [ "$kind" = emq-curve ]; then FE=tcp://127.0.0.1:$p5 BE=tcp://127.0.0.1:$p6; fi
       ;;
     forwarder|forwarder-emqp)
       local wire=one
@@ -206,8 +247,12 @@ run_one() { # SCENARIO TARGET RUN
         --target-name jetstream --no-progress "${SERVER_PIDS[@]}" $JETSTREAM_ARGS ;;
     emqp:*)
       start_router "$2" || return 0
+      local curve=()
+      case $2 in
+        emq-curve*) curve=(--curve-key-file "$KEYS_DIR/bench.key_secret" --curve-server-key "$KEYS_DIR/router.key") ;;
+      esac
       bench "$name" emqp --frontend "$FE" --backend "$BE" --target-name "$2" --probe-timeout 10s \
-        --pid "$ROUTER_PID" "${SERVER_PIDS[@]}" $ARGS
+        --pid "$ROUTER_PID" "${SERVER_PIDS[@]}" "${curve[@]}" $ARGS
       stop "$ROUTER_PID" ;;
     text:beanstalkd*)
       ensure_beanstalkd "$name" || return 0

@@ -71,6 +71,8 @@ def main(out, bench):
         for other in FORWARDERS + ("python", "beanstalkd", "emq-memory", "beanstalkd-b0", "beanstalkd-b50"):
             if emq and medians.get((scen, other)):
                 lines.append(f"* {scen}: emq/{other} = {emq / medians[(scen, other)]:.3f}")
+        if emq and medians.get((scen, "emq-curve")):
+            lines.append(f"* {scen}: emq-curve/emq (CURVE against plain) = {medians[(scen, 'emq-curve')] / emq:.3f}")
         memory = medians.get((scen, "emq-memory"))
         if memory and medians.get((scen, "beanstalkd")):
             lines.append(f"* {scen}: emq-memory/beanstalkd = {memory / medians[(scen, 'beanstalkd')]:.3f}")
@@ -99,6 +101,9 @@ def main(out, bench):
                 if s2 == scen and before:
                     ratio = statistics.median(us) / statistics.median(before)
                     lines.append(f"* {scen}: {target}/{target}-before CPU per job (A/B of two builds) = {ratio:.3f}")
+            if emq and cpu.get((scen, "emq-curve")):
+                ratio = statistics.median(cpu[(scen, "emq-curve")]) / statistics.median(emq)
+                lines.append(f"* {scen}: emq-curve/emq CPU per job (CURVE against plain) = {ratio:.3f}")
             memory, bean = cpu.get((scen, "emq-memory")), cpu.get((scen, "beanstalkd"))
             if memory and bean:
                 ratio = statistics.median(memory) / statistics.median(bean)

@@ -68,7 +68,8 @@ fn bench_emqp_against_router_and_baseline_writes_outputs() {
         ..Default::default()
     };
     let router = emq::router::start(raw.validate().expect("valid config")).expect("router starts");
-    let target = Target { frontend: router.endpoints.frontend.clone(), backend: router.endpoints.backend.clone() };
+    let target =
+        Target { frontend: router.endpoints.frontend.clone(), backend: router.endpoints.backend.clone(), curve: None };
     let emq_tally = emqp::run(&target, &load(300), Arc::default()).expect("emq run");
     assert_exact(&emq_tally, 300);
     assert_eq!(emq_tally.accepted, 300, "emq-router accepts every REQUEST");
@@ -115,7 +116,7 @@ fn bench_reports_a_target_that_is_down() {
     let addr = format!("tcp://127.0.0.1:{port}");
     let mut l = load(10);
     l.probe_timeout = Duration::from_millis(300);
-    let err = emqp::run(&Target { frontend: addr.clone(), backend: addr }, &l, Arc::default()).err();
+    let err = emqp::run(&Target { frontend: addr.clone(), backend: addr, curve: None }, &l, Arc::default()).err();
     assert!(matches!(err, Some(BenchError::TargetDown(_))), "{err:?}");
     let err = text::run(&format!("127.0.0.1:{port}"), &l, Arc::default()).err();
     assert!(matches!(err, Some(BenchError::TargetDown(_))), "{err:?}");

@@ -169,7 +169,7 @@ impl Forwarder {
                 }
             })
             .map_err(|e| BenchError::Io { what: "spawn forwarder".into(), source: e })?;
-        Ok(Forwarder { target: Target { frontend: fe, backend: be }, wire, shared, thread: Some(thread) })
+        Ok(Forwarder { target: Target { frontend: fe, backend: be, curve: None }, wire, shared, thread: Some(thread) })
     }
 
     /// Its counts so far, published after every batch of messages: they

@@ -19,6 +19,7 @@ use super::body::{self, Clock, Pacer, Tally};
 use super::{BenchError, LoadSettings};
 use crate::protocol::emqp::{heartbeat_timestamp, new_msgid, VERSION};
 use crate::zmq_error::ZmqError;
+use crate::zmq_io::curve::{self, ClientCurve};
 
 /// An eMQP broker to load: its frontend (clients) and backend (workers).
 #[derive(Debug, Clone)]
@@ -27,6 +28,9 @@ pub struct Target {
     pub frontend: String,
     /// Backend address.
     pub backend: String,
+    /// CURVE client keys every client and worker connects with (the i-th
+    /// server key for the i-th address of each list); `None`: plain.
+    pub curve: Option<ClientCurve>,
 }
 
 /// Shared by every thread of one run.
@@ -134,12 +138,17 @@ fn send(sock: &zmq::Socket, frames: &[&[u8]], what: &str) -> Result<(), BenchErr
 
 /// Connects to one address as before, or to each of a comma-separated list
 /// with `ZMQ_IMMEDIATE` and ZMTP heartbeats (docs/failover.md): a single
-/// address is measured exactly as it always was.
-fn connect_all(sock: &zmq::Socket, addrs: &str) -> Result<(), BenchError> {
+/// address is measured exactly as it always was. With `curve`, each
+/// connect is a CURVE client's (nothing else changes).
+fn connect_all(sock: &zmq::Socket, addrs: &str, curve: Option<&ClientCurve>) -> Result<(), BenchError> {
     if !addrs.contains(',') {
-        return Ok(sock.connect(addrs).map_err(ZmqError::at(format!("connect {addrs}")))?);
+        match curve {
+            None => sock.connect(addrs).map_err(ZmqError::at(format!("connect {addrs}")))?,
+            Some(c) => curve::connect_curve(sock, addrs, &c.pair, c.server_key_for(0))?,
+        }
+        return Ok(());
     }
-    crate::client::connect_router(sock, addrs).map_err(|e| BenchError::Invalid(e.to_string()))?;
+    crate::client::connect_router_curve(sock, addrs, curve).map_err(|e| BenchError::Invalid(e.to_string()))?;
     Ok(())
 }
 
@@ -149,7 +158,7 @@ fn worker(ctx: &RunCtx, index: usize, ready: Sender<Result<(), BenchError>>, clo
         let sock = socket(ctx, zmq::DEALER)?;
         sock.set_identity(&new_msgid()).map_err(ZmqError::at("identity"))?;
         sock.set_sndtimeo(ctx.settings.probe_timeout.as_millis() as i32).map_err(ZmqError::at("SNDTIMEO"))?;
-        connect_all(&sock, &ctx.target.backend)?;
+        connect_all(&sock, &ctx.target.backend, ctx.target.curve.as_ref())?;
         let queues: Vec<(i64, String)> = ctx.settings.queue_list();
         let queues = serde_json::to_vec(&queues).unwrap_or_default();
         send(&sock, &[b"", VERSION, b"INFORM", b"bench-inform", &queues, b"worker"], "INFORM")?;
@@ -245,7 +254,7 @@ fn client(ctx: &RunCtx, index: usize, clock: Clock) -> Result<Tally, BenchError>
     let dealer = socket(ctx, zmq::DEALER)?;
     dealer.set_identity(&new_msgid()).map_err(ZmqError::at("identity"))?;
     dealer.set_sndtimeo(s.probe_timeout.as_millis() as i32).map_err(ZmqError::at("SNDTIMEO"))?;
-    connect_all(&dealer, &ctx.target.frontend)?;
+    connect_all(&dealer, &ctx.target.frontend, ctx.target.curve.as_ref())?;
     let pull = socket(ctx, zmq::PULL)?;
     pull.bind(&ctx.done_endpoint(index)).map_err(ZmqError::at("bind inproc"))?;
     let queues: Vec<Vec<u8>> = s.queue_list().into_iter().map(|(_, q)| q.into_bytes()).collect();

@@ -12,8 +12,9 @@ use emq::bench::emqp::Target;
 use emq::bench::report::{self, Record};
 use emq::bench::run::{with_progress, with_progress_to, RunResult};
 use emq::bench::{baseline, beanstalk, emqp, idle, jetstream, plot, text, BenchError, LoadSettings};
-use emq::config::{self, addr, ConfigArgs, RawBenchConfig};
+use emq::config::{self, addr, BenchSettings, ConfigArgs, RawBenchConfig};
 use emq::program::output as out;
+use emq::zmq_io::curve::ClientCurve;
 
 /// Load generator for eMQP and text-protocol brokers (emq, EventMQ,
 /// beanstalkd), with a zero-logic baseline, HdrHistogram output and plots.
@@ -196,6 +197,23 @@ enum Cmd {
     },
 }
 
+/// The `emqp` mode's CURVE keys from `curve_key_file` and
+/// `curve_server_key` (as emq-worker takes them); `None` when neither is
+/// set. Several server keys must match the frontend and the backend lists
+/// one for one.
+fn emqp_curve(settings: &BenchSettings, frontend: &str, backend: &str) -> anyhow::Result<Option<ClientCurve>> {
+    let (fe, be) = (addr::emqp_list(frontend)?.len(), addr::emqp_list(backend)?.len());
+    let curve =
+        ClientCurve::from_settings(settings.curve_key_file.as_deref(), settings.curve_server_key.as_deref(), fe)?;
+    if let Some(c) = curve.as_ref().filter(|c| c.server_keys.len() != 1 && c.server_keys.len() != be) {
+        anyhow::bail!(
+            "curve_server_key: {} keys for {be} backend addresses; give one for all or one per address",
+            c.server_keys.len()
+        );
+    }
+    Ok(curve)
+}
+
 fn emqp_run(name: &str, target: &Target, load: &LoadSettings, broker: &BrokerPid) -> anyhow::Result<RunResult> {
     measured(name, load, broker, |p| emqp::run(target, load, p))
 }
@@ -304,19 +322,19 @@ fn settings_json(load: &impl serde::Serialize, extra: serde_json::Value) -> serd
 fn main_inner() -> anyhow::Result<()> {
     let matches = Cli::command().mut_args(|a| a.global(true)).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    if config::start(&cli.config, cli.raw)?.is_none() {
-        return Ok(());
-    }
+    let Some(settings) = config::start(&cli.config, cli.raw)? else { return Ok(()) };
     let Some(cmd) = cli.cmd else { anyhow::bail!("give a mode, e.g. emq-bench emqp (see emq-bench --help)") };
     match cmd {
         Cmd::Emqp { frontend, backend, target_name, compare_baseline, wire, broker, load, output } => {
-            let target = Target { frontend: frontend.clone(), backend: backend.clone() };
+            let curve = emqp_curve(&settings, &frontend, &backend)?;
+            let curved = curve.is_some();
+            let target = Target { frontend: frontend.clone(), backend: backend.clone(), curve };
             let mut results = vec![emqp_run(&target_name, &target, &load, &broker)?];
             if compare_baseline {
                 results.push(baseline_run(&load, wire)?);
             }
             let extra = serde_json::json!({"frontend": frontend, "backend": backend, "pid": broker.pid,
-                "server_pids": broker.server_pids, "compare_baseline": compare_baseline, "wire": wire});
+                "server_pids": broker.server_pids, "compare_baseline": compare_baseline, "wire": wire, "curve": curved});
             finish("emqp", settings_json(&load, extra), results, &output)
         }
         Cmd::Baseline { wire, load, output } => {

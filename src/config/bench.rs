@@ -1,8 +1,12 @@
 //! `emq-bench`'s settings: its log filter ([`RawBenchConfig`]), so it takes
 //! `--config`, `--print-config` and `log` like every program. What it
-//! measures (the target's addresses, the load) are flags of each mode.
+//! measures (the target's addresses, the load) are flags of each mode,
+//! except the `emqp` mode's CURVE keys, which take emq-worker's setting
+//! names (`curve_key_file`, `curve_server_key`).
 
-use super::kinds::LogFilter;
+use std::path::PathBuf;
+
+use super::kinds::{LogFilter, Optional, Plain};
 use super::table::{settings, Settings};
 use crate::limits;
 
@@ -12,6 +16,14 @@ settings! {
     pub struct RawBenchConfig => BenchSettings {
         /// Log filter (`warn`; `info` for more).
         log: LogFilter = limits::TOOL_LOG, env "EMQ_LOG";
+        /// `emqp` mode: the CURVE secret key file (`NAME.key_secret`, mode 0600) every client and
+        /// worker of the load connects with, as a CURVE client (with `curve_server_key`; the
+        /// frontend and backend addresses must be the router's `frontend_curve` and
+        /// `backend_curve`). Other modes ignore it.
+        curve_key_file: Optional<Plain<PathBuf>>, env "EMQ_CURVE_KEY_FILE";
+        /// `emqp` mode: the router's CURVE public key: 40 Z85 characters or a `.key` file; one for
+        /// all addresses, or one per address in the same order, separated by commas.
+        curve_server_key: Optional<Plain<String>>, env "EMQ_CURVE_SERVER_KEY";
     }
 }
 
