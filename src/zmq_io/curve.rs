@@ -367,12 +367,15 @@ fn write_new(path: &Path, text: &str, mode: u32) -> Result<(), CurveError> {
 /// [`CurveError::BadKey`] naming `setting` when the text is neither.
 pub fn server_key(text: &str, setting: &str) -> Result<Key, CurveError> {
     let text = text.trim();
+    // A file first: a path can be 40 characters of the Z85 alphabet too
+    // (`/tmp/emq-keys-XXXXXX/router.key` was), and a Z85 key that names an
+    // existing file is not a sensible setting.
+    let path = Path::new(text);
+    if path.is_file() {
+        return read_public_key_file(path);
+    }
     if let Some(key) = parse_z85(text) {
         return Ok(key);
-    }
-    let path = Path::new(text);
-    if path.exists() {
-        return read_public_key_file(path);
     }
     Err(CurveError::BadKey(format!("{setting}: {text:?} is neither 40 Z85 characters nor an existing .key file")))
 }
@@ -580,5 +583,25 @@ mod tests {
         assert!(server_key("nope", "curve_server_key").unwrap_err().to_string().starts_with("curve_server_key:"));
         assert_eq!(server_key(&z85(&pair.public_key), "k").unwrap(), pair.public_key);
         assert!(parse_z85(&"~".repeat(40)).is_none());
+    }
+
+    /// A `.key` path of exactly 40 characters, all in the Z85 alphabet, is
+    /// read as the file it names, not decoded as a key (found by
+    /// loadtest/run.sh's `/tmp/emq-loadtest-keys-XXXXXX/router.key`).
+    #[test]
+    fn a_key_file_path_that_looks_like_z85_is_read_as_a_file() {
+        // A short directory: temp_dir()'s names are longer than 40.
+        let d = std::env::temp_dir().join(format!("k{}", &uuid::Uuid::new_v4().simple().to_string()[..8]));
+        std::fs::create_dir(&d).unwrap();
+        let base = d.to_str().unwrap().len() + 1 + ".key".len();
+        assert!(base < 40, "{d:?}");
+        let name = "k".repeat(40 - base);
+        let (public, _secret) = write_key_pair(&d, &name).unwrap();
+        let text = public.to_str().unwrap().to_string();
+        assert_eq!(text.len(), 40);
+        assert!(parse_z85(&text).is_some(), "{text} decodes as Z85 too");
+        let pair = read_public_key_file(&public).unwrap();
+        assert_eq!(server_key(&text, "k").unwrap(), pair);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }
