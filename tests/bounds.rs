@@ -837,7 +837,6 @@ fn bounds_curve_a_message_that_never_ends_drops_its_connection_to_a_curve_server
 }
 
 #[test]
-#[ignore = "needs emq-router's CURVE endpoints (backend_curve, curve_secret_key_file, curve_workers_dir): not in this branch yet"]
 fn bounds_curve_a_message_that_never_ends_drops_its_connection_to_the_router() {
     // The router-level version of the test above, on the backend's CURVE
     // endpoint with the client's key allowed. TODO when the CURVE settings

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -261,9 +261,35 @@ pub fn rebind(binds: &[CurveBind], sockets: [&mut zmq::Socket; 3]) -> Result<usi
             _ => admin,
         };
         socket.unbind(&b.endpoint).map_err(|e| format!("unbind {}: {e}", b.endpoint))?;
-        curve::bind_curve(socket, &b.endpoint, &b.secret, b.domain).map_err(|e| e.to_string())?;
+        rebind_one(socket, b)?;
     }
     Ok(binds.len())
+}
+
+/// Longest wait for libzmq to close an unbound listener before its address
+/// can be bound again ([`rebind`]); below [`REBIND_WAIT`], the admin
+/// side's wait for the whole rebind.
+const ADDRESS_FREE_WAIT: Duration = Duration::from_secs(2);
+
+/// Binds `b` again after its unbind. libzmq closes the old listener on its
+/// own I/O thread, after `zmq_unbind` returns, so the first binds can fail
+/// with `EADDRINUSE` (seen in tests/security_curve.rs): retried every 5 ms
+/// for up to [`ADDRESS_FREE_WAIT`], which the calling I/O thread spends blocked
+/// (a rare admin command; usually one retry).
+fn rebind_one(socket: &mut zmq::Socket, b: &CurveBind) -> Result<(), String> {
+    let deadline = Instant::now() + ADDRESS_FREE_WAIT;
+    loop {
+        match curve::bind_curve(socket, &b.endpoint, &b.secret, b.domain) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.source == zmq::Error::EADDRINUSE && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => {
+                tracing::error!(endpoint = %b.endpoint, error = %e, "CURVE endpoint not bound again after reload-keys --disconnect: its peers cannot connect until the router restarts");
+                return Err(e.to_string());
+            }
+        }
+    }
 }
 
 /// STATUS's `curve` object: per socket its endpoint and handshake counts,
