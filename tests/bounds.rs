@@ -330,15 +330,7 @@ fn peak_kib(pid: i32) -> u64 {
 /// The ZMTP 3.0 handshake by hand on `s`: greeting (NULL mechanism, as
 /// client), the peer's greeting checked, READY with `socket_type`.
 fn zmtp3_handshake(s: &mut TcpStream, socket_type: &str) {
-    use std::io::Read;
-    // Greeting: signature, version 3.0, "NULL", as-server 0, filler.
-    let mut greeting = vec![0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3, 0];
-    greeting.extend_from_slice(b"NULL");
-    greeting.resize(64, 0);
-    s.write_all(&greeting).expect("greeting");
-    let mut theirs = [0u8; 64];
-    s.read_exact(&mut theirs).expect("the peer's greeting");
-    assert_eq!((theirs[0], theirs[9], theirs[10]), (0xff, 0x7f, 3), "a ZMTP 3 greeting");
+    crate::common::curvezmq::zmtp3_greeting(s, "NULL");
     // READY with the property Socket-Type.
     let mut body = b"\x05READY\x0bSocket-Type".to_vec();
     body.extend_from_slice(&u32::try_from(socket_type.len()).expect("short").to_be_bytes());
@@ -695,4 +687,203 @@ fn bounds_connections_past_the_descriptor_limit_pause_accepting_without_a_busy_l
         child,
     };
     still_serves(&r, "emfile");
+}
+
+/// `ZMQ_MAXMSGSIZE` of the CURVE server in [`curve_server_process`].
+const CURVE_SERVER_LIMIT: i64 = 4096;
+/// What makes [`curve_server_process`] serve: the server's secret key in Z85.
+const CURVE_SERVER_ENV: &str = "EMQ_TEST_CURVE_SERVER_SECRET";
+
+#[test]
+#[ignore = "the CURVE server child of the bounds_curve_* tests: serves only when they start it"]
+fn curve_server_process() {
+    // A libzmq ROUTER as CURVE server (no ZAP handler, so any client key
+    // is accepted) with ZMQ_MAXMSGSIZE 4096, echoing every message to its
+    // sender; prints `endpoint=<its address>` and serves until killed.
+    let Ok(secret) = std::env::var(CURVE_SERVER_ENV) else { return };
+    let secret = zmq::z85_decode(&secret).expect("a Z85 secret key");
+    let ctx = zmq::Context::new();
+    let router = ctx.socket(zmq::ROUTER).expect("ROUTER");
+    router.set_curve_server(true).expect("curve_server");
+    router.set_curve_secretkey(&secret).expect("curve_secretkey");
+    router.set_maxmsgsize(CURVE_SERVER_LIMIT).expect("maxmsgsize");
+    router.set_linger(0).expect("linger");
+    router.bind("tcp://127.0.0.1:*").expect("bind");
+    println!("endpoint={}", router.get_last_endpoint().expect("endpoint").expect("UTF-8"));
+    loop {
+        let msg = router.recv_multipart(0).expect("recv");
+        router.send_multipart(msg, 0).expect("echo");
+    }
+}
+
+/// A CURVE server ([`curve_server_process`], this test binary run again)
+/// on a fresh port: the child, its endpoint, and its public key.
+fn curve_server(dir: &TestDir) -> (Child, String, [u8; 32]) {
+    use crate::common::curvezmq::keypair;
+    let (public, secret) = keypair();
+    let mut cmd = Command::new(std::env::current_exe().expect("the test binary"));
+    cmd.args(["--exact", "bounds::curve_server_process", "--ignored", "--nocapture", "--test-threads=1"]);
+    cmd.env(CURVE_SERVER_ENV, zmq::z85_encode(&secret).expect("Z85"));
+    let child = Child::spawn("curve-server", &mut cmd, &dir.join("curve-server.log"));
+    let up = crate::common::wait::until(Duration::from_secs(20), || child.log_text().contains("endpoint="));
+    assert!(up, "the CURVE server printed no endpoint: {}", child.log_text());
+    let text = child.log_text();
+    let endpoint = text.split_whitespace().find_map(|w| w.strip_prefix("endpoint=")).expect("endpoint=").to_string();
+    (child, endpoint, public)
+}
+
+/// A CurveZMQ client (a DEALER to the server) connected to `endpoint`.
+fn curve_client(endpoint: &str, server_key: &[u8; 32]) -> crate::common::curvezmq::CurveClient {
+    let addr = endpoint.strip_prefix("tcp://").expect("a tcp:// endpoint");
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.set_write_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    crate::common::curvezmq::CurveClient::handshake(s, server_key, "DEALER")
+}
+
+/// Over the CurveZMQ connection `c`, streams MESSAGE commands whose boxes
+/// hold empty frames flagged MORE, never the last one, up to `limit`
+/// bytes (35 bytes a frame on the wire): a message that never ends, its
+/// MORE flags seen only after decryption. Returns the bytes written before
+/// the peer dropped the connection, or `Err` if it did not drop it.
+fn stream_endless_curve_message(mut c: crate::common::curvezmq::CurveClient, limit: usize) -> Result<usize, String> {
+    use std::io::{ErrorKind, Read};
+    let mut sent = 0;
+    while sent < limit {
+        let chunk: Vec<u8> = (0..10_000).flat_map(|_| c.message_frame(b"", true)).collect();
+        match c.stream.write_all(&chunk) {
+            Ok(()) => sent += chunk.len(),
+            Err(e) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) => return Ok(sent),
+            Err(e) => return Err(format!("write after {sent} bytes: {e} (not dropped: the peer stopped reading)")),
+        }
+    }
+    let mut buf = [0u8; 4096];
+    loop {
+        match c.stream.read(&mut buf) {
+            Ok(0) => return Ok(sent),
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return Ok(sent),
+            Err(e) => return Err(format!("{sent} bytes of MORE frames sent, connection still open: {e}")),
+        }
+    }
+}
+
+/// Streams a CURVE endless message at `endpoint` (server key `server_key`,
+/// process `pid`) and checks the connection is dropped before `limit`
+/// bytes, that the peak resident memory of `pid` grew less than 16 MiB
+/// over its resident memory before, and that it comes back within 8 MiB.
+fn endless_curve_message_is_dropped(pid: i32, endpoint: &str, server_key: &[u8; 32], limit: usize) {
+    let before = rss_kib(pid);
+    let sent = stream_endless_curve_message(curve_client(endpoint, server_key), limit);
+    let peak = peak_kib(pid);
+    eprintln!("{endpoint} CURVE: {sent:?}; resident {before} KiB before, peak {peak} KiB");
+    let sent = sent.unwrap_or_else(|e| panic!("{endpoint} CURVE: {e}"));
+    assert!(sent < limit, "{endpoint} CURVE: all {limit} bytes taken before the drop");
+    // What socket buffers took before the writes failed.
+    assert!(sent < 8 << 20, "{endpoint} CURVE: {sent} bytes taken before the drop (want < 8 MiB)");
+    assert!(peak < before + 16 * 1024, "resident {before} KiB before, peak {peak} KiB (want < +16 MiB)");
+    let settled = crate::common::wait::until(Duration::from_secs(10), || rss_kib(pid) < before + 8 * 1024);
+    assert!(settled, "resident {before} KiB before, {} KiB after the drop (want < +8 MiB)", rss_kib(pid));
+}
+
+#[test]
+fn bounds_curve_complete_messages_under_the_limit_reach_a_curve_server() {
+    // The positive control of the next test (the raw CurveZMQ client is
+    // right): complete messages under ZMQ_MAXMSGSIZE (4096), one after the
+    // other on one connection, each echoed back whole. 40 frames of 30
+    // bytes count 40 × 30 + 39 × 64 = 3,696: any count carried over from
+    // one message to the next would pass the limit at the second.
+    let _w = Watchdog::new("bounds_curve_control", 60);
+    let dir = TestDir::new("bounds_curve_control");
+    let (_server, endpoint, key) = curve_server(&dir);
+    let mut c = curve_client(&endpoint, &key);
+    c.send(&[b"a", b"bb", b"ccc"]);
+    assert_eq!(c.recv(), [b"a".to_vec(), b"bb".to_vec(), b"ccc".to_vec()]);
+    for i in 0..50u8 {
+        let frames: Vec<Vec<u8>> = (0..40).map(|j| vec![i ^ j; 30]).collect();
+        c.send(&frames.iter().map(Vec::as_slice).collect::<Vec<_>>());
+        assert_eq!(c.recv(), frames, "message {i}");
+    }
+    // Exactly at the limit: 2,000 + 64 + 2,032 = 4,096 passes; one byte
+    // more and the connection is dropped, nothing echoed.
+    let (head, at_limit) = (vec![b'h'; 2000], vec![b't'; 2032]);
+    c.send(&[&head, &at_limit]);
+    assert_eq!(c.recv(), [head.clone(), at_limit.clone()], "a message counting exactly 4,096");
+    let mut over = curve_client(&endpoint, &key);
+    over.send(&[&head, &[at_limit.as_slice(), b"x"].concat()]);
+    let mut buf = [0u8; 64];
+    let got = std::io::Read::read(&mut over.stream, &mut buf);
+    assert!(
+        matches!(got, Ok(0)) || matches!(&got, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "a message counting 4,097: {got:?} (want the connection dropped)"
+    );
+}
+
+#[test]
+fn bounds_curve_a_message_that_never_ends_drops_its_connection_to_a_curve_server() {
+    // Under CURVE the MORE flag travels inside the box: the outer ZMTP
+    // frames never carry it, so libzmq's decoders (emq patch 1) saw a
+    // one-frame message in each and the count never grew; 40 MB of empty
+    // MORE frames were all taken. emq's libzmq counts the decrypted frames
+    // too (vendor/zeromq-src/EMQ-PATCH.md, "CURVE"): cut after ~64 frames.
+    let _w = Watchdog::new("bounds_curve_endless", 120);
+    let dir = TestDir::new("bounds_curve_endless");
+    let (server, endpoint, key) = curve_server(&dir);
+    endless_curve_message_is_dropped(server.pid(), &endpoint, &key, 40 << 20);
+    // The server still serves a new connection.
+    let mut c = curve_client(&endpoint, &key);
+    c.send(&[b"after", b"endless"]);
+    assert_eq!(c.recv(), [b"after".to_vec(), b"endless".to_vec()]);
+}
+
+#[test]
+#[ignore = "needs emq-router's CURVE endpoints (backend_curve, curve_secret_key_file, curve_workers_dir): not in this branch yet"]
+fn bounds_curve_a_message_that_never_ends_drops_its_connection_to_the_router() {
+    // The router-level version of the test above, on the backend's CURVE
+    // endpoint with the client's key allowed. TODO when the CURVE settings
+    // land: check the flag names below against src/config/router.rs.
+    use crate::common::curvezmq::{keypair, write_cert, CurveClient};
+    let _w = Watchdog::new("bounds_curve_endless_router", 120);
+    let dir = TestDir::new("bounds_curve_endless_router");
+    let (server_pk, server_sk) = keypair();
+    let (client_pk, client_sk) = keypair();
+    let secret_file = dir.join("router.key_secret");
+    write_cert(&secret_file, &server_pk, Some(&server_sk));
+    let workers = dir.join("workers");
+    std::fs::create_dir(&workers).expect("workers dir");
+    write_cert(&workers.join("w1.key"), &client_pk, None);
+    let curve_port = free_port();
+    let curve_endpoint = zmq_endpoint(curve_port);
+    let (secret_arg, workers_arg) = (secret_file.display().to_string(), workers.display().to_string());
+    let r = crate::common::router::Router::start_with(
+        &dir,
+        crate::common::router::RouterKind::Rust(rust_router_bin()),
+        &[
+            "--durability",
+            "memory",
+            "--log",
+            "warn",
+            "--backend-curve",
+            &curve_endpoint,
+            "--curve-secret-key-file",
+            &secret_arg,
+            "--curve-workers-dir",
+            &workers_arg,
+        ],
+    );
+    eventually(20, "the CURVE backend port", || is_listening(curve_port));
+    let pid = r.child.pid();
+    let before = rss_kib(pid);
+    let addr = curve_endpoint.strip_prefix("tcp://").expect("a tcp:// endpoint");
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.set_write_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let c = CurveClient::handshake_as(s, &server_pk, (&client_pk, &client_sk), "DEALER");
+    let sent = stream_endless_curve_message(c, 40 << 20);
+    let peak = peak_kib(pid);
+    eprintln!("router CURVE backend: {sent:?}; resident {before} KiB before, peak {peak} KiB");
+    let sent = sent.unwrap_or_else(|e| panic!("router CURVE backend: {e}"));
+    assert!(sent < 40 << 20, "all 40 MiB taken before the drop");
+    assert!(peak < before + 64 * 1024, "resident {before} KiB before, peak {peak} KiB (want < +64 MiB)");
+    still_serves(&r, "curve-endless");
 }

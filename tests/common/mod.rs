@@ -18,6 +18,8 @@
 //! * [`router`]: starting `emq-router` (or, with `EMQ_INTEROP_ROUTER=python`,
 //!   the Python EventMQ router) on fresh ports.
 //! * [`admin`]: a raw eMQP admin client (STATUS, ROUTER_SHOW_WORKERS, …).
+//! * [`curvezmq`]: a raw CurveZMQ client (RFC 26 handshake, MESSAGE
+//!   commands with the MORE flag inside the box), libsodium's crypto_box.
 //! * [`jobs`]: reading the lines the interop job functions append.
 //! * [`interop`]: the interop tests' one-at-a-time lock + watchdog
 //!   (`begin`), a router with Python jobmanagers (`Setup`), and waiting for
@@ -27,6 +29,7 @@
 #![allow(dead_code)]
 
 pub mod admin;
+pub mod curvezmq;
 pub mod data;
 pub mod interop;
 pub mod jobs;

@@ -27,9 +27,13 @@
     along with this program.  If not, see <http://www.gnu.org/licenses/>.
 */
 
+//  Modified for emq on 2026-12-05: ZMQ_MAXMSGSIZE bounds a whole multipart
+//  message under CURVE too (see EMQ-PATCH.md at the root of this crate).
 
 #include "precompiled.hpp"
 #include "curve_mechanism_base.hpp"
+#include "decoder.hpp"
+#include "likely.hpp"
 #include "msg.hpp"
 #include "wire.hpp"
 #include "session_base.hpp"
@@ -53,7 +57,8 @@ zmq::curve_mechanism_base_t::curve_mechanism_base_t (
   const bool downgrade_sub_) :
     mechanism_base_t (session_, options_),
     curve_encoding_t (
-      encode_nonce_prefix_, decode_nonce_prefix_, downgrade_sub_)
+      encode_nonce_prefix_, decode_nonce_prefix_, downgrade_sub_),
+    _msg_total (0)
 {
 }
 
@@ -73,6 +78,23 @@ int zmq::curve_mechanism_base_t::decode (msg_t *msg_)
     if (-1 == rc) {
         session->get_socket ()->event_handshake_failed_protocol (
           session->get_endpoint (), error_event_code);
+        return rc;
+    }
+
+    //  emq patch: the flags MORE and COMMAND travel inside the box, so the
+    //  decoder, which sees the outer frames only, counted each frame as a
+    //  message of its own. Count the decrypted frames the same way
+    //  (decoder.hpp, msg_size_exceeds): past ZMQ_MAXMSGSIZE the frame is
+    //  refused with EMSGSIZE, the engine drops the connection, and the
+    //  session rolls back the unfinished message.
+    if (options.maxmsgsize >= 0) {
+        const int flags = msg_->flags () & (msg_t::more | msg_t::command);
+        if (unlikely (msg_size_exceeds (_msg_total, msg_->size (), flags,
+                                        options.maxmsgsize))) {
+            errno = EMSGSIZE;
+            return -1;
+        }
+        _msg_total = next_msg_total (_msg_total, msg_->size (), flags);
     }
 
     return rc;

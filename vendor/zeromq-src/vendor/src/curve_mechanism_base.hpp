@@ -27,6 +27,9 @@
     along with this program.  If not, see <http://www.gnu.org/licenses/>.
 */
 
+//  Modified for emq on 2026-12-05: ZMQ_MAXMSGSIZE bounds a whole multipart
+//  message under CURVE too (see EMQ-PATCH.md at the root of this crate).
+
 #ifndef __ZMQ_CURVE_MECHANISM_BASE_HPP_INCLUDED__
 #define __ZMQ_CURVE_MECHANISM_BASE_HPP_INCLUDED__
 
@@ -100,6 +103,11 @@ class curve_mechanism_base_t : public virtual mechanism_base_t,
     // mechanism implementation
     int encode (msg_t *msg_) ZMQ_OVERRIDE;
     int decode (msg_t *msg_) ZMQ_OVERRIDE;
+
+  private:
+    //  emq patch: the bytes counted so far of the multipart message being
+    //  received, over its decrypted frames (decoder.hpp, msg_size_exceeds).
+    uint64_t _msg_total;
 };
 }
 
