@@ -34,8 +34,8 @@ impl AdminClient {
     /// [`AdminClient::connect`], as a CURVE client of a CURVE admin
     /// endpoint (emq-router's `admin_curve`, emq-scheduler's
     /// `scheduler_admin_curve`) when `curve` is set. A key the server does
-    /// not allow shows up as [`ClientError::Timeout`] (the handshake is
-    /// refused, nothing is answered).
+    /// not allow shows up as [`ClientError::Unreachable`] (the handshake is
+    /// refused, so no connection ever comes up).
     ///
     /// # Errors
     /// [`ClientError::Address`] for a malformed address.
