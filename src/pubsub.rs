@@ -12,6 +12,27 @@ use std::time::Instant;
 
 use crate::protocol::emqp::{decode, Command, ShowFrames, Socket};
 use crate::zmq_error::ZmqError;
+use crate::zmq_io::curve::{bind_curve, Key};
+use crate::zmq_io::zap::{AllowList, ZapHandler};
+
+/// The ZAP domain of `pubsub_in_curve` (allow-list `curve_publishers_dir`).
+pub const PUBLISHERS_DOMAIN: &str = "publishers";
+/// The ZAP domain of `pubsub_out_curve` (allow-list `curve_subscribers_dir`).
+pub const SUBSCRIBERS_DOMAIN: &str = "subscribers";
+
+/// The device's CURVE endpoints (settings `pubsub_in_curve`,
+/// `pubsub_out_curve`; docs/security.md "CURVE"): each is a second, CURVE
+/// bind on the same socket as the plain address, served by the device's
+/// own ZAP handler with its allow-list (public key → user id).
+#[derive(Clone, Default)]
+pub struct PubSubCurve {
+    /// The device's secret key.
+    pub secret: Key,
+    /// The publishers' CURVE address and allow-list, if any.
+    pub publishers: Option<(String, AllowList)>,
+    /// The subscribers' CURVE address and allow-list, if any.
+    pub subscribers: Option<(String, AllowList)>,
+}
 
 /// Counters since start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,6 +51,10 @@ pub struct PubSub {
     outgoing: zmq::Socket,
     stats: PubSubStats,
     max_message_bytes: usize,
+    endpoints: (String, String),
+    curve_endpoints: (Option<String>, Option<String>),
+    /// Stops after the sockets above are closed (fields drop in order).
+    _zap: Option<ZapHandler>,
     _ctx: zmq::Context,
 }
 
@@ -53,27 +78,79 @@ impl PubSub {
     /// a peer that never ends a message at most about twice
     /// `max_message_bytes` per connection.
     pub fn bind(in_addr: &str, out_addr: &str, hwm: usize, max_message_bytes: usize) -> Result<PubSub, ZmqError> {
+        PubSub::bind_with(in_addr, out_addr, hwm, max_message_bytes, None)
+    }
+
+    /// [`PubSub::bind`], plus the CURVE endpoints of `curve` (bound after
+    /// the plain ones, on the same sockets; the ZAP handler starts first).
+    ///
+    /// # Errors
+    /// As [`PubSub::bind`]; also when the ZAP handler cannot start.
+    pub fn bind_with(
+        in_addr: &str,
+        out_addr: &str,
+        hwm: usize,
+        max_message_bytes: usize,
+        curve: Option<&PubSubCurve>,
+    ) -> Result<PubSub, ZmqError> {
         let ctx = zmq::Context::new();
+        let zap = match curve {
+            Some(c) => {
+                let mut domains = Vec::new();
+                if let Some((_, keys)) = &c.publishers {
+                    domains.push((PUBLISHERS_DOMAIN.to_string(), keys.clone()));
+                }
+                if let Some((_, keys)) = &c.subscribers {
+                    domains.push((SUBSCRIBERS_DOMAIN.to_string(), keys.clone()));
+                }
+                Some(ZapHandler::start(&ctx, domains)?)
+            }
+            None => None,
+        };
         let zerr = |what, addr| ZmqError::at(format!("pubsub {what} for {addr}"));
         let hwm = i32::try_from(hwm).unwrap_or(i32::MAX);
         let msg_limit = crate::limits::zmq_max_msg_size(max_message_bytes);
-        let incoming = ctx.socket(zmq::ROUTER).map_err(zerr("socket", in_addr))?;
+        let mut incoming = ctx.socket(zmq::ROUTER).map_err(zerr("socket", in_addr))?;
         incoming.set_linger(crate::limits::PUBSUB_LINGER_MS).map_err(zerr("linger", in_addr))?;
         incoming.set_rcvhwm(crate::limits::ZMQ_HWM).map_err(zerr("rcvhwm", in_addr))?;
         incoming.set_maxmsgsize(msg_limit).map_err(zerr("maxmsgsize", in_addr))?;
         incoming.bind(in_addr).map_err(zerr("bind", in_addr))?;
-        let outgoing = ctx.socket(zmq::PUB).map_err(zerr("socket", out_addr))?;
+        let mut outgoing = ctx.socket(zmq::PUB).map_err(zerr("socket", out_addr))?;
         outgoing.set_linger(crate::limits::PUBSUB_LINGER_MS).map_err(zerr("linger", out_addr))?;
         outgoing.set_sndhwm(hwm).map_err(zerr("sndhwm", out_addr))?;
         outgoing.set_maxmsgsize(msg_limit).map_err(zerr("maxmsgsize", out_addr))?;
         outgoing.bind(out_addr).map_err(zerr("bind", out_addr))?;
-        Ok(PubSub { incoming, outgoing, stats: PubSubStats::default(), max_message_bytes, _ctx: ctx })
+        let ep = |s: &zmq::Socket| s.get_last_endpoint().ok().and_then(Result::ok).unwrap_or_default();
+        let endpoints = (ep(&incoming), ep(&outgoing));
+        let mut curve_endpoints = (None, None);
+        if let Some(c) = curve {
+            if let Some((addr, _)) = &c.publishers {
+                curve_endpoints.0 = Some(bind_curve(&mut incoming, addr, &c.secret, PUBLISHERS_DOMAIN)?);
+            }
+            if let Some((addr, _)) = &c.subscribers {
+                curve_endpoints.1 = Some(bind_curve(&mut outgoing, addr, &c.secret, SUBSCRIBERS_DOMAIN)?);
+            }
+        }
+        Ok(PubSub {
+            incoming,
+            outgoing,
+            stats: PubSubStats::default(),
+            max_message_bytes,
+            endpoints,
+            curve_endpoints,
+            _zap: zap,
+            _ctx: ctx,
+        })
     }
 
-    /// The bound endpoints `(incoming, outgoing)`, ports resolved.
+    /// The bound plain endpoints `(incoming, outgoing)`, ports resolved.
     pub fn endpoints(&self) -> (String, String) {
-        let ep = |s: &zmq::Socket| s.get_last_endpoint().ok().and_then(Result::ok).unwrap_or_default();
-        (ep(&self.incoming), ep(&self.outgoing))
+        self.endpoints.clone()
+    }
+
+    /// The bound CURVE endpoints `(publishers, subscribers)`, ports resolved.
+    pub fn curve_endpoints(&self) -> (Option<String>, Option<String>) {
+        self.curve_endpoints.clone()
     }
 
     /// The counters so far.

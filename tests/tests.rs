@@ -31,6 +31,7 @@ mod scheduler;
 mod scheduler_e2e;
 mod scheduler_takeover;
 mod security_curve;
+mod security_peers;
 mod text;
 mod text_broker;
 mod text_limits;

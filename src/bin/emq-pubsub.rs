@@ -35,8 +35,19 @@ fn run() -> anyhow::Result<()> {
     for sig in emq::program::stop_signals() {
         signal_hook::low_level::pipe::register(sig, stop_tx.try_clone()?).context("signal handler")?;
     }
-    let mut device = PubSub::bind(&settings.pubsub_in, &settings.pubsub_out, settings.hwm, settings.max_message_bytes)?;
+    let curve = config::pubsub_curve_settings(&settings)?;
+    let mut device = PubSub::bind_with(
+        &settings.pubsub_in,
+        &settings.pubsub_out,
+        settings.hwm,
+        settings.max_message_bytes,
+        curve.as_ref(),
+    )?;
     let (i, o) = device.endpoints();
+    let (ci, co) = device.curve_endpoints();
+    if ci.is_some() || co.is_some() {
+        tracing::info!(publishers = ?ci, subscribers = ?co, "CURVE endpoints bound");
+    }
     if let Err(e) = emq::program::output(format_args!("emq-pubsub in={i} out={o}\n")) {
         tracing::warn!(error = format!("{e:#}"), "the endpoints line was not printed");
     }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::socket::{ClientError, Dealer};
 use crate::limits;
 use crate::protocol::emqp::{decode, AdminWord, Command, Frame, Socket, VERSION};
+use crate::zmq_io::curve::ClientCurve;
 
 /// A DEALER connected to an admin socket.
 pub struct AdminClient {
@@ -30,15 +31,15 @@ impl AdminClient {
         AdminClient::connect_with(addr, None)
     }
 
-    /// [`AdminClient::connect`], as a CURVE client when `curve` is set (to
-    /// a router's `admin_curve`).
+    /// [`AdminClient::connect`], as a CURVE client of a CURVE admin
+    /// endpoint (emq-router's `admin_curve`, emq-scheduler's
+    /// `scheduler_admin_curve`) when `curve` is set. A key the server does
+    /// not allow shows up as [`ClientError::Unreachable`] (the handshake is
+    /// refused, so no connection ever comes up).
     ///
     /// # Errors
-    /// As [`AdminClient::connect`].
-    pub fn connect_with(
-        addr: &str,
-        curve: Option<&crate::zmq_io::curve::ClientCurve>,
-    ) -> Result<AdminClient, ClientError> {
+    /// [`ClientError::Address`] for a malformed address.
+    pub fn connect_with(addr: &str, curve: Option<&ClientCurve>) -> Result<AdminClient, ClientError> {
         let ctx = zmq::Context::new();
         let dealer = Dealer::connect_with(&ctx, addr, limits::ADMIN_LINGER_MS, limits::ADMIN_MAX_ANSWER_BYTES, curve)?;
         Ok(AdminClient { dealer, timeout: limits::CLIENT_TIMEOUT, _ctx: ctx })

@@ -460,8 +460,21 @@ impl Publisher {
     /// # Errors
     /// [`ClientError::Address`] for a malformed address.
     pub fn connect(addr: &str) -> Result<Publisher, ClientError> {
+        Publisher::connect_with(addr, None)
+    }
+
+    /// [`Publisher::connect`], as a CURVE client of emq-pubsub's
+    /// `pubsub_in_curve` when `curve` is set.
+    ///
+    /// # Errors
+    /// [`ClientError::Address`] for a malformed address.
+    pub fn connect_with(
+        addr: &str,
+        curve: Option<&crate::zmq_io::curve::ClientCurve>,
+    ) -> Result<Publisher, ClientError> {
         let ctx = zmq::Context::new();
-        let dealer = Dealer::connect(&ctx, addr, limits::CLIENT_LINGER_MS, limits::CLIENT_MAX_ANSWER_BYTES)?;
+        let dealer =
+            Dealer::connect_with(&ctx, addr, limits::CLIENT_LINGER_MS, limits::CLIENT_MAX_ANSWER_BYTES, curve)?;
         Ok(Publisher { dealer, timeout: limits::CLIENT_TIMEOUT, _ctx: ctx })
     }
 

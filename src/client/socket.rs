@@ -81,19 +81,9 @@ impl Dealer {
     ///
     /// `addrs` is one eMQP address or several separated by commas
     /// ([`crate::config::addr::emqp_list`]): the socket connects to each,
-    /// and sends go to one that is connected (docs/failover.md).
-    pub fn connect(
-        ctx: &zmq::Context,
-        addrs: &str,
-        linger_ms: i32,
-        max_answer_bytes: i64,
-    ) -> Result<Dealer, ClientError> {
-        Dealer::connect_with(ctx, addrs, linger_ms, max_answer_bytes, None)
-    }
-
-    /// [`Dealer::connect`], as a CURVE client when `curve` is set (one
-    /// server key for every address, or one per address in order:
-    /// [`crate::zmq_io::curve::ClientCurve`]).
+    /// and sends go to one that is connected (docs/failover.md). As a CURVE
+    /// client when `curve` is set (one server key for every address, or one
+    /// per address in order: [`crate::zmq_io::curve::ClientCurve`]).
     pub fn connect_with(
         ctx: &zmq::Context,
         addrs: &str,
@@ -242,7 +232,7 @@ mod tests {
         router.bind("tcp://127.0.0.1:*").unwrap();
         router.set_rcvtimeo(10_000).unwrap();
         let addr = router.get_last_endpoint().unwrap().unwrap();
-        let dealer = Dealer::connect(&ctx, &addr, 0, 1024).unwrap();
+        let dealer = Dealer::connect_with(&ctx, &addr, 0, 1024, None).unwrap();
         dealer.send_timeout(&[b"hello".to_vec()], Duration::from_secs(5)).unwrap();
         let hello = router.recv_multipart(0).expect("hello within 10 s");
         let in_a_second = || Instant::now() + Duration::from_secs(1);

@@ -39,7 +39,7 @@ mod worker;
 pub use bench::{BenchSettings, RawBenchConfig, BENCH_TOML};
 pub use cli::{CliSettings, RawCliConfig, CLI_TOML};
 pub use kinds::Kind;
-pub use pubsub::{PubSubSettings, RawPubSubConfig, PUBSUB_TOML};
+pub use pubsub::{curve_settings as pubsub_curve_settings, PubSubSettings, RawPubSubConfig, PUBSUB_TOML};
 pub use router::{
     default_data_dir, default_shards, Durability, LatencyConfig, NatsConfig, RawRouterConfig, RouterConfig, TextConfig,
     WalConfig, DEFAULT_TOML,

@@ -1,11 +1,15 @@
 //! `emq-pubsub`'s settings: one table ([`RawPubSubConfig`]), its typed
 //! result ([`PubSubSettings`]) and its commented defaults ([`PUBSUB_TOML`]).
 
+use std::path::{Path, PathBuf};
+
 use super::exposure::{check_plain_listeners, PlainListener};
-use super::kinds::{AtLeastOne, EmqpAddr, LogFilter, Switch};
+use super::kinds::{AtLeastOne, EmqpAddr, EmqpAddrOrOff, LogFilter, Optional, Plain, Switch};
 use super::table::{settings, Settings};
 use super::ConfigError;
 use crate::limits;
+use crate::pubsub::PubSubCurve;
+use crate::zmq_io::curve;
 
 settings! {
     /// emq-pubsub's settings as flags, `EMQ_*` variables and the TOML file
@@ -27,6 +31,19 @@ settings! {
         pubsub_max_message_bytes => max_message_bytes: AtLeastOne = limits::MAX_MESSAGE_BYTES, env "EMQ_PUBSUB_MAX_MESSAGE_BYTES";
         /// Log filter (`info`, `warn`).
         log: LogFilter = limits::LOG, env "EMQ_LOG";
+        /// CURVE address for publishers to bind besides `pubsub_in` (same socket; ZAP domain
+        /// `publishers`, allow-list `curve_publishers_dir`), or `off`.
+        pubsub_in_curve: EmqpAddrOrOff = "off", env "EMQ_PUBSUB_IN_CURVE";
+        /// CURVE address for subscribers to bind besides `pubsub_out` (same socket; ZAP domain
+        /// `subscribers`, allow-list `curve_subscribers_dir`), or `off`.
+        pubsub_out_curve: EmqpAddrOrOff = "off", env "EMQ_PUBSUB_OUT_CURVE";
+        /// The device's secret key file (`NAME.key_secret`, czmq/pyzmq format, mode 0600 or
+        /// stricter); needed by either `*_curve` address.
+        curve_secret_key_file: Optional<Plain<PathBuf>>, env "EMQ_CURVE_SECRET_KEY_FILE";
+        /// Directory of the `*.key` files of publishers allowed on `pubsub_in_curve`.
+        curve_publishers_dir: Optional<Plain<PathBuf>>, env "EMQ_CURVE_PUBLISHERS_DIR";
+        /// Directory of the `*.key` files of subscribers allowed on `pubsub_out_curve`.
+        curve_subscribers_dir: Optional<Plain<PathBuf>>, env "EMQ_CURVE_SUBSCRIBERS_DIR";
     }
 }
 
@@ -44,6 +61,52 @@ impl RawPubSubConfig {
         check_plain_listeners(&plain, s.allow_insecure_remote)?;
         Ok(s)
     }
+}
+
+/// Reads the key file and allow-lists of `pubsub_in_curve` /
+/// `pubsub_out_curve`; `Ok(None)` when both are `off`.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the setting: no CURVE in libzmq, a
+/// missing key file or directory, one that cannot be used.
+pub fn curve_settings(s: &PubSubSettings) -> Result<Option<PubSubCurve>, ConfigError> {
+    if s.pubsub_in_curve.is_none() && s.pubsub_out_curve.is_none() {
+        return Ok(None);
+    }
+    let first = if s.pubsub_in_curve.is_some() { "pubsub_in_curve" } else { "pubsub_out_curve" };
+    curve::require_curve().map_err(|e| ConfigError::Invalid { name: first, why: e.to_string() })?;
+    let Some(key_file) = &s.curve_secret_key_file else {
+        let why = "needs curve_secret_key_file (the device's .key_secret)".to_string();
+        return Err(ConfigError::Invalid { name: first, why });
+    };
+    let pair = curve::read_secret_key_file(key_file)
+        .map_err(|e| ConfigError::Invalid { name: "curve_secret_key_file", why: e.to_string() })?;
+    let endpoint = |addr: &Option<String>, setting, dir: &Option<PathBuf>, dir_setting| match addr {
+        None => Ok(None),
+        Some(a) => allow_list(setting, dir.as_deref(), dir_setting).map(|keys| Some((a.clone(), keys))),
+    };
+    Ok(Some(PubSubCurve {
+        secret: pair.secret,
+        publishers: endpoint(&s.pubsub_in_curve, "pubsub_in_curve", &s.curve_publishers_dir, "curve_publishers_dir")?,
+        subscribers: endpoint(
+            &s.pubsub_out_curve,
+            "pubsub_out_curve",
+            &s.curve_subscribers_dir,
+            "curve_subscribers_dir",
+        )?,
+    }))
+}
+
+fn allow_list(
+    setting: &'static str,
+    dir: Option<&Path>,
+    dir_setting: &'static str,
+) -> Result<crate::zmq_io::zap::AllowList, ConfigError> {
+    let Some(dir) = dir else {
+        let why = format!("needs {dir_setting} (the allow-list directory of *.key files)");
+        return Err(ConfigError::Invalid { name: setting, why });
+    };
+    curve::read_allow_list(dir).map_err(|e| ConfigError::Invalid { name: dir_setting, why: e.to_string() })
 }
 
 super::table::program!(RawPubSubConfig => PubSubSettings, PUBSUB_TOML, RawPubSubConfig::validate);

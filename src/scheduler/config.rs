@@ -11,13 +11,14 @@ use std::path::PathBuf;
 use chrono_tz::Tz;
 
 use super::nats_store::NatsSettings;
-use super::peer::PeerConfig;
+use super::peer::{AdminCurve, PeerConfig};
 use crate::config::exposure::{check_plain_listeners, PlainListener};
 use crate::config::kinds::{EmqpAddrOrOff, EmqpAddrs, LogFilter, Many, Optional, Period, Plain, Switch};
 use crate::config::table::settings;
 use crate::config::{ConfigError, NatsUrl, Replicas, Settings, StoreName};
 use crate::jslog::connect::NatsSecurity;
 use crate::limits;
+use crate::zmq_io::curve::{self, ClientCurve};
 
 settings! {
     /// emq-scheduler's settings as flags, `EMQ_*` variables and the TOML file
@@ -34,6 +35,20 @@ settings! {
         /// no encryption, no authentication); it is named in a warning at
         /// start (docs/security.md, "Safe default").
         allow_insecure_remote: Switch = false, env "EMQ_ALLOW_INSECURE_REMOTE";
+        /// A CURVE admin address to bind besides `scheduler_admin` (same socket; ZAP domain
+        /// `admin`, allow-list `curve_admins_dir`), or `off`.
+        scheduler_admin_curve: EmqpAddrOrOff = "off", env "EMQ_SCHEDULER_ADMIN_CURVE";
+        /// The scheduler's secret key file (`NAME.key_secret`, czmq/pyzmq format, mode 0600 or
+        /// stricter); needed by `scheduler_admin_curve`.
+        curve_secret_key_file: Optional<Plain<PathBuf>>, env "EMQ_CURVE_SECRET_KEY_FILE";
+        /// Directory of the `*.key` files of operators allowed on `scheduler_admin_curve`.
+        curve_admins_dir: Optional<Plain<PathBuf>>, env "EMQ_CURVE_ADMINS_DIR";
+        /// The scheduler's CURVE key file (`NAME.key_secret`, mode 0600): connect to the router
+        /// as a CURVE client (with `curve_server_key`; `frontend` must be its `frontend_curve`).
+        curve_key_file: Optional<Plain<PathBuf>>, env "EMQ_CURVE_KEY_FILE";
+        /// The router's CURVE public key: 40 Z85 characters or a `.key` file; one for all addresses,
+        /// or one per address in the same order, separated by commas.
+        curve_server_key: Optional<Plain<String>>, env "EMQ_CURVE_SERVER_KEY";
         /// Directory of the schedule store (default: `$XDG_STATE_HOME/emq-scheduler`).
         data_dir: Optional<Plain<PathBuf>>, env "EMQ_SCHEDULER_DATA_DIR";
         /// IANA time zone cron expressions are evaluated in (e.g. `Europe/Berlin`).
@@ -194,10 +209,19 @@ impl RawSchedulerConfig {
             crate::jslog::connect::check(&settings.bridge_config())?;
             Some(settings)
         };
+        let router_curve =
+            ClientCurve::from_settings(s.curve_key_file.as_deref(), s.curve_server_key.as_deref(), s.frontend.len())
+                .map_err(|e| ConfigError::Invalid { name: "curve_key_file", why: e.to_string() })?;
+        let admin_curve = match s.scheduler_admin_curve {
+            None => None,
+            Some(addr) => Some(admin_curve(addr, s.curve_secret_key_file, s.curve_admins_dir)?),
+        };
         Ok(SchedulerConfig {
             peer: PeerConfig {
                 router_addr: s.frontend.join(","),
                 admin_addr: s.scheduler_admin,
+                admin_curve,
+                router_curve,
                 heartbeat_interval: s.heartbeat_interval,
                 router_timeout: s.router_timeout,
                 inform_retry: s.inform_retry,
@@ -210,6 +234,25 @@ impl RawSchedulerConfig {
             log: s.log,
         })
     }
+}
+
+/// Reads the key file and the allow-list of `scheduler_admin_curve`.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the setting: no CURVE in libzmq, a
+/// missing setting, a key file or directory that cannot be used.
+fn admin_curve(addr: String, key_file: Option<PathBuf>, dir: Option<PathBuf>) -> Result<AdminCurve, ConfigError> {
+    let invalid = |name: &'static str| move |why: String| ConfigError::Invalid { name, why };
+    curve::require_curve().map_err(|e| invalid("scheduler_admin_curve")(e.to_string()))?;
+    let key_file = key_file.ok_or_else(|| {
+        invalid("scheduler_admin_curve")("needs curve_secret_key_file (the scheduler's .key_secret)".into())
+    })?;
+    let dir = dir.ok_or_else(|| {
+        invalid("scheduler_admin_curve")("needs curve_admins_dir (the allow-list directory of *.key files)".into())
+    })?;
+    let pair = curve::read_secret_key_file(&key_file).map_err(|e| invalid("curve_secret_key_file")(e.to_string()))?;
+    let admins = curve::read_allow_list(&dir).map_err(|e| invalid("curve_admins_dir")(e.to_string()))?;
+    Ok(AdminCurve { addr, secret: pair.secret, admins })
 }
 
 /// `$XDG_STATE_HOME/emq-scheduler`, else `$HOME/.local/state/emq-scheduler`,

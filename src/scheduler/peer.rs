@@ -48,6 +48,8 @@ use crate::logging::ShowText;
 use crate::protocol::emqp::{self, Command, DecodeError, Frame, Message, PeerType, ShowFrame, ShowFrames, Socket};
 use crate::protocol::headers;
 use crate::zmq_error::ZmqError;
+use crate::zmq_io::curve::{self, ClientCurve, Key};
+use crate::zmq_io::zap::{AllowList, ZapHandler};
 
 /// The peer's settings (validated by the binary's config).
 #[derive(Debug, Clone)]
@@ -57,6 +59,12 @@ pub struct PeerConfig {
     pub router_addr: String,
     /// The admin socket to bind, or `None` for no admin socket.
     pub admin_addr: Option<String>,
+    /// A CURVE endpoint on the same admin socket (setting
+    /// `scheduler_admin_curve`), or `None`.
+    pub admin_curve: Option<AdminCurve>,
+    /// The keys to connect to the router's `frontend_curve` with (settings
+    /// `curve_key_file`, `curve_server_key`), or `None` for plain.
+    pub router_curve: Option<ClientCurve>,
     /// HEARTBEAT period (EventMQ: 3 s).
     pub heartbeat_interval: Duration,
     /// Router silence before reconnecting (EventMQ: ~15 s).
@@ -68,6 +76,28 @@ pub struct PeerConfig {
     /// same schedules. `None`: no name (the router uses the identity).
     pub name: Option<String>,
 }
+
+/// The CURVE admin endpoint: the address, the scheduler's secret key and
+/// the operators allowed (ZAP domain [`ADMIN_DOMAIN`], served by the
+/// scheduler's own ZAP handler in its context; docs/security.md "CURVE").
+#[derive(Clone)]
+pub struct AdminCurve {
+    /// The CURVE address to bind, e.g. `tcp://0.0.0.0:47395`.
+    pub addr: String,
+    /// The scheduler's secret key.
+    pub secret: Key,
+    /// The admins' public keys (file names as user ids).
+    pub admins: AllowList,
+}
+
+impl std::fmt::Debug for AdminCurve {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminCurve").field("addr", &self.addr).field("admins", &self.admins.len()).finish()
+    }
+}
+
+/// The ZAP domain of the CURVE admin endpoint.
+pub const ADMIN_DOMAIN: &str = "admin";
 
 /// One DEALER connection with its registration state.
 struct Link {
@@ -89,9 +119,14 @@ struct Link {
 /// [`ZmqError`] when a socket cannot be created, bound or connected.
 pub fn run(cfg: &PeerConfig, service: &mut Service, shutdown_fd: RawFd) -> Result<(), ZmqError> {
     let ctx = zmq::Context::new();
-    let admin = match &cfg.admin_addr {
-        Some(addr) => Some(bind_admin(&ctx, addr)?),
+    // The ZAP handler first: a CURVE bind without one refuses every peer.
+    let zap = match &cfg.admin_curve {
+        Some(c) => Some(ZapHandler::start(&ctx, vec![(ADMIN_DOMAIN.to_string(), c.admins.clone())])?),
         None => None,
+    };
+    let admin = match (&cfg.admin_addr, &cfg.admin_curve) {
+        (None, None) => None,
+        (plain, curved) => Some(bind_admin(&ctx, plain.as_deref(), curved.as_ref())?),
     };
     let mut link = Link::connect(&ctx, cfg)?;
     loop {
@@ -122,19 +157,32 @@ pub fn run(cfg: &PeerConfig, service: &mut Service, shutdown_fd: RawFd) -> Resul
     }
     link.close();
     service.sync();
+    // The CURVE server socket closes before its ZAP handler stops.
+    drop(admin);
+    if let Some(z) = zap {
+        z.stop();
+    }
     Ok(())
 }
 
-fn bind_admin(ctx: &zmq::Context, addr: &str) -> Result<zmq::Socket, ZmqError> {
-    let s = ctx.socket(zmq::ROUTER).map_err(ZmqError::at("admin socket"))?;
+/// The admin ROUTER socket: the plain `addr` bound first, then the CURVE
+/// endpoint (see [`curve::bind_curve`] for why in this order).
+fn bind_admin(ctx: &zmq::Context, addr: Option<&str>, curved: Option<&AdminCurve>) -> Result<zmq::Socket, ZmqError> {
+    let mut s = ctx.socket(zmq::ROUTER).map_err(ZmqError::at("admin socket"))?;
     s.set_linger(limits::ADMIN_LINGER_MS).map_err(ZmqError::at("admin linger"))?;
     // Without it one frame, or one message that never ends, could take any
     // amount of memory: ZeroMQ drops such a peer's connection.
     let max = limits::zmq_max_msg_size(limits::SCHEDULER_ADMIN_MAX_MESSAGE_BYTES);
     s.set_maxmsgsize(max).map_err(ZmqError::at("admin maxmsgsize"))?;
-    s.bind(addr).map_err(ZmqError::at(format!("bind admin socket {addr}")))?;
-    if let Ok(Ok(ep)) = s.get_last_endpoint() {
-        tracing::info!(endpoint = %ep, "admin socket bound");
+    if let Some(addr) = addr {
+        s.bind(addr).map_err(ZmqError::at(format!("bind admin socket {addr}")))?;
+        if let Ok(Ok(ep)) = s.get_last_endpoint() {
+            tracing::info!(endpoint = %ep, "admin socket bound");
+        }
+    }
+    if let Some(c) = curved {
+        let ep = curve::bind_curve(&mut s, &c.addr, &c.secret, ADMIN_DOMAIN)?;
+        tracing::info!(endpoint = %ep, admins = c.admins.len(), "CURVE admin socket bound");
     }
     Ok(s)
 }
@@ -189,9 +237,9 @@ impl Link {
         // Every address of the list (docs/failover.md): INFORM goes to the
         // router that is up.
         crate::client::set_router_options(&socket).map_err(ZmqError::at("set immediate and heartbeats"))?;
-        for addr in cfg.router_addr.split(',').map(str::trim).filter(|a| !a.is_empty()) {
-            socket.connect(addr).map_err(ZmqError::at(format!("connect to router {addr}")))?;
-        }
+        let list: Vec<String> =
+            cfg.router_addr.split(',').map(str::trim).filter(|a| !a.is_empty()).map(String::from).collect();
+        curve::connect_each(&socket, &list, cfg.router_curve.as_ref())?;
         tracing::info!(router = %cfg.router_addr, identity = %identity, "connecting; sending INFORM");
         let now = Instant::now();
         let mut link = Link {

@@ -38,6 +38,7 @@ pub mod nats;
 pub mod ports;
 pub mod proc;
 pub mod python;
+pub mod relay;
 pub mod router;
 pub mod wait;
 pub mod watchdog;

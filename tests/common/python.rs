@@ -98,7 +98,47 @@ pub fn run_script(dir: &TestDir, name: &str, cmd: &mut Command) -> String {
 /// inherit `INTEROP_JM=<label>`, which the job functions write into each
 /// line. Log: `<dir>/jm-<label>.log`.
 pub fn start_jobmanager(dir: &TestDir, backend: &str, label: &str, queues_json: &str, concurrency: u32) -> Child {
-    let mut cmd = venv_cmd("emq-jobmanager");
+    spawn_jobmanager(dir, venv_cmd("emq-jobmanager"), backend, label, queues_json, concurrency)
+}
+
+/// `scripts/emq-curve-launch.py` with the venv's python and the interop
+/// environment (see [`venv_cmd`]), set up to run the Python script
+/// `program` (add its arguments) as a CURVE client with `key` (a
+/// `.key_secret`) and the server's public `server_key` (a `.key` file).
+pub fn curve_launch_cmd(key: &Path, server_key: &Path, program: &Path) -> Command {
+    let mut cmd = venv_cmd("python");
+    cmd.arg(project_root().join("scripts").join("emq-curve-launch.py"))
+        .arg("--key-file")
+        .arg(key)
+        .arg("--server-key")
+        .arg(server_key)
+        .arg("--")
+        .arg(program);
+    cmd
+}
+
+/// Like [`start_jobmanager`], the unchanged `emq-jobmanager` running under
+/// `scripts/emq-curve-launch.py` as a CURVE client of `backend` (see
+/// [`curve_launch_cmd`]).
+pub fn start_curve_jobmanager(
+    dir: &TestDir,
+    (key, server_key): (&Path, &Path),
+    backend: &str,
+    label: &str,
+    queues_json: &str,
+) -> Child {
+    let cmd = curve_launch_cmd(key, server_key, &venv().join("bin").join("emq-jobmanager"));
+    spawn_jobmanager(dir, cmd, backend, label, queues_json, 1)
+}
+
+fn spawn_jobmanager(
+    dir: &TestDir,
+    mut cmd: Command,
+    backend: &str,
+    label: &str,
+    queues_json: &str,
+    concurrency: u32,
+) -> Child {
     cmd.args(["-J", &concurrency.to_string()])
         .env("EVENTMQ_WORKER_ADDR", backend)
         .env("EVENTMQ_WORKER_ADDR_DEFAULT", backend)
