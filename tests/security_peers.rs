@@ -176,7 +176,8 @@ fn emqp_over_curve_shows_no_plaintext_on_the_wire() {
     let mut client = Client::connect(&r.router.frontend).unwrap().with_timeout(Duration::from_secs(10));
     let runs = || std::fs::read_to_string(dir.join("runs.txt")).unwrap_or_default();
     // One worker at a time on `default`: the plain one, then the CURVE one.
-    let stages: [(&str, &Relay, Option<(&Path, &Path)>, &str); 2] = [
+    type Stage<'a> = (&'a str, &'a Relay, Option<(&'a Path, &'a Path)>, &'a str);
+    let stages: [Stage; 2] = [
         ("w-plain", &plain, None, "BODY-MARKER-plain-7f3a"),
         ("w-curve", &curved, Some((&key, &r.server_key)), "BODY-MARKER-curve-7f3a"),
     ];
