@@ -54,6 +54,31 @@ pub struct CurveShared {
     pub reloads: AtomicU64,
 }
 
+/// The CURVE counters at one moment, for `/metrics` and the status page
+/// ([`super::scrape::Scrape::curve`]).
+#[derive(Debug, Clone, Default)]
+pub struct CurveFigures {
+    /// Per socket with a CURVE endpoint (`frontend`, `backend`, `admin`):
+    /// its handshakes by outcome (`ok`, `unknown_key`,
+    /// `bad_server_key_or_protocol`, `mechanism_mismatch`, `no_detail`).
+    pub handshakes: Vec<(&'static str, Vec<(&'static str, u64)>)>,
+    /// ZAP requests answered, as `(domain, status, count)`.
+    pub zap: Vec<(String, u16, u64)>,
+    /// `RELOAD_KEYS` commands that succeeded.
+    pub reloads: u64,
+}
+
+impl CurveShared {
+    /// The counters now.
+    pub fn figures(&self) -> CurveFigures {
+        CurveFigures {
+            handshakes: self.handshakes.iter().map(|h| (h.socket, h.to_pairs())).collect(),
+            zap: self.zap.as_ref().map(|z| z.counts()).unwrap_or_default(),
+            reloads: self.reloads.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// Started CURVE machinery, stopped by [`CurveRuntime::stop`] after the
 /// I/O thread (which owns the server sockets) has closed them.
 pub struct CurveRuntime {
