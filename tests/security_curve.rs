@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use emq::client::emqp::{Client, Outcome};
-use emq::zmq_io::curve::{read_secret_key_file, write_key_pair};
+use emq::curve::{read_secret_key_file, write_key_pair};
 use serde_json::Value;
 
 use crate::common::admin::request;
