@@ -120,7 +120,7 @@ ensure_beanstalkd() { # RUN-NAME: beanstalkd on PATH, or the run is reported fai
 # and allow/bench.key (the allow-list of both CURVE endpoints), made once per
 # invocation: `emq-cli keygen` where this build has it, else pyzmq's
 # zmq.auth.create_certificates (the same czmq/pyzmq certificate format,
-# src/zmq_io/curve.rs) from $VENV's python or python3.
+# src/curve/mod.rs) from $VENV's python or python3.
 ensure_curve_keys() {
   [ -n "$KEYS_DIR" ] && return 0
   # Not /tmp/emq-loadtest-keys-XXXXXX: ".../router.key" would be 40 characters

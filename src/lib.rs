@@ -64,6 +64,7 @@ pub mod bench;
 pub mod broker;
 pub mod client;
 pub mod config;
+pub mod curve;
 pub mod fds;
 pub mod heap;
 pub mod ids;

@@ -10,29 +10,17 @@
 use std::os::fd::RawFd;
 use std::time::Instant;
 
+use crate::curve::bind_curve;
+use crate::curve::zap::ZapHandler;
 use crate::protocol::emqp::{decode, Command, ShowFrames, Socket};
 use crate::zmq_error::ZmqError;
-use crate::zmq_io::curve::{bind_curve, Key};
-use crate::zmq_io::zap::{AllowList, ZapHandler};
 
 /// The ZAP domain of `pubsub_in_curve` (allow-list `curve_publishers_dir`).
 pub const PUBLISHERS_DOMAIN: &str = "publishers";
 /// The ZAP domain of `pubsub_out_curve` (allow-list `curve_subscribers_dir`).
 pub const SUBSCRIBERS_DOMAIN: &str = "subscribers";
 
-/// The device's CURVE endpoints (settings `pubsub_in_curve`,
-/// `pubsub_out_curve`; docs/security.md "CURVE"): each is a second, CURVE
-/// bind on the same socket as the plain address, served by the device's
-/// own ZAP handler with its allow-list (public key → user id).
-#[derive(Clone, Default)]
-pub struct PubSubCurve {
-    /// The device's secret key.
-    pub secret: Key,
-    /// The publishers' CURVE address and allow-list, if any.
-    pub publishers: Option<(String, AllowList)>,
-    /// The subscribers' CURVE address and allow-list, if any.
-    pub subscribers: Option<(String, AllowList)>,
-}
+pub use crate::config::PubSubCurve;
 
 /// Counters since start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

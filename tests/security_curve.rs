@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use emq::client::emqp::{Client, Outcome};
-use emq::zmq_io::curve::{read_secret_key_file, write_key_pair};
+use emq::curve::{read_secret_key_file, write_key_pair};
 use serde_json::Value;
 
 use crate::common::admin::request;
@@ -25,6 +25,8 @@ struct Setup {
     backend_curve: String,
     frontend_curve: String,
     admin_curve: String,
+    /// The HTTP port (`/metrics`, the status page).
+    metrics: u16,
     router: Child,
 }
 
@@ -68,7 +70,7 @@ impl Setup {
 
     /// Starts emq-router with CURVE endpoints; `Err(its log)` when it exits.
     fn start_router(dir: TestDir, router_key: &Path, env: &[(&str, &str)], extra: &[&str]) -> Result<Setup, String> {
-        let ports: Vec<u16> = (0..6).map(|_| free_port()).collect();
+        let ports: Vec<u16> = (0..7).map(|_| free_port()).collect();
         let e: Vec<String> = ports.iter().map(|p| zmq_endpoint(*p)).collect();
         let mut cmd = Command::new(rust_router_bin());
         for (key, _) in std::env::vars_os() {
@@ -76,7 +78,9 @@ impl Setup {
                 cmd.env_remove(key);
             }
         }
-        cmd.args(["--frontend", &e[0], "--backend", &e[1], "--admin", &e[2], "--text", "off", "--metrics", "off"])
+        cmd.args(["--frontend", &e[0], "--backend", &e[1], "--admin", &e[2], "--text", "off"])
+            .arg("--metrics")
+            .arg(format!("127.0.0.1:{}", ports[6]))
             .args(["--frontend-curve", &e[3], "--backend-curve", &e[4], "--admin-curve", &e[5]])
             .arg("--curve-secret-key-file")
             .arg(router_key)
@@ -106,6 +110,7 @@ impl Setup {
             frontend_curve: e[3].clone(),
             backend_curve: e[4].clone(),
             admin_curve: e[5].clone(),
+            metrics: ports[6],
             dir,
             router,
         })
@@ -115,6 +120,17 @@ impl Setup {
         request(&self.admin, "STATUS").unwrap_or_else(|e| panic!("{e}\n{}", self.router.log_tail(30)))
     }
 
+    /// The body of an HTTP GET of `path` on the router's metrics port.
+    fn http(&self, path: &str) -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics)).expect("metrics port");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).expect("an HTTP answer");
+        answer
+    }
+
     /// A handshake count of `socket` from STATUS.
     fn handshakes(&self, socket: &str, outcome: &str) -> u64 {
         self.status()["emq"]["curve"]["sockets"][socket]["handshakes"][outcome].as_u64().unwrap_or(0)
@@ -122,7 +138,7 @@ impl Setup {
 
     /// Waits until a handshake count of `socket` reaches `n`.
     fn wait_handshakes(&self, socket: &str, outcome: &str, n: u64) {
-        let ok = wait::until(Duration::from_secs(15), || self.handshakes(socket, outcome) >= n);
+        let ok = wait::until(Duration::from_secs(30), || self.handshakes(socket, outcome) >= n);
         assert!(ok, "{socket} {outcome} handshakes: {} < {n}\n{}", self.handshakes(socket, outcome), self.status());
     }
 
@@ -256,6 +272,24 @@ fn curve_backend_refuses_wrong_keys_and_counts_each_outcome() {
     let st = s.status();
     assert!(st["emq"]["curve"]["zap_requests"]["backend"]["400"].as_u64().unwrap_or(0) >= 3, "{st}");
     assert!(s.router.log_text().contains("CURVE peer refused by ZAP"), "{}", s.router.log_tail(20));
+    // The same counts in /metrics (read after STATUS, and the refused
+    // peers keep retrying: at least STATUS's) and on the status page.
+    let st = s.status();
+    let metrics = s.http("/metrics");
+    let value = |prefix: String| -> u64 {
+        let line = metrics.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("{prefix} in\n{metrics}"));
+        line[prefix.len()..].trim().parse().unwrap_or_else(|e| panic!("{line}: {e}"))
+    };
+    for outcome in ["unknown_key", "bad_server_key_or_protocol", "mechanism_mismatch"] {
+        let n = st["emq"]["curve"]["sockets"]["backend"]["handshakes"][outcome].as_u64().unwrap();
+        let got = value(format!("emq_curve_handshakes_total{{socket=\"backend\",result=\"{outcome}\"}} "));
+        assert!(n >= 1 && got >= n, "{outcome}: /metrics {got}, STATUS {n}");
+    }
+    let refused = st["emq"]["curve"]["zap_requests"]["backend"]["400"].as_u64().unwrap();
+    let got = value("emq_zap_requests_total{domain=\"backend\",status=\"400\"} ".to_string());
+    assert!(got >= refused, "ZAP 400: /metrics {got}, STATUS {refused}");
+    let page = s.http("/");
+    assert!(page.contains("<p id=\"curve\">CURVE handshakes: ") && page.contains("backend 0 ok, "), "{page}");
     for w in [&mut unknown, &mut wrong_server, &mut plain, &mut client_key, &mut admin_key] {
         w.kill_group();
     }

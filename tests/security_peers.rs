@@ -12,7 +12,7 @@ use std::time::Duration;
 use emq::client::admin::AdminClient;
 use emq::client::emqp::{Client, ClientError, Outcome, Publisher, Schedule, ScheduleAnswer};
 
-use emq::zmq_io::curve::{connect_curve, read_public_key_file, read_secret_key_file, write_key_pair, ClientCurve};
+use emq::curve::{connect_curve, read_public_key_file, read_secret_key_file, write_key_pair, ClientCurve};
 use serde_json::Value;
 
 use crate::common::admin::{request, workers};

@@ -17,9 +17,9 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::body::{self, Clock, Pacer, Tally};
 use super::{BenchError, LoadSettings};
+use crate::curve::{self, ClientCurve};
 use crate::protocol::emqp::{heartbeat_timestamp, new_msgid, VERSION};
 use crate::zmq_error::ZmqError;
-use crate::zmq_io::curve::{self, ClientCurve};
 
 /// An eMQP broker to load: its frontend (clients) and backend (workers).
 #[derive(Debug, Clone)]

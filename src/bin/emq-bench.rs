@@ -13,8 +13,8 @@ use emq::bench::report::{self, Record};
 use emq::bench::run::{with_progress, with_progress_to, RunResult};
 use emq::bench::{baseline, beanstalk, emqp, idle, jetstream, plot, text, BenchError, LoadSettings};
 use emq::config::{self, addr, BenchSettings, ConfigArgs, RawBenchConfig};
+use emq::curve::ClientCurve;
 use emq::program::output as out;
-use emq::zmq_io::curve::ClientCurve;
 
 /// Load generator for eMQP and text-protocol brokers (emq, EventMQ,
 /// beanstalkd), with a zero-logic baseline, HdrHistogram output and plots.

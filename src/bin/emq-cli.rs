@@ -438,7 +438,7 @@ fn run() -> anyhow::Result<()> {
             out.line(v, text)
         }
         Cmd::Keygen { name, dir } => {
-            let (public, secret) = emq::zmq_io::curve::write_key_pair(dir, name)?;
+            let (public, secret) = emq::curve::write_key_pair(dir, name)?;
             let text = format!("wrote {} and {}", public.display(), secret.display());
             out.line(json!({"public": public, "secret": secret}), text)
         }
@@ -504,9 +504,8 @@ fn admin(s: &CliSettings, addr: &str) -> anyhow::Result<AdminClient> {
 
 /// The CURVE keys for the `index`-th of `n` addresses (settings
 /// `curve_key_file`, `curve_server_key`), `None` without them.
-fn curve_for(s: &CliSettings, n: usize, index: usize) -> anyhow::Result<Option<emq::zmq_io::curve::ClientCurve>> {
-    let curve =
-        emq::zmq_io::curve::ClientCurve::from_settings(s.curve_key_file.as_deref(), s.curve_server_key.as_deref(), n)?;
+fn curve_for(s: &CliSettings, n: usize, index: usize) -> anyhow::Result<Option<emq::curve::ClientCurve>> {
+    let curve = emq::curve::ClientCurve::from_settings(s.curve_key_file.as_deref(), s.curve_server_key.as_deref(), n)?;
     Ok(curve.map(|mut c| {
         c.server_keys = vec![*c.server_key_for(index)];
         c
@@ -515,7 +514,7 @@ fn curve_for(s: &CliSettings, n: usize, index: usize) -> anyhow::Result<Option<e
 
 /// An eMQP client of the frontend list, CURVE when configured.
 fn frontend_client(s: &CliSettings) -> anyhow::Result<Client> {
-    let curve = emq::zmq_io::curve::ClientCurve::from_settings(
+    let curve = emq::curve::ClientCurve::from_settings(
         s.curve_key_file.as_deref(),
         s.curve_server_key.as_deref(),
         s.frontend.len(),

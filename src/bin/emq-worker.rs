@@ -82,7 +82,7 @@ fn run() -> anyhow::Result<()> {
     config.abandon_wait = limits::WORKER_ABANDON_WAIT;
     config.max_reply_bytes = settings.max_reply_bytes;
     let addresses = emq::config::addr::emqp_list(&config.addresses.join(","))?.len();
-    config.curve = emq::zmq_io::curve::ClientCurve::from_settings(
+    config.curve = emq::curve::ClientCurve::from_settings(
         settings.curve_key_file.as_deref(),
         settings.curve_server_key.as_deref(),
         addresses,

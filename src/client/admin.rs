@@ -11,9 +11,9 @@
 use std::time::{Duration, Instant};
 
 use super::socket::{ClientError, Dealer};
+use crate::curve::ClientCurve;
 use crate::limits;
 use crate::protocol::emqp::{decode, AdminWord, Command, Frame, Socket, VERSION};
-use crate::zmq_io::curve::ClientCurve;
 
 /// A DEALER connected to an admin socket.
 pub struct AdminClient {

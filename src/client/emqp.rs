@@ -151,7 +151,7 @@ impl Client {
     ///
     /// # Errors
     /// As [`Client::connect`].
-    pub fn connect_with(addr: &str, curve: Option<&crate::zmq_io::curve::ClientCurve>) -> Result<Client, ClientError> {
+    pub fn connect_with(addr: &str, curve: Option<&crate::curve::ClientCurve>) -> Result<Client, ClientError> {
         let ctx = zmq::Context::new();
         let mut dealer =
             Dealer::connect_with(&ctx, addr, limits::CLIENT_LINGER_MS, limits::CLIENT_MAX_ANSWER_BYTES, curve)?;
@@ -468,10 +468,7 @@ impl Publisher {
     ///
     /// # Errors
     /// [`ClientError::Address`] for a malformed address.
-    pub fn connect_with(
-        addr: &str,
-        curve: Option<&crate::zmq_io::curve::ClientCurve>,
-    ) -> Result<Publisher, ClientError> {
+    pub fn connect_with(addr: &str, curve: Option<&crate::curve::ClientCurve>) -> Result<Publisher, ClientError> {
         let ctx = zmq::Context::new();
         let dealer =
             Dealer::connect_with(&ctx, addr, limits::CLIENT_LINGER_MS, limits::CLIENT_MAX_ANSWER_BYTES, curve)?;

@@ -83,13 +83,13 @@ impl Dealer {
     /// ([`crate::config::addr::emqp_list`]): the socket connects to each,
     /// and sends go to one that is connected (docs/failover.md). As a CURVE
     /// client when `curve` is set (one server key for every address, or one
-    /// per address in order: [`crate::zmq_io::curve::ClientCurve`]).
+    /// per address in order: [`crate::curve::ClientCurve`]).
     pub fn connect_with(
         ctx: &zmq::Context,
         addrs: &str,
         linger_ms: i32,
         max_answer_bytes: i64,
-        curve: Option<&crate::zmq_io::curve::ClientCurve>,
+        curve: Option<&crate::curve::ClientCurve>,
     ) -> Result<Dealer, ClientError> {
         let list = crate::config::addr::emqp_list(addrs)?;
         let addr = list.join(",");
@@ -99,7 +99,7 @@ impl Dealer {
         socket.set_linger(linger_ms).map_err(zerr("linger for"))?;
         socket.set_maxmsgsize(max_answer_bytes).map_err(zerr("max message size for"))?;
         set_router_options(&socket).map_err(zerr("options for"))?;
-        crate::zmq_io::curve::connect_each(&socket, &list, curve)?;
+        crate::curve::connect_each(&socket, &list, curve)?;
         Ok(Dealer { socket, addr, monitor: None })
     }
 
@@ -207,11 +207,11 @@ pub fn connect_router(socket: &zmq::Socket, addrs: &str) -> Result<Vec<String>, 
 pub fn connect_router_curve(
     socket: &zmq::Socket,
     addrs: &str,
-    curve: Option<&crate::zmq_io::curve::ClientCurve>,
+    curve: Option<&crate::curve::ClientCurve>,
 ) -> Result<Vec<String>, ClientError> {
     let list = crate::config::addr::emqp_list(addrs)?;
     set_router_options(socket).map_err(ZmqError::at(format!("options for {addrs}")))?;
-    crate::zmq_io::curve::connect_each(socket, &list, curve)?;
+    crate::curve::connect_each(socket, &list, curve)?;
     Ok(list)
 }
 

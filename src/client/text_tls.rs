@@ -10,7 +10,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 
-use super::text::TextClientOptions;
+use crate::client::text::TextClientOptions;
 use crate::protocol::text::Secret;
 
 /// Longest token file read, in bytes (a token is 43 characters).

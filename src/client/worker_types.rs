@@ -113,7 +113,7 @@ pub struct WorkerConfig {
     pub max_reply_bytes: usize,
     /// CURVE client keys (`curve_key_file`, `curve_server_key`): `None`
     /// connects plain (NULL).
-    pub curve: Option<crate::zmq_io::curve::ClientCurve>,
+    pub curve: Option<crate::curve::ClientCurve>,
 }
 
 /// A function run when the drain timeout passes with jobs still running

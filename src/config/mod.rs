@@ -39,12 +39,12 @@ mod worker;
 pub use bench::{BenchSettings, RawBenchConfig, BENCH_TOML};
 pub use cli::{CliSettings, RawCliConfig, CLI_TOML};
 pub use kinds::Kind;
-pub use pubsub::{curve_settings as pubsub_curve_settings, PubSubSettings, RawPubSubConfig, PUBSUB_TOML};
+pub use pubsub::{curve_settings as pubsub_curve_settings, PubSubCurve, PubSubSettings, RawPubSubConfig, PUBSUB_TOML};
+pub use router::{check_curve_settings, check_nats_settings, CurveServerConfig, NatsUrl, Replicas, StoreName};
 pub use router::{
     default_data_dir, default_shards, Durability, LatencyConfig, NatsConfig, RawRouterConfig, RouterConfig, TextConfig,
     WalConfig, DEFAULT_TOML,
 };
-pub use router::{CurveServerConfig, NatsUrl, Replicas, StoreName};
 pub use table::Settings;
 pub use worker::{QueueSpec, RawWorkerConfig, WorkerSettings, WORKER_TOML};
 

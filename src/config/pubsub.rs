@@ -7,9 +7,10 @@ use super::exposure::{check_plain_listeners, PlainListener};
 use super::kinds::{AtLeastOne, EmqpAddr, EmqpAddrOrOff, LogFilter, Optional, Plain, Switch};
 use super::table::{settings, Settings};
 use super::ConfigError;
+use crate::curve;
+use crate::curve::zap::AllowList;
+use crate::curve::Key;
 use crate::limits;
-use crate::pubsub::PubSubCurve;
-use crate::zmq_io::curve;
 
 settings! {
     /// emq-pubsub's settings as flags, `EMQ_*` variables and the TOML file
@@ -63,6 +64,20 @@ impl RawPubSubConfig {
     }
 }
 
+/// The device's CURVE endpoints (settings `pubsub_in_curve`,
+/// `pubsub_out_curve`; docs/security.md "CURVE"): each is a second, CURVE
+/// bind on the same socket as the plain address, served by the device's
+/// own ZAP handler with its allow-list (public key → user id).
+#[derive(Clone, Default)]
+pub struct PubSubCurve {
+    /// The device's secret key.
+    pub secret: Key,
+    /// The publishers' CURVE address and allow-list, if any.
+    pub publishers: Option<(String, AllowList)>,
+    /// The subscribers' CURVE address and allow-list, if any.
+    pub subscribers: Option<(String, AllowList)>,
+}
+
 /// Reads the key file and allow-lists of `pubsub_in_curve` /
 /// `pubsub_out_curve`; `Ok(None)` when both are `off`.
 ///
@@ -97,11 +112,7 @@ pub fn curve_settings(s: &PubSubSettings) -> Result<Option<PubSubCurve>, ConfigE
     }))
 }
 
-fn allow_list(
-    setting: &'static str,
-    dir: Option<&Path>,
-    dir_setting: &'static str,
-) -> Result<crate::zmq_io::zap::AllowList, ConfigError> {
+fn allow_list(setting: &'static str, dir: Option<&Path>, dir_setting: &'static str) -> Result<AllowList, ConfigError> {
     let Some(dir) = dir else {
         let why = format!("needs {dir_setting} (the allow-list directory of *.key files)");
         return Err(ConfigError::Invalid { name: setting, why });

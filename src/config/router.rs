@@ -391,8 +391,7 @@ impl RawRouterConfig {
             }
             _ => {}
         }
-        crate::router::curve::check_settings(&config.curve)
-            .map_err(|(name, why)| ConfigError::Invalid { name, why })?;
+        check_curve_settings(&config.curve).map_err(|(name, why)| ConfigError::Invalid { name, why })?;
         if config.text.max_unsent_bytes < config.text.max_line_bytes + WANT_LINE_OVERHEAD_BYTES {
             return Err(ConfigError::Invalid {
                 name: "text_max_unsent_bytes",
@@ -455,7 +454,7 @@ impl RawRouterConfig {
                     why: format!("{:?} must be below nats_give_up ({:?})", nats.ack_timeout, nats.give_up),
                 });
             }
-            crate::jslog::connect::check(nats)?;
+            check_nats_settings(nats)?;
         }
         let text = &config.text;
         if text.tls_addr.is_some() && (text.tls_cert_file.is_none() || text.tls_key_file.is_none()) {
@@ -493,6 +492,76 @@ impl RawRouterConfig {
         }
         Ok(config)
     }
+}
+
+/// Checks the TLS and credential settings of `config` without reading any
+/// file: `nats_tls_cert` and `nats_tls_key` together, `nats_user` and
+/// `nats_password_file` together, and at most one kind of credentials.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the setting, e.g. `setting
+/// nats_token_file: give one kind of NATS credentials, not nats_user and
+/// nats_token_file: ...`.
+pub fn check_nats_settings(config: &NatsConfig) -> Result<(), ConfigError> {
+    let invalid = |name: &'static str, why: String| Err(ConfigError::Invalid { name, why });
+    if config.tls_cert.is_some() != config.tls_key.is_some() {
+        return invalid("nats_tls_cert", "nats_tls_cert and nats_tls_key go together".into());
+    }
+    match (&config.user, &config.password_file) {
+        (Some(_), None) => {
+            return invalid(
+                "nats_password_file",
+                "nats_user needs nats_password_file (a file holding the password: secrets are never \
+                 given as flag values)"
+                    .into(),
+            )
+        }
+        (None, Some(_)) => return invalid("nats_user", "nats_password_file needs nats_user".into()),
+        _ => {}
+    }
+    let kinds: Vec<&'static str> = [
+        (config.user.is_some(), "nats_user"),
+        (config.token_file.is_some(), "nats_token_file"),
+        (config.nkey_file.is_some(), "nats_nkey_file"),
+        (config.creds.is_some(), "nats_creds"),
+    ]
+    .into_iter()
+    .filter_map(|(given, name)| given.then_some(name))
+    .collect();
+    if let [first, second, ..] = kinds[..] {
+        return invalid(
+            second,
+            format!(
+                "give one kind of NATS credentials, not {first} and {second}: nats_user with \
+                 nats_password_file, nats_token_file, nats_nkey_file or nats_creds"
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// Checks the CURVE settings (config validation: one line each): every
+/// `*_curve` address needs `curve_secret_key_file`, its allow-list
+/// directory, and a libzmq built with CURVE.
+///
+/// # Errors
+/// `(setting, why)`.
+pub fn check_curve_settings(c: &CurveServerConfig) -> Result<(), (&'static str, String)> {
+    let endpoints = [
+        (&c.frontend, "frontend_curve", "curve_clients_dir", &c.clients_dir),
+        (&c.backend, "backend_curve", "curve_workers_dir", &c.workers_dir),
+        (&c.admin, "admin_curve", "curve_admins_dir", &c.admins_dir),
+    ];
+    for (_, setting, dir_setting, dir) in endpoints.into_iter().filter(|(addr, ..)| addr.is_some()) {
+        crate::curve::require_curve().map_err(|e| (setting, e.to_string()))?;
+        if c.secret_key_file.is_none() {
+            return Err((setting, "needs curve_secret_key_file (the router's .key_secret)".into()));
+        }
+        if dir.is_none() {
+            return Err((setting, format!("needs {dir_setting} (the allow-list directory of *.key files)")));
+        }
+    }
+    Ok(())
 }
 
 impl RouterConfig {

@@ -29,7 +29,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::JsError;
-use crate::config::{ConfigError, NatsConfig};
+use crate::config::NatsConfig;
 use crate::limits;
 
 /// The TLS files and credentials of a NATS connection, as emq-scheduler
@@ -54,51 +54,10 @@ pub struct NatsSecurity {
     pub nkey_file: Option<PathBuf>,
 }
 
-/// Checks the TLS and credential settings of `config` without reading any
-/// file: `nats_tls_cert` and `nats_tls_key` together, `nats_user` and
-/// `nats_password_file` together, and at most one kind of credentials.
-///
-/// # Errors
-/// [`ConfigError::Invalid`] naming the setting, e.g. `setting
-/// nats_token_file: give one kind of NATS credentials, not nats_user and
-/// nats_token_file: ...`.
-pub fn check(config: &NatsConfig) -> Result<(), ConfigError> {
-    let invalid = |name: &'static str, why: String| Err(ConfigError::Invalid { name, why });
-    if config.tls_cert.is_some() != config.tls_key.is_some() {
-        return invalid("nats_tls_cert", "nats_tls_cert and nats_tls_key go together".into());
-    }
-    match (&config.user, &config.password_file) {
-        (Some(_), None) => {
-            return invalid(
-                "nats_password_file",
-                "nats_user needs nats_password_file (a file holding the password: secrets are never \
-                 given as flag values)"
-                    .into(),
-            )
-        }
-        (None, Some(_)) => return invalid("nats_user", "nats_password_file needs nats_user".into()),
-        _ => {}
-    }
-    let kinds: Vec<&'static str> = [
-        (config.user.is_some(), "nats_user"),
-        (config.token_file.is_some(), "nats_token_file"),
-        (config.nkey_file.is_some(), "nats_nkey_file"),
-        (config.creds.is_some(), "nats_creds"),
-    ]
-    .into_iter()
-    .filter_map(|(given, name)| given.then_some(name))
-    .collect();
-    if let [first, second, ..] = kinds[..] {
-        return invalid(
-            second,
-            format!(
-                "give one kind of NATS credentials, not {first} and {second}: nats_user with \
-                 nats_password_file, nats_token_file, nats_nkey_file or nats_creds"
-            ),
-        );
-    }
-    Ok(())
-}
+/// The NATS settings' check, kept with the settings
+/// ([`crate::config::check_nats_settings`]) so that `config` names
+/// nothing of `jslog`.
+pub use crate::config::check_nats_settings as check;
 
 /// Connects to `config.urls` with [`options`]`(config, name)`, waiting at
 /// most `nats_ack_timeout` × 3.

@@ -7,17 +7,18 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use super::StartError;
 use crate::config::CurveServerConfig;
+use crate::curve::handshakes::{HandshakeMonitor, SocketHandshakes};
+use crate::curve::zap::{ZapHandler, ZapState};
+use crate::curve::{self, Key};
 use crate::protocol::emqp::Socket;
-use crate::zmq_io::curve::{self, Key};
+use crate::zmq_io::curve_binds::CurveBind;
 use crate::zmq_io::egress::{Egress, EgressTx};
-use crate::zmq_io::handshakes::{HandshakeMonitor, SocketHandshakes};
-use crate::zmq_io::zap::{ZapHandler, ZapState};
 
 /// Test hook (tests only; never set it in production): with
 /// `EMQ_TEST_NO_ZAP=1` the router starts its CURVE endpoints without a ZAP
@@ -27,19 +28,6 @@ pub const TEST_NO_ZAP_ENV: &str = "EMQ_TEST_NO_ZAP";
 
 /// How long `RELOAD_KEYS DISCONNECT` waits for the I/O thread to rebind.
 const REBIND_WAIT: Duration = Duration::from_secs(5);
-
-/// One CURVE endpoint as the I/O thread rebinds it.
-#[derive(Clone)]
-pub struct CurveBind {
-    /// Which ROUTER socket.
-    pub socket: Socket,
-    /// The endpoint as bound (port resolved).
-    pub endpoint: String,
-    /// The router's secret key.
-    pub secret: Key,
-    /// Its ZAP domain.
-    pub domain: &'static str,
-}
 
 /// What the admin thread, STATUS and `/metrics` share about CURVE.
 pub struct CurveShared {
@@ -52,6 +40,31 @@ pub struct CurveShared {
     pub handshakes: Vec<Arc<SocketHandshakes>>,
     /// `RELOAD_KEYS` commands that succeeded.
     pub reloads: AtomicU64,
+}
+
+/// The CURVE counters at one moment, for `/metrics` and the status page
+/// ([`super::scrape::Scrape::curve`]).
+#[derive(Debug, Clone, Default)]
+pub struct CurveFigures {
+    /// Per socket with a CURVE endpoint (`frontend`, `backend`, `admin`):
+    /// its handshakes by outcome (`ok`, `unknown_key`,
+    /// `bad_server_key_or_protocol`, `mechanism_mismatch`, `no_detail`).
+    pub handshakes: Vec<(&'static str, Vec<(&'static str, u64)>)>,
+    /// ZAP requests answered, as `(domain, status, count)`.
+    pub zap: Vec<(String, u16, u64)>,
+    /// `RELOAD_KEYS` commands that succeeded.
+    pub reloads: u64,
+}
+
+impl CurveShared {
+    /// The counters now.
+    pub fn figures(&self) -> CurveFigures {
+        CurveFigures {
+            handshakes: self.handshakes.iter().map(|h| (h.socket, h.to_pairs())).collect(),
+            zap: self.zap.as_ref().map(|z| z.counts()).unwrap_or_default(),
+            reloads: self.reloads.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// Started CURVE machinery, stopped by [`CurveRuntime::stop`] after the
@@ -90,30 +103,6 @@ fn endpoints(c: &CurveServerConfig) -> Vec<(Socket, &str, &'static str, Option<&
     .collect()
 }
 
-/// Checks the CURVE settings (config validation: one line each): every
-/// `*_curve` address needs `curve_secret_key_file`, its allow-list
-/// directory, and a libzmq built with CURVE.
-///
-/// # Errors
-/// `(setting, why)`.
-pub fn check_settings(c: &CurveServerConfig) -> Result<(), (&'static str, String)> {
-    for (_, _, domain, dir) in endpoints(c) {
-        let setting = match domain {
-            "frontend" => ("frontend_curve", "curve_clients_dir"),
-            "backend" => ("backend_curve", "curve_workers_dir"),
-            _ => ("admin_curve", "curve_admins_dir"),
-        };
-        curve::require_curve().map_err(|e| (setting.0, e.to_string()))?;
-        if c.secret_key_file.is_none() {
-            return Err((setting.0, "needs curve_secret_key_file (the router's .key_secret)".into()));
-        }
-        if dir.is_none() {
-            return Err((setting.0, format!("needs {} (the allow-list directory of *.key files)", setting.1)));
-        }
-    }
-    Ok(())
-}
-
 /// Reads the keys and starts the ZAP handler in `ctx` (before any CURVE
 /// bind); `None` when no CURVE endpoint is configured.
 ///
@@ -125,7 +114,7 @@ pub fn prepare(c: &CurveServerConfig, ctx: &zmq::Context) -> Result<Option<(Curv
     if eps.is_empty() {
         return Ok(None);
     }
-    check_settings(c).map_err(|(name, why)| StartError::Setting { name, why })?;
+    crate::config::check_curve_settings(c).map_err(|(name, why)| StartError::Setting { name, why })?;
     let key_file = c.secret_key_file.clone().unwrap_or_default();
     let pair = curve::read_secret_key_file(&key_file)
         .map_err(|e| StartError::Setting { name: "curve_secret_key_file", why: e.to_string() })?;
@@ -244,52 +233,6 @@ pub fn reload(shared: &CurveShared, egress: &EgressTx, disconnect: bool) -> Resu
     }
     tracing::info!(?keys, disconnect, rebound, "CURVE allow-lists reloaded");
     Ok(json!({"reloaded": true, "keys": keys, "disconnected": disconnect, "endpoints_rebound": rebound}))
-}
-
-/// Rebinds the CURVE endpoints of the I/O thread's sockets (unbind, then
-/// bind with the same options): the connections on them are dropped.
-/// Returns how many were rebound.
-///
-/// # Errors
-/// The first failure, naming the endpoint.
-pub fn rebind(binds: &[CurveBind], sockets: [&mut zmq::Socket; 3]) -> Result<usize, String> {
-    let [frontend, backend, admin] = sockets;
-    for b in binds {
-        let socket: &mut zmq::Socket = match b.socket {
-            Socket::Frontend => frontend,
-            Socket::Backend => backend,
-            _ => admin,
-        };
-        socket.unbind(&b.endpoint).map_err(|e| format!("unbind {}: {e}", b.endpoint))?;
-        rebind_one(socket, b)?;
-    }
-    Ok(binds.len())
-}
-
-/// Longest wait for libzmq to close an unbound listener before its address
-/// can be bound again ([`rebind`]); below [`REBIND_WAIT`], the admin
-/// side's wait for the whole rebind.
-const ADDRESS_FREE_WAIT: Duration = Duration::from_secs(2);
-
-/// Binds `b` again after its unbind. libzmq closes the old listener on its
-/// own I/O thread, after `zmq_unbind` returns, so the first binds can fail
-/// with `EADDRINUSE` (seen in tests/security_curve.rs): retried every 5 ms
-/// for up to [`ADDRESS_FREE_WAIT`], which the calling I/O thread spends blocked
-/// (a rare admin command; usually one retry).
-fn rebind_one(socket: &mut zmq::Socket, b: &CurveBind) -> Result<(), String> {
-    let deadline = Instant::now() + ADDRESS_FREE_WAIT;
-    loop {
-        match curve::bind_curve(socket, &b.endpoint, &b.secret, b.domain) {
-            Ok(_) => return Ok(()),
-            Err(e) if e.source == zmq::Error::EADDRINUSE && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) => {
-                tracing::error!(endpoint = %b.endpoint, error = %e, "CURVE endpoint not bound again after reload-keys --disconnect: its peers cannot connect until the router restarts");
-                return Err(e.to_string());
-            }
-        }
-    }
 }
 
 /// STATUS's `curve` object: per socket its endpoint and handshake counts,

@@ -619,6 +619,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
                 )
                 .then_some(config.wal.disk_free_limit),
                 ownership: (config.wal.durability == crate::config::Durability::Replicated).then(|| own.clone()),
+                curve: curve_shared.clone(),
             };
             let limits = http::HttpLimits {
                 max_connections: config.metrics_max_connections,

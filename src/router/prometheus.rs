@@ -207,6 +207,9 @@ impl Collector for Exposition {
             let rows = auth.into_iter().map(|(r, n)| (r.to_string(), n));
             family(e, head, "result", rows, |v, m| ConstCounter::new(v).encode(m))?;
         }
+        if let Some(c) = &s.curve {
+            curve_families(e, c)?;
+        }
         if !s.logs.is_empty() {
             log_families(e, s)?;
         }
@@ -217,6 +220,30 @@ impl Collector for Exposition {
         let head = ("emq_events", "The router's event counters (STATUS emq.counters), by name.", MetricType::Counter);
         family(e, head, "event", events, |v, m| ConstCounter::new(v).encode(m))
     }
+}
+
+/// The CURVE endpoints' families (docs/security.md "CURVE", "Counters"):
+/// handshakes per socket by outcome, ZAP requests per domain by status,
+/// key reloads.
+fn curve_families(e: &mut DescriptorEncoder, c: &super::curve::CurveFigures) -> Res {
+    let help = "CURVE handshakes on the router's *_curve endpoints, by socket and result \
+                (ok, unknown_key, bad_server_key_or_protocol, mechanism_mismatch, no_detail).";
+    let mut m = e.encode_descriptor("emq_curve_handshakes", help, None, MetricType::Counter)?;
+    for (socket, outcomes) in &c.handshakes {
+        for (result, n) in outcomes {
+            let labels = [("socket", *socket), ("result", *result)];
+            ConstCounter::new(*n).encode(m.encode_family(&labels)?)?;
+        }
+    }
+    let help = "ZAP requests answered by the router's handler, by domain and status (200 allowed, 400 refused, \
+                500 malformed).";
+    let mut m = e.encode_descriptor("emq_zap_requests", help, None, MetricType::Counter)?;
+    for (domain, status, n) in &c.zap {
+        let status = status.to_string();
+        let labels = [("domain", domain.as_str()), ("status", status.as_str())];
+        ConstCounter::new(*n).encode(m.encode_family(&labels)?)?;
+    }
+    counter(e, "emq_curve_key_reloads", "RELOAD_KEYS commands that succeeded.", c.reloads)
 }
 
 /// The job logs' families (docs/durability.md "Watching it"): bytes and
@@ -354,6 +381,26 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
+    }
+
+    #[test]
+    fn curve_handshakes_and_zap_requests_by_label() {
+        let curve = crate::router::curve::CurveFigures {
+            handshakes: vec![("backend", vec![("ok", 2), ("unknown_key", 3)])],
+            zap: vec![("backend".into(), 400, 3), ("backend".into(), 200, 2)],
+            reloads: 1,
+        };
+        let text = render(Scrape { curve: Some(curve), ..Scrape::default() });
+        for line in [
+            "emq_curve_handshakes_total{socket=\"backend\",result=\"ok\"} 2",
+            "emq_curve_handshakes_total{socket=\"backend\",result=\"unknown_key\"} 3",
+            "emq_zap_requests_total{domain=\"backend\",status=\"400\"} 3",
+            "emq_zap_requests_total{domain=\"backend\",status=\"200\"} 2",
+            "emq_curve_key_reloads_total 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        assert!(!render(Scrape::default()).contains("emq_curve"));
     }
 
     #[test]

@@ -77,6 +77,8 @@ pub struct Scrape {
     /// set by the server for its status page; `None`: open to anyone who
     /// reaches it.
     pub http_access: Option<String>,
+    /// The CURVE endpoints' counters, when the router has any.
+    pub curve: Option<super::curve::CurveFigures>,
 }
 
 impl Scrape {
@@ -115,6 +117,8 @@ pub struct Sources {
     pub disk_free_limit: Option<u64>,
     /// The ownership of the router name (`durability = "replicated"`).
     pub ownership: Option<Arc<crate::jslog::ownership::Ownership>>,
+    /// The CURVE endpoints' counters (none without a `*_curve` address).
+    pub curve: Option<Arc<super::curve::CurveShared>>,
 }
 
 impl Sources {
@@ -211,6 +215,7 @@ impl Sources {
             disk_free_limit: self.disk_free_limit,
             ownership: self.ownership.as_ref().map(|o| o.figures()),
             http_access: None,
+            curve: self.curve.as_ref().map(|c| c.figures()),
         }
     }
 }

@@ -137,6 +137,7 @@ pub fn render(scrape: &Scrape, rates: &mut Rates) -> String {
         let _ = write!(o, "<p class=\"bad\">{} shard(s) did not answer in time.</p>", scrape.shards_silent);
     }
     http_access(&mut o, scrape);
+    curve(&mut o, scrape);
     log(&mut o, scrape);
     ownership(&mut o, scrape);
     queues(&mut o, scrape, &per_second);
@@ -159,6 +160,27 @@ fn ownership(o: &mut String, scrape: &Scrape) {
         "<p id=\"ownership\">Router name: <span{class}>{role}</span>, epoch {}, lease renewed {age} ago, \
          {} take-over(s) by this process.</p>",
         f.epoch, f.takeovers
+    );
+}
+
+/// The CURVE endpoints' line, when the router has any: per socket the
+/// handshakes that succeeded and those refused (every other outcome).
+fn curve(o: &mut String, scrape: &Scrape) {
+    let Some(c) = &scrape.curve else { return };
+    let sockets: Vec<String> = c
+        .handshakes
+        .iter()
+        .map(|(socket, outcomes)| {
+            let ok: u64 = outcomes.iter().filter(|(r, _)| *r == "ok").map(|(_, n)| n).sum();
+            let refused: u64 = outcomes.iter().filter(|(r, _)| *r != "ok").map(|(_, n)| n).sum();
+            format!("{socket} {ok} ok, {refused} refused")
+        })
+        .collect();
+    let _ = write!(
+        o,
+        "<p id=\"curve\">CURVE handshakes: {}; {} key reload(s).</p>",
+        escape(&sockets.join("; ")),
+        c.reloads
     );
 }
 
@@ -397,6 +419,21 @@ mod tests {
             ),
             "{page}"
         );
+    }
+
+    #[test]
+    fn page_counts_curve_handshakes_per_socket() {
+        let curve = crate::router::curve::CurveFigures {
+            handshakes: vec![("backend", vec![("ok", 2), ("unknown_key", 3), ("no_detail", 1)])],
+            zap: vec![],
+            reloads: 1,
+        };
+        let page = render(&Scrape { curve: Some(curve), ..Scrape::default() }, &mut Rates::default());
+        assert!(
+            page.contains("<p id=\"curve\">CURVE handshakes: backend 2 ok, 4 refused; 1 key reload(s).</p>"),
+            "{page}"
+        );
+        assert!(!render(&Scrape::default(), &mut Rates::default()).contains("id=\"curve\""));
     }
 
     #[test]

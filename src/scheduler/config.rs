@@ -16,9 +16,9 @@ use crate::config::exposure::{check_plain_listeners, PlainListener};
 use crate::config::kinds::{EmqpAddrOrOff, EmqpAddrs, LogFilter, Many, Optional, Period, Plain, Switch};
 use crate::config::table::settings;
 use crate::config::{ConfigError, NatsUrl, Replicas, Settings, StoreName};
+use crate::curve::{self, ClientCurve};
 use crate::jslog::connect::NatsSecurity;
 use crate::limits;
-use crate::zmq_io::curve::{self, ClientCurve};
 
 settings! {
     /// emq-scheduler's settings as flags, `EMQ_*` variables and the TOML file

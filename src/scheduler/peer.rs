@@ -43,13 +43,13 @@ use std::time::{Duration, Instant};
 
 use super::service::{Answer, Service};
 use super::timetable::{Fire, Now};
+use crate::curve::zap::{AllowList, ZapHandler};
+use crate::curve::{self, ClientCurve, Key};
 use crate::limits;
 use crate::logging::ShowText;
 use crate::protocol::emqp::{self, Command, DecodeError, Frame, Message, PeerType, ShowFrame, ShowFrames, Socket};
 use crate::protocol::headers;
 use crate::zmq_error::ZmqError;
-use crate::zmq_io::curve::{self, ClientCurve, Key};
-use crate::zmq_io::zap::{AllowList, ZapHandler};
 
 /// The peer's settings (validated by the binary's config).
 #[derive(Debug, Clone)]

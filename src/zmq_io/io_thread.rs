@@ -85,7 +85,7 @@ pub struct IoThread {
     pub limits: IoLimits,
     /// The CURVE endpoints on the three sockets (rebound on
     /// [`Egress::RebindCurve`]); empty without CURVE.
-    pub curve: Vec<crate::router::curve::CurveBind>,
+    pub curve: Vec<super::curve_binds::CurveBind>,
 }
 
 /// What the I/O thread refuses or waits for (each a router setting).
@@ -277,7 +277,7 @@ impl Loop {
                 Some(Egress::RebindCurve(reply)) => {
                     let io = &mut self.io;
                     let result =
-                        crate::router::curve::rebind(&io.curve, [&mut io.frontend, &mut io.backend, &mut io.admin]);
+                        super::curve_binds::rebind(&io.curve, [&mut io.frontend, &mut io.backend, &mut io.admin]);
                     if let Err(why) = &result {
                         tracing::error!(%why, "CURVE endpoints not rebound");
                     }

@@ -2,10 +2,8 @@
 //! thread, the egress path with its wake-up, and socket set-up. Start-up,
 //! shutdown and the admin thread are in [`crate::router`].
 
-pub mod curve;
+pub mod curve_binds;
 pub mod egress;
 pub mod frames;
-pub mod handshakes;
 pub mod io_thread;
 pub mod sockets;
-pub mod zap;

@@ -27,6 +27,9 @@
 //! [`connect_curve`] connects as a CURVE client with one server key per
 //! connect.
 
+pub mod handshakes;
+pub mod zap;
+
 use std::collections::HashMap;
 use std::io::Read;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -402,7 +405,7 @@ fn set_zap_enforce_domain(socket: &mut zmq::Socket, on: bool) -> Result<(), zmq:
 
 /// Binds a CURVE-server endpoint `addr` on `socket`: `ZMQ_CURVE_SERVER`,
 /// the server's secret key, ZAP domain `domain` (the ZAP handler's
-/// allow-list, [`super::zap`]) and `ZMQ_ZAP_ENFORCE_DOMAIN` (no handler:
+/// allow-list, [`zap`]) and `ZMQ_ZAP_ENFORCE_DOMAIN` (no handler:
 /// every peer refused), then puts the mechanism back to NULL and
 /// `ZMQ_ZAP_ENFORCE_DOMAIN` to 0. Returns the endpoint really bound (port
 /// 0 resolved).
@@ -414,7 +417,7 @@ fn set_zap_enforce_domain(socket: &mut zmq::Socket, on: bool) -> Result<(), zmq:
 /// socket **before** its CURVE ones (the router does); rebinding a CURVE
 /// endpoint later is fine.
 ///
-/// The context must run its ZAP handler ([`super::zap::ZapHandler::start`])
+/// The context must run its ZAP handler ([`zap::ZapHandler::start`])
 /// before: with none, the endpoint refuses every peer.
 ///
 /// # Errors

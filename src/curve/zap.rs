@@ -5,7 +5,7 @@
 //! ROUTER socket bound to `inproc://zeromq.zap.01` in that context. It must
 //! be bound **before** any CURVE bind, and closed after the server sockets
 //! at shutdown. Each CURVE endpoint is bound with a ZAP domain
-//! ([`super::curve::bind_curve`]) naming its allow-list, and with
+//! ([`super::bind_curve`]) naming its allow-list, and with
 //! `ZMQ_ZAP_ENFORCE_DOMAIN`: if this handler is not running (never started,
 //! or its thread died), libzmq refuses every CURVE peer instead of
 //! accepting any client that knows the server key (libzmq 4.3.4's default,
@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 
-use super::curve::Key;
+use super::Key;
 use crate::zmq_error::ZmqError;
 
 /// The endpoint libzmq sends ZAP requests to (RFC 27).
