@@ -37,6 +37,12 @@
 # bench's clients and workers, whose public key is the allow-list of both
 # endpoints; emq-bench connects to the CURVE endpoints with
 # --curve-key-file/--curve-server-key.
+# Text over TLS: target emq-tls runs emq-router with --text-tls on a fresh
+# port, a certificate for 127.0.0.1 from a CA made at the start with
+# openssl (ECDSA P-256) and a tokens file with one token (`emq-cli token
+# new`), in a temporary directory removed at the end; emq-bench's text
+# mode connects to it with --tls-ca and --token-file (every connection a
+# TLS 1.3 handshake, then AUTH).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -56,6 +62,7 @@ SERVER_PIDS=()
 STARTED=()
 DATA_DIRS=()
 KEYS_DIR=
+TLS_DIR=
 new_data_dir() { DATA=$(mktemp -d /tmp/emq-loadtest-XXXXXX); DATA_DIRS+=("$DATA"); }
 drop_data_dirs() { local d; for d in "${DATA_DIRS[@]}"; do rm -rf "$d"; done; DATA_DIRS=(); }
 stop() { # PID: stop it and forget it (so a reused PID is never killed later)
@@ -70,6 +77,7 @@ cleanup() {
   for p in "${STARTED[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   drop_data_dirs
   [ -z "$KEYS_DIR" ] || rm -rf "$KEYS_DIR"
+  [ -z "$TLS_DIR" ] || rm -rf "$TLS_DIR"
   [ "$REPLICATED_NAMES" = 0 ] || drop_streams "^(KV_)?${NATS_PREFIX}_"
 }
 drop_streams() { # REGEX: delete the cluster's streams whose names match (a failure is reported, not fatal)
@@ -140,6 +148,28 @@ ensure_curve_keys() {
   cp "$KEYS_DIR/bench.key" "$KEYS_DIR/allow/"
 }
 
+# ensure_tls_files -> TLS_DIR with ca.pem, server.pem, server.key (for
+# 127.0.0.1), tokens (the router's file) and token (the bench's), made once
+# per invocation.
+ensure_tls_files() {
+  [ -n "$TLS_DIR" ] && return 0
+  TLS_DIR=$(mktemp -d /tmp/emq-loadtest-tls-XXXXXX)
+  (
+    cd "$TLS_DIR"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+      -subj /CN=emq-loadtest-ca -keyout ca.key -out ca.pem
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=127.0.0.1 \
+      -keyout server.key -out server.csr
+    printf 'subjectAltName=IP:127.0.0.1\n' >san.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+      -extfile san.ext -out server.pem
+  ) >/dev/null 2>&1 || { echo "could not make TLS certificates (openssl)" >&2; return 1; }
+  local made
+  made=$("$CLI" token new bench) || { echo "could not make a token (emq-cli token new)" >&2; return 1; }
+  sed -n 2p <<<"$made" >"$TLS_DIR/token"
+  sed -n 4p <<<"$made" >"$TLS_DIR/tokens"
+}
+
 # start_router KIND -> sets FE BE ROUTER_PID (and TEXT for emq and beanstalkd). Retries on
 # fresh ports (another process may take a "free" port before the router binds).
 start_router() {
@@ -179,6 +209,12 @@ try_router() {
             --curve-secret-key-file "$KEYS_DIR/router.key_secret"
             --curve-clients-dir "$KEYS_DIR/allow" --curve-workers-dir "$KEYS_DIR/allow")
           listen=$p5 ;;
+        emq-tls|emq-memory-tls)
+          ensure_tls_files || return 1
+          flags=(--text-tls "127.0.0.1:$p5" --text-tls-cert-file "$TLS_DIR/server.pem"
+            --text-tls-key-file "$TLS_DIR/server.key" --text-auth-tokens-file "$TLS_DIR/tokens")
+          [ "$kind" = emq-memory-tls ] && flags+=(--durability memory)
+          listen=$p4 ;;
       esac
       new_data_dir
       # Every port fresh: the metrics server is off (its default port may be
@@ -188,6 +224,8 @@ try_router() {
         --text "$TEXT" --metrics off --data-dir "$DATA" "${flags[@]}" $ROUTER_ARGS >>"${ROUTER_LOG:-$OUT/router-emq.log}" 2>&1 &
       # emq-curve: the load goes to the CURVE endpoints (the plain ones stay bound, idle).
       if [ "$kind" = emq-curve ]; then FE=tcp://127.0.0.1:$p5 BE=tcp://127.0.0.1:$p6; fi
+      # emq-tls: the load goes to the TLS listener (the plain one stays bound, idle).
+      case $kind in emq-tls|emq-memory-tls) TEXT=127.0.0.1:$p5 ;; esac
       ;;
     forwarder|forwarder-emqp)
       local wire=one
@@ -261,7 +299,11 @@ run_one() { # SCENARIO TARGET RUN
       stop "$ROUTER_PID" ;;
     text:*)
       start_router "$2" || return 0
-      bench "$name" text --addr "$TEXT" --target-name "$2" --pid "$ROUTER_PID" "${SERVER_PIDS[@]}" $ARGS
+      local tls=()
+      case $2 in
+        emq-tls*|emq-memory-tls*) tls=(--tls-ca "$TLS_DIR/ca.pem" --token-file "$TLS_DIR/token") ;;
+      esac
+      bench "$name" text --addr "$TEXT" --target-name "$2" --pid "$ROUTER_PID" "${SERVER_PIDS[@]}" "${tls[@]}" $ARGS
       stop "$ROUTER_PID" ;;
     idle:*)
       start_router "$2" || return 0

@@ -73,6 +73,10 @@ def main(out, bench):
                 lines.append(f"* {scen}: emq/{other} = {emq / medians[(scen, other)]:.3f}")
         if emq and medians.get((scen, "emq-curve")):
             lines.append(f"* {scen}: emq-curve/emq (CURVE against plain) = {medians[(scen, 'emq-curve')] / emq:.3f}")
+        for plain, tls in (("emq", "emq-tls"), ("emq-memory", "emq-memory-tls")):
+            if medians.get((scen, plain)) and medians.get((scen, tls)):
+                ratio = medians[(scen, tls)] / medians[(scen, plain)]
+                lines.append(f"* {scen}: {tls}/{plain} (text over TLS against plain) = {ratio:.3f}")
         memory = medians.get((scen, "emq-memory"))
         if memory and medians.get((scen, "beanstalkd")):
             lines.append(f"* {scen}: emq-memory/beanstalkd = {memory / medians[(scen, 'beanstalkd')]:.3f}")
@@ -104,6 +108,10 @@ def main(out, bench):
             if emq and cpu.get((scen, "emq-curve")):
                 ratio = statistics.median(cpu[(scen, "emq-curve")]) / statistics.median(emq)
                 lines.append(f"* {scen}: emq-curve/emq CPU per job (CURVE against plain) = {ratio:.3f}")
+            for plain, tls in (("emq", "emq-tls"), ("emq-memory", "emq-memory-tls")):
+                if cpu.get((scen, plain)) and cpu.get((scen, tls)):
+                    ratio = statistics.median(cpu[(scen, tls)]) / statistics.median(cpu[(scen, plain)])
+                    lines.append(f"* {scen}: {tls}/{plain} CPU per job (text over TLS against plain) = {ratio:.3f}")
             memory, bean = cpu.get((scen, "emq-memory")), cpu.get((scen, "beanstalkd"))
             if memory and bean:
                 ratio = statistics.median(memory) / statistics.median(bean)

@@ -377,3 +377,71 @@ fn emq_cli_over_tls_with_a_token() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("NOAUTH"), "{err}");
 }
+
+/// Runs `emq-bench text` against `addr` with the test CA and `token`;
+/// `(exit code, stdout, stderr)`.
+fn bench(dir: &TestDir, addr: &str, pki: &Pki, token: &Path, extra: &[&str]) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-bench"));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("EMQ_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.args(["text", "--addr", addr, "--no-progress", "--name", "tls"])
+        .arg("--out")
+        .arg(dir.join("bench"))
+        .arg("--tls-ca")
+        .arg(&pki.ca)
+        .arg("--token-file")
+        .arg(token)
+        .args(["--probe-timeout", "5s", "--drain-timeout", "5s"])
+        .args(extra);
+    let (status, out, err) = crate::common::proc::run("emq-bench", &mut cmd, &dir.path, Duration::from_secs(60));
+    (status.and_then(|s| s.code()), out, err)
+}
+
+#[test]
+fn emq_bench_text_mode_over_tls_with_a_token() {
+    let _w = watchdog::Watchdog::new("text_tls_bench", 120);
+    let dir = TestDir::new("text-tls-bench");
+    let pki = pki(&dir);
+    std::fs::write(dir.join("tokens"), token_line("bench", b"bench-token") + "\n").expect("write");
+    std::fs::write(dir.join("token"), "bench-token\n").expect("write");
+    std::fs::write(dir.join("wrong"), "not-the-token\n").expect("write");
+    let tokens = dir.join("tokens").to_string_lossy().into_owned();
+    let (r, tls_addr) = router(&dir, &pki, &["--text-auth-tokens-file", &tokens]);
+
+    let load = ["--clients", "2", "--workers", "3", "--requests", "3000", "--warmup", "0s"];
+    let (code, out, err) = bench(&dir, &tls_addr, &pki, &dir.join("token"), &load);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("bench/tls.json")).expect("record")).expect("JSON");
+    let got = &record["results"][0];
+    assert_eq!((&got["received"], &got["lost"], &got["errors"]), (&3000.into(), &0.into(), &0.into()), "{got}");
+    assert_eq!((&record["settings"]["tls"], &record["settings"]["token"]), (&true.into(), &true.into()));
+    // Five connections, each a TLS handshake and a good AUTH; every job
+    // taken and acknowledged.
+    let s = text_stats(&r);
+    assert_eq!((&s["tls_handshakes"], &s["auth_ok"], &s["auth_failed"]), (&5.into(), &5.into(), &0.into()), "{s}");
+    let st = request(&r.admin, "STATUS").expect("STATUS");
+    assert_eq!(st["waiting_messages_by_queue"]["bench-0"].as_u64().unwrap_or(0), 0, "{st}");
+
+    // A wrong token: the run fails at once, naming the refusal; nothing is stored.
+    let (code, out, err) = bench(&dir, &tls_addr, &pki, &dir.join("wrong"), &["--requests", "10"]);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        err.contains(
+            "target down: the server closed a producer's connection after `ERR AUTH_FAILED the token is not valid`"
+        ),
+        "{err}"
+    );
+    assert!(text_stats(&r)["auth_failed"].as_u64().unwrap_or(0) >= 1, "{}", text_stats(&r));
+    let st = request(&r.admin, "STATUS").expect("STATUS");
+    assert_eq!(st["waiting_messages_by_queue"]["bench-0"].as_u64().unwrap_or(0), 0, "{st}");
+    // The beanstalk mode refuses TLS settings.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-bench"));
+    cmd.args(["beanstalk", "--addr", &tls_addr, "--tls-ca"]).arg(&pki.ca);
+    let (status, _, err) = crate::common::proc::run("emq-bench", &mut cmd, &dir.path, Duration::from_secs(20));
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{err}");
+    assert!(err.contains("apply to the text mode only"), "{err}");
+}

@@ -19,6 +19,7 @@ use std::time::Duration;
 use super::body::Tally;
 use super::lines::{self, Dialect, Reply};
 use super::{BenchError, LoadSettings};
+use crate::client::text::TextClientOptions;
 
 /// `put` priority: beanstalkd clients' usual default (0 is most urgent).
 pub const PUT_PRIORITY: u32 = 1024;
@@ -90,7 +91,7 @@ fn reserved(rest: &[u8]) -> Option<(u64, usize)> {
 /// [`BenchError::TargetDown`] when a connection fails or no job at all
 /// reaches a consumer; [`BenchError::Io`] for socket failures.
 pub fn run(addr: &str, settings: &LoadSettings, progress: Arc<AtomicU64>) -> Result<Tally, BenchError> {
-    lines::run(addr, settings, progress, &Beanstalk)
+    lines::run(addr, settings, progress, &Beanstalk, &TextClientOptions::default())
 }
 
 /// Runs pipelined `put`s (producers only, [`super::pipeline`]) against
@@ -99,7 +100,7 @@ pub fn run(addr: &str, settings: &LoadSettings, progress: Arc<AtomicU64>) -> Res
 /// # Errors
 /// As [`run`].
 pub fn pipeline(addr: &str, settings: &LoadSettings, progress: Arc<AtomicU64>) -> Result<Tally, BenchError> {
-    super::pipeline::run(addr, settings, progress, &Beanstalk)
+    super::pipeline::run(addr, settings, progress, &Beanstalk, &TextClientOptions::default())
 }
 
 #[cfg(test)]

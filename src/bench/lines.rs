@@ -6,7 +6,7 @@
 //! [`Dialect`] supplies the protocol's words.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +14,9 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::body::{self, Clock, Pacer, Tally};
+use super::link::{self, LinkRead, LinkWrite};
 use super::{ioerr, BenchError, LoadSettings};
+use crate::client::text::TextClientOptions;
 
 /// `(seq, receipt ns)`: a consumer telling a producer its job arrived.
 type Receipt = (u64, u64);
@@ -90,19 +92,9 @@ struct Ctx {
     stop: AtomicBool,
 }
 
-/// Opens a load connection with `TCP_NODELAY`.
-///
-/// # Errors
-/// [`BenchError::TargetDown`] when the connection fails.
-pub(super) fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, BenchError> {
-    let s = TcpStream::connect_timeout(&addr, timeout)
-        .map_err(|e| BenchError::TargetDown(format!("cannot connect to {addr}: {e}")))?;
-    s.set_nodelay(true).map_err(ioerr("TCP_NODELAY"))?;
-    Ok(s)
-}
-
-/// Runs one load of `dialect` against `addr` (`HOST:PORT`); `progress`
-/// counts measured jobs received.
+/// Runs one load of `dialect` against `addr` (`HOST:PORT`), every
+/// connection opened with `link` (TLS, a token; [`link::open`]);
+/// `progress` counts measured jobs received.
 ///
 /// # Errors
 /// [`BenchError::TargetDown`] when a connection fails or no job at all
@@ -112,6 +104,7 @@ pub fn run(
     settings: &LoadSettings,
     progress: Arc<AtomicU64>,
     dialect: &'static dyn Dialect,
+    link: &TextClientOptions,
 ) -> Result<Tally, BenchError> {
     let addr = resolve(addr)?;
     let queues = settings.queue_list().into_iter().map(|(_, q)| q).collect();
@@ -120,13 +113,13 @@ pub fn run(
         (0..settings.clients.max(1)).map(|_| crossbeam_channel::unbounded()).unzip();
     let mut consumers = Vec::new();
     for i in 0..settings.workers.max(1) {
-        let stream = connect(addr, settings.probe_timeout)?;
+        let stream = link::open(addr, settings.probe_timeout, link)?;
         let (txs, ctx) = (txs.clone(), ctx.clone());
         consumers.push(std::thread::spawn(move || consume(stream, i, &ctx, &txs)));
     }
     let mut producers = Vec::new();
     for (i, rx) in rxs.into_iter().enumerate() {
-        let stream = connect(addr, settings.probe_timeout)?;
+        let stream = link::open(addr, settings.probe_timeout, link)?;
         let (ctx, p) = (ctx.clone(), progress.clone());
         producers.push(std::thread::spawn(move || produce(stream, i, &ctx, &rx, &p)));
     }
@@ -164,7 +157,7 @@ pub(super) fn resolve(addr: &str) -> Result<SocketAddr, BenchError> {
 /// One producer: jobs as the pacer allows; receipts come from the
 /// consumers over `rx` as `(seq, receipt ns)`.
 fn produce(
-    mut stream: TcpStream,
+    (r, mut stream): (LinkRead, LinkWrite),
     index: usize,
     ctx: &Ctx,
     rx: &Receiver<Receipt>,
@@ -172,14 +165,22 @@ fn produce(
 ) -> Result<Tally, BenchError> {
     let (s, clock) = (&ctx.settings, ctx.clock);
     let errors = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
     let reader = {
-        let (r, e, d) = (stream.try_clone().map_err(ioerr("clone stream"))?, errors.clone(), ctx.dialect);
-        std::thread::spawn(move || count_error_lines(r, d, &e))
+        let (e, d, f) = (errors.clone(), ctx.dialect, done.clone());
+        std::thread::spawn(move || read_error_lines(r, d, &e, &f))
+    };
+    // Why the server ended this connection, from what it said last.
+    let closed = |reader: std::thread::JoinHandle<Option<String>>, done: &AtomicBool| {
+        done.store(true, Ordering::Release);
+        let said = reader.join().ok().flatten().map(|l| format!(" after `{l}`")).unwrap_or_default();
+        BenchError::TargetDown(format!("the server closed a producer's connection{said}"))
     };
     let mut pacer = Pacer::new(s, index);
     let mut tally = Tally::new(s.warmup.as_nanos() as u64);
     let mut drain_end: Option<u64> = None;
     let (mut out, mut selected) = (Vec::new(), String::new());
+    let started = clock.now_ns();
     loop {
         let now = clock.now_ns();
         while let Some(t) = pacer.next_send(clock.now_ns(), tally.outstanding()) {
@@ -187,15 +188,22 @@ fn produce(
             let queue = &ctx.queues[seq as usize % ctx.queues.len()];
             ctx.dialect.put(&mut out, &body::encode(index, seq, t, s.size), queue, &mut selected);
         }
-        if !out.is_empty() {
-            stream.write_all(&out).map_err(ioerr("send job"))?;
-            out.clear();
+        if reader.is_finished() || (!out.is_empty() && stream.write_all(&out).is_err()) {
+            return Err(closed(reader, &done));
         }
+        out.clear();
         if pacer.finished(now) {
             let end = *drain_end.get_or_insert(now + s.drain_timeout.as_nanos() as u64);
             if tally.outstanding() == 0 || now >= end {
                 break;
             }
+        }
+        // No sign of life: nothing of this producer's reached a consumer
+        // within the probe timeout of its first send.
+        if tally.received_all == 0 && tally.outstanding() > 0 && now - started > s.probe_timeout.as_nanos() as u64 {
+            done.store(true, Ordering::Release);
+            let t = humantime::format_duration(s.probe_timeout);
+            return Err(BenchError::TargetDown(format!("no job reached a consumer within {t} (--probe-timeout)")));
         }
         if let Ok((seq, ns)) = rx.recv_timeout(pacer.wait(now, Duration::from_millis(10))) {
             tally.on_receipt(seq, ns);
@@ -205,20 +213,41 @@ fn produce(
         progress.fetch_add(tally.received - before, Ordering::Relaxed);
     }
     let _ = stream.write_all(ctx.dialect.bye());
-    let _ = stream.shutdown(std::net::Shutdown::Write);
+    stream.shutdown();
+    done.store(true, Ordering::Release);
     let _ = reader.join();
     tally.errors += errors.load(Ordering::Relaxed);
     Ok(tally)
 }
 
-/// Counts the lines a producer reads that report a failure, until EOF.
-fn count_error_lines(stream: TcpStream, dialect: &dyn Dialect, errors: &AtomicU64) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-    for line in BufReader::new(stream).split(b'\n') {
-        match line {
-            Ok(l) if dialect.producer_error(strip_cr(&l)) => drop(errors.fetch_add(1, Ordering::Relaxed)),
-            Ok(_) => {}
-            Err(_) => return,
+/// Longest error line kept to name in an error, in bytes.
+const SAID_BYTES: usize = 200;
+
+/// Counts the lines a producer reads that report a failure, until EOF
+/// (or 30 s after `done`); returns the first such line (cut at
+/// [`SAID_BYTES`]).
+fn read_error_lines(stream: LinkRead, dialect: &dyn Dialect, errors: &AtomicU64, done: &AtomicBool) -> Option<String> {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    let (mut r, mut line, mut first, mut waited) = (BufReader::new(stream), Vec::new(), None, 0);
+    loop {
+        match r.read_until(b'\n', &mut line) {
+            Ok(0) => return first,
+            Ok(_) => {
+                let l = strip_cr(line.strip_suffix(b"\n").unwrap_or(&line));
+                if dialect.producer_error(l) {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                    first.get_or_insert_with(|| String::from_utf8_lossy(&l[..l.len().min(SAID_BYTES)]).into_owned());
+                }
+                line.clear();
+            }
+            // A read timeout keeps the part of a line read so far.
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                waited += u32::from(done.load(Ordering::Acquire));
+                if waited >= 30 {
+                    return first;
+                }
+            }
+            Err(_) => return first,
         }
     }
 }
@@ -231,7 +260,7 @@ fn strip_cr(line: &[u8]) -> &[u8] {
 struct Consumer<'a> {
     ctx: &'a Ctx,
     producers: &'a [Sender<Receipt>],
-    w: TcpStream,
+    w: LinkWrite,
     ask: Vec<u8>,
     /// An ask is sent and not yet answered.
     asked: bool,
@@ -287,10 +316,9 @@ impl Consumer<'_> {
 }
 
 /// One consumer: ask/acknowledge until the stop; returns the failures it saw.
-fn consume(stream: TcpStream, index: usize, ctx: &Ctx, producers: &[Sender<Receipt>]) -> u64 {
+fn consume((stream, w): (LinkRead, LinkWrite), index: usize, ctx: &Ctx, producers: &[Sender<Receipt>]) -> u64 {
     let queue = &ctx.queues[index % ctx.queues.len()];
     let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-    let Ok(w) = stream.try_clone() else { return 1 };
     let ask = ctx.dialect.ask(queue, ctx.settings.ask_wait);
     let mut c = Consumer { ctx, producers, w, ask, asked: false, pending: None, backoff: EMPTY_BACKOFF_MIN, errors: 0 };
     if c.w.write_all(&ctx.dialect.consumer_hello(queue)).is_err() {

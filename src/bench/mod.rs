@@ -7,7 +7,8 @@
 //!   any text-protocol address; [`beanstalk`]: the same load in beanstalkd's
 //!   protocol (`put`, `reserve-with-timeout 0`/`delete`); both through the
 //!   shared [`lines`] driver; [`pipeline`]: producers only, pipelined
-//!   SCHEDs or `put`s.
+//!   SCHEDs or `put`s; [`link`]: their connections, plain or TLS (the
+//!   text mode against a `text_tls` listener, with a token).
 //! * [`report`]: summary table, JSON record, `.hgrm` files; [`plot`]: SVG of
 //!   latency by percentile.
 //! * [`idle`]: many idle workers that only heartbeat, with the broker's CPU
@@ -35,6 +36,7 @@ pub mod fill;
 pub mod idle;
 pub mod jetstream;
 pub mod lines;
+pub mod link;
 pub mod pipeline;
 pub mod plot;
 pub mod report;

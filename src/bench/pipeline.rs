@@ -9,14 +9,15 @@
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::body::{self, Clock, Pacer, Tally};
-use super::lines::{connect, resolve, Dialect};
+use super::lines::{resolve, Dialect};
+use super::link::{self, LinkRead, LinkWrite};
 use super::{ioerr, BenchError, LoadSettings};
+use crate::client::text::TextClientOptions;
 
 /// A batch sent and not yet acknowledged.
 struct Batch {
@@ -26,8 +27,9 @@ struct Batch {
     replies: usize,
 }
 
-/// Runs a pipelined submission of `dialect` against `addr`; `progress`
-/// counts measured jobs acknowledged.
+/// Runs a pipelined submission of `dialect` against `addr`, every
+/// connection opened with `link` (TLS, a token; [`link::open`]);
+/// `progress` counts measured jobs acknowledged.
 ///
 /// # Errors
 /// [`BenchError::TargetDown`] when a connection fails or no job is
@@ -37,12 +39,13 @@ pub fn run(
     settings: &LoadSettings,
     progress: Arc<AtomicU64>,
     dialect: &'static dyn Dialect,
+    link: &TextClientOptions,
 ) -> Result<Tally, BenchError> {
     let addr = resolve(addr)?;
     let clock = Clock::start();
     let mut producers = Vec::new();
     for i in 0..settings.clients.max(1) {
-        let stream = connect(addr, settings.probe_timeout)?;
+        let stream = link::open(addr, settings.probe_timeout, link)?;
         let (s, p) = (settings.clone(), progress.clone());
         producers.push(std::thread::spawn(move || produce(stream, i, &s, clock, &p, dialect)));
     }
@@ -74,7 +77,7 @@ struct Producer<'a> {
 }
 
 fn produce(
-    stream: TcpStream,
+    (stream, mut w): (LinkRead, LinkWrite),
     index: usize,
     s: &LoadSettings,
     clock: Clock,
@@ -82,7 +85,6 @@ fn produce(
     dialect: &dyn Dialect,
 ) -> Result<Tally, BenchError> {
     stream.set_read_timeout(Some(Duration::from_millis(200))).map_err(ioerr("read timeout"))?;
-    let mut w = stream.try_clone().map_err(ioerr("clone stream"))?;
     let mut r = BufReader::new(stream);
     let queue = s.queue_list().into_iter().next().map(|(_, q)| q).unwrap_or_default();
     let mut p = Producer {

@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::body::Tally;
 use super::lines::{self, Dialect, Reply};
 use super::{BenchError, LoadSettings};
+use crate::client::text::TextClientOptions;
 
 /// The text protocol's words (docs/text-protocol.md, "Commands" and "Answers and errors").
 #[derive(Debug, Clone, Copy)]
@@ -69,14 +70,28 @@ impl Dialect for Text {
 /// order of the commands), with no state changed.
 const BARRIER: &[u8] = b"ASK !sync\n";
 
-/// Runs one text load against `addr` (`HOST:PORT`); `progress` counts
-/// measured tasks received.
+/// Runs one text load against `addr` (`HOST:PORT`) over plain TCP;
+/// `progress` counts measured tasks received.
 ///
 /// # Errors
 /// [`BenchError::TargetDown`] when a connection fails or no task at all
 /// reaches a consumer; [`BenchError::Io`] for socket failures.
 pub fn run(addr: &str, settings: &LoadSettings, progress: Arc<AtomicU64>) -> Result<Tally, BenchError> {
-    lines::run(addr, settings, progress, &Text)
+    run_with(addr, settings, progress, &TextClientOptions::default())
+}
+
+/// [`run`] with every connection opened with `link`: TLS against a
+/// `text_tls` listener, an `AUTH` token first ([`super::link::open`]).
+///
+/// # Errors
+/// As [`run`]; a failed TLS handshake is [`BenchError::TargetDown`].
+pub fn run_with(
+    addr: &str,
+    settings: &LoadSettings,
+    progress: Arc<AtomicU64>,
+    link: &TextClientOptions,
+) -> Result<Tally, BenchError> {
+    lines::run(addr, settings, progress, &Text, link)
 }
 
 /// Runs pipelined SCHEDs (producers only, [`super::pipeline`]) against
@@ -85,5 +100,18 @@ pub fn run(addr: &str, settings: &LoadSettings, progress: Arc<AtomicU64>) -> Res
 /// # Errors
 /// As [`run`].
 pub fn pipeline(addr: &str, settings: &LoadSettings, progress: Arc<AtomicU64>) -> Result<Tally, BenchError> {
-    super::pipeline::run(addr, settings, progress, &Text)
+    pipeline_with(addr, settings, progress, &TextClientOptions::default())
+}
+
+/// [`pipeline`] with every connection opened with `link` (as [`run_with`]).
+///
+/// # Errors
+/// As [`run_with`].
+pub fn pipeline_with(
+    addr: &str,
+    settings: &LoadSettings,
+    progress: Arc<AtomicU64>,
+    link: &TextClientOptions,
+) -> Result<Tally, BenchError> {
+    super::pipeline::run(addr, settings, progress, &Text, link)
 }

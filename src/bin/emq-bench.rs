@@ -12,6 +12,7 @@ use emq::bench::emqp::Target;
 use emq::bench::report::{self, Record};
 use emq::bench::run::{with_progress, with_progress_to, RunResult};
 use emq::bench::{baseline, beanstalk, emqp, idle, jetstream, plot, text, BenchError, LoadSettings};
+use emq::client::text::TextClientOptions;
 use emq::config::{self, addr, BenchSettings, ConfigArgs, RawBenchConfig};
 use emq::curve::ClientCurve;
 use emq::program::output as out;
@@ -214,6 +215,23 @@ fn emqp_curve(settings: &BenchSettings, frontend: &str, backend: &str) -> anyhow
     Ok(curve)
 }
 
+/// The `text` mode's TLS and token from `tls_ca`, `tls_server_name`,
+/// `tls_cert`/`tls_key` and `token_file` (as emq-cli takes them).
+fn text_link(settings: &BenchSettings, addr: &str) -> anyhow::Result<TextClientOptions> {
+    if settings.tls_cert.is_some() != settings.tls_key.is_some() {
+        anyhow::bail!("tls_cert and tls_key go together");
+    }
+    let cert_key = settings.tls_cert.as_deref().zip(settings.tls_key.as_deref());
+    emq::client::text_tls::options(
+        addr,
+        settings.tls_ca.as_deref(),
+        settings.tls_server_name.as_deref(),
+        cert_key,
+        settings.token_file.as_deref(),
+    )
+    .map_err(|e| anyhow::anyhow!(e))
+}
+
 fn emqp_run(name: &str, target: &Target, load: &LoadSettings, broker: &BrokerPid) -> anyhow::Result<RunResult> {
     measured(name, load, broker, |p| emqp::run(target, load, p))
 }
@@ -266,7 +284,7 @@ fn baseline_run(load: &LoadSettings, wire: Wire) -> anyhow::Result<RunResult> {
     Ok(result)
 }
 
-type LineLoad = fn(&str, &LoadSettings, Arc<AtomicU64>) -> Result<Tally, BenchError>;
+type LineLoad = fn(&str, &LoadSettings, Arc<AtomicU64>, &TextClientOptions) -> Result<Tally, BenchError>;
 
 /// A line protocol's two loads: consumers and producers, and pipelined
 /// producers only.
@@ -277,13 +295,14 @@ struct LineLoads {
 
 /// A text or beanstalk run; with `--pid`, the broker's CPU per job received
 /// (warm-up included) goes into the result's `extra`.
-fn line_run(mode: &str, name: &str, a: &LineArgs, loads: LineLoads) -> anyhow::Result<()> {
+fn line_run(mode: &str, name: &str, a: &LineArgs, loads: LineLoads, link: &TextClientOptions) -> anyhow::Result<()> {
     let load = if a.pipeline { loads.pipeline } else { loads.full };
-    let result = measured(name, &a.load, &a.broker, |p| load(&a.addr, &a.load, p))?;
+    let result = measured(name, &a.load, &a.broker, |p| load(&a.addr, &a.load, p, link))?;
     let settings = settings_json(
         &a.load,
         serde_json::json!({"addr": a.addr, "pid": a.broker.pid,
-        "server_pids": a.broker.server_pids, "pipeline": a.pipeline}),
+        "server_pids": a.broker.server_pids, "pipeline": a.pipeline,
+        "tls": link.tls.is_some(), "token": link.token.is_some()}),
     );
     finish(mode, settings, vec![result], &a.output)
 }
@@ -349,11 +368,19 @@ fn main_inner() -> anyhow::Result<()> {
             out(format_args!("{}\n", fwd.stop()))
         }
         Cmd::Text { target_name, line } => {
-            line_run("text", &target_name, &line, LineLoads { full: text::run, pipeline: text::pipeline })
+            let link = text_link(&settings, &line.addr)?;
+            let loads = LineLoads { full: text::run_with, pipeline: text::pipeline_with };
+            line_run("text", &target_name, &line, loads, &link)
         }
         Cmd::Beanstalk { target_name, line } => {
-            let loads = LineLoads { full: beanstalk::run, pipeline: beanstalk::pipeline };
-            line_run("beanstalk", &target_name, &line, loads)
+            if text_link(&settings, &line.addr)?.tls.is_some() || settings.token_file.is_some() {
+                anyhow::bail!("tls_ca and token_file apply to the text mode only (beanstalkd speaks neither)");
+            }
+            let loads = LineLoads {
+                full: |a, s, p, _| beanstalk::run(a, s, p),
+                pipeline: |a, s, p, _| beanstalk::pipeline(a, s, p),
+            };
+            line_run("beanstalk", &target_name, &line, loads, &TextClientOptions::default())
         }
         Cmd::Idle { target_name, settings, output } => {
             let mut result = idle::run(&settings, Arc::default())?;

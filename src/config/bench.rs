@@ -2,7 +2,9 @@
 //! `--config`, `--print-config` and `log` like every program. What it
 //! measures (the target's addresses, the load) are flags of each mode,
 //! except the `emqp` mode's CURVE keys, which take emq-worker's setting
-//! names (`curve_key_file`, `curve_server_key`).
+//! names (`curve_key_file`, `curve_server_key`), and the `text` mode's TLS
+//! and token, which take emq-cli's (`tls_ca`, `tls_server_name`,
+//! `tls_cert`, `tls_key`, `token_file`).
 
 use std::path::PathBuf;
 
@@ -24,6 +26,19 @@ settings! {
         /// `emqp` mode: the router's CURVE public key: 40 Z85 characters or a `.key` file; one for
         /// all addresses, or one per address in the same order, separated by commas.
         curve_server_key: Optional<Plain<String>>, env "EMQ_CURVE_SERVER_KEY";
+        /// `text` mode: PEM CA certificates: every connection talks TLS to `--addr` (a router's
+        /// `text_tls` listener), trusting these. Other modes refuse it.
+        tls_ca: Optional<Plain<PathBuf>>, env "EMQ_TLS_CA";
+        /// `text` mode: the name the server's certificate must carry (default: the host of `--addr`).
+        tls_server_name: Optional<Plain<String>>, env "EMQ_TLS_SERVER_NAME";
+        /// `text` mode: PEM client certificate for a `text_tls` listener that requires one (with
+        /// `tls_key`).
+        tls_cert: Optional<Plain<PathBuf>>, env "EMQ_TLS_CERT";
+        /// `text` mode: PEM private key of `tls_cert`.
+        tls_key: Optional<Plain<PathBuf>>, env "EMQ_TLS_KEY";
+        /// `text` mode: file holding a text protocol token (its first line), sent as `AUTH <token>`
+        /// first on every connection. Other modes refuse it.
+        token_file: Optional<Plain<PathBuf>>, env "EMQ_TOKEN_FILE";
     }
 }
 
