@@ -8,9 +8,11 @@
 //! ([`crate::heap`]).
 
 use std::os::fd::RawFd;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::curve::bind_curve;
+use crate::curve::handshakes::{HandshakeMonitor, SocketHandshakes};
 use crate::curve::zap::ZapHandler;
 use crate::protocol::emqp::{decode, Command, ShowFrames, Socket};
 use crate::zmq_error::ZmqError;
@@ -41,8 +43,12 @@ pub struct PubSub {
     max_message_bytes: usize,
     endpoints: (String, String),
     curve_endpoints: (Option<String>, Option<String>),
-    /// Stops after the sockets above are closed (fields drop in order).
-    _zap: Option<ZapHandler>,
+    /// Handshake counts of the CURVE endpoints (`in`, `out`).
+    handshakes: Vec<Arc<SocketHandshakes>>,
+    /// Stops before the context ends (fields drop in order).
+    _monitor: Option<HandshakeMonitor>,
+    /// Stops after the sockets above are closed.
+    zap: Option<ZapHandler>,
     _ctx: zmq::Context,
 }
 
@@ -111,14 +117,21 @@ impl PubSub {
         let ep = |s: &zmq::Socket| s.get_last_endpoint().ok().and_then(Result::ok).unwrap_or_default();
         let endpoints = (ep(&incoming), ep(&outgoing));
         let mut curve_endpoints = (None, None);
+        let mut watched = Vec::new();
         if let Some(c) = curve {
             if let Some((addr, _)) = &c.publishers {
-                curve_endpoints.0 = Some(bind_curve(&mut incoming, addr, &c.secret, PUBLISHERS_DOMAIN)?);
+                let ep = bind_curve(&mut incoming, addr, &c.secret, PUBLISHERS_DOMAIN)?;
+                watched.push((&incoming, Arc::new(SocketHandshakes::new("in", ep.clone()))));
+                curve_endpoints.0 = Some(ep);
             }
             if let Some((addr, _)) = &c.subscribers {
-                curve_endpoints.1 = Some(bind_curve(&mut outgoing, addr, &c.secret, SUBSCRIBERS_DOMAIN)?);
+                let ep = bind_curve(&mut outgoing, addr, &c.secret, SUBSCRIBERS_DOMAIN)?;
+                watched.push((&outgoing, Arc::new(SocketHandshakes::new("out", ep.clone()))));
+                curve_endpoints.1 = Some(ep);
             }
         }
+        let handshakes: Vec<Arc<SocketHandshakes>> = watched.iter().map(|(_, h)| h.clone()).collect();
+        let monitor = if watched.is_empty() { None } else { Some(HandshakeMonitor::start(&ctx, watched)?) };
         Ok(PubSub {
             incoming,
             outgoing,
@@ -126,7 +139,9 @@ impl PubSub {
             max_message_bytes,
             endpoints,
             curve_endpoints,
-            _zap: zap,
+            handshakes,
+            _monitor: monitor,
+            zap,
             _ctx: ctx,
         })
     }
@@ -144,6 +159,18 @@ impl PubSub {
     /// The counters so far.
     pub fn stats(&self) -> PubSubStats {
         self.stats
+    }
+
+    /// The CURVE counters so far as one line
+    /// ([`crate::curve::report::counts_line`]: handshakes of the sockets
+    /// `in` and `out`, ZAP requests of the domains `publishers` and
+    /// `subscribers`); `None` without a CURVE endpoint.
+    pub fn curve_counts(&self) -> Option<String> {
+        if self.handshakes.is_empty() {
+            return None;
+        }
+        let zap = self.zap.as_ref().map(ZapHandler::state);
+        Some(crate::curve::report::counts_line(&self.handshakes, zap.as_deref()))
     }
 
     /// Runs until `stop_fd` (e.g. a signal pipe) becomes readable; `None`

@@ -19,6 +19,7 @@ use crate::common::admin::{request, workers};
 use crate::common::interop::{begin, wait_schedulers, REGISTER_TIMEOUT};
 use crate::common::ports::{free_port, is_listening, zmq_endpoint};
 use crate::common::proc::{Child, TestDir};
+use crate::common::refusals;
 use crate::common::relay::Relay;
 use crate::common::router::{rust_router_bin, Router, RouterKind};
 use crate::common::{jobs, python, wait, watchdog};
@@ -263,13 +264,47 @@ fn curve_scheduler_runs_a_schedule_via_frontend_curve_and_answers_allowed_admins
     let rows = ok.query(b"SCHEDULES").unwrap();
     assert_eq!(rows.as_array().map(Vec::len), Some(1), "{rows}");
     assert_eq!((&rows[0]["queue"], &rows[0]["interval_secs"]), (&Value::from("default"), &Value::from(1)), "{rows}");
-    let mut refused =
-        AdminClient::connect_with(&admin, Some(&keys(&stranger))).unwrap().with_timeout(Duration::from_secs(3));
-    let got = refused.query(b"SCHEDULES");
-    assert!(matches!(got, Err(ClientError::Unreachable { .. })), "an unknown key got {got:?}");
-    let mut plain = AdminClient::connect(&admin).unwrap().with_timeout(Duration::from_secs(3));
-    let got = plain.query(b"SCHEDULES");
-    assert!(matches!(got, Err(ClientError::Unreachable { .. })), "a plain client got {got:?}");
+    // The four refusals, each counted in the scheduler's admin STATUS; a
+    // refused operator gets no answer. The scheduler's own client key is
+    // in another socket's allow-list (the router's clients).
+    let status = || {
+        let mut c =
+            AdminClient::connect_with(&admin, Some(&keys(&admin_key))).unwrap().with_timeout(Duration::from_secs(10));
+        c.query(b"STATUS").unwrap_or_else(|e| panic!("scheduler STATUS: {e}\n{}", sched.log_tail(20)))
+    };
+    let count = |outcome: &str| status()["curve"]["sockets"]["admin"]["handshakes"][outcome].as_u64().unwrap_or(0);
+    let cases = refusals::four(&admin_key, &own.with_extension("key"), &stranger, &client_key);
+    let attempt = |case: &refusals::Refusal| {
+        let curve = case.key.as_deref().map(|k| ClientCurve {
+            pair: read_secret_key_file(k).unwrap(),
+            server_keys: vec![read_public_key_file(case.server.as_deref().unwrap()).unwrap()],
+        });
+        let mut c = AdminClient::connect_with(&admin, curve.as_ref()).unwrap().with_timeout(Duration::from_secs(3));
+        let got = c.query(b"SCHEDULES");
+        assert!(matches!(got, Err(ClientError::Unreachable { .. })), "{}: got {got:?}", case.name);
+        got.is_ok()
+    };
+    refusals::check(&cases, attempt, count);
+    let st = status();
+    assert_eq!(st["curve"]["sockets"]["admin"]["endpoint"], Value::from(admin.as_str()), "{st}");
+    assert!(st["curve"]["sockets"]["admin"]["handshakes"]["ok"].as_u64() >= Some(2), "{st}");
+    assert!(st["curve"]["zap_requests"]["admin"]["400"].as_u64() >= Some(2), "{st}");
+    // The same through emq-cli.
+    let mut cli = Command::new(env!("CARGO_BIN_EXE_emq-cli"));
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("EMQ_") {
+            cli.env_remove(k);
+        }
+    }
+    cli.args(["--scheduler-admin", &admin, "--json", "--timeout", "5s", "--curve-key-file"])
+        .arg(&admin_key)
+        .arg("--curve-server-key")
+        .arg(own.with_extension("key"))
+        .arg("scheduler-status");
+    let (code, out, err) = crate::common::proc::run("emq-cli", &mut cli, &dir.path, Duration::from_secs(20));
+    assert!(code.is_some_and(|c| c.success()), "{out}\n{err}");
+    let shown: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert!(shown["curve"]["sockets"]["admin"]["handshakes"]["unknown_key"].as_u64() >= Some(2), "{shown}");
     w.terminate(Duration::from_secs(10));
     sched.terminate(Duration::from_secs(10));
 }
@@ -340,4 +375,135 @@ fn curve_pubsub_delivers_between_allowed_keys_and_refuses_unknown_ones() {
     assert!(log.contains("CURVE peer refused by ZAP"), "no refusal logged:\n{log}");
     drop((good, bad));
     device.terminate(Duration::from_secs(10));
+}
+
+/// A raw CURVE (`key`: `(own .key_secret, server .key)`) or plain ZeroMQ
+/// socket of `kind` connected to `addr`, never reconnecting: a refused
+/// one makes exactly one handshake.
+fn once(ctx: &zmq::Context, kind: zmq::SocketType, addr: &str, key: Option<(&Path, &Path)>) -> zmq::Socket {
+    let s = ctx.socket(kind).unwrap();
+    s.set_linger(0).unwrap();
+    s.set_reconnect_ivl(-1).unwrap();
+    if kind == zmq::SUB {
+        s.set_subscribe(b"").unwrap();
+    }
+    match key {
+        Some((k, server)) => {
+            connect_curve(&s, addr, &read_secret_key_file(k).unwrap(), &read_public_key_file(server).unwrap()).unwrap()
+        }
+        None => s.connect(addr).unwrap(),
+    }
+    s
+}
+
+/// `outcome=N` of `socket` (or `status=N` of a ZAP `domain`) in
+/// emq-pubsub's exit line `CURVE handshakes: in ok=1 …; out …; ZAP
+/// requests: publishers 200=1 400=2; …`.
+fn exit_count(line: &str, socket: &str, outcome: &str) -> u64 {
+    let part = line
+        .split(": ")
+        .flat_map(|p| p.split("; "))
+        .find(|p| p.starts_with(&format!("{socket} ")))
+        .unwrap_or_else(|| panic!("no {socket} in {line}"));
+    let field = part.split(' ').find_map(|f| f.strip_prefix(&format!("{outcome}=")));
+    field.and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+#[test]
+fn curve_pubsub_in_and_out_refuse_the_four_wrong_peers_nothing_passes_and_exit_counts_each() {
+    let _w = watchdog::start("curve_pubsub_refusals", Duration::from_secs(120));
+    let dir = TestDir::new("curve-pubsub-refusals");
+    let own = keygen(&dir, "pubsub");
+    let (publisher, subscriber, stranger) = (keygen(&dir, "pub1"), keygen(&dir, "sub1"), keygen(&dir, "stranger"));
+    allow(&dir, "publishers", &publisher);
+    allow(&dir, "subscribers", &subscriber);
+    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
+    let e: Vec<String> = ports.iter().map(|p| zmq_endpoint(*p)).collect();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-pubsub"));
+    cmd.args(["--pubsub-in", &e[0], "--pubsub-out", &e[1], "--pubsub-in-curve", &e[2], "--pubsub-out-curve", &e[3]])
+        .arg("--curve-secret-key-file")
+        .arg(&own)
+        .arg("--curve-publishers-dir")
+        .arg(dir.join("allowed/publishers"))
+        .arg("--curve-subscribers-dir")
+        .arg(dir.join("allowed/subscribers"));
+    let mut device = Child::spawn("emq-pubsub", &mut cmd, &dir.join("pubsub.log"));
+    // Up once it prints its endpoints (after every bind): no port probe,
+    // which the CURVE endpoints would count as `no_detail`.
+    let up =
+        wait::until(Duration::from_secs(30), || !device.is_alive() || device.log_text().contains("emq-pubsub in="));
+    assert!(up && device.is_alive(), "emq-pubsub did not start:\n{}", device.log_tail(20));
+
+    let server = own.with_extension("key");
+    let ctx = zmq::Context::new();
+    // Out: the allowed subscriber, and the four refused ones (the other
+    // socket's key is the publisher's).
+    let good = once(&ctx, zmq::SUB, &e[3], Some((&subscriber, &server)));
+    let out_cases = refusals::four(&subscriber, &server, &stranger, &publisher);
+    let in_cases = refusals::four(&publisher, &server, &stranger, &subscriber);
+    let peer = |kind, addr: &str, case: &refusals::Refusal| {
+        once(&ctx, kind, addr, case.key.as_deref().map(|k| (k, case.server.as_deref().unwrap())))
+    };
+    let refused_subs: Vec<zmq::Socket> = out_cases.iter().map(|c| peer(zmq::SUB, &e[3], c)).collect();
+    // In: each refused publisher sends a PUBLISH (queued by its DEALER
+    // until a connection is up, which never comes).
+    let refused_pubs: Vec<zmq::Socket> = in_cases
+        .iter()
+        .map(|c| {
+            let d = peer(zmq::DEALER, &e[2], c);
+            let body = format!("from-{}", c.name);
+            let frames: [&[u8]; 6] = [b"", b"eMQP/1.0", b"PUBLISH", b"m1", b"news", body.as_bytes()];
+            d.send_multipart(frames, zmq::DONTWAIT).unwrap();
+            d
+        })
+        .collect();
+    // The allowed publisher reaches the allowed subscriber (published
+    // until one arrives: a SUB joins a moment after it connects).
+    let keys = ClientCurve {
+        pair: read_secret_key_file(&publisher).unwrap(),
+        server_keys: vec![read_public_key_file(&server).unwrap()],
+    };
+    let mut p = Publisher::connect_with(&e[2], Some(&keys)).unwrap().with_timeout(Duration::from_secs(5));
+    let mut got = None;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while got.is_none() && std::time::Instant::now() < deadline {
+        p.publish(b"news", b"curve-hello").unwrap();
+        if good.poll(zmq::POLLIN, 300).unwrap() > 0 {
+            got = Some(good.recv_multipart(0).unwrap());
+        }
+    }
+    assert_eq!(got, Some(vec![b"news".to_vec(), b"curve-hello".to_vec()]), "{}", device.log_tail(20));
+    // Nothing of a refused publisher arrives; no refused subscriber gets
+    // anything.
+    while good.poll(zmq::POLLIN, 1000).unwrap() > 0 {
+        let more = good.recv_multipart(0).unwrap();
+        assert_eq!(more, vec![b"news".to_vec(), b"curve-hello".to_vec()], "a refused publisher's message arrived");
+    }
+    for (s, case) in refused_subs.iter().zip(&out_cases) {
+        assert_eq!(s.poll(zmq::POLLIN, 0).unwrap(), 0, "refused subscriber ({}) got a message", case.name);
+    }
+    drop((good, refused_subs, refused_pubs, p));
+    // The counts are only shown at exit.
+    device.terminate(Duration::from_secs(10));
+    let log = device.log_text();
+    let line = log
+        .lines()
+        .find_map(|l| l.strip_prefix("emq-pubsub: CURVE handshakes: "))
+        .map(|rest| format!("CURVE handshakes: {rest}"))
+        .unwrap_or_else(|| panic!("no CURVE counts at exit:\n{log}"));
+    // Each refused peer made one handshake (`once`); the plain one counts
+    // as `mechanism_mismatch` or `no_detail` (`refusals::four`).
+    for socket in ["in", "out"] {
+        let want = [("unknown_key", 2), ("bad_server_key_or_protocol", 1)];
+        for (outcome, n) in want {
+            assert_eq!(exit_count(&line, socket, outcome), n, "{socket} {outcome}: {line}");
+        }
+        let plain = exit_count(&line, socket, "mechanism_mismatch") + exit_count(&line, socket, "no_detail");
+        assert_eq!(plain, 1, "{socket} plain: {line}");
+        assert!(exit_count(&line, socket, "ok") >= 1, "{line}");
+    }
+    for domain in ["publishers", "subscribers"] {
+        assert_eq!(exit_count(&line, domain, "400"), 2, "{line}");
+        assert!(exit_count(&line, domain, "200") >= 1, "{line}");
+    }
 }

@@ -93,6 +93,10 @@ enum Cmd {
     /// Schedules the scheduler holds (its admin address, --scheduler-admin):
     /// queue, interval or cron, next fire, callable.
     Schedules,
+    /// The scheduler's CURVE counters (its admin address, STATUS): per
+    /// CURVE admin endpoint its handshakes by outcome, and the ZAP
+    /// requests by domain and status, as JSON.
+    SchedulerStatus,
     /// Send any admin command to the router with its argument frames and
     /// print its JSON answer (the commands are listed below).
     #[command(after_help = admin_help())]
@@ -389,6 +393,10 @@ fn run() -> anyhow::Result<()> {
         Cmd::Schedules => {
             let now = chrono::Utc::now().timestamp();
             out.show(admin(&s, &s.scheduler_admin)?.query(b"SCHEDULES")?, |v| table::schedules(v, now))
+        }
+        Cmd::SchedulerStatus => {
+            let v = admin(&s, &s.scheduler_admin)?.query(b"STATUS")?;
+            out.show(v, |v| format!("{}\n", serde_json::to_string_pretty(v).unwrap_or_default()))
         }
         Cmd::Admin { word, args } => {
             let Some(word) = AdminWord::from_word(word.as_bytes()) else {

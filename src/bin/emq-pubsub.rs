@@ -3,7 +3,9 @@
 //! `[topic, message]` per PUBLISH. SIGTERM, SIGINT and SIGHUP stop it cleanly
 //! ([`emq::program::stop_signals`]). On start it prints one line
 //! `emq-pubsub in=<endpoint> out=<endpoint>` on stdout (a stdout that cannot
-//! be written is logged, and the device runs on).
+//! be written is logged, and the device runs on). At exit it prints
+//! `emq-pubsub: published …` and, with CURVE endpoints, `emq-pubsub: CURVE
+//! handshakes: …` (docs/security.md "Where the CURVE counters are").
 
 use std::os::fd::AsRawFd;
 
@@ -56,5 +58,8 @@ fn run() -> anyhow::Result<()> {
         "emq-pubsub: published {} messages, dropped {} malformed and {} too big",
         stats.published, stats.malformed, stats.too_big
     ));
+    if let Some(line) = device.curve_counts() {
+        emq::program::diagnostic(format_args!("emq-pubsub: {line}"));
+    }
     Ok(())
 }

@@ -28,6 +28,7 @@
 //! connect.
 
 pub mod handshakes;
+pub mod report;
 pub mod zap;
 
 use std::collections::HashMap;

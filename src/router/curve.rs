@@ -236,33 +236,18 @@ pub fn reload(shared: &CurveShared, egress: &EgressTx, disconnect: bool) -> Resu
 }
 
 /// STATUS's `curve` object: per socket its endpoint and handshake counts,
-/// ZAP requests by domain and status, keys per domain, reloads.
+/// ZAP requests by domain and status ([`crate::curve::report::counts_json`]),
+/// whether the ZAP handler runs, keys per domain, reloads.
 pub fn status_json(shared: &CurveShared) -> Value {
-    let sockets: serde_json::Map<String, Value> = shared
-        .handshakes
-        .iter()
-        .map(|h| {
-            let counts: serde_json::Map<String, Value> =
-                h.to_pairs().into_iter().map(|(o, n)| (o.to_string(), json!(n))).collect();
-            (h.socket.to_string(), json!({"endpoint": h.endpoint, "handshakes": counts}))
-        })
-        .collect();
-    let mut zap = serde_json::Map::new();
+    let mut v = crate::curve::report::counts_json(&shared.handshakes, shared.zap.as_deref());
     let mut keys = serde_json::Map::new();
     if let Some(z) = &shared.zap {
-        for (domain, status, n) in z.counts() {
-            let entry = zap.entry(domain).or_insert_with(|| json!({}));
-            entry[status.to_string()] = json!(n);
-        }
         for (domain, _) in &shared.dirs {
             keys.insert(domain.to_string(), json!(z.key_count(domain).unwrap_or(0)));
         }
     }
-    json!({
-        "sockets": sockets,
-        "zap_requests": zap,
-        "zap_running": shared.zap.as_ref().is_some_and(|z| z.alive()),
-        "keys": keys,
-        "reloads": shared.reloads.load(Ordering::Relaxed),
-    })
+    v["zap_running"] = json!(shared.zap.as_ref().is_some_and(|z| z.alive()));
+    v["keys"] = Value::Object(keys);
+    v["reloads"] = json!(shared.reloads.load(Ordering::Relaxed));
+    v
 }

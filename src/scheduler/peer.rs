@@ -1,5 +1,6 @@
 //! The scheduler's eMQP peer: a DEALER to the router frontend (docs/emqp.md "The scheduler"),
-//! plus the scheduler's own admin ROUTER. The only module that touches zmq.
+//! plus the scheduler's own admin ROUTER (`SCHEDULES`, `STATUS`: its CURVE
+//! counters). The only module that touches zmq.
 //!
 //! Lifecycle:
 //! 1. connect a DEALER under a fresh uuid4 identity and send INFORM
@@ -39,10 +40,12 @@
 //! level.
 
 use std::os::fd::RawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::service::{Answer, Service};
 use super::timetable::{Fire, Now};
+use crate::curve::handshakes::{HandshakeMonitor, SocketHandshakes};
 use crate::curve::zap::{AllowList, ZapHandler};
 use crate::curve::{self, ClientCurve, Key};
 use crate::limits;
@@ -124,10 +127,25 @@ pub fn run(cfg: &PeerConfig, service: &mut Service, shutdown_fd: RawFd) -> Resul
         Some(c) => Some(ZapHandler::start(&ctx, vec![(ADMIN_DOMAIN.to_string(), c.admins.clone())])?),
         None => None,
     };
-    let admin = match (&cfg.admin_addr, &cfg.admin_curve) {
-        (None, None) => None,
-        (plain, curved) => Some(bind_admin(&ctx, plain.as_deref(), curved.as_ref())?),
+    let (admin, curve_endpoint) = match (&cfg.admin_addr, &cfg.admin_curve) {
+        (None, None) => (None, None),
+        (plain, curved) => {
+            let (socket, endpoint) = bind_admin(&ctx, plain.as_deref(), curved.as_ref())?;
+            (Some(socket), endpoint)
+        }
     };
+    // The CURVE admin endpoint's handshakes, for the admin `STATUS`.
+    let mut handshakes = Vec::new();
+    let monitor = match (&admin, curve_endpoint) {
+        (Some(socket), Some(endpoint)) => {
+            let h = Arc::new(SocketHandshakes::new(ADMIN_DOMAIN, endpoint));
+            handshakes.push(h.clone());
+            Some(HandshakeMonitor::start(&ctx, vec![(socket, h)])?)
+        }
+        _ => None,
+    };
+    let zap_state = zap.as_ref().map(ZapHandler::state);
+    let status = || serde_json::json!({"curve": curve::report::counts_json(&handshakes, zap_state.as_deref())});
     let mut link = Link::connect(&ctx, cfg)?;
     loop {
         if let Some(why) = service.lease_lost() {
@@ -152,11 +170,14 @@ pub fn run(cfg: &PeerConfig, service: &mut Service, shutdown_fd: RawFd) -> Resul
             link.drain(service);
         }
         if let (true, Some(admin)) = (ready_admin, admin.as_ref()) {
-            drain_admin(admin, service);
+            drain_admin(admin, service, &status);
         }
     }
     link.close();
     service.sync();
+    if let Some(m) = monitor {
+        m.stop();
+    }
     // The CURVE server socket closes before its ZAP handler stops.
     drop(admin);
     if let Some(z) = zap {
@@ -166,8 +187,13 @@ pub fn run(cfg: &PeerConfig, service: &mut Service, shutdown_fd: RawFd) -> Resul
 }
 
 /// The admin ROUTER socket: the plain `addr` bound first, then the CURVE
-/// endpoint (see [`curve::bind_curve`] for why in this order).
-fn bind_admin(ctx: &zmq::Context, addr: Option<&str>, curved: Option<&AdminCurve>) -> Result<zmq::Socket, ZmqError> {
+/// endpoint (see [`curve::bind_curve`] for why in this order); with the
+/// CURVE endpoint as bound.
+fn bind_admin(
+    ctx: &zmq::Context,
+    addr: Option<&str>,
+    curved: Option<&AdminCurve>,
+) -> Result<(zmq::Socket, Option<String>), ZmqError> {
     let mut s = ctx.socket(zmq::ROUTER).map_err(ZmqError::at("admin socket"))?;
     s.set_linger(limits::ADMIN_LINGER_MS).map_err(ZmqError::at("admin linger"))?;
     // Without it one frame, or one message that never ends, could take any
@@ -180,11 +206,13 @@ fn bind_admin(ctx: &zmq::Context, addr: Option<&str>, curved: Option<&AdminCurve
             tracing::info!(endpoint = %ep, "admin socket bound");
         }
     }
+    let mut curve_endpoint = None;
     if let Some(c) = curved {
         let ep = curve::bind_curve(&mut s, &c.addr, &c.secret, ADMIN_DOMAIN)?;
         tracing::info!(endpoint = %ep, admins = c.admins.len(), "CURVE admin socket bound");
+        curve_endpoint = Some(ep);
     }
-    Ok(s)
+    Ok((s, curve_endpoint))
 }
 
 /// Milliseconds until the next thing the loop must do (rounded up, so the
@@ -425,9 +453,12 @@ impl Link {
 }
 
 /// Answers admin requests: `SCHEDULES` → REPLY with
-/// [`Service::schedules_json`]; `HELLO` is ignored (emq-cli sends it on
-/// connect); anything else → ERROR `UNKNOWN_COMMAND`.
-fn drain_admin(admin: &zmq::Socket, service: &Service) {
+/// [`Service::schedules_json`]; `STATUS` → REPLY with `status()`
+/// (`{"curve": …}`, [`curve::report::counts_json`]: the CURVE admin
+/// endpoint's handshakes and the ZAP requests; both `{}` without one);
+/// `HELLO` is ignored (emq-cli sends it on connect); anything else →
+/// ERROR `UNKNOWN_COMMAND`.
+fn drain_admin(admin: &zmq::Socket, service: &Service, status: &dyn Fn() -> serde_json::Value) {
     for _ in 0..limits::BATCH {
         let frames = match admin.recv_multipart(zmq::DONTWAIT) {
             Ok(f) => f,
@@ -443,11 +474,12 @@ fn drain_admin(admin: &zmq::Socket, service: &Service) {
         };
         let command = match word.as_slice() {
             b"SCHEDULES" => Command::Reply { body: service.schedules_json(Now::read()).into_bytes() },
+            b"STATUS" => Command::Reply { body: status().to_string().into_bytes() },
             b"HELLO" => continue,
             _ => Command::Error {
                 refers_to: msgid.clone(),
                 code: b"UNKNOWN_COMMAND".to_vec(),
-                text: b"the scheduler's admin socket answers SCHEDULES only".to_vec(),
+                text: b"the scheduler's admin socket answers SCHEDULES and STATUS only".to_vec(),
             },
         };
         let mut out = vec![identity.clone()];

@@ -20,6 +20,7 @@
 //! * [`admin`]: a raw eMQP admin client (STATUS, ROUTER_SHOW_WORKERS, …).
 //! * [`curvezmq`]: a raw CurveZMQ client (RFC 26 handshake, MESSAGE
 //!   commands with the MORE flag inside the box), libsodium's crypto_box.
+//! * [`refusals`]: the four CURVE refusals of an endpoint, each counted.
 //! * [`jobs`]: reading the lines the interop job functions append.
 //! * [`interop`]: the interop tests' one-at-a-time lock + watchdog
 //!   (`begin`), a router with Python jobmanagers (`Setup`), and waiting for
@@ -38,6 +39,7 @@ pub mod nats;
 pub mod ports;
 pub mod proc;
 pub mod python;
+pub mod refusals;
 pub mod relay;
 pub mod router;
 pub mod wait;
