@@ -273,6 +273,13 @@ pub const MAX_QUEUES: usize = 100_000;
 /// forgotten after this long idle (with everything keyed by its name). Until
 /// then it counts as known, so a restarting worker's jobs wait for it.
 pub const QUEUE_IDLE_GRACE: Duration = Duration::from_secs(300);
+/// For this long after a router starts serving (a start, a restart, a
+/// take-over), a REQUEST for a queue no worker has declared yet keeps its
+/// queue instead of going to `default`: the workers declare their queues
+/// again within a heartbeat or two (Python jobmanagers within ~15 s) and
+/// find the jobs there (issue 30: a take-over moved hundreds of jobs into
+/// `default`, where workers of their queue never looked).
+pub const QUEUE_LEARN_GRACE: Duration = Duration::from_secs(30);
 /// Most queues one worker may declare in its INFORM: a READY walks the
 /// worker's queues, so this bounds its cost (~20 ns per queue).
 pub const MAX_QUEUES_PER_WORKER: usize = 1_000;

@@ -93,6 +93,8 @@ settings! {
         max_queues: AtLeastOne = limits::MAX_QUEUES, env "EMQ_MAX_QUEUES";
         /// An idle queue (empty, no worker, no offer) is forgotten after this.
         queue_idle_grace: Humantime = limits::QUEUE_IDLE_GRACE, env "EMQ_QUEUE_IDLE_GRACE";
+        /// After a start or take-over, a REQUEST for an undeclared queue keeps its queue this long.
+        queue_learn_grace: Humantime = limits::QUEUE_LEARN_GRACE, env "EMQ_QUEUE_LEARN_GRACE";
         /// Most queues in one worker's INFORM; past it `ERROR BAD_INFORM`.
         max_queues_per_worker: AtLeastOne = limits::MAX_QUEUES_PER_WORKER, env "EMQ_MAX_QUEUES_PER_WORKER";
         /// Most registered workers; past it `ERROR BAD_INFORM`.

@@ -117,7 +117,10 @@ impl Shards {
     ) -> Result<Shards, StartError> {
         let (txs, rxs): (Vec<Sender<ShardMsg>>, Vec<Receiver<ShardMsg>>) =
             (0..config.shards).map(|_| crossbeam_channel::unbounded()).unzip();
-        let broker = Broker { ctx: ShardContext::new(config.clone(), config.shards, started), shards: txs.into() };
+        let mut ctx = ShardContext::new(config.clone(), config.shards, started);
+        // A standby reaches this only once it owns the name.
+        ctx.serving_since = Instant::now();
+        let broker = Broker { ctx, shards: txs.into() };
         let mut threads = Vec::new();
         for (i, rx) in rxs.into_iter().enumerate() {
             let mut shard = Shard::new(i, broker.ctx.clone(), started);

@@ -137,6 +137,10 @@ pub struct ShardContext {
     pub draining: Arc<AtomicBool>,
     /// Broker start, the zero of the `hb` figures.
     pub started: Instant,
+    /// When the shards began serving (the router's start, or its take-over
+    /// of the name after waiting as a standby): `queue_learn_grace` counts
+    /// from here (`Shard::queue_known`).
+    pub serving_since: Instant,
     /// `started` on the wall clock, in milliseconds since the Unix epoch
     /// (the dead set's burial times).
     pub started_unix_ms: u64,
@@ -195,6 +199,7 @@ impl ShardContext {
             next_key: Arc::new(AtomicU64::new(1)),
             draining: Arc::new(AtomicBool::new(false)),
             started,
+            serving_since: started,
             started_unix_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),

@@ -150,7 +150,10 @@ impl Shard {
 
     /// Whether a REQUEST for `queue` stays on it: the rule of
     /// [`super::queues::QueueTable::is_known`], or a text client ASKed for
-    /// it within `text_ask_grace`, or a long-poll ASK waits on it. A name
+    /// it within `text_ask_grace`, or a long-poll ASK waits on it, or the
+    /// router began serving less than `queue_learn_grace` ago (its workers
+    /// may not have declared their queues again yet: after a restart or a
+    /// take-over they re-register within a heartbeat or two). A name
     /// known only so, with no queue yet, stays known only while a queue may
     /// still be made (fewer than `max_queues`): past that the REQUEST goes
     /// to `default`, as it would without the ASK, and is never refused
@@ -160,7 +163,8 @@ impl Shard {
             return true;
         }
         let asked = self.asked.is_live(queue, cx.now) || self.waits.has(queue);
-        asked && (self.queues.exists(queue) || self.queues.total() < self.ctx.config.max_queues)
+        let learning = cx.now.saturating_duration_since(self.ctx.serving_since) < self.ctx.config.queue_learn_grace;
+        (asked || learning) && (self.queues.exists(queue) || self.queues.total() < self.ctx.config.max_queues)
     }
 
     /// The queues [`Shard::queue_known`] keeps known for text clients at

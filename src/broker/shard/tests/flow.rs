@@ -224,6 +224,43 @@ fn unknown_queue_falls_back_to_default_keeping_d4() {
     }
 }
 
+/// For `queue_learn_grace` after the router starts serving (a restart,
+/// a take-over), a REQUEST for a queue no worker has declared yet keeps its
+/// queue, where the worker re-registering a moment later finds it; after
+/// the grace the unknown-queue rule holds again (issue 30).
+#[test]
+fn right_after_a_start_an_undeclared_queue_keeps_its_jobs_for_the_learn_grace() {
+    for shards in SHARDS {
+        let grace = std::time::Duration::from_secs(30);
+        let mut h = Harness::with_config(shards, |c| c.queue_learn_grace = grace);
+        h.inform("wd", &[(10, "default")]);
+        h.ready("wd", 1);
+        h.request("c1", "m1", "reports", "r1");
+        assert_eq!(h.take_commands("c1"), ["REPLY"]);
+        assert!(h.take_requests("wd").is_empty(), "{shards} shards: r1 did not go to default");
+        assert_eq!(h.waiting("reports"), ["r1"]);
+        // The reports worker re-registers and takes it.
+        h.inform("wr", &[(10, "reports")]);
+        h.ready("wr", 1);
+        assert_eq!(h.take_bodies("wr"), ["r1"]);
+        // After the grace (the idle workers expired meanwhile), a name no
+        // worker declared goes to default again.
+        h.advance(grace);
+        h.request("c1", "m2", "nosuch", "n1");
+        assert_eq!((h.waiting("nosuch"), h.waiting("default")), (vec![], vec!["n1".to_string()]), "{shards} shards");
+        // Within the grace, but past max_queues: default, never QUEUE_LIMIT.
+        let mut h = Harness::with_config(shards, |c| {
+            c.queue_learn_grace = grace;
+            c.max_queues = 1;
+        });
+        h.inform("wd", &[(10, "default")]);
+        h.ready("wd", 1);
+        h.request("c1", "m1", "other", "o1");
+        assert_eq!(h.take_commands("c1"), ["REPLY"]);
+        assert_eq!(h.take_bodies("wd"), ["o1"], "{shards} shards");
+    }
+}
+
 #[test]
 fn declared_queue_keeps_its_jobs_after_its_workers_left() {
     for shards in SHARDS {

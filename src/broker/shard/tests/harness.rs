@@ -52,7 +52,8 @@ impl Harness {
 
     /// `shards` shards on the default configuration changed by `edit`.
     pub fn with_config(shards: usize, edit: impl FnOnce(&mut RouterConfig)) -> Harness {
-        let mut config = RouterConfig { shards, ..RouterConfig::default() };
+        // The unknown-queue rule from the first instant; tests of the grace set it.
+        let mut config = RouterConfig { shards, queue_learn_grace: Duration::ZERO, ..RouterConfig::default() };
         edit(&mut config);
         let now = Instant::now();
         let ctx = ShardContext::new(Arc::new(config), shards, now);
