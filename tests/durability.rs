@@ -91,6 +91,9 @@ impl Node {
                 cmd.env_remove(key);
             }
         }
+        // EventMQ's unknown-queue rule from the first second (tests that
+        // want `queue_learn_grace` give the flag).
+        cmd.env("EMQ_QUEUE_LEARN_GRACE", "0s");
         cmd.args(["--frontend", &self.frontend(), "--backend", &self.backend()])
             .args(["--admin", &self.admin(), "--text", &self.text()])
             .args(["--drain-timeout", "200ms", "--latency-interval", "0s", "--metrics", "off"])

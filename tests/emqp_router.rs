@@ -23,6 +23,8 @@ pub fn config(shards: usize, tweak: impl FnOnce(&mut RawRouterConfig)) -> Router
         shards: Some(shards),
         drain_timeout: Some("200ms".into()),
         data_dir: Some(crate::common::data::fresh()),
+        // EventMQ's unknown-queue rule from the first second.
+        queue_learn_grace: Some("0s".into()),
         ..Default::default()
     };
     tweak(&mut raw);
@@ -218,6 +220,29 @@ fn unknown_queue_falls_back_to_default_keeping_d4() {
         let req = w.expect("REQUEST");
         assert_eq!((req[3].as_slice(), req[4].as_slice()), (&b"m-unknown"[..], &b"no-such-queue"[..]));
     });
+}
+
+/// Right after a start (or a take-over), a REQUEST for a queue no worker
+/// has declared yet keeps its queue for `queue_learn_grace`: the worker of
+/// that queue, registering a moment later, gets it; a `default` worker
+/// does not (docs/emqp.md "Unknown queues").
+#[test]
+fn within_the_learn_grace_an_undeclared_queue_keeps_its_job() {
+    let _w = Watchdog::new("learn_grace", 30);
+    let h = emq::router::start(config(1, |c| c.queue_learn_grace = Some("30s".into()))).expect("router starts");
+    let d = Peer::new(&h.endpoints.backend, W);
+    d.inform_worker(r#"[[10, "default"]]"#);
+    d.ready(2);
+    let c = Peer::new(&h.endpoints.frontend, C);
+    std::thread::sleep(Duration::from_millis(100));
+    c.request("m-early", "reports", "", "{}");
+    c.expect("REPLY");
+    d.expect_none("REQUEST", 300);
+    let r = Peer::new(&h.endpoints.backend, b"worker-reports");
+    r.inform_worker(r#"[[10, "reports"]]"#);
+    r.ready(1);
+    let req = r.expect("REQUEST");
+    assert_eq!((req[3].as_slice(), req[4].as_slice()), (&b"m-early"[..], &b"reports"[..]));
 }
 
 #[test]

@@ -2,12 +2,14 @@
 //! thread in order (text front end, HTTP server, reporter, shards, I/O thread, admin).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::{Broker, Shards};
+use crate::joblog::{FaultKind, LogState, LogStatus};
 use crate::text::TextServer;
 use crate::zmq_io::egress::EgressTx;
 use crate::zmq_io::io_thread::StopReason;
@@ -29,11 +31,42 @@ pub(super) struct Threads {
     /// The ZAP handler and the CURVE handshake monitor, stopped once the
     /// I/O thread has closed the server sockets.
     pub curve: Option<super::curve::CurveRuntime>,
+    /// The replicated logs, looked at every [`FENCE_CHECK`] while the
+    /// router runs: once one is fenced (another router took the name) the
+    /// frontend and backend are unbound (empty: not replicated).
+    pub fence_watch: Vec<Arc<dyn LogStatus>>,
+}
+
+/// How often the control thread looks for a fence.
+const FENCE_CHECK: Duration = Duration::from_millis(200);
+
+/// Whether one of `logs` is fenced or lost its name.
+fn fenced(logs: &[Arc<dyn LogStatus>]) -> bool {
+    logs.iter().any(|l| matches!(l.figures().state, LogState::Faulty(FaultKind::Fenced | FaultKind::Taken)))
 }
 
 /// Waits for a stop request, drains, then stops every thread in order.
+/// Meanwhile, once a replicated log is fenced, has the I/O thread unbind
+/// the frontend and backend: clients and workers that list several routers
+/// of the name then talk to the new owner only (a fenced router bound
+/// there kept a worker's DEALER alternating between the two, registering
+/// again and again, issue 30).
 pub(super) fn run(stop_rx: Receiver<StopReason>, broker: Broker, threads: Threads) {
-    let reason = stop_rx.recv().unwrap_or(StopReason::Requested);
+    let mut unbound = threads.fence_watch.is_empty();
+    let reason = loop {
+        if unbound {
+            break stop_rx.recv().unwrap_or(StopReason::Requested);
+        }
+        match stop_rx.recv_timeout(FENCE_CHECK) {
+            Ok(reason) => break reason,
+            Err(RecvTimeoutError::Disconnected) => break StopReason::Requested,
+            Err(RecvTimeoutError::Timeout) if fenced(&threads.fence_watch) => {
+                threads.exit.send_unbind_peers();
+                unbound = true;
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+    };
     tracing::info!(?reason, "draining: new work is refused");
     broker.ctx.draining.store(true, Ordering::Release);
     drain(&broker);

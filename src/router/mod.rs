@@ -665,6 +665,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
             memory_limit: broker.ctx.memory_limit,
         },
         curve: curve_rt.as_ref().map(|rt| rt.binds.clone()).unwrap_or_default(),
+        peer_endpoints: [fe.clone(), be.clone()],
     };
     let io_plan = plan.clone();
     let io_thread = spawn("emq-io-0".into(), move || {
@@ -684,6 +685,12 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
         zctx,
         log_store,
         curve: curve_rt,
+        // A replicated router's logs, watched for a fence.
+        fence_watch: if config.wal.durability == crate::config::Durability::Replicated {
+            log_stats.clone()
+        } else {
+            Vec::new()
+        },
     };
     let control_broker = broker.clone();
     let control_stopped = stopped.clone();

@@ -20,6 +20,11 @@ pub enum Egress {
     /// Unbind and rebind the CURVE endpoints (`RELOAD_KEYS DISCONNECT`);
     /// the result (endpoints rebound, or why not) goes back on the sender.
     RebindCurve(Sender<Result<usize, String>>),
+    /// Unbind every frontend and backend endpoint (plain and CURVE), which
+    /// also drops the connections made through them: a fenced router
+    /// (another took its name) must stop attracting clients and workers
+    /// that list both routers (docs/replicated.md, "Failover"). Admin stays.
+    UnbindPeers,
 }
 
 /// The sending side, one clone per producer thread.
@@ -74,6 +79,13 @@ impl EgressTx {
     /// Asks the I/O thread to exit once it has sent what came before.
     pub fn send_exit(&self) {
         let _ = self.tx.send(Egress::Exit);
+        self.wake.wake();
+    }
+
+    /// Asks the I/O thread to unbind its frontend and backend
+    /// ([`Egress::UnbindPeers`]).
+    pub fn send_unbind_peers(&self) {
+        let _ = self.tx.send(Egress::UnbindPeers);
         self.wake.wake();
     }
 }

@@ -86,6 +86,9 @@ pub struct IoThread {
     /// The CURVE endpoints on the three sockets (rebound on
     /// [`Egress::RebindCurve`]); empty without CURVE.
     pub curve: Vec<super::curve_binds::CurveBind>,
+    /// The plain frontend and backend endpoints as bound (unbound on
+    /// [`Egress::UnbindPeers`]).
+    pub peer_endpoints: [String; 2],
 }
 
 /// What the I/O thread refuses or waits for (each a router setting).
@@ -283,10 +286,31 @@ impl Loop {
                     }
                     let _ = reply.send(result);
                 }
+                Some(Egress::UnbindPeers) => self.unbind_peers(),
                 None => return true,
             }
         }
         true
+    }
+
+    /// Unbinds the frontend and backend endpoints, plain and CURVE (each
+    /// failure logged; an endpoint already unbound is skipped).
+    fn unbind_peers(&mut self) {
+        let io = &mut self.io;
+        let curve = io.curve.iter().filter(|c| c.socket != Socket::Admin).map(|c| (c.socket, c.endpoint.clone()));
+        let plain = [(Socket::Frontend, std::mem::take(&mut io.peer_endpoints[0]))]
+            .into_iter()
+            .chain([(Socket::Backend, std::mem::take(&mut io.peer_endpoints[1]))]);
+        let mut done = Vec::new();
+        for (which, endpoint) in plain.chain(curve).filter(|(_, e)| !e.is_empty()) {
+            let socket = if which == Socket::Backend { &io.backend } else { &io.frontend };
+            match socket.unbind(&endpoint) {
+                Ok(()) => done.push(endpoint),
+                Err(e) => tracing::warn!(socket = which.name(), %endpoint, error = %e, "not unbound"),
+            }
+        }
+        io.curve.retain(|c| c.socket == Socket::Admin);
+        tracing::warn!(endpoints = ?done, "fenced: frontend and backend unbound, their connections dropped; admin stays");
     }
 
     /// At exit: sends what was handed over before the shards stopped (their
