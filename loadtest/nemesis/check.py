@@ -317,8 +317,8 @@ def write_svg(out, run, ack_events, execs, lat, rows):
                      f'fill-opacity="0.45"/>')
             S.append(f'<rect x="{xb:.1f}" y="{top}" width="{max(xr - xb, 0):.1f}" height="{h}" fill="#ffe699" '
                      f'fill-opacity="0.45"/>')
-        S.append(f'<text x="{xa + 2:.1f}" y="{top1 + 10 + (r["i"] % 4) * 11}" font-size="9">{r["i"]}:{r["kind"]}'
-                 f'</text>')
+        label = f'{r["i"]}:{r["kind"]}' if len(rows) <= 30 else str(r["i"])
+        S.append(f'<text x="{xa + 2:.1f}" y="{top1 + 10 + (r["i"] % 4) * 11}" font-size="9">{label}</text>')
     for top, h in ((top1, h1), (top2, h2)):
         S.append(f'<rect x="{ml}" y="{top}" width="{W - ml - mr}" height="{h}" fill="none" stroke="#888"/>')
     for v in (0, ymax / 1.1 / 2, ymax / 1.1):

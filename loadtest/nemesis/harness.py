@@ -38,6 +38,7 @@ roles.jsonl (each router's STATUS role every 0.5 s), producer-*.jsonl
 the routers', workers' and servers' logs. Then check.py writes the verdict.
 """
 import argparse
+import glob
 import json
 import os
 import random
@@ -224,6 +225,8 @@ def cleanup_id(run_id, extra_pids=()):
         m = re.match(r"\d+: ([^:@]+)", line)
         if m and m.group(1).startswith(run_id + "-"):
             sh("ip", "link", "del", m.group(1), check=False)
+    for d in glob.glob(os.path.join(tempfile.gettempdir(), f"emq-nemesis-{run_id}-*")):
+        shutil.rmtree(d, ignore_errors=True)
     return leftovers(run_id, extra_pids)
 
 
@@ -236,6 +239,8 @@ def leftovers(run_id, pids=()):
         m = re.match(r"\d+: ([^:@]+)", line)
         if m and m.group(1).startswith(run_id + "-"):
             left.append(f"link {m.group(1)}")
+    for d in glob.glob(os.path.join(tempfile.gettempdir(), f"emq-nemesis-{run_id}-*")):
+        left.append(f"directory {d}")
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as f:
@@ -708,10 +713,8 @@ cluster {{
                     shutil.copy(log, self.out)
                 except OSError:
                     pass
-        left = cleanup_id(self.a.id, self.all_pids)
         shutil.rmtree(self.work, ignore_errors=True)
-        if os.path.exists(self.work):
-            left.append(f"directory {self.work}")
+        left = cleanup_id(self.a.id, self.all_pids)
         self.zctx.term()
         return left
 
