@@ -16,7 +16,8 @@ The invariants (the verdict fails on any of them):
   GRACE_S after that instance logged that it is fenced;
 * unexplained duplicates: a msgid executed more than once whose second
   execution is outside every fault's window (start - 1 s .. recovery +
-  DUP_WINDOW_S): duplicates are allowed only for jobs in flight at a fault;
+  DUP_WINDOW_S): duplicates are allowed only for jobs in flight at a fault
+  (each is counted for the fault, among those, nearest its first execution);
 * a fault after which no acknowledgement came within the harness's limit;
 * anything of the run left behind after the teardown.
 Counted and reported, not failing: acknowledgements of a router after the
@@ -187,7 +188,12 @@ def main(out):
             dup_total += 1
             cands = [f for f in faults if window(f)[0] <= t <= window(f)[1]]
             if cands:
-                per_fault_dups[max(cands, key=lambda f: f["start"])["i"]] += 1
+                # the fault nearest the first execution: the job was in flight then
+                t1 = ts[0]
+
+                def dist(f, t1=t1):
+                    return max(0.0, f["start"] - t1) + max(0.0, t1 - (f.get("recovered") or f["heal"]))
+                per_fault_dups[min(cands, key=lambda f: (dist(f), -f["start"]))["i"]] += 1
             else:
                 unexplained.append({"msgid": m, "executions": ts})
 
@@ -260,9 +266,24 @@ def write_summary(out, run, v, rows):
          f"| refusals (ERROR codes) | {v['refusals'] or 0} |",
          f"| ack latency (first send -> first ack) p50 / p99 / max | {v['ack_latency_ms']['p50']} / "
          f"{v['ack_latency_ms']['p99']} / {v['ack_latency_ms']['max']} ms |", "",
-         "Duplicates are attributed to the fault whose window (start - 1 s to recovery + "
-         f"{DUP_WINDOW_S:.0f} s) holds the second execution. Executions are attributed to a router by time "
+         "A duplicate is explained by a fault whose window (start - 1 s to recovery + "
+         f"{DUP_WINDOW_S:.0f} s) holds the second execution, and counted for the one of them nearest the first "
+         "execution (the job was in flight then). Executions are attributed to a router by time "
          "only (the worker does not log its router); acks by the socket that received them.", "",
+         "Per fault kind (recovery: from the heal to the first acknowledgement after it):", "",
+         "| fault kind | times | lasted (s) | longest ack gap p50 / max (s) | recovered after heal p50 / max (s) "
+         "| duplicates |", "|---|---|---|---|---|---|"]
+    kinds = defaultdict(list)
+    for r in rows:
+        kinds[r["kind"]].append(r)
+    for k in sorted(kinds):
+        rs = kinds[k]
+        rec = [r["recover_s"] for r in rs if r["recover_s"] is not None]
+        gaps = [r["longest_gap_s"] for r in rs]
+        L.append(f"| {k} | {len(rs)} | {min(r['heal'] - r['start'] for r in rs):.1f}-"
+                 f"{max(r['heal'] - r['start'] for r in rs):.1f} | {fmt(pct(gaps, 50))} / {fmt(max(gaps))} | "
+                 f"{fmt(pct(rec, 50), 2)} / {fmt(max(rec, default=None), 2)} | {sum(r['dups'] for r in rs)} |")
+    L += ["", "Every fault:", "",
          "| # | at (s) | fault | target | lasted (s) | acks during | longest ack gap (s) | recovered after heal (s) "
          "| dups | expectation |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
