@@ -7,7 +7,7 @@
 #   loadtest/nemesis.sh [--seed N] [--schedule short|long] [--duration 30m]
 #                       [--rate 100] [--lease 5s] [--out DIR]
 #
-# short: every fault kind once (about 3-4 minutes; what tests/nemesis.rs
+# short: every fault kind once (about 2-3 minutes; what tests/nemesis.rs
 # runs). long: kinds shuffled in rounds until --duration is over (30 min
 # gives every kind at least three times). The seed and the schedule are
 # printed and written to DIR/run.json; the same seed replays the schedule.

@@ -13,7 +13,7 @@
 //! 0 acknowledged jobs lost, 0 executed jobs never sent, 0 acknowledgements
 //! by a fenced router after its fence, no duplicate outside a fault's
 //! window, every fault recovered; `leftovers.json` is empty and no
-//! namespace or link named with the run's id exists afterwards. About 3-5
+//! namespace or link named with the run's id exists afterwards. About 2-3
 //! minutes; the seed is `EMQ_NEMESIS_SEED` (default 30) and printed.
 //!
 //! Needs root and network namespaces (and iptables, nats-server, the
