@@ -23,6 +23,7 @@ mod interop_scheduler;
 mod lost_logs;
 mod nats_cluster;
 mod nats_security;
+mod nemesis;
 mod ops;
 mod replicated;
 mod replicated_faults;

@@ -55,6 +55,13 @@ pub const CLUSTER_NAME: &str = "emqtest";
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// Holds the one-cluster-at-a-time lock of [`Cluster::start`] for a test
+/// that runs its own servers (tests/nemesis.rs: three servers in network
+/// namespaces), so they do not share the two cores with another cluster.
+pub fn exclusive() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn project_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
