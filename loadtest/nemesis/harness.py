@@ -388,9 +388,9 @@ cluster {{
         job = 'printf "%s %s\\n" "$EMQ_MSGID" "$EPOCHREALTIME" >> "$NEMESIS_EXEC_LOG"'
         P["worker"] = Proc("wk", "worker", lambda: [
             os.path.join(self.a.bin, "emq-worker"), "-B", ",".join(f"tcp://127.0.0.1:{PROXY_BACK[r]}" for r in ROUTERS),
-            # `default` too: a REQUEST reaching a new owner before the worker registered there lands
-            # in `default` (no worker declared QUEUE yet: EventMQ's rule, docs/emqp.md "Unknown queues")
-            "-Q", QUEUE, "-Q", "default", "-J", "8", "--timeout", "30s", "--stats-interval", "10s", "--", "/bin/bash", "-c", job],
+            # QUEUE only: a REQUEST reaching a new owner before the worker registered there keeps
+            # its queue (queue_learn_grace, docs/emqp.md "Unknown queues"); it went to `default` before
+            "-Q", QUEUE, "-J", "8", "--timeout", "30s", "--stats-interval", "10s", "--", "/bin/bash", "-c", job],
             env={"NEMESIS_EXEC_LOG": execlog, "LC_ALL": "C"})
         P["producer"] = Proc("cl", "producer", self.producer_cmd())
 
