@@ -142,8 +142,8 @@ fn no_help_line_ends_in_a_space() {
     }
     assert_eq!(
         seen,
-        2 * (6 + 17 + 4 + 1 + 9),
-        "every program, emq-cli's 17 commands, 4 dead ones and 1 token one, emq-bench's 9"
+        2 * (6 + 18 + 4 + 1 + 9),
+        "every program, emq-cli's 18 commands, 4 dead ones and 1 token one, emq-bench's 9"
     );
 }
 
