@@ -654,8 +654,8 @@ cluster {{
             self.ensure_up()
             if recovered is None and self.last_ack() > healed:
                 recovered = now()
-            # recovered, and the routers settled: one owner, none fenced (a fenced router keeps its
-            # ports bound, and a worker with both addresses would talk to both: docs/nemesis.md)
+            # recovered, and the routers settled: one owner, none fenced (restarted as standby, as an
+            # operator would; a fenced router unbinds its eMQP ports itself: docs/nemesis.md)
             if recovered is not None and self.settled():
                 break
             time.sleep(0.25)
