@@ -320,29 +320,61 @@ fn curve_subscriber(ctx: &zmq::Context, addr: &str, key: &Path, server: &Path) -
     sub
 }
 
-#[test]
-fn curve_pubsub_delivers_between_allowed_keys_and_refuses_unknown_ones() {
-    let _w = watchdog::start("curve_pubsub", Duration::from_secs(90));
-    let dir = TestDir::new("curve-pubsub");
-    let own = keygen(&dir, "pubsub");
-    let (publisher, subscriber, stranger) = (keygen(&dir, "pub1"), keygen(&dir, "sub1"), keygen(&dir, "stranger"));
-    allow(&dir, "publishers", &publisher);
-    allow(&dir, "subscribers", &subscriber);
-    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
-    let e: Vec<String> = ports.iter().map(|p| zmq_endpoint(*p)).collect();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-pubsub"));
-    cmd.args(["--pubsub-in", &e[0], "--pubsub-out", &e[1], "--pubsub-in-curve", &e[2], "--pubsub-out-curve", &e[3]])
+/// An emq-pubsub with plain and CURVE endpoints (`e`: in, out, in CURVE,
+/// out CURVE) and the test's keys: `publisher` and `subscriber` allowed,
+/// `stranger` in no allow-list; `server` is the device's public key.
+struct CurvePubSub {
+    dir: TestDir,
+    e: Vec<String>,
+    publisher: PathBuf,
+    subscriber: PathBuf,
+    stranger: PathBuf,
+    server: PathBuf,
+    device: Child,
+}
+
+impl CurvePubSub {
+    /// Starts it in a fresh `TestDir` named `name`; returns once it printed
+    /// its endpoints (after every bind): no port probe, which the CURVE
+    /// endpoints would count as a `no_detail` handshake.
+    fn start(name: &str) -> CurvePubSub {
+        let dir = TestDir::new(name);
+        let own = keygen(&dir, "pubsub");
+        let (publisher, subscriber, stranger) = (keygen(&dir, "pub1"), keygen(&dir, "sub1"), keygen(&dir, "stranger"));
+        allow(&dir, "publishers", &publisher);
+        allow(&dir, "subscribers", &subscriber);
+        let e: Vec<String> = (0..4).map(|_| zmq_endpoint(free_port())).collect();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-pubsub"));
+        cmd.args([
+            "--pubsub-in",
+            &e[0],
+            "--pubsub-out",
+            &e[1],
+            "--pubsub-in-curve",
+            &e[2],
+            "--pubsub-out-curve",
+            &e[3],
+        ])
         .arg("--curve-secret-key-file")
         .arg(&own)
         .arg("--curve-publishers-dir")
         .arg(dir.join("allowed/publishers"))
         .arg("--curve-subscribers-dir")
         .arg(dir.join("allowed/subscribers"));
-    let mut device = Child::spawn("emq-pubsub", &mut cmd, &dir.join("pubsub.log"));
-    let up = wait::until(Duration::from_secs(30), || !device.is_alive() || ports.iter().all(|&p| is_listening(p)));
-    assert!(up && device.is_alive(), "emq-pubsub did not start:\n{}", device.log_tail(20));
+        let mut device = Child::spawn("emq-pubsub", &mut cmd, &dir.join("pubsub.log"));
+        let up =
+            wait::until(Duration::from_secs(30), || !device.is_alive() || device.log_text().contains("emq-pubsub in="));
+        assert!(up && device.is_alive(), "emq-pubsub did not start:\n{}", device.log_tail(20));
+        let server = own.with_extension("key");
+        CurvePubSub { dir, e, publisher, subscriber, stranger, server, device }
+    }
+}
 
-    let server = own.with_extension("key");
+#[test]
+fn curve_pubsub_delivers_between_allowed_keys_and_refuses_unknown_ones() {
+    let _w = watchdog::start("curve_pubsub", Duration::from_secs(90));
+    let CurvePubSub { dir: _dir, e, publisher, subscriber, stranger, server, mut device } =
+        CurvePubSub::start("curve-pubsub");
     let ctx = zmq::Context::new();
     let good = curve_subscriber(&ctx, &e[3], &subscriber, &server);
     let bad = curve_subscriber(&ctx, &e[3], &stranger, &server);
@@ -412,29 +444,8 @@ fn exit_count(line: &str, socket: &str, outcome: &str) -> u64 {
 #[test]
 fn curve_pubsub_in_and_out_refuse_the_four_wrong_peers_nothing_passes_and_exit_counts_each() {
     let _w = watchdog::start("curve_pubsub_refusals", Duration::from_secs(120));
-    let dir = TestDir::new("curve-pubsub-refusals");
-    let own = keygen(&dir, "pubsub");
-    let (publisher, subscriber, stranger) = (keygen(&dir, "pub1"), keygen(&dir, "sub1"), keygen(&dir, "stranger"));
-    allow(&dir, "publishers", &publisher);
-    allow(&dir, "subscribers", &subscriber);
-    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
-    let e: Vec<String> = ports.iter().map(|p| zmq_endpoint(*p)).collect();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_emq-pubsub"));
-    cmd.args(["--pubsub-in", &e[0], "--pubsub-out", &e[1], "--pubsub-in-curve", &e[2], "--pubsub-out-curve", &e[3]])
-        .arg("--curve-secret-key-file")
-        .arg(&own)
-        .arg("--curve-publishers-dir")
-        .arg(dir.join("allowed/publishers"))
-        .arg("--curve-subscribers-dir")
-        .arg(dir.join("allowed/subscribers"));
-    let mut device = Child::spawn("emq-pubsub", &mut cmd, &dir.join("pubsub.log"));
-    // Up once it prints its endpoints (after every bind): no port probe,
-    // which the CURVE endpoints would count as `no_detail`.
-    let up =
-        wait::until(Duration::from_secs(30), || !device.is_alive() || device.log_text().contains("emq-pubsub in="));
-    assert!(up && device.is_alive(), "emq-pubsub did not start:\n{}", device.log_tail(20));
-
-    let server = own.with_extension("key");
+    let CurvePubSub { dir: _dir, e, publisher, subscriber, stranger, server, mut device } =
+        CurvePubSub::start("curve-pubsub-refusals");
     let ctx = zmq::Context::new();
     // Out: the allowed subscriber, and the four refused ones (the other
     // socket's key is the publisher's).

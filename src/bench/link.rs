@@ -37,10 +37,11 @@ pub struct LinkRead {
 /// What the reading half keeps over TLS.
 struct TlsRead {
     conn: Arc<Mutex<ClientConnection>>,
-    /// Bytes read from the socket and not yet taken by rustls (it refuses
-    /// more while its decrypted buffer is full).
-    pending: Vec<u8>,
+    /// Bytes read from the socket; `start..end` not yet taken by rustls
+    /// (it refuses more while its decrypted buffer is full).
+    buf: Box<[u8]>,
     start: usize,
+    end: usize,
 }
 
 /// The writing half of a load connection.
@@ -79,7 +80,7 @@ pub fn open(
             }
             sock.set_write_timeout(None).map_err(ioerr("write timeout"))?;
             let conn = Arc::new(Mutex::new(conn));
-            let tls = TlsRead { conn: conn.clone(), pending: Vec::new(), start: 0 };
+            let tls = TlsRead { conn: conn.clone(), buf: vec![0; TLS_READ_BYTES].into(), start: 0, end: 0 };
             (LinkRead { sock: clone(&sock)?, tls: Some(tls) }, LinkWrite { sock, tls: Some((conn, Vec::new())) })
         }
     };
@@ -117,18 +118,17 @@ impl Read for LinkRead {
                     Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
                     Err(e) => return Err(e),
                 }
-                if t.start < t.pending.len() {
-                    let mut rest = &t.pending[t.start..];
+                if t.start < t.end {
+                    let mut rest = &t.buf[t.start..t.end];
                     let took = conn.read_tls(&mut rest)?;
                     t.start += took;
                     conn.process_new_packets().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
                     continue;
                 }
             }
-            t.pending.resize(TLS_READ_BYTES, 0);
-            t.start = 0;
-            let n = self.sock.read(&mut t.pending).inspect_err(|_| t.pending.clear())?;
-            t.pending.truncate(n);
+            (t.start, t.end) = (0, 0);
+            let n = self.sock.read(&mut t.buf)?;
+            t.end = n;
             if n == 0 {
                 return Ok(0);
             }
