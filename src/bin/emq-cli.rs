@@ -539,7 +539,7 @@ fn owner(s: &CliSettings) -> anyhow::Result<AdminClient> {
         return admin(s, one);
     }
     let mut tried = Vec::new();
-    for addr in &s.admin {
+    for addr in s.admin.iter() {
         let mut c = admin(s, addr)?;
         match c.status() {
             Ok(v) if v.pointer("/emq/role").is_none() => return Ok(c),

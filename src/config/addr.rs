@@ -88,7 +88,7 @@ pub fn emqp(given: &str) -> Result<(), AddrError> {
 /// empty list or an empty item (`tcp://a:1,,tcp://b:2`).
 pub fn emqp_list(given: &str) -> Result<Vec<String>, AddrError> {
     let mut out = Vec::new();
-    for item in given.split(',').map(str::trim) {
+    for item in given.split([',', ';']).map(str::trim) {
         if item.is_empty() {
             let why = if given.trim().is_empty() { "no address" } else { "an empty item in the list" };
             return Err(AddrError {
@@ -106,9 +106,80 @@ pub fn emqp_list(given: &str) -> Result<Vec<String>, AddrError> {
     Ok(out)
 }
 
+/// Splits a list of eMQP addresses into owners (docs/scaleout.md):
+/// `;` separates the router names a program spreads its work over, `,`
+/// the addresses of one name (its owner and standby, docs/failover.md).
+/// `tcp://a:1,tcp://a2:1;tcp://b:1` is two owners, the first with a
+/// standby. A list without `;` is one owner, so every list written before
+/// scale-out means what it meant. An address named twice is kept once, in
+/// its first owner.
+///
+/// ```
+/// use emq::config::addr;
+/// let owners = addr::emqp_owners("tcp://a:1, tcp://a2:1; tcp://b:1").unwrap();
+/// assert_eq!(owners, vec![vec!["tcp://a:1".to_string(), "tcp://a2:1".into()], vec!["tcp://b:1".into()]]);
+/// assert_eq!(addr::emqp_owners("tcp://a:1,tcp://b:1").unwrap().len(), 1);
+/// assert!(addr::emqp_owners("tcp://a:1;;tcp://b:1").is_err());
+/// ```
+///
+/// # Errors
+/// As [`emqp_list`], for the whole list or any owner's part.
+pub fn emqp_owners(given: &str) -> Result<Vec<Vec<String>>, AddrError> {
+    emqp_list(given)?;
+    let mut seen: Vec<String> = Vec::new();
+    let mut out = Vec::new();
+    for part in given.split(';') {
+        let group: Vec<String> = emqp_list(part)?.into_iter().filter(|a| !seen.contains(a)).collect();
+        seen.extend(group.iter().cloned());
+        if !group.is_empty() {
+            out.push(group);
+        }
+    }
+    Ok(out)
+}
+
+/// Splits a list of text addresses (`host:port`) into owners as
+/// [`emqp_owners`] does: `;` between router names, `,` between the
+/// addresses of one name.
+///
+/// ```
+/// use emq::config::addr;
+/// let owners = addr::text_owners("127.0.0.1:1;127.0.0.1:2").unwrap();
+/// assert_eq!(owners, vec![vec!["127.0.0.1:1".to_string()], vec!["127.0.0.1:2".to_string()]]);
+/// ```
+///
+/// # Errors
+/// [`AddrError`] for the first address that does not parse, an empty list
+/// or an empty item.
+pub fn text_owners(given: &str) -> Result<Vec<Vec<String>>, AddrError> {
+    let mut out: Vec<Vec<String>> = Vec::new();
+    for part in given.split(';') {
+        let mut group = Vec::new();
+        for item in part.split(',').map(str::trim) {
+            if item.is_empty() {
+                let why = if given.trim().is_empty() { "no address" } else { "an empty item in the list" };
+                return Err(AddrError {
+                    given: given.into(),
+                    what: "a list of text addresses",
+                    why: why.into(),
+                    expected: TEXT_FORM,
+                });
+            }
+            text(item)?;
+            if !out.iter().flatten().chain(group.iter()).any(|a: &String| a == item) {
+                group.push(item.to_string());
+            }
+        }
+        if !group.is_empty() {
+            out.push(group);
+        }
+    }
+    Ok(out)
+}
+
 /// What a list of eMQP addresses looks like.
-pub const EMQP_LIST_FORM: &str =
-    "eMQP addresses look like tcp://host:port, several separated by commas, e.g. tcp://10.0.0.1:47291,tcp://10.0.0.2:47291";
+pub const EMQP_LIST_FORM: &str = "eMQP addresses look like tcp://host:port, several separated by commas (one router \
+     name's owner and standby) or semicolons (several router names), e.g. tcp://10.0.0.1:47291,tcp://10.0.0.2:47291";
 
 /// [`emqp`] as a command-line value parser (`#[arg(value_parser =
 /// addr::emqp_arg)]`): the address itself when it passes.

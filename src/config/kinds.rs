@@ -255,19 +255,84 @@ impl Kind for EmqpAddr {
 /// separated by commas in the same setting (`--frontend
 /// tcp://a:47291,tcp://b:47291`, `EMQ_FRONTEND_ADDR`, or one TOML string);
 /// [`addr::emqp_list`]. The program connects to all of them
-/// (docs/failover.md).
+/// (docs/failover.md). Semicolons separate router names a program spreads
+/// its work over ([`addr::emqp_owners`], docs/scaleout.md).
 pub struct EmqpAddrs;
 
 impl Kind for EmqpAddrs {
     type Raw = String;
-    type Value = Vec<String>;
+    type Value = AddrList;
 
     fn parse(text: &str) -> Result<String, String> {
         Ok(text.into())
     }
 
-    fn check(text: String) -> Result<Vec<String>, String> {
-        addr::emqp_list(&text).map_err(|e| e.to_string())
+    fn check(text: String) -> Result<AddrList, String> {
+        let owners = addr::emqp_owners(&text).map_err(|e| e.to_string())?;
+        Ok(AddrList { flat: owners.iter().flatten().cloned().collect(), owners })
+    }
+}
+
+/// A checked list of eMQP addresses ([`EmqpAddrs`]): every address, in
+/// order (what the list derefs to: one socket connected to all follows a
+/// failover), and the same addresses by owner (router name, split at
+/// `;`: a program spreading its work keeps one socket per owner).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AddrList {
+    flat: Vec<String>,
+    owners: Vec<Vec<String>>,
+}
+
+impl AddrList {
+    /// The addresses by owner (at least one owner when checked).
+    pub fn owners(&self) -> &[Vec<String>] {
+        &self.owners
+    }
+
+    /// Each owner's addresses joined by commas: one list string per owner,
+    /// as [`crate::client`] connects to it.
+    pub fn owner_lists(&self) -> Vec<String> {
+        self.owners.iter().map(|o| o.join(",")).collect()
+    }
+
+    /// The whole list as written back: owners joined by `;`, addresses by `,`.
+    pub fn to_list_string(&self) -> String {
+        self.owner_lists().join(";")
+    }
+}
+
+impl std::ops::Deref for AddrList {
+    type Target = Vec<String>;
+
+    fn deref(&self) -> &Vec<String> {
+        &self.flat
+    }
+}
+
+/// Router addresses given as a repeatable flag (`--backend a --backend
+/// b`, or commas and semicolons inside one value as in [`EmqpAddrs`]):
+/// each value as written, checked with [`addr::emqp_list`]. Join the
+/// values with `,` and split with [`addr::emqp_owners`] for the owners.
+pub struct EmqpAddrValues;
+
+impl Kind for EmqpAddrValues {
+    type Raw = Vec<String>;
+    type Value = Vec<String>;
+    const REPEATED: bool = true;
+
+    fn parse(text: &str) -> Result<Vec<String>, String> {
+        Ok(vec![text.trim().to_string()])
+    }
+
+    fn join(values: Vec<Vec<String>>) -> Option<Vec<String>> {
+        Some(values.into_iter().flatten().collect())
+    }
+
+    fn check(raw: Vec<String>) -> Result<Vec<String>, String> {
+        for value in &raw {
+            addr::emqp_list(value).map_err(|e| e.to_string())?;
+        }
+        Ok(raw)
     }
 }
 
@@ -436,7 +501,15 @@ mod tests {
         assert!(TextListen::check("localhost:1".into()).unwrap_err().contains("needs an IP address"));
         assert!(EmqpAddr::check("127.0.0.1:1".into()).unwrap_err().contains("eMQP addresses look like tcp://"));
         assert_eq!(EmqpAddrOrOff::check("off".into()), Ok(None));
-        assert_eq!(EmqpAddrs::check("tcp://a:1,tcp://b:2".into()), Ok(vec!["tcp://a:1".into(), "tcp://b:2".into()]));
+        let list = EmqpAddrs::check("tcp://a:1,tcp://b:2".into()).unwrap();
+        assert_eq!(*list, vec!["tcp://a:1".to_string(), "tcp://b:2".into()]);
+        assert_eq!(list.owner_lists(), ["tcp://a:1,tcp://b:2"]);
+        let two = EmqpAddrs::check("tcp://a:1,tcp://b:2; tcp://c:3".into()).unwrap();
+        assert_eq!(two.len(), 3);
+        assert_eq!(two.owner_lists(), ["tcp://a:1,tcp://b:2", "tcp://c:3"]);
+        assert_eq!(two.to_list_string(), "tcp://a:1,tcp://b:2;tcp://c:3");
+        assert_eq!(EmqpAddrValues::check(vec!["tcp://a:1;tcp://b:2".into()]), Ok(vec!["tcp://a:1;tcp://b:2".into()]));
+        assert!(EmqpAddrValues::check(vec!["tcp://a:1;b:2".into()]).is_err());
         assert!(EmqpAddrs::check("tcp://a:1,b:2".into()).unwrap_err().contains("\"b:2\" is not an eMQP address"));
         assert_eq!(Many::<EmqpAddr>::parse("tcp://a:1, tcp://b:2"), Ok(vec!["tcp://a:1".into(), "tcp://b:2".into()]));
         assert_eq!(Many::<AtLeastOne>::join(vec![vec![1], vec![2, 3]]), Some(vec![1, 2, 3]));

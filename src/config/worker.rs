@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use super::kinds::{AtLeastOne, EmqpAddr, Kind, LogFilter, Many, Optional, Period, Plain, ReportPeriodOrOff};
+use super::kinds::{AtLeastOne, EmqpAddrValues, Kind, LogFilter, Many, Optional, Period, Plain, ReportPeriodOrOff};
 use super::table::{settings, Settings};
 use super::ConfigError;
 use crate::limits;
@@ -15,8 +15,10 @@ settings! {
     /// give them. The command to run is not a setting: it follows `--`.
     pub struct RawWorkerConfig => WorkerSettings {
         /// Router backend address; several (repeated, or separated by commas) for failover: the worker
-        /// connects to all and registers with the one that is up (docs/failover.md).
-        backend: Many<EmqpAddr> = vec![limits::BACKEND_ADDR.to_string()], env "EMQ_BACKEND_ADDR", short 'B',
+        /// connects to all and registers with the one that is up (docs/failover.md). Semicolons
+        /// separate router names (owners) the worker serves at once, its concurrency split
+        /// between them (docs/scaleout.md): `tcp://a:47290,tcp://a2:47290;tcp://b:47290`.
+        backend: EmqpAddrValues = vec![limits::BACKEND_ADDR.to_string()], env "EMQ_BACKEND_ADDR", short 'B',
             was router;
         /// Queue to serve, as NAME or NAME:WEIGHT (weight at least 1, default 10; the higher tier of
         /// workers gets a queue's jobs first); repeat for several. None: the router's default queues.
