@@ -45,6 +45,13 @@ pub enum ShardMsg {
         /// The worker's identity.
         id: PeerId,
     },
+    /// UNREADY from a worker: take back one free slot (home shard).
+    WorkerUnready {
+        /// The worker's identity.
+        id: PeerId,
+        /// The UNREADY's msgid, which the answer names.
+        msgid: MsgId,
+    },
     /// Job-result REPLY from a worker (home shard).
     WorkerReply {
         /// The worker's identity.

@@ -41,6 +41,12 @@ counters! {
     /// DISCONNECTs sent to unregistered workers (READY, HEARTBEAT or job
     /// REPLY from a worker the router does not know): "register again".
     disconnects_to_unknown_workers,
+    /// Free slots a worker took back with UNREADY (it moves them to
+    /// another router with a backlog, docs/scaleout.md "Slots").
+    slots_taken_back,
+    /// UNREADYs answered `NO_FREE_SLOT`: every slot the worker announced
+    /// was already used by a job on its way to it.
+    unready_no_free_slot,
     /// Schedulers registered again on a HEARTBEAT after the router had
     /// forgotten them (expired, or registered with an earlier router).
     readmitted_schedulers,

@@ -67,7 +67,7 @@ impl Socket {
             Socket::Frontend => {
                 &[b"INFORM", b"REQUEST", b"SCHEDULE", b"UNSCHEDULE", b"HEARTBEAT", b"KBYE", b"ERROR", b"REPLY"]
             }
-            Socket::Backend => &[b"INFORM", b"READY", b"REPLY", b"HEARTBEAT", b"KBYE"],
+            Socket::Backend => &[b"INFORM", b"READY", b"UNREADY", b"REPLY", b"HEARTBEAT", b"KBYE"],
             Socket::Admin => return AdminWord::from_word(cmd).is_some() || cmd == b"DISCONNECT" || cmd == b"HELLO",
             Socket::WorkerSide => &[b"ACK", b"REQUEST", b"HEARTBEAT", b"KBYE", b"DISCONNECT", b"ERROR"],
             Socket::SchedulerSide => {
@@ -218,6 +218,14 @@ pub enum Command<B = Frame> {
     },
     /// READY: no body; one more free slot.
     Ready,
+    /// UNREADY (emq extension, worker → router backend): no body; take
+    /// back one free slot the worker announced with READY. The router
+    /// answers `ACK` (frame 4: this msgid) when it took one, or `ERROR
+    /// NO_FREE_SLOT` when every announced slot is already used by a job
+    /// (that job reaches the worker before the answer). A worker serving
+    /// several routers moves its slots with it (docs/scaleout.md "Slots").
+    /// EventMQ's router does not know it and never answers.
+    Unready,
     /// REQUEST: a job, from a client to the router and from the router to
     /// a worker (docs/emqp.md "REQUEST").
     Request {
@@ -303,6 +311,7 @@ impl<B> Command<B> {
             Command::Inform { .. } => b"INFORM",
             Command::Ack { .. } => b"ACK",
             Command::Ready => b"READY",
+            Command::Unready => b"UNREADY",
             Command::Request { .. } => b"REQUEST",
             Command::Reply { .. } | Command::JobReply { .. } => b"REPLY",
             Command::Heartbeat { .. } => b"HEARTBEAT",
@@ -429,6 +438,7 @@ pub fn decode_ref<F: AsRef<[u8]>>(frames: &[F], socket: Socket) -> Result<Messag
         },
         "ACK" => Command::Ack { acked: body.get(4, "the acknowledged msgid")? },
         "READY" => Command::Ready,
+        "UNREADY" => Command::Unready,
         "REQUEST" => Command::Request {
             queue: body.get(4, "the queue name")?,
             headers: body.get(5, "the headers")?,
@@ -473,6 +483,7 @@ const COMMANDS: &[&str] = &[
     "INFORM",
     "ACK",
     "READY",
+    "UNREADY",
     "REQUEST",
     "REPLY",
     "HEARTBEAT",
@@ -566,6 +577,7 @@ impl<B: AsRef<[u8]>> Message<B> {
             }
             Command::Ack { acked } => Command::Ack { acked: f(acked) },
             Command::Ready => Command::Ready,
+            Command::Unready => Command::Unready,
             Command::Request { queue, headers, body, extra } => Command::Request {
                 queue: f(queue),
                 headers: f(headers),
@@ -606,7 +618,7 @@ impl<B: AsRef<[u8]>> Message<B> {
                 out.extend(name.iter().map(c));
             }
             Command::Ack { acked } => out.push(c(acked)),
-            Command::Ready | Command::Kbye | Command::Disconnect | Command::Hello => {}
+            Command::Ready | Command::Unready | Command::Kbye | Command::Disconnect | Command::Hello => {}
             Command::Admin { args, .. } => out.extend(args.iter().map(c)),
             Command::Request { queue, headers, body, extra } => {
                 out.extend([c(queue), c(headers), c(body)]);

@@ -498,6 +498,7 @@ impl Loop {
                 return self.wrong_socket(Socket::Backend, &peer, msg.msgid)
             }
             Command::Ready => ShardMsg::WorkerReady { id: peer },
+            Command::Unready => ShardMsg::WorkerUnready { id: peer, msgid: MsgId::from(msg.msgid) },
             Command::JobReply { request_msgid, failed, result } => {
                 let failed = failed || result == PYTHON_TIMEOUT_RESULT;
                 ShardMsg::WorkerReply { id: peer, request_msgid: MsgId::from(request_msgid), failed }

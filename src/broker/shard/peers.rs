@@ -93,6 +93,25 @@ impl Shard {
         }
     }
 
+    /// UNREADY (emq extension): takes back one free slot the worker
+    /// announced and answers `ACK` naming the UNREADY; `ERROR
+    /// NO_FREE_SLOT` when it has none free (every READY is already used by
+    /// a job sent to it, which reaches it before this answer: the pipe
+    /// keeps order). A worker moves its slots between routers this way
+    /// without ever holding more jobs than it has slots (docs/scaleout.md
+    /// "Slots").
+    pub(super) fn handle_unready(&mut self, id: PeerId, msgid: MsgId, cx: &mut Cx) {
+        let Some(worker) = self.touch_worker(&id, cx) else { return };
+        if worker.try_claim() {
+            Counters::bump(&self.ctx.counters.slots_taken_back);
+            self.send(Dest::Backend, &id, Command::Ack { acked: msgid.0.to_vec() }, OnFail::Count, cx);
+        } else {
+            Counters::bump(&self.ctx.counters.unready_no_free_slot);
+            let text = "no free slot to take back: every READY is used by a job sent to this worker".to_string();
+            self.send_error_to(Dest::Backend, &id, msgid, "NO_FREE_SLOT", text, cx);
+        }
+    }
+
     pub(super) fn handle_job_reply(&mut self, id: PeerId, request_msgid: MsgId, failed: bool, cx: &mut Cx) {
         if self.touch_worker(&id, cx).is_none() || self.late_reply(&id, &request_msgid.0, cx) {
             return;

@@ -180,6 +180,12 @@ impl Harness {
         }
     }
 
+    /// An UNREADY from worker `id` (msgid `msgid`).
+    pub fn unready(&mut self, id: &str, msgid: &str) {
+        let msg = ShardMsg::WorkerUnready { id: peer(id), msgid: MsgId::from(msgid.as_bytes()) };
+        self.send(self.shard_of(id), msg);
+    }
+
     /// A job-result REPLY from worker `id` for `msgid`.
     pub fn reply(&mut self, id: &str, msgid: &str) {
         self.reply_failed(id, msgid, false);

@@ -404,3 +404,29 @@ fn past_max_workers_an_inform_is_refused_until_a_worker_leaves() {
         assert_eq!(h.take_commands("w3"), ["ACK", "HEARTBEAT"], "{}", h.setup());
     }
 }
+
+#[test]
+fn unready_takes_back_a_free_slot_or_says_none_is_free() {
+    for mut h in Harness::setups(|_| {}) {
+        h.inform("w1", &[(10, "a")]);
+        h.take_to("w1");
+        h.ready("w1", 2);
+        h.unready("w1", "u1");
+        let out = h.take_to("w1");
+        let shapes: Vec<Vec<String>> = out.iter().map(shape).collect();
+        assert_eq!(shapes, [vec!["", "eMQP/1.0", "ACK", "*", "u1"]], "{}", h.setup());
+        assert_eq!(h.slots("w1"), 1);
+        // The last slot goes to a job; the next UNREADY finds none free.
+        h.request("c1", "m1", "a", "x");
+        assert_eq!(h.take_bodies("w1"), ["x"]);
+        h.unready("w1", "u2");
+        let out = h.take_to("w1");
+        let shapes: Vec<Vec<String>> = out.iter().map(|o| shape(o)[..6].to_vec()).collect();
+        assert_eq!(shapes, [vec!["", "eMQP/1.0", "ERROR", "*", "u2", "NO_FREE_SLOT"]]);
+        assert_eq!(h.slots("w1"), 0);
+        assert_eq!((h.counter(|c| &c.slots_taken_back), h.counter(|c| &c.unready_no_free_slot)), (1, 1));
+        // From a worker the router does not know: DISCONNECT, as for READY.
+        h.unready("w9", "u3");
+        assert_eq!(h.take_commands("w9"), ["DISCONNECT"]);
+    }
+}
