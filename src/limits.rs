@@ -820,6 +820,11 @@ pub const ZMTP_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
 /// answer to a REQUEST before sending it again with the same msgid
 /// (docs/failover.md "Re-sent REQUESTs"), until its timeout.
 pub const CLIENT_RESEND_INTERVAL: Duration = Duration::from_secs(1);
+/// How long an eMQP [`Client`](crate::client::emqp::Client) spreading
+/// over several owners sleeps between rounds of trying each owner's
+/// connection when none took a REQUEST at once.
+pub const CLIENT_SPREAD_RETRY: Duration = Duration::from_millis(5);
+
 /// Most REQUESTs a [`Client`](crate::client::emqp::Client) keeps to
 /// re-send (sent, not yet answered); past it the oldest is dropped from the
 /// re-send set (counted) and its outcome is only what the router says.
@@ -827,6 +832,18 @@ pub const CLIENT_MAX_PENDING_REQUESTS: usize = 65_536;
 /// How often a worker whose INFORM found no router connected (every
 /// address of its list down, or still dialling) tries it again.
 pub const WORKER_INFORM_WAIT_POLL: Duration = Duration::from_millis(100);
+
+/// A worker serving several owners (docs/scaleout.md "Slots"): a free slot
+/// idle this long at one owner, while another owner used every slot it was
+/// given within the same time, is taken back (UNREADY) and given to that
+/// owner. The worst idle time of a slot while another owner has a backlog
+/// is this plus two round trips.
+pub const WORKER_SLOT_MOVE_AFTER: Duration = Duration::from_secs(1);
+
+/// How long a worker waits for the answer to an UNREADY before it takes
+/// the router for one that does not know the word (an EventMQ router) and
+/// stops asking it.
+pub const WORKER_UNREADY_ANSWER_WAIT: Duration = Duration::from_secs(5);
 /// Most early answers an eMQP `Client` keeps for later `wait` calls before it
 /// drops them all: bounds memory when a caller never waits.
 pub const CLIENT_MAX_STASHED_ANSWERS: usize = 65_536;

@@ -527,7 +527,7 @@ fn frontend_client(s: &CliSettings) -> anyhow::Result<Client> {
         s.curve_server_key.as_deref(),
         s.frontend.len(),
     )?;
-    Ok(Client::connect_with(&s.frontend.join(","), curve.as_ref())?.with_timeout(s.timeout))
+    Ok(Client::connect_with(&s.frontend.to_list_string(), curve.as_ref())?.with_timeout(s.timeout))
 }
 
 /// The admin client of the router that owns the name: with one `--admin`

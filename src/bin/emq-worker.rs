@@ -161,7 +161,7 @@ fn report_periodically(worker: &Worker, every: Option<Duration>) {
 fn summary(s: &WorkerStats) -> String {
     format!(
         "jobs ok={} failed={} timed_out={} abandoned={}; malformed={} reconnects={} ready_sent={} replies_sent={} \
-         send_failed={} oversized_results={}",
+         send_failed={} oversized_results={} peak_busy={} over_limit={} slots_moved={}",
         s.succeeded,
         s.failed,
         s.timed_out,
@@ -171,7 +171,10 @@ fn summary(s: &WorkerStats) -> String {
         s.ready_sent,
         s.replies_sent,
         s.send_failed,
-        s.oversized_results
+        s.oversized_results,
+        s.peak_busy,
+        s.over_limit,
+        s.slots_moved
     )
 }
 

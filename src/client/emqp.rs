@@ -94,8 +94,9 @@ pub enum Schedule {
     Cron(String),
 }
 
-/// A DEALER connected to the router frontend (one address or a list,
-/// docs/failover.md).
+/// One owner's connection: a DEALER connected to the router frontend
+/// (one address or the owner's list of addresses, docs/failover.md).
+/// [`Client`] keeps one per owner.
 ///
 /// **Re-sent REQUESTs.** The client keeps every REQUEST it sent and has no
 /// answer for yet (at most [`limits::CLIENT_MAX_PENDING_REQUESTS`], the
@@ -111,7 +112,7 @@ pub enum Schedule {
 /// of a msgid it already accepted from this client (docs/failover.md
 /// "Duplicates"); the routing id of the client's socket is made once and
 /// is the same on every router of the list.
-pub struct Client {
+pub struct Conn {
     dealer: Dealer,
     timeout: Duration,
     stash: HashMap<Frame, Outcome>,
@@ -134,15 +135,15 @@ pub struct Client {
     _ctx: zmq::Context,
 }
 
-impl Client {
+impl Conn {
     /// Connects to a frontend address such as `tcp://127.0.0.1:47291`, with
     /// [`limits::CLIENT_TIMEOUT`]. Connecting never blocks; an unreachable broker
     /// shows up as [`ClientError::Unreachable`] on the first send.
     ///
     /// # Errors
     /// [`ClientError::Address`] for a malformed address.
-    pub fn connect(addr: &str) -> Result<Client, ClientError> {
-        Client::connect_with(addr, None)
+    pub fn connect(addr: &str) -> Result<Conn, ClientError> {
+        Conn::connect_with(addr, None)
     }
 
     /// [`Client::connect`], as a CURVE client when `curve` is set (to a
@@ -151,12 +152,12 @@ impl Client {
     ///
     /// # Errors
     /// As [`Client::connect`].
-    pub fn connect_with(addr: &str, curve: Option<&crate::curve::ClientCurve>) -> Result<Client, ClientError> {
+    pub fn connect_with(addr: &str, curve: Option<&crate::curve::ClientCurve>) -> Result<Conn, ClientError> {
         let ctx = zmq::Context::new();
         let mut dealer =
             Dealer::connect_with(&ctx, addr, limits::CLIENT_LINGER_MS, limits::CLIENT_MAX_ANSWER_BYTES, curve)?;
         dealer.watch_disconnects(&ctx)?;
-        Ok(Client {
+        Ok(Conn {
             dealer,
             timeout: limits::CLIENT_TIMEOUT,
             stash: HashMap::new(),
@@ -218,7 +219,7 @@ impl Client {
     }
 
     /// Sets how long sends wait for a connection and requests wait for an answer.
-    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+    pub fn with_timeout(mut self, timeout: Duration) -> Conn {
         self.timeout = timeout;
         self
     }
@@ -239,6 +240,26 @@ impl Client {
     /// # Errors
     /// [`ClientError::Unreachable`] when no connection came up in time.
     pub fn send_request(&mut self, queue: &str, headers: &str, body: &[u8]) -> Result<Frame, ClientError> {
+        self.send_request_within(queue, headers, body, self.timeout)
+    }
+
+    /// The owner's addresses, joined by commas.
+    pub fn addr(&self) -> &str {
+        &self.dealer.addr
+    }
+
+    /// [`Conn::send_request`], waiting at most `wait` for a connection
+    /// (zero: only a live one takes it).
+    ///
+    /// # Errors
+    /// [`ClientError::Unreachable`] when none took it in time.
+    pub fn send_request_within(
+        &mut self,
+        queue: &str,
+        headers: &str,
+        body: &[u8],
+        wait: Duration,
+    ) -> Result<Frame, ClientError> {
         let msg = Message::new(Command::Request {
             queue: queue.as_bytes().to_vec(),
             headers: headers.as_bytes().to_vec(),
@@ -246,7 +267,7 @@ impl Client {
             extra: Vec::new(),
         });
         let frames = msg.encode();
-        self.dealer.send_timeout(&frames, self.timeout)?;
+        self.dealer.send_timeout(&frames, wait)?;
         while self.pending.len() >= limits::CLIENT_MAX_PENDING_REQUESTS {
             let Some(old) = self.order.pop_front() else { break };
             self.pending.remove(&old);
@@ -425,6 +446,239 @@ impl Client {
         let msg = Message::new(if un { Command::Unschedule(sb) } else { Command::Schedule(sb) });
         self.dealer.send_timeout(&msg.encode(), self.timeout)?;
         Ok(msg.msgid)
+    }
+}
+
+/// An eMQP client of one router name or of several (owners,
+/// docs/scaleout.md): one [`Conn`] (DEALER) per owner.
+///
+/// **Spreading.** Given several owners (`;` in the address list,
+/// [`crate::config::addr::emqp_owners`]), each REQUEST goes to the next
+/// owner in turn that has a live connection (a send that would wait is
+/// passed to the next owner; only when none takes it does the send wait,
+/// up to the timeout, for any of them). Round-robin per REQUEST, not by
+/// queue: a queue's jobs spread over every owner, so FIFO holds per owner
+/// only (docs/scaleout.md "Order").
+///
+/// **Re-sends stay with their owner.** An unanswered REQUEST is sent again
+/// (same msgid, same routing id) only to the addresses of the owner it
+/// was first sent to (its owner or that name's standby, which share the
+/// name's duplicate window: docs/failover.md "Duplicates"), never to
+/// another owner, which could not know the msgid and would make a second
+/// job. While a whole owner is down its unanswered REQUESTs wait for it
+/// and end [`Outcome::Unknown`] at the wait's deadline; new REQUESTs go to
+/// the owners that are up.
+///
+/// SCHEDULE and UNSCHEDULE go to the first owner of the list, so that an
+/// UNSCHEDULE reaches the scheduler that holds the schedule.
+pub struct Client {
+    conns: Vec<Conn>,
+    /// The owner the next REQUEST tries first.
+    next: usize,
+    /// The owner each REQUEST of the re-send sets went to (bounded like
+    /// them: entries beyond [`limits::CLIENT_MAX_PENDING_REQUESTS`] per
+    /// owner are dropped oldest first; a msgid not found waits on the
+    /// first owner).
+    owner_of: HashMap<Frame, usize>,
+    order: VecDeque<Frame>,
+    timeout: Duration,
+}
+
+impl Client {
+    /// Connects to a frontend address such as `tcp://127.0.0.1:47291`, or a
+    /// list (`,` between one name's addresses, `;` between owners), with
+    /// [`limits::CLIENT_TIMEOUT`]. Connecting never blocks; an unreachable
+    /// broker shows up as [`ClientError::Unreachable`] on the first send.
+    ///
+    /// # Errors
+    /// [`ClientError::Address`] for a malformed address.
+    pub fn connect(addr: &str) -> Result<Client, ClientError> {
+        Client::connect_with(addr, None)
+    }
+
+    /// [`Client::connect`], as a CURVE client when `curve` is set (to a
+    /// router's `frontend_curve`; one server key for all addresses or one
+    /// per address, in the order of the whole list).
+    ///
+    /// # Errors
+    /// As [`Client::connect`].
+    pub fn connect_with(addr: &str, curve: Option<&crate::curve::ClientCurve>) -> Result<Client, ClientError> {
+        let owners = crate::config::addr::emqp_owners(addr)?;
+        let total: usize = owners.iter().map(Vec::len).sum();
+        let mut conns = Vec::with_capacity(owners.len());
+        let mut first = 0;
+        for group in &owners {
+            let mine = curve.cloned().map(|mut c| {
+                if c.server_keys.len() == total && total > 1 {
+                    c.server_keys = c.server_keys[first..first + group.len()].to_vec();
+                }
+                c
+            });
+            first += group.len();
+            conns.push(Conn::connect_with(&group.join(","), mine.as_ref())?);
+        }
+        Ok(Client { conns, next: 0, owner_of: HashMap::new(), order: VecDeque::new(), timeout: limits::CLIENT_TIMEOUT })
+    }
+
+    /// How many owners the client spreads over.
+    pub fn owners(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// REQUESTs sent again so far, after a connection went down.
+    pub fn resent(&self) -> u64 {
+        self.conns.iter().map(Conn::resent).sum()
+    }
+
+    /// REQUESTs sent and not answered yet (the re-send sets).
+    pub fn pending(&self) -> usize {
+        self.conns.iter().map(Conn::pending).sum()
+    }
+
+    /// Sets how long sends wait for a connection and requests wait for an answer.
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = timeout;
+        self.conns = self.conns.into_iter().map(|c| c.with_timeout(timeout)).collect();
+        self
+    }
+
+    /// Sends a REQUEST (7 frames, docs/emqp.md "REQUEST") and waits up to the
+    /// timeout for the acceptance REPLY or ERROR naming its msgid.
+    ///
+    /// # Errors
+    /// [`ClientError::Unreachable`] when no connection came up in time.
+    pub fn request(&mut self, queue: &str, headers: &str, body: &[u8]) -> Result<Outcome, ClientError> {
+        let msgid = self.send_request(queue, headers, body)?;
+        self.wait(&msgid, Instant::now() + self.timeout)
+    }
+
+    /// Sends a REQUEST without waiting, to the next owner in turn that
+    /// takes it at once (see the type's docs); returns its msgid. Answers
+    /// that arrive later can be collected with [`Client::wait`].
+    ///
+    /// # Errors
+    /// [`ClientError::Unreachable`] when no owner's connection came up in
+    /// time.
+    pub fn send_request(&mut self, queue: &str, headers: &str, body: &[u8]) -> Result<Frame, ClientError> {
+        let n = self.conns.len();
+        if n == 1 {
+            return self.conns[0].send_request(queue, headers, body);
+        }
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            for k in 0..n {
+                let i = (self.next + k) % n;
+                let Some(conn) = self.conns.get_mut(i) else { continue };
+                match conn.send_request_within(queue, headers, body, Duration::ZERO) {
+                    Ok(msgid) => {
+                        self.next = (i + 1) % n;
+                        self.note_owner(&msgid, i);
+                        return Ok(msgid);
+                    }
+                    Err(ClientError::Unreachable { .. }) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            if Instant::now() >= deadline {
+                let addr = self.conns.iter().map(|c| c.addr().to_string()).collect::<Vec<_>>().join(";");
+                return Err(ClientError::Unreachable { addr, timeout: self.timeout });
+            }
+            std::thread::sleep(limits::CLIENT_SPREAD_RETRY);
+        }
+    }
+
+    /// Remembers which owner REQUEST `msgid` went to (bounded).
+    fn note_owner(&mut self, msgid: &[u8], owner: usize) {
+        let limit = limits::CLIENT_MAX_PENDING_REQUESTS * self.conns.len();
+        while self.owner_of.len() >= limit {
+            let Some(old) = self.order.pop_front() else { break };
+            self.owner_of.remove(&old);
+        }
+        if self.order.len() >= 2 * limit {
+            let known = &self.owner_of;
+            self.order.retain(|id| known.contains_key(id));
+        }
+        self.owner_of.insert(msgid.to_vec(), owner);
+        self.order.push_back(msgid.to_vec());
+    }
+
+    /// Waits until `deadline` for the answer to REQUEST `msgid`, on the
+    /// owner it went to. Answers for other msgids are kept for later calls.
+    ///
+    /// # Errors
+    /// [`ClientError::Zmq`] when the socket fails.
+    pub fn wait(&mut self, msgid: &[u8], deadline: Instant) -> Result<Outcome, ClientError> {
+        let owner = self.owner_of.remove(msgid).unwrap_or(0);
+        match self.conns.get_mut(owner) {
+            Some(conn) => conn.wait(msgid, deadline),
+            None => Ok(Outcome::Unknown { msgid: msgid.to_vec() }),
+        }
+    }
+
+    /// The first owner's connection: schedules live there.
+    fn scheduling(&mut self) -> &mut Conn {
+        &mut self.conns[0]
+    }
+
+    /// Sends SCHEDULE (9 frames, docs/emqp.md "SCHEDULE and UNSCHEDULE")
+    /// to the first owner without waiting; returns the msgid. EventMQ sends
+    /// no acknowledgement; an emq router forwards the scheduler's (see
+    /// [`Client::schedule_confirmed`]).
+    ///
+    /// # Errors
+    /// [`ClientError::Invalid`] for `Interval(0)` or an empty cron;
+    /// [`ClientError::Unreachable`].
+    pub fn schedule(&mut self, queue: &str, when: &Schedule, body: &[u8], headers: &str) -> Result<Frame, ClientError> {
+        self.scheduling().schedule(queue, when, body, headers)
+    }
+
+    /// Sends UNSCHEDULE for the job with this body (9 frames, interval
+    /// `-1`, cron empty; the scheduler matches on the body only), to the
+    /// first owner.
+    ///
+    /// # Errors
+    /// [`ClientError::Unreachable`].
+    pub fn unschedule(&mut self, queue: &str, body: &[u8], headers: &str) -> Result<Frame, ClientError> {
+        self.scheduling().unschedule(queue, body, headers)
+    }
+
+    /// Sends SCHEDULE like [`Client::schedule`] and waits up to the timeout
+    /// for the answer the scheduler sends back through an emq router.
+    ///
+    /// # Errors
+    /// As [`Client::schedule`].
+    pub fn schedule_confirmed(
+        &mut self,
+        queue: &str,
+        when: &Schedule,
+        body: &[u8],
+        headers: &str,
+    ) -> Result<ScheduleAnswer, ClientError> {
+        self.scheduling().schedule_confirmed(queue, when, body, headers)
+    }
+
+    /// Sends UNSCHEDULE like [`Client::unschedule`] and waits up to the
+    /// timeout for the scheduler's answer (outcome `unscheduled` or
+    /// `not_found`).
+    ///
+    /// # Errors
+    /// As [`Client::unschedule`].
+    pub fn unschedule_confirmed(
+        &mut self,
+        queue: &str,
+        body: &[u8],
+        headers: &str,
+    ) -> Result<ScheduleAnswer, ClientError> {
+        self.scheduling().unschedule_confirmed(queue, body, headers)
+    }
+
+    /// Waits until `deadline` for the REPLY or ERROR naming SCHEDULE or
+    /// UNSCHEDULE `msgid` (sent to the first owner).
+    ///
+    /// # Errors
+    /// [`ClientError::Zmq`] when the socket fails.
+    pub fn wait_schedule(&mut self, msgid: &[u8], deadline: Instant) -> Result<ScheduleAnswer, ClientError> {
+        self.scheduling().wait_schedule(msgid, deadline)
     }
 }
 

@@ -1,6 +1,21 @@
-//! The worker's I/O thread: owns the DEALER, moves frames, keeps the
-//! heartbeat, liveness and INFORM timers, and does the READY accounting.
-//! Jobs run on the pool threads started here.
+//! The worker's I/O thread: owns the DEALERs (one per owner, i.e. router
+//! name: docs/scaleout.md), moves frames, keeps each connection's
+//! heartbeat, liveness and INFORM timers, and does the READY accounting
+//! across all of them. Jobs run on the pool threads started here.
+//!
+//! **Slots** (docs/scaleout.md "Slots"). The worker never announces more
+//! slots than it has: `busy + Σ credits ≤ concurrency`, where a link's
+//! credits are the READYs it announced on its current registration and no
+//! job has used yet. A free slot goes, in this order, to a registered
+//! owner holding no slot at all, else to the owner holding the fewest
+//! among those that *want* one (it used every slot it was given and
+//! handed a job within [`WorkerConfig::slot_move_after`]), else to the
+//! owner holding the fewest (on a tie, the owner whose job just ended). A slot idle at one owner for
+//! `slot_move_after` while another owner wants one is taken back with
+//! UNREADY (each owner keeps one) and, once the router ACKs it, given to
+//! that owner; a router that answers `NO_FREE_SLOT` had already sent a
+//! job against it. With one owner this is exactly EventMQ's rule: every
+//! free slot READY to the one router.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -26,14 +41,17 @@ pub(crate) struct Parts {
     pub counters: Arc<Counters>,
 }
 
-/// A job handed to the pool, tagged with the connection it came in on.
+/// A job handed to the pool, tagged with the owner and connection it came
+/// in on.
 struct Dispatch {
+    link: usize,
     epoch: u64,
     job: Job,
 }
 
 /// A finished job.
 struct Completion {
+    link: usize,
     epoch: u64,
     msgid: Frame,
     reply_requested: bool,
@@ -42,37 +60,118 @@ struct Completion {
 
 enum State {
     /// INFORM sent (when), no ACK yet; `None` while no router of the
-    /// list is connected (`ZMQ_IMMEDIATE` refused the INFORM): it is tried
-    /// again every [`limits::WORKER_INFORM_WAIT_POLL`] on the same
-    /// identity, which no router has seen yet.
+    /// owner's list is connected (`ZMQ_IMMEDIATE` refused the INFORM): it
+    /// is tried again every [`limits::WORKER_INFORM_WAIT_POLL`] on the
+    /// same identity, which no router has seen yet.
     Registering { sent_at: Option<Instant> },
     /// ACKed: jobs, READY and heartbeats flow.
     Ready,
 }
 
-struct Loop {
-    p: Parts,
+/// One owner (a router name: its owner and standby addresses) and what it
+/// holds of this worker's slots.
+struct Link {
+    /// The owner's addresses, joined by commas.
+    addrs: String,
+    /// CURVE keys for this owner's addresses.
+    curve: Option<crate::curve::ClientCurve>,
     dealer: Option<zmq::Socket>,
+    /// Connection generation: a new identity each time.
     epoch: u64,
     state: State,
-    busy: usize,
     last_recv: Instant,
     next_heartbeat: Instant,
+    /// READYs announced on the current registration not yet used by a job.
+    credits: usize,
+    /// Jobs from this owner running now (any connection generation).
+    busy: usize,
+    /// When this owner last handed a job, or registered.
+    last_job: Instant,
+    /// UNREADYs sent and not answered yet: msgid → when. At most
+    /// `credits` of them.
+    unready: HashMap<Frame, Instant>,
+    /// False once an UNREADY went unanswered for
+    /// [`limits::WORKER_UNREADY_ANSWER_WAIT`] (a router without the
+    /// extension): no more are sent to this owner.
+    can_unready: bool,
+}
+
+impl Link {
+    fn is_ready(&self) -> bool {
+        matches!(self.state, State::Ready)
+    }
+
+    /// Slots this owner holds: announced and unused, or running its jobs.
+    fn holds(&self) -> usize {
+        self.credits + self.busy
+    }
+
+    /// Whether it used every slot it was given and handed a job lately.
+    fn wants(&self, now: Instant, window: Duration) -> bool {
+        self.is_ready() && self.credits == 0 && now.saturating_duration_since(self.last_job) < window
+    }
+}
+
+struct Loop {
+    p: Parts,
+    links: Vec<Link>,
+    /// Jobs running, all owners together.
+    busy: usize,
     drain_deadline: Option<Instant>,
     /// Set when the drain timeout passed with jobs running and the
     /// `on_drain_timeout` hook was called: the end of the wait for them.
     abandon_deadline: Option<Instant>,
-    /// Jobs handed to the pool and not finished, by (epoch, msgid): whether
-    /// each wants a REPLY (a msgid may be held twice).
-    running: HashMap<(u64, Frame), Vec<bool>>,
+    /// Jobs handed to the pool and not finished, by (owner, epoch, msgid):
+    /// whether each wants a REPLY (a msgid may be held twice).
+    running: HashMap<(usize, u64, Frame), Vec<bool>>,
     jobs_tx: Sender<Dispatch>,
     done_rx: Receiver<Completion>,
+}
+
+/// The owners of `config.addresses` (entries joined by commas, split at
+/// `;`), each with its share of the CURVE server keys (one per address
+/// when there are as many keys as addresses, else the one key for all).
+fn owners(config: &WorkerConfig) -> Result<Vec<(String, Option<crate::curve::ClientCurve>)>, WorkerError> {
+    let all = config.addresses.join(",");
+    let owners = crate::config::addr::emqp_owners(&all).map_err(|e| WorkerError::Config(e.to_string()))?;
+    let total: usize = owners.iter().map(Vec::len).sum();
+    let mut first = 0;
+    let mut out = Vec::new();
+    for group in owners {
+        let curve = config.curve.clone().map(|mut c| {
+            if c.server_keys.len() == total && total > 1 {
+                c.server_keys = c.server_keys[first..first + group.len()].to_vec();
+            }
+            c
+        });
+        first += group.len();
+        out.push((group.join(","), curve));
+    }
+    Ok(out)
 }
 
 /// Runs the worker until stopped. Pool threads end when it returns.
 pub(crate) fn run(p: Parts) -> Result<(), WorkerError> {
     let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded::<Dispatch>();
     let (done_tx, done_rx) = crossbeam_channel::unbounded::<Completion>();
+    let now = Instant::now();
+    let links = owners(&p.config)?
+        .into_iter()
+        .map(|(addrs, curve)| Link {
+            addrs,
+            curve,
+            dealer: None,
+            epoch: 0,
+            state: State::Registering { sent_at: None },
+            last_recv: now,
+            next_heartbeat: now,
+            credits: 0,
+            busy: 0,
+            last_job: now,
+            unready: HashMap::new(),
+            can_unready: true,
+        })
+        .collect();
     for i in 0..p.config.concurrency.max(1) {
         let (rx, tx, handler, waker) = (jobs_rx.clone(), done_tx.clone(), p.handler.clone(), p.stopper.clone());
         std::thread::Builder::new()
@@ -80,36 +179,35 @@ pub(crate) fn run(p: Parts) -> Result<(), WorkerError> {
             .spawn(move || pool_thread(rx, tx, handler, waker))
             .map_err(|e| WorkerError::Config(format!("cannot spawn a pool thread: {e}")))?;
     }
-    let now = Instant::now();
     let mut lp = Loop {
         p,
-        dealer: None,
-        epoch: 0,
-        state: State::Registering { sent_at: None },
+        links,
         busy: 0,
-        last_recv: now,
-        next_heartbeat: now,
         drain_deadline: None,
         abandon_deadline: None,
         running: HashMap::new(),
         jobs_tx,
         done_rx,
     };
-    lp.connect()?;
+    for i in 0..lp.links.len() {
+        lp.connect(i)?;
+    }
     let result = lp.event_loop();
-    if let Some(d) = lp.dealer.take() {
-        let _ = d.set_linger(limits::WORKER_CLOSE_LINGER_MS);
+    for link in &mut lp.links {
+        if let Some(d) = link.dealer.take() {
+            let _ = d.set_linger(limits::WORKER_CLOSE_LINGER_MS);
+        }
     }
     result
 }
 
 fn pool_thread(rx: Receiver<Dispatch>, tx: Sender<Completion>, handler: Handler, waker: Stopper) {
-    for Dispatch { epoch, job } in rx {
+    for Dispatch { link, epoch, job } in rx {
         let (msgid, reply_requested) = (job.msgid.clone(), job.reply_requested());
         let h = handler.clone();
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || h(job)))
             .unwrap_or_else(|_| Err(JobError::Failed("job handler panicked".into())));
-        if tx.send(Completion { epoch, msgid, reply_requested, result }).is_err() {
+        if tx.send(Completion { link, epoch, msgid, reply_requested, result }).is_err() {
             return;
         }
         waker.waker.wake();
@@ -122,7 +220,9 @@ impl Loop {
             let timeout = self.next_deadline().saturating_duration_since(Instant::now());
             self.poll(timeout)?;
             self.drain_completions();
-            self.drain_socket()?;
+            for i in 0..self.links.len() {
+                self.drain_socket(i)?;
+            }
             if self.p.stopper.stop.load(Ordering::SeqCst) && self.drain_deadline.is_none() {
                 self.begin_drain();
             }
@@ -140,8 +240,9 @@ impl Loop {
     }
 
     fn poll(&mut self, timeout: Duration) -> Result<(), WorkerError> {
-        let dealer = self.dealer.as_ref().ok_or(WorkerError::Config("no socket".into()))?;
-        let mut items = [dealer.as_poll_item(zmq::POLLIN), self.p.wake_rx.as_poll_item(zmq::POLLIN)];
+        let mut items: Vec<zmq::PollItem> =
+            self.links.iter().filter_map(|l| l.dealer.as_ref()).map(|d| d.as_poll_item(zmq::POLLIN)).collect();
+        items.push(self.p.wake_rx.as_poll_item(zmq::POLLIN));
         zmq::poll(&mut items, timeout.as_millis().min(i64::MAX as u128) as i64).map_err(ZmqError::at("worker poll"))?;
         while self.p.wake_rx.recv_bytes(zmq::DONTWAIT).is_ok() {}
         Ok(())
@@ -175,13 +276,14 @@ impl Loop {
     fn abandon_running(&mut self) {
         tracing::warn!(busy = self.busy, "drain timeout: jobs still running are abandoned");
         let text = result_json(b"worker stopped: job abandoned at its drain timeout");
-        let current = matches!(self.state, State::Ready) && self.p.config.on_drain_timeout.is_some();
-        for ((epoch, msgid), wants) in std::mem::take(&mut self.running) {
+        let hooked = self.p.config.on_drain_timeout.is_some();
+        for ((link, epoch, msgid), wants) in std::mem::take(&mut self.running) {
+            let current = hooked && self.links.get(link).is_some_and(|l| l.is_ready() && l.epoch == epoch);
             for reply_requested in wants {
                 self.p.counters.abandoned.fetch_add(1, Ordering::Relaxed);
-                if reply_requested && current && epoch == self.epoch {
+                if reply_requested && current {
                     let reply = Command::JobReply { result: text.clone(), request_msgid: msgid.clone(), failed: true };
-                    if self.send(reply) {
+                    if self.send(link, reply) {
                         self.p.counters.replies_sent.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -195,72 +297,111 @@ impl Loop {
             return self.abandon_deadline.unwrap_or(drain);
         }
         let c = &self.p.config;
-        match self.state {
-            State::Registering { sent_at: Some(sent_at) } => sent_at + c.inform_retry,
-            State::Registering { sent_at: None } => Instant::now() + limits::WORKER_INFORM_WAIT_POLL,
-            State::Ready => self.next_heartbeat.min(self.last_recv + c.silence_timeout()),
+        let now = Instant::now();
+        let mut next = now + limits::HEARTBEAT_INTERVAL;
+        for l in &self.links {
+            let at = match l.state {
+                State::Registering { sent_at: Some(sent_at) } => sent_at + c.inform_retry,
+                State::Registering { sent_at: None } => now + limits::WORKER_INFORM_WAIT_POLL,
+                State::Ready => l.next_heartbeat.min(l.last_recv + c.silence_timeout()),
+            };
+            next = next.min(at);
+            if let Some(sent) = l.unready.values().min() {
+                next = next.min(*sent + limits::WORKER_UNREADY_ANSWER_WAIT);
+            }
         }
+        if self.links.len() > 1 {
+            // The slot-moving check (`move_slots`).
+            next = next.min(now + c.slot_move_after / 4);
+        }
+        next
     }
 
-    /// Heartbeat, liveness and registration timers. A missing ACK (after
-    /// `inform_retry`) or router silence (after `silence_timeout`) both
-    /// reconnect under a new identity (to every address again): re-sending
-    /// INFORM on the same identity would make an EventMQ router reset its
-    /// slots.
+    /// Heartbeat, liveness and registration timers of every owner, then
+    /// the slot moves. A missing ACK (after `inform_retry`) or router
+    /// silence (after `silence_timeout`) both reconnect that owner under a
+    /// new identity (to every address of it again): re-sending INFORM on
+    /// the same identity would make an EventMQ router reset its slots.
     fn timers(&mut self) -> Result<(), WorkerError> {
         if self.drain_deadline.is_some() {
             return Ok(());
         }
-        let now = Instant::now();
         let (silence, retry, interval) =
             (self.p.config.silence_timeout(), self.p.config.inform_retry, self.p.config.heartbeat_interval);
-        match self.state {
-            State::Registering { sent_at: None } => self.send_inform(),
-            State::Registering { sent_at: Some(sent_at) } if now >= sent_at + retry => {
-                tracing::warn!(?retry, "no ACK: re-sending INFORM under a new identity");
-                self.reconnect()?;
+        for i in 0..self.links.len() {
+            let now = Instant::now();
+            let l = &self.links[i];
+            match l.state {
+                State::Registering { sent_at: None } => self.send_inform(i),
+                State::Registering { sent_at: Some(sent_at) } if now >= sent_at + retry => {
+                    tracing::warn!(router = %l.addrs, ?retry, "no ACK: re-sending INFORM under a new identity");
+                    self.reconnect(i)?;
+                }
+                State::Ready if now >= l.last_recv + silence => {
+                    tracing::warn!(router = %l.addrs, ?silence, "router silent: reconnecting under a new identity");
+                    self.reconnect(i)?;
+                }
+                State::Ready if now >= l.next_heartbeat => {
+                    self.links[i].next_heartbeat = now + interval;
+                    self.send(i, Command::Heartbeat { timestamp: heartbeat_timestamp() });
+                }
+                _ => {}
             }
-            State::Ready if now >= self.last_recv + silence => {
-                tracing::warn!(?silence, "router silent: reconnecting under a new identity");
-                self.reconnect()?;
-            }
-            State::Ready if now >= self.next_heartbeat => {
-                self.next_heartbeat = now + interval;
-                self.send(Command::Heartbeat { timestamp: heartbeat_timestamp() });
-            }
-            _ => {}
+            self.unready_timeouts(i, now);
         }
+        self.move_slots();
         Ok(())
     }
 
-    /// A new DEALER under a new identity, connected to every address of
-    /// the list ([`super::socket::connect_router`]: `ZMQ_IMMEDIATE` and
-    /// ZMTP heartbeats), then INFORM: it goes to the router that is up.
-    fn connect(&mut self) -> Result<(), WorkerError> {
-        let addrs = self.p.config.addresses.join(",");
+    /// An UNREADY unanswered for [`limits::WORKER_UNREADY_ANSWER_WAIT`]:
+    /// the router does not know the word; its slots stay where they are.
+    fn unready_timeouts(&mut self, i: usize, now: Instant) {
+        let l = &mut self.links[i];
+        if l.unready.values().any(|sent| now >= *sent + limits::WORKER_UNREADY_ANSWER_WAIT) {
+            tracing::warn!(router = %l.addrs, "no answer to UNREADY: this router cannot take slots back; not asked again");
+            l.unready.clear();
+            l.can_unready = false;
+        }
+    }
+
+    /// A new DEALER for owner `i` under a new identity, connected to every
+    /// address of it ([`super::socket::connect_router`]: `ZMQ_IMMEDIATE`
+    /// and ZMTP heartbeats), then INFORM: it goes to the router that is up.
+    fn connect(&mut self, i: usize) -> Result<(), WorkerError> {
+        let l = &self.links[i];
+        let addrs = l.addrs.clone();
         let zerr = |what| ZmqError::at(format!("worker DEALER {what} for {addrs}"));
         let socket = self.p.ctx.socket(zmq::DEALER).map_err(zerr("socket"))?;
         socket.set_identity(&crate::protocol::emqp::new_msgid()).map_err(zerr("identity"))?;
         socket.set_linger(limits::RECONNECT_LINGER_MS).map_err(zerr("linger"))?;
         socket.set_sndhwm(limits::ZMQ_HWM).map_err(zerr("sndhwm"))?;
         socket.set_rcvhwm(limits::ZMQ_HWM).map_err(zerr("rcvhwm"))?;
-        super::socket::connect_router_curve(&socket, &addrs, self.p.config.curve.as_ref())
+        super::socket::connect_router_curve(&socket, &addrs, l.curve.as_ref())
             .map_err(|e| WorkerError::Config(format!("cannot connect to {addrs}: {e}")))?;
-        tracing::info!(router = %addrs, epoch = self.epoch, "connecting");
-        self.dealer = Some(socket);
-        self.last_recv = Instant::now();
-        self.send_inform();
+        tracing::info!(router = %addrs, epoch = l.epoch, "connecting");
+        let l = &mut self.links[i];
+        l.dealer = Some(socket);
+        l.last_recv = Instant::now();
+        self.send_inform(i);
         Ok(())
     }
 
-    fn reconnect(&mut self) -> Result<(), WorkerError> {
-        self.dealer = None;
-        self.epoch += 1;
+    /// Owner `i` again under a new identity: the slots it held on the old
+    /// registration are free again (its router forgets them, and requeues
+    /// the jobs it had sent: their results are dropped here).
+    fn reconnect(&mut self, i: usize) -> Result<(), WorkerError> {
+        let l = &mut self.links[i];
+        l.dealer = None;
+        l.epoch += 1;
+        l.credits = 0;
+        l.unready.clear();
         self.p.counters.reconnects.fetch_add(1, Ordering::Relaxed);
-        self.connect()
+        self.connect(i)?;
+        self.place_free_slots(None);
+        Ok(())
     }
 
-    fn send_inform(&mut self) {
+    fn send_inform(&mut self, i: usize) {
         let queues = if self.p.config.queues.is_empty() {
             Vec::new()
         } else {
@@ -269,24 +410,28 @@ impl Loop {
         // Quietly: with `ZMQ_IMMEDIATE` the send fails until a router of
         // the list is connected, which is no error (see `State`).
         let frames = Message::new(Command::Inform { queues, peer: PeerType::Worker, name: None }).encode();
-        let sent = self.dealer.as_ref().is_some_and(|d| d.send_multipart(&frames, zmq::DONTWAIT).is_ok());
-        self.state = State::Registering { sent_at: sent.then(Instant::now) };
+        let l = &mut self.links[i];
+        let sent = l.dealer.as_ref().is_some_and(|d| d.send_multipart(&frames, zmq::DONTWAIT).is_ok());
+        l.state = State::Registering { sent_at: sent.then(Instant::now) };
     }
 
     fn begin_drain(&mut self) {
         tracing::info!(busy = self.busy, "stopping: KBYE, draining running jobs");
-        self.send(Command::Kbye);
+        for i in 0..self.links.len() {
+            self.send(i, Command::Kbye);
+        }
         self.drain_deadline = Some(Instant::now() + self.p.config.drain_timeout);
     }
 
-    /// Sends one message; failures are logged and counted (never fatal).
-    fn send(&mut self, command: Command) -> bool {
-        self.send_frames(Message::new(command).encode())
+    /// Sends one message to owner `i`; failures are logged and counted
+    /// (never fatal).
+    fn send(&mut self, i: usize, command: Command) -> bool {
+        self.send_frames(i, Message::new(command).encode())
     }
 
     /// Sends one encoded message, as [`Loop::send`].
-    fn send_frames(&mut self, frames: Vec<Frame>) -> bool {
-        let Some(dealer) = self.dealer.as_ref() else { return false };
+    fn send_frames(&mut self, i: usize, frames: Vec<Frame>) -> bool {
+        let Some(dealer) = self.links.get(i).and_then(|l| l.dealer.as_ref()) else { return false };
         match dealer.send_multipart(&frames, zmq::DONTWAIT) {
             Ok(()) => true,
             Err(e) => {
@@ -297,29 +442,83 @@ impl Loop {
         }
     }
 
-    fn send_ready(&mut self, n: usize) {
-        for _ in 0..n {
-            if self.send(Command::Ready) {
-                self.p.counters.ready_sent.fetch_add(1, Ordering::Relaxed);
+    /// Slots neither running a job nor announced to an owner.
+    fn free_slots(&self) -> usize {
+        let credits: usize = self.links.iter().map(|l| l.credits).sum();
+        self.p.config.concurrency.saturating_sub(self.busy + credits)
+    }
+
+    /// Announces every free slot (READY) to the owner the rule of the
+    /// module docs picks; `ended` is the owner whose job just ended.
+    fn place_free_slots(&mut self, ended: Option<usize>) {
+        if self.drain_deadline.is_some() {
+            return;
+        }
+        let window = self.p.config.slot_move_after;
+        for _ in 0..self.free_slots() {
+            let now = Instant::now();
+            let ready = || self.links.iter().enumerate().filter(|(_, l)| l.is_ready());
+            // The fewest slots held; on a tie the owner whose job ended.
+            let fewest = |it: &mut dyn Iterator<Item = (usize, &Link)>| {
+                it.min_by_key(|(i, l)| (l.holds(), Some(*i) != ended)).map(|(i, _)| i)
+            };
+            let slotless = ready().find(|(_, l)| l.holds() == 0).map(|(i, _)| i);
+            let wanting = fewest(&mut ready().filter(|(_, l)| l.wants(now, window)));
+            let Some(target) = slotless.or(wanting).or_else(|| fewest(&mut ready())) else {
+                return;
+            };
+            if !self.send(target, Command::Ready) {
+                return;
+            }
+            self.p.counters.ready_sent.fetch_add(1, Ordering::Relaxed);
+            self.links[target].credits += 1;
+        }
+    }
+
+    /// Takes back (UNREADY) the slots idle for `slot_move_after` at owners
+    /// that keep more than one, while another owner holds none or wants
+    /// one. Answers come as ACK (taken: the slot is placed again) or
+    /// `ERROR NO_FREE_SLOT` (a job used it).
+    fn move_slots(&mut self) {
+        if self.links.len() < 2 || self.drain_deadline.is_some() {
+            return;
+        }
+        let (now, window) = (Instant::now(), self.p.config.slot_move_after);
+        let needy = self.links.iter().any(|l| l.is_ready() && (l.holds() == 0 || l.wants(now, window)));
+        if !needy {
+            return;
+        }
+        for i in 0..self.links.len() {
+            let l = &self.links[i];
+            let idle = now.saturating_duration_since(l.last_job) >= window;
+            if !(l.is_ready() && l.can_unready && idle && l.credits > 0) {
+                continue;
+            }
+            // Every owner keeps one slot, so that work arriving there is seen.
+            let keep = usize::from(l.busy == 0);
+            let spare = l.credits.saturating_sub(keep).saturating_sub(l.unready.len());
+            for _ in 0..spare {
+                let msg = Message::new(Command::Unready);
+                let id = msg.msgid.clone();
+                if !self.send_frames(i, msg.encode()) {
+                    break;
+                }
+                self.links[i].unready.insert(id, now);
             }
         }
     }
 
-    fn free_slots(&self) -> usize {
-        self.p.config.concurrency.saturating_sub(self.busy)
-    }
-
-    fn drain_socket(&mut self) -> Result<(), WorkerError> {
+    fn drain_socket(&mut self, i: usize) -> Result<(), WorkerError> {
         for _ in 0..limits::BATCH {
-            let Some(dealer) = self.dealer.as_ref() else { return Ok(()) };
+            let Some(dealer) = self.links.get(i).and_then(|l| l.dealer.as_ref()) else { return Ok(()) };
             let frames = match dealer.recv_multipart(zmq::DONTWAIT) {
                 Ok(f) => f,
                 Err(zmq::Error::EAGAIN) => return Ok(()),
                 Err(source) => return Err(ZmqError::new("worker recv", source).into()),
             };
-            self.last_recv = Instant::now();
+            self.links[i].last_recv = Instant::now();
             match decode(&frames, Socket::WorkerSide) {
-                Ok(msg) => self.handle(msg)?,
+                Ok(msg) => self.handle(i, msg)?,
                 Err(e) => {
                     self.p.counters.malformed.fetch_add(1, Ordering::Relaxed);
                     crate::log_limited!(warn, error = %e, frames = %ShowFrames(&frames), "malformed message from router dropped");
@@ -329,19 +528,29 @@ impl Loop {
         Ok(())
     }
 
-    fn handle(&mut self, msg: Message) -> Result<(), WorkerError> {
+    fn handle(&mut self, i: usize, msg: Message) -> Result<(), WorkerError> {
         match msg.command {
-            Command::Ack { .. } => self.handle_ack(),
+            Command::Ack { acked } if self.links[i].unready.remove(&acked).is_some() => {
+                let l = &mut self.links[i];
+                l.credits = l.credits.saturating_sub(1);
+                self.p.counters.slots_moved.fetch_add(1, Ordering::Relaxed);
+                self.place_free_slots(None);
+            }
+            Command::Ack { .. } => self.handle_ack(i),
             Command::Request { queue, headers, body, extra } => {
-                self.handle_request(Job { msgid: msg.msgid, queue, headers, body, extra })
+                self.handle_request(i, Job { msgid: msg.msgid, queue, headers, body, extra })
             }
             Command::Kbye if self.drain_deadline.is_none() => {
-                tracing::info!("router sent KBYE: reconnecting");
-                return self.reconnect();
+                tracing::info!(router = %self.links[i].addrs, "router sent KBYE: reconnecting");
+                return self.reconnect(i);
             }
             Command::Disconnect if self.drain_deadline.is_none() => {
-                tracing::info!("router sent DISCONNECT (it does not know this worker): registering again");
-                return self.reconnect();
+                tracing::info!(router = %self.links[i].addrs,
+                    "router sent DISCONNECT (it does not know this worker): registering again");
+                return self.reconnect(i);
+            }
+            Command::Error { refers_to, .. } if self.links[i].unready.remove(&refers_to).is_some() => {
+                // NO_FREE_SLOT: the job that used the slot came first.
             }
             Command::Error { code, text, .. } => {
                 let (code, text) = (String::from_utf8_lossy(&code), String::from_utf8_lossy(&text));
@@ -352,30 +561,36 @@ impl Loop {
         Ok(())
     }
 
-    fn handle_ack(&mut self) {
-        if let State::Registering { .. } = self.state {
-            self.state = State::Ready;
-            self.next_heartbeat = Instant::now() + self.p.config.heartbeat_interval;
-            let free = if self.drain_deadline.is_some() { 0 } else { self.free_slots() };
-            tracing::info!(epoch = self.epoch, free, busy = self.busy, "registered: announcing free slots");
-            self.send_ready(free);
+    fn handle_ack(&mut self, i: usize) {
+        let free = self.free_slots();
+        let l = &mut self.links[i];
+        if let State::Registering { .. } = l.state {
+            l.state = State::Ready;
+            l.next_heartbeat = Instant::now() + self.p.config.heartbeat_interval;
+            l.last_job = Instant::now();
+            tracing::info!(router = %l.addrs, epoch = l.epoch, free, busy = self.busy, "registered: announcing free slots");
+            self.place_free_slots(Some(i));
         }
     }
 
-    fn handle_request(&mut self, job: Job) {
-        self.busy += 1;
-        if self.busy > self.p.config.concurrency {
-            crate::log_limited!(
-                warn,
-                busy = self.busy,
-                "router sent more jobs than READYs; job waits for a free thread"
-            );
+    fn handle_request(&mut self, i: usize, job: Job) {
+        let l = &mut self.links[i];
+        if l.credits == 0 {
+            self.p.counters.over_limit.fetch_add(1, Ordering::Relaxed);
+            crate::log_limited!(warn, busy = self.busy, router = %l.addrs,
+                "router sent more jobs than READYs; job waits for a free thread");
         }
-        let epoch = self.epoch;
-        let key = (epoch, job.msgid.clone());
+        l.credits = l.credits.saturating_sub(1);
+        l.busy += 1;
+        l.last_job = Instant::now();
+        self.busy += 1;
+        self.p.counters.peak_busy.fetch_max(self.busy as u64, Ordering::Relaxed);
+        let epoch = l.epoch;
+        let key = (i, epoch, job.msgid.clone());
         let reply_requested = job.reply_requested();
-        if self.jobs_tx.send(Dispatch { epoch, job }).is_err() {
+        if self.jobs_tx.send(Dispatch { link: i, epoch, job }).is_err() {
             self.busy -= 1;
+            self.links[i].busy -= 1;
             tracing::error!("job pool is gone; job dropped");
             return;
         }
@@ -390,7 +605,10 @@ impl Loop {
 
     fn handle_completion(&mut self, done: Completion) {
         self.busy = self.busy.saturating_sub(1);
-        let key = (done.epoch, done.msgid);
+        if let Some(l) = self.links.get_mut(done.link) {
+            l.busy = l.busy.saturating_sub(1);
+        }
+        let key = (done.link, done.epoch, done.msgid);
         if let Some(wants) = self.running.get_mut(&key) {
             // The run that ended: one whose reply wish matches (the same
             // msgid may be held twice).
@@ -402,7 +620,7 @@ impl Loop {
                 self.running.remove(&key);
             }
         }
-        let (epoch, msgid) = key;
+        let (link, epoch, msgid) = key;
         let c = &self.p.counters;
         let counter = match &done.result {
             Ok(_) => &c.succeeded,
@@ -410,7 +628,7 @@ impl Loop {
             Err(JobError::Failed(_)) => &c.failed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        let current = epoch == self.epoch && matches!(self.state, State::Ready);
+        let current = self.links.get(link).is_some_and(|l| l.epoch == epoch && l.is_ready());
         if done.reply_requested && current {
             let max = self.p.config.max_reply_bytes.max(limits::WORKER_MIN_REPLY_BYTES);
             let (frames, oversized) = job_reply(msgid.clone(), &done.result, max);
@@ -419,16 +637,13 @@ impl Loop {
                 tracing::warn!(msgid = %String::from_utf8_lossy(&msgid), max,
                     "job result too big for a REPLY (max_reply_bytes): reported failed instead");
             }
-            if self.send_frames(frames) {
+            if self.send_frames(link, frames) {
                 self.p.counters.replies_sent.fetch_add(1, Ordering::Relaxed);
             }
         } else if done.reply_requested {
             tracing::info!(msgid = %String::from_utf8_lossy(&msgid), "result of a job from an earlier connection dropped");
         }
-        let may_ready = matches!(self.state, State::Ready) && self.drain_deadline.is_none();
-        if may_ready && self.busy < self.p.config.concurrency {
-            self.send_ready(1);
-        }
+        self.place_free_slots(Some(link));
     }
 }
 

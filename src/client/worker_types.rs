@@ -73,7 +73,11 @@ pub enum JobError {
 pub struct WorkerConfig {
     /// Router backend addresses: the worker connects to all of them at
     /// once (`ZMQ_IMMEDIATE`, ZMTP heartbeats) and registers with the one
-    /// that is up (docs/failover.md).
+    /// that is up (docs/failover.md). Semicolons inside the entries
+    /// separate owners (router names, [`crate::config::addr::emqp_owners`]
+    /// over the entries joined by commas): the worker then keeps one
+    /// connection per owner and splits `concurrency` between them
+    /// (docs/scaleout.md "Slots").
     pub addresses: Vec<String>,
     /// `(weight, name)` pairs sent in INFORM; empty = the router's defaults.
     pub queues: Vec<(i64, String)>,
@@ -114,6 +118,11 @@ pub struct WorkerConfig {
     /// CURVE client keys (`curve_key_file`, `curve_server_key`): `None`
     /// connects plain (NULL).
     pub curve: Option<crate::curve::ClientCurve>,
+    /// With several owners: how long a free slot may sit idle at one owner
+    /// while another owner used every slot it was given before the worker
+    /// takes it back (UNREADY) and gives it to that owner
+    /// ([`limits::WORKER_SLOT_MOVE_AFTER`], docs/scaleout.md "Slots").
+    pub slot_move_after: Duration,
 }
 
 /// A function run when the drain timeout passes with jobs still running
@@ -143,6 +152,7 @@ impl WorkerConfig {
             abandon_wait: limits::WORKER_ABANDON_WAIT,
             max_reply_bytes: limits::WORKER_MAX_REPLY_BYTES,
             curve: None,
+            slot_move_after: limits::WORKER_SLOT_MOVE_AFTER,
         }
     }
 
@@ -197,6 +207,16 @@ pub struct WorkerStats {
     /// [`WorkerConfig::max_reply_bytes`]: a failed REPLY was sent instead
     /// (the job also counts in `succeeded` or `failed` as it ended).
     pub oversized_results: u64,
+    /// The most jobs this worker held at once (running, across every
+    /// router it serves): never over `concurrency` unless a router sent
+    /// more jobs than READYs (then `over_limit` counts them).
+    pub peak_busy: u64,
+    /// Jobs received while every slot was already busy: a router sent
+    /// more jobs than this worker announced (0 against emq's router).
+    pub over_limit: u64,
+    /// Free slots taken back from one router (UNREADY) to be given to
+    /// another with work (docs/scaleout.md "Slots").
+    pub slots_moved: u64,
 }
 
 /// Live counters shared by the I/O thread and the pool.
@@ -212,6 +232,9 @@ pub(crate) struct Counters {
     pub send_failed: AtomicU64,
     pub abandoned: AtomicU64,
     pub oversized_results: AtomicU64,
+    pub peak_busy: AtomicU64,
+    pub over_limit: AtomicU64,
+    pub slots_moved: AtomicU64,
 }
 
 impl Counters {
@@ -228,6 +251,9 @@ impl Counters {
             send_failed: g(&self.send_failed),
             abandoned: g(&self.abandoned),
             oversized_results: g(&self.oversized_results),
+            peak_busy: g(&self.peak_busy),
+            over_limit: g(&self.over_limit),
+            slots_moved: g(&self.slots_moved),
         }
     }
 }
