@@ -33,7 +33,8 @@
 # the routers started inside their control groups; emq-bench runs with the
 # first owner's PID (`--pid`) for its own CPU per job; around it the script
 # reads each owner's CPU (/proc/<pid>/stat) and throttling (cpu.stat), the
-# NATS servers' CPU and the machine's (/proc/stat), and after it each
+# NATS servers' CPU each, the machine's (/proc/stat) and the disks' (busy
+# time and writes, /proc/diskstats), and after it each
 # owner's STATUS (accepted_jobs). Results in
 # loadtest/results/<date>-<rev>-scaleout/: runs.csv, every bench JSON,
 # summary.md and scaleout.svg (loadtest/scaleout_summary.py). Every process
@@ -117,6 +118,9 @@ throttle() { # GROUP -> "periods throttled"
 cpu_s() { # PID -> its CPU seconds (user + system), 0 when gone
   awk -v hz="$(getconf CLK_TCK)" '{sub(/^.*\) /, ""); print ($12 + $13) / hz}' "/proc/$1/stat" 2>/dev/null || echo 0
 }
+disk_stat() { # -> "io_ms writes" summed over whole disks (vd*, sd*, xvd*, nvme*n*; not partitions)
+  awk '$3 ~ /^(x?vd[a-z]+|sd[a-z]+|nvme[0-9]+n[0-9]+)$/ {t += $13; w += $8} END {print t + 0, w + 0}' /proc/diskstats
+}
 machine_busy() { # -> "busy total" jiffies of all cores
   awk '$1=="cpu"{t=0; for(i=2;i<=NF;i++) t+=$i; print t - $5 - $6, t}' /proc/stat
 }
@@ -152,7 +156,7 @@ start_nats() {
   NATS_PIDS=$(sed -n 's/^pids=//p' <<<"$out")
 }
 
-echo "run,durability,owners,round,jobs_per_s,sent,received,lost,duplicates,errors,wall_s,owner_cpu_s,owner_accepted,owner_throttled_pct,nats_cpu_s,bench_cpu_us_per_job,bench_cpu_s,machine_busy_cores,loadavg" >"$OUT/runs.csv"
+echo "run,durability,owners,round,jobs_per_s,sent,received,lost,duplicates,errors,wall_s,owner_cpu_s,owner_accepted,owner_throttled_pct,nats_cpu_s,bench_cpu_us_per_job,bench_cpu_s,machine_busy_cores,loadavg,nats_server_cpu_s,disk_io_ms,disk_writes" >"$OUT/runs.csv"
 RUN=0
 run_one() { # DURABILITY OWNERS ROUND
   local dur=$1 n=$2 round=$3 i fe=() be=() admins=() pids=() flags
@@ -181,17 +185,17 @@ run_one() { # DURABILITY OWNERS ROUND
   done
   local frontend backend
   frontend=$(IFS=';'; echo "${fe[*]}") backend=$(IFS=';'; echo "${be[*]}")
-  local cpu0=() thr0=() nats0 m0
+  local cpu0=() thr0=() nats0 m0 d0
   for i in $(seq "$n"); do cpu0+=("$(cpu_s "${pids[$((i - 1))]}")"); thr0+=("$(throttle "$CG_PARENT/o$i")"); done
-  nats0=$(nats_cpu) m0=$(machine_busy)
+  nats0=$(nats_cpu) m0=$(machine_busy) d0=$(disk_stat)
   local load
   load=$(cut -d' ' -f1 /proc/loadavg)
-  local t0=$SECONDS ok=1
+  local ok=1
   # shellcheck disable=SC2086
   "$BENCH" emqp --frontend "$frontend" --backend "$backend" --target-name "$name" --pid "${pids[0]}" \
     --no-progress $BENCH_ARGS --out "$OUT" --name "$name" >"$OUT/$name.out" 2>"$OUT/$name.err" || ok=0
-  local m1 nats1 wall
-  m1=$(machine_busy) nats1=$(nats_cpu)
+  local m1 nats1 d1
+  m1=$(machine_busy) nats1=$(nats_cpu) d1=$(disk_stat)
   local cpus=() thr=() acc=()
   for i in $(seq "$n"); do
     local c1 p0 t0_ p1_ t1_
@@ -213,23 +217,26 @@ run_one() { # DURABILITY OWNERS ROUND
   rm -f "$OUT/$name.svg"
   python3 - "$OUT/$name.json" "$RUN" "$dur" "$n" "$round" "$(IFS=' '; echo "${cpus[*]}")" \
     "$(IFS=' '; echo "${acc[*]}")" "$(IFS=' '; echo "${thr[*]}")" \
-    "$(awk -v a="$nats0" -v b="$nats1" 'BEGIN{printf "%.3f", b - a}')" "$busy" "$load" >>"$OUT/runs.csv" <<'EOF'
+    "$nats0" "$nats1" "$busy" "$load" "$d0" "$d1" >>"$OUT/runs.csv" <<'EOF'
 import json, sys
-path, run, dur, n, rnd, cpus, acc, thr, nats, busy, load = sys.argv[1:]
+path, run, dur, n, rnd, cpus, acc, thr, nats0, nats1, busy, load, d0, d1 = sys.argv[1:]
+each = [b - a for a, b in zip(map(float, nats0.split()), map(float, nats1.split()))]
+nats = f"{sum(each):.3f}"
 r = json.load(open(path))["results"][0]
 e = r.get("extra") or {}
 print(",".join(str(x) for x in [run, dur, n, rnd, round(r["throughput_per_s"]), r["sent"], r["received"], r["lost"],
       r["duplicates"], r["errors"], round(e.get("wall_s", 0), 2), cpus, acc, thr, nats,
-      round(e.get("bench_cpu_us_per_job", 0), 2), round(e.get("bench_cpu_s", 0), 3), busy, load]))
+      round(e.get("bench_cpu_us_per_job", 0), 2), round(e.get("bench_cpu_s", 0), 3), busy, load,
+      " ".join(f"{x:.3f}" for x in each), *(int(b) - int(a) for a, b in zip(d0.split(), d1.split()))]))
 EOF
   tail -1 "$OUT/runs.csv"
   return 0
 }
-nats_cpu() {
-  local p s=0
+nats_cpu() { # -> each NATS server's CPU seconds, space-separated ("0" without servers)
+  local p out=()
   [ -n "$NATS_PIDS" ] || { echo 0; return; }
-  for p in ${NATS_PIDS//,/ }; do s=$(awk -v a="$s" -v b="$(cpu_s "$p")" 'BEGIN{print a + b}'); done
-  echo "$s"
+  for p in ${NATS_PIDS//,/ }; do out+=("$(cpu_s "$p")"); done
+  echo "${out[*]}"
 }
 stop_run() { # PIDS: stop the run's routers; forget them
   local p q keep

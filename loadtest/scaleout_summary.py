@@ -24,6 +24,10 @@ quota_us, period_us = (int(x) for x in cpu_max.split())
 QUOTA = quota_us / period_us  # cores per owner
 
 
+def r_has(rows, key):
+    return all(r.get(key) for r in rows)
+
+
 def floats(text):
     return [float(x) for x in text.split()] if text.strip() else []
 
@@ -61,8 +65,9 @@ for dur in dict.fromkeys(r["durability"] for r in rows):
     lines += [
         "| owners | jobs/s (median) | runs | ÷ 1 owner | owner CPU, cores (quota " + f"{QUOTA:.2f})"
         + " | periods throttled | owner CPU per job | jobs per owner (STATUS) | NATS cores | NATS CPU per job"
+        + " | busiest NATS server, cores | disk busy | disk writes/s"
         + " | emq-bench cores | emq-bench CPU per job | producer CPU per job | machine busy cores | load avg |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     base = None
     meds = {}
@@ -86,7 +91,14 @@ for dur in dict.fromkeys(r["durability"] for r in rows):
         prod_us = [float(r["producer_us"]) for r in g if r["producer_us"] is not None]
         busy = [float(r["machine_busy_cores"]) for r in g]
         loads = [float(r["loadavg"]) for r in g]
-        per_owner = [f"{int(min(a))}–{int(max(a))}" for a in acc if a]
+        spread = max((max(a) - min(a)) / (sum(a) / len(a)) for a in acc if a and sum(a) > 0) if any(acc) else 0
+        per_owner = f"{med([sum(a) / len(a) for a in acc if a]):,.0f} (spread ≤ {100 * spread:.2f} %)"
+        nats_max = [max(floats(r.get("nats_server_cpu_s") or "0")) / w for r, w in zip(g, walls)]
+        disk = [float(r["disk_io_ms"]) / (w * 1000) for r, w in zip(g, walls) if r.get("disk_io_ms")]
+        writes = [float(r["disk_writes"]) / w for r, w in zip(g, walls) if r.get("disk_writes")]
+        nmax = f"{med(nats_max):.2f}" if dur == "replicated" and r_has(g, "nats_server_cpu_s") else "–"
+        dbusy = f"{100 * med(disk):.0f} %" if disk else "–"
+        dw = f"{med(writes):,.0f}" if writes else "–"
         ratio = f"{m / base:.2f} ×" if base else "–"
         nats = f"{med(nats_cores):.2f}" if dur == "replicated" else "–"
         nats_pj = f"{med(nats_us):.1f} µs" if dur == "replicated" else "–"
@@ -94,7 +106,7 @@ for dur in dict.fromkeys(r["durability"] for r in rows):
         lines.append(
             f"| {n} | **{m:,.0f}** | {', '.join(f'{x:,.0f}' for x in jps)} | {ratio} | "
             f"{med(owner_cores):.3f} [{min(owner_cores):.3f}–{max(owner_cores):.3f}] | {med(throttled):.0f} % | "
-            f"{med(owner_us):.1f} µs | {'; '.join(per_owner)} | {nats} | {nats_pj} | {med(bench_cores):.2f} | "
+            f"{med(owner_us):.1f} µs | {per_owner} | {nats} | {nats_pj} | {nmax} | {dbusy} | {dw} | {med(bench_cores):.2f} | "
             f"{med(bench_us):.1f} µs | {prod} | {med(busy):.2f} of {cores} | {min(loads):.1f}–{max(loads):.1f} |"
         )
         ours = med(owner_cores) * n + med(bench_cores) + (med(nats_cores) if dur == "replicated" else 0)
@@ -137,7 +149,9 @@ for dur in dict.fromkeys(r["durability"] for r in rows):
 lines += [
     "Columns: owner CPU from `/proc/<pid>/stat` over the bench's run (setup and drain included), per owner; "
     "periods throttled from the group's `cpu.stat`; owner and NATS CPU per job over the jobs the owners' STATUS "
-    "counted (`accepted_jobs`, warm-up included); emq-bench's CPU from its own `/proc` (`--pid`), its producer "
+    "counted (`accepted_jobs`, warm-up included; jobs per owner: the runs' median of the owners' mean, and the largest "
+    "difference between two owners of one run over their mean); disk busy: the disks' I/O time over the run's wall time "
+    "(`/proc/diskstats`, all processes); emq-bench's CPU from its own `/proc` (`--pid`), its producer "
     "CPU from its client threads' CPU clocks; machine busy cores from `/proc/stat`.",
     "",
     "![jobs/s against owners](scaleout.svg)",
