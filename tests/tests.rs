@@ -1,6 +1,7 @@
 mod architecture;
 mod bench;
 mod bench_jetstream;
+mod bench_scaleout;
 mod bounds;
 mod cli;
 mod client;

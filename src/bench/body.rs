@@ -151,6 +151,9 @@ pub struct Tally {
     pub last_receipt_ns: u64,
     /// Earliest send of a measured job, ns.
     pub first_send_ns: Option<u64>,
+    /// CPU time of the eMQP client threads (the producers) over the whole
+    /// run, warm-up included, ns; 0 where a mode does not measure it.
+    pub producer_cpu_ns: u64,
 }
 
 impl Tally {
@@ -166,6 +169,7 @@ impl Tally {
             received: 0,
             duplicates: 0,
             accepted: 0,
+            producer_cpu_ns: 0,
             errors: 0,
             latency: histogram(),
             ack_latency: histogram(),
@@ -239,6 +243,7 @@ impl Tally {
         self.duplicates += other.duplicates;
         self.accepted += other.accepted;
         self.errors += other.errors;
+        self.producer_cpu_ns += other.producer_cpu_ns;
         let _ = self.latency.add(&other.latency);
         let _ = self.ack_latency.add(&other.ack_latency);
         self.last_receipt_ns = self.last_receipt_ns.max(other.last_receipt_ns);

@@ -7,6 +7,15 @@
 //! inproc PUSH/PULL pair, so the client tallies every job (and any
 //! duplicate) on one thread. Clients also count acceptance REPLYs (frame 4 =
 //! REQUEST msgid) and ERRORs.
+//!
+//! Several owners (docs/scaleout.md: `;` between router names in the
+//! target's frontend and backend lists): every client keeps one DEALER per
+//! owner and sends its REQUESTs round-robin over them, one REQUEST at a
+//! time (as the eMQP client library spreads them), so each client loads
+//! every owner alike and the client-side cost of spreading is measured;
+//! worker `i` serves owner `i mod owners` only (one socket, its own READY
+//! credits), so the workers are split over the owners and no owner gets
+//! more credits than its share. One owner: exactly the load as before.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,9 +33,10 @@ use crate::zmq_error::ZmqError;
 /// An eMQP broker to load: its frontend (clients) and backend (workers).
 #[derive(Debug, Clone)]
 pub struct Target {
-    /// Frontend address, e.g. `tcp://127.0.0.1:47291`.
+    /// Frontend address, e.g. `tcp://127.0.0.1:47291`; several separated
+    /// by `,` (one owner and its standby) and owners separated by `;`.
     pub frontend: String,
-    /// Backend address.
+    /// Backend address, as `frontend`: the same owners in the same order.
     pub backend: String,
     /// CURVE client keys every client and worker connects with (the i-th
     /// server key for the i-th address of each list); `None`: plain.
@@ -36,7 +46,11 @@ pub struct Target {
 /// Shared by every thread of one run.
 struct RunCtx {
     settings: LoadSettings,
-    target: Target,
+    /// The frontend's owners (one address list each, as `connect_all`
+    /// takes it: `a` or `a,standby`), with the CURVE keys of each.
+    frontends: Vec<(String, Option<ClientCurve>)>,
+    /// The backend's owners, as `frontends`.
+    backends: Vec<(String, Option<ClientCurve>)>,
     zctx: zmq::Context,
     nonce: String,
     stop: AtomicBool,
@@ -62,11 +76,30 @@ fn socket(ctx: &RunCtx, kind: zmq::SocketType) -> Result<zmq::Socket, BenchError
 /// # Errors
 /// [`BenchError::TargetDown`] when a worker gets no ACK to its INFORM within
 /// the probe timeout, when a send blocks that long, or when no job at all
-/// reaches a worker; [`BenchError::Zmq`] for socket failures.
+/// reaches a worker; [`BenchError::Zmq`] for socket failures;
+/// [`BenchError::Invalid`] when the frontend and backend lists name a
+/// different number of owners, or there are fewer workers than owners.
 pub fn run(target: &Target, settings: &LoadSettings, progress: Arc<AtomicU64>) -> Result<Tally, BenchError> {
+    let frontends = owners(&target.frontend, target.curve.as_ref())?;
+    let backends = owners(&target.backend, target.curve.as_ref())?;
+    if frontends.len() != backends.len() {
+        return Err(BenchError::Invalid(format!(
+            "{} frontend owners but {} backend owners: give both lists the same owners in the same order",
+            frontends.len(),
+            backends.len()
+        )));
+    }
+    if settings.workers.max(1) < backends.len() {
+        return Err(BenchError::Invalid(format!(
+            "--workers {} for {} owners: every owner needs a worker of its own",
+            settings.workers,
+            backends.len()
+        )));
+    }
     let ctx = Arc::new(RunCtx {
         settings: settings.clone(),
-        target: target.clone(),
+        frontends,
+        backends,
         zctx: zmq::Context::new(),
         nonce: uuid::Uuid::new_v4().simple().to_string(),
         stop: AtomicBool::new(false),
@@ -118,6 +151,28 @@ pub fn run(target: &Target, settings: &LoadSettings, progress: Arc<AtomicU64>) -
     Ok(total)
 }
 
+/// Splits `list` into owners ([`crate::config::addr::emqp_owners`]), each
+/// as one comma-separated address list with its CURVE keys: the server
+/// keys of its addresses (by their position in the whole list), or the one
+/// key for all. A list without `;` stays one owner, exactly as given.
+fn owners(list: &str, curve: Option<&ClientCurve>) -> Result<Vec<(String, Option<ClientCurve>)>, BenchError> {
+    if !list.contains(';') {
+        return Ok(vec![(list.to_string(), curve.cloned())]);
+    }
+    let groups = crate::config::addr::emqp_owners(list).map_err(|e| BenchError::Invalid(e.to_string()))?;
+    let mut first = 0;
+    let mut out = Vec::with_capacity(groups.len());
+    for g in groups {
+        let keys = curve.map(|c| ClientCurve {
+            pair: c.pair.clone(),
+            server_keys: (first..first + g.len()).map(|i| *c.server_key_for(i)).collect(),
+        });
+        first += g.len();
+        out.push((g.join(","), keys));
+    }
+    Ok(out)
+}
+
 fn wait_ready(rx: &Receiver<Result<(), BenchError>>, n: usize) -> Result<(), BenchError> {
     for _ in 0..n {
         match rx.recv() {
@@ -158,11 +213,12 @@ fn worker(ctx: &RunCtx, index: usize, ready: Sender<Result<(), BenchError>>, clo
         let sock = socket(ctx, zmq::DEALER)?;
         sock.set_identity(&new_msgid()).map_err(ZmqError::at("identity"))?;
         sock.set_sndtimeo(ctx.settings.probe_timeout.as_millis() as i32).map_err(ZmqError::at("SNDTIMEO"))?;
-        connect_all(&sock, &ctx.target.backend, ctx.target.curve.as_ref())?;
+        let (backend, curve) = &ctx.backends[index % ctx.backends.len()];
+        connect_all(&sock, backend, curve.as_ref())?;
         let queues: Vec<(i64, String)> = ctx.settings.queue_list();
         let queues = serde_json::to_vec(&queues).unwrap_or_default();
         send(&sock, &[b"", VERSION, b"INFORM", b"bench-inform", &queues, b"worker"], "INFORM")?;
-        wait_ack(&sock, ctx.settings.probe_timeout, &ctx.target.backend)?;
+        wait_ack(&sock, ctx.settings.probe_timeout, backend)?;
         let mut done = Vec::new();
         for c in 0..ctx.settings.clients.max(1) {
             let push = socket(ctx, zmq::PUSH)?;
@@ -250,11 +306,31 @@ const ACK_GRACE: Duration = Duration::from_secs(1);
 /// One client: sends REQUESTs as its pacer allows, tallies receipts and
 /// acceptance REPLYs, and returns once every job is in or the drain ends.
 fn client(ctx: &RunCtx, index: usize, clock: Clock) -> Result<Tally, BenchError> {
+    let mut tally = client_load(ctx, index, clock)?;
+    tally.producer_cpu_ns = thread_cpu_ns();
+    Ok(tally)
+}
+
+/// CPU time of the calling thread so far, ns (0 if the clock fails).
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into the valid `ts`.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+fn client_load(ctx: &RunCtx, index: usize, clock: Clock) -> Result<Tally, BenchError> {
     let s = &ctx.settings;
-    let dealer = socket(ctx, zmq::DEALER)?;
-    dealer.set_identity(&new_msgid()).map_err(ZmqError::at("identity"))?;
-    dealer.set_sndtimeo(s.probe_timeout.as_millis() as i32).map_err(ZmqError::at("SNDTIMEO"))?;
-    connect_all(&dealer, &ctx.target.frontend, ctx.target.curve.as_ref())?;
+    let mut dealers = Vec::with_capacity(ctx.frontends.len());
+    for (frontend, curve) in &ctx.frontends {
+        let dealer = socket(ctx, zmq::DEALER)?;
+        dealer.set_identity(&new_msgid()).map_err(ZmqError::at("identity"))?;
+        dealer.set_sndtimeo(s.probe_timeout.as_millis() as i32).map_err(ZmqError::at("SNDTIMEO"))?;
+        connect_all(&dealer, frontend, curve.as_ref())?;
+        dealers.push(dealer);
+    }
     let pull = socket(ctx, zmq::PULL)?;
     pull.bind(&ctx.done_endpoint(index)).map_err(ZmqError::at("bind inproc"))?;
     let queues: Vec<Vec<u8>> = s.queue_list().into_iter().map(|(_, q)| q.into_bytes()).collect();
@@ -269,8 +345,10 @@ fn client(ctx: &RunCtx, index: usize, clock: Clock) -> Result<Tally, BenchError>
             let seq = tally.on_send(t);
             let msgid = format!("{index}:{seq}");
             let q = &queues[seq as usize % queues.len()];
+            // Round-robin over the owners, one REQUEST at a time.
+            let dealer = &dealers[seq as usize % dealers.len()];
             send(
-                &dealer,
+                dealer,
                 &[b"", VERSION, b"REQUEST", msgid.as_bytes(), q, b"", &body::encode(index, seq, t, s.size)],
                 "REQUEST",
             )?;
@@ -294,30 +372,35 @@ fn client(ctx: &RunCtx, index: usize, clock: Clock) -> Result<Tally, BenchError>
             }
         }
         let wait = pacer.wait(now, Duration::from_millis(10));
-        let mut items = [dealer.as_poll_item(zmq::POLLIN), pull.as_poll_item(zmq::POLLIN)];
+        let mut items: Vec<zmq::PollItem> = dealers.iter().map(|d| d.as_poll_item(zmq::POLLIN)).collect();
+        items.push(pull.as_poll_item(zmq::POLLIN));
         if zmq::poll(&mut items, wait.as_millis() as i64).map_err(ZmqError::at("poll"))? == 0 && wait > Duration::ZERO {
             std::thread::sleep(wait.min(Duration::from_micros(200)));
         }
-        drain(ctx, &dealer, &pull, &clock, &mut tally)?;
+        drain(ctx, &dealers, &pull, &clock, &mut tally)?;
     }
 }
 
 fn drain(
     ctx: &RunCtx,
-    dealer: &zmq::Socket,
+    dealers: &[zmq::Socket],
     pull: &zmq::Socket,
     clock: &Clock,
     t: &mut Tally,
 ) -> Result<(), BenchError> {
-    while let Ok(f) = dealer.recv_multipart(zmq::DONTWAIT) {
-        match f.get(2).map(Vec::as_slice) {
-            Some(b"REPLY") if f.len() == 5 => {
-                let seq =
-                    std::str::from_utf8(&f[4]).ok().and_then(|m| m.split_once(':')).and_then(|(_, s)| s.parse().ok());
-                t.on_ack(seq.unwrap_or(u64::MAX), clock.now_ns());
+    for dealer in dealers {
+        while let Ok(f) = dealer.recv_multipart(zmq::DONTWAIT) {
+            match f.get(2).map(Vec::as_slice) {
+                Some(b"REPLY") if f.len() == 5 => {
+                    let seq = std::str::from_utf8(&f[4])
+                        .ok()
+                        .and_then(|m| m.split_once(':'))
+                        .and_then(|(_, s)| s.parse().ok());
+                    t.on_ack(seq.unwrap_or(u64::MAX), clock.now_ns());
+                }
+                Some(b"ERROR") => t.errors += 1,
+                _ => {}
             }
-            Some(b"ERROR") => t.errors += 1,
-            _ => {}
         }
     }
     while let Ok(note) = pull.recv_bytes(zmq::DONTWAIT) {

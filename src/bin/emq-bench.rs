@@ -87,11 +87,15 @@ const JETSTREAM_HELP: &str = "Reported: the table's row (sent = published, recvd
 enum Cmd {
     /// eMQP clients and workers against a broker's frontend and backend.
     Emqp {
-        /// The broker's frontend (clients); several separated by commas to follow a failover.
-        #[arg(long, value_parser = addr::emqp_list_arg)]
+        /// The broker's frontend (clients); several separated by commas to
+        /// follow a failover; several owners (router names) separated by
+        /// `;`: each client then sends its REQUESTs round-robin over them.
+        #[arg(long, value_parser = owners_arg)]
         frontend: String,
-        /// The broker's backend (workers); several separated by commas to follow a failover.
-        #[arg(long, value_parser = addr::emqp_list_arg)]
+        /// The broker's backend (workers), as `--frontend`: the same owners
+        /// in the same order; the workers are split over the owners
+        /// (worker i serves owner i mod owners).
+        #[arg(long, value_parser = owners_arg)]
         backend: String,
         /// Label of the target in reports (`emq`, `python`, …).
         #[arg(long, default_value = "emq")]
@@ -198,6 +202,15 @@ enum Cmd {
     },
 }
 
+/// `--frontend`/`--backend` of the `emqp` mode: owners separated by `;`,
+/// the addresses of one owner by `,` (`addr::emqp_owners`), written back
+/// normalised; a list of one owner comes out as `addr::emqp_list_arg`
+/// gives it.
+fn owners_arg(given: &str) -> Result<String, addr::AddrError> {
+    let owners = addr::emqp_owners(given)?;
+    Ok(owners.iter().map(|o| o.join(",")).collect::<Vec<_>>().join(";"))
+}
+
 /// The `emqp` mode's CURVE keys from `curve_key_file` and
 /// `curve_server_key` (as emq-worker takes them); `None` when neither is
 /// set. Several server keys must match the frontend and the backend lists
@@ -265,6 +278,10 @@ fn measured(
             "bench_cpu_us_per_job": own / jobs * 1e6,
             "wall_s": wall,
         });
+        if tally.producer_cpu_ns > 0 {
+            // The eMQP client threads alone (what spreading over owners costs a producer).
+            extra["producer_cpu_us_per_job"] = (tally.producer_cpu_ns as f64 / 1e3 / jobs).into();
+        }
         if !broker.server_pids.is_empty() {
             let servers = servers_cpu()? - servers0;
             extra["server_cpu_s"] = servers.into();
