@@ -30,8 +30,13 @@ struct Owner {
 }
 
 fn owner(name: &str) -> Owner {
+    owner_with(name, &[])
+}
+
+fn owner_with(name: &str, flags: &[&str]) -> Owner {
     let dir = TestDir::new(&format!("text-owners-{name}"));
-    let extra = ["--durability", "memory", "--router-name", name];
+    let mut extra = vec!["--durability", "memory", "--router-name", name];
+    extra.extend_from_slice(flags);
     let mut router = Router::start_with(&dir, RouterKind::Rust(rust_router_bin()), &extra);
     let text = router.wait_text();
     Owner { router, text, _dir: dir }
@@ -149,6 +154,59 @@ fn one_owner_down_sched_goes_to_the_other_and_ask_still_serves() {
         other => panic!("want NotStored, got {other:?}"),
     }
     drop(a);
+}
+
+#[test]
+fn a_refused_sched_goes_to_the_next_owner() {
+    let _w = Watchdog::new("text_owners_refused", 60);
+    let (a, b) = (owner_with("text-a", &["--max-queue-len", "1"]), owner("text-b"));
+    let mut producer = client(&[&a.text, &b.text]);
+    let mut placed = [0u64; 2];
+    for i in 0..5 {
+        placed[producer.sched(format!("r-{i}").as_bytes(), Some("q")).expect("stored somewhere")] += 1;
+    }
+    // a takes one, then answers QUEUE_FULL (not stored): each of those goes to b.
+    assert_eq!(placed, [1, 4]);
+    settles("a full, the rest on b", (1, 4), || (waiting(&a, "q"), waiting(&b, "q")));
+    producer.end().expect("clean end");
+}
+
+/// A text server that reads one line per connection and closes without
+/// answering: a SCHED written whose answer is lost.
+fn silent_owner() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("local addr").to_string();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let mut line = String::new();
+            let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(&conn), &mut line);
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_sched_whose_answer_is_lost_is_unknown_and_not_sent_elsewhere() {
+    let _w = Watchdog::new("text_owners_unknown", 60);
+    let (silent, b) = (silent_owner(), owner("text-b"));
+    let mut producer = client(&[&silent, &b.text]);
+    let (mut stored, mut unknown) = (0u64, 0u64);
+    // Round-robin per SCHED: two start at the silent owner, two at b.
+    for i in 0..4 {
+        match producer.sched(format!("u-{i}").as_bytes(), Some("q")) {
+            Ok(k) => {
+                assert_eq!(k, 1);
+                stored += 1;
+            }
+            Err(OwnersError::Unknown { owner, .. }) => {
+                assert_eq!(owner, silent);
+                unknown += 1;
+            }
+            Err(e) => panic!("SCHED {i}: {e}"),
+        }
+    }
+    assert_eq!((stored, unknown), (2, 2));
+    settles("only the SCHEDs b answered are on b", 2, || waiting(&b, "q"));
 }
 
 #[test]

@@ -214,7 +214,10 @@ enum Cmd {
     /// refusal); 1: refused (e.g. QUEUE_FULL), or not sent; 3: sent, but no
     /// answer within --timeout (or the connection broke), outcome unknown:
     /// a router that is paused or overloaded stores the task and answers
-    /// late.
+    /// late. With several owners in --text (`;`): round-robin from a random
+    /// owner; a SCHED certainly not stored goes to the next, one whose
+    /// answer was lost is not sent again (status 3; docs/text-protocol.md
+    /// "Several owners").
     Sched {
         /// The task's data (one line).
         data: String,
@@ -223,6 +226,8 @@ enum Cmd {
         queue: Option<String>,
     },
     /// Text protocol: take a task (ASK) and answer the offer (default: ACK).
+    /// With several owners in --text (`;`): each is asked in turn until one
+    /// offers a task, and the answer goes to that owner.
     Ask {
         /// Queue [default: default].
         #[arg(default_value = limits::DEFAULT_QUEUE, hide_default_value = true)]

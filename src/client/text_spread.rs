@@ -559,3 +559,48 @@ fn random_index(n: usize) -> usize {
     }
     (u64::from_le_bytes(b) % n.max(1) as u64) as usize
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(code: ErrorCode, text: &str) -> Attempt {
+        sched_refusal("o".into(), ServerError { code, text: text.into() })
+    }
+
+    #[test]
+    fn the_resend_rule_by_code() {
+        for code in [
+            ErrorCode::QueueFull,
+            ErrorCode::ShuttingDown,
+            ErrorCode::QueueLimit,
+            ErrorCode::Busy,
+            ErrorCode::StoreFull,
+            ErrorCode::StoreFailed,
+            ErrorCode::NoAuth,
+            ErrorCode::AuthFailed,
+        ] {
+            assert!(matches!(refusal(code, "x"), Attempt::NotStored(_)), "{code}: next owner");
+        }
+        for code in [ErrorCode::BadFormat, ErrorCode::TooBig, ErrorCode::UnknownCommand] {
+            assert!(
+                matches!(refusal(code, "x"), Attempt::Final(OwnersError::Refused { .. })),
+                "{code}: same everywhere"
+            );
+        }
+        for code in [ErrorCode::StoreFailed, ErrorCode::StoreFull] {
+            let a = refusal(code, "not confirmed: the log gave up");
+            assert!(matches!(a, Attempt::Final(OwnersError::Unknown { .. })), "{code} not confirmed: unknown");
+        }
+    }
+
+    #[test]
+    fn rotation_puts_owners_that_are_down_last() {
+        let owners = vec![vec!["127.0.0.1:1".to_string()], vec!["127.0.0.1:2".into()], vec!["127.0.0.1:3".into()]];
+        let mut c = TextOwners::new(owners, Duration::from_secs(1), &TextClientOptions::default()).expect("owners");
+        assert_eq!(c.rotation(1), [1, 2, 0]);
+        c.owners[2].down_until = Instant::now().checked_add(Duration::from_secs(60));
+        assert_eq!(c.rotation(1), [1, 0, 2]);
+        assert!(TextOwners::new(Vec::new(), Duration::from_secs(1), &TextClientOptions::default()).is_err());
+    }
+}
