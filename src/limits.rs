@@ -854,6 +854,16 @@ pub const TEXT_CLIENT_MAX_LINE_BYTES: u64 = TEXT_MAX_LINE_BYTES as u64 + 64;
 /// by the server, looking for the `ERR` that says why (`ERR BUSY`): the
 /// server's last words are at most its answers to the commands it had read.
 pub const TEXT_CLIENT_LINES_AFTER_CLOSE: usize = 1_024;
+/// How long the several-owner text client ([`crate::client::text_spread`])
+/// leaves an owner it could not connect to out of its rotation: SCHED and
+/// ASK go to the owners that are up, so one owner down costs one connect
+/// timeout per this interval, not one per command. Still tried when every
+/// owner is down.
+pub const TEXT_OWNER_RETRY: Duration = Duration::from_secs(1);
+/// Most owners (router names) one several-owner text client or emq-bench
+/// text run spreads over: each is a connection (per consumer in
+/// emq-bench), and an owner list is user input.
+pub const TEXT_MAX_OWNERS: usize = 64;
 
 // ZeroMQ LINGER (ms, as `set_linger` takes it): how long a closed socket
 // keeps trying to deliver what it still queues. The router's own sockets

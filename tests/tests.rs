@@ -37,6 +37,7 @@ mod security_peers;
 mod text;
 mod text_broker;
 mod text_limits;
+mod text_owners;
 mod text_tls;
 mod walkthrough;
 mod worker_e2e;

@@ -4,6 +4,22 @@
 //! off after an empty answer (200 µs doubling to 10 ms). Latency is the send
 //! time carried in the job body → the consumer reading the body. A
 //! [`Dialect`] supplies the protocol's words.
+//!
+//! # Several owners
+//!
+//! `addr` may name several brokers (router names, docs/scaleout.md): `;`
+//! between owners, as [`crate::config::addr::text_owners`] splits them
+//! (the first address of each owner is used; the bench follows no
+//! standby). Producer i sends all its jobs to owner i mod N: per
+//! connection, not per job, so each producer keeps one connection and its
+//! pacing, and the owners get equal shares when `--clients` is a multiple
+//! of N (at least N is required, or an owner would get no load). Each
+//! consumer opens one connection per owner and asks there only: `--workers`
+//! consumers per owner, so every owner is served whatever the producers'
+//! split, no consumer parks a long poll on an empty owner while another
+//! has jobs, and each owner sees the consumers it would see alone (the
+//! scale-out figure measures the owners, not a consumer pool split N
+//! ways). One owner is the single-broker run, unchanged.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -17,6 +33,8 @@ use super::body::{self, Clock, Pacer, Tally};
 use super::link::{self, LinkRead, LinkWrite};
 use super::{ioerr, BenchError, LoadSettings};
 use crate::client::text::TextClientOptions;
+use crate::config::addr;
+use crate::limits;
 
 /// `(seq, receipt ns)`: a consumer telling a producer its job arrived.
 type Receipt = (u64, u64);
@@ -106,20 +124,22 @@ pub fn run(
     dialect: &'static dyn Dialect,
     link: &TextClientOptions,
 ) -> Result<Tally, BenchError> {
-    let addr = resolve(addr)?;
+    let owners = resolve_owners(addr, settings.clients.max(1))?;
     let queues = settings.queue_list().into_iter().map(|(_, q)| q).collect();
     let ctx = Arc::new(Ctx { settings: settings.clone(), queues, clock: Clock::start(), dialect, stop: false.into() });
     let (txs, rxs): (Vec<Sender<Receipt>>, Vec<Receiver<Receipt>>) =
         (0..settings.clients.max(1)).map(|_| crossbeam_channel::unbounded()).unzip();
     let mut consumers = Vec::new();
     for i in 0..settings.workers.max(1) {
-        let stream = link::open(addr, settings.probe_timeout, link)?;
-        let (txs, ctx) = (txs.clone(), ctx.clone());
-        consumers.push(std::thread::spawn(move || consume(stream, i, &ctx, &txs)));
+        for &owner in &owners {
+            let stream = link::open(owner, settings.probe_timeout, link)?;
+            let (txs, ctx) = (txs.clone(), ctx.clone());
+            consumers.push(std::thread::spawn(move || consume(stream, i, &ctx, &txs)));
+        }
     }
     let mut producers = Vec::new();
     for (i, rx) in rxs.into_iter().enumerate() {
-        let stream = link::open(addr, settings.probe_timeout, link)?;
+        let stream = link::open(owners[i % owners.len()], settings.probe_timeout, link)?;
         let (ctx, p) = (ctx.clone(), progress.clone());
         producers.push(std::thread::spawn(move || produce(stream, i, &ctx, &rx, &p)));
     }
@@ -141,6 +161,28 @@ pub fn run(
         None if total.received_all == 0 => Err(BenchError::TargetDown(format!("no job reached a consumer via {addr}"))),
         None => Ok(total),
     }
+}
+
+/// The first address of each owner in `addr` (`HOST:PORT`, or owners
+/// separated by `;`, one owner's addresses by `,`: the first is used);
+/// `producers` must be at least the number of owners.
+///
+/// # Errors
+/// [`BenchError::Invalid`] for a list that does not parse, more than
+/// [`limits::TEXT_MAX_OWNERS`] owners, or fewer producers than owners; as
+/// [`resolve`] for each owner.
+pub(super) fn resolve_owners(addr: &str, producers: usize) -> Result<Vec<SocketAddr>, BenchError> {
+    let owners = addr::text_owners(addr).map_err(|e| BenchError::Invalid(e.to_string()))?;
+    if owners.len() > limits::TEXT_MAX_OWNERS {
+        return Err(BenchError::Invalid(format!("{addr}: more than {} owners", limits::TEXT_MAX_OWNERS)));
+    }
+    if producers < owners.len() {
+        let n = owners.len();
+        return Err(BenchError::Invalid(format!(
+            "{n} owners need --clients of at least {n} (producer i goes to owner i mod {n})"
+        )));
+    }
+    owners.iter().map(|o| resolve(o.first().map_or("", String::as_str))).collect()
 }
 
 /// The first address of `addr` (`HOST:PORT`).

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::body::{self, Clock, Pacer, Tally};
-use super::lines::{resolve, Dialect};
+use super::lines::{resolve_owners, Dialect};
 use super::link::{self, LinkRead, LinkWrite};
 use super::{ioerr, BenchError, LoadSettings};
 use crate::client::text::TextClientOptions;
@@ -41,11 +41,12 @@ pub fn run(
     dialect: &'static dyn Dialect,
     link: &TextClientOptions,
 ) -> Result<Tally, BenchError> {
-    let addr = resolve(addr)?;
+    let owners = resolve_owners(addr, settings.clients.max(1))?;
     let clock = Clock::start();
     let mut producers = Vec::new();
     for i in 0..settings.clients.max(1) {
-        let stream = link::open(addr, settings.probe_timeout, link)?;
+        // Producer i writes to owner i mod N (lines.rs "Several owners").
+        let stream = link::open(owners[i % owners.len()], settings.probe_timeout, link)?;
         let (s, p) = (settings.clone(), progress.clone());
         producers.push(std::thread::spawn(move || produce(stream, i, &s, clock, &p, dialect)));
     }

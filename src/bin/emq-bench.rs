@@ -59,8 +59,12 @@ struct BrokerPid {
 /// The options of the line-protocol modes (text, beanstalk).
 #[derive(clap::Args)]
 struct LineArgs {
-    /// The broker's address, `HOST:PORT`.
-    #[arg(long, value_parser = addr::text_arg)]
+    /// The broker's address, `HOST:PORT`; several brokers (router names,
+    /// docs/scaleout.md) separated by `;`: producer i sends to broker i mod
+    /// N (`--clients` at least N), every consumer asks each broker on a
+    /// connection of its own (`--workers` consumers per broker). Of a
+    /// name's addresses separated by `,` the first is used.
+    #[arg(long, value_parser = addr::text_owners_arg)]
     addr: String,
     #[command(flatten)]
     broker: BrokerPid,
@@ -228,6 +232,12 @@ fn emqp_curve(settings: &BenchSettings, frontend: &str, backend: &str) -> anyhow
     Ok(curve)
 }
 
+/// The first address of an `--addr` list (the TLS server name comes from
+/// its host unless `tls_server_name` is set: the same for every owner).
+fn first_addr(list: &str) -> &str {
+    list.split([';', ',']).next().unwrap_or(list).trim()
+}
+
 /// The `text` mode's TLS and token from `tls_ca`, `tls_server_name`,
 /// `tls_cert`/`tls_key` and `token_file` (as emq-cli takes them).
 fn text_link(settings: &BenchSettings, addr: &str) -> anyhow::Result<TextClientOptions> {
@@ -385,12 +395,12 @@ fn main_inner() -> anyhow::Result<()> {
             out(format_args!("{}\n", fwd.stop()))
         }
         Cmd::Text { target_name, line } => {
-            let link = text_link(&settings, &line.addr)?;
+            let link = text_link(&settings, first_addr(&line.addr))?;
             let loads = LineLoads { full: text::run_with, pipeline: text::pipeline_with };
             line_run("text", &target_name, &line, loads, &link)
         }
         Cmd::Beanstalk { target_name, line } => {
-            if text_link(&settings, &line.addr)?.tls.is_some() || settings.token_file.is_some() {
+            if text_link(&settings, first_addr(&line.addr))?.tls.is_some() || settings.token_file.is_some() {
                 anyhow::bail!("tls_ca and token_file apply to the text mode only (beanstalkd speaks neither)");
             }
             let loads = LineLoads {

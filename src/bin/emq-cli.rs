@@ -12,6 +12,7 @@ use emq::client::admin::AdminClient;
 use emq::client::body::PythonCall;
 use emq::client::emqp::{Client, Outcome, Publisher, Schedule, ScheduleAnswer};
 use emq::client::text::{TextClient, TextClientError};
+use emq::client::text_spread::{OwnersError, TextOwners};
 use emq::config::{self, CliSettings, ConfigArgs, RawCliConfig};
 use emq::limits;
 use emq::protocol::emqp::AdminWord;
@@ -213,7 +214,10 @@ enum Cmd {
     /// refusal); 1: refused (e.g. QUEUE_FULL), or not sent; 3: sent, but no
     /// answer within --timeout (or the connection broke), outcome unknown:
     /// a router that is paused or overloaded stores the task and answers
-    /// late.
+    /// late. With several owners in --text (`;`): round-robin from a random
+    /// owner; a SCHED certainly not stored goes to the next, one whose
+    /// answer was lost is not sent again (status 3; docs/text-protocol.md
+    /// "Several owners").
     Sched {
         /// The task's data (one line).
         data: String,
@@ -222,6 +226,8 @@ enum Cmd {
         queue: Option<String>,
     },
     /// Text protocol: take a task (ASK) and answer the offer (default: ACK).
+    /// With several owners in --text (`;`): each is asked in turn until one
+    /// offers a task, and the answer goes to that owner.
     Ask {
         /// Queue [default: default].
         #[arg(default_value = limits::DEFAULT_QUEUE, hide_default_value = true)]
@@ -747,6 +753,80 @@ fn text_client(s: &CliSettings) -> anyhow::Result<TextClient> {
         .with_context(|| format!("text protocol at {}", s.text))
 }
 
+/// A client over several owners when `text` names more than one address
+/// (`;` between router names, `,` between one name's owner and standby);
+/// `None` for one address, which keeps the one-connection path. Each
+/// address gets its own TLS server name (its host) unless
+/// `tls_server_name` is set.
+fn text_owners(s: &CliSettings) -> anyhow::Result<Option<TextOwners>> {
+    let owners = emq::config::addr::text_owners(&s.text)?;
+    if owners.iter().map(Vec::len).sum::<usize>() <= 1 {
+        return Ok(None);
+    }
+    let cert_key = s.tls_cert.as_deref().zip(s.tls_key.as_deref());
+    let mut with_options = Vec::new();
+    for owner in owners {
+        let mut addrs = Vec::new();
+        for a in owner {
+            let options = emq::client::text_tls::options(
+                &a,
+                s.tls_ca.as_deref(),
+                s.tls_server_name.as_deref(),
+                cert_key,
+                s.token_file.as_deref(),
+            )
+            .map_err(|e| anyhow!(e))?;
+            addrs.push((a, options));
+        }
+        with_options.push(addrs);
+    }
+    Ok(Some(TextOwners::with_options(with_options, s.timeout)?))
+}
+
+/// `sched` over several owners ([`TextOwners::sched`]: round-robin from a
+/// random owner, a SCHED certainly not stored goes to the next one, one
+/// written whose answer was lost is not sent again: exit status 3).
+fn sched_owners(mut c: TextOwners, out: Out, data: &str, queue: &str) -> anyhow::Result<()> {
+    match c.sched(data.as_bytes(), Some(queue)) {
+        Ok(k) => {
+            let owner = c.owner_name(k).to_string();
+            let _ = c.end();
+            out.line(
+                json!({"status": "accepted", "queue": queue, "owner": owner}),
+                format!("accepted on queue {queue} by {owner}"),
+            )
+        }
+        Err(OwnersError::Unknown { owner, why }) => {
+            let text = format!(
+                "SCHED on queue {queue} to {owner}: {why}: outcome unknown (exit status 3): that router may have \
+                 stored the task, so it was not sent to another: see emq-cli status"
+            );
+            out.json_only(&json!({"status": "unknown", "queue": queue, "owner": owner, "note": text}))?;
+            Err(OutcomeUnknown(text).into())
+        }
+        Err(e @ OwnersError::NotStored(_)) => bail!("SCHED not stored: {e}"),
+        Err(e) => bail!("SCHED refused: {e}"),
+    }
+}
+
+/// `ask` over several owners: a plain ASK to each in turn until one
+/// offers a task, then ACK (DCL, DEL) to that owner.
+fn ask_owners(mut c: TextOwners, out: Out, queue: &str, dcl: bool, del: bool) -> anyhow::Result<()> {
+    let offer = c.ask(queue, std::time::Duration::ZERO)?;
+    if offer.is_some() {
+        match (dcl, del) {
+            (true, _) => c.dcl()?,
+            (_, true) => c.del()?,
+            _ => c.ack()?,
+        };
+    }
+    let owner = offer.as_ref().map(|o| c.owner_name(o.owner).to_string());
+    c.end()?;
+    let text = offer.as_ref().map(|o| String::from_utf8_lossy(&o.data));
+    let line = text.as_deref().unwrap_or("NOPE").to_string();
+    out.line(json!({ "task": text, "owner": owner }), line)
+}
+
 /// SCHED, then END: the router answers SCHED only when it refuses it, and
 /// END reports such a refusal, so a clean END means the task is stored.
 /// Once SCHED is sent, anything but an answer (no answer within the
@@ -754,6 +834,9 @@ fn text_client(s: &CliSettings) -> anyhow::Result<TextClient> {
 /// status 3 ([`EXIT_UNKNOWN`]).
 fn sched(s: &CliSettings, out: Out, data: &str, queue: &str) -> anyhow::Result<()> {
     check_queue_name(queue).map_err(|e| anyhow!(e))?;
+    if let Some(c) = text_owners(s)? {
+        return sched_owners(c, out, data, queue);
+    }
     let mut c = text_client(s)?;
     c.sched(data.as_bytes(), Some(queue))?;
     match c.end() {
@@ -795,6 +878,9 @@ fn sched(s: &CliSettings, out: Out, data: &str, queue: &str) -> anyhow::Result<(
 /// ASK, then ACK (default), DCL or DEL; prints the task's data or `NOPE`.
 fn ask(s: &CliSettings, out: Out, queue: &str, dcl: bool, del: bool) -> anyhow::Result<()> {
     check_queue_name(queue).map_err(|e| anyhow!(e))?;
+    if let Some(c) = text_owners(s)? {
+        return ask_owners(c, out, queue, dcl, del);
+    }
     let mut c = text_client(s)?;
     let task = c.ask(queue)?;
     if task.is_some() {

@@ -7,6 +7,7 @@ pub mod emqp;
 mod socket;
 pub use socket::{connect_router, connect_router_curve, set_router_options};
 pub mod text;
+pub mod text_spread;
 pub mod text_tls;
 pub mod worker;
 mod worker_loop;

@@ -423,6 +423,26 @@ impl TextClient {
         self.write_out(true)
     }
 
+    /// Whether the server has closed this connection (or it broke) while
+    /// the client was idle: a non-blocking peek at the socket reads its end
+    /// (or an error). `false` while bytes wait unread (an `ERR` line, read
+    /// at the next reading call) or nothing came. A caller reusing an idle
+    /// connection asks first, so that a command is not written into a
+    /// connection the server already closed ([`super::text_spread`]).
+    pub fn peer_closed(&self) -> bool {
+        let sock = self.sock();
+        if sock.set_nonblocking(true).is_err() {
+            return true;
+        }
+        let mut byte = [0u8; 1];
+        let closed = match sock.peek(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted),
+        };
+        sock.set_nonblocking(false).is_err() || closed
+    }
+
     /// The socket under the stream.
     fn sock(&self) -> &TcpStream {
         self.reader.get_ref().sock()

@@ -208,6 +208,15 @@ pub fn text_arg(given: &str) -> Result<String, AddrError> {
     text(given).map(|()| given.to_string())
 }
 
+/// [`text_owners`] as a command-line value parser: the list as written
+/// (emq-bench's `--addr`).
+///
+/// # Errors
+/// As [`text_owners`].
+pub fn text_owners_arg(given: &str) -> Result<String, AddrError> {
+    text_owners(given).map(|_| given.to_string())
+}
+
 /// Checks a text-protocol address (`host:port`) and splits it.
 ///
 /// # Errors

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use super::kinds::{EmqpAddr, EmqpAddrs, LogFilter, Optional, Period, Plain, TextAddr};
+use super::kinds::{EmqpAddr, EmqpAddrs, LogFilter, Optional, Period, Plain, TextOwnerList};
 use super::table::{settings, Settings};
 use super::ConfigError;
 use crate::limits;
@@ -21,8 +21,10 @@ settings! {
         /// several separated by commas (the routers of one name, docs/failover.md): `status`
         /// shows each, every other command goes to the one that owns the name.
         admin: EmqpAddrs = limits::ADMIN_ADDR, env "EMQ_ADMIN_ADDR";
-        /// The router's text protocol address, host:port (sched, ask).
-        text: TextAddr = limits::TEXT_ADDR, env "EMQ_TEXT_ADDR";
+        /// The router's text protocol address, host:port (sched, ask); several router names
+        /// separated by `;` (sched spreads, ask asks each in turn; docs/scaleout.md), one name's
+        /// owner and standby by `,`.
+        text: TextOwnerList = limits::TEXT_ADDR, env "EMQ_TEXT_ADDR";
         /// PEM CA certificates: talk TLS to `text` (a router's `text_tls`
         /// listener), trusting these (docs/security.md "Text protocol: TLS and tokens").
         tls_ca: Optional<Plain<PathBuf>>, env "EMQ_TLS_CA";

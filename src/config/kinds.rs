@@ -234,6 +234,25 @@ impl Kind for TextAddr {
     }
 }
 
+/// Text-protocol addresses to connect to: one `host:port`, or owners
+/// separated by `;` and one owner's addresses (owner, standby) by `,`
+/// ([`addr::text_owners`], docs/scaleout.md). Kept as written.
+pub struct TextOwnerList;
+
+impl Kind for TextOwnerList {
+    type Raw = String;
+    type Value = String;
+
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.into())
+    }
+
+    fn check(text: String) -> Result<String, String> {
+        addr::text_owners(&text).map_err(|e| e.to_string())?;
+        Ok(text)
+    }
+}
+
 /// An eMQP (ZeroMQ) address, `tcp://host:port` ([`addr::emqp`]).
 pub struct EmqpAddr;
 
