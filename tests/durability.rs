@@ -697,6 +697,7 @@ fn a_second_router_on_the_same_data_dir_exits_with_a_clear_error() {
         ports: [free_port(), free_port(), free_port(), free_port()],
         data: node.data.clone(),
         log: dir.join("other.log"),
+        metrics: None,
     };
     let (status, log) = other.run_to_exit(&[], &dir);
     assert!(status.is_some_and(|s| !s.success()), "{status:?}\n{log}");

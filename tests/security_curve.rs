@@ -284,7 +284,8 @@ fn curve_backend_refuses_wrong_keys_and_counts_each_outcome() {
     };
     for outcome in ["unknown_key", "bad_server_key_or_protocol", "mechanism_mismatch", "no_detail"] {
         let n = st["emq"]["curve"]["sockets"]["backend"]["handshakes"][outcome].as_u64().unwrap();
-        let got = value(format!("emq_curve_handshakes_total{{router=\"emq\",socket=\"backend\",result=\"{outcome}\"}} "));
+        let got =
+            value(format!("emq_curve_handshakes_total{{router=\"emq\",socket=\"backend\",result=\"{outcome}\"}} "));
         let seen = n >= 1 || outcome == "mechanism_mismatch" || outcome == "no_detail";
         assert!(seen && got >= n, "{outcome}: /metrics {got}, STATUS {n}");
     }

@@ -458,14 +458,23 @@ mod tests {
     #[test]
     fn page_names_the_router_and_links_the_others() {
         use crate::jslog::peers::{Holder, PeerRouter};
-        let holder = |page: &str| Holder {
-            host: Some("h<1>".into()),
-            status_page: Some(page.into()),
-            ..Holder::default()
-        };
+        let holder =
+            |page: &str| Holder { host: Some("h<1>".into()), status_page: Some(page.into()), ..Holder::default() };
         let peers = vec![
-            PeerRouter { name: "b".into(), live: true, holder: Some(holder("http://h1:9/")), unreadable: false, lease_age: None },
-            PeerRouter { name: "c\"".into(), live: true, holder: Some(holder("javascript:x")), unreadable: false, lease_age: None },
+            PeerRouter {
+                name: "b".into(),
+                live: true,
+                holder: Some(holder("http://h1:9/")),
+                unreadable: false,
+                lease_age: None,
+            },
+            PeerRouter {
+                name: "c\"".into(),
+                live: true,
+                holder: Some(holder("javascript:x")),
+                unreadable: false,
+                lease_age: None,
+            },
             PeerRouter { name: "d".into(), live: false, holder: None, unreadable: false, lease_age: None },
         ];
         let page = render(&Scrape { router_name: "a".into(), peers, ..Scrape::default() }, &mut Rates::default());

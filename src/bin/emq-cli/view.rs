@@ -119,7 +119,11 @@ pub fn status(answers: &[Owned]) -> Value {
                     }
                     let slot = sum.entry(key.clone()).or_insert_with(|| Value::Object(Map::new()));
                     if let Value::Object(slot) = slot {
-                        let max = if k == "max_latency_messages_by_queue" { m.keys().map(String::as_str).collect() } else { Vec::new() };
+                        let max = if k == "max_latency_messages_by_queue" {
+                            m.keys().map(String::as_str).collect()
+                        } else {
+                            Vec::new()
+                        };
                         add(slot, m, &max);
                     }
                 }
@@ -298,7 +302,9 @@ pub fn latency(answers: &[Owned]) -> Value {
         .iter()
         .filter_map(|a| {
             let v = a.answer.as_ref().ok()?;
-            Some(json!({"router": a.label(), "admin": a.admin, "queues": v.get("queues").cloned().unwrap_or(json!({}))}))
+            Some(
+                json!({"router": a.label(), "admin": a.admin, "queues": v.get("queues").cloned().unwrap_or(json!({}))}),
+            )
         })
         .collect();
     json!({"owners": owners(answers), "partial": partial(answers), "unit": "us", "routers": routers})
@@ -373,16 +379,24 @@ mod tests {
         assert!(v.get("end_to_end_p50_ms_by_queue").is_none(), "{v}");
         assert_eq!((v["served_queues"].clone(), v["asked_queues"].clone()), (json!(["q", "y"]), json!(["z"])));
         let emq = &v["emq"];
-        assert_eq!((emq["workers"].as_u64(), emq["shards"].as_u64(), emq["asks_waiting"].as_u64()), (Some(3), Some(3), Some(1)));
+        assert_eq!(
+            (emq["workers"].as_u64(), emq["shards"].as_u64(), emq["asks_waiting"].as_u64()),
+            (Some(3), Some(3), Some(1))
+        );
         assert_eq!(emq["counters"]["accepted_jobs"], 8);
         assert_eq!((emq["text"].get("fd_limit"), emq["text"]["errors_by_code"]["BUSY"].as_u64()), (None, Some(3)));
         assert_eq!((v["partial"].as_bool(), emq["routers_answered"].as_u64()), (Some(true), Some(2)));
         assert_eq!(v["owners"][1]["state"], "draining");
         assert_eq!(v["owners"][2]["error"], "no answer within 3s");
         let t = status_table(&v);
-        assert!(t.starts_with("summed STATUS of 2 of 3 router name(s): a (tcp://h:0), b (tcp://h:1)\n\
+        assert!(
+            t.starts_with(
+                "summed STATUS of 2 of 3 router name(s): a (tcp://h:0), b (tcp://h:1)\n\
             PARTIAL: owner 2 c (tcp://h:2) did not answer: no answer within 3s\n\
-            QUEUE  WAITING  IN-FLIGHT"), "{t}");
+            QUEUE  WAITING  IN-FLIGHT"
+            ),
+            "{t}"
+        );
         assert!(t.contains("\nq            7          0"), "{t}");
         assert!(t.contains("b       tcp://h:1  0.1.0    7 s  draining\n"), "{t}");
         assert!(t.contains("summed: workers=3 shards=3 asks_waiting=1\ncounters (summed): accepted_jobs=8\n"), "{t}");
@@ -393,9 +407,14 @@ mod tests {
         let w = |id: &str| json!({"connected_workers": {id: {"queues": [[1, "q"]], "available_slots": 2, "state": "live"}}});
         let all = [owned(0, "a", Ok(w("w1"))), owned(1, "b", Ok(w("w1")))];
         let t = workers_table(&workers(&all));
-        assert!(t.ends_with("ROUTER  WORKER  STATE  SLOTS  IN-FLIGHT  LAST-HEARD  QUEUES\n\
+        assert!(
+            t.ends_with(
+                "ROUTER  WORKER  STATE  SLOTS  IN-FLIGHT  LAST-HEARD  QUEUES\n\
             a       w1      live       2          -           -  q:1\n\
-            b       w1      live       2          -           -  q:1\n"), "{t}");
+            b       w1      live       2          -           -  q:1\n"
+            ),
+            "{t}"
+        );
         let d = |id: &str, at: f64| json!({"jobs": [{"id": id, "queue": "q", "dead_at": at}], "total": 3});
         let v = dead_list(&[owned(0, "a", Ok(d("0-1", 20.0))), owned(1, "b", Ok(d("0-1", 10.0)))]);
         assert_eq!((v["jobs"][0]["router"].as_str(), v["total"].as_u64()), (Some("b"), Some(6)), "oldest first: {v}");
