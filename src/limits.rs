@@ -503,6 +503,17 @@ pub const WAL_SYNC_INTERVAL: Duration = Duration::from_millis(50);
 pub const WAL_SEGMENT_BYTES: u64 = 64 << 20;
 /// `durability = "replicated"` (crate::jslog): the default router name.
 pub const ROUTER_NAME: &str = "emq";
+/// How often a replicated router lists the other router names of its
+/// stream prefix (the lease and layout buckets) for STATUS, the status
+/// page and `/metrics` readers (`jslog::peers`).
+pub const PEER_ROUTERS_POLL: Duration = Duration::from_secs(5);
+/// Most other router names a router lists (the buckets are shared by every
+/// router of a stream prefix, so anyone with cluster access can add keys);
+/// the rest are counted as `not_listed`.
+pub const PEER_ROUTERS_MAX: usize = 64;
+/// Largest lease value read as another router's holder record; a longer
+/// one is shown as unreadable.
+pub const PEER_HOLDER_MAX_BYTES: usize = 4096;
 /// The default prefix of the router's JetStream streams and buckets.
 pub const NATS_STREAM_PREFIX: &str = "EMQ";
 /// Copies JetStream keeps of each log stream by default: 3 survives the

@@ -853,7 +853,11 @@ fn status_tells_the_dead_set_now_from_dead_letterings_since_start_and_jobs_waiti
         .collect();
     assert_eq!(
         lines,
-        ["emq_jobs_dead{queue=\"gone\"} 1", "emq_jobs_dead{queue=\"jobs\"} 1", "emq_metrics_queues_folded 0"]
+        [
+            "emq_jobs_dead{router=\"emq\",queue=\"gone\"} 1",
+            "emq_jobs_dead{router=\"emq\",queue=\"jobs\"} 1",
+            "emq_metrics_queues_folded{router=\"emq\"} 0"
+        ]
     );
 }
 

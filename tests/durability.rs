@@ -54,6 +54,8 @@ pub(crate) struct Node {
     pub(crate) data: PathBuf,
     /// Where its output goes (appended).
     pub(crate) log: PathBuf,
+    /// Its HTTP port (`/metrics`, the status page); `None`: `--metrics off`.
+    pub(crate) metrics: Option<u16>,
 }
 
 impl Node {
@@ -65,7 +67,7 @@ impl Node {
     /// test's own, say).
     pub(crate) fn with_data(dir: &TestDir, data: PathBuf) -> Node {
         let ports = [free_port(), free_port(), free_port(), free_port()];
-        Node { ports, data, log: dir.join("router.log") }
+        Node { ports, data, log: dir.join("router.log"), metrics: None }
     }
 
     pub(crate) fn frontend(&self) -> String {
@@ -96,7 +98,8 @@ impl Node {
         cmd.env("EMQ_QUEUE_LEARN_GRACE", "0s");
         cmd.args(["--frontend", &self.frontend(), "--backend", &self.backend()])
             .args(["--admin", &self.admin(), "--text", &self.text()])
-            .args(["--drain-timeout", "200ms", "--latency-interval", "0s", "--metrics", "off"])
+            .args(["--drain-timeout", "200ms", "--latency-interval", "0s"])
+            .args(["--metrics", &self.metrics.map_or("off".to_string(), |p| format!("127.0.0.1:{p}"))])
             .arg("--data-dir")
             .arg(&self.data)
             .args(extra);
@@ -694,6 +697,7 @@ fn a_second_router_on_the_same_data_dir_exits_with_a_clear_error() {
         ports: [free_port(), free_port(), free_port(), free_port()],
         data: node.data.clone(),
         log: dir.join("other.log"),
+        metrics: None,
     };
     let (status, log) = other.run_to_exit(&[], &dir);
     assert!(status.is_some_and(|s| !s.success()), "{status:?}\n{log}");

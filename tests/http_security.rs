@@ -161,7 +161,7 @@ fn status_line(answer: &str) -> &str {
 
 /// The value of `emq_events_total{event="<event>"}` in a scrape.
 fn event(text: &str, event: &str) -> u64 {
-    let prefix = format!("emq_events_total{{event=\"{event}\"}} ");
+    let prefix = format!("emq_events_total{{router=\"emq\",event=\"{event}\"}} ");
     let line = text.lines().find_map(|l| l.strip_prefix(prefix.as_str()));
     line.and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| panic!("{prefix} missing\n{text}"))
 }

@@ -112,6 +112,7 @@ impl Secured {
             ports: [free_port(), free_port(), free_port(), free_port()],
             data: self.dir.join(&format!("{label}-data")),
             log: self.dir.join(&format!("{label}.log")),
+            metrics: None,
         }
     }
 

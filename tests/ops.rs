@@ -161,10 +161,10 @@ fn metrics_fold_queues_past_the_limit_and_can_be_off() {
     c.sync().expect("SCHEDs answered");
     let (_, text) = http_get(h.endpoints.metrics.expect("metrics on"), "/metrics");
     for line in [
-        "emq_jobs_waiting{queue=\"a\"} 1",
-        "emq_jobs_waiting{queue=\"b\"} 1",
-        "emq_jobs_waiting{queue=\"_other\"} 2",
-        "emq_metrics_queues_folded 2",
+        "emq_jobs_waiting{router=\"emq\",queue=\"a\"} 1",
+        "emq_jobs_waiting{router=\"emq\",queue=\"b\"} 1",
+        "emq_jobs_waiting{router=\"emq\",queue=\"_other\"} 2",
+        "emq_metrics_queues_folded{router=\"emq\"} 2",
     ] {
         assert!(text.lines().any(|l| l == line), "{line} missing\n{text}");
     }

@@ -90,6 +90,7 @@ impl Setup {
             ports: [free_port(), free_port(), free_port(), free_port()],
             data: self.dir.join(&format!("{label}-data")),
             log: self.dir.join(&format!("{label}.log")),
+            metrics: None,
         }
     }
 

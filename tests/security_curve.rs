@@ -284,12 +284,13 @@ fn curve_backend_refuses_wrong_keys_and_counts_each_outcome() {
     };
     for outcome in ["unknown_key", "bad_server_key_or_protocol", "mechanism_mismatch", "no_detail"] {
         let n = st["emq"]["curve"]["sockets"]["backend"]["handshakes"][outcome].as_u64().unwrap();
-        let got = value(format!("emq_curve_handshakes_total{{socket=\"backend\",result=\"{outcome}\"}} "));
+        let got =
+            value(format!("emq_curve_handshakes_total{{router=\"emq\",socket=\"backend\",result=\"{outcome}\"}} "));
         let seen = n >= 1 || outcome == "mechanism_mismatch" || outcome == "no_detail";
         assert!(seen && got >= n, "{outcome}: /metrics {got}, STATUS {n}");
     }
     let refused = st["emq"]["curve"]["zap_requests"]["backend"]["400"].as_u64().unwrap();
-    let got = value("emq_zap_requests_total{domain=\"backend\",status=\"400\"} ".to_string());
+    let got = value("emq_zap_requests_total{router=\"emq\",domain=\"backend\",status=\"400\"} ".to_string());
     assert!(got >= refused, "ZAP 400: /metrics {got}, STATUS {refused}");
     let page = s.http("/");
     assert!(page.contains("<p id=\"curve\">CURVE handshakes: ") && page.contains("backend 0 ok, "), "{page}");

@@ -1,3 +1,4 @@
+mod admin_view;
 mod architecture;
 mod bench;
 mod bench_jetstream;

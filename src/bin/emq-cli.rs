@@ -21,6 +21,8 @@ use serde_json::{json, Value};
 
 #[path = "emq-cli/table.rs"]
 mod table;
+#[path = "emq-cli/view.rs"]
+mod view;
 
 /// Exit status of a command whose outcome is unknown: `request` or `sched`
 /// sent the job, and no answer came in time (or the connection broke
@@ -50,6 +52,12 @@ struct Cli {
     /// Print the answers as JSON instead of tables.
     #[arg(long)]
     json: bool,
+    /// With several router names in --admin (`;`): show each router's
+    /// answer apart instead of one view over all (status, workers,
+    /// latency, dead list; docs/admin.md). `status` then shows every
+    /// router of the list, standbys too.
+    #[arg(long)]
+    per_router: bool,
     #[command(subcommand)]
     command: Option<Cmd>,
 }
@@ -390,8 +398,22 @@ fn run() -> anyhow::Result<()> {
     let Some(s) = config::start(&cli.config, cli.raw)? else { return Ok(()) };
     let Some(command) = &cli.command else { bail!("give a command, e.g. emq-cli status (see emq-cli --help)") };
     let out = Out { json: cli.json };
+    let owners = s.admin.owners().len();
+    if owners > MAX_OWNERS {
+        bail!("--admin names {owners} router names; at most {MAX_OWNERS}");
+    }
+    let several = owners > 1;
+    let (per_router, viewed) = (cli.per_router, several || cli.per_router);
     match command {
-        Cmd::Status if s.admin.len() > 1 => status_of_all(&s, out),
+        Cmd::Status if per_router || (!several && s.admin.len() > 1) => status_of_all(&s, out),
+        Cmd::Status if several => view(&s, out, false, Ask::Status),
+        Cmd::Workers if viewed => view(&s, out, per_router, Ask::Workers),
+        Cmd::Latency if viewed => view(&s, out, per_router, Ask::Latency),
+        Cmd::Dead { command: DeadCmd::List { queue } } if viewed => view(&s, out, per_router, Ask::DeadList(queue)),
+        _ if several && uses_admin(command) => bail!(
+            "this command talks to one router name, and --admin names {owners} (';' separates router names, ',' the \
+             addresses of one): give one (status, workers, latency and dead list show all)"
+        ),
         Cmd::Status => out.show(owner(&s)?.status()?, table::status),
         Cmd::Workers => out.show(owner(&s)?.workers()?, table::workers),
         Cmd::Schedulers => out.show(owner(&s)?.schedulers()?, table::schedulers),
@@ -556,23 +578,36 @@ fn owner(s: &CliSettings) -> anyhow::Result<AdminClient> {
     bail!("no router of the list owns the name ({})", tried.join("; "))
 }
 
-/// `emq-cli status` with several `--admin` addresses: each router's STATUS
-/// under a line naming it (`--json`: `{"routers": [{"admin", "status"} or
-/// {"admin", "error"}]}`). Fails (exit status 1) only when none answers.
+/// `emq-cli status` with several `--admin` addresses of one name, or
+/// `--per-router`: each router's STATUS (every address of every name,
+/// standbys too) under a line naming it (`--json`: `{"routers":
+/// [{"owner", "admin", "status"} or {"owner", "admin", "error"}]}`,
+/// `owner` the name's index in `--admin`). Fails (exit status 1) only
+/// when none answers.
 fn status_of_all(s: &CliSettings, out: Out) -> anyhow::Result<()> {
-    let answers: Vec<(String, Result<Value, String>)> = s
-        .admin
-        .iter()
-        .map(|addr| (addr.clone(), admin(s, addr).and_then(|mut c| Ok(c.status()?)).map_err(|e| e.to_string())))
-        .collect();
-    let any = answers.iter().any(|(_, a)| a.is_ok());
-    let json = json!({"routers": answers.iter().map(|(addr, a)| match a {
-        Ok(v) => json!({"admin": addr, "status": v}),
-        Err(e) => json!({"admin": addr, "error": e}),
+    let addrs: Vec<(usize, &String)> =
+        s.admin.owners().iter().enumerate().flat_map(|(i, group)| group.iter().map(move |a| (i, a))).collect();
+    let answers: Vec<(usize, String, Result<Value, String>)> = std::thread::scope(|scope| {
+        let asked: Vec<_> = addrs
+            .iter()
+            .map(|&(i, addr)| {
+                scope.spawn(move || {
+                    let answer = admin(s, addr).and_then(|mut c| Ok(c.status()?)).map_err(|e| e.to_string());
+                    (i, addr.clone(), answer)
+                })
+            })
+            .collect();
+        let joined = asked.into_iter().zip(&addrs);
+        joined.map(|(h, (i, a))| h.join().unwrap_or_else(|_| (*i, a.to_string(), Err("failed".into())))).collect()
+    });
+    let any = answers.iter().any(|(_, _, a)| a.is_ok());
+    let json = json!({"routers": answers.iter().map(|(i, addr, a)| match a {
+        Ok(v) => json!({"owner": i, "admin": addr, "status": v}),
+        Err(e) => json!({"owner": i, "admin": addr, "error": e}),
     }).collect::<Vec<_>>()});
     out.show(json, |_| {
         let mut text = String::new();
-        for (addr, a) in &answers {
+        for (_, addr, a) in &answers {
             match a {
                 Ok(v) => text += &format!("== router {addr}\n{}\n", table::status(v)),
                 Err(e) => text += &format!("== router {addr}\nno answer: {e}\n\n"),
@@ -582,6 +617,127 @@ fn status_of_all(s: &CliSettings, out: Out) -> anyhow::Result<()> {
     })?;
     if !any {
         bail!("no router answered STATUS");
+    }
+    Ok(())
+}
+
+/// Most router names `--admin` may list (one thread each for a view).
+const MAX_OWNERS: usize = 64;
+
+/// What a view over several router names asks each.
+#[derive(Clone, Copy)]
+enum Ask<'a> {
+    Status,
+    Workers,
+    Latency,
+    /// DEAD_LIST, of one queue when given.
+    DeadList(&'a Option<String>),
+}
+
+/// Whether `command` talks to the router's admin socket.
+fn uses_admin(command: &Cmd) -> bool {
+    matches!(
+        command,
+        Cmd::Status
+            | Cmd::Workers
+            | Cmd::Schedulers
+            | Cmd::Latency
+            | Cmd::Admin { .. }
+            | Cmd::Disconnect
+            | Cmd::ReloadKeys { .. }
+            | Cmd::Dead { .. }
+    )
+}
+
+/// The serving router of one name's addresses (the first whose STATUS has
+/// no `emq.role`, as [`owner`] picks it): its address, a client and its
+/// STATUS.
+fn serving(s: &CliSettings, group: &[String]) -> Result<(String, AdminClient, Value), String> {
+    let mut tried = Vec::new();
+    for addr in group {
+        let mut c = match admin(s, addr) {
+            Ok(c) => c,
+            Err(e) => {
+                tried.push(format!("{addr}: {e}"));
+                continue;
+            }
+        };
+        match c.status() {
+            Ok(v) if v.pointer("/emq/role").is_none() => return Ok((addr.clone(), c, v)),
+            Ok(v) => tried.push(format!("{addr}: {}", v.pointer("/emq/role").and_then(Value::as_str).unwrap_or("?"))),
+            Err(e) => tried.push(format!("{addr}: {e}")),
+        }
+    }
+    Err(format!("no router of this name serves ({})", tried.join("; ")))
+}
+
+/// Asks every router name of `--admin` at once (a thread each): its
+/// serving router's STATUS, then `ask`'s command.
+fn ask_owners(s: &CliSettings, ask: Ask) -> Vec<view::Owned> {
+    let one = |owner: usize, group: &Vec<String>| match serving(s, group) {
+        Ok((addr, mut c, status)) => {
+            let answer = match ask {
+                Ask::Status => Ok(status.clone()),
+                Ask::Workers => c.workers(),
+                Ask::Latency => c.latency(),
+                Ask::DeadList(queue) => c.call(AdminWord::DeadList, &[queue.as_deref().unwrap_or("").as_bytes()]),
+            };
+            let router = view::router_name(&status);
+            view::Owned { owner, admin: addr, router, answer: answer.map_err(|e| e.to_string()), status: Some(status) }
+        }
+        Err(why) => {
+            let admin = group.first().cloned().unwrap_or_default();
+            view::Owned { owner, admin, router: None, answer: Err(why), status: None }
+        }
+    };
+    let groups = s.admin.owners();
+    std::thread::scope(|scope| {
+        let asked: Vec<_> = groups.iter().enumerate().map(|(i, g)| scope.spawn(move || one(i, g))).collect();
+        let joined = asked.into_iter().enumerate();
+        joined
+            .map(|(i, h)| {
+                h.join().unwrap_or_else(|_| view::Owned {
+                    owner: i,
+                    admin: String::new(),
+                    router: None,
+                    answer: Err("failed".into()),
+                    status: None,
+                })
+            })
+            .collect()
+    })
+}
+
+/// One view over every router name of `--admin` (docs/admin.md), or each
+/// apart with `per_router`. A name that does not answer makes the view
+/// partial (said on stdout and stderr); exit status 1 only when none
+/// answers.
+fn view(s: &CliSettings, out: Out, per_router: bool, ask: Ask) -> anyhow::Result<()> {
+    let answers = ask_owners(s, ask);
+    let (value, text) = match (per_router, ask) {
+        (true, Ask::Status) => view::per_router(&answers, table::status),
+        (true, Ask::Workers) => view::per_router(&answers, table::workers),
+        (true, Ask::Latency) => view::per_router(&answers, table::latency),
+        (true, Ask::DeadList(_)) => view::per_router(&answers, table::dead_list),
+        (false, Ask::Status) => (view::status(&answers), String::new()),
+        (false, Ask::Workers) => (view::workers(&answers), String::new()),
+        (false, Ask::Latency) => (view::latency(&answers), String::new()),
+        (false, Ask::DeadList(_)) => (view::dead_list(&answers), String::new()),
+    };
+    let merged: fn(&Value) -> String = match ask {
+        Ask::Status => view::status_table,
+        Ask::Workers => view::workers_table,
+        Ask::Latency => view::latency_table,
+        Ask::DeadList(_) => view::dead_list_table,
+    };
+    out.show(value, |v| if per_router { text.clone() } else { merged(v) })?;
+    let silent = answers.iter().filter(|a| a.answer.is_err()).count();
+    if silent == answers.len() {
+        bail!("no router name of --admin answered");
+    }
+    if silent > 0 {
+        let n = answers.len();
+        emq::program::diagnostic(format_args!("emq-cli: partial view: {silent} of {n} router names did not answer"));
     }
     Ok(())
 }

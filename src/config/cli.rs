@@ -19,7 +19,9 @@ settings! {
         frontend: EmqpAddrs = limits::FRONTEND_ADDR, env "EMQ_FRONTEND_ADDR";
         /// The router's admin address (status, workers, schedulers, latency, dead, disconnect);
         /// several separated by commas (the routers of one name, docs/failover.md): `status`
-        /// shows each, every other command goes to the one that owns the name.
+        /// shows each, every other command goes to the one that owns the name. Several router
+        /// names separated by `;`: status, workers, latency and dead list show one view over
+        /// all (docs/admin.md); the other admin commands take one name.
         admin: EmqpAddrs = limits::ADMIN_ADDR, env "EMQ_ADMIN_ADDR";
         /// The router's text protocol address, host:port (sched, ask); several router names
         /// separated by `;` (sched spreads, ask asks each in turn; docs/scaleout.md), one name's

@@ -65,6 +65,7 @@ pub mod log;
 pub mod message;
 pub mod owner;
 pub mod ownership;
+pub mod peers;
 pub mod shared;
 
 use std::collections::BTreeMap;
@@ -293,13 +294,7 @@ pub fn open(
     if max_part < 4096 {
         return Err(JsError::TooBig { max_payload: info.max_payload, needed: 4096 + HEADER_BYTES + 1024 });
     }
-    let holder = serde_json::json!({
-        "host": hostname(),
-        "pid": std::process::id(),
-        "frontend": config.frontend_addr.to_string(),
-        "since_unix_ms": crate::job::unix_ms_now(),
-    })
-    .to_string();
+    let holder = peers::holder_record(config, &hostname());
     let lease = owner::acquire(&bridge, nats, holder.clone(), ownership.clone())?;
     let own = lease.epoch();
     let store = Store { bridge, lease: Some(lease) };

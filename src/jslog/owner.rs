@@ -30,7 +30,7 @@
 //!   then deletes the old streams.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -45,6 +45,7 @@ use super::ownership::{self, Ownership};
 use super::shared::JsShared;
 use super::JsError;
 use crate::config::NatsConfig;
+use crate::limits;
 
 /// A name's streams: their generation and shard count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,6 +177,7 @@ pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String, own: Arc<Ow
     bridge.call(move |ctx| async move {
         let take = async move {
         let store = bucket(&ctx, format!("{prefix}_routers"), lease, replicas, give_up).await?;
+        tokio::spawn(list_peers(ctx.clone(), store.clone(), format!("{prefix}_layouts"), name.clone(), Arc::downgrade(&own)));
         let lease = bucket_lease(&store, lease);
         let deadline = Instant::now() + lease * 2 + Duration::from_secs(1);
         let mut seen: Option<u64> = None;
@@ -248,6 +250,27 @@ pub fn acquire(bridge: &Bridge, config: &NatsConfig, holder: String, own: Arc<Ow
             () = ownership::stop_requested() => Err(JsError::Stopped { name: stopped }),
         }
     })?
+}
+
+/// Lists the other router names of the stream prefix into `own`'s peers
+/// every [`limits::PEER_ROUTERS_POLL`] ([`super::peers`]), from the lease
+/// bucket `routers` and the layout bucket `layouts` (opened, not made:
+/// none before the first router laid out its streams), while the
+/// router's ownership view lives. Standbys list them too.
+async fn list_peers(ctx: Ctx, routers: kv::Store, layouts: String, name: String, own: Weak<Ownership>) {
+    let mut laid: Option<kv::Store> = None;
+    loop {
+        let Some(o) = own.upgrade() else { return };
+        if laid.is_none() {
+            laid = ctx.js.get_key_value(&layouts).await.ok();
+        }
+        match super::peers::list(&routers, laid.as_ref(), &name).await {
+            Ok((found, more)) => o.peers().set(found, more),
+            Err(why) => o.peers().failed(why),
+        }
+        drop(o);
+        tokio::time::sleep(limits::PEER_ROUTERS_POLL).await;
+    }
 }
 
 /// Renews the key every third of `lease`, starting from `revision`, until

@@ -92,6 +92,9 @@ pub struct OwnershipFigures {
 #[derive(Debug, Default)]
 pub struct Ownership {
     view: Mutex<View>,
+    /// The other router names of the stream prefix (listed by the lease
+    /// code, [`super::peers`]).
+    peers: super::peers::Peers,
 }
 
 /// Set by a stop signal: a standby waiting for the name gives up waiting
@@ -119,6 +122,11 @@ pub async fn stop_requested() {
 }
 
 impl Ownership {
+    /// The other router names of the stream prefix, as last listed.
+    pub fn peers(&self) -> &super::peers::Peers {
+        &self.peers
+    }
+
     /// The current role.
     pub fn role(&self) -> Role {
         self.view.lock().role

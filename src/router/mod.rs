@@ -418,6 +418,7 @@ fn wal_status(
         serde_json::json!({
             "role": own.role().as_str(),
             "ownership": own.to_json(),
+            "other_routers": own.peers().to_json(),
             "standby": n.standby,
             "router_name": n.router_name,
             "urls": n.urls,
@@ -580,6 +581,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
     let (wal_config, inner_extra, wal_logs, wal_own) = (config.clone(), extra, log_stats.clone(), own.clone());
     let extra: ExtraStatus = Arc::new(move || {
         let mut v = inner_extra();
+        v.push(("router_name", serde_json::json!(wal_config.nats.router_name)));
         v.push(("wal", wal_status(&wal_config, &wal_logs, &store_server, &bridge_stats, &wal_own)));
         v
     });
@@ -623,6 +625,7 @@ pub fn start_with(config: RouterConfig, extra: ExtraStatus) -> Result<RouterHand
                 .then_some(config.wal.disk_free_limit),
                 ownership: (config.wal.durability == crate::config::Durability::Replicated).then(|| own.clone()),
                 curve: curve_shared.clone(),
+                router_name: config.nats.router_name.to_string(),
             };
             let limits = http::HttpLimits {
                 max_connections: config.metrics_max_connections,

@@ -1,10 +1,15 @@
 //! `/metrics`: a [`Scrape`] in the Prometheus text exposition format
 //! (0.0.4), written by the `prometheus-client` crate's encoder. Names follow
 //! Prometheus conventions (`emq_` prefix, units in names, `_total` on
-//! counters); the only labels are `queue` (at most `metrics_max_queues`
-//! values plus `_other`), `reason`, `state`, `kind`, `event` and `code`,
-//! each from a fixed set, so the series count is bounded. The metrics are
+//! counters). Every series carries `router="<router_name>"` first (one
+//! value per router: several router names' series stay apart when one
+//! Prometheus scrapes them all, docs/admin.md); the other labels are
+//! `queue` (at most `metrics_max_queues` values plus `_other`), `reason`,
+//! `state`, `kind`, `event` and `code`, each from a fixed set, so the
+//! series count is bounded. The metrics are
 //! listed in the README ("Metrics and the status page").
+
+use std::borrow::Cow;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeMetric, NoLabelSet};
@@ -23,7 +28,8 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 
 /// The exposition text of `scrape`.
 pub fn render(scrape: Scrape) -> String {
-    let mut registry = Registry::default();
+    let router = [(Cow::Borrowed("router"), Cow::Owned(scrape.router_name.clone()))];
+    let mut registry = Registry::with_labels(router.into_iter());
     registry.register_collector(Box::new(Exposition(scrape)));
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut out, &registry) {
@@ -359,6 +365,7 @@ mod tests {
         row.counts.add(QueueCounter::Accepted, 7);
         row.latency[Kind::EndToEnd as usize] = Some(h);
         let scrape = Scrape {
+            router_name: "r1".into(),
             queues: vec![row],
             counters: vec![("rejected_queue_full".into(), 2)],
             dead_bytes: 300,
@@ -366,20 +373,27 @@ mod tests {
         };
         let text = render(scrape);
         for line in [
-            "emq_jobs_accepted_total{queue=\"mail\"} 7",
-            "emq_jobs_waiting{queue=\"mail\"} 3",
-            "emq_jobs_in_flight{queue=\"mail\"} 1",
-            "emq_jobs_dead{queue=\"mail\"} 2",
-            "emq_dead_set_bytes 300",
-            "emq_jobs_refused_total{reason=\"queue_full\"} 2",
+            "emq_jobs_accepted_total{router=\"r1\",queue=\"mail\"} 7",
+            "emq_jobs_waiting{router=\"r1\",queue=\"mail\"} 3",
+            "emq_jobs_in_flight{router=\"r1\",queue=\"mail\"} 1",
+            "emq_jobs_dead{router=\"r1\",queue=\"mail\"} 2",
+            "emq_dead_set_bytes{router=\"r1\"} 300",
+            "emq_jobs_refused_total{router=\"r1\",reason=\"queue_full\"} 2",
             "# TYPE emq_job_end_to_end_seconds histogram",
-            "emq_job_end_to_end_seconds_bucket{queue=\"mail\",le=\"0.001\"} 0",
-            "emq_job_end_to_end_seconds_bucket{queue=\"mail\",le=\"0.0025\"} 1",
-            "emq_job_end_to_end_seconds_bucket{queue=\"mail\",le=\"0.25\"} 3",
-            "emq_job_end_to_end_seconds_bucket{queue=\"mail\",le=\"+Inf\"} 3",
-            "emq_job_end_to_end_seconds_count{queue=\"mail\"} 3",
+            "emq_job_end_to_end_seconds_bucket{router=\"r1\",queue=\"mail\",le=\"0.001\"} 0",
+            "emq_job_end_to_end_seconds_bucket{router=\"r1\",queue=\"mail\",le=\"0.0025\"} 1",
+            "emq_job_end_to_end_seconds_bucket{router=\"r1\",queue=\"mail\",le=\"0.25\"} 3",
+            "emq_job_end_to_end_seconds_bucket{router=\"r1\",queue=\"mail\",le=\"+Inf\"} 3",
+            "emq_job_end_to_end_seconds_count{router=\"r1\",queue=\"mail\"} 3",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        // Every series names the router, first.
+        let series: Vec<&str> = text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).collect();
+        assert!(series.len() > 20, "{text}");
+        for l in series {
+            let name_end = l.find('{').unwrap_or(l.len());
+            assert!(l[name_end..].starts_with("{router=\"r1\""), "{l}");
         }
     }
 
@@ -390,13 +404,13 @@ mod tests {
             zap: vec![("backend".into(), 400, 3), ("backend".into(), 200, 2)],
             reloads: 1,
         };
-        let text = render(Scrape { curve: Some(curve), ..Scrape::default() });
+        let text = render(Scrape { curve: Some(curve), router_name: "r1".into(), ..Scrape::default() });
         for line in [
-            "emq_curve_handshakes_total{socket=\"backend\",result=\"ok\"} 2",
-            "emq_curve_handshakes_total{socket=\"backend\",result=\"unknown_key\"} 3",
-            "emq_zap_requests_total{domain=\"backend\",status=\"400\"} 3",
-            "emq_zap_requests_total{domain=\"backend\",status=\"200\"} 2",
-            "emq_curve_key_reloads_total 1",
+            "emq_curve_handshakes_total{router=\"r1\",socket=\"backend\",result=\"ok\"} 2",
+            "emq_curve_handshakes_total{router=\"r1\",socket=\"backend\",result=\"unknown_key\"} 3",
+            "emq_zap_requests_total{router=\"r1\",domain=\"backend\",status=\"400\"} 3",
+            "emq_zap_requests_total{router=\"r1\",domain=\"backend\",status=\"200\"} 2",
+            "emq_curve_key_reloads_total{router=\"r1\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
@@ -412,14 +426,14 @@ mod tests {
             takeovers: 0,
             epoch: 0,
         });
-        let text = render(Scrape { ownership, ..Scrape::default() });
+        let text = render(Scrape { ownership, router_name: "r1".into(), ..Scrape::default() });
         for line in [
-            "emq_router_role{role=\"standby\"} 1",
-            "emq_router_role{role=\"owner\"} 0",
-            "emq_router_role{role=\"fenced\"} 0",
-            "emq_router_lease_age_seconds 2.5",
-            "emq_router_takeovers_total 0",
-            "emq_router_epoch 0",
+            "emq_router_role{router=\"r1\",role=\"standby\"} 1",
+            "emq_router_role{router=\"r1\",role=\"owner\"} 0",
+            "emq_router_role{router=\"r1\",role=\"fenced\"} 0",
+            "emq_router_lease_age_seconds{router=\"r1\"} 2.5",
+            "emq_router_takeovers_total{router=\"r1\"} 0",
+            "emq_router_epoch{router=\"r1\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
@@ -442,18 +456,18 @@ mod tests {
                 ..LogFigures::default()
             },
         ];
-        let text = render(Scrape { logs, disk_free_limit: Some(5000), ..Scrape::default() });
+        let text = render(Scrape { logs, disk_free_limit: Some(5000), router_name: "r1".into(), ..Scrape::default() });
         for line in [
-            "emq_log_bytes{shard=\"0\"} 4096",
-            "emq_log_live_jobs{shard=\"0\"} 2",
-            "emq_log_state{shard=\"0\",state=\"ok\"} 1",
-            "emq_log_state{shard=\"1\",state=\"full\"} 1",
-            "emq_disk_free_bytes 900",
-            "emq_disk_free_limit_bytes 5000",
-            "emq_disk_alarm 1",
-            "emq_log_errors_total{kind=\"full\"} 3",
-            "emq_log_errors_total{kind=\"gone\"} 0",
-            "emq_log_repairs_total 1",
+            "emq_log_bytes{router=\"r1\",shard=\"0\"} 4096",
+            "emq_log_live_jobs{router=\"r1\",shard=\"0\"} 2",
+            "emq_log_state{router=\"r1\",shard=\"0\",state=\"ok\"} 1",
+            "emq_log_state{router=\"r1\",shard=\"1\",state=\"full\"} 1",
+            "emq_disk_free_bytes{router=\"r1\"} 900",
+            "emq_disk_free_limit_bytes{router=\"r1\"} 5000",
+            "emq_disk_alarm{router=\"r1\"} 1",
+            "emq_log_errors_total{router=\"r1\",kind=\"full\"} 3",
+            "emq_log_errors_total{router=\"r1\",kind=\"gone\"} 0",
+            "emq_log_repairs_total{router=\"r1\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }

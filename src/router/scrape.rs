@@ -79,6 +79,12 @@ pub struct Scrape {
     pub http_access: Option<String>,
     /// The CURVE endpoints' counters, when the router has any.
     pub curve: Option<super::curve::CurveFigures>,
+    /// The router's `router_name` (the `router` label of every `/metrics`
+    /// series).
+    pub router_name: String,
+    /// The other router names of its stream prefix, as last listed
+    /// (`durability = "replicated"`; empty otherwise).
+    pub peers: Vec<crate::jslog::peers::PeerRouter>,
 }
 
 impl Scrape {
@@ -119,6 +125,8 @@ pub struct Sources {
     pub ownership: Option<Arc<crate::jslog::ownership::Ownership>>,
     /// The CURVE endpoints' counters (none without a `*_curve` address).
     pub curve: Option<Arc<super::curve::CurveShared>>,
+    /// The router's `router_name`.
+    pub router_name: String,
 }
 
 impl Sources {
@@ -216,6 +224,8 @@ impl Sources {
             ownership: self.ownership.as_ref().map(|o| o.figures()),
             http_access: None,
             curve: self.curve.as_ref().map(|c| c.figures()),
+            router_name: self.router_name.clone(),
+            peers: self.ownership.as_ref().map(|o| o.peers().list()).unwrap_or_default(),
         }
     }
 }

@@ -87,11 +87,13 @@ fn status(own: &Ownership, name: &str) -> Value {
         "emq": {
             "version": env!("CARGO_PKG_VERSION"),
             "role": view["role"],
+            "router_name": name,
             "shards": 0,
             "uptime_secs": 0,
             "wal": {
                 "durability": "replicated",
-                "nats": {"role": view["role"], "router_name": name, "standby": true, "ownership": view},
+                "nats": {"role": view["role"], "router_name": name, "standby": true, "ownership": view,
+                    "other_routers": own.peers().to_json()},
                 "shards": [],
             },
         },

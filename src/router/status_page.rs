@@ -140,6 +140,7 @@ pub fn render(scrape: &Scrape, rates: &mut Rates) -> String {
     curve(&mut o, scrape);
     log(&mut o, scrape);
     ownership(&mut o, scrape);
+    routers(&mut o, scrape);
     queues(&mut o, scrape, &per_second);
     latency_plot(&mut o, scrape);
     workers(&mut o, scrape);
@@ -161,6 +162,39 @@ fn ownership(o: &mut String, scrape: &Scrape) {
          {} take-over(s) by this process.</p>",
         f.epoch, f.takeovers
     );
+}
+
+/// The router's name and the other router names of its stream prefix
+/// (`durability = "replicated"`), each linked to its status page when its
+/// lease record gives one ([`crate::jslog::peers`]): one admin view over
+/// several owners, docs/admin.md.
+fn routers(o: &mut String, scrape: &Scrape) {
+    if scrape.router_name.is_empty() {
+        return;
+    }
+    let _ = write!(o, "<p id=\"routers\">Router name {}", escape(&scrape.router_name));
+    if scrape.peers.is_empty() {
+        o.push_str(".</p>");
+        return;
+    }
+    let others: Vec<String> = scrape
+        .peers
+        .iter()
+        .map(|p| {
+            let name = escape(&p.name);
+            let shown = match p.status_page() {
+                Some(url) => format!("<a href=\"{}\">{name}</a>", escape(url)),
+                None => name,
+            };
+            let state = match (p.live, &p.holder) {
+                (false, _) => "<span class=\"bad\">no lease: stopped or down</span>".to_string(),
+                (true, Some(h)) => format!("live on {}", escape(h.host.as_deref().unwrap_or("?"))),
+                (true, None) => "live".to_string(),
+            };
+            format!("{shown} ({state})")
+        })
+        .collect();
+    let _ = write!(o, "; other routers on its NATS cluster: {}.</p>", others.join(", "));
 }
 
 /// The CURVE endpoints' line, when the router has any: per socket the
@@ -419,6 +453,40 @@ mod tests {
             ),
             "{page}"
         );
+    }
+
+    #[test]
+    fn page_names_the_router_and_links_the_others() {
+        use crate::jslog::peers::{Holder, PeerRouter};
+        let holder =
+            |page: &str| Holder { host: Some("h<1>".into()), status_page: Some(page.into()), ..Holder::default() };
+        let peers = vec![
+            PeerRouter {
+                name: "b".into(),
+                live: true,
+                holder: Some(holder("http://h1:9/")),
+                unreadable: false,
+                lease_age: None,
+            },
+            PeerRouter {
+                name: "c\"".into(),
+                live: true,
+                holder: Some(holder("javascript:x")),
+                unreadable: false,
+                lease_age: None,
+            },
+            PeerRouter { name: "d".into(), live: false, holder: None, unreadable: false, lease_age: None },
+        ];
+        let page = render(&Scrape { router_name: "a".into(), peers, ..Scrape::default() }, &mut Rates::default());
+        assert!(
+            page.contains(
+                "<p id=\"routers\">Router name a; other routers on its NATS cluster: <a href=\"http://h1:9/\">b</a> \
+                 (live on h&lt;1&gt;), c&quot; (live on h&lt;1&gt;), d (<span class=\"bad\">no lease: stopped or down</span>).</p>"
+            ),
+            "{page}"
+        );
+        let alone = render(&Scrape { router_name: "a".into(), ..Scrape::default() }, &mut Rates::default());
+        assert!(alone.contains("<p id=\"routers\">Router name a.</p>"), "{alone}");
     }
 
     #[test]

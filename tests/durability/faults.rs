@@ -345,6 +345,7 @@ fn deleted_under_load(name: &str, flags: &[&str]) {
         ports: [free_port(), free_port(), free_port(), free_port()],
         data: node.data.clone(),
         log: dir.join("other.log"),
+        metrics: None,
     };
     std::fs::remove_dir_all(&node.data).expect("delete the data directory");
     let (status, log) = other.run_to_exit(flags, &dir);

@@ -91,6 +91,19 @@ impl Node {
         self.router.start(&self.flags())
     }
 
+    /// This router with its HTTP server on (`/metrics`, the status page)
+    /// on a fresh port, logging to `<dir>/router-<name>.log`.
+    pub fn with_metrics(mut self, dir: &TestDir) -> Node {
+        self.router.metrics = Some(crate::common::ports::free_port());
+        self.router.log = dir.join(&format!("router-{}.log", self.name));
+        self
+    }
+
+    /// Its HTTP server, `127.0.0.1:P` (after [`Node::with_metrics`]).
+    pub fn metrics(&self) -> Option<String> {
+        self.router.metrics.map(|p| format!("127.0.0.1:{p}"))
+    }
+
     /// This router with `extra` flags too.
     pub fn with_flags(mut self, extra: &[&str]) -> Node {
         self.flags.extend(extra.iter().map(|s| s.to_string()));

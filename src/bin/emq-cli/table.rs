@@ -97,7 +97,17 @@ const NOW: [(&str, &str); 2] = [("retrying_messages_by_queue", "RETRYING"), ("de
 /// with a line saying so, end-to-end p50/p99), then the router's summary.
 /// Against an EventMQ router: waiting, in flight and processed.
 pub fn status(v: &Value) -> String {
-    let emq = v.get("emq").is_some();
+    let mut out = queues(v, v.get("emq").is_some());
+    if let Some(emq) = v.get("emq") {
+        out += "\n";
+        out += &summary(emq);
+    }
+    out + &wal(v)
+}
+
+/// STATUS's queue table ([`status`] without the router's summary): `emq`
+/// says whether the answer is emq's (no PROCESSED column) or EventMQ's.
+pub fn queues(v: &Value, emq: bool) -> String {
     let mut queues: BTreeSet<String> = BTreeSet::new();
     for (key, value) in v.as_object().into_iter().flatten() {
         if key.ends_with("_by_queue") {
@@ -144,18 +154,14 @@ pub fn status(v: &Value) -> String {
             if first == last { first.header().to_string() } else { format!("{} to {}", first.header(), last.header()) };
         out += &format!("({what}: since the router started; the other counts: now)\n");
     }
-    if let Some(emq) = v.get("emq") {
-        out += "\n";
-        out += &summary(emq);
-    }
-    out + &wal(v)
+    out
 }
 
 /// Whether the router takes new jobs: `draining`, `accepting jobs`, or
 /// `refusing new jobs` with the refusal producers get and the shards'
 /// log states behind it (`store_full`: a full disk or free space below
 /// `disk_free_limit`; `store_failed`: a log that cannot write).
-fn admission(emq: &Value) -> String {
+pub fn admission(emq: &Value) -> String {
     if emq.get("draining").and_then(Value::as_bool) == Some(true) {
         return "draining".into();
     }
@@ -215,7 +221,7 @@ fn summary(emq: &Value) -> String {
 }
 
 /// `name=value` for every non-zero number under `v`, nested names dotted.
-fn nonzero(v: &Value, prefix: &str, out: &mut Vec<String>) {
+pub fn nonzero(v: &Value, prefix: &str, out: &mut Vec<String>) {
     for (key, value) in v.as_object().into_iter().flatten() {
         let name = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
         match value {
@@ -339,24 +345,27 @@ fn wal(v: &Value) -> String {
 
 /// ROUTER_SHOW_WORKERS: one row per worker.
 pub fn workers(v: &Value) -> String {
-    let rows: Vec<Vec<String>> = object(v, "connected_workers")
+    let rows: Vec<Vec<String>> =
+        object(v, "connected_workers").into_iter().flatten().map(|(id, w)| worker_row(id, w)).collect();
+    render(&WORKERS_HEADER, &rows)
+}
+
+/// The columns of [`workers`].
+pub const WORKERS_HEADER: [&str; 6] = ["WORKER", "STATE", "SLOTS", "IN-FLIGHT", "LAST-HEARD", "QUEUES"];
+
+/// One worker's cells in [`WORKERS_HEADER`]'s order.
+pub fn worker_row(id: &str, w: &Value) -> Vec<String> {
+    let queues: Vec<String> = w
+        .get("queues")
+        .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .map(|(id, w)| {
-            let queues: Vec<String> = w
-                .get("queues")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .map(|p| format!("{}:{}", p.get(1).and_then(Value::as_str).unwrap_or("?"), count(p.get(0))))
-                .collect();
-            let state = w.get("state").and_then(Value::as_str).unwrap_or("-").to_string();
-            let inflight = w.get("inflight").map_or("-".into(), |n| count(Some(n)));
-            let slots = w.get("available_slots").and_then(Value::as_i64).unwrap_or(0).to_string();
-            vec![id.clone(), state, slots, inflight, seen(w.get("seen_secs_ago")), queues.join(",")]
-        })
+        .map(|p| format!("{}:{}", p.get(1).and_then(Value::as_str).unwrap_or("?"), count(p.get(0))))
         .collect();
-    render(&["WORKER", "STATE", "SLOTS", "IN-FLIGHT", "LAST-HEARD", "QUEUES"], &rows)
+    let state = w.get("state").and_then(Value::as_str).unwrap_or("-").to_string();
+    let inflight = w.get("inflight").map_or("-".into(), |n| count(Some(n)));
+    let slots = w.get("available_slots").and_then(Value::as_i64).unwrap_or(0).to_string();
+    vec![id.to_string(), state, slots, inflight, seen(w.get("seen_secs_ago")), queues.join(",")]
 }
 
 /// ROUTER_SHOW_SCHEDULERS: one row per scheduler.
@@ -374,6 +383,15 @@ pub fn schedulers(v: &Value) -> String {
 
 /// LATENCY: one row per queue and figure, in milliseconds.
 pub fn latency(v: &Value) -> String {
+    render(&LATENCY_HEADER, &latency_rows(v))
+}
+
+/// The columns of [`latency`].
+pub const LATENCY_HEADER: [&str; 9] =
+    ["QUEUE", "FIGURE", "JOBS", "MEAN-MS", "P50-MS", "P90-MS", "P99-MS", "P99.9-MS", "MAX-MS"];
+
+/// LATENCY's rows in [`LATENCY_HEADER`]'s order: per queue and figure.
+pub fn latency_rows(v: &Value) -> Vec<Vec<String>> {
     let figures = ["mean_us", "p50_us", "p90_us", "p99_us", "p999_us", "max_us"];
     let mut rows = Vec::new();
     for (queue, kinds) in object(v, "queues").into_iter().flatten() {
@@ -386,7 +404,7 @@ pub fn latency(v: &Value) -> String {
             rows.push(row);
         }
     }
-    render(&["QUEUE", "FIGURE", "JOBS", "MEAN-MS", "P50-MS", "P90-MS", "P99-MS", "P99.9-MS", "MAX-MS"], &rows)
+    rows
 }
 
 /// SCHEDULES (the scheduler's admin socket): one row per schedule, earliest
@@ -417,7 +435,7 @@ pub fn schedules(v: &Value, now: i64) -> String {
 pub fn dead_list(v: &Value) -> String {
     let jobs = v.get("jobs").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let rows: Vec<Vec<String>> = jobs.iter().map(|j| dead_row(j).to_vec()).collect();
-    let mut out = render(&["ID", "QUEUE", "REASON", "FAILURES", "DEAD-AT (UTC)", "BYTES", "MSGID"], &rows);
+    let mut out = render(&DEAD_HEADER, &rows);
     let total = v.get("total").and_then(Value::as_u64).unwrap_or(rows.len() as u64);
     let jobs = |n: u64| if n == 1 { "1 dead job".to_string() } else { format!("{n} dead jobs") };
     if total > rows.len() as u64 {
@@ -441,8 +459,11 @@ pub fn dead_show(v: &Value) -> String {
     out
 }
 
-/// A dead job's cells in `dead_list`'s column order.
-fn dead_row(j: &Value) -> [String; 7] {
+/// The columns of [`dead_list`].
+pub const DEAD_HEADER: [&str; 7] = ["ID", "QUEUE", "REASON", "FAILURES", "DEAD-AT (UTC)", "BYTES", "MSGID"];
+
+/// A dead job's cells in [`DEAD_HEADER`]'s order.
+pub fn dead_row(j: &Value) -> [String; 7] {
     let text = |k: &str| j.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
     let when = j
         .get("dead_at")
