@@ -30,6 +30,7 @@ mod ops;
 mod replicated;
 mod replicated_faults;
 mod retries;
+mod scaleout;
 mod scheduler;
 mod scheduler_e2e;
 mod scheduler_takeover;

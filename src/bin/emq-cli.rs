@@ -967,7 +967,7 @@ fn sched_owners(mut c: TextOwners, out: Out, data: &str, queue: &str) -> anyhow:
 
 /// `ask` over several owners: a plain ASK to each in turn until one
 /// offers a task, then ACK (DCL, DEL) to that owner.
-fn ask_owners(mut c: TextOwners, out: Out, queue: &str, dcl: bool, del: bool) -> anyhow::Result<()> {
+fn ask_text_owners(mut c: TextOwners, out: Out, queue: &str, dcl: bool, del: bool) -> anyhow::Result<()> {
     let offer = c.ask(queue, std::time::Duration::ZERO)?;
     if offer.is_some() {
         match (dcl, del) {
@@ -1035,7 +1035,7 @@ fn sched(s: &CliSettings, out: Out, data: &str, queue: &str) -> anyhow::Result<(
 fn ask(s: &CliSettings, out: Out, queue: &str, dcl: bool, del: bool) -> anyhow::Result<()> {
     check_queue_name(queue).map_err(|e| anyhow!(e))?;
     if let Some(c) = text_owners(s)? {
-        return ask_owners(c, out, queue, dcl, del);
+        return ask_text_owners(c, out, queue, dcl, del);
     }
     let mut c = text_client(s)?;
     let task = c.ask(queue)?;

@@ -8,10 +8,12 @@
 //! credits are the READYs it announced on its current registration and no
 //! job has used yet. A free slot goes, in this order, to a registered
 //! owner holding no slot at all, else to the owner holding the fewest
-//! among those that *want* one (it used every slot it was given and
-//! handed a job within [`WorkerConfig::slot_move_after`]), else to the
-//! owner holding the fewest (on a tie, the owner whose job just ended). A slot idle at one owner for
-//! `slot_move_after` while another owner wants one is taken back with
+//! among those that handed a job within
+//! [`WorkerConfig::slot_move_after`] (*hot*), else to the owner holding
+//! the fewest (on a tie, the owner whose job just ended). An owner
+//! *wants* a slot when it is hot and used every slot it was given. A
+//! slot idle at one owner (no job from it for `slot_move_after`) while
+//! another owner wants one or holds none is taken back with
 //! UNREADY (each owner keeps one) and, once the router ACKs it, given to
 //! that owner; a router that answers `NO_FREE_SLOT` had already sent a
 //! job against it. With one owner this is exactly EventMQ's rule: every
@@ -106,9 +108,14 @@ impl Link {
         self.credits + self.busy
     }
 
+    /// Whether it handed a job within `window`.
+    fn is_hot(&self, now: Instant, window: Duration) -> bool {
+        self.is_ready() && now.saturating_duration_since(self.last_job) < window
+    }
+
     /// Whether it used every slot it was given and handed a job lately.
     fn wants(&self, now: Instant, window: Duration) -> bool {
-        self.is_ready() && self.credits == 0 && now.saturating_duration_since(self.last_job) < window
+        self.is_hot(now, window) && self.credits == 0
     }
 }
 
@@ -463,8 +470,8 @@ impl Loop {
                 it.min_by_key(|(i, l)| (l.holds(), Some(*i) != ended)).map(|(i, _)| i)
             };
             let slotless = ready().find(|(_, l)| l.holds() == 0).map(|(i, _)| i);
-            let wanting = fewest(&mut ready().filter(|(_, l)| l.wants(now, window)));
-            let Some(target) = slotless.or(wanting).or_else(|| fewest(&mut ready())) else {
+            let hot = fewest(&mut ready().filter(|(_, l)| l.is_hot(now, window)));
+            let Some(target) = slotless.or(hot).or_else(|| fewest(&mut ready())) else {
                 return;
             };
             if !self.send(target, Command::Ready) {

@@ -52,6 +52,13 @@ impl Node {
         Node { router, name: self.name.clone(), flags: self.flags.clone() }
     }
 
+    /// This router logging to `router-<label>.log` (several router names
+    /// in one test).
+    pub fn logging_to(mut self, dir: &TestDir, label: &str) -> Node {
+        self.router.log = dir.join(&format!("router-{label}.log"));
+        self
+    }
+
     fn flags(&self) -> Vec<&str> {
         self.flags.iter().map(String::as_str).collect()
     }
