@@ -37,6 +37,7 @@ const MAX_OPS: usize = 48;
 enum Op {
     Inform { w: u8, queues: Vec<(u8, u8)> },
     Ready { w: u8, n: u8 },
+    Unready { w: u8 },
     Request { q: u8, msgid: u8 },
     Reply { w: u8, pick: u8, failed: bool },
     Heartbeat { w: u8 },
@@ -123,6 +124,7 @@ impl Driver {
                 }
             }
             Op::Ready { w, n } => self.h.ready(pick(&WORKERS, w), usize::from(n % 4) + 1),
+            Op::Unready { w } => self.h.unready(pick(&WORKERS, w), "u"),
             Op::Request { q, msgid } => {
                 let body = self.fresh();
                 let msgid = format!("m{}", msgid % 4);
