@@ -209,6 +209,16 @@ impl RawSchedulerConfig {
             crate::jslog::connect::check(&settings.bridge_config())?;
             Some(settings)
         };
+        if s.frontend.owners().len() > 1 {
+            // One DEALER to several names would register with one and
+            // heartbeat them all in turn (docs/scaleout.md).
+            let why = format!(
+                "{:?} names {} router names (owners, separated by ;): a scheduler serves one; run one per owner",
+                s.frontend.to_list_string(),
+                s.frontend.owners().len()
+            );
+            return Err(ConfigError::Invalid { name: "frontend", why });
+        }
         let router_curve =
             ClientCurve::from_settings(s.curve_key_file.as_deref(), s.curve_server_key.as_deref(), s.frontend.len())
                 .map_err(|e| ConfigError::Invalid { name: "curve_key_file", why: e.to_string() })?;
@@ -298,6 +308,9 @@ mod tests {
         assert_eq!(message(raw), "setting heartbeat_interval: must be shorter than router_timeout");
         let raw = RawSchedulerConfig { frontend: Some("localhost:47291".into()), ..Default::default() };
         assert!(message(raw).contains("eMQP addresses look like tcp://host:port"));
+        let raw = RawSchedulerConfig { frontend: Some("tcp://a:1;tcp://b:1".into()), ..Default::default() };
+        let text = message(raw);
+        assert!(text.contains("a scheduler serves one; run one per owner"), "{text}");
         let nats = |extra: RawSchedulerConfig| RawSchedulerConfig {
             nats_urls: Some(vec!["nats://127.0.0.1:4222".into()]),
             ..extra
