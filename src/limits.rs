@@ -874,7 +874,12 @@ pub const TEXT_OWNER_RETRY: Duration = Duration::from_secs(1);
 /// Most owners (router names) one several-owner text client or emq-bench
 /// text run spreads over: each is a connection (per consumer in
 /// emq-bench), and an owner list is user input.
-pub const TEXT_MAX_OWNERS: usize = 64;
+pub const TEXT_MAX_OWNERS: usize = MAX_OWNERS;
+
+/// Most owners (router names, `;`-separated) in any address list
+/// ([`crate::config::addr::emqp_owners`], `text_owners`): each is a socket
+/// (a DEALER per owner in a worker or client), and the list is user input.
+pub const MAX_OWNERS: usize = 64;
 
 // ZeroMQ LINGER (ms, as `set_linger` takes it): how long a closed socket
 // keeps trying to deliver what it still queues. The router's own sockets

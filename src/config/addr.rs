@@ -88,6 +88,7 @@ pub fn emqp(given: &str) -> Result<(), AddrError> {
 /// empty list or an empty item (`tcp://a:1,,tcp://b:2`).
 pub fn emqp_list(given: &str) -> Result<Vec<String>, AddrError> {
     let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for item in given.split([',', ';']).map(str::trim) {
         if item.is_empty() {
             let why = if given.trim().is_empty() { "no address" } else { "an empty item in the list" };
@@ -99,7 +100,7 @@ pub fn emqp_list(given: &str) -> Result<Vec<String>, AddrError> {
             });
         }
         emqp(item)?;
-        if !out.iter().any(|a: &String| a == item) {
+        if seen.insert(item) {
             out.push(item.to_string());
         }
     }
@@ -120,22 +121,35 @@ pub fn emqp_list(given: &str) -> Result<Vec<String>, AddrError> {
 /// assert_eq!(owners, vec![vec!["tcp://a:1".to_string(), "tcp://a2:1".into()], vec!["tcp://b:1".into()]]);
 /// assert_eq!(addr::emqp_owners("tcp://a:1,tcp://b:1").unwrap().len(), 1);
 /// assert!(addr::emqp_owners("tcp://a:1;;tcp://b:1").is_err());
+/// let many = (1..=65).map(|p| format!("tcp://a:{p}")).collect::<Vec<_>>().join(";");
+/// assert!(addr::emqp_owners(&many).unwrap_err().to_string().contains("65 owners, more than 64"));
 /// ```
 ///
 /// # Errors
-/// As [`emqp_list`], for the whole list or any owner's part.
+/// As [`emqp_list`], for the whole list or any owner's part; more than
+/// [`crate::limits::MAX_OWNERS`] owners.
 pub fn emqp_owners(given: &str) -> Result<Vec<Vec<String>>, AddrError> {
     emqp_list(given)?;
-    let mut seen: Vec<String> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for part in given.split(';') {
-        let group: Vec<String> = emqp_list(part)?.into_iter().filter(|a| !seen.contains(a)).collect();
-        seen.extend(group.iter().cloned());
+        let group: Vec<String> = emqp_list(part)?.into_iter().filter(|a| seen.insert(a.clone())).collect();
         if !group.is_empty() {
             out.push(group);
         }
     }
+    too_many_owners(given, "a list of eMQP addresses", EMQP_LIST_FORM, out.len())?;
     Ok(out)
+}
+
+/// Refuses a list of more than [`crate::limits::MAX_OWNERS`] owners.
+fn too_many_owners(given: &str, what: &'static str, expected: &'static str, n: usize) -> Result<(), AddrError> {
+    if n <= crate::limits::MAX_OWNERS {
+        return Ok(());
+    }
+    let why = format!("{n} owners, more than {}", crate::limits::MAX_OWNERS);
+    let shown: String = given.chars().take(200).collect();
+    Err(AddrError { given: shown, what, why, expected })
 }
 
 /// Splits a list of text addresses (`host:port`) into owners as
@@ -153,6 +167,7 @@ pub fn emqp_owners(given: &str) -> Result<Vec<Vec<String>>, AddrError> {
 /// or an empty item.
 pub fn text_owners(given: &str) -> Result<Vec<Vec<String>>, AddrError> {
     let mut out: Vec<Vec<String>> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for part in given.split(';') {
         let mut group = Vec::new();
         for item in part.split(',').map(str::trim) {
@@ -166,7 +181,7 @@ pub fn text_owners(given: &str) -> Result<Vec<Vec<String>>, AddrError> {
                 });
             }
             text(item)?;
-            if !out.iter().flatten().chain(group.iter()).any(|a: &String| a == item) {
+            if seen.insert(item) {
                 group.push(item.to_string());
             }
         }
@@ -174,6 +189,7 @@ pub fn text_owners(given: &str) -> Result<Vec<Vec<String>>, AddrError> {
             out.push(group);
         }
     }
+    too_many_owners(given, "a list of text addresses", TEXT_FORM, out.len())?;
     Ok(out)
 }
 
