@@ -313,6 +313,16 @@ def summarize(out, rows, meta):
         lines.append(f"| {r['run']} | {r['owners']} | {r['round']} | {r['worker_cpu_us_per_job']} | "
                      f"{r['jobs_per_s']} | {r['wall_s']} | {r['loadavg']} | {r['machine_busy_cores']} | "
                      f"{r['worker_exit']} |")
+    busy = statistics.median(r["machine_busy_cores"] for r in rows)
+    cores = os.cpu_count() or 1
+    lines += ["", f"Saturated: {'the machine CPU' if busy >= 0.95 * cores else 'nothing (machine CPU below 95 %)'}"
+              f" (median busy cores {busy:.2f} of {cores}: the /bin/true commands, the worker, the routers"
+              " and this script's producer together); the worker's -J slots were all busy (peak_busy in"
+              " its exit line)."]
+    notes = os.path.join(out, "notes.md")
+    if os.path.exists(notes):
+        with open(notes) as f:
+            lines += ["", f.read().rstrip("\n")]
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return med
