@@ -38,6 +38,7 @@ also on failure or Ctrl-C.
 import csv
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -203,8 +204,11 @@ def produce(ctx, frontends, jobs, tag):
 def run_one(ctx, bins, tmp, out, run, n, rnd, max_owners):
     name = f"o{n}-r{rnd}"
     routers = []
+    # All of a run's ports from one call: ports taken in separate calls may
+    # repeat (each closed before its router binds it).
+    ports = free_ports(3 * max_owners)
     for i in range(max_owners):
-        p_fe, p_be, p_ad = free_ports(3)
+        p_fe, p_be, p_ad = ports[3 * i:3 * i + 3]
         data = os.path.join(tmp, f"data-{run}-{i}")
         os.makedirs(data)
         log = open(os.path.join(tmp, f"router-{run}-{i}.log"), "w")
@@ -213,14 +217,24 @@ def run_one(ctx, bins, tmp, out, run, n, rnd, max_owners):
                               "--admin", f"tcp://127.0.0.1:{p_ad}", "--text", "off", "--metrics", "off",
                               "--durability", "memory", "--data-dir", data],
                              stdout=log, stderr=subprocess.STDOUT)
+        log.close()
         STARTED.append(p)
         routers.append({"p": p, "fe": f"tcp://127.0.0.1:{p_fe}", "be": f"tcp://127.0.0.1:{p_be}",
-                        "admin": f"tcp://127.0.0.1:{p_ad}"})
+                        "admin": f"tcp://127.0.0.1:{p_ad}", "log": log.name})
     worker = None
+    ok = False
+
+    def alive(where):
+        # A router that could not bind a port exits; another process may answer on that port.
+        for i, r in enumerate(routers):
+            if r["p"].poll() is not None:
+                raise RuntimeError(f"router {i} exited {where} (log copied: router-{name}-{i}.log)")
     try:
         for r in routers:
             wait_until(lambda r=r: r["p"].poll() is None and status(ctx, r["admin"], 500) is not None, 30,
                        "a router's STATUS")
+        time.sleep(0.3)
+        alive("at start")
         served = routers[:n]
         wlog_path = os.path.join(out, f"worker-{name}.log")
         wlog = open(wlog_path, "w")
@@ -246,6 +260,7 @@ def run_one(ctx, bins, tmp, out, run, n, rnd, max_owners):
         def all_done():
             return sum(counter(status(ctx, r["admin"]), "completed_jobs") for r in served) - sum(done0) >= JOBS
         wait_until(all_done, 120, f"{JOBS} jobs completed")
+        alive("during the load")
         wall = time.monotonic() - t0
         c1 = cpu_s(worker.pid)
         r1 = [cpu_s(r["p"].pid) for r in served]
@@ -267,12 +282,15 @@ def run_one(ctx, bins, tmp, out, run, n, rnd, max_owners):
                "worker_idle_cpu_pct": round((c0 - c_idle0) / IDLE_S * 100, 2),
                "routers_cpu_s": round(sum(b - a for a, b in zip(r0, r1)), 3),
                "machine_busy_cores": round(busy, 2), "loadavg": load, "worker_exit": exit_line}
+        ok = True
         return row
     finally:
         if worker is not None:
             stop(worker)
-        for r in routers:
+        for i, r in enumerate(routers):
             stop(r["p"])
+            if not ok:
+                shutil.copy(r["log"], os.path.join(out, f"router-{name}-{i}.log"))
 
 
 def summarize(out, rows, meta):
