@@ -31,7 +31,10 @@ STATUS counts them all completed (counters.completed_jobs). CPU µs per job
 routers' CPU, the machine's busy cores (/proc/stat), the load average and
 the worker's exit line (ready_sent, replies_sent, peak_busy, slots_moved).
 Results in loadtest/results/<date>-<rev>-worker-spread/: runs.csv,
-summary.md (medians, ratios to 1 owner), machine.txt, worker logs. Every
+summary.md (medians, ratios to 1 owner, paired per-round ratios),
+machine.txt, worker logs (and router logs of a failed run).
+`--summarize DIR` rewrites DIR/summary.md from its runs.csv (and notes.md);
+`--pool DIR...` prints one table over several sets. Every
 process started is stopped by PID and the temporary directory removed,
 also on failure or Ctrl-C.
 """
@@ -360,9 +363,39 @@ def resummarize(out):
     return 0
 
 
+def pool(dirs):
+    """`scaleout_worker_cost.py --pool DIR...`: one markdown table over several sets' runs.csv
+    (medians of all runs; paired ratios within each set's rounds)."""
+    rows = []
+    for d in dirs:
+        with open(os.path.join(d, "runs.csv")) as f:
+            for r in csv.DictReader(f):
+                rows.append((d, int(r["round"]), int(r["owners"]), float(r["worker_cpu_us_per_job"]),
+                             float(r["routers_cpu_s"]) / int(r["jobs"]) * 1e6))
+    by = {}
+    for d, rnd, n, v, rc in rows:
+        by.setdefault(n, []).append(v)
+    one = {(d, rnd): v for d, rnd, n, v, rc in rows if n == 1}
+    if 1 not in by:
+        print("no 1-owner runs", file=sys.stderr)
+        return 1
+    med1 = statistics.median(by[1])
+    print("| owners | runs | worker CPU µs/job median | ratio of medians | paired ratio median (min–max) "
+          "| served routers' CPU µs/job median |")
+    print("|---|---|---|---|---|---|")
+    for n in sorted(by):
+        pr = [v / one[(d, rnd)] for d, rnd, m, v, rc in rows if m == n and (d, rnd) in one]
+        rcs = [rc for d, rnd, m, v, rc in rows if m == n]
+        print(f"| {n} | {len(by[n])} | {statistics.median(by[n]):.1f} | {statistics.median(by[n]) / med1:.2f} | "
+              f"{statistics.median(pr):.3f} ({min(pr):.2f}–{max(pr):.2f}) | {statistics.median(rcs):.1f} |")
+    return 0
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--summarize":
         return resummarize(sys.argv[2])
+    if len(sys.argv) >= 3 and sys.argv[1] == "--pool":
+        return pool(sys.argv[2:])
     bins = bin_dir()
     rev = sh("git", "rev-parse", "--short", "HEAD") or "unknown"
     out = os.environ.get("EMQ_BENCH_OUT") or os.path.join(
