@@ -25,7 +25,10 @@
 //! [`MOVE_BOUND`] of its first job, three of that owner's jobs run at
 //! once (the fourth slot stays with the idle owner, so that work arriving
 //! there is seen); then the same the other way round. The idle owner's
-//! STATUS counts the slots taken back (`slots_taken_back`).
+//! STATUS counts the slots taken back (`slots_taken_back`). Then one owner
+//! is killed (`kill -9`): a backlog on the other runs 4 jobs at once
+//! within [`MOVE_BOUND`] (the worker frees the dead owner's slots when
+//! its connection drops, not after its 15 s silence timeout).
 //!
 //! Without a nats-server the first test says so in one line and skips.
 
@@ -377,6 +380,32 @@ fn a_workers_slots_move_to_the_owner_with_the_backlog() {
         assert!(moved.is_some_and(|m| m <= MOVE_BOUND), "phase {phase}: slots moved after {moved:?}");
         assert!(after > before, "phase {phase}: the idle owner counts no slot taken back");
     }
+    // An owner dies: the slots it held are free at once (the worker sees
+    // the connection drop), not after its 15 s silence timeout.
+    ra.child.kill_group();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut c = Client::connect(&rb.frontend).expect("client");
+    let bodies: Vec<String> = (0..24).map(|i| format!("after-kill-{i}")).collect();
+    for body in &bodies {
+        let outcome = c.request("default", "", body.as_bytes()).expect("request");
+        assert!(matches!(outcome, Outcome::Accepted { .. }), "{outcome:?}");
+    }
+    let done = wait::until(Duration::from_secs(40), || {
+        let r = runs(&out).0;
+        bodies.iter().all(|b| r.contains_key(b))
+    });
+    assert!(done, "the backlog on b after a's death did not drain\n{}", w.log_tail(30));
+    let r = runs(&out).0;
+    let mine: Vec<&Run> = bodies.iter().filter_map(|b| r.get(b)).flatten().collect();
+    let (most, four) = overlap(mine.iter().copied(), 4);
+    let first = mine.iter().map(|x| x.start).min().unwrap_or(0);
+    let moved = four.map(|t| Duration::from_nanos(u64::try_from(t.saturating_sub(first)).unwrap_or(u64::MAX)));
+    eprintln!(
+        "{test}: owner a killed: at most {most} of b's jobs at once, 4 at once {moved:?} after its first started"
+    );
+    assert_eq!(most, 4, "after a's death b gets every slot\n{}", w.log_tail(20));
+    assert!(moved.is_some_and(|m| m <= MOVE_BOUND), "slots freed by a's death reached b after {moved:?}");
+
     let (all, _) = runs(&out);
     let (most, _) = overlap(all.values().flatten(), usize::MAX);
     assert!(most <= 4, "the script saw {most} jobs at once with concurrency 4");

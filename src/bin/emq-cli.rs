@@ -896,17 +896,20 @@ fn request(s: &CliSettings, out: Out, queue: &str, body: &[u8], headers: &str) -
 }
 
 fn text_client(s: &CliSettings) -> anyhow::Result<TextClient> {
+    // The one address as parsed (trimmed, a list naming it twice reduced
+    // to it), not the setting's text.
+    let owners = emq::config::addr::text_owners(&s.text)?;
+    let addr = owners.into_iter().flatten().next().ok_or_else(|| anyhow!("no text address"))?;
     let cert_key = s.tls_cert.as_deref().zip(s.tls_key.as_deref());
     let options = emq::client::text_tls::options(
-        &s.text,
+        &addr,
         s.tls_ca.as_deref(),
         s.tls_server_name.as_deref(),
         cert_key,
         s.token_file.as_deref(),
     )
     .map_err(|e| anyhow!(e))?;
-    TextClient::connect_with(s.text.as_str(), s.timeout, &options)
-        .with_context(|| format!("text protocol at {}", s.text))
+    TextClient::connect_with(addr.as_str(), s.timeout, &options).with_context(|| format!("text protocol at {addr}"))
 }
 
 /// A client over several owners when `text` names more than one address

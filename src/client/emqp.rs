@@ -454,7 +454,8 @@ impl Conn {
 ///
 /// **Spreading.** Given several owners (`;` in the address list,
 /// [`crate::config::addr::emqp_owners`]), each REQUEST goes to the next
-/// owner in turn that has a live connection (a send that would wait is
+/// owner in turn (starting at a random one, so that one-shot producers
+/// such as `emq-cli request` spread too) that has a live connection (a send that would wait is
 /// passed to the next owner; only when none takes it does the send wait,
 /// up to the timeout, for any of them). Round-robin per REQUEST, not by
 /// queue: a queue's jobs spread over every owner, so FIFO holds per owner
@@ -517,7 +518,8 @@ impl Client {
             first += group.len();
             conns.push(Conn::connect_with(&group.join(","), mine.as_ref())?);
         }
-        Ok(Client { conns, next: 0, owner_of: HashMap::new(), order: VecDeque::new(), timeout: limits::CLIENT_TIMEOUT })
+        let next = super::text_spread::random_index(conns.len());
+        Ok(Client { conns, next, owner_of: HashMap::new(), order: VecDeque::new(), timeout: limits::CLIENT_TIMEOUT })
     }
 
     /// How many owners the client spreads over.

@@ -549,9 +549,10 @@ fn sched_refusal(owner: String, error: ServerError) -> Attempt {
     }
 }
 
-/// A random index below `n` (the clock's nanoseconds if the system has no
-/// random source: spreading is all it is for).
-fn random_index(n: usize) -> usize {
+/// A random index below `n` (0 for `n` ≤ 1; the clock's nanoseconds if
+/// the system has no random source: spreading is all it is for): where a
+/// round-robin over owners starts, so that one-shot producers spread too.
+pub(crate) fn random_index(n: usize) -> usize {
     let mut b = [0u8; 8];
     if getrandom::getrandom(&mut b).is_err() {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();

@@ -15,7 +15,8 @@ settings! {
     /// them.
     pub struct RawCliConfig => CliSettings {
         /// The router's eMQP frontend (request, schedule, unschedule); several separated by commas
-        /// for failover (docs/failover.md).
+        /// for failover (docs/failover.md); several router names separated by `;`: requests go to
+        /// them in turn, schedules to the first (docs/scaleout.md).
         frontend: EmqpAddrs = limits::FRONTEND_ADDR, env "EMQ_FRONTEND_ADDR";
         /// The router's admin address (status, workers, schedulers, latency, dead, disconnect);
         /// several separated by commas (the routers of one name, docs/failover.md): `status`
