@@ -326,6 +326,29 @@ fn two_owners_serve_one_workload_and_a_killed_owner_loses_nothing() {
     }
 }
 
+/// Sends 24 jobs `<prefix>-<i>` to the router at `frontend` and waits until
+/// they ran; the most of them that ran at once, and how long after the
+/// first started `at_once` of them first ran together.
+fn backlog(frontend: &str, prefix: &str, out: &Path, at_once: usize, w: &Child) -> (usize, Option<Duration>) {
+    let mut c = Client::connect(frontend).expect("client");
+    let bodies: Vec<String> = (0..24).map(|i| format!("{prefix}-{i}")).collect();
+    for body in &bodies {
+        let outcome = c.request("default", "", body.as_bytes()).expect("request");
+        assert!(matches!(outcome, Outcome::Accepted { .. }), "{outcome:?}");
+    }
+    let done = wait::until(Duration::from_secs(40), || {
+        let r = runs(out).0;
+        bodies.iter().all(|b| r.contains_key(b))
+    });
+    assert!(done, "the backlog {prefix} on {frontend} did not drain\n{}", w.log_tail(30));
+    let r = runs(out).0;
+    let mine: Vec<&Run> = bodies.iter().filter_map(|b| r.get(b)).flatten().collect();
+    let (most, together) = overlap(mine.iter().copied(), at_once);
+    let first = mine.iter().map(|x| x.start).min().unwrap_or(0);
+    let after = together.map(|t| Duration::from_nanos(u64::try_from(t.saturating_sub(first)).unwrap_or(u64::MAX)));
+    (most, after)
+}
+
 #[test]
 fn a_workers_slots_move_to_the_owner_with_the_backlog() {
     let test = "scaleout_slots";
@@ -353,23 +376,7 @@ fn a_workers_slots_move_to_the_owner_with_the_backlog() {
 
     for (phase, (busy, idle, name)) in [(&ra, &rb, "a"), (&rb, &ra, "b")].into_iter().enumerate() {
         let before = counter(&status(idle), "slots_taken_back");
-        let mut c = Client::connect(&busy.frontend).expect("client");
-        let bodies: Vec<String> = (0..24).map(|i| format!("{name}-{i}")).collect();
-        let sent_at = epoch_ns(SystemTime::now());
-        for body in &bodies {
-            let outcome = c.request("default", "", body.as_bytes()).expect("request");
-            assert!(matches!(outcome, Outcome::Accepted { .. }), "{outcome:?}");
-        }
-        let done = wait::until(Duration::from_secs(40), || {
-            let r = runs(&out).0;
-            bodies.iter().all(|b| r.contains_key(b))
-        });
-        assert!(done, "phase {phase}: the backlog on {name} did not drain\n{}", w.log_tail(30));
-        let r = runs(&out).0;
-        let mine: Vec<&Run> = bodies.iter().filter_map(|b| r.get(b)).flatten().collect();
-        let (most, three) = overlap(mine.iter().copied(), 3);
-        let first = mine.iter().map(|x| x.start).min().unwrap_or(sent_at);
-        let moved = three.map(|t| Duration::from_nanos(u64::try_from(t.saturating_sub(first)).unwrap_or(u64::MAX)));
+        let (most, moved) = backlog(&busy.frontend, name, &out, 3, &w);
         let after = counter(&status(idle), "slots_taken_back");
         eprintln!(
             "{test}: backlog on {name}: at most {most} of its jobs at once, 3 at once {moved:?} after its first \
@@ -384,22 +391,7 @@ fn a_workers_slots_move_to_the_owner_with_the_backlog() {
     // the connection drop), not after its 15 s silence timeout.
     ra.child.kill_group();
     std::thread::sleep(Duration::from_millis(500));
-    let mut c = Client::connect(&rb.frontend).expect("client");
-    let bodies: Vec<String> = (0..24).map(|i| format!("after-kill-{i}")).collect();
-    for body in &bodies {
-        let outcome = c.request("default", "", body.as_bytes()).expect("request");
-        assert!(matches!(outcome, Outcome::Accepted { .. }), "{outcome:?}");
-    }
-    let done = wait::until(Duration::from_secs(40), || {
-        let r = runs(&out).0;
-        bodies.iter().all(|b| r.contains_key(b))
-    });
-    assert!(done, "the backlog on b after a's death did not drain\n{}", w.log_tail(30));
-    let r = runs(&out).0;
-    let mine: Vec<&Run> = bodies.iter().filter_map(|b| r.get(b)).flatten().collect();
-    let (most, four) = overlap(mine.iter().copied(), 4);
-    let first = mine.iter().map(|x| x.start).min().unwrap_or(0);
-    let moved = four.map(|t| Duration::from_nanos(u64::try_from(t.saturating_sub(first)).unwrap_or(u64::MAX)));
+    let (most, moved) = backlog(&rb.frontend, "after-kill", &out, 4, &w);
     eprintln!(
         "{test}: owner a killed: at most {most} of b's jobs at once, 4 at once {moved:?} after its first started"
     );

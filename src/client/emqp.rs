@@ -112,7 +112,7 @@ pub enum Schedule {
 /// of a msgid it already accepted from this client (docs/failover.md
 /// "Duplicates"); the routing id of the client's socket is made once and
 /// is the same on every router of the list.
-pub struct Conn {
+pub(crate) struct Conn {
     dealer: Dealer,
     timeout: Duration,
     stash: HashMap<Frame, Outcome>,
@@ -136,16 +136,6 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// Connects to a frontend address such as `tcp://127.0.0.1:47291`, with
-    /// [`limits::CLIENT_TIMEOUT`]. Connecting never blocks; an unreachable broker
-    /// shows up as [`ClientError::Unreachable`] on the first send.
-    ///
-    /// # Errors
-    /// [`ClientError::Address`] for a malformed address.
-    pub fn connect(addr: &str) -> Result<Conn, ClientError> {
-        Conn::connect_with(addr, None)
-    }
-
     /// [`Client::connect`], as a CURVE client when `curve` is set (to a
     /// router's `frontend_curve`; one server key for all addresses or one
     /// per address).
@@ -222,16 +212,6 @@ impl Conn {
     pub fn with_timeout(mut self, timeout: Duration) -> Conn {
         self.timeout = timeout;
         self
-    }
-
-    /// Sends a REQUEST (7 frames, docs/emqp.md "REQUEST") and waits up to the
-    /// timeout for the acceptance REPLY or ERROR naming its msgid.
-    ///
-    /// # Errors
-    /// [`ClientError::Unreachable`] when no connection came up in time.
-    pub fn request(&mut self, queue: &str, headers: &str, body: &[u8]) -> Result<Outcome, ClientError> {
-        let msgid = self.send_request(queue, headers, body)?;
-        self.wait(&msgid, Instant::now() + self.timeout)
     }
 
     /// Sends a REQUEST without waiting; returns its msgid. Answers that
@@ -365,38 +345,6 @@ impl Conn {
         self.send_schedule(true, queue, headers, "-1", body, "")
     }
 
-    /// Sends SCHEDULE like [`Client::schedule`] and waits up to the timeout
-    /// for the answer the scheduler sends back through an emq router.
-    ///
-    /// # Errors
-    /// As [`Client::schedule`].
-    pub fn schedule_confirmed(
-        &mut self,
-        queue: &str,
-        when: &Schedule,
-        body: &[u8],
-        headers: &str,
-    ) -> Result<ScheduleAnswer, ClientError> {
-        let msgid = self.schedule(queue, when, body, headers)?;
-        self.wait_schedule(&msgid, Instant::now() + self.timeout)
-    }
-
-    /// Sends UNSCHEDULE like [`Client::unschedule`] and waits up to the
-    /// timeout for the scheduler's answer (outcome `unscheduled` or
-    /// `not_found`).
-    ///
-    /// # Errors
-    /// As [`Client::unschedule`].
-    pub fn unschedule_confirmed(
-        &mut self,
-        queue: &str,
-        body: &[u8],
-        headers: &str,
-    ) -> Result<ScheduleAnswer, ClientError> {
-        let msgid = self.unschedule(queue, body, headers)?;
-        self.wait_schedule(&msgid, Instant::now() + self.timeout)
-    }
-
     /// Waits until `deadline` for the REPLY or ERROR naming SCHEDULE or
     /// UNSCHEDULE `msgid`. Answers to REQUESTs that arrive meanwhile are
     /// kept for [`Client::wait`].
@@ -505,19 +453,12 @@ impl Client {
     /// As [`Client::connect`].
     pub fn connect_with(addr: &str, curve: Option<&crate::curve::ClientCurve>) -> Result<Client, ClientError> {
         let owners = crate::config::addr::emqp_owners(addr)?;
-        let total: usize = owners.iter().map(Vec::len).sum();
-        let mut conns = Vec::with_capacity(owners.len());
-        let mut first = 0;
-        for group in &owners {
-            let mine = curve.cloned().map(|mut c| {
-                if c.server_keys.len() == total && total > 1 {
-                    c.server_keys = c.server_keys[first..first + group.len()].to_vec();
-                }
-                c
-            });
-            first += group.len();
-            conns.push(Conn::connect_with(&group.join(","), mine.as_ref())?);
-        }
+        let curves = crate::curve::ClientCurve::per_owner(curve, &owners);
+        let conns = owners
+            .iter()
+            .zip(&curves)
+            .map(|(group, mine)| Conn::connect_with(&group.join(","), mine.as_ref()))
+            .collect::<Result<Vec<Conn>, ClientError>>()?;
         let next = super::text_spread::random_index(conns.len());
         Ok(Client { conns, next, owner_of: HashMap::new(), order: VecDeque::new(), timeout: limits::CLIENT_TIMEOUT })
     }
@@ -656,7 +597,8 @@ impl Client {
         body: &[u8],
         headers: &str,
     ) -> Result<ScheduleAnswer, ClientError> {
-        self.scheduling().schedule_confirmed(queue, when, body, headers)
+        let msgid = self.schedule(queue, when, body, headers)?;
+        self.wait_schedule(&msgid, Instant::now() + self.timeout)
     }
 
     /// Sends UNSCHEDULE like [`Client::unschedule`] and waits up to the
@@ -671,7 +613,8 @@ impl Client {
         body: &[u8],
         headers: &str,
     ) -> Result<ScheduleAnswer, ClientError> {
-        self.scheduling().unschedule_confirmed(queue, body, headers)
+        let msgid = self.unschedule(queue, body, headers)?;
+        self.wait_schedule(&msgid, Instant::now() + self.timeout)
     }
 
     /// Waits until `deadline` for the REPLY or ERROR naming SCHEDULE or

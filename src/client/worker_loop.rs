@@ -145,20 +145,8 @@ struct Loop {
 fn owners(config: &WorkerConfig) -> Result<Vec<(String, Option<crate::curve::ClientCurve>)>, WorkerError> {
     let all = config.addresses.join(",");
     let owners = crate::config::addr::emqp_owners(&all).map_err(|e| WorkerError::Config(e.to_string()))?;
-    let total: usize = owners.iter().map(Vec::len).sum();
-    let mut first = 0;
-    let mut out = Vec::new();
-    for group in owners {
-        let curve = config.curve.clone().map(|mut c| {
-            if c.server_keys.len() == total && total > 1 {
-                c.server_keys = c.server_keys[first..first + group.len()].to_vec();
-            }
-            c
-        });
-        first += group.len();
-        out.push((group.join(","), curve));
-    }
-    Ok(out)
+    let curves = crate::curve::ClientCurve::per_owner(config.curve.as_ref(), &owners);
+    Ok(owners.iter().map(|g| g.join(",")).zip(curves).collect())
 }
 
 /// Runs the worker until stopped. Pool threads end when it returns.

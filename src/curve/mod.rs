@@ -496,6 +496,29 @@ impl ClientCurve {
     pub fn server_key_for(&self, index: usize) -> &Key {
         self.server_keys.get(index).or_else(|| self.server_keys.first()).unwrap_or(&[0; 32])
     }
+
+    /// The keys for each owner of a list split at `;`
+    /// ([`crate::config::addr::emqp_owners`]): with one server key per
+    /// address (in the order of the whole list), each owner gets its
+    /// addresses' keys; with one key for all, every owner gets it.
+    /// `curve` `None`: `None` for every owner.
+    pub fn per_owner(curve: Option<&ClientCurve>, owners: &[Vec<String>]) -> Vec<Option<ClientCurve>> {
+        let total: usize = owners.iter().map(Vec::len).sum();
+        let mut first = 0;
+        owners
+            .iter()
+            .map(|group| {
+                let mine = curve.cloned().map(|mut c| {
+                    if c.server_keys.len() == total && total > 1 {
+                        c.server_keys = c.server_keys[first..first + group.len()].to_vec();
+                    }
+                    c
+                });
+                first += group.len();
+                mine
+            })
+            .collect()
+    }
 }
 
 /// Connects `socket` to `addr` as a CURVE client with `pair` and the
