@@ -573,6 +573,12 @@ pub const NATS_CHUNK_BYTES: u64 = 4 << 20;
 /// yet seen confirmed: past it new jobs are refused (`STORE_FAILED`) until
 /// the store catches up.
 pub const NATS_MAX_UNCONFIRMED_BYTES: u64 = 256 << 20;
+/// A purge of the replicated log's stream asked for and not done after
+/// this long (it failed: a leader being elected, the connection lost) is
+/// asked again, and again every this long until one is done: a purge is
+/// otherwise asked only when more records die, so a failed one would
+/// leave the stream holding superseded records for good.
+pub const NATS_PURGE_RETRY: Duration = Duration::from_secs(2);
 /// A replicated log that has written nothing for this long runs a
 /// compaction pass if its stream is over its bound, without waiting for
 /// half a chunk of records more since the last pass: a stream at rest

@@ -569,8 +569,10 @@ fn two_of_three_paused_past_the_give_up_refuse_held_jobs_and_repair() {
     let shard = rig::wait_log_state(&node, "ok", BACK_BOUND).unwrap_or_else(|why| panic!("not repaired: {why}"));
     let repaired_after = up.elapsed();
     assert!(shard["repairs"].as_u64().is_some_and(|n| n >= 1), "{shard}");
-    // The snapshot supersedes everything before it: purged.
-    let purged = wait::until_ok(Duration::from_secs(5), || {
+    // The snapshot supersedes everything before it: purged (a purge asked
+    // for while the servers still elect leaders may fail; it is asked again
+    // every 2 s until one is done).
+    let purged = wait::until_ok(BACK_BOUND, || {
         let shard = node.log_status()?;
         match shard["purged_below_seq"].as_u64() {
             Some(n) if n > 1 => Ok(n),

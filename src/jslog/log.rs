@@ -130,6 +130,10 @@ pub struct JsLog {
     /// Everything below this sequence is purged (or asked to be).
     purged_below: u64,
     last_purge: Option<Instant>,
+    /// When the purge to `purged_below` was last asked for, while the NATS
+    /// thread has not reported it done (asked again after
+    /// [`limits::NATS_PURGE_RETRY`]).
+    purge_unconfirmed: Option<Instant>,
     /// Dispatched jobs not back, by id (as the local log's `lent`).
     lent: FastMap<JobId, Job>,
     pass: Option<Pass>,
@@ -179,6 +183,7 @@ impl JsLog {
             unconfirmed_bytes: 0,
             purged_below,
             last_purge: None,
+            purge_unconfirmed: None,
             lent: FastMap::default(),
             pass: None,
             logged: 0,
@@ -352,17 +357,31 @@ impl JsLog {
                     self.stream_bytes = self.stream_bytes.saturating_sub(b);
                 }
             }
-            self.purge_below(first);
+            self.purge_below(first, Instant::now());
         }
         self.repair_backoff = Duration::from_secs(1);
         self.next_repair = None;
     }
 
-    fn purge_below(&mut self, below: u64) {
+    fn purge_below(&mut self, below: u64, now: Instant) {
         if below > self.purged_below {
             self.purged_below = below;
-            self.last_purge = Some(Instant::now());
+            self.last_purge = Some(now);
+            self.purge_unconfirmed = Some(now);
             self.publisher.purge(self.params.shard, below);
+        }
+    }
+
+    /// Asks again for a purge not reported done within
+    /// [`limits::NATS_PURGE_RETRY`] (the NATS thread counts a failed one in
+    /// `purge_errors` and does not try it again itself).
+    fn purge_again(&mut self, now: Instant) {
+        let Some(asked) = self.purge_unconfirmed else { return };
+        if self.shared.stats.purged_below.load(Ordering::Relaxed) >= self.purged_below {
+            self.purge_unconfirmed = None;
+        } else if now.saturating_duration_since(asked) >= limits::NATS_PURGE_RETRY {
+            self.purge_unconfirmed = Some(now);
+            self.publisher.purge(self.params.shard, self.purged_below);
         }
     }
 
@@ -408,7 +427,7 @@ impl JsLog {
         for n in dead_chunks {
             self.chunks.remove(&n);
         }
-        self.purge_below(expect);
+        self.purge_below(expect, now);
     }
 
     fn compact_step(&mut self, now: Instant, holdings: &mut dyn Holdings) {
@@ -666,7 +685,8 @@ impl JobLog for JsLog {
 
     /// Every 100 ms while batches wait for PubAcks (their sequences are
     /// taken and the stream purged), at once while compaction has work,
-    /// when a pass at rest is due, and when a repair is due.
+    /// when a pass at rest is due, when a repair is due, and when a purge
+    /// not reported done is to be asked again.
     fn next_deadline(&self) -> Option<Instant> {
         let last = self.last_commit?;
         if self.pass.is_some() {
@@ -680,7 +700,8 @@ impl JobLog for JsLog {
         }
         let busy = !self.tickets.is_empty() || self.dirty || self.snapshot.is_some();
         let poll = busy.then(|| last + Duration::from_millis(100));
-        poll.into_iter().chain(self.rest_pass_at()).min()
+        let purge = self.purge_unconfirmed.map(|t| t + limits::NATS_PURGE_RETRY);
+        poll.into_iter().chain(self.rest_pass_at()).chain(purge).min()
     }
 
     fn maintain(&mut self, now: Instant, holdings: &mut dyn Holdings) {
@@ -700,6 +721,7 @@ impl JobLog for JsLog {
             None => {
                 self.compact_step(now, holdings);
                 self.purge_dead_prefix(now);
+                self.purge_again(now);
             }
         }
         self.update_stats();

@@ -174,6 +174,40 @@ fn the_stream_is_purged_below_the_first_live_or_unknown_message() {
     assert_eq!(sent(&mut rx).1, [6]);
 }
 
+#[test]
+fn a_purge_not_reported_done_is_asked_again_until_it_is() {
+    let (mut log, shared, mut rx) = log(1 << 20, 1);
+    let mut jobs: Vec<Job> = (1..=2).map(|i| job(i, b"body")).collect();
+    for (t, j) in jobs.iter_mut().enumerate() {
+        log.accepted(j);
+        log.commit(Instant::now());
+        shared.acked(t as u64 + 1, 0, t as u64 + 1, Duration::from_micros(5));
+    }
+    let t0 = Instant::now();
+    log.done(&jobs[0]);
+    log.commit(t0);
+    shared.acked(3, 0, 3, Duration::from_micros(5));
+    log.maintain(t0, &mut OneQueue(Vec::new()));
+    assert_eq!(sent(&mut rx).1, [2], "below job 2's message");
+    // The NATS thread did not report it done (it failed): nothing more
+    // died, so only the retry asks for it again, once per retry time.
+    let retry = crate::limits::NATS_PURGE_RETRY;
+    let at = log.next_deadline().expect("a deadline for the retry");
+    assert!(at <= Instant::now() + retry, "the retry is due within {retry:?}");
+    log.maintain(t0 + retry / 2, &mut OneQueue(Vec::new()));
+    assert_eq!(sent(&mut rx).1, Vec::<u64>::new(), "not before the retry time");
+    log.maintain(t0 + retry * 2, &mut OneQueue(Vec::new()));
+    assert_eq!(sent(&mut rx).1, [2], "asked again");
+    log.maintain(t0 + retry * 5 / 2, &mut OneQueue(Vec::new()));
+    assert_eq!(sent(&mut rx).1, Vec::<u64>::new(), "once per retry time");
+    // Done: never asked again.
+    shared.stats.purged_below.store(2, std::sync::atomic::Ordering::Relaxed);
+    log.maintain(t0 + retry * 10, &mut OneQueue(Vec::new()));
+    assert_eq!(sent(&mut rx).1, Vec::<u64>::new(), "done");
+    log.maintain(t0 + retry * 20, &mut OneQueue(Vec::new()));
+    assert_eq!(sent(&mut rx).1, Vec::<u64>::new(), "done");
+}
+
 fn replayed_ids(pubs: &[Sent]) -> Vec<u64> {
     let msgs: Vec<(Header, u64, Vec<u8>)> = pubs
         .iter()
