@@ -78,17 +78,11 @@ fn a_router_started_with_sighup_ignored_keeps_it_ignored() {
     let dir = TestDir::new("router-nohup");
     let admin_port = free_port();
     let admin = format!("tcp://127.0.0.1:{admin_port}");
-    let mut cmd = Command::new(crate::common::router::rust_router_bin());
+    let mut cmd = Command::new("nohup");
+    cmd.arg(crate::common::router::rust_router_bin());
     cmd.args(["--frontend", &format!("tcp://127.0.0.1:{}", free_port())]);
     cmd.args(["--backend", &format!("tcp://127.0.0.1:{}", free_port()), "--admin", &admin]);
     cmd.args(["--text", "off", "--metrics", "off", "--durability", "memory", "--drain-timeout", "200ms"]);
-    // SAFETY: signal(2) in the child between fork and exec, as nohup does.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            libc::signal(libc::SIGHUP, libc::SIG_IGN);
-            Ok(())
-        });
-    }
     let mut router = proc::Child::spawn("router", &mut cmd, &dir.join("router.log"));
     assert!(wait::until(Duration::from_secs(20), || is_listening(admin_port)), "{}", router.log_tail(20));
     router.signal(libc::SIGHUP);

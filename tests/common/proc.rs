@@ -69,10 +69,16 @@ impl Child {
     /// caller set them (`log` is only used in messages).
     pub fn spawn_keeping_output(name: &str, cmd: &mut Command, log: &Path) -> Child {
         cmd.stdin(Stdio::null()).process_group(0);
-        // SAFETY: prctl is async-signal-safe; nothing else runs in pre_exec.
+        // SIGHUP at its default: a suite run under `nohup` (which ignores
+        // it, and an ignored signal stays ignored across exec) would start
+        // every program with it ignored, and the tests of what SIGHUP does
+        // would fail. A test of an ignored SIGHUP execs `nohup` itself.
+        // SAFETY: prctl and signal are async-signal-safe; nothing else runs
+        // in pre_exec.
         unsafe {
             cmd.pre_exec(|| {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                libc::signal(libc::SIGHUP, libc::SIG_DFL);
                 Ok(())
             });
         }
