@@ -90,7 +90,7 @@ fn offer_timeout_then_late_ack_gets_no_task() {
 #[test]
 fn queue_full_and_bad_input() {
     let _w = Watchdog::new("text_broker_bad_input", 30);
-    let h = router_with_text(1, |r| {
+    let h = crate::ops::router_with_http(|r| {
         r.max_queue_len = Some(1);
         r.text_max_line_bytes = Some(64);
     });
@@ -106,10 +106,25 @@ fn queue_full_and_bad_input() {
     c.expect_err("TOO_BIG");
     c.expect_err("UNKNOWN_COMMAND");
     c.expect(b"WANT? a\n");
+    // The clients' barrier is BAD_FORMAT on the wire, counted apart; any
+    // other invalid queue name is a BAD_FORMAT error (even while an offer
+    // is held: the format error wins over PENDING).
+    c.send(b"ASK !sync\nASK !sync\nASK !other\n");
+    c.expect_err("BAD_FORMAT");
+    c.expect_err("BAD_FORMAT");
+    c.expect_err("BAD_FORMAT");
     let status = admin(&h, "STATUS");
     let errors = &status["emq"]["text"]["errors_by_code"];
     assert_eq!(errors["QUEUE_FULL"], 1, "{status}");
     assert_eq!(errors["TOO_BIG"], 1, "{status}");
+    assert_eq!((&errors["BAD_FORMAT"], &status["emq"]["text"]["barriers"]), (&1.into(), &2.into()), "{status}");
+    let (_, metrics) = crate::ops::http_get(h.endpoints.metrics.expect("metrics on"), "/metrics");
+    let sample = |name: &str, label: &str| {
+        let line = metrics.lines().find(|l| l.starts_with(&format!("{name}{{")) && l.contains(label));
+        line.and_then(|l| l.rsplit(' ').next()).map(str::to_string)
+    };
+    assert_eq!(sample("emq_text_barriers_total", "router="), Some("2".into()), "{metrics}");
+    assert_eq!(sample("emq_text_errors_total", "code=\"BAD_FORMAT\""), Some("1".into()), "{metrics}");
 }
 
 #[test]

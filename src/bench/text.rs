@@ -12,6 +12,7 @@ use super::body::Tally;
 use super::lines::{self, Dialect, Reply};
 use super::{BenchError, LoadSettings};
 use crate::client::text::TextClientOptions;
+use crate::protocol::text::BARRIER_LINE;
 
 /// The text protocol's words (docs/text-protocol.md, "Commands" and "Answers and errors").
 #[derive(Debug, Clone, Copy)]
@@ -64,11 +65,11 @@ impl Dialect for Text {
     }
 }
 
-/// The pipeline barrier: an ASK with an invalid queue name, answered
-/// `ERR BAD_FORMAT` by the front end itself, in its place after the
-/// replies of every SCHED before it (text-protocol.md: replies keep the
-/// order of the commands), with no state changed.
-const BARRIER: &[u8] = b"ASK !sync\n";
+/// The pipeline barrier ([`BARRIER_LINE`]): answered `ERR BAD_FORMAT` by
+/// the front end itself, in its place after the replies of every SCHED
+/// before it (text-protocol.md: replies keep the order of the commands),
+/// with no state changed.
+const BARRIER: &[u8] = BARRIER_LINE;
 
 /// Runs one text load against `addr` (`HOST:PORT`) over plain TCP;
 /// `progress` counts measured tasks received.

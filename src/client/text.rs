@@ -20,7 +20,8 @@
 //! * [`TextClient::take_deferred`] hands them over without failing.
 //!
 //! The barrier costs one line per reading call that follows write-only
-//! commands, and counts as one `BAD_FORMAT` in the server's STATUS.
+//! commands. emq's server counts it in `barriers`, apart from the
+//! `BAD_FORMAT` errors ([`crate::protocol::text::BARRIER_LINE`]).
 //!
 //! # A connection the server closed
 //!
@@ -57,11 +58,8 @@ use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
 use crate::limits;
 use crate::protocol::text::{
-    encode_command, parse_server_line, EncodeError, ErrorCode, Secret, ServerLine, TextCommand,
+    encode_command, parse_server_line, EncodeError, ErrorCode, Secret, ServerLine, TextCommand, BARRIER_LINE as BARRIER,
 };
-
-/// The barrier line (see the module docs).
-const BARRIER: &[u8] = b"ASK !sync\n";
 
 /// An `ERR <CODE> <text>` line from the server.
 #[derive(Debug, Clone, PartialEq, Eq)]

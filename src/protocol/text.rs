@@ -12,7 +12,9 @@ mod command;
 mod encode;
 mod line;
 
-pub use command::{parse_command, split_queue, valid_queue_name, Secret, TextCommand, TextError, MAX_QUEUE_NAME_BYTES};
+pub use command::{
+    parse_command, split_queue, valid_queue_name, Secret, TextCommand, TextError, BARRIER_LINE, MAX_QUEUE_NAME_BYTES,
+};
 pub use encode::{
     encode_command, encode_err, encode_nope, encode_want, parse_server_line, EncodeError, ServerLine, ServerLineError,
 };

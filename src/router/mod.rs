@@ -512,6 +512,7 @@ fn text_status(stats: &TextStats, counters: &Counters) -> serde_json::Value {
         "auth_ok": s.auth_ok,
         "auth_failed": s.auth_failed,
         "auth_noauth": s.auth_noauth,
+        "barriers": s.barriers,
         "errors_by_code": s.errors.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
     })
 }

@@ -202,6 +202,8 @@ impl Collector for Exposition {
             let errors = t.errors.iter().map(|(code, n)| (code.to_string(), *n));
             let head = ("emq_text_errors", "ERR replies to text clients, by code.", MetricType::Counter);
             family(e, head, "code", errors, |v, m| ConstCounter::new(v).encode(m))?;
+            let barriers = "Barrier lines (ASK !sync) answered BAD_FORMAT on purpose, not in emq_text_errors.";
+            counter(e, "emq_text_barriers", barriers, t.barriers)?;
             let tls = "Connections accepted on the text TLS listener (text_tls).";
             counter(e, "emq_text_tls_connections_accepted", tls, t.tls_connections_total)?;
             counter(e, "emq_text_tls_handshakes", "Text TLS handshakes finished.", t.tls_handshakes)?;

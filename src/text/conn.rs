@@ -328,6 +328,10 @@ impl Conn {
                 // A long poll sent before it ends now (NOPE), not at its wait.
                 self.stop_waiting(r);
             }
+            Err(e @ TextError::Barrier) => {
+                TextStats::inc(&r.stats().barriers);
+                self.emit(|out| encode_err(out, e.code(), &e.to_string()));
+            }
             Err(e) => self.err(e.code(), &e.to_string(), r.stats()),
         }
     }

@@ -66,7 +66,11 @@ pub struct TextStats {
     /// Connections closed because their first command was not `AUTH`
     /// while tokens are required (`ERR NOAUTH`).
     pub auth_noauth: AtomicU64,
-    /// `ERR` lines written, by code ([`ErrorCode::index`]).
+    /// Barrier lines answered (`ASK !sync`, [`crate::protocol::text::BARRIER_LINE`]):
+    /// an `ERR BAD_FORMAT` a client asked for, not counted in `errors`.
+    pub barriers: AtomicU64,
+    /// `ERR` lines written, by code ([`ErrorCode::index`]), barriers' answers
+    /// left out.
     pub errors: [AtomicU64; ErrorCode::ALL.len()],
 }
 
@@ -109,6 +113,8 @@ pub struct TextStatsSnapshot {
     pub auth_failed: u64,
     /// See [`TextStats::auth_noauth`].
     pub auth_noauth: u64,
+    /// Barrier lines answered.
+    pub barriers: u64,
     /// `(code token, count)` for every code, in [`ErrorCode::ALL`] order.
     pub errors: Vec<(&'static str, u64)>,
 }
@@ -155,6 +161,7 @@ impl TextStats {
             auth_ok: self.auth_ok.load(Relaxed),
             auth_failed: self.auth_failed.load(Relaxed),
             auth_noauth: self.auth_noauth.load(Relaxed),
+            barriers: self.barriers.load(Relaxed),
             errors: ErrorCode::ALL.iter().map(|&c| (c.as_str(), self.errors(c))).collect(),
         }
     }

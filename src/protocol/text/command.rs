@@ -64,6 +64,16 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+/// The clients' *barrier* line (with its LF): an ASK for the name `!sync`,
+/// which is no queue name (`!` is not a queue-name byte), so every server
+/// answers it `ERR BAD_FORMAT` in its place after the replies of the
+/// commands before it, with no change of state (the format error wins over
+/// `PENDING`). emq's text client and emq-bench write it to learn that
+/// every write-only command before it was answered (docs/text-protocol.md,
+/// "The clients' barrier"). emq counts it apart from the errors
+/// ([`TextError::Barrier`]).
+pub const BARRIER_LINE: &[u8] = b"ASK !sync\n";
+
 /// A line the decoder rejects. [`TextError::code`] gives the wire token;
 /// `Display` gives the human text written after it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -96,6 +106,11 @@ pub enum TextError {
     /// the connection is closed before any later line runs.
     #[error("an HTTP request on the text port: closing the connection (nothing after this line is run)")]
     Http,
+    /// Exactly [`BARRIER_LINE`]: answered `BAD_FORMAT` like any invalid
+    /// queue name, but a client's barrier, not its mistake, so the server
+    /// counts it apart from the `ERR` lines by code.
+    #[error("invalid queue name (\"!sync\" is the clients' barrier, answered so on purpose)")]
+    Barrier,
     /// The line is longer than the limit; it is discarded.
     #[error("line longer than {max_line_bytes} bytes")]
     TooBig {
@@ -111,7 +126,7 @@ impl TextError {
             TextError::UnknownCommand { .. } | TextError::LeadingSpace { .. } | TextError::Http => {
                 ErrorCode::UnknownCommand
             }
-            TextError::BadFormat { .. } => ErrorCode::BadFormat,
+            TextError::BadFormat { .. } | TextError::Barrier => ErrorCode::BadFormat,
             TextError::TooBig { .. } => ErrorCode::TooBig,
         }
     }
@@ -241,6 +256,9 @@ fn parse_ask(arg: &[u8]) -> Result<TextCommand, TextError> {
     if arg.is_empty() {
         return Ok(TextCommand::Ask { queue: limits::DEFAULT_QUEUE.to_string() });
     }
+    if BARRIER_LINE.strip_prefix(b"ASK ").and_then(|b| b.strip_suffix(b"\n")) == Some(arg) {
+        return Err(TextError::Barrier);
+    }
     let (name, wait) = match memchr::memchr(b' ', arg) {
         Some(sp) => (&arg[..sp], Some(&arg[sp + 1..])),
         None => (arg, None),
@@ -305,6 +323,16 @@ mod tests {
         assert!(valid_queue_name(b"A-z_0.9:x"));
         assert!(!valid_queue_name(b"a/b"));
         assert!(!valid_queue_name(b""));
+    }
+
+    #[test]
+    fn the_barrier_line_alone_is_the_barrier() {
+        let line = BARRIER_LINE.strip_suffix(b"\n").expect("ends in LF");
+        assert_eq!(parse_command(line), Some(Err(TextError::Barrier)));
+        assert_eq!(code(line), ErrorCode::BadFormat);
+        for other in [&b"ASK !syn"[..], b"ASK !sync 5", b"ASK !syncx", b"ASK !SYNC"] {
+            assert!(matches!(parse_command(other), Some(Err(TextError::BadFormat { .. }))), "{}", other.escape_ascii());
+        }
     }
 
     #[test]
