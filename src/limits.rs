@@ -861,6 +861,17 @@ pub const WORKER_SLOT_MOVE_AFTER: Duration = Duration::from_secs(1);
 /// the router for one that does not know the word (an EventMQ router) and
 /// stops asking it.
 pub const WORKER_UNREADY_ANSWER_WAIT: Duration = Duration::from_secs(5);
+
+/// A worker whose owner's address list has several addresses and that is
+/// told DISCONNECT this many times within [`WORKER_DISCONNECT_HINT_WINDOW`]
+/// logs a hint: the addresses are probably different routers (owners)
+/// joined with `,` (one owner and its standby) where `;` was meant, so its
+/// one DEALER sends its INFORM to one router and its READYs in turn to the
+/// other, which does not know it (docs/scaleout.md, "`,` against `;`"). A
+/// take-over gives one DISCONNECT, not this many.
+pub const WORKER_DISCONNECT_HINT_COUNT: usize = 3;
+/// See [`WORKER_DISCONNECT_HINT_COUNT`].
+pub const WORKER_DISCONNECT_HINT_WINDOW: Duration = Duration::from_secs(10);
 /// Most early answers an eMQP `Client` keeps for later `wait` calls before it
 /// drops them all: bounds memory when a caller never waits.
 pub const CLIENT_MAX_STASHED_ANSWERS: usize = 65_536;

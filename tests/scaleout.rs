@@ -349,15 +349,22 @@ fn backlog(frontend: &str, prefix: &str, out: &Path, at_once: usize, w: &Child) 
     (most, after)
 }
 
+/// Two plain routers (owners) in `memory` mode, each in its own directory:
+/// `(a's directory, b's, a, b)`.
+fn two_memory_owners(test: &str) -> (TestDir, TestDir, Router, Router) {
+    let (da, db) = (TestDir::new(&format!("{test}-a")), TestDir::new(&format!("{test}-b")));
+    let kind = RouterKind::Rust(crate::common::router::rust_router_bin());
+    let flags = ["--durability", "memory"];
+    let ra = Router::start_with(&da, kind.clone(), &flags);
+    let rb = Router::start_with(&db, kind, &flags);
+    (da, db, ra, rb)
+}
+
 #[test]
 fn a_workers_slots_move_to_the_owner_with_the_backlog() {
     let test = "scaleout_slots";
     let _watchdog = Watchdog::new(test, 120);
-    let (da, db) = (TestDir::new(&format!("{test}-a")), TestDir::new(&format!("{test}-b")));
-    let kind = RouterKind::Rust(crate::common::router::rust_router_bin());
-    let flags = ["--durability", "memory"];
-    let mut ra = Router::start_with(&da, kind.clone(), &flags);
-    let mut rb = Router::start_with(&db, kind, &flags);
+    let (da, _db, mut ra, mut rb) = two_memory_owners(test);
     let out = da.join("runs.txt");
     let mut w = worker(&da, &format!("{};{}", ra.backend, rb.backend), &out, "0.4", "worker");
     let status = |r: &Router| {
@@ -406,6 +413,35 @@ fn a_workers_slots_move_to_the_owner_with_the_backlog() {
     assert_eq!(counts.get("over_limit"), Some(&0), "{counts:?}");
     assert!(counts.get("peak_busy").is_some_and(|n| *n <= 4), "{counts:?}");
     assert!(counts.get("slots_moved").is_some_and(|n| *n >= 2), "{counts:?}");
+    for r in [&mut ra, &mut rb] {
+        r.child.terminate(Duration::from_secs(20));
+    }
+}
+
+/// The hint a worker logs when the two routers of its `-B` list are joined
+/// with `,` (one owner and its standby) where `;` (two owners) was meant:
+/// its one DEALER sends the INFORM to one router and READYs in turn to the
+/// other, which answers DISCONNECT, again and again.
+const COMMA_HINT: &str = "separate them with ';'";
+
+#[test]
+fn a_comma_where_a_semicolon_was_meant_is_hinted_in_the_workers_log() {
+    let test = "scaleout_comma";
+    let _watchdog = Watchdog::new(test, 60);
+    let (dir, _db, mut ra, mut rb) = two_memory_owners(test);
+    let out = dir.join("runs.txt");
+    let mut w = worker(&dir, &format!("{},{}", ra.backend, rb.backend), &out, "0.1", "comma-worker");
+    let hinted = wait::until(Duration::from_secs(20), || w.log_text().contains(COMMA_HINT));
+    assert!(hinted, "no hint in the worker's log\n{}", w.log_tail(30));
+    w.terminate(Duration::from_secs(20));
+    // Written right, the same two routers give no hint.
+    let mut w = worker(&dir, &format!("{};{}", ra.backend, rb.backend), &out, "0.1", "semicolon-worker");
+    let registered =
+        wait::until(Duration::from_secs(15), || w.log_text().matches("registered: announcing").count() >= 2);
+    assert!(registered, "the worker did not register with both\n{}", w.log_tail(20));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!w.log_text().contains(COMMA_HINT), "{}", w.log_tail(30));
+    w.terminate(Duration::from_secs(20));
     for r in [&mut ra, &mut rb] {
         r.child.terminate(Duration::from_secs(20));
     }

@@ -19,7 +19,7 @@
 //! job against it. With one owner this is exactly EventMQ's rule: every
 //! free slot READY to the one router.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -100,9 +100,35 @@ struct Link {
     /// [`limits::WORKER_UNREADY_ANSWER_WAIT`] (a router without the
     /// extension): no more are sent to this owner.
     can_unready: bool,
+    /// When the last DISCONNECTs came (at most
+    /// [`limits::WORKER_DISCONNECT_HINT_COUNT`]), for the `,`-for-`;` hint.
+    disconnects: VecDeque<Instant>,
 }
 
 impl Link {
+    /// Logs the `,`-for-`;` hint when this owner's list has several
+    /// addresses and DISCONNECTs came too often (see
+    /// [`limits::WORKER_DISCONNECT_HINT_COUNT`]). Returns whether it did.
+    fn hint_if_disconnected_often(&mut self, now: Instant) -> bool {
+        self.disconnects.push_back(now);
+        while self.disconnects.len() > limits::WORKER_DISCONNECT_HINT_COUNT {
+            self.disconnects.pop_front();
+        }
+        let often = self.disconnects.len() == limits::WORKER_DISCONNECT_HINT_COUNT
+            && self
+                .disconnects
+                .front()
+                .is_some_and(|&t| now.saturating_duration_since(t) <= limits::WORKER_DISCONNECT_HINT_WINDOW);
+        if often && self.addrs.contains(',') {
+            crate::log_limited!(warn, router = %self.addrs, count = limits::WORKER_DISCONNECT_HINT_COUNT,
+                within = ?limits::WORKER_DISCONNECT_HINT_WINDOW,
+                "told DISCONNECT again and again: if these addresses are different routers (router names), \
+                 separate them with ';' (',' lists one router name's owner and standby, and the worker sends \
+                 each message to one of them in turn)");
+        }
+        often
+    }
+
     fn is_ready(&self) -> bool {
         matches!(self.state, State::Ready)
     }
@@ -170,6 +196,7 @@ pub(crate) fn run(p: Parts) -> Result<(), WorkerError> {
             last_job: now,
             unready: HashMap::new(),
             can_unready: true,
+            disconnects: VecDeque::new(),
         })
         .collect();
     for i in 0..p.config.concurrency.max(1) {
@@ -584,6 +611,7 @@ impl Loop {
             Command::Disconnect if self.drain_deadline.is_none() => {
                 tracing::info!(router = %self.links[i].addrs,
                     "router sent DISCONNECT (it does not know this worker): registering again");
+                self.links[i].hint_if_disconnected_often(Instant::now());
                 return self.reconnect(i);
             }
             Command::Error { refers_to, .. } if self.links[i].unready.remove(&refers_to).is_some() => {
