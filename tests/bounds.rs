@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::common::admin::admin;
 use crate::common::ports::{free_port, is_listening, zmq_endpoint};
-use crate::common::proc::{Child, TestDir};
+use crate::common::proc::{cpu_time, Child, TestDir};
 use crate::common::router::rust_router_bin;
 use crate::emqp_router::{eventually, router, Peer, Watchdog};
 use crate::text_broker::{connect, router_with_text};
@@ -611,19 +611,6 @@ fn bounds_a_message_that_never_ends_drops_its_connection_to_emq_scheduler_admin(
     let reply = peer.expect("REPLY");
     let body: serde_json::Value = serde_json::from_slice(reply.last().expect("a body")).expect("JSON");
     assert_eq!(body, serde_json::json!([]), "no schedules");
-}
-
-/// CPU time (user and system) process `pid` has used so far
-/// (`/proc/<pid>/stat` utime + stime).
-fn cpu_time(pid: i32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process stat");
-    // The fields after the command name, which is in parentheses: the
-    // 14th and 15th of the line are the 12th and 13th after it.
-    let fields: Vec<&str> = stat[stat.rfind(')').expect("a command name") + 1..].split_whitespace().collect();
-    let ticks: u64 = fields[11..13].iter().map(|f| f.parse::<u64>().expect("clock ticks")).sum();
-    // SAFETY: sysconf has no preconditions.
-    let per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).expect("clock ticks a second");
-    Duration::from_millis(ticks * 1000 / per_second)
 }
 
 /// Descriptors process `pid` has open.

@@ -76,6 +76,13 @@ fn assert_unbound(node: &Node, router: &crate::common::proc::Child) {
     });
     assert!(closed, "the fenced router still listens on its frontend or backend\n{}", router.log_tail(20));
     assert!(router.log_text().contains("fenced: frontend and backend unbound"), "{}", router.log_tail(20));
+    // Fenced, it waits for nothing: no thread spins (its shards were woken
+    // at once, again and again, each taking a core).
+    let (before, t) = (crate::common::proc::cpu_time(router.pid()), Instant::now());
+    std::thread::sleep(Duration::from_secs(2));
+    let spent = crate::common::proc::cpu_time(router.pid()) - before;
+    assert!(spent < Duration::from_millis(500), "the fenced router used {spent:?} of CPU in {:?}", t.elapsed());
+    eprintln!("fenced router: {spent:?} of CPU in {:?}", t.elapsed());
 }
 
 fn wait_standby(router: &crate::common::proc::Child) {

@@ -687,16 +687,25 @@ impl JobLog for JsLog {
     /// taken and the stream purged), at once while compaction has work,
     /// when a pass at rest is due, when a repair is due, and when a purge
     /// not reported done is to be asked again.
+    ///
+    /// A faulty log runs no compaction and asks for no purge (`maintain`):
+    /// it is woken only for a repair (an unreachable store) and every
+    /// 100 ms while something is in flight. A fenced one is never repaired,
+    /// so nothing else wakes it (it was woken at once, again and again).
     fn next_deadline(&self) -> Option<Instant> {
         let last = self.last_commit?;
+        if let Some(kind) = self.shared.fault() {
+            let repair =
+                (kind == FaultKind::Unreachable && self.snapshot.is_none()).then(|| self.next_repair.unwrap_or(last));
+            let busy = !self.tickets.is_empty() || self.snapshot.is_some() || !self.buf.is_empty();
+            let poll = busy.then(|| last + Duration::from_millis(100));
+            return repair.into_iter().chain(poll).min();
+        }
         if self.pass.is_some() {
             return Some(last);
         }
         if !self.buf.is_empty() {
             return Some(last + limits::NATS_HELD_RECHECK);
-        }
-        if self.shared.fault().is_some() && self.snapshot.is_none() {
-            return Some(self.next_repair.unwrap_or(last));
         }
         let busy = !self.tickets.is_empty() || self.dirty || self.snapshot.is_some();
         let poll = busy.then(|| last + Duration::from_millis(100));

@@ -208,6 +208,45 @@ fn a_purge_not_reported_done_is_asked_again_until_it_is() {
     assert_eq!(sent(&mut rx).1, Vec::<u64>::new(), "done");
 }
 
+#[test]
+fn a_faulty_log_never_asks_to_be_woken_in_the_past() {
+    // A purge was asked for and never reported done; then the store
+    // failed. Woken in the past, a shard thread spins.
+    let (mut log, shared, mut rx) = log(1 << 20, 1);
+    let mut jobs: Vec<Job> = (1..=2).map(|i| job(i, b"body")).collect();
+    for (t, j) in jobs.iter_mut().enumerate() {
+        log.accepted(j);
+        log.commit(Instant::now());
+        shared.acked(t as u64 + 1, 0, t as u64 + 1, Duration::from_micros(5));
+    }
+    let t0 = Instant::now();
+    log.done(&jobs[0]);
+    log.commit(t0);
+    shared.acked(3, 0, 3, Duration::from_micros(5));
+    log.maintain(t0, &mut OneQueue(Vec::new()));
+    assert_eq!(sent(&mut rx).1, [2], "a purge asked for, not reported done");
+    let retry = crate::limits::NATS_PURGE_RETRY;
+    // Unreachable: a batch given up; the repair's snapshot is in flight.
+    log.done(&jobs[1]);
+    log.commit(t0);
+    shared.not_confirmed(4, 0);
+    log.maintain(t0 + retry, &mut OneQueue(Vec::new()));
+    assert!(shared.repairing(), "a repair's snapshot in flight");
+    for k in 2..=4 {
+        let now = t0 + retry * k;
+        log.maintain(now, &mut OneQueue(Vec::new()));
+        assert!(log.next_deadline().is_some_and(|d| d > now), "unreachable: woken at once, round {k}");
+    }
+    assert_eq!(sent(&mut rx).1, Vec::<u64>::new(), "no purge asked while faulty");
+    // Fenced: nothing to repair, nothing in flight wakes it.
+    shared.fence("a test");
+    for k in 5..=7 {
+        let now = t0 + retry * k;
+        log.maintain(now, &mut OneQueue(Vec::new()));
+        assert!(log.next_deadline().is_none_or(|d| d > now), "fenced: woken at once, round {k}");
+    }
+}
+
 fn replayed_ids(pubs: &[Sent]) -> Vec<u64> {
     let msgs: Vec<(Header, u64, Vec<u8>)> = pubs
         .iter()

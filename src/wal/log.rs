@@ -1070,8 +1070,9 @@ impl JobLog for ShardLog {
         if self.fault.is_none() && (self.pass.is_some() || !self.buf.is_empty()) {
             return self.last_commit;
         }
+        // A faulty log syncs nothing until its repair (`commit`).
         let sync = match self.settings.durability {
-            Durability::Async => self.unsynced_since.map(|t| t + self.settings.sync_interval),
+            Durability::Async if self.fault.is_none() => self.unsynced_since.map(|t| t + self.settings.sync_interval),
             _ => None,
         };
         let repair = self.fault.map(|f| f.next_try);
@@ -1311,6 +1312,23 @@ mod tests {
         assert_eq!(log.next_deadline(), Some(now), "a pass under way: at once");
         log.fail(FaultKind::Full, &std::io::Error::other("test"), "writing", now);
         assert!(log.pass.is_none(), "the pass ends with the fault");
+        let next = log.next_deadline().expect("a retry is due");
+        assert!(next >= now + limits::WAL_RETRY_MIN, "the loop waits for the back-off: {:?}", next - now);
+    }
+
+    /// `async` with records left unsynced when the fault came: no sync is
+    /// tried until the repair, so the sync interval must not wake the
+    /// shard (it woke at once, again and again, until a repair succeeded).
+    #[test]
+    fn a_fault_with_records_unsynced_does_not_wake_the_shard_for_a_sync() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut log = log_in(tmp.path(), Durability::Async);
+        log.settings.sync_interval = Duration::from_millis(1);
+        let now = Instant::now();
+        log.accepted(&mut job(1));
+        let _ = log.commit(now);
+        assert!(log.unsynced_since.is_some(), "a record written, not synced");
+        log.fail(FaultKind::ReadOnly, &std::io::Error::other("test"), "writing", now);
         let next = log.next_deadline().expect("a retry is due");
         assert!(next >= now + limits::WAL_RETRY_MIN, "the loop waits for the back-off: {:?}", next - now);
     }

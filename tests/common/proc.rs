@@ -251,3 +251,16 @@ fn all_threads_stopped(pid: i32) -> bool {
         stat.rsplit_once(") ").is_none_or(|(_, rest)| rest.starts_with(['T', 't', 'Z', 'X']))
     })
 }
+
+/// CPU time (user and system) process `pid` has used so far
+/// (`/proc/<pid>/stat` utime + stime).
+pub fn cpu_time(pid: i32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process stat");
+    // The fields after the command name, which is in parentheses: the
+    // 14th and 15th of the line are the 12th and 13th after it.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("a command name") + 1..].split_whitespace().collect();
+    let ticks: u64 = fields[11..13].iter().map(|f| f.parse::<u64>().expect("clock ticks")).sum();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).expect("clock ticks a second");
+    Duration::from_millis(ticks * 1000 / per_second)
+}
