@@ -217,6 +217,20 @@ fn emq_cli_sched_and_ask() {
     assert_eq!(cli(&["ask", "cliq"]), "second\n");
     assert_eq!(cli(&["--json", "ask", "cliq"]), "{\"task\":\"hello world\"}\n");
     assert_eq!(cli(&["ask", "cliq"]), "NOPE\n");
+    // A long poll: answered when a task arrives, not at the end of its wait
+    // (which is longer than --timeout).
+    let started = std::time::Instant::now();
+    let got = std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| cli(&["ask", "cliq", "--wait", "20s"]));
+        std::thread::sleep(Duration::from_millis(300));
+        cli(&["sched", "late", "--queue", "cliq"]);
+        waiting.join().expect("the asking thread")
+    });
+    assert_eq!(got, "late\n");
+    assert!(started.elapsed() < Duration::from_secs(15), "answered at the end of the wait: {:?}", started.elapsed());
+    let started = std::time::Instant::now();
+    assert_eq!(cli(&["ask", "cliq", "--wait", "400ms"]), "NOPE\n");
+    assert!(started.elapsed() >= Duration::from_millis(400), "NOPE before the wait: {:?}", started.elapsed());
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use emq::client::text::TextClientOptions;
 use emq::client::text_spread::{OwnersError, TextOwners};
@@ -231,6 +231,12 @@ fn emq_cli_sched_and_ask_over_two_owners() {
     got.sort();
     assert_eq!(got, ["NOPE", "cli-0", "cli-1", "cli-2", "cli-3"]);
     settles("four ACKed", 4, || text_acked(&a) + text_acked(&b));
+    // A long poll asks each owner with its wait in turn: NOPE after both.
+    let started = Instant::now();
+    let out = bin("emq-cli").args(["--text", &both, "ask", "c", "--wait", "300ms"]).output().expect("emq-cli runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "NOPE");
+    assert!(started.elapsed() >= Duration::from_millis(600), "not both waits: {:?}", started.elapsed());
     // An owner that is down is skipped: the SCHED lands on the other.
     let dead = format!("127.0.0.1:{}", free_port());
     let out = bin("emq-cli").args(["--text", &format!("{dead};{}", a.text), "sched", "x", "--queue", "d"]).output();

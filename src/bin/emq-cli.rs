@@ -6,6 +6,8 @@
 //! refused or failed, 3 ([`EXIT_UNKNOWN`]) outcome unknown: `request` or
 //! `sched` sent the job but no answer said what became of it.
 
+use std::time::Duration;
+
 use anyhow::{anyhow, bail, Context};
 use clap::{CommandFactory, FromArgMatches, Subcommand};
 use emq::client::admin::AdminClient;
@@ -164,7 +166,7 @@ enum Cmd {
         body: BodyArgs,
         /// Interval, e.g. `60s`, `5m`.
         #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "cron", required_unless_present = "cron")]
-        every: Option<std::time::Duration>,
+        every: Option<Duration>,
         /// 5-field cron expression, in the scheduler's time zone (UTC unless set).
         #[arg(long)]
         cron: Option<String>,
@@ -240,6 +242,12 @@ enum Cmd {
         /// Queue [default: default].
         #[arg(default_value = limits::DEFAULT_QUEUE, hide_default_value = true)]
         queue: String,
+        /// Long poll: wait up to this long for a task (`ASK <queue> <ms>`,
+        /// whole milliseconds; at most the router's text_max_ask_wait, 5 min
+        /// by default). With several owners each is asked with this wait in
+        /// turn, so NOPE comes after up to owners × wait.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
+        wait: Duration,
         /// Decline the task: it goes to the back of its queue.
         #[arg(long, conflicts_with_all = ["del"])]
         dcl: bool,
@@ -479,7 +487,7 @@ fn run() -> anyhow::Result<()> {
             out.line(json!({"public": public, "secret": secret}), text)
         }
         Cmd::Sched { data, queue } => sched(&s, out, data, queue.as_deref().unwrap_or(limits::DEFAULT_QUEUE)),
-        Cmd::Ask { queue, dcl, del } => ask(&s, out, queue, *dcl, *del),
+        Cmd::Ask { queue, wait, dcl, del } => ask(&s, out, queue, *wait, *dcl, *del),
         Cmd::Token { command: TokenCmd::New { name } } => token_new(out, name),
     }
 }
@@ -968,10 +976,17 @@ fn sched_owners(mut c: TextOwners, out: Out, data: &str, queue: &str) -> anyhow:
     }
 }
 
-/// `ask` over several owners: a plain ASK to each in turn until one
-/// offers a task, then ACK (DCL, DEL) to that owner.
-fn ask_text_owners(mut c: TextOwners, out: Out, queue: &str, dcl: bool, del: bool) -> anyhow::Result<()> {
-    let offer = c.ask(queue, std::time::Duration::ZERO)?;
+/// `ask` over several owners: an ASK (with `wait`, a long poll) to each in
+/// turn until one offers a task, then ACK (DCL, DEL) to that owner.
+fn ask_text_owners(
+    mut c: TextOwners,
+    out: Out,
+    queue: &str,
+    wait: Duration,
+    dcl: bool,
+    del: bool,
+) -> anyhow::Result<()> {
+    let offer = c.ask(queue, wait)?;
     if offer.is_some() {
         match (dcl, del) {
             (true, _) => c.dcl()?,
@@ -1034,14 +1049,15 @@ fn sched(s: &CliSettings, out: Out, data: &str, queue: &str) -> anyhow::Result<(
     Ok(())
 }
 
-/// ASK, then ACK (default), DCL or DEL; prints the task's data or `NOPE`.
-fn ask(s: &CliSettings, out: Out, queue: &str, dcl: bool, del: bool) -> anyhow::Result<()> {
+/// ASK (with `wait`: the long-poll `ASK <queue> <ms>`), then ACK
+/// (default), DCL or DEL; prints the task's data or `NOPE`.
+fn ask(s: &CliSettings, out: Out, queue: &str, wait: Duration, dcl: bool, del: bool) -> anyhow::Result<()> {
     check_queue_name(queue).map_err(|e| anyhow!(e))?;
     if let Some(c) = text_owners(s)? {
-        return ask_text_owners(c, out, queue, dcl, del);
+        return ask_text_owners(c, out, queue, wait, dcl, del);
     }
     let mut c = text_client(s)?;
-    let task = c.ask(queue)?;
+    let task = if wait.is_zero() { c.ask(queue)? } else { c.ask_wait(queue, wait)? };
     if task.is_some() {
         match (dcl, del) {
             (true, _) => c.dcl()?,
