@@ -114,11 +114,12 @@ impl Pacer {
     }
 
     /// How long to wait before the next send may be due (open loop), at
-    /// most `cap`.
+    /// most `cap`; `cap` once this client has sent all it will (its
+    /// schedule stops moving then: waiting for it spun through the drain).
     pub fn wait(&self, now_ns: u64, cap: Duration) -> Duration {
         match self.interval_ns {
-            Some(_) => Duration::from_nanos(self.next_ns.saturating_sub(now_ns)).min(cap),
-            None => cap,
+            Some(_) if !self.finished(now_ns) => Duration::from_nanos(self.next_ns.saturating_sub(now_ns)).min(cap),
+            _ => cap,
         }
     }
 }
@@ -265,6 +266,22 @@ mod tests {
         assert!(serde_json::from_slice::<serde_json::Value>(&b).is_ok());
         assert_eq!(decode(&b), Some((3, 17, 123_456)));
         assert_eq!(decode(b"[\"other\",1,2,3]"), None);
+    }
+
+    #[test]
+    fn an_open_loop_pacer_that_sent_its_share_waits_the_whole_cap() {
+        let settings = LoadSettings { clients: 1, rate: Some(1000.0), requests: Some(2), ..LoadSettings::default() };
+        let mut p = Pacer::new(&settings, 0);
+        let warm = settings.warmup.as_nanos() as u64;
+        let cap = Duration::from_millis(50);
+        let mut now = warm;
+        while p.next_send(now, 0).is_some() || !p.finished(now) {
+            now += 1_000_000;
+        }
+        assert_eq!(p.wait(now, cap), cap, "finished: nothing is due any more");
+        assert_eq!(p.wait(now + 10_000_000_000, cap), cap);
+        let fresh = Pacer::new(&settings, 0);
+        assert_eq!(fresh.wait(warm, cap), Duration::ZERO, "due now");
     }
 
     #[test]

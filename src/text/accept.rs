@@ -33,6 +33,27 @@ use super::Shared;
 use crate::limits;
 use crate::protocol::text::{encode_err, ErrorCode};
 
+/// Whether a failed `accept` may fail the same way at once if tried again
+/// (out of descriptors, memory or buffers; a listener in a bad state): the
+/// acceptor then waits [`limits::TEXT_ACCEPT_RETRY`]. The errors accept(2)
+/// passes on from one pending connection (reset or aborted before it was
+/// taken, network errors Linux reports there, "treat like EAGAIN") are that
+/// connection's only: the next may be accepted at once.
+fn lasting(e: &io::Error) -> bool {
+    let of_one_connection = [
+        libc::ECONNABORTED,
+        libc::EPROTO,
+        libc::ENOPROTOOPT,
+        libc::EHOSTDOWN,
+        libc::ENONET,
+        libc::EHOSTUNREACH,
+        libc::EOPNOTSUPP,
+        libc::ENETDOWN,
+        libc::ENETUNREACH,
+    ];
+    !e.raw_os_error().is_some_and(|n| of_one_connection.contains(&n))
+}
+
 /// Binds a TCP listener with `SO_REUSEADDR` (a restarted router can bind
 /// while old connections linger in TIME_WAIT) and a
 /// [`limits::TEXT_LISTEN_BACKLOG`]-deep backlog, non-blocking.
@@ -119,11 +140,14 @@ impl Acceptor {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     self.failed(now, &e, shared);
-                    if is_out_of_descriptors(&e) && !self.refuse_with_spare(shared) {
-                        self.ready = false;
-                        self.retry_at = Some(now + limits::TEXT_ACCEPT_RETRY);
-                        return;
+                    if !lasting(&e) || (is_out_of_descriptors(&e) && self.refuse_with_spare(shared)) {
+                        continue;
                     }
+                    // Polled again at once, it would fail again at once:
+                    // the thread would spin.
+                    self.ready = false;
+                    self.retry_at = Some(now + limits::TEXT_ACCEPT_RETRY);
+                    return;
                 }
             }
         }
@@ -205,4 +229,33 @@ fn refuse(shared: &Shared, mut stream: TcpStream, tls: bool, text: &str) {
         let _ = stream.write_all(&line);
     }
     let _ = stream.shutdown(Shutdown::Write);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_that_would_come_again_at_once_make_the_acceptor_wait() {
+        for n in [libc::EMFILE, libc::ENFILE, libc::ENOBUFS, libc::ENOMEM, libc::EINVAL, libc::EPERM] {
+            assert!(lasting(&io::Error::from_raw_os_error(n)), "errno {n}");
+        }
+        for n in [libc::ECONNABORTED, libc::EPROTO, libc::ENETUNREACH] {
+            assert!(!lasting(&io::Error::from_raw_os_error(n)), "errno {n}");
+        }
+    }
+
+    /// A socket bound but not listening fails every `accept` with EINVAL,
+    /// an error that lasts: the acceptor waits for its retry time (it kept
+    /// trying, so its thread polled with no timeout, at 100 % of a core).
+    #[test]
+    fn a_listener_failing_every_accept_fails_with_a_lasting_error() {
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).expect("socket");
+        socket.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into()).expect("bind");
+        socket.set_nonblocking(true).expect("non-blocking");
+        let listener = TcpListener::from_std(socket.into());
+        let e = listener.accept().expect_err("not listening");
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+        assert!(lasting(&e));
+    }
 }
