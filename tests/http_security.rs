@@ -11,9 +11,9 @@
 //! at test time.
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
@@ -23,6 +23,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
 use crate::common::proc::TestDir;
+use crate::common::relay::Relay;
 use crate::common::router::{rust_router_bin, Router, RouterKind};
 use crate::common::wait;
 use crate::common::watchdog::Watchdog;
@@ -253,19 +254,19 @@ fn http_tls_serves_clients_trusting_the_ca_and_refuses_others_and_plain_http() {
 
     // No plaintext on the wire: a recording relay in front of the TLS
     // listener, and, for control, in front of a plain router.
-    let (via, seen) = relay(&addr);
-    let metrics = https(&via, &trusting, "/metrics", None).expect("served through the relay");
+    let via = Relay::start_to(&addr);
+    let metrics = https(via.addr(), &trusting, "/metrics", None).expect("served through the relay");
     assert!(metrics.contains("emq_events_total"), "{metrics}");
-    let wire = seen.lock().expect("relay record").clone();
+    let wire = via.recorded();
     assert!(wire.len() > metrics.len(), "the whole answer went through: {} bytes", wire.len());
     assert!(!contains(&wire, b"emq_") && !contains(&wire, b"GET /metrics"), "plaintext over TLS");
     drop(router);
     let plain_dir = TestDir::new("http-tls-control");
     let (_plain_router, plain_addr) = start(&plain_dir, &[]);
-    let (via, seen) = relay(&plain_addr);
-    let metrics = plain(&via, "/metrics", None);
+    let via = Relay::start_to(&plain_addr);
+    let metrics = plain(via.addr(), "/metrics", None);
     assert_eq!(status_line(&metrics), "HTTP/1.1 200 OK", "{metrics}");
-    assert!(contains(&seen.lock().expect("relay record"), b"emq_"), "the control shows the marker");
+    assert!(via.saw(b"emq_"), "the control shows the marker");
 }
 
 #[test]
@@ -317,41 +318,4 @@ fn http_tls_client_ca_requires_a_client_certificate_and_passwords_still_apply() 
 /// Whether `needle` occurs in `haystack`.
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-/// A TCP relay on a fresh port to `target` for one connection, recording
-/// both directions: its address and the record.
-fn relay(target: &str) -> (String, Arc<Mutex<Vec<u8>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("relay bound");
-    let addr = listener.local_addr().expect("relay address").to_string();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let (target, record) = (target.to_string(), seen.clone());
-    std::thread::spawn(move || {
-        let Ok((client, _)) = listener.accept() else { return };
-        let Ok(server) = TcpStream::connect(&target) else { return };
-        let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone()) else { return };
-        let up = {
-            let record = record.clone();
-            std::thread::spawn(move || copy(client, server, &record))
-        };
-        copy(server2, client2, &record);
-        let _ = up.join();
-    });
-    (addr, seen)
-}
-
-/// Copies `from` to `to` until `from` ends, recording every byte; then
-/// half-closes `to`.
-fn copy(mut from: TcpStream, mut to: TcpStream, record: &Mutex<Vec<u8>>) {
-    let _ = from.set_read_timeout(Some(T));
-    let mut buf = [0u8; 16 * 1024];
-    while let Ok(n) = from.read(&mut buf) {
-        if n == 0 || to.write_all(&buf[..n]).is_err() {
-            break;
-        }
-        if let Ok(mut r) = record.lock() {
-            r.extend_from_slice(&buf[..n]);
-        }
-    }
-    let _ = to.shutdown(std::net::Shutdown::Write);
 }

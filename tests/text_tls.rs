@@ -6,10 +6,10 @@
 //! shows what crosses the wire, and emq-cli over TLS with a token.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use emq::text::auth::token_line;
@@ -22,6 +22,7 @@ use serde_json::Value;
 use crate::common::admin::request;
 use crate::common::ports::free_port;
 use crate::common::proc::TestDir;
+use crate::common::relay::Relay;
 use crate::common::router::{rust_router_bin, Router, RouterKind};
 use crate::common::{wait, watchdog};
 
@@ -271,35 +272,6 @@ fn mutual_tls_refuses_a_client_without_a_certificate() {
     assert!(ok, "{}", text_stats(&r));
 }
 
-/// A TCP relay on a fresh port to `target` for one connection, recording
-/// both directions.
-fn relay(target: String) -> (String, Arc<Mutex<Vec<u8>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind relay");
-    let addr = listener.local_addr().expect("addr").to_string();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let record = seen.clone();
-    std::thread::spawn(move || {
-        let Ok((client, _)) = listener.accept() else { return };
-        let Ok(server) = TcpStream::connect(&target) else { return };
-        let pipe = |mut from: TcpStream, mut to: TcpStream, record: Arc<Mutex<Vec<u8>>>| {
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = from.read(&mut buf) {
-                    if n == 0 || to.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                    record.lock().expect("record").extend_from_slice(&buf[..n]);
-                }
-                let _ = to.shutdown(std::net::Shutdown::Write);
-            })
-        };
-        let a = pipe(client.try_clone().expect("clone"), server.try_clone().expect("clone"), record.clone());
-        let b = pipe(server, client, record);
-        let _ = (a.join(), b.join());
-    });
-    (addr, seen)
-}
-
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
@@ -312,22 +284,21 @@ fn no_plaintext_on_the_wire_of_the_tls_port() {
     let (mut r, tls_addr) = router(&dir, &pki, &[]);
     let text = r.wait_text();
 
-    let (via, seen) = relay(text);
-    let mut c = plain(&via);
+    let via = Relay::start_to(&text);
+    let mut c = plain(via.addr());
     c.send(b"SCHED marker-plain-7731@wireq\nASK wireq\n");
     c.expect(b"WANT? marker-plain-7731\n");
     c.send(b"ACK\nEND\n");
     c.expect_closed();
-    let wire = seen.lock().expect("seen").clone();
-    assert!(contains(&wire, b"SCHED marker-plain-7731"), "control: the plain port carries the line");
+    assert!(via.saw(b"SCHED marker-plain-7731"), "control: the plain port carries the line");
 
-    let (via, seen) = relay(tls_addr);
-    let mut c = tls(&via, &pki);
+    let via = Relay::start_to(&tls_addr);
+    let mut c = tls(via.addr(), &pki);
     c.send(b"SCHED marker-tls-9917@wireq\nASK wireq\n");
     c.expect(b"WANT? marker-tls-9917\n");
     c.send(b"ACK\nEND\n");
     c.expect_closed();
-    let wire = seen.lock().expect("seen").clone();
+    let wire = via.recorded();
     assert!(wire.len() > 500, "the relay saw the TLS session ({} bytes)", wire.len());
     for marker in [&b"marker-tls-9917"[..], b"SCHED", b"WANT?", b"wireq"] {
         assert!(!contains(&wire, marker), "{:?} crossed the wire in clear", String::from_utf8_lossy(marker));

@@ -80,6 +80,23 @@ impl Relay {
         Relay { endpoint: format!("tcp://127.0.0.1:{port}"), shared, acceptor: Some(acceptor) }
     }
 
+    /// Starts a relay to the loopback address `target` (`127.0.0.1:<port>`).
+    pub fn start_to(target: &str) -> Relay {
+        let port = target.rsplit(':').next().and_then(|p| p.parse().ok());
+        Relay::start(port.unwrap_or_else(|| panic!("relay: no port in {target:?}")))
+    }
+
+    /// `127.0.0.1:<port>`: the relay's address without the `tcp://`.
+    pub fn addr(&self) -> &str {
+        self.endpoint.trim_start_matches("tcp://")
+    }
+
+    /// Both directions' recordings, upstream first. A byte is recorded
+    /// before it is forwarded, so whatever a peer has received is in it.
+    pub fn recorded(&self) -> Vec<u8> {
+        [self.upstream(), self.downstream()].concat()
+    }
+
     /// The bytes the peer sent to the target so far.
     pub fn upstream(&self) -> Vec<u8> {
         self.shared.up.lock().unwrap_or_else(|e| e.into_inner()).clone()
