@@ -209,6 +209,26 @@ fn load(emqp: &str, text: &[Vec<String>], tag: &str, sent: &Book, load: Duration
     producers.stop();
 }
 
+/// The bodies acknowledged so far.
+fn acknowledged(sent: &Book) -> BTreeSet<String> {
+    book(sent).iter().filter(|(_, ok)| **ok).map(|(b, _)| b.clone()).collect()
+}
+
+/// Waits up to [`DRAIN_BOUND`] until every job of `acked` ran, then
+/// `settle` more for duplicates: whether all ran, the runs by body, and the
+/// acknowledged never run. Every line of `out` must be the script's.
+fn drain(acked: &BTreeSet<String>, out: &Path, settle: Duration) -> (bool, BTreeMap<String, Vec<Run>>, Vec<String>) {
+    let drained = wait::until(DRAIN_BOUND, || {
+        let r = runs(out).0;
+        acked.iter().all(|b| r.contains_key(b))
+    });
+    std::thread::sleep(settle);
+    let (r, junk) = runs(out);
+    assert!(junk.is_empty(), "lines of runs.txt not of the script: {junk:?}");
+    let lost = acked.iter().filter(|b| !r.contains_key(*b)).cloned().collect();
+    (drained, r, lost)
+}
+
 #[test]
 fn two_owners_serve_one_workload_and_a_killed_owner_loses_nothing() {
     let test = "scaleout_two_owners";
@@ -229,16 +249,9 @@ fn two_owners_serve_one_workload_and_a_killed_owner_loses_nothing() {
 
     // Phase 1: no fault.
     load(&emqp, &text, "1", &sent, Duration::from_secs(4));
-    let acked: BTreeSet<String> = book(&sent).iter().filter(|(_, ok)| **ok).map(|(b, _)| b.clone()).collect();
+    let acked = acknowledged(&sent);
     assert!(acked.len() >= 50, "too little load: {} acknowledged\n{}", acked.len(), w.log_tail(20));
-    let drained = wait::until(DRAIN_BOUND, || {
-        let r = runs(&out).0;
-        acked.iter().all(|b| r.contains_key(b))
-    });
-    std::thread::sleep(Duration::from_secs(1));
-    let (r, junk) = runs(&out);
-    assert!(junk.is_empty(), "lines of runs.txt not of the script: {junk:?}");
-    let lost: Vec<&String> = acked.iter().filter(|b| !r.contains_key(*b)).collect();
+    let (drained, r, lost) = drain(&acked, &out, Duration::from_secs(1));
     assert!(drained && lost.is_empty(), "phase 1: acknowledged, never run: {lost:?}\n{}", w.log_tail(30));
     let twice: Vec<(&String, usize)> = r.iter().filter(|(_, v)| v.len() > 1).map(|(b, v)| (b, v.len())).collect();
     assert!(twice.is_empty(), "phase 1, no fault: run more than once: {twice:?}");
@@ -279,15 +292,8 @@ fn two_owners_serve_one_workload_and_a_killed_owner_loses_nothing() {
     eprintln!("{test}: the standby of soa listened {:?} after the kill -9", killed.elapsed());
     std::thread::sleep(Duration::from_secs(4));
     producers.stop();
-    let acked: BTreeSet<String> = book(&sent).iter().filter(|(_, ok)| **ok).map(|(b, _)| b.clone()).collect();
-    let drained = wait::until(DRAIN_BOUND, || {
-        let r = runs(&out).0;
-        acked.iter().all(|b| r.contains_key(b))
-    });
-    std::thread::sleep(Duration::from_secs(2));
-    let (r, junk) = runs(&out);
-    assert!(junk.is_empty(), "lines of runs.txt not of the script: {junk:?}");
-    let lost: Vec<&String> = acked.iter().filter(|b| !r.contains_key(*b)).collect();
+    let acked = acknowledged(&sent);
+    let (drained, r, lost) = drain(&acked, &out, Duration::from_secs(2));
     assert!(
         drained && lost.is_empty(),
         "acknowledged, never run ({}): {lost:?}\n{}\n{}",

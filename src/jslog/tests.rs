@@ -174,8 +174,13 @@ fn the_stream_is_purged_below_the_first_live_or_unknown_message() {
     assert_eq!(sent(&mut rx).1, [6]);
 }
 
-#[test]
-fn a_purge_not_reported_done_is_asked_again_until_it_is() {
+/// A log of two jobs, each in its own chunk and message (sequences 1 and
+/// 2), the first done (message 3): the purge below message 2 is asked for
+/// at `t0` and not reported done. Returns the log, its shared state, its
+/// commands, the jobs and `t0`.
+#[allow(clippy::type_complexity)]
+fn log_with_an_unconfirmed_purge(
+) -> (JsLog, Arc<JsShared>, tokio::sync::mpsc::UnboundedReceiver<Cmd>, Vec<Job>, Instant) {
     let (mut log, shared, mut rx) = log(1 << 20, 1);
     let mut jobs: Vec<Job> = (1..=2).map(|i| job(i, b"body")).collect();
     for (t, j) in jobs.iter_mut().enumerate() {
@@ -189,6 +194,12 @@ fn a_purge_not_reported_done_is_asked_again_until_it_is() {
     shared.acked(3, 0, 3, Duration::from_micros(5));
     log.maintain(t0, &mut OneQueue(Vec::new()));
     assert_eq!(sent(&mut rx).1, [2], "below job 2's message");
+    (log, shared, rx, jobs, t0)
+}
+
+#[test]
+fn a_purge_not_reported_done_is_asked_again_until_it_is() {
+    let (mut log, shared, mut rx, _jobs, t0) = log_with_an_unconfirmed_purge();
     // The NATS thread did not report it done (it failed): nothing more
     // died, so only the retry asks for it again, once per retry time.
     let retry = crate::limits::NATS_PURGE_RETRY;
@@ -212,19 +223,7 @@ fn a_purge_not_reported_done_is_asked_again_until_it_is() {
 fn a_faulty_log_never_asks_to_be_woken_in_the_past() {
     // A purge was asked for and never reported done; then the store
     // failed. Woken in the past, a shard thread spins.
-    let (mut log, shared, mut rx) = log(1 << 20, 1);
-    let mut jobs: Vec<Job> = (1..=2).map(|i| job(i, b"body")).collect();
-    for (t, j) in jobs.iter_mut().enumerate() {
-        log.accepted(j);
-        log.commit(Instant::now());
-        shared.acked(t as u64 + 1, 0, t as u64 + 1, Duration::from_micros(5));
-    }
-    let t0 = Instant::now();
-    log.done(&jobs[0]);
-    log.commit(t0);
-    shared.acked(3, 0, 3, Duration::from_micros(5));
-    log.maintain(t0, &mut OneQueue(Vec::new()));
-    assert_eq!(sent(&mut rx).1, [2], "a purge asked for, not reported done");
+    let (mut log, shared, mut rx, jobs, t0) = log_with_an_unconfirmed_purge();
     let retry = crate::limits::NATS_PURGE_RETRY;
     // Unreachable: a batch given up; the repair's snapshot is in flight.
     log.done(&jobs[1]);
